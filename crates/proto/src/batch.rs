@@ -1,0 +1,407 @@
+//! Batches: many small files (and chunks of large ones) packed into one frame.
+//!
+//! A batch payload is `[u64 seq][u32 entry count][u32 header length][entry headers][data]`.
+//! Entry headers carry each item's relative path and metadata; the data of files and chunks
+//! follows in the same order. The sender keeps headers and data in two buffers so file bytes
+//! are read straight into `data` and written to the socket without another copy.
+
+use crate::codec::{put_bytes16, DecodeError, Reader};
+use crate::frame::{kind, FrameHeader, FRAME_HEADER_LEN, MAX_BATCH_PAYLOAD};
+use crate::message::MAX_MESSAGE_TEXT;
+use crate::path::{self, MAX_PATH};
+
+/// Most entries one batch may carry.
+pub const MAX_ENTRIES: u32 = 1 << 20;
+/// Bytes of the fixed batch fields after the frame header.
+pub const BATCH_FIXED_LEN: usize = 16;
+
+const ENTRY_FILE: u8 = 1;
+const ENTRY_DIR: u8 = 2;
+const ENTRY_SYMLINK: u8 = 3;
+const ENTRY_CHUNK: u8 = 4;
+const ENTRY_FAILED: u8 = 5;
+
+/// Permission bits and modification time, as copied to the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileMeta {
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+}
+
+/// What one entry of a batch describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind<'a> {
+    /// A whole regular file; `data.len()` is its size, `hash` the xxh3-128 of `data`.
+    File {
+        meta: FileMeta,
+        hash: u128,
+        data: &'a [u8],
+    },
+    /// A directory (its attributes are applied after everything inside it is written).
+    Dir { meta: FileMeta },
+    /// A symbolic link, copied as a link and never followed.
+    Symlink {
+        mtime_sec: i64,
+        mtime_nsec: u32,
+        target: &'a [u8],
+    },
+    /// One piece of a large file: `data` goes at `offset` of a file of `file_size` bytes.
+    Chunk {
+        meta: FileMeta,
+        file_size: u64,
+        offset: u64,
+        hash: u128,
+        data: &'a [u8],
+    },
+    /// The sender could not read this item; `text` says why.
+    Failed { text: &'a [u8] },
+}
+
+/// One decoded entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// Path relative to the transfer root; empty for the root itself.
+    pub path: &'a [u8],
+    pub kind: EntryKind<'a>,
+}
+
+/// A batch being built by a sender: entry headers and file data in separate buffers.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub seq: u64,
+    pub count: u32,
+    pub header: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+impl Batch {
+    pub fn new(seq: u64, data_capacity: usize) -> Batch {
+        Batch {
+            seq,
+            count: 0,
+            header: Vec::with_capacity(4096),
+            data: Vec::with_capacity(data_capacity),
+        }
+    }
+
+    fn begin(&mut self, entry: u8, path: &[u8]) {
+        self.count += 1;
+        self.header.push(entry);
+        put_bytes16(&mut self.header, path);
+    }
+
+    fn put_meta(&mut self, meta: &FileMeta) {
+        self.header.extend_from_slice(&meta.mode.to_le_bytes());
+        self.header.extend_from_slice(&meta.mtime_sec.to_le_bytes());
+        self.header.extend_from_slice(&meta.mtime_nsec.to_le_bytes());
+    }
+
+    /// Records a file whose `len` bytes were just appended to `data`.
+    pub fn push_file(&mut self, path: &[u8], meta: &FileMeta, len: u64, hash: u128) {
+        self.begin(ENTRY_FILE, path);
+        self.put_meta(meta);
+        self.header.extend_from_slice(&len.to_le_bytes());
+        self.header.extend_from_slice(&hash.to_le_bytes());
+    }
+
+    /// Records a chunk whose `len` bytes were just appended to `data`.
+    pub fn push_chunk(
+        &mut self,
+        path: &[u8],
+        meta: &FileMeta,
+        file_size: u64,
+        offset: u64,
+        len: u64,
+        hash: u128,
+    ) {
+        self.begin(ENTRY_CHUNK, path);
+        self.put_meta(meta);
+        self.header.extend_from_slice(&file_size.to_le_bytes());
+        self.header.extend_from_slice(&offset.to_le_bytes());
+        self.header.extend_from_slice(&len.to_le_bytes());
+        self.header.extend_from_slice(&hash.to_le_bytes());
+    }
+
+    pub fn push_dir(&mut self, path: &[u8], meta: &FileMeta) {
+        self.begin(ENTRY_DIR, path);
+        self.put_meta(meta);
+    }
+
+    pub fn push_symlink(&mut self, path: &[u8], mtime_sec: i64, mtime_nsec: u32, target: &[u8]) {
+        self.begin(ENTRY_SYMLINK, path);
+        self.header.extend_from_slice(&mtime_sec.to_le_bytes());
+        self.header.extend_from_slice(&mtime_nsec.to_le_bytes());
+        put_bytes16(&mut self.header, target);
+    }
+
+    pub fn push_failed(&mut self, path: &[u8], text: &str) {
+        self.begin(ENTRY_FAILED, path);
+        let mut end = text.len().min(MAX_MESSAGE_TEXT);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        put_bytes16(&mut self.header, &text.as_bytes()[..end]);
+    }
+
+    /// Bytes of the whole batch payload.
+    pub fn payload_len(&self) -> usize {
+        BATCH_FIXED_LEN + self.header.len() + self.data.len()
+    }
+
+    /// Frame header plus fixed batch fields; send it, then `header`, then `data`.
+    pub fn frame_prefix(&self) -> [u8; FRAME_HEADER_LEN + BATCH_FIXED_LEN] {
+        let mut out = [0u8; FRAME_HEADER_LEN + BATCH_FIXED_LEN];
+        let frame = FrameHeader {
+            kind: kind::BATCH,
+            len: self.payload_len() as u32,
+        };
+        out[..FRAME_HEADER_LEN].copy_from_slice(&frame.encode());
+        out[5..13].copy_from_slice(&self.seq.to_le_bytes());
+        out[13..17].copy_from_slice(&self.count.to_le_bytes());
+        out[17..21].copy_from_slice(&(self.header.len() as u32).to_le_bytes());
+        out
+    }
+
+    /// Decodes this batch's own buffers (the local memory hand-off uses this).
+    pub fn view(&self) -> Result<BatchView<'_>, DecodeError> {
+        BatchView::from_parts(self.seq, self.count, &self.header, &self.data)
+    }
+
+    /// Whether the batch exceeds the largest payload a peer accepts.
+    pub fn too_large(&self) -> bool {
+        self.payload_len() > MAX_BATCH_PAYLOAD as usize
+    }
+}
+
+/// A fully validated batch borrowed from received bytes.
+#[derive(Debug)]
+pub struct BatchView<'a> {
+    pub seq: u64,
+    pub entries: Vec<Entry<'a>>,
+}
+
+impl<'a> BatchView<'a> {
+    /// Decodes a batch frame's payload.
+    pub fn decode(payload: &'a [u8]) -> Result<BatchView<'a>, DecodeError> {
+        let mut r = Reader::new(payload);
+        let seq = r.u64("batch sequence")?;
+        let count = r.u32("entry count")?;
+        let header_len = r.u32("header length")? as usize;
+        let header = r.take(header_len, "batch header")?;
+        let data = r.take(r.remaining(), "batch data")?;
+        BatchView::from_parts(seq, count, header, data)
+    }
+
+    /// Decodes entry headers and splits `data` among them; every byte must be accounted for.
+    pub fn from_parts(
+        seq: u64,
+        count: u32,
+        header: &'a [u8],
+        data: &'a [u8],
+    ) -> Result<BatchView<'a>, DecodeError> {
+        if count > MAX_ENTRIES {
+            return Err(DecodeError::TooLong {
+                what: "batch entries",
+                len: count as u64,
+                limit: MAX_ENTRIES as u64,
+            });
+        }
+        // Each entry takes at least 3 header bytes, so this bounds the allocation by real input.
+        let mut entries = Vec::with_capacity((count as usize).min(header.len() / 3));
+        let mut r = Reader::new(header);
+        let mut data_pos = 0usize;
+        let mut take_data = |len: u64| -> Result<&'a [u8], DecodeError> {
+            let len = usize::try_from(len).map_err(|_| DecodeError::Truncated("batch data"))?;
+            if data.len() - data_pos < len {
+                return Err(DecodeError::Truncated("batch data"));
+            }
+            let out = &data[data_pos..data_pos + len];
+            data_pos += len;
+            Ok(out)
+        };
+        for _ in 0..count {
+            let entry = r.u8("entry kind")?;
+            let path = path::validate(r.bytes16("entry path", MAX_PATH)?)?;
+            let kind = match entry {
+                ENTRY_FILE => {
+                    let meta = read_meta(&mut r)?;
+                    let len = r.u64("file size")?;
+                    let hash = r.u128("file hash")?;
+                    EntryKind::File {
+                        meta,
+                        hash,
+                        data: take_data(len)?,
+                    }
+                }
+                ENTRY_DIR => EntryKind::Dir {
+                    meta: read_meta(&mut r)?,
+                },
+                ENTRY_SYMLINK => {
+                    let mtime_sec = r.i64("mtime")?;
+                    let mtime_nsec = read_nsec(&mut r)?;
+                    let target = r.bytes16("link target", MAX_PATH)?;
+                    if target.is_empty() || target.contains(&0) {
+                        return Err(DecodeError::Invalid {
+                            what: "link target",
+                            why: "empty or contains NUL",
+                        });
+                    }
+                    EntryKind::Symlink {
+                        mtime_sec,
+                        mtime_nsec,
+                        target,
+                    }
+                }
+                ENTRY_CHUNK => {
+                    let meta = read_meta(&mut r)?;
+                    let file_size = r.u64("file size")?;
+                    let offset = r.u64("chunk offset")?;
+                    let len = r.u64("chunk length")?;
+                    let hash = r.u128("chunk hash")?;
+                    let end = offset.checked_add(len);
+                    if len == 0 || end.is_none_or(|end| end > file_size) {
+                        return Err(DecodeError::Invalid {
+                            what: "chunk",
+                            why: "empty or beyond the file size",
+                        });
+                    }
+                    EntryKind::Chunk {
+                        meta,
+                        file_size,
+                        offset,
+                        hash,
+                        data: take_data(len)?,
+                    }
+                }
+                ENTRY_FAILED => EntryKind::Failed {
+                    text: r.bytes16("failure text", MAX_MESSAGE_TEXT)?,
+                },
+                other => {
+                    return Err(DecodeError::Unknown {
+                        what: "entry kind",
+                        value: other as u64,
+                    })
+                }
+            };
+            entries.push(Entry { path, kind });
+        }
+        r.finish()?;
+        if data_pos != data.len() {
+            return Err(DecodeError::TrailingBytes(data.len() - data_pos));
+        }
+        Ok(BatchView { seq, entries })
+    }
+}
+
+fn read_nsec(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let nsec = r.u32("mtime nanoseconds")?;
+    if nsec >= 1_000_000_000 {
+        return Err(DecodeError::Invalid {
+            what: "mtime",
+            why: "nanoseconds out of range",
+        });
+    }
+    Ok(nsec)
+}
+
+fn read_meta(r: &mut Reader<'_>) -> Result<FileMeta, DecodeError> {
+    let mode = r.u32("mode")?;
+    if mode > 0o7777 {
+        return Err(DecodeError::Invalid {
+            what: "mode",
+            why: "bits beyond 0o7777",
+        });
+    }
+    Ok(FileMeta {
+        mode,
+        mtime_sec: r.i64("mtime")?,
+        mtime_nsec: read_nsec(r)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> Batch {
+        let meta = FileMeta {
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 123,
+        };
+        let mut b = Batch::new(7, 0);
+        b.data.extend_from_slice(b"hello");
+        b.push_file(b"a/b\xff", &meta, 5, 42);
+        b.push_dir(b"", &meta);
+        b.push_symlink(b"l", 1, 2, b"../x");
+        b.data.extend_from_slice(b"xy");
+        b.push_chunk(b"big", &meta, 10, 8, 2, 9);
+        b.push_failed(b"gone", "No such file");
+        b.push_file(b"empty", &meta, 0, 0);
+        b
+    }
+
+    fn payload(b: &Batch) -> Vec<u8> {
+        let mut out = b.frame_prefix()[FRAME_HEADER_LEN..].to_vec();
+        out.extend_from_slice(&b.header);
+        out.extend_from_slice(&b.data);
+        out
+    }
+
+    #[test]
+    fn batch_roundtrips_through_wire_bytes() {
+        let b = sample();
+        let bytes = payload(&b);
+        let view = BatchView::decode(&bytes).unwrap();
+        assert_eq!(view.seq, 7);
+        assert_eq!(view.entries.len(), 6);
+        assert_eq!(view.entries, b.view().unwrap().entries);
+        match &view.entries[0].kind {
+            EntryKind::File { data, hash, .. } => {
+                assert_eq!(*data, b"hello");
+                assert_eq!(*hash, 42);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match &view.entries[3].kind {
+            EntryKind::Chunk { data, offset, .. } => {
+                assert_eq!(*data, b"xy");
+                assert_eq!(*offset, 8);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn chunk_beyond_file_size_is_refused() {
+        let mut b = Batch::new(1, 0);
+        b.data.extend_from_slice(b"abc");
+        b.push_chunk(b"f", &FileMeta::default(), 4, 2, 3, 0);
+        assert!(BatchView::decode(&payload(&b)).is_err());
+    }
+
+    #[test]
+    fn unaccounted_data_is_refused() {
+        let mut b = sample();
+        b.data.push(0);
+        assert!(BatchView::decode(&payload(&b)).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = BatchView::decode(&bytes);
+        }
+
+        #[test]
+        fn decoding_corrupted_batches_never_panics(pos in 0usize..200, val in any::<u8>()) {
+            let mut bytes = payload(&sample());
+            let p = pos % bytes.len();
+            bytes[p] = val;
+            let _ = BatchView::decode(&bytes);
+        }
+    }
+}

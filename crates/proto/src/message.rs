@@ -1,0 +1,456 @@
+//! Control messages: handshake, session open/join, acknowledgements, end of stream and commit.
+//!
+//! Batches are encoded by [`crate::batch`] because their payload is written and read in two parts
+//! (entry headers, then file data) without being copied into one buffer.
+
+use crate::codec::{put_bytes16, DecodeError, Reader};
+use crate::frame::{kind, FrameHeader, MAX_CONTROL_PAYLOAD};
+use crate::path::{self, MAX_PATH};
+
+/// Longest error text accepted from a peer.
+pub const MAX_MESSAGE_TEXT: usize = 4096;
+/// Most failures listed in one acknowledgement.
+pub const MAX_ACK_FAILURES: usize = 128;
+
+/// What a session does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// The client sends a tree; the server writes it under `path`.
+    Push { source_is_dir: bool },
+    /// The server sends the tree at `path`; the client writes it.
+    Pull,
+}
+
+/// Error classes a peer reports; they decide the client's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    AuthFailed,
+    NotFound,
+    PermissionDenied,
+    ReadOnly,
+    BadRequest,
+    Io,
+    NoSpace,
+    Protocol,
+    UnknownSession,
+    Other(u16),
+}
+
+impl ErrorCode {
+    fn to_u16(self) -> u16 {
+        match self {
+            ErrorCode::AuthFailed => 1,
+            ErrorCode::NotFound => 2,
+            ErrorCode::PermissionDenied => 3,
+            ErrorCode::ReadOnly => 4,
+            ErrorCode::BadRequest => 5,
+            ErrorCode::Io => 6,
+            ErrorCode::NoSpace => 7,
+            ErrorCode::Protocol => 8,
+            ErrorCode::UnknownSession => 9,
+            ErrorCode::Other(v) => v,
+        }
+    }
+    fn from_u16(v: u16) -> ErrorCode {
+        match v {
+            1 => ErrorCode::AuthFailed,
+            2 => ErrorCode::NotFound,
+            3 => ErrorCode::PermissionDenied,
+            4 => ErrorCode::ReadOnly,
+            5 => ErrorCode::BadRequest,
+            6 => ErrorCode::Io,
+            7 => ErrorCode::NoSpace,
+            8 => ErrorCode::Protocol,
+            9 => ErrorCode::UnknownSession,
+            other => ErrorCode::Other(other),
+        }
+    }
+}
+
+/// Counters a server reports when a session ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub failures: u64,
+    /// Stage busy times in nanoseconds, already divided by the stage's worker count.
+    pub read_busy_ns: u64,
+    pub network_busy_ns: u64,
+    pub write_busy_ns: u64,
+}
+
+/// A control message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    ServerHello {
+        version: u16,
+        auth_required: bool,
+        nonce: [u8; 32],
+    },
+    ClientAuth {
+        version: u16,
+        nonce: [u8; 32],
+        mac: [u8; 32],
+    },
+    AuthOk {
+        mac: [u8; 32],
+    },
+    Error {
+        code: ErrorCode,
+        text: String,
+    },
+    Open {
+        op: Operation,
+        path: Vec<u8>,
+    },
+    Opened {
+        session: [u8; 16],
+        root_is_dir: bool,
+    },
+    Join {
+        session: [u8; 16],
+    },
+    Joined,
+    BatchAck {
+        seq: u64,
+        files: u32,
+        bytes: u64,
+        failures: Vec<(Vec<u8>, String)>,
+    },
+    End,
+    EndAck,
+    Commit,
+    Done(RemoteStats),
+}
+
+impl Message {
+    /// Encodes the message as a whole frame (header included).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![0u8; crate::frame::FRAME_HEADER_LEN];
+        let k = match self {
+            Message::ServerHello {
+                version,
+                auth_required,
+                nonce,
+            } => {
+                out.extend_from_slice(&version.to_le_bytes());
+                out.push(*auth_required as u8);
+                out.extend_from_slice(nonce);
+                kind::SERVER_HELLO
+            }
+            Message::ClientAuth {
+                version,
+                nonce,
+                mac,
+            } => {
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(nonce);
+                out.extend_from_slice(mac);
+                kind::CLIENT_AUTH
+            }
+            Message::AuthOk { mac } => {
+                out.extend_from_slice(mac);
+                kind::AUTH_OK
+            }
+            Message::Error { code, text } => {
+                out.extend_from_slice(&code.to_u16().to_le_bytes());
+                put_bytes16(&mut out, truncate_text(text).as_bytes());
+                kind::ERROR
+            }
+            Message::Open { op, path } => {
+                match op {
+                    Operation::Push { source_is_dir } => {
+                        out.push(1);
+                        out.push(*source_is_dir as u8);
+                    }
+                    Operation::Pull => {
+                        out.push(2);
+                        out.push(0);
+                    }
+                }
+                put_bytes16(&mut out, path);
+                kind::OPEN
+            }
+            Message::Opened {
+                session,
+                root_is_dir,
+            } => {
+                out.extend_from_slice(session);
+                out.push(*root_is_dir as u8);
+                kind::OPENED
+            }
+            Message::Join { session } => {
+                out.extend_from_slice(session);
+                kind::JOIN
+            }
+            Message::Joined => kind::JOINED,
+            Message::BatchAck {
+                seq,
+                files,
+                bytes,
+                failures,
+            } => {
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&files.to_le_bytes());
+                out.extend_from_slice(&bytes.to_le_bytes());
+                let listed = &failures[..failures.len().min(MAX_ACK_FAILURES)];
+                out.extend_from_slice(&(failures.len() as u32).to_le_bytes());
+                out.extend_from_slice(&(listed.len() as u16).to_le_bytes());
+                for (path, text) in listed {
+                    put_bytes16(&mut out, path);
+                    put_bytes16(&mut out, truncate_text(text).as_bytes());
+                }
+                kind::BATCH_ACK
+            }
+            Message::End => kind::END,
+            Message::EndAck => kind::END_ACK,
+            Message::Commit => kind::COMMIT,
+            Message::Done(s) => {
+                for v in [
+                    s.files,
+                    s.dirs,
+                    s.symlinks,
+                    s.bytes,
+                    s.failures,
+                    s.read_busy_ns,
+                    s.network_busy_ns,
+                    s.write_busy_ns,
+                ] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                kind::DONE
+            }
+        };
+        let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
+        debug_assert!(len <= MAX_CONTROL_PAYLOAD);
+        out[..crate::frame::FRAME_HEADER_LEN].copy_from_slice(&FrameHeader { kind: k, len }.encode());
+        out
+    }
+
+    /// Decodes a control payload of the given frame kind. Batch frames are refused here.
+    pub fn decode(frame_kind: u8, payload: &[u8]) -> Result<Message, DecodeError> {
+        let mut r = Reader::new(payload);
+        let msg = match frame_kind {
+            kind::SERVER_HELLO => Message::ServerHello {
+                version: r.u16("version")?,
+                auth_required: bool_byte(r.u8("auth flag")?)?,
+                nonce: r.array("nonce")?,
+            },
+            kind::CLIENT_AUTH => Message::ClientAuth {
+                version: r.u16("version")?,
+                nonce: r.array("nonce")?,
+                mac: r.array("mac")?,
+            },
+            kind::AUTH_OK => Message::AuthOk {
+                mac: r.array("mac")?,
+            },
+            kind::ERROR => Message::Error {
+                code: ErrorCode::from_u16(r.u16("error code")?),
+                text: String::from_utf8_lossy(r.bytes16("error text", MAX_MESSAGE_TEXT)?)
+                    .into_owned(),
+            },
+            kind::OPEN => {
+                let op = match (r.u8("operation")?, r.u8("operation flag")?) {
+                    (1, flag) => Operation::Push {
+                        source_is_dir: bool_byte(flag)?,
+                    },
+                    (2, 0) => Operation::Pull,
+                    (v, _) => {
+                        return Err(DecodeError::Unknown {
+                            what: "operation",
+                            value: v as u64,
+                        })
+                    }
+                };
+                let path = path::validate(r.bytes16("path", MAX_PATH)?)?.to_vec();
+                Message::Open { op, path }
+            }
+            kind::OPENED => Message::Opened {
+                session: r.array("session id")?,
+                root_is_dir: bool_byte(r.u8("root kind")?)?,
+            },
+            kind::JOIN => Message::Join {
+                session: r.array("session id")?,
+            },
+            kind::JOINED => Message::Joined,
+            kind::BATCH_ACK => {
+                let seq = r.u64("sequence")?;
+                let files = r.u32("files")?;
+                let bytes = r.u64("bytes")?;
+                let total_failures = r.u32("failure count")? as usize;
+                let listed = r.u16("listed failures")? as usize;
+                if listed > MAX_ACK_FAILURES || listed > total_failures {
+                    return Err(DecodeError::TooLong {
+                        what: "failure list",
+                        len: listed as u64,
+                        limit: MAX_ACK_FAILURES as u64,
+                    });
+                }
+                let mut failures = Vec::with_capacity(listed);
+                for _ in 0..listed {
+                    let p = r.bytes16("failed path", MAX_PATH)?.to_vec();
+                    let t = String::from_utf8_lossy(r.bytes16("failure text", MAX_MESSAGE_TEXT)?)
+                        .into_owned();
+                    failures.push((p, t));
+                }
+                // Failures beyond the listed ones are reported by count only.
+                for _ in listed..total_failures.min(listed + 1) {
+                    failures.push((
+                        Vec::new(),
+                        format!("{} more failures not listed", total_failures - listed),
+                    ));
+                }
+                Message::BatchAck {
+                    seq,
+                    files,
+                    bytes,
+                    failures,
+                }
+            }
+            kind::END => Message::End,
+            kind::END_ACK => Message::EndAck,
+            kind::COMMIT => Message::Commit,
+            kind::DONE => Message::Done(RemoteStats {
+                files: r.u64("files")?,
+                dirs: r.u64("dirs")?,
+                symlinks: r.u64("symlinks")?,
+                bytes: r.u64("bytes")?,
+                failures: r.u64("failures")?,
+                read_busy_ns: r.u64("read busy")?,
+                network_busy_ns: r.u64("network busy")?,
+                write_busy_ns: r.u64("write busy")?,
+            }),
+            other => {
+                return Err(DecodeError::Unknown {
+                    what: "control message",
+                    value: other as u64,
+                })
+            }
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+fn bool_byte(b: u8) -> Result<bool, DecodeError> {
+    match b {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::Invalid {
+            what: "flag",
+            why: "not 0 or 1",
+        }),
+    }
+}
+
+fn truncate_text(text: &str) -> &str {
+    if text.len() <= MAX_MESSAGE_TEXT {
+        return text;
+    }
+    let mut end = MAX_MESSAGE_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FRAME_HEADER_LEN;
+
+    fn roundtrip(m: Message) {
+        let bytes = m.encode();
+        let header = FrameHeader::decode(&bytes[..FRAME_HEADER_LEN].try_into().unwrap()).unwrap();
+        assert_eq!(header.len as usize, bytes.len() - FRAME_HEADER_LEN);
+        let back = Message::decode(header.kind, &bytes[FRAME_HEADER_LEN..]).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        roundtrip(Message::ServerHello {
+            version: 1,
+            auth_required: true,
+            nonce: [7; 32],
+        });
+        roundtrip(Message::ClientAuth {
+            version: 1,
+            nonce: [1; 32],
+            mac: [2; 32],
+        });
+        roundtrip(Message::AuthOk { mac: [3; 32] });
+        roundtrip(Message::Error {
+            code: ErrorCode::NoSpace,
+            text: "disk full".into(),
+        });
+        roundtrip(Message::Open {
+            op: Operation::Push {
+                source_is_dir: true,
+            },
+            path: b"a/b".to_vec(),
+        });
+        roundtrip(Message::Open {
+            op: Operation::Pull,
+            path: Vec::new(),
+        });
+        roundtrip(Message::Opened {
+            session: [9; 16],
+            root_is_dir: false,
+        });
+        roundtrip(Message::Join { session: [9; 16] });
+        roundtrip(Message::Joined);
+        roundtrip(Message::BatchAck {
+            seq: 5,
+            files: 3,
+            bytes: 100,
+            failures: vec![(b"x".to_vec(), "bad".into())],
+        });
+        roundtrip(Message::End);
+        roundtrip(Message::EndAck);
+        roundtrip(Message::Commit);
+        roundtrip(Message::Done(RemoteStats {
+            files: 1,
+            dirs: 2,
+            symlinks: 3,
+            bytes: 4,
+            failures: 5,
+            read_busy_ns: 6,
+            network_busy_ns: 7,
+            write_busy_ns: 8,
+        }));
+    }
+
+    #[test]
+    fn open_with_escaping_path_is_refused() {
+        let mut bytes = Message::Open {
+            op: Operation::Pull,
+            path: b"aa/bb".to_vec(),
+        }
+        .encode();
+        let n = bytes.len();
+        bytes[n - 5..].copy_from_slice(b"../bb");
+        assert!(Message::decode(kind::OPEN, &bytes[FRAME_HEADER_LEN..]).is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut bytes = Message::End.encode();
+        bytes.push(0);
+        assert_eq!(
+            Message::decode(kind::END, &bytes[FRAME_HEADER_LEN..]),
+            Err(DecodeError::TrailingBytes(1))
+        );
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_before_reading() {
+        let header = [0xff, 0xff, 0xff, 0x7f, kind::BATCH];
+        assert!(FrameHeader::decode(&header).is_err());
+        let header = [0, 0, 0x20, 0, kind::OPEN];
+        assert!(FrameHeader::decode(&header).is_err());
+        assert!(FrameHeader::decode(&[0, 0, 0, 0, 200]).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Test-only helpers for sprat (filled in by the testkit work).
