@@ -1,0 +1,138 @@
+//! Reading file data into a caller's batch buffer, with the checksum computed as it is read.
+//!
+//! Files are opened relative to their directory's descriptor (the caller keeps it open for a
+//! run of files in the same directory) and never through a symlink. Empty files are not opened.
+
+use crate::error::StoreError;
+use crate::root::Root;
+use rustix::buffer::spare_capacity;
+use rustix::fs::{openat, Mode, OFlags};
+use rustix::io::Errno;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+/// Keeps the descriptor of the directory last read from, so a run of files in one directory
+/// costs one directory open.
+pub struct DirCursor<'r> {
+    root: &'r Root,
+    dir: Vec<u8>,
+    fd: Option<OwnedFd>,
+}
+
+impl<'r> DirCursor<'r> {
+    pub fn new(root: &'r Root) -> DirCursor<'r> {
+        DirCursor {
+            root,
+            dir: Vec::new(),
+            fd: None,
+        }
+    }
+
+    fn dir_fd(&mut self, dir: &[u8], path: &[u8]) -> Result<&OwnedFd, StoreError> {
+        if self.fd.is_none() || self.dir != dir {
+            self.fd = None;
+            let fd = self
+                .root
+                .open_dir(dir)
+                .map_err(|e| StoreError::new("open directory", path, crate::root::escape_error(e)))?;
+            self.dir.clear();
+            self.dir.extend_from_slice(dir);
+            self.fd = Some(fd);
+        }
+        self.fd
+            .as_ref()
+            .ok_or_else(|| StoreError::other("open directory", path, "no descriptor"))
+    }
+
+    fn open_file(&mut self, path: &[u8], name_override: Option<&[u8]>) -> Result<OwnedFd, StoreError> {
+        let (dir, name) = crate::split_parent(path);
+        let name = name_override.unwrap_or(name);
+        let dir_fd = self.dir_fd(dir, path)?;
+        openat(
+            dir_fd,
+            OsStr::from_bytes(name),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(|e| StoreError::new("open", path, e))
+    }
+
+    /// Appends the whole file at `path` (expected to be `size` bytes) to `buf`; returns the
+    /// number of bytes read and their checksum. A file that shrank since it was scanned is
+    /// copied as it is now; growth beyond `size` is cut at `size`.
+    /// `name_override` names the file when the source root is the file itself.
+    pub fn read_file(
+        &mut self,
+        path: &[u8],
+        name_override: Option<&[u8]>,
+        size: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(u64, u128), StoreError> {
+        if size == 0 {
+            return Ok((0, crate::checksum(&[])));
+        }
+        let fd = self.open_file(path, name_override)?;
+        let start = buf.len();
+        fill(buf, size, |b, _| rustix::io::read(&fd, spare_capacity(b))).map_err(|e| {
+            buf.truncate(start);
+            StoreError::new("read", path, e)
+        })?;
+        let data = &buf[start..];
+        Ok((data.len() as u64, crate::checksum(data)))
+    }
+
+    /// Appends `len` bytes at `offset` of the file at `path` to `buf`; returns their checksum.
+    pub fn read_chunk(
+        &mut self,
+        path: &[u8],
+        name_override: Option<&[u8]>,
+        offset: u64,
+        len: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<u128, StoreError> {
+        let fd = self.open_file(path, name_override)?;
+        let start = buf.len();
+        let got = fill(buf, len, |b, got| {
+            rustix::io::pread(&fd, spare_capacity(b), offset + got)
+        })
+        .map_err(|e| {
+            buf.truncate(start);
+            StoreError::new("read", path, e)
+        })?;
+        if got < len {
+            buf.truncate(start);
+            return Err(StoreError::other(
+                "read",
+                path,
+                "file shrank while it was being copied",
+            ));
+        }
+        Ok(crate::checksum(&buf[start..]))
+    }
+}
+
+/// Appends up to `size` bytes to `buf` by calling `read(buf, bytes_so_far)` until `size` bytes
+/// arrived or it returns 0; returns the number of bytes appended.
+fn fill(
+    buf: &mut Vec<u8>,
+    size: u64,
+    mut read: impl FnMut(&mut Vec<u8>, u64) -> Result<usize, Errno>,
+) -> Result<u64, Errno> {
+    let start = buf.len();
+    let target = start + size as usize;
+    while buf.len() < target {
+        let want = target - buf.len();
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want);
+        }
+        match read(buf, (buf.len() - start) as u64) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(target);
+    Ok((buf.len() - start) as u64)
+}

@@ -1,0 +1,227 @@
+//! Confined directory roots: every path below a root is resolved with `openat2` and
+//! `RESOLVE_BENEATH`, so `..`, absolute paths and symlinks cannot lead outside it.
+
+use crate::error::StoreError;
+use rustix::fs::{openat2, statx, AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags, CWD};
+use rustix::io::Errno;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+
+/// An open directory that paths are confined to.
+#[derive(Debug)]
+pub struct Root {
+    fd: OwnedFd,
+}
+
+/// What a source path turned out to be.
+#[derive(Debug)]
+pub enum Source {
+    /// A directory: scan it, paths relative to it.
+    Dir(Root),
+    /// A single regular file: `parent` holds it under `name`.
+    File { parent: Root, name: Vec<u8> },
+}
+
+impl Root {
+    /// Opens an existing directory given by the user (symlinks in `path` are followed).
+    pub fn open(path: &Path) -> Result<Root, StoreError> {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| StoreError::new("open directory", path.as_os_str().as_bytes(), e))?;
+        Ok(Root { fd })
+    }
+
+    /// Opens the user's local source path (following a symlink given as the path itself).
+    pub fn open_local_source(path: &Path) -> Result<Source, StoreError> {
+        let bytes = path.as_os_str().as_bytes();
+        let st = statx(CWD, path, AtFlags::empty(), StatxFlags::TYPE)
+            .map_err(|e| StoreError::new("read source", bytes, e))?;
+        match FileType::from_raw_mode(st.stx_mode as u32) {
+            FileType::Directory => Ok(Source::Dir(Root::open(path)?)),
+            FileType::RegularFile => {
+                let parent = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let name = path
+                    .file_name()
+                    .map(|n| n.as_bytes().to_vec())
+                    .ok_or_else(|| StoreError::other("read source", bytes, "not a file name"))?;
+                Ok(Source::File {
+                    parent: Root::open(parent)?,
+                    name,
+                })
+            }
+            _ => Err(StoreError::other(
+                "read source",
+                bytes,
+                "not a regular file or directory",
+            )),
+        }
+    }
+
+    /// Creates (like `mkdir -p`) and opens a local destination directory given by the user.
+    pub fn create_local(path: &Path) -> Result<Root, StoreError> {
+        std::fs::create_dir_all(path)
+            .map_err(|e| StoreError::new("create directory", path.as_os_str().as_bytes(), e))?;
+        Root::open(path)
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn try_clone(&self) -> Result<Root, StoreError> {
+        Ok(Root {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|e| StoreError::new("duplicate descriptor", b"", e))?,
+        })
+    }
+
+    /// Opens `rel` below this root with `flags`, refusing any escape.
+    pub fn open_beneath(&self, rel: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+        let path: &[u8] = if rel.is_empty() { b"." } else { rel };
+        openat2(
+            &self.fd,
+            std::ffi::OsStr::from_bytes(path),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )
+    }
+
+    /// Opens directory `rel` below this root.
+    pub fn open_dir(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
+        self.open_beneath(rel, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
+    /// Opens `rel` below this root as a new root.
+    pub fn sub_root(&self, rel: &[u8]) -> Result<Root, StoreError> {
+        let fd = self
+            .open_dir(rel)
+            .map_err(|e| StoreError::new("open directory", rel, escape_error(e)))?;
+        Ok(Root { fd })
+    }
+
+    /// Resolves a source below this root: a directory or a regular file.
+    pub fn source(&self, rel: &[u8]) -> Result<Source, StoreError> {
+        let fd = self
+            .open_beneath(rel, OFlags::PATH)
+            .map_err(|e| StoreError::new("open source", rel, escape_error(e)))?;
+        let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
+            .map_err(|e| StoreError::new("read source", rel, e))?;
+        match FileType::from_raw_mode(st.stx_mode as u32) {
+            FileType::Directory => Ok(Source::Dir(self.sub_root(rel)?)),
+            FileType::RegularFile => {
+                let (parent, name) = crate::split_parent(rel);
+                Ok(Source::File {
+                    parent: self.sub_root(parent)?,
+                    name: name.to_vec(),
+                })
+            }
+            _ => Err(StoreError::other(
+                "open source",
+                rel,
+                "not a regular file or directory",
+            )),
+        }
+    }
+
+    /// Creates every missing directory of `rel` (mode 0755 before attributes are applied) and
+    /// opens it. Each component is opened without following symlinks.
+    pub fn mkdir_all(&self, rel: &[u8]) -> Result<Root, StoreError> {
+        let mut current = self.try_clone()?;
+        if rel.is_empty() {
+            return Ok(current);
+        }
+        for component in rel.split(|&b| b == b'/') {
+            let name = std::ffi::OsStr::from_bytes(component);
+            let open = |dir: &Root| {
+                openat2(
+                    &dir.fd,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    BENEATH,
+                )
+            };
+            let fd = match open(&current) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    match rustix::fs::mkdirat(&current.fd, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(StoreError::new("create directory", rel, e)),
+                    }
+                    open(&current).map_err(|e| StoreError::new("open directory", rel, e))?
+                }
+                Err(e) => {
+                    return Err(StoreError::new(
+                        "open directory",
+                        rel,
+                        escape_error(not_a_dir(e)),
+                    ))
+                }
+            };
+            current = Root { fd };
+        }
+        Ok(current)
+    }
+}
+
+fn not_a_dir(e: Errno) -> Errno {
+    // O_NOFOLLOW on a symlink gives ELOOP; for the user the path is simply not a directory.
+    if e == Errno::LOOP {
+        Errno::NOTDIR
+    } else {
+        e
+    }
+}
+
+/// Turns the kernel's "would escape" error into a message a user understands.
+pub fn escape_error(e: Errno) -> std::io::Error {
+    if e == Errno::XDEV {
+        std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "path leads outside the exported root",
+        )
+    } else {
+        e.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_cannot_lead_outside_the_root() {
+        let outside = tempfile::tempdir().unwrap();
+        let root_dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root_dir.path().join("esc")).unwrap();
+        std::fs::create_dir(root_dir.path().join("in")).unwrap();
+        let root = Root::open(root_dir.path()).unwrap();
+        assert!(root.open_dir(b"in").is_ok());
+        assert_eq!(root.open_dir(b"esc").unwrap_err(), Errno::XDEV);
+        assert!(root.open_dir(b"in/../../x").is_err());
+        assert!(root.mkdir_all(b"esc/sub").is_err());
+        assert!(!outside.path().join("sub").exists());
+        assert!(root.source(b"esc").is_err());
+    }
+
+    #[test]
+    fn mkdir_all_creates_missing_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        root.mkdir_all(b"a/b/c").unwrap();
+        assert!(dir.path().join("a/b/c").is_dir());
+        root.mkdir_all(b"a/b/c").unwrap();
+    }
+}

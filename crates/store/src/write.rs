@@ -1,0 +1,454 @@
+//! The tree writer: creates files, directories and symlinks below a destination root so that
+//! every file appears under its final name complete or not at all.
+//!
+//! Each file is written under a hidden temporary name in its own directory, given its mode and
+//! mtime, and renamed into place; large files arrive as chunks (possibly out of order, from
+//! several streams) into one temporary file that is renamed when its last byte has arrived.
+//! Directory modes and mtimes are applied by [`TreeWriter::finish`], deepest first, after
+//! everything inside them is written. No per-file fsync.
+//! Several threads share one `TreeWriter`, each through its own [`WriterCursor`].
+
+use crate::error::StoreError;
+use crate::root::{escape_error, Root};
+use crate::Attrs;
+use rustix::fs::{
+    fchmod, ftruncate, futimens, mkdirat, openat, renameat, statx, symlinkat, unlinkat, utimensat,
+    AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps,
+};
+use rustix::io::Errno;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex};
+
+/// Writes one transfer's tree below a destination directory.
+pub struct TreeWriter {
+    base: Root,
+    /// When the destination is a single file: its name inside `base` (the source path is "").
+    file_name: Option<Vec<u8>>,
+    /// Whether the source root's own attributes are applied to `base`.
+    set_root_attrs: bool,
+    temp_tag: String,
+    dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
+    large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
+}
+
+/// A large file being assembled from chunks.
+struct LargeFile {
+    dir: OwnedFd,
+    temp: Vec<u8>,
+    name: Vec<u8>,
+    fd: OwnedFd,
+    state: Mutex<LargeState>,
+}
+
+struct LargeState {
+    remaining: u64,
+    failed: bool,
+}
+
+/// What a chunk write achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkOutcome {
+    /// More chunks of this file are still to come.
+    Partial,
+    /// This chunk completed the file, which is now in place.
+    Completed,
+}
+
+impl TreeWriter {
+    /// A writer for a directory tree rooted at `base`.
+    pub fn for_dir(base: Root, set_root_attrs: bool, temp_tag: String) -> TreeWriter {
+        TreeWriter::new(base, None, set_root_attrs, temp_tag)
+    }
+
+    /// A writer for a single file called `name` inside `parent`.
+    pub fn for_file(parent: Root, name: Vec<u8>, temp_tag: String) -> TreeWriter {
+        TreeWriter::new(parent, Some(name), false, temp_tag)
+    }
+
+    fn new(base: Root, file_name: Option<Vec<u8>>, set_root_attrs: bool, temp_tag: String) -> Self {
+        TreeWriter {
+            base,
+            file_name,
+            set_root_attrs,
+            temp_tag,
+            dirs: Mutex::new(Vec::new()),
+            large: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn cursor(&self) -> WriterCursor<'_> {
+        WriterCursor {
+            writer: self,
+            dir: Vec::new(),
+            fd: None,
+        }
+    }
+
+    /// Maps a transfer path to a path below `base`.
+    fn target<'p>(&'p self, path: &'p [u8]) -> Result<&'p [u8], StoreError> {
+        match &self.file_name {
+            None => Ok(path),
+            Some(name) if path.is_empty() => Ok(name),
+            Some(_) => Err(StoreError::other(
+                "write",
+                path,
+                "the source is a single file but the sender sent a tree",
+            )),
+        }
+    }
+
+    fn temp_name(&self, name: &[u8]) -> Vec<u8> {
+        let mut t = Vec::with_capacity(name.len() + 24);
+        if name.len() + self.temp_tag.len() + 2 <= 255 {
+            t.push(b'.');
+            t.extend_from_slice(name);
+            t.push(b'.');
+            t.extend_from_slice(self.temp_tag.as_bytes());
+        } else {
+            let h = crate::checksum(name) as u64;
+            t.extend_from_slice(format!(".{}.{h:016x}", self.temp_tag).as_bytes());
+        }
+        t
+    }
+
+    /// Applies directory modes and mtimes, deepest first. Returns the errors met.
+    pub fn finish(&self) -> Vec<StoreError> {
+        let mut dirs = std::mem::take(&mut *self.dirs.lock().unwrap_or_else(|e| e.into_inner()));
+        dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
+        let mut errors = Vec::new();
+        for (path, attrs) in dirs {
+            let res = self
+                .base
+                .open_dir(&path)
+                .and_then(|fd| {
+                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))?;
+                    futimens(&fd, &timestamps(&attrs))
+                })
+                .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)));
+            if let Err(e) = res {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
+    /// Number of large files still waiting for chunks.
+    pub fn incomplete_files(&self) -> usize {
+        self.large.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for TreeWriter {
+    /// Removes the temporary files of large files that never completed.
+    fn drop(&mut self) {
+        let large = std::mem::take(&mut *self.large.lock().unwrap_or_else(|e| e.into_inner()));
+        for (_, file) in large {
+            let _ = unlinkat(&file.dir, OsStr::from_bytes(&file.temp), AtFlags::empty());
+        }
+    }
+}
+
+fn depth(path: &[u8]) -> usize {
+    if path.is_empty() {
+        0
+    } else {
+        1 + path.iter().filter(|&&b| b == b'/').count()
+    }
+}
+
+fn timestamps(attrs: &Attrs) -> Timestamps {
+    let t = Timespec {
+        tv_sec: attrs.mtime_sec,
+        tv_nsec: attrs.mtime_nsec as _,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+fn os(name: &[u8]) -> &OsStr {
+    OsStr::from_bytes(name)
+}
+
+/// One thread's handle on a [`TreeWriter`]; remembers the last directory it wrote into.
+pub struct WriterCursor<'w> {
+    writer: &'w TreeWriter,
+    dir: Vec<u8>,
+    fd: Option<OwnedFd>,
+}
+
+impl WriterCursor<'_> {
+    /// Opens (creating if missing) the parent directory of `target`.
+    fn parent(&mut self, target: &[u8]) -> Result<(&OwnedFd, Vec<u8>), StoreError> {
+        let (dir, name) = crate::split_parent(target);
+        if self.fd.is_none() || self.dir != dir {
+            self.fd = None;
+            let fd = match self.writer.base.open_dir(dir) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => {
+                    let root = self.writer.base.mkdir_all(dir)?;
+                    root.fd()
+                        .try_clone_to_owned()
+                        .map_err(|e| StoreError::new("open directory", dir, e))?
+                }
+                Err(e) => return Err(StoreError::new("open directory", dir, escape_error(e))),
+            };
+            self.dir.clear();
+            self.dir.extend_from_slice(dir);
+            self.fd = Some(fd);
+        }
+        let fd = self
+            .fd
+            .as_ref()
+            .ok_or_else(|| StoreError::other("open directory", dir, "no descriptor"))?;
+        Ok((fd, name.to_vec()))
+    }
+
+    /// Creates a temporary file next to `name` in `dir`.
+    fn create_temp(&self, dir: &OwnedFd, name: &[u8], path: &[u8]) -> Result<(OwnedFd, Vec<u8>), StoreError> {
+        let temp = self.writer.temp_name(name);
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let open = || openat(dir, os(&temp), flags, Mode::from_raw_mode(0o600));
+        let fd = match open() {
+            Err(Errno::EXIST) => {
+                // Left over by an interrupted run with the same tag: it is ours to replace.
+                let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+                open()
+            }
+            other => other,
+        }
+        .map_err(|e| StoreError::new("create", path, e))?;
+        Ok((fd, temp))
+    }
+
+    /// Writes a whole file at `path` with `data`, then its mode and mtime.
+    pub fn write_file(&mut self, path: &[u8], attrs: &Attrs, data: &[u8]) -> Result<(), StoreError> {
+        let writer = self.writer;
+        let target = writer.target(path)?;
+        let (dir, name) = self.parent(target)?;
+        let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+        let (fd, temp) = self.create_temp(&dir, &name, path)?;
+        let result = write_all_at(&fd, data, 0)
+            .map_err(|e| StoreError::new("write", path, e))
+            .and_then(|()| finish_file(&fd, attrs).map_err(|e| StoreError::new("set attributes of", path, e)))
+            .and_then(|()| {
+                drop(fd);
+                renameat(&dir, os(&temp), &dir, os(&name)).map_err(|e| StoreError::new("rename into place", path, e))
+            });
+        if result.is_err() {
+            let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+        }
+        result
+    }
+
+    /// Writes one chunk of a large file; the file is renamed into place by its last chunk.
+    pub fn write_chunk(
+        &mut self,
+        path: &[u8],
+        attrs: &Attrs,
+        file_size: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<ChunkOutcome, StoreError> {
+        let writer = self.writer;
+        let file = {
+            let mut large = writer.large.lock().unwrap_or_else(|e| e.into_inner());
+            match large.get(path) {
+                Some(f) => f.clone(),
+                None => {
+                    let target = writer.target(path)?;
+                    let (dir, name) = self.parent(target)?;
+                    let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+                    let (fd, temp) = self.create_temp(&dir, &name, path)?;
+                    let f = Arc::new(LargeFile {
+                        dir,
+                        temp,
+                        name,
+                        fd,
+                        state: Mutex::new(LargeState {
+                            remaining: file_size,
+                            failed: false,
+                        }),
+                    });
+                    if let Err(e) = ftruncate(&f.fd, file_size) {
+                        let _ = unlinkat(&f.dir, os(&f.temp), AtFlags::empty());
+                        return Err(StoreError::new("allocate", path, e));
+                    }
+                    large.insert(path.to_vec(), f.clone());
+                    f
+                }
+            }
+        };
+        let fail = |e: StoreError| {
+            let mut large = writer.large.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = file.state.lock().unwrap_or_else(|e| e.into_inner());
+            if !st.failed {
+                st.failed = true;
+                large.remove(path);
+                let _ = unlinkat(&file.dir, os(&file.temp), AtFlags::empty());
+            }
+            e
+        };
+        write_all_at(&file.fd, data, offset).map_err(|e| fail(StoreError::new("write", path, e)))?;
+        let done = {
+            let mut st = file.state.lock().unwrap_or_else(|e| e.into_inner());
+            if st.failed {
+                return Err(StoreError::other("write", path, "an earlier chunk of this file failed"));
+            }
+            st.remaining = st.remaining.saturating_sub(data.len() as u64);
+            st.remaining == 0
+        };
+        if !done {
+            return Ok(ChunkOutcome::Partial);
+        }
+        finish_file(&file.fd, attrs).map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
+        renameat(&file.dir, os(&file.temp), &file.dir, os(&file.name))
+            .map_err(|e| fail(StoreError::new("rename into place", path, e)))?;
+        writer.large.lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+        Ok(ChunkOutcome::Completed)
+    }
+
+    /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).
+    pub fn make_dir(&mut self, path: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
+        let writer = self.writer;
+        if path.is_empty() {
+            if writer.set_root_attrs && writer.file_name.is_none() {
+                writer.dirs.lock().unwrap_or_else(|e| e.into_inner()).push((Vec::new(), *attrs));
+            }
+            return Ok(());
+        }
+        let target = writer.target(path)?;
+        let (dir, name) = self.parent(target)?;
+        match mkdirat(dir, os(&name), Mode::from_raw_mode(0o755)) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => {
+                let st = statx(dir, os(&name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                    .map_err(|e| StoreError::new("create directory", path, e))?;
+                if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
+                    return Err(StoreError::other(
+                        "create directory",
+                        path,
+                        "exists and is not a directory",
+                    ));
+                }
+            }
+            Err(e) => return Err(StoreError::new("create directory", path, e)),
+        }
+        writer
+            .dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((target.to_vec(), *attrs));
+        Ok(())
+    }
+
+    /// Creates symlink `path` pointing at `target_text` (never followed), with its mtime.
+    pub fn make_symlink(&mut self, path: &[u8], link_target: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
+        let writer = self.writer;
+        let target = writer.target(path)?;
+        let (dir, name) = self.parent(target)?;
+        let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+        let temp = writer.temp_name(&name);
+        let create = || symlinkat(os(link_target), &dir, os(&temp));
+        match create() {
+            Err(Errno::EXIST) => {
+                let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+                create()
+            }
+            other => other,
+        }
+        .map_err(|e| StoreError::new("create symlink", path, e))?;
+        let result = utimensat(&dir, os(&temp), &timestamps(attrs), AtFlags::SYMLINK_NOFOLLOW)
+            .and_then(|()| renameat(&dir, os(&temp), &dir, os(&name)))
+            .map_err(|e| StoreError::new("create symlink", path, e));
+        if result.is_err() {
+            let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+        }
+        result
+    }
+}
+
+fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
+    fchmod(fd, Mode::from_raw_mode(attrs.mode))?;
+    futimens(fd, &timestamps(attrs))
+}
+
+fn write_all_at(fd: impl AsFd, mut data: &[u8], mut offset: u64) -> Result<(), Errno> {
+    while !data.is_empty() {
+        match rustix::io::pwrite(&fd, data, offset) {
+            Ok(0) => return Err(Errno::NOSPC),
+            Ok(n) => {
+                data = &data[n..];
+                offset += n as u64;
+            }
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn attrs(mode: u32) -> Attrs {
+        Attrs {
+            mode,
+            mtime_sec: 1_600_000_000,
+            mtime_nsec: 123_456_789,
+        }
+    }
+
+    #[test]
+    fn files_appear_complete_with_attributes() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        c.write_file(b"a/b/file", &attrs(0o640), b"hello").unwrap();
+        c.make_dir(b"a", &attrs(0o700)).unwrap();
+        c.make_symlink(b"a/link", b"../nowhere", &attrs(0o777)).unwrap();
+        assert_eq!(c.write_chunk(b"big", &attrs(0o600), 6, 3, b"def").unwrap(), ChunkOutcome::Partial);
+        assert_eq!(c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap(), ChunkOutcome::Completed);
+        assert!(writer.finish().is_empty());
+        let f = dir.path().join("a/b/file");
+        assert_eq!(std::fs::read(&f).unwrap(), b"hello");
+        let m = std::fs::metadata(&f).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 123_456_789));
+        assert_eq!(std::fs::metadata(dir.path().join("a")).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(std::fs::read_link(dir.path().join("a/link")).unwrap().to_str(), Some("../nowhere"));
+        assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcdef");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "temporary files left: {names:?}");
+    }
+
+    #[test]
+    fn incomplete_large_files_leave_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+            let mut c = writer.cursor();
+            c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap();
+            assert_eq!(writer.incomplete_files(), 1);
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn writes_cannot_escape_through_symlinks() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("esc")).unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        assert!(c.write_file(b"esc/x", &attrs(0o644), b"x").is_err());
+        assert!(c.make_dir(b"esc/d", &attrs(0o755)).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+}
