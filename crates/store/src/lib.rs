@@ -6,6 +6,7 @@
 //! The engine decides what to read and write and in which order.
 #![forbid(unsafe_code)]
 
+pub mod compare;
 pub mod error;
 pub mod read;
 pub mod root;
@@ -14,7 +15,7 @@ pub mod write;
 
 pub use error::StoreError;
 pub use root::{Root, Source};
-pub use scan::{scan, EntryType, ScanEntry, ScanOptions};
+pub use scan::{scan, stat_root_file, EntryType, ScanEntry, ScanOptions};
 pub use write::{TreeWriter, WriterCursor};
 
 /// Permission bits and modification time of a file, directory or link.

@@ -291,3 +291,10 @@ mod tests {
         }
     }
 }
+
+/// Examines a single file `name` in `parent` as the root of a transfer (its path is empty).
+pub fn stat_root_file(parent: &Root, name: &[u8]) -> ScanEntry {
+    let mut entry = stat_entry(parent.fd(), OsStr::from_bytes(name), name.to_vec(), AtFlags::SYMLINK_NOFOLLOW);
+    entry.path.clear();
+    entry
+}

@@ -1,0 +1,123 @@
+//! Command-line arguments as the user types them (step one of two: `main` turns them into
+//! validated engine settings).
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// sprat moves trees of many small files fast: packed batches, a pipelined read/network/write,
+/// several streams, every file checksummed.
+#[derive(Debug, Parser)]
+#[command(name = "sprat", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Export a directory tree to sprat clients.
+    Serve(ServeArgs),
+    /// Copy a tree: local to server (push), server to local (pull), or local to local.
+    ///
+    /// SRC and DST are local paths or sprat://HOST:PORT/PATH (PATH relative to the server's
+    /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
+    /// (like `rsync -a SRC/ DST/`) and is created if missing.
+    ///
+    /// Exit codes: 0 all files arrived and verified; 1 some files failed (listed on stderr);
+    /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
+    /// 5 fatal I/O error (destination unwritable, disk full, read-only server).
+    Cp(CpArgs),
+    /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
+    Verify(VerifyArgs),
+    /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
+    /// verify both copies and print the reports.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Directory to export; clients cannot reach outside it.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Address to listen on; port 0 picks a free port. The first line on stdout is
+    /// `listening on HOST:PORT`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: SocketAddr,
+    /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Refuse every write (pushes); pulls still work.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Accept clients without a token. Anyone who can connect can then read and write the root.
+    #[arg(long)]
+    pub no_auth: bool,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Source: local path or sprat://HOST:PORT/PATH.
+    pub src: OsString,
+    /// Destination: local path or sprat://HOST:PORT/PATH.
+    pub dst: OsString,
+    /// Print the final report as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Parallel TCP connections.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub streams: usize,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+/// Settings shared by client and server; the defaults need no tuning.
+#[derive(Debug, Args, Clone)]
+pub struct Tuning {
+    /// Target size of a batch of packed small files (e.g. 4MiB).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    pub batch_size: u64,
+    /// Most entries in one batch.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub batch_files: usize,
+    /// Files larger than this are split into chunks sent over all streams.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::size::parse)]
+    pub small_file_threshold: u64,
+    /// Size of the chunks of large files.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    pub chunk_size: u64,
+    /// Threads listing directories.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub scan_threads: usize,
+    /// Threads reading files into batches.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub read_threads: usize,
+    /// Threads writing batches to disk.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub write_threads: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    pub a: PathBuf,
+    pub b: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to put the data set and copies (default: a new temporary directory, removed after).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Number of small files in the data set.
+    #[arg(long, value_name = "N", default_value_t = 3000)]
+    pub files: usize,
+}

@@ -1,0 +1,143 @@
+//! The `sprat` binary: parses the command line, hands validated settings to the engine, and
+//! turns errors into one line on stderr and a documented exit code.
+
+mod args;
+mod demo;
+mod size;
+
+use anyhow::Context;
+use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
+use clap::Parser;
+use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
+use sprat_proto::auth::TokenKey;
+use std::io::Write;
+use std::path::Path;
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let code = e.downcast_ref::<TransferError>().map(|t| t.exit_code()).unwrap_or(2);
+            eprintln!("sprat: error: {e:#}");
+            code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Serve(a) => serve(a),
+        Command::Cp(a) => cp(a),
+        Command::Verify(a) => verify(a),
+        Command::Demo(a) => demo::run(a),
+    }
+}
+
+/// Turns tuning flags into engine options (validated by the engine).
+pub fn options(t: &Tuning, streams: usize) -> TransferOptions {
+    TransferOptions {
+        streams,
+        batch_size: t.batch_size,
+        batch_files: t.batch_files,
+        small_file_threshold: t.small_file_threshold,
+        chunk_size: t.chunk_size,
+        scan_threads: t.scan_threads,
+        read_threads: t.read_threads,
+        write_threads: t.write_threads,
+    }
+}
+
+/// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
+fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
+    let raw = match file {
+        Some(f) => std::fs::read(f).with_context(|| format!("cannot read token file '{}'", f.display()))?,
+        None => match std::env::var_os("SPRAT_TOKEN") {
+            Some(v) => std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
+            None => return Ok(None),
+        },
+    };
+    let trimmed = raw.trim_ascii();
+    if trimmed.is_empty() {
+        let from = file.map(|f| format!("token file '{}'", f.display())).unwrap_or_else(|| "SPRAT_TOKEN".into());
+        anyhow::bail!("{from} is empty");
+    }
+    Ok(Some(TokenKey::from_token(trimmed)))
+}
+
+fn serve(a: ServeArgs) -> anyhow::Result<i32> {
+    let key = token(a.token_file.as_deref())?;
+    if key.is_none() && !a.no_auth {
+        anyhow::bail!("no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let anyone in)");
+    }
+    if key.is_some() && a.no_auth {
+        anyhow::bail!("--no-auth conflicts with the token given; choose one");
+    }
+    let opts = options(&a.tuning, 1);
+    opts.validate().map_err(TransferError::Usage)?;
+    let config = ServerConfig {
+        root: a.root.clone(),
+        key,
+        read_only: a.read_only,
+        options: opts,
+    };
+    let server = Server::bind(config, &a.listen.to_string())
+        .with_context(|| format!("cannot serve '{}'", a.root.display()))?;
+    let addr = server.local_addr()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {addr}")?;
+    out.flush()?;
+    drop(out);
+    server.run()?;
+    Ok(0)
+}
+
+fn cp(a: CpArgs) -> anyhow::Result<i32> {
+    let key = token(a.token_file.as_deref())?;
+    let src = Endpoint::parse(&a.src)?;
+    let dst = Endpoint::parse(&a.dst)?;
+    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options(&a.tuning, a.streams))?;
+    for f in &report.failures {
+        eprintln!("sprat: failed: {}: {}", f.path, f.error);
+    }
+    if report.failed as usize > report.failures.len() {
+        eprintln!("sprat: failed: {} more not listed", report.failed as usize - report.failures.len());
+    }
+    let text = if a.json {
+        serde_json::to_string(&report)? + "\n"
+    } else if a.quiet {
+        String::new()
+    } else {
+        report.to_string()
+    };
+    print_quietly(&text)?;
+    Ok(if report.failed > 0 { 1 } else { 0 })
+}
+
+/// Writes to stdout; a closed pipe (`sprat ... | head`) is not an error.
+fn print_quietly(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
+    match sprat_store::compare::compare_trees(&a.a, &a.b, true) {
+        Ok(s) => {
+            print_quietly(&format!(
+                "identical: {} files, {} directories, {} symlinks, {} bytes\n",
+                s.files, s.dirs, s.symlinks, s.bytes
+            ))?;
+            Ok(0)
+        }
+        Err(diffs) => {
+            for d in diffs {
+                eprintln!("sprat: differs: {d}");
+            }
+            Ok(1)
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! `sprat cp`: local to local (memory hand-off), push (local to server) and pull (server to
+//! local), each one pipeline of scan, read, network and write stages.
+
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::net::{self, Conn, Frame};
+use crate::report::{Counts, Report, Stages};
+use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
+use crate::source;
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::{path as wire_path, Message, Operation, RemoteStats};
+use sprat_store::{Root, Source, TreeWriter};
+use std::fmt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One side of a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Local(PathBuf),
+    /// `sprat://HOST:PORT/PATH`, `path` relative to the server's root.
+    Remote { addr: String, path: Vec<u8> },
+}
+
+impl Endpoint {
+    /// Parses a command-line argument: a `sprat://` URL or a local path.
+    pub fn parse(arg: &std::ffi::OsStr) -> Result<Endpoint, TransferError> {
+        let bytes = arg.as_bytes();
+        let Some(rest) = bytes.strip_prefix(b"sprat://") else {
+            if bytes.is_empty() {
+                return Err(TransferError::Usage("empty path".into()));
+            }
+            return Ok(Endpoint::Local(PathBuf::from(arg)));
+        };
+        let bad = |why: &str| TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()));
+        let slash = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        let addr = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
+        let port_ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(bad("expected sprat://HOST:PORT/PATH"));
+        }
+        let path = wire_path::normalize_user_path(&rest[slash..]);
+        wire_path::validate(&path).map_err(|e| bad(&format!("the path {e} (paths are relative to the server's root and may not leave it)")))?;
+        Ok(Endpoint::Remote {
+            addr: addr.to_string(),
+            path,
+        })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Local(p) => write!(f, "{}", p.display()),
+            Endpoint::Remote { addr, path } => write!(f, "sprat://{addr}/{}", String::from_utf8_lossy(path)),
+        }
+    }
+}
+
+/// Copies `src` to `dst`; afterwards `dst` holds the contents of `src`.
+pub fn copy(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Report, TransferError> {
+    options.validate().map_err(TransferError::Usage)?;
+    match (src, dst) {
+        (Endpoint::Local(s), Endpoint::Local(d)) => local_copy(s, d, options, src, dst),
+        (Endpoint::Local(s), Endpoint::Remote { addr, path }) => push(s, addr, path, key, options, src, dst),
+        (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => pull(addr, path, d, key, options, src, dst),
+        (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => Err(TransferError::Usage(
+            "copies between two servers are not supported yet; copy through a local directory".into(),
+        )),
+    }
+}
+
+fn temp_tag() -> String {
+    format!("sprat-{:08x}", u32::from_le_bytes(net::random()))
+}
+
+fn open_source(path: &Path) -> Result<Source, TransferError> {
+    Root::open_local_source(path).map_err(|e| {
+        if e.errno() == Some(rustix::io::Errno::NOENT) {
+            TransferError::Usage(format!("source '{}' does not exist", path.display()))
+        } else {
+            TransferError::Store(e)
+        }
+    })
+}
+
+/// The writer for a local destination: the tree itself, or one file when the source is a file.
+fn local_writer(dst: &Path, root_is_dir: bool) -> Result<Arc<TreeWriter>, TransferError> {
+    let writer = if root_is_dir {
+        TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
+    } else {
+        let parent = match dst.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = dst
+            .file_name()
+            .map(|n| n.to_os_string().into_vec())
+            .ok_or_else(|| TransferError::Usage(format!("destination '{}' is not a file name", dst.display())))?;
+        TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
+    };
+    Ok(Arc::new(writer))
+}
+
+/// The first fatal error of a transfer; later ones (often consequences) are dropped.
+#[derive(Default)]
+struct FirstError {
+    error: Mutex<Option<TransferError>>,
+    set: AtomicBool,
+}
+
+impl FirstError {
+    fn record(&self, e: TransferError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+            self.set.store(true, Ordering::SeqCst);
+        }
+    }
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+    fn take(&self) -> Option<TransferError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+fn fatal_outcome(o: &BatchOutcome) -> Option<TransferError> {
+    o.fatal.as_ref().map(|(_, text)| TransferError::Local(text.clone()))
+}
+
+fn local_copy(
+    src: &Path,
+    dst: &Path,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let source = open_source(src)?;
+    let writer = local_writer(dst, matches!(source, Source::Dir(_)))?;
+    let handle = source::start(source, options);
+    let abort = Arc::new(AtomicBool::new(false));
+    let pool = WriterPool::start(writer.clone(), options.write_threads, abort.clone());
+    let (reply_tx, reply_rx) = unbounded();
+    let jobs = pool.sender();
+    let mut counts = Counts::default();
+    let mut fatal = None;
+    for batch in handle.batches.iter() {
+        let job = WriteJob {
+            incoming: Incoming::Local(batch),
+            reply: reply_tx.clone(),
+        };
+        if abort.load(Ordering::Relaxed) || jobs.send(job).is_err() {
+            break;
+        }
+        for o in reply_rx.try_iter() {
+            fatal = fatal.or_else(|| fatal_outcome(&o));
+            counts.add_outcome(&o);
+        }
+    }
+    drop((jobs, reply_tx));
+    let write_busy = pool.finish();
+    let read_busy = handle.finish();
+    for o in reply_rx.iter() {
+        fatal = fatal.or_else(|| fatal_outcome(&o));
+        counts.add_outcome(&o);
+    }
+    if let Some(e) = fatal {
+        return Err(e);
+    }
+    finish_dirs(&writer, &mut counts);
+    let stages = Stages {
+        scan_read_s: read_busy.as_secs_f64(),
+        network_s: None,
+        write_s: write_busy.as_secs_f64(),
+    };
+    Ok(Report::new("copy", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), 1, stages))
+}
+
+fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
+    for e in writer.finish() {
+        counts.add_failure(e.path.as_bytes(), &e.to_string());
+    }
+}
+
+/// Opens a session: the control connection plus `streams - 1` joined ones.
+fn open_session(
+    addr: &str,
+    key: Option<&TokenKey>,
+    op: Operation,
+    path: &[u8],
+    streams: usize,
+) -> Result<(Vec<Conn>, bool), TransferError> {
+    let mut control = net::connect(addr, key)?;
+    control.send(&Message::Open { op, path: path.to_vec() })?;
+    let (session, root_is_dir) = match control.recv_control()? {
+        Message::Opened { session, root_is_dir } => (session, root_is_dir),
+        other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
+    };
+    let mut conns = vec![control];
+    for _ in 1..streams {
+        let mut c = net::connect(addr, key)?;
+        c.send(&Message::Join { session })?;
+        match c.recv_control()? {
+            Message::Joined => conns.push(c),
+            other => return Err(c.protocol(format!("expected Joined, got {other:?}"))),
+        }
+    }
+    Ok((conns, root_is_dir))
+}
+
+/// Shuts every connection down so that no thread stays blocked after a fatal error.
+fn abort_all(conns: &[Conn], first: &FirstError, e: TransferError) {
+    first.record(e);
+    for c in conns {
+        c.shutdown();
+    }
+}
+
+/// Ends a session: `Commit` on the control connection, then the server's totals.
+fn commit(control: &mut Conn, counts: &mut Counts) -> Result<RemoteStats, TransferError> {
+    control.send(&Message::Commit)?;
+    loop {
+        match control.recv_control()? {
+            Message::BatchAck { failures, .. } => {
+                for (p, t) in failures {
+                    counts.add_failure(&p, &t);
+                }
+            }
+            Message::Done(stats) => return Ok(stats),
+            other => return Err(control.protocol(format!("expected Done, got {other:?}"))),
+        }
+    }
+}
+
+fn push(
+    src: &Path,
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let source = open_source(src)?;
+    let op = Operation::Push {
+        source_is_dir: matches!(source, Source::Dir(_)),
+    };
+    let (mut conns, _) = open_session(addr, key, op, path, options.streams)?;
+    let handle = source::start(source, options);
+    let first = FirstError::default();
+    let counts = Mutex::new(Counts::default());
+    let (cancel_tx, cancel_rx) = bounded::<()>(0);
+    let cancel_tx = Mutex::new(Some(cancel_tx));
+    let shutdown: Vec<Conn> = conns.iter().filter_map(|c| c.try_clone().ok()).collect();
+    let fail = |e: TransferError| {
+        cancel_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        abort_all(&shutdown, &first, e);
+    };
+    std::thread::scope(|s| {
+        for conn in &conns {
+            let (Ok(mut tx), Ok(mut rx)) = (conn.try_clone(), conn.try_clone()) else {
+                fail(conn.protocol("cannot duplicate the socket".into()));
+                break;
+            };
+            let (batches, cancel_rx, fail, counts) = (&handle.batches, cancel_rx.clone(), &fail, &counts);
+            s.spawn(move || {
+                if let Err(e) = send_batches(&mut tx, batches, &cancel_rx) {
+                    fail(e);
+                }
+            });
+            s.spawn(move || {
+                if let Err(e) = receive_acks(&mut rx, counts) {
+                    fail(e);
+                }
+            });
+        }
+    });
+    if let Some(e) = first.take() {
+        handle.finish();
+        return Err(e);
+    }
+    let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
+    let remote = commit(&mut conns[0], &mut counts)?;
+    // The server's totals are authoritative for what it wrote.
+    counts.files = remote.files;
+    counts.dirs = remote.dirs;
+    counts.symlinks = remote.symlinks;
+    counts.bytes = remote.bytes;
+    let read_busy = handle.finish();
+    let stages = Stages {
+        scan_read_s: read_busy.as_secs_f64(),
+        network_s: Some(Duration::from_nanos(remote.network_busy_ns).as_secs_f64()),
+        write_s: Duration::from_nanos(remote.write_busy_ns).as_secs_f64(),
+    };
+    Ok(Report::new("push", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), conns.len(), stages))
+}
+
+fn send_batches(conn: &mut Conn, batches: &Receiver<sprat_proto::Batch>, cancel: &Receiver<()>) -> Result<(), TransferError> {
+    loop {
+        select! {
+            recv(batches) -> b => match b {
+                Ok(batch) => conn.send_batch(&batch)?,
+                Err(_) => break,
+            },
+            recv(cancel) -> _ => return Ok(()),
+        }
+    }
+    conn.send(&Message::End)
+}
+
+fn receive_acks(conn: &mut Conn, counts: &Mutex<Counts>) -> Result<(), TransferError> {
+    loop {
+        match conn.recv()? {
+            Frame::Control(Message::BatchAck { seq, files, bytes, failures }) => {
+                let o = BatchOutcome {
+                    seq,
+                    files: files as u64,
+                    bytes,
+                    failures,
+                    ..BatchOutcome::default()
+                };
+                counts.lock().unwrap_or_else(|p| p.into_inner()).add_outcome(&o);
+            }
+            Frame::Control(Message::EndAck) => return Ok(()),
+            Frame::Control(Message::Error { code, text }) => {
+                return Err(TransferError::Remote {
+                    peer: conn.peer.clone(),
+                    code,
+                    text,
+                })
+            }
+            Frame::Control(other) => return Err(conn.protocol(format!("unexpected {other:?}"))),
+            Frame::Batch(..) => return Err(conn.protocol("unexpected batch".into())),
+        }
+    }
+}
+
+fn pull(
+    addr: &str,
+    path: &[u8],
+    dst: &Path,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let (mut conns, root_is_dir) = open_session(addr, key, Operation::Pull, path, options.streams)?;
+    let writer = local_writer(dst, root_is_dir)?;
+    let abort = Arc::new(AtomicBool::new(false));
+    let pool = WriterPool::start(writer.clone(), options.write_threads, abort);
+    let first = FirstError::default();
+    let network_ns = AtomicU64::new(0);
+    let mut counts = Counts::default();
+    let shutdown: Vec<Conn> = conns.iter().filter_map(|c| c.try_clone().ok()).collect();
+    let fail = |e: TransferError| abort_all(&shutdown, &first, e);
+    let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
+    std::thread::scope(|s| {
+        for conn in &conns {
+            let Ok(mut rx) = conn.try_clone() else {
+                fail(conn.protocol("cannot duplicate the socket".into()));
+                break;
+            };
+            let (jobs, reply, fail, network_ns, first) = (pool.sender(), reply_tx.clone(), &fail, &network_ns, &first);
+            s.spawn(move || {
+                if let Err(e) = receive_batches(&mut rx, &jobs, &reply, network_ns, first) {
+                    fail(e);
+                }
+            });
+        }
+        drop(reply_tx);
+        // Collect outcomes as they come so that a fatal local error stops the transfer at once.
+        for o in reply_rx.iter() {
+            if let Some(e) = fatal_outcome(&o) {
+                fail(e);
+            }
+            counts.add_outcome(&o);
+        }
+    });
+    let write_busy = pool.finish();
+    if let Some(e) = first.take() {
+        return Err(e);
+    }
+    finish_dirs(&writer, &mut counts);
+    let remote = commit(&mut conns[0], &mut counts)?;
+    let stages = Stages {
+        scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
+        network_s: Some(Duration::from_nanos(network_ns.load(Ordering::Relaxed) / conns.len() as u64).as_secs_f64()),
+        write_s: write_busy.as_secs_f64(),
+    };
+    Ok(Report::new("pull", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), conns.len(), stages))
+}
+
+fn receive_batches(
+    conn: &mut Conn,
+    jobs: &Sender<WriteJob>,
+    reply: &Sender<BatchOutcome>,
+    network_ns: &AtomicU64,
+    first: &FirstError,
+) -> Result<(), TransferError> {
+    loop {
+        match conn.recv() {
+            Ok(Frame::Batch(payload, took)) => {
+                network_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                let job = WriteJob {
+                    incoming: Incoming::Wire(payload),
+                    reply: reply.clone(),
+                };
+                if jobs.send(job).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(Frame::Control(Message::End)) => return Ok(()),
+            Ok(Frame::Control(Message::Error { code, text })) => {
+                return Err(TransferError::Remote {
+                    peer: conn.peer.clone(),
+                    code,
+                    text,
+                })
+            }
+            Ok(Frame::Control(other)) => return Err(conn.protocol(format!("unexpected {other:?}"))),
+            // After our own abort the socket is shut down: that is not a new error.
+            Err(_) if first.is_set() => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}

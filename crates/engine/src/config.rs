@@ -1,0 +1,66 @@
+//! Validated transfer settings with defaults that need no tuning for trees of small files.
+
+/// How a transfer is shaped: batch sizes, chunking, stream and thread counts.
+#[derive(Debug, Clone)]
+pub struct TransferOptions {
+    /// Parallel TCP connections of a session.
+    pub streams: usize,
+    /// Target bytes of one batch.
+    pub batch_size: u64,
+    /// Most entries in one batch.
+    pub batch_files: usize,
+    /// Files larger than this travel as chunks.
+    pub small_file_threshold: u64,
+    /// Size of a large file's chunks.
+    pub chunk_size: u64,
+    pub scan_threads: usize,
+    pub read_threads: usize,
+    pub write_threads: usize,
+}
+
+/// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
+pub const MAX_BATCH_SIZE: u64 = 64 << 20;
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions {
+            streams: 4,
+            batch_size: 4 << 20,
+            batch_files: 1024,
+            small_file_threshold: 1 << 20,
+            chunk_size: 4 << 20,
+            scan_threads: 4,
+            read_threads: 8,
+            write_threads: 4,
+        }
+    }
+}
+
+impl TransferOptions {
+    /// Checks ranges; the error names the option.
+    pub fn validate(&self) -> Result<(), String> {
+        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
+        check((1..=64).contains(&self.streams), "--streams must be between 1 and 64")?;
+        check(
+            (4096..=MAX_BATCH_SIZE).contains(&self.batch_size),
+            "--batch-size must be between 4KiB and 64MiB",
+        )?;
+        check(
+            (4096..=MAX_BATCH_SIZE).contains(&self.chunk_size),
+            "--chunk-size must be between 4KiB and 64MiB",
+        )?;
+        check(
+            self.small_file_threshold <= MAX_BATCH_SIZE,
+            "--small-file-threshold must be at most 64MiB",
+        )?;
+        check((1..=65536).contains(&self.batch_files), "--batch-files must be between 1 and 65536")?;
+        for (n, name) in [
+            (self.scan_threads, "--scan-threads"),
+            (self.read_threads, "--read-threads"),
+            (self.write_threads, "--write-threads"),
+        ] {
+            check((1..=256).contains(&n), &format!("{name} must be between 1 and 256"))?;
+        }
+        Ok(())
+    }
+}

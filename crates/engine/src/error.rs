@@ -1,0 +1,75 @@
+//! Transfer errors and the exit codes they map to.
+//!
+//! Exit codes (documented in the README): 0 everything arrived and verified; 1 the transfer
+//! finished but some files failed; 2 usage or bad input (missing source, bad option); 3
+//! authentication failed; 4 connection error (no server, connection lost, protocol violation);
+//! 5 fatal I/O error (destination unwritable, disk full, read-only server).
+
+use sprat_proto::ErrorCode;
+use sprat_store::StoreError;
+
+/// Why a transfer or server operation stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("authentication with {peer} failed: {why}")]
+    Auth { peer: String, why: String },
+    #[error("cannot connect to {peer}: {source}")]
+    Connect {
+        peer: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("connection to {peer} lost: {why}")]
+    ConnectionLost { peer: String, why: String },
+    #[error("protocol error from {peer}: {why}")]
+    Protocol { peer: String, why: String },
+    #[error("server {peer}: {text}")]
+    Remote {
+        peer: String,
+        code: ErrorCode,
+        text: String,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Local(String),
+}
+
+impl TransferError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            TransferError::Usage(_) => 2,
+            TransferError::Auth { .. } => 3,
+            TransferError::Connect { .. }
+            | TransferError::ConnectionLost { .. }
+            | TransferError::Protocol { .. } => 4,
+            TransferError::Remote { code, .. } => match code {
+                ErrorCode::AuthFailed => 3,
+                ErrorCode::NotFound | ErrorCode::BadRequest => 2,
+                ErrorCode::Protocol | ErrorCode::UnknownSession => 4,
+                _ => 5,
+            },
+            TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
+            TransferError::Store(_) | TransferError::Local(_) => 5,
+        }
+    }
+}
+
+fn rustix_noent() -> rustix::io::Errno {
+    rustix::io::Errno::NOENT
+}
+
+/// The wire error code for a storage error.
+pub fn code_for(e: &StoreError) -> ErrorCode {
+    use rustix::io::Errno;
+    match e.errno() {
+        Some(Errno::NOENT) | Some(Errno::NOTDIR) => ErrorCode::NotFound,
+        Some(Errno::ACCESS) | Some(Errno::PERM) => ErrorCode::PermissionDenied,
+        Some(Errno::NOSPC) | Some(Errno::DQUOT) => ErrorCode::NoSpace,
+        Some(Errno::ROFS) => ErrorCode::ReadOnly,
+        _ if e.source.kind() == std::io::ErrorKind::PermissionDenied => ErrorCode::PermissionDenied,
+        _ => ErrorCode::Io,
+    }
+}

@@ -1,0 +1,215 @@
+//! The thin I/O driver around `sprat-proto`: framed reads and writes on TCP streams and the
+//! handshake run over them. All parsing and validation happens in the protocol crate.
+
+use crate::error::TransferError;
+use sprat_proto::auth::{ClientHandshake, ServerChallenge, TokenKey};
+use sprat_proto::frame::kind;
+use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
+use std::io::{IoSlice, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// How long a peer may take to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One received frame.
+pub enum Frame {
+    Control(Message),
+    /// A batch payload and the time it took to arrive once its header was seen.
+    Batch(Vec<u8>, Duration),
+}
+
+/// A framed TCP connection to a named peer.
+pub struct Conn {
+    pub stream: TcpStream,
+    pub peer: String,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, peer: String) -> Conn {
+        let _ = stream.set_nodelay(true);
+        Conn { stream, peer }
+    }
+
+    /// A second handle on the same socket (for a reader and a writer thread).
+    pub fn try_clone(&self) -> Result<Conn, TransferError> {
+        Ok(Conn {
+            stream: self.stream.try_clone().map_err(|e| self.lost(e))?,
+            peer: self.peer.clone(),
+        })
+    }
+
+    fn lost(&self, e: std::io::Error) -> TransferError {
+        let why = match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".to_string(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                "timed out waiting for the peer".to_string()
+            }
+            _ => e.to_string(),
+        };
+        TransferError::ConnectionLost {
+            peer: self.peer.clone(),
+            why,
+        }
+    }
+
+    pub fn send(&mut self, msg: &Message) -> Result<(), TransferError> {
+        let bytes = msg.encode();
+        self.stream.write_all(&bytes).map_err(|e| self.lost(e))
+    }
+
+    /// Sends a batch frame: prefix, entry headers and data, without joining them in memory.
+    pub fn send_batch(&mut self, batch: &Batch) -> Result<(), TransferError> {
+        let prefix = batch.frame_prefix();
+        let mut slices = [
+            IoSlice::new(&prefix),
+            IoSlice::new(&batch.header),
+            IoSlice::new(&batch.data),
+        ];
+        let mut slices = &mut slices[..];
+        while !slices.is_empty() {
+            match self.stream.write_vectored(slices) {
+                Ok(0) => return Err(self.lost(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.lost(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the next frame; oversized or unknown frames are refused before their payload is
+    /// read, and so are batches where only control messages may come (`allow_batch` false).
+    pub fn recv(&mut self) -> Result<Frame, TransferError> {
+        self.recv_frame(true)
+    }
+
+    fn recv_frame(&mut self, allow_batch: bool) -> Result<Frame, TransferError> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        self.stream.read_exact(&mut header).map_err(|e| self.lost(e))?;
+        let started = Instant::now();
+        let header = FrameHeader::decode(&header).map_err(|e| self.protocol(e.to_string()))?;
+        if header.kind == kind::BATCH && !allow_batch {
+            return Err(self.protocol("unexpected batch".into()));
+        }
+        let mut payload = Vec::with_capacity(header.len as usize);
+        (&mut self.stream)
+            .take(header.len as u64)
+            .read_to_end(&mut payload)
+            .map_err(|e| self.lost(e))?;
+        if payload.len() != header.len as usize {
+            return Err(self.lost(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if header.kind == kind::BATCH {
+            return Ok(Frame::Batch(payload, started.elapsed()));
+        }
+        let msg = Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))?;
+        Ok(Frame::Control(msg))
+    }
+
+    /// Reads the next frame, which must be a control message (an `Error` becomes an error).
+    pub fn recv_control(&mut self) -> Result<Message, TransferError> {
+        match self.recv_frame(false)? {
+            Frame::Control(Message::Error { code, text }) => Err(TransferError::Remote {
+                peer: self.peer.clone(),
+                code,
+                text,
+            }),
+            Frame::Control(m) => Ok(m),
+            Frame::Batch(..) => Err(self.protocol("unexpected batch".into())),
+        }
+    }
+
+    pub fn protocol(&self, why: String) -> TransferError {
+        TransferError::Protocol {
+            peer: self.peer.clone(),
+            why,
+        }
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Random bytes for nonces and session ids.
+pub fn random<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    if getrandom::fill(&mut out).is_err() {
+        // No entropy source at all: fall back to the clock, which still differs per call.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_le_bytes();
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = t[i % t.len()] ^ (i as u8);
+        }
+    }
+    out
+}
+
+/// Connects to `addr` and authenticates with `key`.
+pub fn connect(addr: &str, key: Option<&TokenKey>) -> Result<Conn, TransferError> {
+    let connect_err = |source| TransferError::Connect {
+        peer: addr.to_string(),
+        source,
+    };
+    let addrs: Vec<_> = addr.to_socket_addrs().map_err(connect_err)?.collect();
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    let mut stream = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = e,
+        }
+    }
+    let stream = stream.ok_or_else(|| connect_err(last))?;
+    let mut conn = Conn::new(stream, addr.to_string());
+    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let auth_err = |why: String| TransferError::Auth {
+        peer: addr.to_string(),
+        why,
+    };
+    let hello = conn.recv_control()?;
+    let (waiting, answer) = ClientHandshake::new(key.cloned(), random())
+        .on_message(hello)
+        .map_err(|e| auth_err(e.to_string()))?;
+    conn.send(&answer)?;
+    let reply = match conn.recv_control() {
+        Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
+        Err(TransferError::ConnectionLost { .. }) => {
+            return Err(auth_err("the server closed the connection (wrong token?)".into()))
+        }
+        other => other?,
+    };
+    waiting.on_message(reply).map_err(|e| auth_err(e.to_string()))?;
+    let _ = conn.stream.set_read_timeout(None);
+    Ok(conn)
+}
+
+/// Runs the server side of the handshake on a new connection.
+pub fn accept(conn: &mut Conn, key: Option<&TokenKey>) -> Result<(), TransferError> {
+    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let (challenge, hello) = ServerChallenge::start(key.cloned(), random());
+    conn.send(&hello)?;
+    let answer = conn.recv_control()?;
+    match challenge.on_message(answer) {
+        Ok(reply) => conn.send(&reply)?,
+        Err(e) => {
+            let _ = conn.send(&Message::Error {
+                code: sprat_proto::ErrorCode::AuthFailed,
+                text: format!("authentication failed: {e}"),
+            });
+            return Err(TransferError::Auth {
+                peer: conn.peer.clone(),
+                why: e.to_string(),
+            });
+        }
+    }
+    let _ = conn.stream.set_read_timeout(None);
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The planner: turns scanned entries into batch plans.
+//!
+//! Small files, directories and symlinks are packed into batches of about `batch_size` bytes
+//! and at most `batch_files` entries; files above `small_file_threshold` are cut into chunks of
+//! `chunk_size` bytes that travel in batches of their own, so a large file is spread over every
+//! stream. Pure logic: no I/O.
+
+use crate::config::TransferOptions;
+use sprat_store::{EntryType, ScanEntry};
+use std::sync::Arc;
+
+/// One thing a batch will carry.
+#[derive(Debug, Clone)]
+pub enum PlanItem {
+    File(ScanEntry),
+    Chunk {
+        entry: Arc<ScanEntry>,
+        offset: u64,
+        len: u64,
+    },
+    Dir(ScanEntry),
+    Symlink(ScanEntry),
+    Failed { path: Vec<u8>, text: String },
+}
+
+/// The items of one batch and the bytes of file data it will hold.
+#[derive(Debug, Default)]
+pub struct BatchPlan {
+    pub seq: u64,
+    pub items: Vec<PlanItem>,
+    pub data_bytes: u64,
+}
+
+/// Packs entries into batch plans.
+pub struct Planner {
+    batch_size: u64,
+    batch_files: usize,
+    threshold: u64,
+    chunk_size: u64,
+    next_seq: u64,
+    current: BatchPlan,
+}
+
+impl Planner {
+    pub fn new(options: &TransferOptions) -> Planner {
+        Planner {
+            batch_size: options.batch_size,
+            batch_files: options.batch_files,
+            threshold: options.small_file_threshold,
+            chunk_size: options.chunk_size,
+            next_seq: 1,
+            current: BatchPlan::default(),
+        }
+    }
+
+    /// Adds one entry; completed batch plans are handed to `emit`.
+    pub fn push(&mut self, entry: ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
+        if let Some(text) = entry.error.clone() {
+            return self.add(PlanItem::Failed { path: entry.path, text }, 0, emit);
+        }
+        match entry.kind {
+            EntryType::File if entry.size > self.threshold => {
+                let size = entry.size;
+                let entry = Arc::new(entry);
+                let mut offset = 0;
+                while offset < size {
+                    let len = self.chunk_size.min(size - offset);
+                    let item = PlanItem::Chunk {
+                        entry: entry.clone(),
+                        offset,
+                        len,
+                    };
+                    self.add(item, len, emit);
+                    offset += len;
+                }
+            }
+            EntryType::File => {
+                let size = entry.size;
+                self.add(PlanItem::File(entry), size, emit)
+            }
+            EntryType::Dir => self.add(PlanItem::Dir(entry), 0, emit),
+            EntryType::Symlink => self.add(PlanItem::Symlink(entry), 0, emit),
+            EntryType::Special => {
+                let item = PlanItem::Failed {
+                    path: entry.path,
+                    text: "special file (device, socket or FIFO) not copied".into(),
+                };
+                self.add(item, 0, emit)
+            }
+        }
+    }
+
+    fn add(&mut self, item: PlanItem, bytes: u64, emit: &mut impl FnMut(BatchPlan)) {
+        let full = !self.current.items.is_empty()
+            && (self.current.data_bytes + bytes > self.batch_size
+                || self.current.items.len() >= self.batch_files);
+        if full {
+            self.flush(emit);
+        }
+        self.current.items.push(item);
+        self.current.data_bytes += bytes;
+    }
+
+    /// Emits the batch being filled, if any.
+    pub fn flush(&mut self, emit: &mut impl FnMut(BatchPlan)) {
+        if self.current.items.is_empty() {
+            return;
+        }
+        let mut plan = std::mem::take(&mut self.current);
+        plan.seq = self.next_seq;
+        self.next_seq += 1;
+        emit(plan);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sprat_store::Attrs;
+
+    fn file(path: &str, size: u64) -> ScanEntry {
+        ScanEntry {
+            path: path.as_bytes().to_vec(),
+            kind: EntryType::File,
+            size,
+            attrs: Attrs::default(),
+            ino: 0,
+            link_target: None,
+            error: None,
+        }
+    }
+
+    fn plan(entries: Vec<ScanEntry>, options: &TransferOptions) -> Vec<BatchPlan> {
+        let mut out = Vec::new();
+        let mut p = Planner::new(options);
+        for e in entries {
+            p.push(e, &mut |b| out.push(b));
+        }
+        p.flush(&mut |b| out.push(b));
+        out
+    }
+
+    #[test]
+    fn small_files_are_packed_up_to_the_batch_size() {
+        let options = TransferOptions {
+            batch_size: 10_000,
+            ..TransferOptions::default()
+        };
+        let plans = plan((0..10).map(|i| file(&format!("f{i}"), 4000)).collect(), &options);
+        assert_eq!(plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(), [2, 2, 2, 2, 2]);
+        assert!(plans.iter().all(|p| p.data_bytes <= 10_000));
+        assert_eq!(plans.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn large_files_become_chunks_covering_every_byte() {
+        let options = TransferOptions {
+            batch_size: 1 << 20,
+            small_file_threshold: 1 << 20,
+            chunk_size: 1 << 20,
+            ..TransferOptions::default()
+        };
+        let size = (5 << 20) + 123;
+        let plans = plan(vec![file("big", size), file("small", 10)], &options);
+        let mut covered = 0;
+        for p in &plans {
+            for item in &p.items {
+                if let PlanItem::Chunk { offset, len, .. } = item {
+                    assert_eq!(*offset, covered);
+                    covered += len;
+                }
+            }
+        }
+        assert_eq!(covered, size);
+        assert_eq!(plans.len(), 7);
+    }
+
+    #[test]
+    fn entry_count_is_capped() {
+        let options = TransferOptions {
+            batch_files: 3,
+            ..TransferOptions::default()
+        };
+        let plans = plan((0..7).map(|i| file(&format!("f{i}"), 0)).collect(), &options);
+        assert_eq!(plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(), [3, 3, 1]);
+    }
+}

@@ -1,0 +1,184 @@
+//! The final report of a transfer: counts, rates, stage busy times and the bottleneck.
+//!
+//! A stage's busy time is the time its workers spent working (not waiting on a queue), summed
+//! and divided by the number of workers: roughly how long the stage alone would have taken.
+//! The network stage is timed by the receiver, from a batch header's arrival to its last byte.
+//! The stage with the largest busy time bounded the run.
+
+use serde::Serialize;
+use std::fmt;
+use std::time::Duration;
+
+/// Busy seconds of each stage (`network` is absent for a local copy).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Stages {
+    pub scan_read_s: f64,
+    pub network_s: Option<f64>,
+    pub write_s: f64,
+}
+
+/// One file that did not arrive.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub path: String,
+    pub error: String,
+}
+
+/// What a transfer did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub direction: &'static str,
+    pub source: String,
+    pub destination: String,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub failed: u64,
+    pub seconds: f64,
+    pub mb_per_s: f64,
+    pub files_per_s: f64,
+    pub streams: usize,
+    pub stages: Stages,
+    pub bottleneck: &'static str,
+    /// The first failures (all are counted in `failed`).
+    pub failures: Vec<Failure>,
+}
+
+/// Most failures listed in a report.
+pub const MAX_LISTED_FAILURES: usize = 100;
+
+impl Report {
+    /// Fills in rates and the bottleneck from counts and stage times.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        direction: &'static str,
+        source: String,
+        destination: String,
+        counts: &Counts,
+        elapsed: Duration,
+        streams: usize,
+        stages: Stages,
+    ) -> Report {
+        let seconds = elapsed.as_secs_f64().max(1e-9);
+        let mut candidates = vec![("read", stages.scan_read_s), ("write", stages.write_s)];
+        if let Some(n) = stages.network_s {
+            candidates.push(("network", n));
+        }
+        let bottleneck = candidates
+            .iter()
+            .copied()
+            .fold(("read", -1.0), |best, c| if c.1 > best.1 { c } else { best })
+            .0;
+        Report {
+            direction,
+            source,
+            destination,
+            files: counts.files,
+            dirs: counts.dirs,
+            symlinks: counts.symlinks,
+            bytes: counts.bytes,
+            failed: counts.failed,
+            seconds,
+            mb_per_s: counts.bytes as f64 / seconds / 1e6,
+            files_per_s: counts.files as f64 / seconds,
+            streams,
+            stages,
+            bottleneck,
+            failures: counts.failures.clone(),
+        }
+    }
+}
+
+/// Running totals of what arrived.
+#[derive(Debug, Default, Clone)]
+pub struct Counts {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub failed: u64,
+    pub failures: Vec<Failure>,
+}
+
+impl Counts {
+    pub fn add_failure(&mut self, path: &[u8], error: &str) {
+        self.failed += 1;
+        if self.failures.len() < MAX_LISTED_FAILURES {
+            self.failures.push(Failure {
+                path: sprat_store::display_path(path),
+                error: error.to_string(),
+            });
+        }
+    }
+
+    pub fn add_outcome(&mut self, o: &crate::sink::BatchOutcome) {
+        self.files += o.files;
+        self.dirs += o.dirs;
+        self.symlinks += o.symlinks;
+        self.bytes += o.bytes;
+        for (p, e) in &o.failures {
+            self.add_failure(p, e);
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} {} -> {}", self.direction, self.source, self.destination)?;
+        writeln!(
+            f,
+            "  {} files, {} directories, {} symlinks, {} in {:.2} s",
+            self.files,
+            self.dirs,
+            self.symlinks,
+            human_bytes(self.bytes),
+            self.seconds
+        )?;
+        writeln!(
+            f,
+            "  {:.1} MB/s, {:.0} files/s over {} stream{}",
+            self.mb_per_s,
+            self.files_per_s,
+            self.streams,
+            if self.streams == 1 { "" } else { "s" }
+        )?;
+        let pct = |s: f64| 100.0 * s / self.seconds;
+        write!(
+            f,
+            "  stage busy time: read {:.2} s ({:.0}%)",
+            self.stages.scan_read_s,
+            pct(self.stages.scan_read_s)
+        )?;
+        if let Some(n) = self.stages.network_s {
+            write!(f, ", network {:.2} s ({:.0}%)", n, pct(n))?;
+        }
+        writeln!(
+            f,
+            ", write {:.2} s ({:.0}%); bottleneck: {}",
+            self.stages.write_s,
+            pct(self.stages.write_s),
+            self.bottleneck
+        )?;
+        if self.failed > 0 {
+            writeln!(f, "  FAILED: {} item(s) did not arrive", self.failed)?;
+        }
+        Ok(())
+    }
+}
+
+/// `1.5 GiB`-style sizes.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

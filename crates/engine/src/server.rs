@@ -1,0 +1,349 @@
+//! `sprat serve`: accepts connections, authenticates them, and runs push and pull sessions
+//! confined to the exported root.
+//!
+//! A session is opened by one connection (the control connection) and joined by the others of
+//! the same client; all of them carry batches. Push: each connection's batches go to one
+//! writer pool and are acknowledged after they are written; `Commit` on the control connection
+//! applies directory attributes and returns the totals. Pull: every connection takes batches
+//! from one source pipeline until it is drained, then sends `End`.
+
+use crate::config::TransferOptions;
+use crate::error::{code_for, TransferError};
+use crate::net::{self, Conn, Frame};
+use crate::report::Counts;
+use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
+use crate::source::{self, SourceHandle};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::{Batch, ErrorCode, Message, Operation, RemoteStats};
+use sprat_store::{display_path, Root, StoreError, TreeWriter};
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Settings of a server.
+pub struct ServerConfig {
+    pub root: PathBuf,
+    /// `None` only when the operator chose `--no-auth`.
+    pub key: Option<TokenKey>,
+    pub read_only: bool,
+    pub options: TransferOptions,
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    root: Root,
+    key: Option<TokenKey>,
+    read_only: bool,
+    options: TransferOptions,
+    sessions: Mutex<HashMap<[u8; 16], Arc<Session>>>,
+}
+
+enum Session {
+    Push(PushSession),
+    Pull(PullSession),
+}
+
+struct PushSession {
+    writer: Arc<TreeWriter>,
+    jobs: Mutex<Option<Sender<WriteJob>>>,
+    pool: Mutex<Option<WriterPool>>,
+    counts: Mutex<Counts>,
+    network_ns: AtomicU64,
+    connections: AtomicUsize,
+}
+
+struct PullSession {
+    batches: Receiver<Batch>,
+    source: Mutex<Option<SourceHandle>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Server {
+    /// Opens the root and binds the listening socket.
+    pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
+        let root = Root::open(&config.root)?;
+        let listener = TcpListener::bind(addr).map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                root,
+                key: config.key,
+                read_only: config.read_only,
+                options: config.options,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, TransferError> {
+        self.listener
+            .local_addr()
+            .map_err(|e| TransferError::Local(format!("cannot read the listening address: {e}")))
+    }
+
+    /// Accepts connections forever, one thread each.
+    pub fn run(self) -> Result<(), TransferError> {
+        for stream in self.listener.incoming() {
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("sprat serve: accept failed: {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown peer".into());
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("sprat-conn".into())
+                .spawn(move || handle_connection(shared, Conn::new(stream, peer)));
+            if let Err(e) = spawned {
+                eprintln!("sprat serve: cannot start a connection thread: {e}");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn refuse(conn: &mut Conn, code: ErrorCode, text: String) {
+    let _ = conn.send(&Message::Error { code, text });
+}
+
+fn refuse_store(conn: &mut Conn, e: &StoreError) {
+    refuse(conn, code_for(e), e.to_string());
+}
+
+fn handle_connection(shared: Arc<Shared>, mut conn: Conn) {
+    if let Err(e) = net::accept(&mut conn, shared.key.as_ref()) {
+        eprintln!("sprat serve: {e}");
+        return;
+    }
+    let first = match conn.recv_control() {
+        Ok(m) => m,
+        Err(_) => return,
+    };
+    match first {
+        Message::Open { op, path } => open_session(&shared, conn, op, path),
+        Message::Join { session } => {
+            let found = lock(&shared.sessions).get(&session).cloned();
+            let Some(session) = found else {
+                return refuse(&mut conn, ErrorCode::UnknownSession, "no such session".into());
+            };
+            if conn.send(&Message::Joined).is_err() {
+                return;
+            }
+            let _ = match &*session {
+                Session::Push(p) => serve_push(&mut conn, p, false),
+                Session::Pull(p) => serve_pull(&mut conn, p, false),
+            };
+        }
+        _ => refuse(&mut conn, ErrorCode::Protocol, "expected Open or Join".into()),
+    }
+}
+
+fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
+    let id: [u8; 16] = net::random();
+    let (session, root_is_dir) = match op {
+        Operation::Push { source_is_dir } => {
+            if shared.read_only {
+                return refuse(
+                    &mut conn,
+                    ErrorCode::ReadOnly,
+                    format!("the server is read-only: refusing to write '{}'", display_path(&path)),
+                );
+            }
+            let tag = format!("sprat-{:08x}", u32::from_le_bytes(net::random()));
+            let writer = if source_is_dir {
+                shared.root.mkdir_all(&path).map(|r| TreeWriter::for_dir(r, !path.is_empty(), tag))
+            } else if path.is_empty() {
+                return refuse(
+                    &mut conn,
+                    ErrorCode::BadRequest,
+                    "a single file cannot replace the server's root directory".into(),
+                );
+            } else {
+                let (parent, name) = sprat_store::split_parent(&path);
+                shared
+                    .root
+                    .mkdir_all(parent)
+                    .map(|r| TreeWriter::for_file(r, name.to_vec(), tag))
+            };
+            let writer = match writer {
+                Ok(w) => Arc::new(w),
+                Err(e) => return refuse_store(&mut conn, &e),
+            };
+            let pool = WriterPool::start(writer.clone(), shared.options.write_threads, Arc::new(AtomicBool::new(false)));
+            let session = Session::Push(PushSession {
+                writer,
+                jobs: Mutex::new(Some(pool.sender())),
+                pool: Mutex::new(Some(pool)),
+                counts: Mutex::new(Counts::default()),
+                network_ns: AtomicU64::new(0),
+                connections: AtomicUsize::new(0),
+            });
+            (session, source_is_dir)
+        }
+        Operation::Pull => {
+            let src = match shared.root.source(&path) {
+                Ok(s) => s,
+                Err(e) => return refuse_store(&mut conn, &e),
+            };
+            let handle = source::start(src, &shared.options);
+            let root_is_dir = handle.root_is_dir;
+            let session = Session::Pull(PullSession {
+                batches: handle.batches.clone(),
+                source: Mutex::new(Some(handle)),
+            });
+            (session, root_is_dir)
+        }
+    };
+    let session = Arc::new(session);
+    lock(&shared.sessions).insert(id, session.clone());
+    // The session lives as long as its control connection.
+    struct Forget<'a>(&'a Shared, [u8; 16]);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            lock(&self.0.sessions).remove(&self.1);
+        }
+    }
+    let _forget = Forget(shared, id);
+    if conn.send(&Message::Opened { session: id, root_is_dir }).is_err() {
+        return;
+    }
+    let result = match &*session {
+        Session::Push(p) => serve_push(&mut conn, p, true),
+        Session::Pull(p) => serve_pull(&mut conn, p, true),
+    };
+    if let Err(e) = result {
+        eprintln!("sprat serve: session for {} ended: {e}", conn.peer);
+    }
+}
+
+/// Receives batches on one connection of a push session and acknowledges them once written.
+fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(), TransferError> {
+    session.connections.fetch_add(1, Ordering::Relaxed);
+    let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
+    let mut ack_conn = conn.try_clone()?;
+    let acker = std::thread::scope(|s| {
+        let acker = s.spawn(|| acknowledge(&mut ack_conn, reply_rx, &session.counts));
+        let mut jobs = lock(&session.jobs).clone();
+        let mut reply_tx = Some(reply_tx);
+        let result = loop {
+            match conn.recv() {
+                Ok(Frame::Batch(payload, took)) => {
+                    session.network_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                    let (Some(jobs), Some(reply)) = (&jobs, &reply_tx) else {
+                        break Err(conn.protocol("batch after end of stream".into()));
+                    };
+                    let job = WriteJob {
+                        incoming: Incoming::Wire(payload),
+                        reply: reply.clone(),
+                    };
+                    if jobs.send(job).is_err() {
+                        break Err(conn.protocol("session already committed".into()));
+                    }
+                }
+                Ok(Frame::Control(Message::End)) => break Ok(()),
+                Ok(Frame::Control(other)) => break Err(conn.protocol(format!("unexpected {other:?}"))),
+                Err(e) => break Err(e),
+            }
+        };
+        jobs.take();
+        reply_tx.take();
+        if result.is_err() {
+            conn.shutdown();
+        }
+        let acked = acker.join().unwrap_or(Ok(()));
+        result.and(acked)
+    });
+    acker?;
+    if !control {
+        return Ok(());
+    }
+    match conn.recv_control()? {
+        Message::Commit => {}
+        other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
+    }
+    lock(&session.jobs).take();
+    let write_busy = lock(&session.pool).take().map(|p| p.finish()).unwrap_or_default();
+    let dir_errors = session.writer.finish();
+    let mut counts = lock(&session.counts).clone();
+    if !dir_errors.is_empty() {
+        let failures: Vec<(Vec<u8>, String)> = dir_errors.iter().map(|e| (e.path.clone().into_bytes(), e.to_string())).collect();
+        for (p, t) in &failures {
+            counts.add_failure(p, t);
+        }
+        conn.send(&Message::BatchAck {
+            seq: 0,
+            files: 0,
+            bytes: 0,
+            failures,
+        })?;
+    }
+    let streams = session.connections.load(Ordering::Relaxed).max(1) as u64;
+    conn.send(&Message::Done(RemoteStats {
+        files: counts.files,
+        dirs: counts.dirs,
+        symlinks: counts.symlinks,
+        bytes: counts.bytes,
+        failures: counts.failed,
+        read_busy_ns: 0,
+        network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
+        write_busy_ns: write_busy.as_nanos() as u64,
+    }))
+}
+
+/// Sends one acknowledgement per written batch, then `EndAck`; a fatal outcome ends the
+/// connection with an `Error` instead.
+fn acknowledge(conn: &mut Conn, outcomes: Receiver<BatchOutcome>, counts: &Mutex<Counts>) -> Result<(), TransferError> {
+    for o in outcomes {
+        if let Some((code, text)) = o.fatal {
+            refuse(conn, code, text.clone());
+            conn.shutdown();
+            return Err(TransferError::Remote {
+                peer: conn.peer.clone(),
+                code,
+                text,
+            });
+        }
+        lock(counts).add_outcome(&o);
+        conn.send(&Message::BatchAck {
+            seq: o.seq,
+            files: o.files as u32,
+            bytes: o.bytes,
+            failures: o.failures,
+        })?;
+    }
+    conn.send(&Message::EndAck)
+}
+
+/// Sends batches from the session's source until it is drained.
+fn serve_pull(conn: &mut Conn, session: &PullSession, control: bool) -> Result<(), TransferError> {
+    for batch in session.batches.iter() {
+        conn.send_batch(&batch)?;
+    }
+    conn.send(&Message::End)?;
+    if !control {
+        return Ok(());
+    }
+    match conn.recv_control()? {
+        Message::Commit => {}
+        other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
+    }
+    let read_busy = lock(&session.source).take().map(|h| h.finish()).unwrap_or_default();
+    conn.send(&Message::Done(RemoteStats {
+        read_busy_ns: read_busy.as_nanos() as u64,
+        ..RemoteStats::default()
+    }))
+}

@@ -1,0 +1,212 @@
+//! The receiving side's write stage: a pool of writer threads applying batches to a tree.
+//!
+//! Batches arrive as wire payloads (from a socket) or as encoded batches (the local memory
+//! hand-off); either way each is decoded, each file's checksum is verified against its data,
+//! and the store's tree writer puts it in place. Each batch's outcome goes back on the reply
+//! channel that came with it, which is how a server acknowledges a batch only once it is
+//! written.
+
+use crossbeam_channel::{bounded, Sender};
+use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
+use sprat_store::write::ChunkOutcome;
+use sprat_store::{display_path, Attrs, TreeWriter, WriterCursor};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A batch to write.
+pub enum Incoming {
+    Local(Batch),
+    /// The payload of a batch frame as received.
+    Wire(Vec<u8>),
+}
+
+/// A batch and where to report what became of it.
+pub struct WriteJob {
+    pub incoming: Incoming,
+    pub reply: Sender<BatchOutcome>,
+}
+
+/// What writing one batch achieved.
+#[derive(Debug, Default, Clone)]
+pub struct BatchOutcome {
+    pub seq: u64,
+    /// Files now complete at their final name (a chunked file counts once, with its last chunk).
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    /// Items that failed, with the reason; the transfer goes on.
+    pub failures: Vec<(Vec<u8>, String)>,
+    /// An error that stops the whole transfer (disk full, malformed batch...).
+    pub fatal: Option<(ErrorCode, String)>,
+}
+
+/// A running pool of writer threads.
+pub struct WriterPool {
+    jobs: Sender<WriteJob>,
+    threads: Vec<JoinHandle<()>>,
+    busy_ns: Arc<AtomicU64>,
+}
+
+impl WriterPool {
+    /// Starts `threads` writers for `writer`; `abort` is set by the first fatal error.
+    pub fn start(writer: Arc<TreeWriter>, threads: usize, abort: Arc<AtomicBool>) -> WriterPool {
+        let threads = threads.max(1);
+        let (jobs, rx) = bounded::<WriteJob>(threads * 2);
+        let busy_ns = Arc::new(AtomicU64::new(0));
+        let threads = (0..threads)
+            .map(|i| {
+                let rx = rx.clone();
+                let writer = writer.clone();
+                let abort = abort.clone();
+                let busy_ns = busy_ns.clone();
+                std::thread::Builder::new()
+                    .name(format!("sprat-write-{i}"))
+                    .spawn(move || {
+                        let mut cursor = writer.cursor();
+                        for job in rx {
+                            let started = Instant::now();
+                            let outcome = if abort.load(Ordering::Relaxed) {
+                                BatchOutcome {
+                                    fatal: Some((ErrorCode::Io, "transfer aborted".into())),
+                                    ..BatchOutcome::default()
+                                }
+                            } else {
+                                write_batch(&mut cursor, &job.incoming)
+                            };
+                            if outcome.fatal.is_some() {
+                                abort.store(true, Ordering::Relaxed);
+                            }
+                            busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            drop(job.incoming);
+                            let _ = job.reply.send(outcome);
+                        }
+                    })
+                    .expect("spawning a thread")
+            })
+            .collect();
+        WriterPool {
+            jobs,
+            threads,
+            busy_ns,
+        }
+    }
+
+    /// A handle to submit batches with.
+    pub fn sender(&self) -> Sender<WriteJob> {
+        self.jobs.clone()
+    }
+
+    /// Waits until every submitted batch is written (all other senders must be dropped first);
+    /// returns the write stage's busy time divided by the number of writers.
+    pub fn finish(self) -> Duration {
+        let n = self.threads.len() as u64;
+        drop(self.jobs);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed) / n)
+    }
+}
+
+fn attrs(m: &FileMeta) -> Attrs {
+    Attrs {
+        mode: m.mode,
+        mtime_sec: m.mtime_sec,
+        mtime_nsec: m.mtime_nsec,
+    }
+}
+
+/// Writes every entry of one batch.
+pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchOutcome {
+    let view = match incoming {
+        Incoming::Local(b) => b.view(),
+        Incoming::Wire(payload) => BatchView::decode(payload),
+    };
+    let view = match view {
+        Ok(v) => v,
+        Err(e) => {
+            return BatchOutcome {
+                fatal: Some((ErrorCode::Protocol, format!("malformed batch: {e}"))),
+                ..BatchOutcome::default()
+            }
+        }
+    };
+    let mut out = BatchOutcome {
+        seq: view.seq,
+        ..BatchOutcome::default()
+    };
+    for entry in &view.entries {
+        let path = entry.path;
+        let result = match &entry.kind {
+            EntryKind::File { meta, hash, data } => {
+                if sprat_store::checksum(data) != *hash {
+                    out.failures.push((path.to_vec(), "checksum mismatch: data corrupted in transit".into()));
+                    continue;
+                }
+                cursor.write_file(path, &attrs(meta), data).map(|()| {
+                    out.files += 1;
+                    out.bytes += data.len() as u64;
+                })
+            }
+            EntryKind::Chunk {
+                meta,
+                file_size,
+                offset,
+                hash,
+                data,
+            } => {
+                if sprat_store::checksum(data) != *hash {
+                    out.failures.push((
+                        path.to_vec(),
+                        format!("checksum mismatch in the chunk at offset {offset}: data corrupted in transit"),
+                    ));
+                    continue;
+                }
+                cursor
+                    .write_chunk(path, &attrs(meta), *file_size, *offset, data)
+                    .map(|done| {
+                        out.bytes += data.len() as u64;
+                        if done == ChunkOutcome::Completed {
+                            out.files += 1;
+                        }
+                    })
+            }
+            EntryKind::Dir { meta } => cursor.make_dir(path, &attrs(meta)).map(|()| out.dirs += 1),
+            EntryKind::Symlink {
+                mtime_sec,
+                mtime_nsec,
+                target,
+            } => {
+                let a = Attrs {
+                    mode: 0o777,
+                    mtime_sec: *mtime_sec,
+                    mtime_nsec: *mtime_nsec,
+                };
+                cursor.make_symlink(path, target, &a).map(|()| out.symlinks += 1)
+            }
+            EntryKind::Failed { text } => {
+                out.failures.push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));
+                continue;
+            }
+        };
+        if let Err(e) = result {
+            if e.is_fatal() {
+                out.fatal = Some((crate::error::code_for(&e), e.to_string()));
+                return out;
+            }
+            out.failures.push((path.to_vec(), e.to_string()));
+        }
+    }
+    out
+}
+
+/// Formats a failure for a message: `path: reason`.
+pub fn describe_failure(path: &[u8], text: &str) -> String {
+    if path.is_empty() && text.contains("more failures") {
+        return text.to_string();
+    }
+    format!("{}: {}", display_path(path), text)
+}

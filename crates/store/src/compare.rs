@@ -1,0 +1,129 @@
+//! Tree comparison: checks that a copy equals its source (paths, types, content, permission
+//! bits, mtimes, link targets), without following symlinks. Used by `sprat verify`, the demo
+//! and benchmark scripts to prove that a copy is exact.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What was compared.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TreeSummary {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+}
+
+/// Most differences listed.
+const MAX_DIFFERENCES: usize = 50;
+
+/// Compares tree `b` with tree `a`. `with_root_attrs` also compares the roots' own mode and
+/// mtime. Returns the summary of `a`, or the differences found (at most 50).
+pub fn compare_trees(a: &Path, b: &Path, with_root_attrs: bool) -> Result<TreeSummary, Vec<String>> {
+    let mut diffs = Vec::new();
+    let mut summary = TreeSummary::default();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        if diffs.len() >= MAX_DIFFERENCES {
+            break;
+        }
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        let shown = if rel.as_os_str().is_empty() { ".".into() } else { rel.display().to_string() };
+        let (ma, mb) = match (fs::symlink_metadata(&pa), fs::symlink_metadata(&pb)) {
+            (Ok(ma), Ok(mb)) => (ma, mb),
+            (Err(e), _) => {
+                diffs.push(format!("{shown}: cannot read source: {e}"));
+                continue;
+            }
+            (_, Err(_)) => {
+                diffs.push(format!("{shown}: missing in the copy"));
+                continue;
+            }
+        };
+        let (ta, tb) = (ma.file_type(), mb.file_type());
+        if ta.is_dir() != tb.is_dir() || ta.is_file() != tb.is_file() || ta.is_symlink() != tb.is_symlink() {
+            diffs.push(format!("{shown}: file type differs"));
+            continue;
+        }
+        let is_root = rel.as_os_str().is_empty();
+        if (!is_root || with_root_attrs) && !ta.is_symlink() && ma.mode() & 0o7777 != mb.mode() & 0o7777 {
+            diffs.push(format!("{shown}: mode {:o} != {:o}", ma.mode() & 0o7777, mb.mode() & 0o7777));
+        }
+        if (!is_root || with_root_attrs) && (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec()) {
+            diffs.push(format!(
+                "{shown}: mtime {}.{:09} != {}.{:09}",
+                ma.mtime(),
+                ma.mtime_nsec(),
+                mb.mtime(),
+                mb.mtime_nsec()
+            ));
+        }
+        if ta.is_symlink() {
+            summary.symlinks += 1;
+            match (fs::read_link(&pa), fs::read_link(&pb)) {
+                (Ok(x), Ok(y)) if x == y => {}
+                _ => diffs.push(format!("{shown}: link target differs")),
+            }
+        } else if ta.is_file() {
+            summary.files += 1;
+            summary.bytes += ma.len();
+            if ma.len() != mb.len() {
+                diffs.push(format!("{shown}: size {} != {}", ma.len(), mb.len()));
+            } else if !same_content(&pa, &pb) {
+                diffs.push(format!("{shown}: content differs"));
+            }
+        } else if ta.is_dir() {
+            summary.dirs += 1;
+            let (la, lb) = match (list(&pa), list(&pb)) {
+                (Ok(la), Ok(lb)) => (la, lb),
+                _ => {
+                    diffs.push(format!("{shown}: cannot list directory"));
+                    continue;
+                }
+            };
+            for name in lb.keys().filter(|n| !la.contains_key(*n)) {
+                diffs.push(format!("{}: extra in the copy", rel.join(&lb[name]).display()));
+            }
+            for name in la.values() {
+                stack.push(rel.join(name));
+            }
+        }
+    }
+    if diffs.is_empty() {
+        Ok(summary)
+    } else {
+        Err(diffs)
+    }
+}
+
+fn list(dir: &Path) -> std::io::Result<BTreeMap<Vec<u8>, std::ffi::OsString>> {
+    let mut out = BTreeMap::new();
+    for e in fs::read_dir(dir)? {
+        let name = e?.file_name();
+        out.insert(name.as_bytes().to_vec(), name);
+    }
+    Ok(out)
+}
+
+fn same_content(a: &Path, b: &Path) -> bool {
+    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
+        return false;
+    };
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = match fa.read(&mut ba) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        if n == 0 {
+            return fb.read(&mut bb[..1]).map(|m| m == 0).unwrap_or(false);
+        }
+        if fb.read_exact(&mut bb[..n]).is_err() || ba[..n] != bb[..n] {
+            return false;
+        }
+    }
+}
