@@ -28,7 +28,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
     let temp;
     let base = match &a.dir {
         Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create '{}'", d.display()))?;
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("cannot create '{}'", d.display()))?;
             d.clone()
         }
         None => {
@@ -41,13 +42,20 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
     let pulled = base.join("pulled");
     for d in [&data, &server_root, &pulled] {
         if d.exists() {
-            bail!("'{}' already exists; give --dir a new directory", d.display());
+            bail!(
+                "'{}' already exists; give --dir a new directory",
+                d.display()
+            );
         }
     }
     std::fs::create_dir_all(&server_root)?;
     println!("sprat demo in {}", base.display());
     let (files, bytes) = make_tree(&data, a.files, 0x5eed)?;
-    println!("made a data set: {files} files, {:.1} MiB in {}", bytes as f64 / 1048576.0, data.display());
+    println!(
+        "made a data set: {files} files, {:.1} MiB in {}",
+        bytes as f64 / 1048576.0,
+        data.display()
+    );
 
     let token = hex(&rand::rng().random::<[u8; 16]>());
     let token_file = base.join("token");
@@ -80,14 +88,27 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
         addr: addr.clone(),
         path: b"demo".to_vec(),
     };
-    let push = sprat_engine::copy(&Endpoint::Local(data.clone()), &remote, Some(&key), &options)?;
+    let push = sprat_engine::copy(
+        &Endpoint::Local(data.clone()),
+        &remote,
+        Some(&key),
+        &options,
+    )?;
     print!("{push}");
-    let pull = sprat_engine::copy(&remote, &Endpoint::Local(pulled.clone()), Some(&key), &options)?;
+    let pull = sprat_engine::copy(
+        &remote,
+        &Endpoint::Local(pulled.clone()),
+        Some(&key),
+        &options,
+    )?;
     print!("{pull}");
     drop(server);
 
     let mut ok = push.failed == 0 && pull.failed == 0;
-    for (what, copy) in [("pushed copy", server_root.join("demo")), ("pulled copy", pulled)] {
+    for (what, copy) in [
+        ("pushed copy", server_root.join("demo")),
+        ("pulled copy", pulled),
+    ] {
         match sprat_store::compare::compare_trees(&data, &copy, true) {
             Ok(s) => println!(
                 "verified {what}: {} files, {} directories, {} symlinks identical (content, modes, mtimes, links)",
@@ -123,18 +144,20 @@ fn make_tree(root: &Path, files: usize, seed: u64) -> anyhow::Result<(u64, u64)>
     let mut bytes = 0u64;
     let mut buf = vec![0u8; 2 << 20];
     rng.fill_bytes(&mut buf);
-    let mut write = |path: &Path, size: usize, rng: &mut rand::rngs::StdRng| -> anyhow::Result<()> {
-        let start = rng.random_range(0..buf.len() - size.min(buf.len()) + 1);
-        let mut content = buf[start..start + size.min(buf.len())].to_vec();
-        while content.len() < size {
-            let more = (size - content.len()).min(buf.len());
-            content.extend_from_slice(&buf[..more]);
-        }
-        std::fs::write(path, &content).with_context(|| format!("cannot write '{}'", path.display()))?;
-        count += 1;
-        bytes += size as u64;
-        Ok(())
-    };
+    let mut write =
+        |path: &Path, size: usize, rng: &mut rand::rngs::StdRng| -> anyhow::Result<()> {
+            let start = rng.random_range(0..buf.len() - size.min(buf.len()) + 1);
+            let mut content = buf[start..start + size.min(buf.len())].to_vec();
+            while content.len() < size {
+                let more = (size - content.len()).min(buf.len());
+                content.extend_from_slice(&buf[..more]);
+            }
+            std::fs::write(path, &content)
+                .with_context(|| format!("cannot write '{}'", path.display()))?;
+            count += 1;
+            bytes += size as u64;
+            Ok(())
+        };
     for i in 0..files {
         let dir = root.join(format!("set{:02}/part{:03}", i % 7, i / 100));
         if i % 100 < 7 {
@@ -152,7 +175,11 @@ fn make_tree(root: &Path, files: usize, seed: u64) -> anyhow::Result<(u64, u64)>
     write(&root.join("large.bin"), 24 << 20, &mut rng)?;
     write(&odd.join("empty"), 0, &mut rng)?;
     write(&odd.join("line\nbreak"), 100, &mut rng)?;
-    write(&odd.join(OsStr::from_bytes(b"latin1-\xe9t\xe9")), 100, &mut rng)?;
+    write(
+        &odd.join(OsStr::from_bytes(b"latin1-\xe9t\xe9")),
+        100,
+        &mut rng,
+    )?;
     let ro = odd.join("read-only.txt");
     write(&ro, 10, &mut rng)?;
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o444))?;

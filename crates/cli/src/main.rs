@@ -18,7 +18,10 @@ fn main() {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let code = e.downcast_ref::<TransferError>().map(|t| t.exit_code()).unwrap_or(2);
+            let code = e
+                .downcast_ref::<TransferError>()
+                .map(|t| t.exit_code())
+                .unwrap_or(2);
             eprintln!("sprat: error: {e:#}");
             code
         }
@@ -52,7 +55,9 @@ pub fn options(t: &Tuning, streams: usize) -> TransferOptions {
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
 fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     let raw = match file {
-        Some(f) => std::fs::read(f).with_context(|| format!("cannot read token file '{}'", f.display()))?,
+        Some(f) => {
+            std::fs::read(f).with_context(|| format!("cannot read token file '{}'", f.display()))?
+        }
         None => match std::env::var_os("SPRAT_TOKEN") {
             Some(v) => std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
             None => return Ok(None),
@@ -60,7 +65,9 @@ fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     };
     let trimmed = raw.trim_ascii();
     if trimmed.is_empty() {
-        let from = file.map(|f| format!("token file '{}'", f.display())).unwrap_or_else(|| "SPRAT_TOKEN".into());
+        let from = file
+            .map(|f| format!("token file '{}'", f.display()))
+            .unwrap_or_else(|| "SPRAT_TOKEN".into());
         anyhow::bail!("{from} is empty");
     }
     Ok(Some(TokenKey::from_token(trimmed)))
@@ -69,7 +76,9 @@ fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
 fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let key = token(a.token_file.as_deref())?;
     if key.is_none() && !a.no_auth {
-        anyhow::bail!("no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let anyone in)");
+        anyhow::bail!(
+            "no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let anyone in)"
+        );
     }
     if key.is_some() && a.no_auth {
         anyhow::bail!("--no-auth conflicts with the token given; choose one");
@@ -102,7 +111,10 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);
     }
     if report.failed as usize > report.failures.len() {
-        eprintln!("sprat: failed: {} more not listed", report.failed as usize - report.failures.len());
+        eprintln!(
+            "sprat: failed: {} more not listed",
+            report.failed as usize - report.failures.len()
+        );
     }
     let text = if a.json {
         serde_json::to_string(&report)? + "\n"

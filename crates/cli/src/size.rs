@@ -5,7 +5,9 @@ pub fn parse(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("'{text}' is not a size (e.g. 4096, 64KiB, 4MiB)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (e.g. 4096, 64KiB, 4MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -14,9 +16,14 @@ pub fn parse(text: &str) -> Result<u64, String> {
         "kb" => 1_000,
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
-        other => return Err(format!("unknown size unit '{other}' in '{text}' (use KiB, MiB, GiB, KB, MB, GB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}' (use KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("size '{text}' is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size '{text}' is too large"))
 }
 
 #[cfg(test)]

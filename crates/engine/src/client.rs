@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 pub enum Endpoint {
     Local(PathBuf),
     /// `sprat://HOST:PORT/PATH`, `path` relative to the server's root.
-    Remote { addr: String, path: Vec<u8> },
+    Remote {
+        addr: String,
+        path: Vec<u8>,
+    },
 }
 
 impl Endpoint {
@@ -36,7 +39,9 @@ impl Endpoint {
             }
             return Ok(Endpoint::Local(PathBuf::from(arg)));
         };
-        let bad = |why: &str| TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()));
+        let bad = |why: &str| {
+            TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()))
+        };
         let slash = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
         let addr = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
         let port_ok = addr
@@ -46,7 +51,11 @@ impl Endpoint {
             return Err(bad("expected sprat://HOST:PORT/PATH"));
         }
         let path = wire_path::normalize_user_path(&rest[slash..]);
-        wire_path::validate(&path).map_err(|e| bad(&format!("the path {e} (paths are relative to the server's root and may not leave it)")))?;
+        wire_path::validate(&path).map_err(|e| {
+            bad(&format!(
+                "the path {e} (paths are relative to the server's root and may not leave it)"
+            ))
+        })?;
         Ok(Endpoint::Remote {
             addr: addr.to_string(),
             path,
@@ -58,7 +67,9 @@ impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Endpoint::Local(p) => write!(f, "{}", p.display()),
-            Endpoint::Remote { addr, path } => write!(f, "sprat://{addr}/{}", String::from_utf8_lossy(path)),
+            Endpoint::Remote { addr, path } => {
+                write!(f, "sprat://{addr}/{}", String::from_utf8_lossy(path))
+            }
         }
     }
 }
@@ -73,10 +84,15 @@ pub fn copy(
     options.validate().map_err(TransferError::Usage)?;
     match (src, dst) {
         (Endpoint::Local(s), Endpoint::Local(d)) => local_copy(s, d, options, src, dst),
-        (Endpoint::Local(s), Endpoint::Remote { addr, path }) => push(s, addr, path, key, options, src, dst),
-        (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => pull(addr, path, d, key, options, src, dst),
+        (Endpoint::Local(s), Endpoint::Remote { addr, path }) => {
+            push(s, addr, path, key, options, src, dst)
+        }
+        (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => {
+            pull(addr, path, d, key, options, src, dst)
+        }
         (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => Err(TransferError::Usage(
-            "copies between two servers are not supported yet; copy through a local directory".into(),
+            "copies between two servers are not supported yet; copy through a local directory"
+                .into(),
         )),
     }
 }
@@ -107,7 +123,12 @@ fn local_writer(dst: &Path, root_is_dir: bool) -> Result<Arc<TreeWriter>, Transf
         let name = dst
             .file_name()
             .map(|n| n.to_os_string().into_vec())
-            .ok_or_else(|| TransferError::Usage(format!("destination '{}' is not a file name", dst.display())))?;
+            .ok_or_else(|| {
+                TransferError::Usage(format!(
+                    "destination '{}' is not a file name",
+                    dst.display()
+                ))
+            })?;
         TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
     };
     Ok(Arc::new(writer))
@@ -137,7 +158,9 @@ impl FirstError {
 }
 
 fn fatal_outcome(o: &BatchOutcome) -> Option<TransferError> {
-    o.fatal.as_ref().map(|(_, text)| TransferError::Local(text.clone()))
+    o.fatal
+        .as_ref()
+        .map(|(_, text)| TransferError::Local(text.clone()))
 }
 
 fn local_copy(
@@ -166,7 +189,7 @@ fn local_copy(
             break;
         }
         for o in reply_rx.try_iter() {
-            fatal = fatal.or_else(|| fatal_outcome(&o));
+            fatal = fatal.or_else(|| fatal_outcome(&o, dst));
             counts.add_outcome(&o);
         }
     }
@@ -174,7 +197,7 @@ fn local_copy(
     let write_busy = pool.finish();
     let read_busy = handle.finish();
     for o in reply_rx.iter() {
-        fatal = fatal.or_else(|| fatal_outcome(&o));
+        fatal = fatal.or_else(|| fatal_outcome(&o, dst));
         counts.add_outcome(&o);
     }
     if let Some(e) = fatal {
@@ -186,7 +209,15 @@ fn local_copy(
         network_s: None,
         write_s: write_busy.as_secs_f64(),
     };
-    Ok(Report::new("copy", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), 1, stages))
+    Ok(Report::new(
+        "copy",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        1,
+        stages,
+    ))
 }
 
 fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
@@ -204,9 +235,15 @@ fn open_session(
     streams: usize,
 ) -> Result<(Vec<Conn>, bool), TransferError> {
     let mut control = net::connect(addr, key)?;
-    control.send(&Message::Open { op, path: path.to_vec() })?;
+    control.send(&Message::Open {
+        op,
+        path: path.to_vec(),
+    })?;
     let (session, root_is_dir) = match control.recv_control()? {
-        Message::Opened { session, root_is_dir } => (session, root_is_dir),
+        Message::Opened {
+            session,
+            root_is_dir,
+        } => (session, root_is_dir),
         other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
     };
     let mut conns = vec![control];
@@ -276,10 +313,13 @@ fn push(
                 fail(conn.protocol("cannot duplicate the socket".into()));
                 break;
             };
-            let (batches, cancel_rx, fail, counts) = (&handle.batches, cancel_rx.clone(), &fail, &counts);
+            let (batches, cancel_rx, fail, counts) =
+                (&handle.batches, cancel_rx.clone(), &fail, &counts);
             s.spawn(move || {
-                if let Err(e) = send_batches(&mut tx, batches, &cancel_rx) {
-                    fail(e);
+                // A failed send means a broken connection; the receiving side of the same
+                // socket reports it, with the server's own error if it sent one first.
+                if send_batches(&mut tx, batches, &cancel_rx).is_err() {
+                    tx.shutdown_write();
                 }
             });
             s.spawn(move || {
@@ -306,10 +346,22 @@ fn push(
         network_s: Some(Duration::from_nanos(remote.network_busy_ns).as_secs_f64()),
         write_s: Duration::from_nanos(remote.write_busy_ns).as_secs_f64(),
     };
-    Ok(Report::new("push", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), conns.len(), stages))
+    Ok(Report::new(
+        "push",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        conns.len(),
+        stages,
+    ))
 }
 
-fn send_batches(conn: &mut Conn, batches: &Receiver<sprat_proto::Batch>, cancel: &Receiver<()>) -> Result<(), TransferError> {
+fn send_batches(
+    conn: &mut Conn,
+    batches: &Receiver<sprat_proto::Batch>,
+    cancel: &Receiver<()>,
+) -> Result<(), TransferError> {
     loop {
         select! {
             recv(batches) -> b => match b {
@@ -325,7 +377,12 @@ fn send_batches(conn: &mut Conn, batches: &Receiver<sprat_proto::Batch>, cancel:
 fn receive_acks(conn: &mut Conn, counts: &Mutex<Counts>) -> Result<(), TransferError> {
     loop {
         match conn.recv()? {
-            Frame::Control(Message::BatchAck { seq, files, bytes, failures }) => {
+            Frame::Control(Message::BatchAck {
+                seq,
+                files,
+                bytes,
+                failures,
+            }) => {
                 let o = BatchOutcome {
                     seq,
                     files: files as u64,
@@ -333,7 +390,10 @@ fn receive_acks(conn: &mut Conn, counts: &Mutex<Counts>) -> Result<(), TransferE
                     failures,
                     ..BatchOutcome::default()
                 };
-                counts.lock().unwrap_or_else(|p| p.into_inner()).add_outcome(&o);
+                counts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .add_outcome(&o);
             }
             Frame::Control(Message::EndAck) => return Ok(()),
             Frame::Control(Message::Error { code, text }) => {
@@ -375,7 +435,8 @@ fn pull(
                 fail(conn.protocol("cannot duplicate the socket".into()));
                 break;
             };
-            let (jobs, reply, fail, network_ns, first) = (pool.sender(), reply_tx.clone(), &fail, &network_ns, &first);
+            let (jobs, reply, fail, network_ns, first) =
+                (pool.sender(), reply_tx.clone(), &fail, &network_ns, &first);
             s.spawn(move || {
                 if let Err(e) = receive_batches(&mut rx, &jobs, &reply, network_ns, first) {
                     fail(e);
@@ -385,7 +446,7 @@ fn pull(
         drop(reply_tx);
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         for o in reply_rx.iter() {
-            if let Some(e) = fatal_outcome(&o) {
+            if let Some(e) = fatal_outcome(&o, dst) {
                 fail(e);
             }
             counts.add_outcome(&o);
@@ -399,10 +460,21 @@ fn pull(
     let remote = commit(&mut conns[0], &mut counts)?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
-        network_s: Some(Duration::from_nanos(network_ns.load(Ordering::Relaxed) / conns.len() as u64).as_secs_f64()),
+        network_s: Some(
+            Duration::from_nanos(network_ns.load(Ordering::Relaxed) / conns.len() as u64)
+                .as_secs_f64(),
+        ),
         write_s: write_busy.as_secs_f64(),
     };
-    Ok(Report::new("pull", src_ep.to_string(), dst_ep.to_string(), &counts, started.elapsed(), conns.len(), stages))
+    Ok(Report::new(
+        "pull",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        conns.len(),
+        stages,
+    ))
 }
 
 fn receive_batches(

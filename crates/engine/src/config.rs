@@ -40,7 +40,10 @@ impl TransferOptions {
     /// Checks ranges; the error names the option.
     pub fn validate(&self) -> Result<(), String> {
         let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
-        check((1..=64).contains(&self.streams), "--streams must be between 1 and 64")?;
+        check(
+            (1..=64).contains(&self.streams),
+            "--streams must be between 1 and 64",
+        )?;
         check(
             (4096..=MAX_BATCH_SIZE).contains(&self.batch_size),
             "--batch-size must be between 4KiB and 64MiB",
@@ -53,13 +56,19 @@ impl TransferOptions {
             self.small_file_threshold <= MAX_BATCH_SIZE,
             "--small-file-threshold must be at most 64MiB",
         )?;
-        check((1..=65536).contains(&self.batch_files), "--batch-files must be between 1 and 65536")?;
+        check(
+            (1..=65536).contains(&self.batch_files),
+            "--batch-files must be between 1 and 65536",
+        )?;
         for (n, name) in [
             (self.scan_threads, "--scan-threads"),
             (self.read_threads, "--read-threads"),
             (self.write_threads, "--write-threads"),
         ] {
-            check((1..=256).contains(&n), &format!("{name} must be between 1 and 256"))?;
+            check(
+                (1..=256).contains(&n),
+                &format!("{name} must be between 1 and 256"),
+            )?;
         }
         Ok(())
     }

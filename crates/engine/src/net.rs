@@ -86,7 +86,9 @@ impl Conn {
 
     fn recv_frame(&mut self, allow_batch: bool) -> Result<Frame, TransferError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        self.stream.read_exact(&mut header).map_err(|e| self.lost(e))?;
+        self.stream
+            .read_exact(&mut header)
+            .map_err(|e| self.lost(e))?;
         let started = Instant::now();
         let header = FrameHeader::decode(&header).map_err(|e| self.protocol(e.to_string()))?;
         if header.kind == kind::BATCH && !allow_batch {
@@ -103,7 +105,8 @@ impl Conn {
         if header.kind == kind::BATCH {
             return Ok(Frame::Batch(payload, started.elapsed()));
         }
-        let msg = Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))?;
+        let msg =
+            Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))?;
         Ok(Frame::Control(msg))
     }
 
@@ -125,6 +128,11 @@ impl Conn {
             peer: self.peer.clone(),
             why,
         }
+    }
+
+    /// Stops sending (the peer sees end of stream) but keeps reading.
+    pub fn shutdown_write(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
     }
 
     pub fn shutdown(&self) {
@@ -182,11 +190,15 @@ pub fn connect(addr: &str, key: Option<&TokenKey>) -> Result<Conn, TransferError
     let reply = match conn.recv_control() {
         Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
         Err(TransferError::ConnectionLost { .. }) => {
-            return Err(auth_err("the server closed the connection (wrong token?)".into()))
+            return Err(auth_err(
+                "the server closed the connection (wrong token?)".into(),
+            ))
         }
         other => other?,
     };
-    waiting.on_message(reply).map_err(|e| auth_err(e.to_string()))?;
+    waiting
+        .on_message(reply)
+        .map_err(|e| auth_err(e.to_string()))?;
     let _ = conn.stream.set_read_timeout(None);
     Ok(conn)
 }

@@ -20,7 +20,10 @@ pub enum PlanItem {
     },
     Dir(ScanEntry),
     Symlink(ScanEntry),
-    Failed { path: Vec<u8>, text: String },
+    Failed {
+        path: Vec<u8>,
+        text: String,
+    },
 }
 
 /// The items of one batch and the bytes of file data it will hold.
@@ -56,7 +59,14 @@ impl Planner {
     /// Adds one entry; completed batch plans are handed to `emit`.
     pub fn push(&mut self, entry: ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
         if let Some(text) = entry.error.clone() {
-            return self.add(PlanItem::Failed { path: entry.path, text }, 0, emit);
+            return self.add(
+                PlanItem::Failed {
+                    path: entry.path,
+                    text,
+                },
+                0,
+                emit,
+            );
         }
         match entry.kind {
             EntryType::File if entry.size > self.threshold => {
@@ -146,10 +156,19 @@ mod tests {
             batch_size: 10_000,
             ..TransferOptions::default()
         };
-        let plans = plan((0..10).map(|i| file(&format!("f{i}"), 4000)).collect(), &options);
-        assert_eq!(plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(), [2, 2, 2, 2, 2]);
+        let plans = plan(
+            (0..10).map(|i| file(&format!("f{i}"), 4000)).collect(),
+            &options,
+        );
+        assert_eq!(
+            plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(),
+            [2, 2, 2, 2, 2]
+        );
         assert!(plans.iter().all(|p| p.data_bytes <= 10_000));
-        assert_eq!(plans.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        assert_eq!(
+            plans.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
     }
 
     #[test]
@@ -181,7 +200,13 @@ mod tests {
             batch_files: 3,
             ..TransferOptions::default()
         };
-        let plans = plan((0..7).map(|i| file(&format!("f{i}"), 0)).collect(), &options);
-        assert_eq!(plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(), [3, 3, 1]);
+        let plans = plan(
+            (0..7).map(|i| file(&format!("f{i}"), 0)).collect(),
+            &options,
+        );
+        assert_eq!(
+            plans.iter().map(|p| p.items.len()).collect::<Vec<_>>(),
+            [3, 3, 1]
+        );
     }
 }

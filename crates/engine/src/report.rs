@@ -68,7 +68,10 @@ impl Report {
         let bottleneck = candidates
             .iter()
             .copied()
-            .fold(("read", -1.0), |best, c| if c.1 > best.1 { c } else { best })
+            .fold(
+                ("read", -1.0),
+                |best, c| if c.1 > best.1 { c } else { best },
+            )
             .0;
         Report {
             direction,
@@ -125,7 +128,11 @@ impl Counts {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} {} -> {}", self.direction, self.source, self.destination)?;
+        writeln!(
+            f,
+            "{} {} -> {}",
+            self.direction, self.source, self.destination
+        )?;
         writeln!(
             f,
             "  {} files, {} directories, {} symlinks, {} in {:.2} s",

@@ -73,7 +73,8 @@ impl Server {
     /// Opens the root and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
         let root = Root::open(&config.root)?;
-        let listener = TcpListener::bind(addr).map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
+        let listener = TcpListener::bind(addr)
+            .map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
@@ -103,7 +104,10 @@ impl Server {
                     continue;
                 }
             };
-            let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown peer".into());
+            let peer = stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "unknown peer".into());
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("sprat-conn".into())
@@ -138,7 +142,11 @@ fn handle_connection(shared: Arc<Shared>, mut conn: Conn) {
         Message::Join { session } => {
             let found = lock(&shared.sessions).get(&session).cloned();
             let Some(session) = found else {
-                return refuse(&mut conn, ErrorCode::UnknownSession, "no such session".into());
+                return refuse(
+                    &mut conn,
+                    ErrorCode::UnknownSession,
+                    "no such session".into(),
+                );
             };
             if conn.send(&Message::Joined).is_err() {
                 return;
@@ -148,7 +156,11 @@ fn handle_connection(shared: Arc<Shared>, mut conn: Conn) {
                 Session::Pull(p) => serve_pull(&mut conn, p, false),
             };
         }
-        _ => refuse(&mut conn, ErrorCode::Protocol, "expected Open or Join".into()),
+        _ => refuse(
+            &mut conn,
+            ErrorCode::Protocol,
+            "expected Open or Join".into(),
+        ),
     }
 }
 
@@ -160,12 +172,18 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
                 return refuse(
                     &mut conn,
                     ErrorCode::ReadOnly,
-                    format!("the server is read-only: refusing to write '{}'", display_path(&path)),
+                    format!(
+                        "the server is read-only: refusing to write '{}'",
+                        display_path(&path)
+                    ),
                 );
             }
             let tag = format!("sprat-{:08x}", u32::from_le_bytes(net::random()));
             let writer = if source_is_dir {
-                shared.root.mkdir_all(&path).map(|r| TreeWriter::for_dir(r, !path.is_empty(), tag))
+                shared
+                    .root
+                    .mkdir_all(&path)
+                    .map(|r| TreeWriter::for_dir(r, !path.is_empty(), tag))
             } else if path.is_empty() {
                 return refuse(
                     &mut conn,
@@ -183,7 +201,11 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
                 Ok(w) => Arc::new(w),
                 Err(e) => return refuse_store(&mut conn, &e),
             };
-            let pool = WriterPool::start(writer.clone(), shared.options.write_threads, Arc::new(AtomicBool::new(false)));
+            let pool = WriterPool::start(
+                writer.clone(),
+                shared.options.write_threads,
+                Arc::new(AtomicBool::new(false)),
+            );
             let session = Session::Push(PushSession {
                 writer,
                 jobs: Mutex::new(Some(pool.sender())),
@@ -218,7 +240,13 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
         }
     }
     let _forget = Forget(shared, id);
-    if conn.send(&Message::Opened { session: id, root_is_dir }).is_err() {
+    if conn
+        .send(&Message::Opened {
+            session: id,
+            root_is_dir,
+        })
+        .is_err()
+    {
         return;
     }
     let result = match &*session {
@@ -242,7 +270,9 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         let result = loop {
             match conn.recv() {
                 Ok(Frame::Batch(payload, took)) => {
-                    session.network_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                    session
+                        .network_ns
+                        .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
                     let (Some(jobs), Some(reply)) = (&jobs, &reply_tx) else {
                         break Err(conn.protocol("batch after end of stream".into()));
                     };
@@ -255,7 +285,9 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
                     }
                 }
                 Ok(Frame::Control(Message::End)) => break Ok(()),
-                Ok(Frame::Control(other)) => break Err(conn.protocol(format!("unexpected {other:?}"))),
+                Ok(Frame::Control(other)) => {
+                    break Err(conn.protocol(format!("unexpected {other:?}")))
+                }
                 Err(e) => break Err(e),
             }
         };
@@ -276,11 +308,17 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
     }
     lock(&session.jobs).take();
-    let write_busy = lock(&session.pool).take().map(|p| p.finish()).unwrap_or_default();
+    let write_busy = lock(&session.pool)
+        .take()
+        .map(|p| p.finish())
+        .unwrap_or_default();
     let dir_errors = session.writer.finish();
     let mut counts = lock(&session.counts).clone();
     if !dir_errors.is_empty() {
-        let failures: Vec<(Vec<u8>, String)> = dir_errors.iter().map(|e| (e.path.clone().into_bytes(), e.to_string())).collect();
+        let failures: Vec<(Vec<u8>, String)> = dir_errors
+            .iter()
+            .map(|e| (e.path.clone().into_bytes(), e.to_string()))
+            .collect();
         for (p, t) in &failures {
             counts.add_failure(p, t);
         }
@@ -306,11 +344,17 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
 
 /// Sends one acknowledgement per written batch, then `EndAck`; a fatal outcome ends the
 /// connection with an `Error` instead.
-fn acknowledge(conn: &mut Conn, outcomes: Receiver<BatchOutcome>, counts: &Mutex<Counts>) -> Result<(), TransferError> {
+fn acknowledge(
+    conn: &mut Conn,
+    outcomes: Receiver<BatchOutcome>,
+    counts: &Mutex<Counts>,
+) -> Result<(), TransferError> {
     for o in outcomes {
         if let Some((code, text)) = o.fatal {
+            // Say why, then stop sending; the reader drains what the client still sends so
+            // that closing the socket does not reset the connection before it reads this.
             refuse(conn, code, text.clone());
-            conn.shutdown();
+            conn.shutdown_write();
             return Err(TransferError::Remote {
                 peer: conn.peer.clone(),
                 code,
@@ -341,7 +385,10 @@ fn serve_pull(conn: &mut Conn, session: &PullSession, control: bool) -> Result<(
         Message::Commit => {}
         other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
     }
-    let read_busy = lock(&session.source).take().map(|h| h.finish()).unwrap_or_default();
+    let read_busy = lock(&session.source)
+        .take()
+        .map(|h| h.finish())
+        .unwrap_or_default();
     conn.send(&Message::Done(RemoteStats {
         read_busy_ns: read_busy.as_nanos() as u64,
         ..RemoteStats::default()

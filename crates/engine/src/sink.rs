@@ -79,7 +79,8 @@ impl WriterPool {
                             if outcome.fatal.is_some() {
                                 abort.store(true, Ordering::Relaxed);
                             }
-                            busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            busy_ns
+                                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             drop(job.incoming);
                             let _ = job.reply.send(outcome);
                         }
@@ -143,7 +144,10 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
         let result = match &entry.kind {
             EntryKind::File { meta, hash, data } => {
                 if sprat_store::checksum(data) != *hash {
-                    out.failures.push((path.to_vec(), "checksum mismatch: data corrupted in transit".into()));
+                    out.failures.push((
+                        path.to_vec(),
+                        "checksum mismatch: data corrupted in transit".into(),
+                    ));
                     continue;
                 }
                 cursor.write_file(path, &attrs(meta), data).map(|()| {
@@ -185,10 +189,13 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
                     mtime_sec: *mtime_sec,
                     mtime_nsec: *mtime_nsec,
                 };
-                cursor.make_symlink(path, target, &a).map(|()| out.symlinks += 1)
+                cursor
+                    .make_symlink(path, target, &a)
+                    .map(|()| out.symlinks += 1)
             }
             EntryKind::Failed { text } => {
-                out.failures.push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));
+                out.failures
+                    .push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));
                 continue;
             }
         };

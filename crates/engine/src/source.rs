@@ -69,7 +69,9 @@ pub fn start(source: Source, options: &TransferOptions) -> SourceHandle {
                         }
                     };
                     match file_name {
-                        Some(name) => planner.push(sprat_store::stat_root_file(root, name), &mut emit),
+                        Some(name) => {
+                            planner.push(sprat_store::stat_root_file(root, name), &mut emit)
+                        }
                         None => {
                             let (scan_tx, scan_rx) = bounded(64);
                             let scan_options = ScanOptions {
@@ -101,7 +103,8 @@ pub fn start(source: Source, options: &TransferOptions) -> SourceHandle {
                         for plan in plan_rx {
                             let started = Instant::now();
                             let batch = read_batch(&mut cursor, file_name, plan);
-                            busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            busy_ns
+                                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             if batch_tx.send(batch).is_err() {
                                 break;
                             }
@@ -125,13 +128,22 @@ fn read_batch(cursor: &mut DirCursor<'_>, file_name: Option<&[u8]>, plan: BatchP
     let mut batch = Batch::new(plan.seq, plan.data_bytes as usize);
     for item in plan.items {
         match item {
-            PlanItem::File(e) => match cursor.read_file(&e.path, file_name, e.size, &mut batch.data) {
-                Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
-                Err(err) => batch.push_failed(&e.path, &err.to_string()),
-            },
+            PlanItem::File(e) => {
+                match cursor.read_file(&e.path, file_name, e.size, &mut batch.data) {
+                    Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
+                    Err(err) => batch.push_failed(&e.path, &err.to_string()),
+                }
+            }
             PlanItem::Chunk { entry, offset, len } => {
                 match cursor.read_chunk(&entry.path, file_name, offset, len, &mut batch.data) {
-                    Ok(hash) => batch.push_chunk(&entry.path, &meta(&entry.attrs), entry.size, offset, len, hash),
+                    Ok(hash) => batch.push_chunk(
+                        &entry.path,
+                        &meta(&entry.attrs),
+                        entry.size,
+                        offset,
+                        len,
+                        hash,
+                    ),
                     Err(err) => batch.push_failed(&entry.path, &err.to_string()),
                 }
             }

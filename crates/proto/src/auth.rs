@@ -163,7 +163,8 @@ mod tests {
     use super::*;
 
     fn run(server_token: Option<&[u8]>, client_token: Option<&[u8]>) -> Result<(), AuthError> {
-        let (server, hello) = ServerChallenge::start(server_token.map(TokenKey::from_token), [1; 32]);
+        let (server, hello) =
+            ServerChallenge::start(server_token.map(TokenKey::from_token), [1; 32]);
         let client = ClientHandshake::new(client_token.map(TokenKey::from_token), [2; 32]);
         let (client, answer) = client.on_message(hello)?;
         let reply = server.on_message(answer)?;
@@ -177,7 +178,10 @@ mod tests {
 
     #[test]
     fn wrong_or_missing_token_is_refused() {
-        assert_eq!(run(Some(b"secret"), Some(b"guess")), Err(AuthError::WrongToken));
+        assert_eq!(
+            run(Some(b"secret"), Some(b"guess")),
+            Err(AuthError::WrongToken)
+        );
         assert_eq!(run(Some(b"secret"), None), Err(AuthError::TokenRequired));
     }
 

@@ -95,7 +95,8 @@ impl Batch {
     fn put_meta(&mut self, meta: &FileMeta) {
         self.header.extend_from_slice(&meta.mode.to_le_bytes());
         self.header.extend_from_slice(&meta.mtime_sec.to_le_bytes());
-        self.header.extend_from_slice(&meta.mtime_nsec.to_le_bytes());
+        self.header
+            .extend_from_slice(&meta.mtime_nsec.to_le_bytes());
     }
 
     /// Records a file whose `len` bytes were just appended to `data`.

@@ -225,7 +225,8 @@ impl Message {
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
         debug_assert!(len <= MAX_CONTROL_PAYLOAD);
-        out[..crate::frame::FRAME_HEADER_LEN].copy_from_slice(&FrameHeader { kind: k, len }.encode());
+        out[..crate::frame::FRAME_HEADER_LEN]
+            .copy_from_slice(&FrameHeader { kind: k, len }.encode());
         out
     }
 

@@ -23,7 +23,11 @@ const MAX_DIFFERENCES: usize = 50;
 
 /// Compares tree `b` with tree `a`. `with_root_attrs` also compares the roots' own mode and
 /// mtime. Returns the summary of `a`, or the differences found (at most 50).
-pub fn compare_trees(a: &Path, b: &Path, with_root_attrs: bool) -> Result<TreeSummary, Vec<String>> {
+pub fn compare_trees(
+    a: &Path,
+    b: &Path,
+    with_root_attrs: bool,
+) -> Result<TreeSummary, Vec<String>> {
     let mut diffs = Vec::new();
     let mut summary = TreeSummary::default();
     let mut stack = vec![PathBuf::new()];
@@ -32,7 +36,11 @@ pub fn compare_trees(a: &Path, b: &Path, with_root_attrs: bool) -> Result<TreeSu
             break;
         }
         let (pa, pb) = (a.join(&rel), b.join(&rel));
-        let shown = if rel.as_os_str().is_empty() { ".".into() } else { rel.display().to_string() };
+        let shown = if rel.as_os_str().is_empty() {
+            ".".into()
+        } else {
+            rel.display().to_string()
+        };
         let (ma, mb) = match (fs::symlink_metadata(&pa), fs::symlink_metadata(&pb)) {
             (Ok(ma), Ok(mb)) => (ma, mb),
             (Err(e), _) => {
@@ -45,15 +53,27 @@ pub fn compare_trees(a: &Path, b: &Path, with_root_attrs: bool) -> Result<TreeSu
             }
         };
         let (ta, tb) = (ma.file_type(), mb.file_type());
-        if ta.is_dir() != tb.is_dir() || ta.is_file() != tb.is_file() || ta.is_symlink() != tb.is_symlink() {
+        if ta.is_dir() != tb.is_dir()
+            || ta.is_file() != tb.is_file()
+            || ta.is_symlink() != tb.is_symlink()
+        {
             diffs.push(format!("{shown}: file type differs"));
             continue;
         }
         let is_root = rel.as_os_str().is_empty();
-        if (!is_root || with_root_attrs) && !ta.is_symlink() && ma.mode() & 0o7777 != mb.mode() & 0o7777 {
-            diffs.push(format!("{shown}: mode {:o} != {:o}", ma.mode() & 0o7777, mb.mode() & 0o7777));
+        if (!is_root || with_root_attrs)
+            && !ta.is_symlink()
+            && ma.mode() & 0o7777 != mb.mode() & 0o7777
+        {
+            diffs.push(format!(
+                "{shown}: mode {:o} != {:o}",
+                ma.mode() & 0o7777,
+                mb.mode() & 0o7777
+            ));
         }
-        if (!is_root || with_root_attrs) && (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec()) {
+        if (!is_root || with_root_attrs)
+            && (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec())
+        {
             diffs.push(format!(
                 "{shown}: mtime {}.{:09} != {}.{:09}",
                 ma.mtime(),
@@ -86,7 +106,10 @@ pub fn compare_trees(a: &Path, b: &Path, with_root_attrs: bool) -> Result<TreeSu
                 }
             };
             for name in lb.keys().filter(|n| !la.contains_key(*n)) {
-                diffs.push(format!("{}: extra in the copy", rel.join(&lb[name]).display()));
+                diffs.push(format!(
+                    "{}: extra in the copy",
+                    rel.join(&lb[name]).display()
+                ));
             }
             for name in la.values() {
                 stack.push(rel.join(name));

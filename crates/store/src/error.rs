@@ -31,7 +31,9 @@ impl StoreError {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self.source.raw_os_error().map(Errno::from_raw_os_error),
-            Some(Errno::NOSPC | Errno::DQUOT | Errno::ROFS | Errno::IO | Errno::NOMEM | Errno::MFILE)
+            Some(
+                Errno::NOSPC | Errno::DQUOT | Errno::ROFS | Errno::IO | Errno::NOMEM | Errno::MFILE
+            )
         )
     }
 

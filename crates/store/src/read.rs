@@ -32,10 +32,9 @@ impl<'r> DirCursor<'r> {
     fn dir_fd(&mut self, dir: &[u8], path: &[u8]) -> Result<&OwnedFd, StoreError> {
         if self.fd.is_none() || self.dir != dir {
             self.fd = None;
-            let fd = self
-                .root
-                .open_dir(dir)
-                .map_err(|e| StoreError::new("open directory", path, crate::root::escape_error(e)))?;
+            let fd = self.root.open_dir(dir).map_err(|e| {
+                StoreError::new("open directory", path, crate::root::escape_error(e))
+            })?;
             self.dir.clear();
             self.dir.extend_from_slice(dir);
             self.fd = Some(fd);
@@ -45,7 +44,11 @@ impl<'r> DirCursor<'r> {
             .ok_or_else(|| StoreError::other("open directory", path, "no descriptor"))
     }
 
-    fn open_file(&mut self, path: &[u8], name_override: Option<&[u8]>) -> Result<OwnedFd, StoreError> {
+    fn open_file(
+        &mut self,
+        path: &[u8],
+        name_override: Option<&[u8]>,
+    ) -> Result<OwnedFd, StoreError> {
         let (dir, name) = crate::split_parent(path);
         let name = name_override.unwrap_or(name);
         let dir_fd = self.dir_fd(dir, path)?;

@@ -12,8 +12,8 @@ use crossbeam_channel::Sender;
 use rustix::fs::{statx, AtFlags, FileType, RawDir, StatxFlags};
 use std::ffi::OsStr;
 use std::mem::MaybeUninit;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::{Condvar, Mutex};
 
 /// Kinds of entries a transfer copies.
@@ -188,7 +188,11 @@ fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
     path: Vec<u8>,
     flags: AtFlags,
 ) -> ScanEntry {
-    let mask = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::INO;
+    let mask = StatxFlags::TYPE
+        | StatxFlags::MODE
+        | StatxFlags::SIZE
+        | StatxFlags::MTIME
+        | StatxFlags::INO;
     let st = match statx(&dir, name, flags, mask) {
         Ok(st) => st,
         Err(e) => {
@@ -205,7 +209,11 @@ fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
     let mut entry = ScanEntry {
         path,
         kind,
-        size: if kind == EntryType::File { st.stx_size } else { 0 },
+        size: if kind == EntryType::File {
+            st.stx_size
+        } else {
+            0
+        },
         attrs: Attrs {
             mode: st.stx_mode as u32 & 0o7777,
             mtime_sec: st.stx_mtime.tv_sec,
@@ -237,6 +245,18 @@ fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {
         link_target: None,
         error: Some(err.to_string()),
     }
+}
+
+/// Examines a single file `name` in `parent` as the root of a transfer (its path is empty).
+pub fn stat_root_file(parent: &Root, name: &[u8]) -> ScanEntry {
+    let mut entry = stat_entry(
+        parent.fd(),
+        OsStr::from_bytes(name),
+        name.to_vec(),
+        AtFlags::SYMLINK_NOFOLLOW,
+    );
+    entry.path.clear();
+    entry
 }
 
 #[cfg(test)]
@@ -290,11 +310,4 @@ mod tests {
             assert_eq!(seen, expected);
         }
     }
-}
-
-/// Examines a single file `name` in `parent` as the root of a transfer (its path is empty).
-pub fn stat_root_file(parent: &Root, name: &[u8]) -> ScanEntry {
-    let mut entry = stat_entry(parent.fd(), OsStr::from_bytes(name), name.to_vec(), AtFlags::SYMLINK_NOFOLLOW);
-    entry.path.clear();
-    entry
 }

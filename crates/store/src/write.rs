@@ -209,9 +209,15 @@ impl WriterCursor<'_> {
     }
 
     /// Creates a temporary file next to `name` in `dir`.
-    fn create_temp(&self, dir: &OwnedFd, name: &[u8], path: &[u8]) -> Result<(OwnedFd, Vec<u8>), StoreError> {
+    fn create_temp(
+        &self,
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+    ) -> Result<(OwnedFd, Vec<u8>), StoreError> {
         let temp = self.writer.temp_name(name);
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let open = || openat(dir, os(&temp), flags, Mode::from_raw_mode(0o600));
         let fd = match open() {
             Err(Errno::EXIST) => {
@@ -226,18 +232,28 @@ impl WriterCursor<'_> {
     }
 
     /// Writes a whole file at `path` with `data`, then its mode and mtime.
-    pub fn write_file(&mut self, path: &[u8], attrs: &Attrs, data: &[u8]) -> Result<(), StoreError> {
+    pub fn write_file(
+        &mut self,
+        path: &[u8],
+        attrs: &Attrs,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+        let dir = dir
+            .try_clone()
+            .map_err(|e| StoreError::new("open directory", path, e))?;
         let (fd, temp) = self.create_temp(&dir, &name, path)?;
         let result = write_all_at(&fd, data, 0)
             .map_err(|e| StoreError::new("write", path, e))
-            .and_then(|()| finish_file(&fd, attrs).map_err(|e| StoreError::new("set attributes of", path, e)))
+            .and_then(|()| {
+                finish_file(&fd, attrs).map_err(|e| StoreError::new("set attributes of", path, e))
+            })
             .and_then(|()| {
                 drop(fd);
-                renameat(&dir, os(&temp), &dir, os(&name)).map_err(|e| StoreError::new("rename into place", path, e))
+                renameat(&dir, os(&temp), &dir, os(&name))
+                    .map_err(|e| StoreError::new("rename into place", path, e))
             });
         if result.is_err() {
             let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
@@ -262,7 +278,9 @@ impl WriterCursor<'_> {
                 None => {
                     let target = writer.target(path)?;
                     let (dir, name) = self.parent(target)?;
-                    let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+                    let dir = dir
+                        .try_clone()
+                        .map_err(|e| StoreError::new("open directory", path, e))?;
                     let (fd, temp) = self.create_temp(&dir, &name, path)?;
                     let f = Arc::new(LargeFile {
                         dir,
@@ -293,11 +311,16 @@ impl WriterCursor<'_> {
             }
             e
         };
-        write_all_at(&file.fd, data, offset).map_err(|e| fail(StoreError::new("write", path, e)))?;
+        write_all_at(&file.fd, data, offset)
+            .map_err(|e| fail(StoreError::new("write", path, e)))?;
         let done = {
             let mut st = file.state.lock().unwrap_or_else(|e| e.into_inner());
             if st.failed {
-                return Err(StoreError::other("write", path, "an earlier chunk of this file failed"));
+                return Err(StoreError::other(
+                    "write",
+                    path,
+                    "an earlier chunk of this file failed",
+                ));
             }
             st.remaining = st.remaining.saturating_sub(data.len() as u64);
             st.remaining == 0
@@ -305,10 +328,15 @@ impl WriterCursor<'_> {
         if !done {
             return Ok(ChunkOutcome::Partial);
         }
-        finish_file(&file.fd, attrs).map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
+        finish_file(&file.fd, attrs)
+            .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
         renameat(&file.dir, os(&file.temp), &file.dir, os(&file.name))
             .map_err(|e| fail(StoreError::new("rename into place", path, e)))?;
-        writer.large.lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+        writer
+            .large
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(path);
         Ok(ChunkOutcome::Completed)
     }
 
@@ -317,7 +345,11 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
-                writer.dirs.lock().unwrap_or_else(|e| e.into_inner()).push((Vec::new(), *attrs));
+                writer
+                    .dirs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((Vec::new(), *attrs));
             }
             return Ok(());
         }
@@ -347,11 +379,18 @@ impl WriterCursor<'_> {
     }
 
     /// Creates symlink `path` pointing at `target_text` (never followed), with its mtime.
-    pub fn make_symlink(&mut self, path: &[u8], link_target: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
+    pub fn make_symlink(
+        &mut self,
+        path: &[u8],
+        link_target: &[u8],
+        attrs: &Attrs,
+    ) -> Result<(), StoreError> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        let dir = dir.try_clone().map_err(|e| StoreError::new("open directory", path, e))?;
+        let dir = dir
+            .try_clone()
+            .map_err(|e| StoreError::new("open directory", path, e))?;
         let temp = writer.temp_name(&name);
         let create = || symlinkat(os(link_target), &dir, os(&temp));
         match create() {
@@ -362,9 +401,14 @@ impl WriterCursor<'_> {
             other => other,
         }
         .map_err(|e| StoreError::new("create symlink", path, e))?;
-        let result = utimensat(&dir, os(&temp), &timestamps(attrs), AtFlags::SYMLINK_NOFOLLOW)
-            .and_then(|()| renameat(&dir, os(&temp), &dir, os(&name)))
-            .map_err(|e| StoreError::new("create symlink", path, e));
+        let result = utimensat(
+            &dir,
+            os(&temp),
+            &timestamps(attrs),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .and_then(|()| renameat(&dir, os(&temp), &dir, os(&name)))
+        .map_err(|e| StoreError::new("create symlink", path, e));
         if result.is_err() {
             let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
         }
@@ -412,19 +456,37 @@ mod tests {
         let mut c = writer.cursor();
         c.write_file(b"a/b/file", &attrs(0o640), b"hello").unwrap();
         c.make_dir(b"a", &attrs(0o700)).unwrap();
-        c.make_symlink(b"a/link", b"../nowhere", &attrs(0o777)).unwrap();
-        assert_eq!(c.write_chunk(b"big", &attrs(0o600), 6, 3, b"def").unwrap(), ChunkOutcome::Partial);
-        assert_eq!(c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap(), ChunkOutcome::Completed);
+        c.make_symlink(b"a/link", b"../nowhere", &attrs(0o777))
+            .unwrap();
+        assert_eq!(
+            c.write_chunk(b"big", &attrs(0o600), 6, 3, b"def").unwrap(),
+            ChunkOutcome::Partial
+        );
+        assert_eq!(
+            c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap(),
+            ChunkOutcome::Completed
+        );
         assert!(writer.finish().is_empty());
         let f = dir.path().join("a/b/file");
         assert_eq!(std::fs::read(&f).unwrap(), b"hello");
         let m = std::fs::metadata(&f).unwrap();
         assert_eq!(m.mode() & 0o7777, 0o640);
         assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 123_456_789));
-        assert_eq!(std::fs::metadata(dir.path().join("a")).unwrap().mode() & 0o7777, 0o700);
-        assert_eq!(std::fs::read_link(dir.path().join("a/link")).unwrap().to_str(), Some("../nowhere"));
+        assert_eq!(
+            std::fs::metadata(dir.path().join("a")).unwrap().mode() & 0o7777,
+            0o700
+        );
+        assert_eq!(
+            std::fs::read_link(dir.path().join("a/link"))
+                .unwrap()
+                .to_str(),
+            Some("../nowhere")
+        );
         assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcdef");
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "temporary files left: {names:?}");
     }
 
