@@ -157,10 +157,11 @@ impl FirstError {
     }
 }
 
-fn fatal_outcome(o: &BatchOutcome) -> Option<TransferError> {
+/// The error that stops a transfer when writing into local destination `dst` failed fatally.
+fn fatal_outcome(o: &BatchOutcome, dst: &Path) -> Option<TransferError> {
     o.fatal
         .as_ref()
-        .map(|(_, text)| TransferError::Local(text.clone()))
+        .map(|(_, text)| TransferError::Local(format!("{}: {text}", dst.display())))
 }
 
 fn local_copy(
