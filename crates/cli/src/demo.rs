@@ -82,6 +82,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
         .to_string();
     println!("started sprat serve on {addr} (pid {})\n", server.0.id());
 
+    crate::preserve_modes_exactly();
     let key = TokenKey::from_token(token.as_bytes());
     let options = TransferOptions::default();
     let remote = Endpoint::Remote {

@@ -29,6 +29,12 @@ fn main() {
     std::process::exit(code);
 }
 
+/// Lets created files get exactly the permission bits of their source, as `cp -a` and
+/// `rsync -a` do; sprat never creates anything with wider bits than the source's.
+pub fn preserve_modes_exactly() {
+    rustix::process::umask(rustix::fs::Mode::empty());
+}
+
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Serve(a) => serve(a),
@@ -85,6 +91,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     }
     let opts = options(&a.tuning, 1);
     opts.validate().map_err(TransferError::Usage)?;
+    preserve_modes_exactly();
     let config = ServerConfig {
         root: a.root.clone(),
         key,
@@ -106,6 +113,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     let key = token(a.token_file.as_deref())?;
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
+    preserve_modes_exactly();
     let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options(&a.tuning, a.streams))?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);

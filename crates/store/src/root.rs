@@ -68,7 +68,11 @@ impl Root {
 
     /// Creates (like `mkdir -p`) and opens a local destination directory given by the user.
     pub fn create_local(path: &Path) -> Result<Root, StoreError> {
-        std::fs::create_dir_all(path)
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path)
             .map_err(|e| StoreError::new("create directory", path.as_os_str().as_bytes(), e))?;
         Root::open(path)
     }

@@ -32,6 +32,20 @@ pub struct TreeWriter {
     temp_tag: String,
     dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
+    /// The process umask is 0, so files can be created with their final permission bits.
+    exact_create_mode: bool,
+}
+
+/// Reads the umask without changing it (Linux 4.7+ reports it in /proc/self/status).
+fn umask_is_zero() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .map(|v| v.trim() == "0000")
+        })
+        .unwrap_or(false)
 }
 
 /// A large file being assembled from chunks.
@@ -76,6 +90,7 @@ impl TreeWriter {
             temp_tag,
             dirs: Mutex::new(Vec::new()),
             large: Mutex::new(HashMap::new()),
+            exact_create_mode: umask_is_zero(),
         }
     }
 
@@ -112,6 +127,30 @@ impl TreeWriter {
             t.extend_from_slice(format!(".{}.{h:016x}", self.temp_tag).as_bytes());
         }
         t
+    }
+
+    /// Creates a temporary file with `mode` next to `name` in `dir`.
+    fn create_temp(
+        &self,
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+        mode: u32,
+    ) -> Result<(OwnedFd, Vec<u8>), StoreError> {
+        let temp = self.temp_name(name);
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let open = || openat(dir, os(&temp), flags, Mode::from_raw_mode(mode));
+        let fd = match open() {
+            Err(Errno::EXIST) => {
+                // Left over by an interrupted run with the same tag: it is ours to replace.
+                let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+                open()
+            }
+            other => other,
+        }
+        .map_err(|e| StoreError::new("create", path, e))?;
+        Ok((fd, temp))
     }
 
     /// Applies directory modes and mtimes, deepest first. Returns the errors met.
@@ -182,8 +221,8 @@ pub struct WriterCursor<'w> {
 }
 
 impl WriterCursor<'_> {
-    /// Opens (creating if missing) the parent directory of `target`.
-    fn parent(&mut self, target: &[u8]) -> Result<(&OwnedFd, Vec<u8>), StoreError> {
+    /// Opens (creating if missing) the parent directory of `target`; returns it and the name.
+    fn parent<'t>(&mut self, target: &'t [u8]) -> Result<(&OwnedFd, &'t [u8]), StoreError> {
         let (dir, name) = crate::split_parent(target);
         if self.fd.is_none() || self.dir != dir {
             self.fd = None;
@@ -205,30 +244,7 @@ impl WriterCursor<'_> {
             .fd
             .as_ref()
             .ok_or_else(|| StoreError::other("open directory", dir, "no descriptor"))?;
-        Ok((fd, name.to_vec()))
-    }
-
-    /// Creates a temporary file next to `name` in `dir`.
-    fn create_temp(
-        &self,
-        dir: &OwnedFd,
-        name: &[u8],
-        path: &[u8],
-    ) -> Result<(OwnedFd, Vec<u8>), StoreError> {
-        let temp = self.writer.temp_name(name);
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let open = || openat(dir, os(&temp), flags, Mode::from_raw_mode(0o600));
-        let fd = match open() {
-            Err(Errno::EXIST) => {
-                // Left over by an interrupted run with the same tag: it is ours to replace.
-                let _ = unlinkat(dir, os(&temp), AtFlags::empty());
-                open()
-            }
-            other => other,
-        }
-        .map_err(|e| StoreError::new("create", path, e))?;
-        Ok((fd, temp))
+        Ok((fd, name))
     }
 
     /// Writes a whole file at `path` with `data`, then its mode and mtime.
@@ -241,22 +257,28 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        let dir = dir
-            .try_clone()
-            .map_err(|e| StoreError::new("open directory", path, e))?;
-        let (fd, temp) = self.create_temp(&dir, &name, path)?;
+        // With a zero umask the file is created with its final permission bits, saving an fchmod.
+        let exact = writer.exact_create_mode && attrs.mode & 0o7000 == 0;
+        let create_mode = if exact { attrs.mode } else { 0o600 };
+        let (fd, temp) = writer.create_temp(dir, name, path, create_mode)?;
         let result = write_all_at(&fd, data, 0)
             .map_err(|e| StoreError::new("write", path, e))
             .and_then(|()| {
-                finish_file(&fd, attrs).map_err(|e| StoreError::new("set attributes of", path, e))
+                let set = if exact {
+                    Ok(())
+                } else {
+                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))
+                };
+                set.and_then(|()| futimens(&fd, &timestamps(attrs)))
+                    .map_err(|e| StoreError::new("set attributes of", path, e))
             })
             .and_then(|()| {
                 drop(fd);
-                renameat(&dir, os(&temp), &dir, os(&name))
+                renameat(dir, os(&temp), dir, os(name))
                     .map_err(|e| StoreError::new("rename into place", path, e))
             });
         if result.is_err() {
-            let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+            let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
         result
     }
@@ -278,14 +300,14 @@ impl WriterCursor<'_> {
                 None => {
                     let target = writer.target(path)?;
                     let (dir, name) = self.parent(target)?;
+                    let (fd, temp) = writer.create_temp(dir, name, path, 0o600)?;
                     let dir = dir
                         .try_clone()
                         .map_err(|e| StoreError::new("open directory", path, e))?;
-                    let (fd, temp) = self.create_temp(&dir, &name, path)?;
                     let f = Arc::new(LargeFile {
                         dir,
                         temp,
-                        name,
+                        name: name.to_vec(),
                         fd,
                         state: Mutex::new(LargeState {
                             remaining: file_size,
@@ -355,10 +377,10 @@ impl WriterCursor<'_> {
         }
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        match mkdirat(dir, os(&name), Mode::from_raw_mode(0o755)) {
+        match mkdirat(dir, os(name), Mode::from_raw_mode(0o755)) {
             Ok(()) => {}
             Err(Errno::EXIST) => {
-                let st = statx(dir, os(&name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                let st = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
                     .map_err(|e| StoreError::new("create directory", path, e))?;
                 if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
                     return Err(StoreError::other(
@@ -388,29 +410,26 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        let dir = dir
-            .try_clone()
-            .map_err(|e| StoreError::new("open directory", path, e))?;
-        let temp = writer.temp_name(&name);
-        let create = || symlinkat(os(link_target), &dir, os(&temp));
+        let temp = writer.temp_name(name);
+        let create = || symlinkat(os(link_target), dir, os(&temp));
         match create() {
             Err(Errno::EXIST) => {
-                let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+                let _ = unlinkat(dir, os(&temp), AtFlags::empty());
                 create()
             }
             other => other,
         }
         .map_err(|e| StoreError::new("create symlink", path, e))?;
         let result = utimensat(
-            &dir,
+            dir,
             os(&temp),
             &timestamps(attrs),
             AtFlags::SYMLINK_NOFOLLOW,
         )
-        .and_then(|()| renameat(&dir, os(&temp), &dir, os(&name)))
+        .and_then(|()| renameat(dir, os(&temp), dir, os(name)))
         .map_err(|e| StoreError::new("create symlink", path, e));
         if result.is_err() {
-            let _ = unlinkat(&dir, os(&temp), AtFlags::empty());
+            let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
         result
     }
