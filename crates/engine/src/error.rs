@@ -65,7 +65,7 @@ fn rustix_noent() -> rustix::io::Errno {
 pub fn code_for(e: &StoreError) -> ErrorCode {
     use rustix::io::Errno;
     match e.errno() {
-        Some(Errno::NOENT) | Some(Errno::NOTDIR) => ErrorCode::NotFound,
+        Some(Errno::NOENT) => ErrorCode::NotFound,
         Some(Errno::ACCESS) | Some(Errno::PERM) => ErrorCode::PermissionDenied,
         Some(Errno::NOSPC) | Some(Errno::DQUOT) => ErrorCode::NoSpace,
         Some(Errno::ROFS) => ErrorCode::ReadOnly,

@@ -219,6 +219,10 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
         Operation::Pull => {
             let src = match shared.root.source(&path) {
                 Ok(s) => s,
+                // A source below a regular file does not exist either.
+                Err(e) if e.errno() == Some(rustix::io::Errno::NOTDIR) => {
+                    return refuse(&mut conn, ErrorCode::NotFound, e.to_string())
+                }
                 Err(e) => return refuse_store(&mut conn, &e),
             };
             let handle = source::start(src, &shared.options);
