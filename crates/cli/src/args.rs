@@ -54,6 +54,9 @@ pub struct ServeArgs {
     /// Accept clients without a token. Anyone who can connect can then read and write the root.
     #[arg(long)]
     pub no_auth: bool,
+    /// Most client connections served at once (each may hold one batch in memory).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections: usize,
     #[command(flatten)]
     pub tuning: Tuning,
 }

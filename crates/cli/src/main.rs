@@ -97,6 +97,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         key,
         read_only: a.read_only,
         options: opts,
+        max_connections: a.max_connections.max(1),
     };
     let server = Server::bind(config, &a.listen.to_string())
         .with_context(|| format!("cannot serve '{}'", a.root.display()))?;

@@ -32,6 +32,21 @@ pub struct BatchPlan {
     pub seq: u64,
     pub items: Vec<PlanItem>,
     pub data_bytes: u64,
+    /// Data plus an estimate of the entry headers.
+    pub budget_bytes: u64,
+}
+
+/// Header bytes of an entry besides its path (an upper bound).
+const ENTRY_OVERHEAD: u64 = 64;
+
+impl PlanItem {
+    pub fn path(&self) -> &[u8] {
+        match self {
+            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) => &e.path,
+            PlanItem::Chunk { entry, .. } => &entry.path,
+            PlanItem::Failed { path, .. } => path,
+        }
+    }
 }
 
 /// Packs entries into batch plans.
@@ -100,15 +115,19 @@ impl Planner {
         }
     }
 
-    fn add(&mut self, item: PlanItem, bytes: u64, emit: &mut impl FnMut(BatchPlan)) {
+    fn add(&mut self, item: PlanItem, data: u64, emit: &mut impl FnMut(BatchPlan)) {
+        // Entry headers count against the batch size too, so a batch of many long paths
+        // stays as bounded as a batch of data.
+        let bytes = data + item.path().len() as u64 + ENTRY_OVERHEAD;
         let full = !self.current.items.is_empty()
-            && (self.current.data_bytes + bytes > self.batch_size
+            && (self.current.budget_bytes + bytes > self.batch_size
                 || self.current.items.len() >= self.batch_files);
         if full {
             self.flush(emit);
         }
         self.current.items.push(item);
-        self.current.data_bytes += bytes;
+        self.current.data_bytes += data;
+        self.current.budget_bytes += bytes;
     }
 
     /// Emits the batch being filled, if any.

@@ -30,6 +30,8 @@ pub struct ServerConfig {
     pub key: Option<TokenKey>,
     pub read_only: bool,
     pub options: TransferOptions,
+    /// Most connections served at once; more are refused (each may hold a batch in memory).
+    pub max_connections: usize,
 }
 
 /// A bound, not yet running server.
@@ -44,6 +46,8 @@ struct Shared {
     read_only: bool,
     options: TransferOptions,
     sessions: Mutex<HashMap<[u8; 16], Arc<Session>>>,
+    max_connections: usize,
+    connections: AtomicUsize,
 }
 
 enum Session {
@@ -83,6 +87,8 @@ impl Server {
                 read_only: config.read_only,
                 options: config.options,
                 sessions: Mutex::new(HashMap::new()),
+                max_connections: config.max_connections,
+                connections: AtomicUsize::new(0),
             }),
         })
     }
@@ -109,9 +115,22 @@ impl Server {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "unknown peer".into());
             let shared = self.shared.clone();
+            if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
+                shared.connections.fetch_sub(1, Ordering::SeqCst);
+                let text = format!(
+                    "server busy: {} connections already, try again later",
+                    shared.max_connections
+                );
+                eprintln!("sprat serve: refusing {peer}: {text}");
+                refuse(&mut Conn::new(stream, peer), ErrorCode::Io, text);
+                continue;
+            }
             let spawned = std::thread::Builder::new()
                 .name("sprat-conn".into())
-                .spawn(move || handle_connection(shared, Conn::new(stream, peer)));
+                .spawn(move || {
+                    handle_connection(&shared, Conn::new(stream, peer));
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                });
             if let Err(e) = spawned {
                 eprintln!("sprat serve: cannot start a connection thread: {e}");
             }
@@ -128,7 +147,7 @@ fn refuse_store(conn: &mut Conn, e: &StoreError) {
     refuse(conn, code_for(e), e.to_string());
 }
 
-fn handle_connection(shared: Arc<Shared>, mut conn: Conn) {
+fn handle_connection(shared: &Shared, mut conn: Conn) {
     if let Err(e) = net::accept(&mut conn, shared.key.as_ref()) {
         eprintln!("sprat serve: {e}");
         return;
@@ -138,7 +157,7 @@ fn handle_connection(shared: Arc<Shared>, mut conn: Conn) {
         Err(_) => return,
     };
     match first {
-        Message::Open { op, path } => open_session(&shared, conn, op, path),
+        Message::Open { op, path } => open_session(shared, conn, op, path),
         Message::Join { session } => {
             let found = lock(&shared.sessions).get(&session).cloned();
             let Some(session) = found else {
