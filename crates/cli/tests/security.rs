@@ -1,0 +1,570 @@
+//! End-to-end security of `sprat serve`: no access without the token (and nothing written on a
+//! failed authentication), the token never crosses the wire in the clear, every path confined to
+//! the exported root (`..`, absolute paths, percent-encoding, symlinks inside the root that point
+//! out of it), `--read-only` refusing writes, a server refusing to start without a token, and a
+//! server that survives garbage and idle connections.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{
+    assert_exit, assert_failed, assert_ok, bin, cp, cp_args, entries_below, s, server, server_with,
+    tmp,
+};
+use sprat_testkit::{
+    assert_no_panic, assert_trees_equal, describe, make_file, make_many_files, random_bytes,
+    run_sprat, snapshot, Relay, Server, ServerOptions, TreeSnapshot, DEFAULT_TOKEN,
+};
+
+const SECRET: &[u8] = b"TOP-SECRET-CONTENT-OUTSIDE-THE-ROOT-4d1f";
+
+/// `dir/secret.txt` and `dir/inner/secret2.txt`, both holding [`SECRET`].
+fn make_secret_dir(dir: &Path) {
+    fs::create_dir_all(dir.join("inner")).unwrap();
+    make_file(&dir.join("secret.txt"), SECRET, 0o644);
+    make_file(&dir.join("inner/secret2.txt"), SECRET, 0o644);
+}
+
+/// True if any regular file below `dir` holds [`SECRET`] (false if `dir` does not exist).
+fn leaked_secret(dir: &Path) -> bool {
+    fs::symlink_metadata(dir).is_ok()
+        && fs::symlink_metadata(dir).unwrap().is_dir()
+        && snapshot(dir).any_file_contains(SECRET)
+}
+
+fn stderr_lower(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_lowercase()
+}
+
+// ---------------------------------------------------------------------------- authentication
+
+fn wrong_token_file(t: &Path) -> PathBuf {
+    let p = t.join("wrong-token");
+    fs::write(&p, "not-the-right-token\n").unwrap();
+    p
+}
+
+#[test]
+fn push_with_wrong_token_exits_3_and_writes_nothing() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 1);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let wrong = wrong_token_file(t.path());
+    let out = run_sprat(
+        bin(),
+        ["cp", "--token-file", s(&wrong), s(&src), &srv.url("dst")],
+        &[],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr_lower(&out).contains("authentication"),
+        "stderr does not mention authentication:\n{}",
+        describe(&out)
+    );
+    assert!(
+        entries_below(&root).is_empty(),
+        "a client with a wrong token wrote on the server: {:?}",
+        entries_below(&root)
+    );
+}
+
+#[test]
+fn pull_with_wrong_token_in_env_exits_3() {
+    let t = tmp();
+    let root = t.path().join("root");
+    make_secret_dir(&root.join("src"));
+    let srv = server(&root);
+    let dst = t.path().join("dst");
+    let out = run_sprat(
+        bin(),
+        ["cp", &srv.url("src"), s(&dst)],
+        &[("SPRAT_TOKEN", "not-the-right-token")],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr_lower(&out).contains("authentication"),
+        "stderr does not mention authentication:\n{}",
+        describe(&out)
+    );
+    assert!(!leaked_secret(&dst), "data was pulled with a wrong token");
+}
+
+#[test]
+fn push_without_any_client_token_is_refused_and_writes_nothing() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 2);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = run_sprat(bin(), ["cp", s(&src), &srv.url("dst")], &[]);
+    assert_failed(&out);
+    assert!(
+        matches!(out.status.code(), Some(2) | Some(3)),
+        "expected exit 3 (authentication) or 2 (no token given):\n{}",
+        describe(&out)
+    );
+    assert!(
+        entries_below(&root).is_empty(),
+        "a client without a token wrote on the server: {:?}",
+        entries_below(&root)
+    );
+}
+
+#[test]
+fn token_from_env_on_both_sides() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 3);
+    let root = t.path().join("root");
+    let srv = server_with(
+        &root,
+        &ServerOptions {
+            token_via_env: true,
+            ..ServerOptions::default()
+        },
+    );
+    let out = run_sprat(
+        bin(),
+        ["cp", s(&src), &srv.url("dst")],
+        &[("SPRAT_TOKEN", DEFAULT_TOKEN)],
+    );
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+}
+
+#[test]
+fn token_file_with_trailing_newline_matches_env_token() {
+    // The server reads `TOKEN\n` from its token file (as `echo TOKEN > file` writes it); a client
+    // giving the same token in SPRAT_TOKEN must be accepted.
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 5, 1000, 4);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = run_sprat(
+        bin(),
+        ["cp", s(&src), &srv.url("dst")],
+        &[("SPRAT_TOKEN", DEFAULT_TOKEN)],
+    );
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+}
+
+#[test]
+fn token_never_crosses_the_wire_in_clear() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 1000, 5);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let relay = Relay::start(srv.addr());
+    let out = run_sprat(bin(), cp_args(Some(&srv), &[], &src, relay.url("dst")), &[]);
+    assert_ok(&out, Some(&srv));
+    let dst = t.path().join("pulled");
+    let out = run_sprat(bin(), cp_args(Some(&srv), &[], relay.url("dst"), &dst), &[]);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &dst);
+    assert!(relay.connections() >= 2, "the relay saw no traffic");
+    let token = DEFAULT_TOKEN.as_bytes();
+    for (dir, bytes) in [
+        ("client to server", relay.client_to_server()),
+        ("server to client", relay.server_to_client()),
+    ] {
+        assert!(
+            !bytes.windows(token.len()).any(|w| w == token),
+            "the token crossed the wire in the clear ({dir})"
+        );
+    }
+}
+
+#[test]
+fn no_auth_server_accepts_client_without_token() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 6);
+    let root = t.path().join("root");
+    let srv = server_with(&root, &ServerOptions::no_auth());
+    let out = run_sprat(bin(), ["cp", s(&src), &srv.url("dst")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+}
+
+#[test]
+fn server_without_token_refuses_to_start() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    match Server::try_start(bin(), &root, &ServerOptions::without_token()) {
+        Ok(srv) => panic!(
+            "sprat serve started on {} with neither a token nor --no-auth",
+            srv.addr()
+        ),
+        Err(failure) => {
+            let code = failure.status.and_then(|s| s.code());
+            assert!(
+                matches!(code, Some(c) if c != 0),
+                "expected a non-zero exit, got {code:?}:\n{failure}"
+            );
+            assert!(
+                !failure.stderr.trim().is_empty(),
+                "no message on stderr:\n{failure}"
+            );
+            assert!(
+                !failure.stderr.contains("panicked"),
+                "sprat serve panicked:\n{failure}"
+            );
+        }
+    }
+}
+
+// -------------------------------------------------------------------- confinement to the root
+
+/// A temp dir holding `root/` (served), `src/` (a small tree) and `outside/` (a secret dir).
+struct Layout {
+    t: tempfile::TempDir,
+    root: PathBuf,
+    src: PathBuf,
+    outside: PathBuf,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        let t = tmp();
+        let root = t.path().join("root");
+        fs::create_dir(&root).unwrap();
+        fs::create_dir(root.join("sub")).unwrap();
+        let src = t.path().join("src");
+        make_many_files(&src, 5, 500, 7);
+        make_file(&src.join("evil.txt"), b"written by a push", 0o644);
+        let outside = t.path().join("outside");
+        make_secret_dir(&outside);
+        Layout {
+            t,
+            root,
+            src,
+            outside,
+        }
+    }
+
+    /// Everything in the temp dir except the server root: must never change.
+    fn outside_state(&self) -> Vec<(PathBuf, TreeSnapshot)> {
+        let mut names: Vec<PathBuf> = fs::read_dir(self.t.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p != &self.root)
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|p| {
+                let snap = snapshot(&p);
+                (p, snap)
+            })
+            .collect()
+    }
+
+    fn top_level_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Pushes to each URL path; every push must fail and leave everything outside the root as it was.
+fn pushes_must_fail_and_stay_inside(l: &Layout, srv: &Server, paths: &[&str], must_fail: bool) {
+    let before = l.outside_state();
+    let names = l.top_level_names();
+    let mut failures = Vec::new();
+    for p in paths {
+        let url = srv.url(p);
+        let out = cp(srv, &[], &l.src, &url);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("panicked") {
+            failures.push(format!("push to {url:?} panicked:\n{}", describe(&out)));
+        }
+        if must_fail && out.status.success() {
+            failures.push(format!("push to {url:?} exited 0"));
+        }
+        if l.top_level_names() != names || l.outside_state() != before {
+            failures.push(format!(
+                "push to {url:?} wrote outside the server root (now: {:?})",
+                l.top_level_names()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n--- server stderr ---\n{}",
+        failures.join("\n"),
+        srv.stderr_log()
+    );
+}
+
+/// Pulls each URL path into a fresh directory; none may read the secret outside the root.
+fn pulls_must_not_leak(l: &Layout, srv: &Server, paths: &[&str], must_fail: bool) {
+    let mut failures = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        let url = srv.url(p);
+        let dst = l.t.path().join(format!("pulled-{i}"));
+        let out = cp(srv, &[], &url, &dst);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("panicked") {
+            failures.push(format!("pull of {url:?} panicked:\n{}", describe(&out)));
+        }
+        if must_fail && out.status.success() {
+            failures.push(format!("pull of {url:?} exited 0"));
+        }
+        if leaked_secret(&dst) {
+            failures.push(format!(
+                "pull of {url:?} read a file from outside the server root"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n--- server stderr ---\n{}",
+        failures.join("\n"),
+        srv.stderr_log()
+    );
+}
+
+#[test]
+fn push_to_dotdot_paths_fails_and_writes_nothing_outside_root() {
+    let l = Layout::new();
+    let srv = server(&l.root);
+    pushes_must_fail_and_stay_inside(
+        &l,
+        &srv,
+        &[
+            "../x",
+            "a/../../x",
+            "sub/../../x",
+            "./../x",
+            "..",
+            "../",
+            "sub/../..",
+            "../outside",
+            "../outside/inner",
+        ],
+        true,
+    );
+}
+
+#[test]
+fn pull_of_dotdot_paths_fails_and_reads_nothing_outside_root() {
+    let l = Layout::new();
+    let srv = server(&l.root);
+    pulls_must_not_leak(
+        &l,
+        &srv,
+        &[
+            "../outside",
+            "a/../../outside",
+            "sub/../../outside",
+            "..",
+            "../outside/inner",
+        ],
+        true,
+    );
+}
+
+#[test]
+fn absolute_and_encoded_paths_stay_inside_root() {
+    let l = Layout::new();
+    let srv = server(&l.root);
+    // `sprat://H:P//abs/path` and percent-encoded `..`: refusing is fine, and so is a path
+    // taken relative to the root; reaching the real absolute path or the parent is not.
+    let abs = format!("/{}", s(&l.outside));
+    let abs_inner = format!("/{}/inner", s(&l.outside));
+    let paths = [
+        abs.as_str(),
+        abs_inner.as_str(),
+        "%2e%2e/x",
+        "%2E%2E/outside",
+        "..%2fx",
+        "sub/%2e%2e/%2e%2e/x",
+    ];
+    pushes_must_fail_and_stay_inside(&l, &srv, &paths, false);
+    pulls_must_not_leak(&l, &srv, &paths, false);
+}
+
+#[test]
+fn push_through_symlink_in_root_cannot_write_outside() {
+    let l = Layout::new();
+    symlink(&l.outside, l.root.join("esc")).unwrap();
+    symlink("../outside", l.root.join("relesc")).unwrap();
+    let srv = server(&l.root);
+    pushes_must_fail_and_stay_inside(&l, &srv, &["esc/sub", "relesc/sub", "esc/inner"], true);
+    // Pushing to the link itself: refusing is fine, replacing the link by a real directory
+    // inside the root is fine; writing into the link's target is not.
+    pushes_must_fail_and_stay_inside(&l, &srv, &["esc", "relesc"], false);
+    for name in ["esc", "relesc"] {
+        let p = l.root.join(name);
+        if !fs::symlink_metadata(&p).unwrap().is_symlink() {
+            assert_trees_equal(&l.src, &p);
+        }
+    }
+}
+
+#[test]
+fn push_over_existing_symlink_in_destination_cannot_write_outside() {
+    // The destination already holds `esc -> outside` (say, from an earlier push); the new source
+    // has a real directory `esc/` there. The server must not follow the old link.
+    let l = Layout::new();
+    fs::create_dir(l.root.join("dst")).unwrap();
+    symlink(&l.outside, l.root.join("dst/esc")).unwrap();
+    symlink("../../outside", l.root.join("dst/relesc")).unwrap();
+    for d in ["esc", "relesc"] {
+        fs::create_dir(l.src.join(d)).unwrap();
+        make_file(&l.src.join(d).join("evil.txt"), b"evil", 0o644);
+        make_file(&l.src.join(d).join("secret.txt"), b"overwritten", 0o644);
+    }
+    let srv = server(&l.root);
+    pushes_must_fail_and_stay_inside(&l, &srv, &["dst"], false);
+}
+
+#[test]
+fn pull_through_symlink_in_root_cannot_read_outside() {
+    let l = Layout::new();
+    symlink(&l.outside, l.root.join("esc")).unwrap();
+    symlink("../outside", l.root.join("relesc")).unwrap();
+    let srv = server(&l.root);
+    pulls_must_not_leak(&l, &srv, &["esc/inner", "relesc/inner"], true);
+    pulls_must_not_leak(&l, &srv, &["esc", "relesc"], false);
+}
+
+#[test]
+fn pull_copies_escaping_symlinks_as_links() {
+    let l = Layout::new();
+    let tree = l.root.join("tree");
+    make_many_files(&tree, 3, 100, 8);
+    symlink(&l.outside, tree.join("esc")).unwrap();
+    symlink("../../outside", tree.join("relesc")).unwrap();
+    symlink(l.outside.join("secret.txt"), tree.join("secret-link")).unwrap();
+    let srv = server(&l.root);
+    let dst = l.t.path().join("pulled");
+    let out = cp(&srv, &[], srv.url("tree"), &dst);
+    assert_ok(&out, Some(&srv));
+    assert!(
+        !leaked_secret(&dst),
+        "the pull followed a link out of the root"
+    );
+    assert_trees_equal(&tree, &dst);
+}
+
+#[test]
+fn push_copies_escaping_symlinks_as_links() {
+    let l = Layout::new();
+    symlink(&l.outside, l.src.join("esc")).unwrap();
+    symlink("../../outside", l.src.join("relesc")).unwrap();
+    let before = l.outside_state();
+    let srv = server(&l.root);
+    let out = cp(&srv, &[], &l.src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&l.src, &l.root.join("dst"));
+    assert!(
+        l.outside_state() == before,
+        "the push changed files outside the root"
+    );
+}
+
+// ---------------------------------------------------------------------------------- read-only
+
+#[test]
+fn read_only_server_refuses_push_and_writes_nothing() {
+    let l = Layout::new();
+    make_many_files(&l.root.join("data"), 5, 100, 9);
+    let before = snapshot(&l.root);
+    let srv = server_with(&l.root, &ServerOptions::read_only());
+    for p in ["dst", "data", ""] {
+        let out = cp(&srv, &[], &l.src, srv.url(p));
+        assert_failed(&out);
+        assert!(
+            stderr_lower(&out).contains("read-only"),
+            "stderr does not mention read-only:\n{}",
+            describe(&out)
+        );
+        assert!(
+            snapshot(&l.root) == before,
+            "a push to a read-only server changed its root (push to {p:?})"
+        );
+    }
+}
+
+#[test]
+fn read_only_server_allows_pull() {
+    let l = Layout::new();
+    let data = l.root.join("data");
+    make_many_files(&data, 30, 2000, 10);
+    let srv = server_with(&l.root, &ServerOptions::read_only());
+    let dst = l.t.path().join("pulled");
+    let out = cp(&srv, &[], srv.url("data"), &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&data, &dst);
+}
+
+// ------------------------------------------------------------------ hostile or idle clients
+
+/// Sends `bytes` on a fresh connection, then reads until the server closes it (or 5 s pass).
+fn send_and_close(srv: &Server, bytes: &[u8]) {
+    let Ok(mut c) = TcpStream::connect(srv.addr()) else {
+        return;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = c.write_all(bytes);
+    let mut sink = [0u8; 4096];
+    while let Ok(n) = c.read(&mut sink) {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+#[test]
+fn server_survives_garbage_and_idle_connections() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let mut srv = server(&root);
+    // An idle connection held open for the whole test must not block other clients.
+    let idle = TcpStream::connect(srv.addr()).unwrap();
+    send_and_close(&srv, &random_bytes(256 * 1024, 1));
+    send_and_close(&srv, &[0xff; 64]);
+    send_and_close(&srv, &[0x00; 64]);
+    let mut huge_lengths = Vec::new();
+    for _ in 0..16 {
+        huge_lengths.extend_from_slice(&u64::MAX.to_le_bytes());
+        huge_lengths.extend_from_slice(&u32::MAX.to_be_bytes());
+    }
+    send_and_close(&srv, &huge_lengths);
+    send_and_close(&srv, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    send_and_close(&srv, b"");
+    assert!(
+        srv.is_running(),
+        "server died on garbage input:\n{}",
+        srv.stderr_log()
+    );
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 1000, 11);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_no_panic(&out);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+    assert!(
+        !srv.stderr_log().contains("panicked"),
+        "server panicked:\n{}",
+        srv.stderr_log()
+    );
+    drop(idle);
+}
