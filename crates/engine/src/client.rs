@@ -53,7 +53,7 @@ impl Endpoint {
         let path = wire_path::normalize_user_path(&rest[slash..]);
         wire_path::validate(&path).map_err(|e| {
             bad(&format!(
-                "the path {e} (paths are relative to the server's root and may not leave it)"
+                "{e}; paths are relative to the server's root and may not leave it"
             ))
         })?;
         Ok(Endpoint::Remote {

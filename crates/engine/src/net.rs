@@ -214,7 +214,7 @@ pub fn accept(conn: &mut Conn, key: Option<&TokenKey>) -> Result<(), TransferErr
         Err(e) => {
             let _ = conn.send(&Message::Error {
                 code: sprat_proto::ErrorCode::AuthFailed,
-                text: format!("authentication failed: {e}"),
+                text: e.to_string(),
             });
             return Err(TransferError::Auth {
                 peer: conn.peer.clone(),
