@@ -174,9 +174,9 @@ fn local_copy(
     let started = Instant::now();
     let source = open_source(src)?;
     let writer = local_writer(dst, matches!(source, Source::Dir(_)))?;
-    let handle = source::start(source, options);
+    let handle = source::start(source, options)?;
     let abort = Arc::new(AtomicBool::new(false));
-    let pool = WriterPool::start(writer.clone(), options.write_threads, abort.clone());
+    let pool = WriterPool::start(writer.clone(), options.write_threads, abort.clone())?;
     let (reply_tx, reply_rx) = unbounded();
     let jobs = pool.sender();
     let mut counts = Counts::default();
@@ -298,7 +298,7 @@ fn push(
         source_is_dir: matches!(source, Source::Dir(_)),
     };
     let (mut conns, _) = open_session(addr, key, op, path, options.streams)?;
-    let handle = source::start(source, options);
+    let handle = source::start(source, options)?;
     let first = FirstError::default();
     let counts = Mutex::new(Counts::default());
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
@@ -423,7 +423,7 @@ fn pull(
     let (mut conns, root_is_dir) = open_session(addr, key, Operation::Pull, path, options.streams)?;
     let writer = local_writer(dst, root_is_dir)?;
     let abort = Arc::new(AtomicBool::new(false));
-    let pool = WriterPool::start(writer.clone(), options.write_threads, abort);
+    let pool = WriterPool::start(writer.clone(), options.write_threads, abort)?;
     let first = FirstError::default();
     let network_ns = AtomicU64::new(0);
     let mut counts = Counts::default();

@@ -225,6 +225,10 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
                 shared.options.write_threads,
                 Arc::new(AtomicBool::new(false)),
             );
+            let pool = match pool {
+                Ok(p) => p,
+                Err(e) => return refuse(&mut conn, ErrorCode::Io, e.to_string()),
+            };
             let session = Session::Push(PushSession {
                 writer,
                 jobs: Mutex::new(Some(pool.sender())),
@@ -244,7 +248,10 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
                 }
                 Err(e) => return refuse_store(&mut conn, &e),
             };
-            let handle = source::start(src, &shared.options);
+            let handle = match source::start(src, &shared.options) {
+                Ok(h) => h,
+                Err(e) => return refuse(&mut conn, ErrorCode::Io, e.to_string()),
+            };
             let root_is_dir = handle.root_is_dir;
             let session = Session::Pull(PullSession {
                 batches: handle.batches.clone(),

@@ -6,6 +6,7 @@
 //! channel that came with it, which is how a server acknowledges a batch only once it is
 //! written.
 
+use crate::error::TransferError;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
 use sprat_store::write::ChunkOutcome;
@@ -52,7 +53,11 @@ pub struct WriterPool {
 
 impl WriterPool {
     /// Starts `threads` writers for `writer`; `abort` is set by the first fatal error.
-    pub fn start(writer: Arc<TreeWriter>, threads: usize, abort: Arc<AtomicBool>) -> WriterPool {
+    pub fn start(
+        writer: Arc<TreeWriter>,
+        threads: usize,
+        abort: Arc<AtomicBool>,
+    ) -> Result<WriterPool, TransferError> {
         let threads = threads.max(1);
         let (jobs, rx) = bounded::<WriteJob>(threads * 2);
         let busy_ns = Arc::new(AtomicU64::new(0));
@@ -85,14 +90,14 @@ impl WriterPool {
                             let _ = job.reply.send(outcome);
                         }
                     })
-                    .expect("spawning a thread")
+                    .map_err(|e| TransferError::Local(format!("cannot start a writer thread: {e}")))
             })
-            .collect();
-        WriterPool {
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WriterPool {
             jobs,
             threads,
             busy_ns,
-        }
+        })
     }
 
     /// A handle to submit batches with.

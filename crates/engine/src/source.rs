@@ -6,6 +6,7 @@
 //! size, whatever the size of the tree.
 
 use crate::config::TransferOptions;
+use crate::error::TransferError;
 use crate::plan::{BatchPlan, PlanItem, Planner};
 use crossbeam_channel::{bounded, Receiver};
 use sprat_proto::{Batch, FileMeta};
@@ -43,7 +44,7 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 }
 
 /// Starts scanning and reading `source`.
-pub fn start(source: Source, options: &TransferOptions) -> SourceHandle {
+pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, TransferError> {
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.read_threads.max(options.streams));
     let root_is_dir = matches!(source, Source::Dir(_));
@@ -115,12 +116,12 @@ pub fn start(source: Source, options: &TransferOptions) -> SourceHandle {
             });
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)
         })
-        .expect("spawning a thread");
-    SourceHandle {
+        .map_err(|e| TransferError::Local(format!("cannot start the source pipeline: {e}")))?;
+    Ok(SourceHandle {
         batches,
         root_is_dir,
         join,
-    }
+    })
 }
 
 /// Reads every item of `plan` into one batch; items that cannot be read become failure entries.
