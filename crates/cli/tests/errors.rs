@@ -12,13 +12,14 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_error_names, assert_exit, assert_no_failures, assert_ok, bin, closed_port, cp, cp_args,
-    cp_local, entries_below, has_regular_file, s, server, server_with, tmp,
+    assert_error_names, assert_exit, assert_no_failures, assert_ok, bin,
+    check_blocked_file_outcome, check_special_files_outcome, closed_port, cp, cp_args, cp_local,
+    entries_below, has_regular_file, s, server, server_with, tmp,
 };
 use sprat_testkit::{
-    assert_trees_equal, describe, diff_snapshots, make_many_files, partial_copy_violations,
-    run_sprat, run_sprat_timeout, snapshot, spawn_sprat, CompareOptions, Relay, Server,
-    ServerOptions, SpratChild, Tmpfs,
+    assert_trees_equal, describe, diff_snapshots, make_fifo, make_file, make_many_files,
+    partial_copy_violations, random_bytes, run_sprat, run_sprat_timeout, snapshot, spawn_sprat,
+    CompareOptions, Relay, Server, ServerOptions, SpratChild, Tmpfs,
 };
 
 // ---------------------------------------------------------------- usage and bad input: exit 2
@@ -77,6 +78,10 @@ fn bad_options_and_arguments_exit_2() {
         vec!["cp", "--batch-size", "12XB", src, dst],
         vec!["cp", "--chunk-size", "lots", src, dst],
         vec!["cp", "--small-file-threshold", "-5", src, dst],
+        vec!["cp", "--streams", "0", src, dst],
+        vec!["cp", "--streams", "100000", src, dst],
+        vec!["cp", "--chunk-size", "0", src, dst],
+        vec!["cp", "--batch-size", "0", src, dst],
         vec!["cp", "--no-such-option", src, dst],
         vec!["cp", src],
         vec!["cp"],
@@ -227,9 +232,19 @@ fn pull_from_server_not_running_exits_4() {
     assert_connection_refused(true);
 }
 
-/// Enough data that a debug build needs a noticeable time to move it.
-const DROP_FILES: usize = 384;
+/// Small files of the interrupted-transfer trees.
 const DROP_FILE_SIZE: usize = 128 * 1024;
+
+/// A tree of `small` files of 128 KiB plus `big` files of 4 MiB (sent as chunks by default, and
+/// started first): enough data that a debug build needs a noticeable time to move it.
+fn make_transfer_tree(dir: &Path, small: usize, big: usize, seed: u64) {
+    make_many_files(&dir.join("small"), small, DROP_FILE_SIZE, seed);
+    fs::create_dir(dir.join("big")).unwrap();
+    for i in 0..big {
+        let content = random_bytes(4 << 20, seed + 1000 + i as u64);
+        make_file(&dir.join(format!("big/big{i}.bin")), &content, 0o644);
+    }
+}
 
 /// Waits until a regular file shows up below `watch` (data is flowing), then kills the server.
 fn kill_server_once_data_flows(srv: &mut Server, client: &mut SpratChild, watch: &Path) {
@@ -257,8 +272,34 @@ fn kill_server_once_data_flows(srv: &mut Server, client: &mut SpratChild, watch:
     srv.kill();
 }
 
+/// What a failed copy left in `dst`: a file under its final name with wrong content is always a
+/// failure; a writer's temporary file left behind is one only if the writer process survived
+/// (it had the chance to clean up; a SIGKILLed server had not).
+fn leftover_failures(src: &Path, dst: &Path, writer_survived: bool) -> Vec<String> {
+    let (mut failures, strays) = partial_copy_violations(src, dst);
+    if !strays.is_empty() {
+        let msg = format!(
+            "{} entries under names not in the source were left in {dst:?}, e.g. {:?}",
+            strays.len(),
+            &strays[..strays.len().min(5)]
+        );
+        if writer_survived {
+            failures.push(format!("{msg} (temporary files not cleaned up)"));
+        } else {
+            eprintln!("note: {msg}");
+        }
+    }
+    failures
+}
+
 /// Checks a client that lost its server: exit 4, names the peer, no panic, no corrupt file.
-fn dropped_connection_failures(out: &Output, peer: &str, src: &Path, dst: &Path) -> Vec<String> {
+fn dropped_connection_failures(
+    out: &Output,
+    peer: &str,
+    src: &Path,
+    dst: &Path,
+    writer_survived: bool,
+) -> Vec<String> {
     if out.status.success()
         && fs::symlink_metadata(dst).is_ok()
         && diff_snapshots(&snapshot(src), &snapshot(dst), &CompareOptions::default()).is_empty()
@@ -277,6 +318,9 @@ fn dropped_connection_failures(out: &Output, peer: &str, src: &Path, dst: &Path)
     if stderr.contains("panicked") {
         failures.push("sprat panicked".to_string());
     }
+    if common::error_line_count(out) > 1 {
+        failures.push("more than one `sprat: error: ` line on stderr".to_string());
+    }
     match stderr.lines().find(|l| l.starts_with("sprat: error: ")) {
         None => failures.push("no `sprat: error: ` line on stderr".to_string()),
         Some(l) if !l.contains(peer) => failures.push(format!(
@@ -284,15 +328,7 @@ fn dropped_connection_failures(out: &Output, peer: &str, src: &Path, dst: &Path)
         )),
         Some(_) => {}
     }
-    let (violations, strays) = partial_copy_violations(src, dst);
-    failures.extend(violations);
-    if !strays.is_empty() {
-        eprintln!(
-            "note: {} entries under names not in the source were left in {dst:?}, e.g. {:?}",
-            strays.len(),
-            &strays[..strays.len().min(5)]
-        );
-    }
+    failures.extend(leftover_failures(src, dst, writer_survived));
     failures
 }
 
@@ -300,15 +336,22 @@ fn dropped_connection_failures(out: &Output, peer: &str, src: &Path, dst: &Path)
 fn push_when_server_dies_mid_transfer_exits_4() {
     let t = tmp();
     let src = t.path().join("src");
-    make_many_files(&src, DROP_FILES, DROP_FILE_SIZE, 8);
+    make_transfer_tree(&src, 320, 4, 8);
     let root = t.path().join("root");
     let mut srv = server(&root);
     let peer = srv.addr().to_string();
     let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &[], &src, srv.url("dst")), &[]);
     kill_server_once_data_flows(&mut srv, &mut client, &root);
     let out = client.wait_or_panic(Duration::from_secs(30));
-    let failures = dropped_connection_failures(&out, &peer, &src, &root.join("dst"));
+    let failures = dropped_connection_failures(&out, &peer, &src, &root.join("dst"), false);
     assert_no_failures(&failures, &out, Some(&srv));
+
+    // A new server on the same root; the same push again must complete every file.
+    let srv = server(&root);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    let missing = common::missing_regular_files(&src, &root.join("dst"), &[]);
+    assert!(missing.is_empty(), "after the rerun: {missing:?}");
 }
 
 #[test]
@@ -316,15 +359,21 @@ fn pull_when_server_dies_mid_transfer_exits_4() {
     let t = tmp();
     let root = t.path().join("root");
     let src = root.join("src");
-    make_many_files(&src, DROP_FILES, DROP_FILE_SIZE, 9);
+    make_transfer_tree(&src, 320, 4, 9);
     let mut srv = server(&root);
     let peer = srv.addr().to_string();
     let dst = t.path().join("dst");
     let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &[], srv.url("src"), &dst), &[]);
     kill_server_once_data_flows(&mut srv, &mut client, &dst);
     let out = client.wait_or_panic(Duration::from_secs(30));
-    let failures = dropped_connection_failures(&out, &peer, &src, &dst);
+    let failures = dropped_connection_failures(&out, &peer, &src, &dst, true);
     assert_no_failures(&failures, &out, Some(&srv));
+
+    // A new server on the same root; the same pull again must make an exact copy.
+    let srv = server(&root);
+    let out = cp(&srv, &[], srv.url("src"), &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &dst);
 }
 
 /// Cuts the connection(s) in a relay after 4 MiB while the server stays up; then checks the
@@ -337,7 +386,7 @@ fn cut_then_rerun(pull: bool) {
     } else {
         (t.path().join("src"), root.join("dst"))
     };
-    make_many_files(&src, 128, DROP_FILE_SIZE, 10);
+    make_transfer_tree(&src, 128, 2, 10);
     let mut srv = server(&root);
     let relay = Relay::start_cutting_after(srv.addr(), 4 << 20);
     let peer = relay.addr().to_string();
@@ -353,7 +402,7 @@ fn cut_then_rerun(pull: bool) {
         relay.forwarded(),
         describe(&out)
     );
-    let mut failures = dropped_connection_failures(&out, &peer, &src, &dst);
+    let mut failures = dropped_connection_failures(&out, &peer, &src, &dst, true);
     if !srv.is_running() {
         failures.push("the server died when a client connection was cut".to_string());
     }
@@ -381,7 +430,18 @@ fn pull_cut_mid_transfer_exits_4_and_rerun_completes() {
 
 // ------------------------------------------------------------------ disk full: exit 5
 
+/// About 10 MiB for a 4 MiB file system: two 3 MiB files (chunked, started first) and sixteen
+/// of 256 KiB.
+fn make_disk_full_tree(dir: &Path, seed: u64) {
+    make_many_files(&dir.join("small"), 16, 256 * 1024, seed);
+    for i in 0..2u64 {
+        let content = random_bytes(3 << 20, seed + 100 + i);
+        make_file(&dir.join(format!("large{i}.bin")), &content, 0o644);
+    }
+}
+
 fn disk_full_failures(out: &Output, src: &Path, dst: &Path) -> Vec<String> {
+    let writer_survived = true;
     let mut failures = Vec::new();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() != Some(5) {
@@ -394,22 +454,17 @@ fn disk_full_failures(out: &Output, src: &Path, dst: &Path) -> Vec<String> {
     if !lower.contains("no space left") && !lower.contains("disk full") {
         failures.push("stderr mentions neither `No space left` nor `disk full`".to_string());
     }
+    if common::error_line_count(out) > 1 {
+        failures.push("more than one `sprat: error: ` line on stderr".to_string());
+    }
     match stderr.lines().find(|l| l.starts_with("sprat: error: ")) {
         None => failures.push("no `sprat: error: ` line on stderr".to_string()),
-        Some(l) if !(l.contains("dst") || l.contains(".bin")) => {
+        Some(l) if !(l.contains("dst") || l.contains(".bin") || l.contains("small")) => {
             failures.push(format!("the error line names no path: {l:?}"))
         }
         Some(_) => {}
     }
-    let (violations, strays) = partial_copy_violations(src, dst);
-    failures.extend(violations);
-    if !strays.is_empty() {
-        eprintln!(
-            "note: {} entries under names not in the source were left in {dst:?}, e.g. {:?}",
-            strays.len(),
-            &strays[..strays.len().min(5)]
-        );
-    }
+    failures.extend(leftover_failures(src, dst, writer_survived));
     failures
 }
 
@@ -422,7 +477,7 @@ fn pull_onto_full_disk_exits_5_and_leaves_no_corrupt_file() {
     let t = tmp();
     let root = t.path().join("root");
     let src = root.join("src");
-    make_many_files(&src, 40, 256 * 1024, 11);
+    make_disk_full_tree(&src, 11);
     let srv = server(&root);
     let dst = mnt.path().join("dst");
     let out = cp(&srv, &[], srv.url("src"), &dst);
@@ -438,7 +493,7 @@ fn push_onto_full_server_disk_exits_5_and_leaves_no_corrupt_file() {
     };
     let t = tmp();
     let src = t.path().join("src");
-    make_many_files(&src, 40, 256 * 1024, 12);
+    make_disk_full_tree(&src, 12);
     let mut srv = server_with(mnt.path(), &ServerOptions::default());
     let dst = mnt.path().join("dst");
     let out = cp(&srv, &[], &src, srv.url("dst"));
@@ -457,9 +512,186 @@ fn local_copy_onto_full_disk_exits_5_and_leaves_no_corrupt_file() {
     };
     let t = tmp();
     let src = t.path().join("src");
-    make_many_files(&src, 40, 256 * 1024, 13);
+    make_disk_full_tree(&src, 13);
     let dst = mnt.path().join("dst");
     let out = cp_local(&[], &src, &dst);
     let failures = disk_full_failures(&out, &src, &dst);
     assert_no_failures(&failures, &out, None);
+}
+
+// ------------------------------------------------- one bad file does not abort the transfer
+
+#[test]
+fn push_with_one_blocked_file_fails_alone_with_exit_1() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 1000, 14);
+    let root = t.path().join("root");
+    let dst = root.join("dst");
+    fs::create_dir_all(dst.join("d000/f00003.bin")).unwrap();
+    fs::write(dst.join("d000/f00003.bin/keep.txt"), b"keep").unwrap();
+    let srv = server(&root);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    check_blocked_file_outcome(&out, &src, &dst, Some(&srv));
+}
+
+#[test]
+fn pull_with_one_blocked_file_fails_alone_with_exit_1() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    make_many_files(&src, 20, 1000, 15);
+    let dst = t.path().join("dst");
+    fs::create_dir_all(dst.join("d000/f00003.bin")).unwrap();
+    fs::write(dst.join("d000/f00003.bin/keep.txt"), b"keep").unwrap();
+    let srv = server(&root);
+    let out = cp(&srv, &[], srv.url("src"), &dst);
+    check_blocked_file_outcome(&out, &src, &dst, Some(&srv));
+}
+
+#[test]
+fn push_of_special_files_does_not_hang() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 16);
+    make_fifo(&src.join("d000/pipe"));
+    let _sock = std::os::unix::net::UnixListener::bind(src.join("d000/sock")).unwrap();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &[], &src, srv.url("dst")),
+        &[],
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "pushing a tree with a FIFO did not finish within 30 s:\n{}",
+            describe(&e.output)
+        )
+    });
+    check_special_files_outcome(&out, &src, &root.join("dst"), Some(&srv));
+}
+
+// ------------------------------------------------------------- a peer that is not a sprat server
+
+/// A listener that answers every connection with `reply` and closes it; returns its port.
+fn fake_peer(reply: &'static [u8]) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(64) {
+            let Ok(mut c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut c, &mut buf);
+            let _ = std::io::Write::write_all(&mut c, reply);
+        }
+    });
+    port
+}
+
+#[test]
+fn talking_to_a_peer_that_is_not_sprat_fails_cleanly() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 3, 100, 17);
+    let mut failures = Vec::new();
+    let replies: [&'static [u8]; 3] = [
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+        &[0xff; 64],
+        b"",
+    ];
+    for reply in replies {
+        let port = fake_peer(reply);
+        let peer = format!("127.0.0.1:{port}");
+        for pull in [false, true] {
+            let url = format!("sprat://{peer}/dst");
+            let args = if pull {
+                cp_args(None, &[], &url, t.path().join(format!("pulled-{port}")))
+            } else {
+                cp_args(None, &[], &src, &url)
+            };
+            let what = format!(
+                "{} {peer} answering {:?}",
+                if pull { "pull from" } else { "push to" },
+                String::from_utf8_lossy(&reply[..reply.len().min(16)])
+            );
+            match run_sprat_timeout(
+                bin(),
+                args,
+                &[("SPRAT_TOKEN", "t")],
+                Duration::from_secs(30),
+            ) {
+                Err(e) => failures.push(format!(
+                    "{what}: did not end within 30 s\n{}",
+                    describe(&e.output)
+                )),
+                Ok(out) => {
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    let line = stderr.lines().find(|l| l.starts_with("sprat: error: "));
+                    if out.status.success() || stderr.contains("panicked") {
+                        failures.push(format!(
+                            "{what}: expected a clean failure\n{}",
+                            describe(&out)
+                        ));
+                    } else if !line.is_some_and(|l| l.contains(&peer)) {
+                        failures.push(format!(
+                            "{what}: no `sprat: error: ` line naming the peer\n{}",
+                            describe(&out)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn missing_client_token_file_exits_2_naming_it() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let src = t.path().join("src");
+    make_many_files(&src, 2, 10, 18);
+    let missing = t.path().join("no-such-token-file");
+    let out = run_sprat(
+        bin(),
+        ["cp", "--token-file", s(&missing), s(&src), &srv.url("dst")],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &[s(&missing)]);
+    assert!(entries_below(&root).is_empty());
+}
+
+#[test]
+fn server_with_missing_token_file_refuses_to_start_naming_it() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let missing = t.path().join("no-such-token-file");
+    let opts = ServerOptions {
+        token: None,
+        extra_args: vec!["--token-file".into(), missing.clone().into_os_string()],
+        ..ServerOptions::default()
+    };
+    match Server::try_start(bin(), &root, &opts) {
+        Ok(srv) => panic!(
+            "sprat serve started on {} with a missing token file",
+            srv.addr()
+        ),
+        Err(f) => {
+            assert!(
+                f.status.and_then(|st| st.code()).is_some_and(|c| c != 0),
+                "expected a non-zero exit:\n{f}"
+            );
+            assert!(
+                f.stderr.contains(s(&missing)),
+                "stderr does not name the token file:\n{f}"
+            );
+            assert!(!f.stderr.contains("panicked"), "panicked:\n{f}");
+        }
+    }
 }

@@ -10,16 +10,17 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 
-use common::{assert_ok, cp, server, tmp};
+use common::{assert_ok, bin, cp, cp_args, server, tmp, type_change_v1, type_change_v2};
 use sprat_testkit::{
     assert_trees_equal, assert_trees_equal_with, make_fidelity_tree, make_long_name_tree,
-    make_many_files, parse_json_report, random_bytes, set_mtime_nofollow, CompareOptions,
+    make_many_files, make_special_mode_tree, parse_json_report, random_bytes, set_mtime_nofollow,
+    spawn_sprat, CompareOptions, Server, ServerOptions, DEFAULT_TIMEOUT,
 };
 
-/// Options that force every file above 64 KiB to be sent as 64 KiB chunks over 4 streams.
+/// Options that force every file above 64 KiB to be sent as 64 KiB chunks over 3 streams.
 const CHUNKED: &[&str] = &[
     "--streams",
-    "4",
+    "3",
     "--small-file-threshold",
     "64KiB",
     "--chunk-size",
@@ -72,13 +73,18 @@ fn pull_fidelity_tree() {
 }
 
 #[test]
-fn push_fidelity_tree_4_streams() {
-    push_and_compare(&["--streams", "4"], fidelity);
+fn push_fidelity_tree_1_stream() {
+    push_and_compare(&["--streams", "1"], fidelity);
 }
 
 #[test]
-fn pull_fidelity_tree_4_streams() {
-    pull_and_compare(&["--streams", "4"], fidelity);
+fn pull_fidelity_tree_1_stream() {
+    pull_and_compare(&["--streams", "1"], fidelity);
+}
+
+#[test]
+fn push_fidelity_tree_8_streams() {
+    push_and_compare(&["--streams", "8"], fidelity);
 }
 
 #[test]
@@ -108,7 +114,37 @@ fn push_many_small_files() {
 
 #[test]
 fn pull_many_small_files() {
-    pull_and_compare(&["--streams", "4"], many_files);
+    pull_and_compare(&[], many_files);
+}
+
+#[test]
+fn push_empty_tree() {
+    push_and_compare(&[], |d| {
+        fs::create_dir_all(d).unwrap();
+        set_mtime_nofollow(d, 1_600_000_000, 77);
+    });
+}
+
+#[test]
+fn pull_empty_tree() {
+    pull_and_compare(&[], |d| {
+        fs::create_dir_all(d).unwrap();
+        set_mtime_nofollow(d, 1_600_000_000, 78);
+    });
+}
+
+#[test]
+fn push_special_permission_bits() {
+    push_and_compare(&[], |d| {
+        make_special_mode_tree(d);
+    });
+}
+
+#[test]
+fn pull_special_permission_bits() {
+    pull_and_compare(&[], |d| {
+        make_special_mode_tree(d);
+    });
 }
 
 #[test]
@@ -287,4 +323,135 @@ fn pull_json_report() {
     assert_eq!(report.files(), 150, "files in {}", report.value);
     assert_eq!(report.bytes(), 300_000, "bytes in {}", report.value);
     assert_trees_equal(&root.join("src"), &dst);
+}
+
+#[test]
+fn push_replaces_entries_whose_type_changed() {
+    let t = tmp();
+    let src = t.path().join("src");
+    type_change_v1(&src);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+    type_change_v2(&src);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal_with(&src, &root.join("dst"), &CompareOptions::with_root());
+}
+
+#[test]
+fn concurrent_clients_on_one_server() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let shared = root.join("shared");
+    make_many_files(&shared, 300, 3000, 0xc0);
+    let srv = server(&root);
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let src = t.path().join(format!("src{i}"));
+        make_many_files(&src, 300, 3000, 0xc1 + i);
+        let args = cp_args(Some(&srv), &[], &src, srv.url(&format!("dst{i}")));
+        jobs.push((
+            src,
+            root.join(format!("dst{i}")),
+            spawn_sprat(bin(), args, &[]),
+        ));
+    }
+    for i in 0..2 {
+        let dst = t.path().join(format!("pulled{i}"));
+        let args = cp_args(Some(&srv), &[], srv.url("shared"), &dst);
+        jobs.push((shared.clone(), dst, spawn_sprat(bin(), args, &[])));
+    }
+    for (src, dst, mut child) in jobs {
+        let out = child.wait_or_panic(DEFAULT_TIMEOUT);
+        assert_ok(&out, Some(&srv));
+        assert_trees_equal(&src, &dst);
+    }
+}
+
+#[test]
+fn url_paths_with_spaces_and_unicode() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 0xd0);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let rel = "dir with space/ünïcödé 名前";
+    let out = cp(&srv, &[], &src, srv.url(rel));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join(rel));
+    let dst = t.path().join("pulled");
+    let out = cp(&srv, &[], srv.url(rel), &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn push_and_pull_over_ipv6_loopback() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback");
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 2000, 0xe0);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let opts = ServerOptions {
+        listen: "[::1]:0".to_string(),
+        ..ServerOptions::default()
+    };
+    let srv = Server::start(bin(), &root, &opts);
+    let url = srv.url("dst");
+    assert!(url.starts_with("sprat://[::1]:"), "{url}");
+    let out = cp(&srv, &[], &src, &url);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+    let dst = t.path().join("pulled");
+    let out = cp(&srv, &[], &url, &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn host_name_localhost_in_url() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 2000, 0xe1);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let url = format!("sprat://localhost:{}/dst", srv.port());
+    let out = cp(&srv, &[], &src, &url);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+}
+
+#[test]
+fn push_fidelity_tree_every_file_chunked_in_4kib() {
+    push_and_compare(
+        &["--small-file-threshold", "0", "--chunk-size", "4KiB"],
+        fidelity,
+    );
+}
+
+#[test]
+fn concurrent_pushes_to_the_same_destination() {
+    // Two clients pushing the same tree to the same place at once: both finish, and the result
+    // is the tree (no mixed or half-written file, no temporary file left over).
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 400, 3000, 0xe2);
+    fs::write(src.join("big.bin"), random_bytes(3 << 20, 0xe3)).unwrap();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let mut children: Vec<_> = (0..2)
+        .map(|_| spawn_sprat(bin(), cp_args(Some(&srv), &[], &src, srv.url("dst")), &[]))
+        .collect();
+    for c in &mut children {
+        let out = c.wait_or_panic(DEFAULT_TIMEOUT);
+        assert_ok(&out, Some(&srv));
+    }
+    assert_trees_equal(&src, &root.join("dst"));
 }

@@ -19,8 +19,9 @@ use common::{
     tmp,
 };
 use sprat_testkit::{
-    assert_no_panic, assert_trees_equal, describe, make_file, make_many_files, random_bytes,
-    run_sprat, snapshot, Relay, Server, ServerOptions, TreeSnapshot, DEFAULT_TOKEN,
+    assert_no_panic, assert_trees_equal, describe, make_char_device, make_fifo, make_file,
+    make_many_files, random_bytes, run_sprat, run_sprat_timeout, snapshot, Relay, Server,
+    ServerOptions, TreeSnapshot, DEFAULT_TOKEN,
 };
 
 const SECRET: &[u8] = b"TOP-SECRET-CONTENT-OUTSIDE-THE-ROOT-4d1f";
@@ -517,12 +518,12 @@ fn read_only_server_allows_pull() {
 
 // ------------------------------------------------------------------ hostile or idle clients
 
-/// Sends `bytes` on a fresh connection, then reads until the server closes it (or 5 s pass).
+/// Sends `bytes` on a fresh connection, then reads until the server closes it (or 2 s pass).
 fn send_and_close(srv: &Server, bytes: &[u8]) {
     let Ok(mut c) = TcpStream::connect(srv.addr()) else {
         return;
     };
-    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = c.write_all(bytes);
     let mut sink = [0u8; 4096];
     while let Ok(n) = c.read(&mut sink) {
@@ -566,5 +567,140 @@ fn server_survives_garbage_and_idle_connections() {
         "server panicked:\n{}",
         srv.stderr_log()
     );
+    drop(idle);
+}
+
+// ---------------------------------------------------------------------------- device files
+
+fn is_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    fs::symlink_metadata(p).is_ok_and(|m| {
+        let ft = m.file_type();
+        ft.is_char_device() || ft.is_block_device()
+    })
+}
+
+#[test]
+fn pull_never_reads_device_files_or_fifos() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let tree = root.join("tree");
+    make_many_files(&tree, 10, 1000, 12);
+    if !make_char_device(&tree.join("d000/zero"), 1, 5) {
+        eprintln!("skipped: cannot create a device node");
+        return;
+    }
+    make_fifo(&tree.join("d000/pipe"));
+    let mut srv = server(&root);
+    let dst = t.path().join("pulled");
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &[], srv.url("tree"), &dst),
+        &[],
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "pulling a tree with a device node and a FIFO did not finish within 30 s:\n{}",
+            describe(&e.output)
+        )
+    });
+    assert_no_panic(&out);
+    let mut failures = Vec::new();
+    if !matches!(out.status.code(), Some(0) | Some(1)) {
+        failures.push(format!(
+            "exit code {:?}, expected 0 or 1",
+            out.status.code()
+        ));
+    }
+    for name in ["d000/zero", "d000/pipe"] {
+        if fs::symlink_metadata(dst.join(name)).is_ok_and(|m| m.is_file()) {
+            failures.push(format!("{name} was read and copied as a regular file"));
+        }
+    }
+    failures.extend(common::missing_regular_files(&tree, &dst, &[]));
+    if !srv.is_running() {
+        failures.push("the server died".into());
+    }
+    common::assert_no_failures(&failures, &out, Some(&srv));
+}
+
+#[test]
+fn push_cannot_plant_device_nodes_on_the_server() {
+    // A client that could create a device node inside the export (say /dev/sda's numbers) could
+    // then read or write the device through it. The server must not create device nodes.
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 5, 100, 13);
+    if !make_char_device(&src.join("d000/zero"), 1, 5) {
+        eprintln!("skipped: cannot create a device node");
+        return;
+    }
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &[], &src, srv.url("dst")),
+        &[],
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "pushing a tree with a device node did not finish within 30 s:\n{}",
+            describe(&e.output)
+        )
+    });
+    assert_no_panic(&out);
+    let planted: Vec<PathBuf> = sprat_testkit::walk_tree(&root)
+        .into_keys()
+        .filter(|p| is_device(&root.join(p)))
+        .collect();
+    assert!(
+        planted.is_empty(),
+        "the push created device nodes on the server: {planted:?}\n{}",
+        describe(&out)
+    );
+    let blocked = Path::new("d000/zero");
+    let missing = common::missing_regular_files(&src, &root.join("dst"), &[blocked]);
+    assert!(missing.is_empty(), "{missing:?}\n{}", describe(&out));
+}
+
+#[test]
+fn server_refuses_an_empty_token() {
+    // A token file holding only a newline is no secret at all.
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let opts = ServerOptions {
+        token: Some(String::new()),
+        ..ServerOptions::default()
+    };
+    match Server::try_start(bin(), &root, &opts) {
+        Ok(srv) => panic!("sprat serve started on {} with an empty token", srv.addr()),
+        Err(f) => {
+            assert!(
+                f.status.and_then(|st| st.code()).is_some_and(|c| c != 0),
+                "expected a non-zero exit:\n{f}"
+            );
+            assert!(!f.stderr.contains("panicked"), "panicked:\n{f}");
+        }
+    }
+}
+
+#[test]
+fn unauthenticated_idle_connections_cannot_lock_out_clients() {
+    // 70 connections that never authenticate (more than the default connection limit) must not
+    // keep an authenticated client from being served.
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let idle: Vec<TcpStream> = (0..70)
+        .filter_map(|_| TcpStream::connect(srv.addr()).ok())
+        .collect();
+    let src = t.path().join("src");
+    make_many_files(&src, 10, 1000, 14);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
     drop(idle);
 }

@@ -28,6 +28,12 @@ pub mod kind {
     pub const END_ACK: u8 = 12;
     pub const COMMIT: u8 = 13;
     pub const DONE: u8 = 14;
+    pub const REQUEST: u8 = 15;
+    pub const ENTRIES: u8 = 16;
+    pub const SUMS: u8 = 17;
+    pub const USAGE: u8 = 18;
+    pub const REPLY_END: u8 = 19;
+    pub const TICKET: u8 = 20;
 }
 
 /// A decoded frame header.
@@ -44,7 +50,7 @@ impl FrameHeader {
         let kind = bytes[4];
         let limit = match kind {
             kind::BATCH => MAX_BATCH_PAYLOAD,
-            kind::SERVER_HELLO..=kind::DONE => MAX_CONTROL_PAYLOAD,
+            kind::SERVER_HELLO..=kind::TICKET => MAX_CONTROL_PAYLOAD,
             other => {
                 return Err(DecodeError::Unknown {
                     what: "frame kind",

@@ -11,6 +11,7 @@ pub mod batch;
 pub mod codec;
 pub mod frame;
 pub mod message;
+pub mod namespace;
 pub mod path;
 
 pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta};

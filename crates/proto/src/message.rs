@@ -5,6 +5,7 @@
 
 use crate::codec::{put_bytes16, DecodeError, Reader};
 use crate::frame::{kind, FrameHeader, MAX_CONTROL_PAYLOAD};
+use crate::namespace::{self, DiskUsage, NsEntry, Request};
 use crate::path::{self, MAX_PATH};
 
 /// Longest error text accepted from a peer.
@@ -123,6 +124,20 @@ pub enum Message {
     EndAck,
     Commit,
     Done(RemoteStats),
+    /// A namespace request (see [`crate::namespace`]).
+    Request(Request),
+    /// Part of a listing.
+    Entries(Vec<NsEntry>),
+    /// Part of a checksum reply: (path, digest).
+    Sums(Vec<(Vec<u8>, Vec<u8>)>),
+    Usage(DiskUsage),
+    /// Ends a streamed reply, or acknowledges a request that has no other reply.
+    ReplyEnd,
+    /// A one-time credential for pushing one tree to this server, valid `expires_in_s` seconds.
+    Ticket {
+        ticket: [u8; 32],
+        expires_in_s: u32,
+    },
 }
 
 impl Message {
@@ -221,6 +236,33 @@ impl Message {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::DONE
+            }
+            Message::Request(req) => {
+                req.encode(&mut out);
+                kind::REQUEST
+            }
+            Message::Entries(entries) => {
+                namespace::encode_entries(entries, &mut out);
+                kind::ENTRIES
+            }
+            Message::Sums(sums) => {
+                namespace::encode_sums(sums, &mut out);
+                kind::SUMS
+            }
+            Message::Usage(u) => {
+                for v in [u.files, u.dirs, u.symlinks, u.bytes] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                kind::USAGE
+            }
+            Message::ReplyEnd => kind::REPLY_END,
+            Message::Ticket {
+                ticket,
+                expires_in_s,
+            } => {
+                out.extend_from_slice(ticket);
+                out.extend_from_slice(&expires_in_s.to_le_bytes());
+                kind::TICKET
             }
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
@@ -323,6 +365,20 @@ impl Message {
                 network_busy_ns: r.u64("network busy")?,
                 write_busy_ns: r.u64("write busy")?,
             }),
+            kind::REQUEST => Message::Request(Request::decode(&mut r)?),
+            kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
+            kind::SUMS => Message::Sums(namespace::decode_sums(&mut r)?),
+            kind::USAGE => Message::Usage(DiskUsage {
+                files: r.u64("files")?,
+                dirs: r.u64("dirs")?,
+                symlinks: r.u64("symlinks")?,
+                bytes: r.u64("bytes")?,
+            }),
+            kind::REPLY_END => Message::ReplyEnd,
+            kind::TICKET => Message::Ticket {
+                ticket: r.array("ticket")?,
+                expires_in_s: r.u32("expiry")?,
+            },
             other => {
                 return Err(DecodeError::Unknown {
                     what: "control message",
@@ -422,6 +478,78 @@ mod tests {
             network_busy_ns: 7,
             write_busy_ns: 8,
         }));
+    }
+
+    #[test]
+    fn namespace_messages_roundtrip() {
+        use crate::namespace::{NsKind, SumAlgo};
+        let path = b"a/b".to_vec();
+        for req in [
+            Request::List {
+                path: path.clone(),
+                recursive: true,
+            },
+            Request::Stat { path: Vec::new() },
+            Request::Du { path: path.clone() },
+            Request::Mkdir {
+                path: path.clone(),
+                parents: true,
+            },
+            Request::Remove {
+                path: path.clone(),
+                recursive: false,
+            },
+            Request::Rename {
+                from: path.clone(),
+                to: b"c".to_vec(),
+            },
+            Request::Sum {
+                path: path.clone(),
+                recursive: true,
+                algo: SumAlgo::Sha256,
+            },
+            Request::Delegate { path: path.clone() },
+            Request::SendTo {
+                path: path.clone(),
+                addr: "127.0.0.1:9".into(),
+                ticket: [5; 32],
+                dest: b"d".to_vec(),
+                streams: 4,
+            },
+        ] {
+            roundtrip(Message::Request(req));
+        }
+        roundtrip(Message::Entries(vec![NsEntry {
+            path: b"x\xff".to_vec(),
+            kind: NsKind::Symlink,
+            size: 3,
+            mode: 0o777,
+            mtime_sec: -5,
+            mtime_nsec: 7,
+            target: b"../y".to_vec(),
+        }]));
+        roundtrip(Message::Sums(vec![(b"f".to_vec(), vec![1; 32])]));
+        roundtrip(Message::Usage(DiskUsage {
+            files: 1,
+            dirs: 2,
+            symlinks: 3,
+            bytes: 4,
+        }));
+        roundtrip(Message::ReplyEnd);
+        roundtrip(Message::Ticket {
+            ticket: [9; 32],
+            expires_in_s: 60,
+        });
+    }
+
+    #[test]
+    fn namespace_requests_cannot_name_paths_outside_the_root() {
+        for bad in [&b"../x"[..], b"/etc", b"a/../../b"] {
+            let mut bytes = Message::Request(Request::Stat { path: bad.to_vec() }).encode();
+            // The encoder does not validate; the decoder must refuse.
+            let payload = bytes.split_off(FRAME_HEADER_LEN);
+            assert!(Message::decode(kind::REQUEST, &payload).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

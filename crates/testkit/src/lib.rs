@@ -31,11 +31,12 @@ pub use relay::Relay;
 pub use report::{parse_json_report, JsonReport};
 pub use run::{
     assert_error_line, assert_no_panic, describe, run_sprat, run_sprat_timeout, spawn_sprat,
-    SpratChild, TimedOut, DEFAULT_TIMEOUT,
+    spawn_sprat_stdout_closed, SpratChild, TimedOut, DEFAULT_TIMEOUT,
 };
 pub use server::{Server, ServerOptions, StartFailure, DEFAULT_TOKEN};
 pub use tmpfs::Tmpfs;
 pub use tree::{
-    make_fidelity_tree, make_file, make_long_name_tree, make_many_files, random_bytes,
-    set_mtime_nofollow, TreeStats, FIDELITY_BIG_FILE,
+    make_char_device, make_fidelity_tree, make_fifo, make_file, make_long_name_tree,
+    make_many_files, make_special_mode_tree, random_bytes, set_mtime_nofollow, TreeStats,
+    FIDELITY_BIG_FILE,
 };

@@ -194,10 +194,32 @@ where
     I: IntoIterator<Item = S> + Clone,
     S: AsRef<OsStr>,
 {
+    spawn_inner(bin, args, env, false)
+}
+
+/// Starts `bin args` with the read end of its stdout pipe already closed, as `sprat ... | head
+/// -c0` would: anything it prints to stdout meets a broken pipe. The returned output's stdout is
+/// always empty.
+pub fn spawn_sprat_stdout_closed<I, S>(bin: &Path, args: I, env: &[(&str, &str)]) -> SpratChild
+where
+    I: IntoIterator<Item = S> + Clone,
+    S: AsRef<OsStr>,
+{
+    spawn_inner(bin, args, env, true)
+}
+
+fn spawn_inner<I, S>(bin: &Path, args: I, env: &[(&str, &str)], close_stdout: bool) -> SpratChild
+where
+    I: IntoIterator<Item = S> + Clone,
+    S: AsRef<OsStr>,
+{
     let description = describe_command(bin, args.clone());
     let mut child = command(bin, args, env)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `{description}`: {e}"));
+    if close_stdout {
+        drop(child.stdout.take());
+    }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
     SpratChild {

@@ -1,8 +1,9 @@
 //! A fixture that runs the real `sprat serve` on loopback for one test.
 //!
-//! [`Server::start`] spawns `sprat serve --root ROOT --listen 127.0.0.1:0` with a token written to
-//! a private token file (or passed in `SPRAT_TOKEN`, or none at all), waits, with a time limit,
-//! for the first stdout line `listening on 127.0.0.1:PORT`, and from then on hands out
+//! [`Server::start`] spawns `sprat serve --root ROOT --listen 127.0.0.1:0` (or another loopback
+//! address) with a token written to a private token file (or passed in `SPRAT_TOKEN`, or none at
+//! all), waits, with a time limit, for the first stdout line `listening on 127.0.0.1:PORT`, and
+//! from then on hands out
 //! `sprat://127.0.0.1:PORT/...` URLs and the client arguments that carry the same token. The
 //! server is killed by its own PID when the fixture is dropped, so a failing test leaves no
 //! daemon behind; its stderr is kept so a test can show the server's side of a failure.
@@ -35,6 +36,8 @@ pub struct ServerOptions {
     pub read_only: bool,
     /// Add `--no-auth`.
     pub no_auth: bool,
+    /// The `--listen` address; a loopback address with port 0 (the default `127.0.0.1:0`).
+    pub listen: String,
     /// More arguments after the fixture's own.
     pub extra_args: Vec<OsString>,
     /// How long to wait for the `listening on` line.
@@ -48,6 +51,7 @@ impl Default for ServerOptions {
             token_via_env: false,
             read_only: false,
             no_auth: false,
+            listen: "127.0.0.1:0".to_string(),
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
         }
@@ -163,7 +167,7 @@ impl Server {
             .arg("--root")
             .arg(root)
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&opts.listen)
             .env_remove("SPRAT_TOKEN")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
@@ -309,7 +313,7 @@ impl Server {
         &self.root
     }
 
-    /// `sprat://127.0.0.1:PORT/` followed by `path` as given (`""` names the root itself; a
+    /// `sprat://127.0.0.1:PORT/` (`sprat://[::1]:PORT/` for IPv6) followed by `path` as given (`""` names the root itself; a
     /// leading `/` is kept, giving `sprat://HOST:PORT//...`).
     pub fn url(&self, path: &str) -> String {
         format!("sprat://{}/{}", self.addr, path)

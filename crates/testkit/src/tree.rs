@@ -316,3 +316,40 @@ pub fn make_many_files(dir: &Path, n: usize, size: usize, seed: u64) -> TreeStat
     }
     b.finish(0o755)
 }
+
+/// Creates a FIFO at `path` with mode 0644.
+pub fn make_fifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {path:?}: {e}"));
+}
+
+/// Creates a character device node at `path` (needs root); false if not allowed.
+pub fn make_char_device(path: &Path, major: u32, minor: u32) -> bool {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(major, minor),
+    )
+    .is_ok()
+}
+
+/// Builds a tree whose entries carry the special permission bits a shared project directory
+/// uses (a setgid directory, a sticky world-writable directory) and a file with mode 0000.
+pub fn make_special_mode_tree(dir: &Path) -> TreeStats {
+    let mut b = Builder::new(dir, 0x5bec);
+    b.dir("setgid_dir", 0o2775);
+    b.file("setgid_dir/shared.txt", 100, 0o664);
+    b.dir("sticky_dir", 0o1777);
+    b.file("sticky_dir/mine.txt", 100, 0o644);
+    b.file("no-permissions.bin", 1000, 0o000);
+    b.file("plain.txt", 10, 0o644);
+    b.finish(0o755)
+}

@@ -101,16 +101,30 @@ pub fn assert_failed(out: &Output) {
     );
 }
 
-/// The first `sprat: error: ` line; panics unless it contains one of `names`.
+/// The `sprat: error: ` line; panics unless there is exactly one and it contains one of `names`.
 #[track_caller]
 pub fn assert_error_names(out: &Output, names: &[&str]) -> String {
     let line = sprat_testkit::assert_error_line(out);
+    assert_eq!(
+        error_line_count(out),
+        1,
+        "a fatal error must be ONE `sprat: error: ` line:\n{}",
+        describe(out)
+    );
     assert!(
         names.iter().any(|n| line.contains(n)),
         "the error line names none of {names:?}: {line:?}\n{}",
         describe(out)
     );
     line
+}
+
+/// How many stderr lines begin `sprat: error: `.
+pub fn error_line_count(out: &Output) -> usize {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("sprat: error: "))
+        .count()
 }
 
 /// Path as a `&str` (test paths are always UTF-8).
@@ -174,4 +188,104 @@ pub fn assert_no_failures(failures: &[String], out: &Output, server: Option<&Ser
         describe(out),
         log.trim_end()
     );
+}
+
+/// Version 1 of a tree whose entries change type in version 2 (see [`type_change_v2`]).
+pub fn type_change_v1(dir: &Path) {
+    std::fs::create_dir(dir).unwrap();
+    sprat_testkit::make_file(&dir.join("a"), b"a was a file", 0o644);
+    std::os::unix::fs::symlink("a", dir.join("b")).unwrap();
+    std::fs::create_dir(dir.join("d")).unwrap();
+    sprat_testkit::make_file(&dir.join("e"), b"e was a file", 0o644);
+}
+
+/// Version 2: file `a` became a directory, link `b` a file, empty directory `d` a file, file
+/// `e` a symlink.
+pub fn type_change_v2(dir: &Path) {
+    std::fs::remove_file(dir.join("a")).unwrap();
+    std::fs::create_dir(dir.join("a")).unwrap();
+    sprat_testkit::make_file(&dir.join("a/inside"), b"now inside a directory", 0o644);
+    std::fs::remove_file(dir.join("b")).unwrap();
+    sprat_testkit::make_file(&dir.join("b"), b"b is a file now", 0o600);
+    std::fs::remove_dir(dir.join("d")).unwrap();
+    sprat_testkit::make_file(&dir.join("d"), b"d is a file now", 0o644);
+    std::fs::remove_file(dir.join("e")).unwrap();
+    std::os::unix::fs::symlink("b", dir.join("e")).unwrap();
+    for (i, p) in ["a/inside", "a", "b", "d", "e", ""].iter().enumerate() {
+        sprat_testkit::set_mtime_nofollow(&dir.join(p), 1_650_000_000 + i as i64, 100 + i as u32);
+    }
+}
+
+/// Failures if any regular file of `src` other than `except` is missing or different in `dst`.
+pub fn missing_regular_files(src: &Path, dst: &Path, except: &[&Path]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (rel, e) in sprat_testkit::snapshot(src).files() {
+        if except.contains(&rel.as_path()) {
+            continue;
+        }
+        match std::fs::read(dst.join(rel)) {
+            Ok(c) if Some(&c) == e.content.as_ref() => {}
+            Ok(_) => failures.push(format!("{rel:?}: wrong content in the destination")),
+            Err(err) => failures.push(format!("{rel:?}: not in the destination ({err})")),
+        }
+    }
+    failures
+}
+
+/// The outcome of a copy where `d000/f00003.bin` is blocked in the destination by a non-empty
+/// directory: exit 1 naming it with every other file copied, or exit 0 with the file in place.
+#[track_caller]
+pub fn check_blocked_file_outcome(out: &Output, src: &Path, dst: &Path, server: Option<&Server>) {
+    sprat_testkit::assert_no_panic(out);
+    let blocked = Path::new("d000/f00003.bin");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut failures = Vec::new();
+    match out.status.code() {
+        Some(1) => {
+            if !stderr.contains("f00003.bin") {
+                failures.push("exit 1 but stderr does not name d000/f00003.bin".to_string());
+            }
+        }
+        Some(0) => {
+            if std::fs::read(dst.join(blocked)).ok() != std::fs::read(src.join(blocked)).ok() {
+                failures.push(
+                    "exit 0 but d000/f00003.bin is not the source file in the destination"
+                        .to_string(),
+                );
+            }
+        }
+        other => failures.push(format!(
+            "exit code {other:?}: expected 1 (that one file failed, the rest copied) or 0 (the \
+             blocking directory replaced); one bad file must not abort the transfer"
+        )),
+    }
+    failures.extend(missing_regular_files(src, dst, &[blocked]));
+    assert_no_failures(&failures, out, server);
+}
+
+/// The outcome of copying a tree holding a FIFO `d000/pipe` and a socket `d000/sock`: exit 0
+/// or 1 (naming them), every regular file copied, and the FIFO never turned into a file.
+#[track_caller]
+pub fn check_special_files_outcome(out: &Output, src: &Path, dst: &Path, server: Option<&Server>) {
+    sprat_testkit::assert_no_panic(out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut failures = Vec::new();
+    match out.status.code() {
+        Some(0) => {}
+        Some(1) => {
+            if !(stderr.contains("pipe") || stderr.contains("sock")) {
+                failures.push("exit 1 but stderr names neither d000/pipe nor d000/sock".into());
+            }
+        }
+        other => failures.push(format!(
+            "exit code {other:?}: expected 0, or 1 naming the special files"
+        )),
+    }
+    for name in ["d000/pipe", "d000/sock"] {
+        if std::fs::symlink_metadata(dst.join(name)).is_ok_and(|m| m.is_file()) {
+            failures.push(format!("{name} was copied as a regular file"));
+        }
+    }
+    failures.extend(missing_regular_files(src, dst, &[]));
+    assert_no_failures(&failures, out, server);
 }

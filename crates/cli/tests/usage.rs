@@ -1,0 +1,85 @@
+//! End-to-end usability of the command line: `--help` explains every documented option, and a
+//! closed stdout (`sprat cp ... | head -c0`) is handled quietly instead of with a panic.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_ok, bin, cp_args, tmp};
+use sprat_testkit::{
+    assert_trees_equal, describe, make_many_files, run_sprat, spawn_sprat_stdout_closed,
+};
+
+#[test]
+fn help_explains_every_documented_option() {
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--help"], &["cp", "serve"]),
+        (
+            &["cp", "--help"],
+            &[
+                "--json",
+                "--streams",
+                "--batch-size",
+                "--small-file-threshold",
+                "--chunk-size",
+                "--token-file",
+                "SPRAT_TOKEN",
+            ],
+        ),
+        (
+            &["serve", "--help"],
+            &[
+                "--root",
+                "--listen",
+                "--token-file",
+                "--read-only",
+                "--no-auth",
+            ],
+        ),
+    ];
+    for (args, needles) in cases {
+        let out = run_sprat(bin(), args, &[]);
+        assert_ok(&out, None);
+        let text = String::from_utf8_lossy(&out.stdout);
+        for n in needles {
+            assert!(
+                text.contains(n),
+                "`sprat {}` does not mention {n}:\n{text}",
+                args.join(" ")
+            );
+        }
+    }
+}
+
+fn copy_with_closed_stdout(extra: &[&str]) {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 1000, 40);
+    let dst = t.path().join("dst");
+    let mut child = spawn_sprat_stdout_closed(bin(), cp_args(None, extra, &src, &dst), &[]);
+    let out = child.wait_or_panic(Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "a closed stdout made sprat panic:\n{}",
+        describe(&out)
+    );
+    assert!(
+        std::os::unix::process::ExitStatusExt::signal(&out.status).is_none(),
+        "sprat died from a signal:\n{}",
+        describe(&out)
+    );
+    // The copy itself must be complete whatever happened to the report.
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn closed_stdout_is_quiet_for_the_report() {
+    copy_with_closed_stdout(&[]);
+}
+
+#[test]
+fn closed_stdout_is_quiet_for_the_json_report() {
+    copy_with_closed_stdout(&["--json"]);
+}

@@ -1,0 +1,375 @@
+//! Namespace operations: one request, one reply (possibly streamed in several frames).
+//!
+//! `List` and `Stat` are answered by `Entries` frames, `Sum` by `Sums` frames, each followed by
+//! `ReplyEnd`; `Du` by one `Usage`; `Mkdir`, `Remove` and `Rename` by `ReplyEnd` alone; any of
+//! them by `Error`. `Delegate` asks a destination server for a one-time ticket that lets a
+//! source server push one tree to it (`Ticket`); `SendTo` asks a source server to push a tree
+//! to another server with such a ticket (a third-party transfer), answered like a push's commit
+//! (`BatchAck` with failures, then `Done`).
+
+use crate::codec::{put_bytes16, DecodeError, Reader};
+use crate::path::{self, MAX_PATH};
+
+/// Most entries or sums in one frame.
+pub const MAX_ENTRIES_PER_FRAME: usize = 65536;
+/// Payload size at which a sender starts a new `Entries` or `Sums` frame.
+pub const REPLY_FRAME_TARGET: usize = 512 << 10;
+
+/// Digest algorithms of `Sum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SumAlgo {
+    /// XXH3-128, the transfer checksum.
+    Xxh3,
+    Sha256,
+    Md5,
+}
+
+impl SumAlgo {
+    pub fn name(self) -> &'static str {
+        match self {
+            SumAlgo::Xxh3 => "xxh3",
+            SumAlgo::Sha256 => "sha256",
+            SumAlgo::Md5 => "md5",
+        }
+    }
+    fn to_u8(self) -> u8 {
+        match self {
+            SumAlgo::Xxh3 => 1,
+            SumAlgo::Sha256 => 2,
+            SumAlgo::Md5 => 3,
+        }
+    }
+    fn from_u8(v: u8) -> Result<SumAlgo, DecodeError> {
+        match v {
+            1 => Ok(SumAlgo::Xxh3),
+            2 => Ok(SumAlgo::Sha256),
+            3 => Ok(SumAlgo::Md5),
+            other => Err(DecodeError::Unknown {
+                what: "checksum algorithm",
+                value: other as u64,
+            }),
+        }
+    }
+}
+
+/// A namespace request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    List {
+        path: Vec<u8>,
+        recursive: bool,
+    },
+    Stat {
+        path: Vec<u8>,
+    },
+    Du {
+        path: Vec<u8>,
+    },
+    Mkdir {
+        path: Vec<u8>,
+        parents: bool,
+    },
+    Remove {
+        path: Vec<u8>,
+        recursive: bool,
+    },
+    Rename {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    Sum {
+        path: Vec<u8>,
+        recursive: bool,
+        algo: SumAlgo,
+    },
+    Delegate {
+        path: Vec<u8>,
+    },
+    SendTo {
+        path: Vec<u8>,
+        /// `HOST:PORT` of the destination server, as the source server should reach it.
+        addr: String,
+        ticket: [u8; 32],
+        dest: Vec<u8>,
+        streams: u16,
+    },
+}
+
+/// Entry types in listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsKind {
+    File,
+    Dir,
+    Symlink,
+    Special,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NsEntry {
+    /// Path relative to the listed path (empty for the listed path itself).
+    pub path: Vec<u8>,
+    pub kind: NsKind,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+    /// Link target of a symlink, empty otherwise.
+    pub target: Vec<u8>,
+}
+
+/// Totals of `Du`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+}
+
+const OP_LIST: u8 = 1;
+const OP_STAT: u8 = 2;
+const OP_DU: u8 = 3;
+const OP_MKDIR: u8 = 4;
+const OP_REMOVE: u8 = 5;
+const OP_RENAME: u8 = 6;
+const OP_SUM: u8 = 7;
+const OP_DELEGATE: u8 = 8;
+const OP_SEND_TO: u8 = 9;
+
+fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
+    match r.u8(what)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(DecodeError::Invalid {
+            what,
+            why: "not 0 or 1",
+        }),
+    }
+}
+
+fn rel_path(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    Ok(path::validate(r.bytes16("path", MAX_PATH)?)?.to_vec())
+}
+
+impl Request {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::List { path, recursive } => {
+                out.push(OP_LIST);
+                out.push(*recursive as u8);
+                put_bytes16(out, path);
+            }
+            Request::Stat { path } => {
+                out.push(OP_STAT);
+                put_bytes16(out, path);
+            }
+            Request::Du { path } => {
+                out.push(OP_DU);
+                put_bytes16(out, path);
+            }
+            Request::Mkdir { path, parents } => {
+                out.push(OP_MKDIR);
+                out.push(*parents as u8);
+                put_bytes16(out, path);
+            }
+            Request::Remove { path, recursive } => {
+                out.push(OP_REMOVE);
+                out.push(*recursive as u8);
+                put_bytes16(out, path);
+            }
+            Request::Rename { from, to } => {
+                out.push(OP_RENAME);
+                put_bytes16(out, from);
+                put_bytes16(out, to);
+            }
+            Request::Sum {
+                path,
+                recursive,
+                algo,
+            } => {
+                out.push(OP_SUM);
+                out.push(*recursive as u8);
+                out.push(algo.to_u8());
+                put_bytes16(out, path);
+            }
+            Request::Delegate { path } => {
+                out.push(OP_DELEGATE);
+                put_bytes16(out, path);
+            }
+            Request::SendTo {
+                path,
+                addr,
+                ticket,
+                dest,
+                streams,
+            } => {
+                out.push(OP_SEND_TO);
+                put_bytes16(out, path);
+                put_bytes16(out, addr.as_bytes());
+                out.extend_from_slice(ticket);
+                put_bytes16(out, dest);
+                out.extend_from_slice(&streams.to_le_bytes());
+            }
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
+        Ok(match r.u8("request")? {
+            OP_LIST => {
+                let recursive = flag(r, "recursive flag")?;
+                Request::List {
+                    recursive,
+                    path: rel_path(r)?,
+                }
+            }
+            OP_STAT => Request::Stat { path: rel_path(r)? },
+            OP_DU => Request::Du { path: rel_path(r)? },
+            OP_MKDIR => {
+                let parents = flag(r, "parents flag")?;
+                Request::Mkdir {
+                    parents,
+                    path: rel_path(r)?,
+                }
+            }
+            OP_REMOVE => {
+                let recursive = flag(r, "recursive flag")?;
+                Request::Remove {
+                    recursive,
+                    path: rel_path(r)?,
+                }
+            }
+            OP_RENAME => Request::Rename {
+                from: rel_path(r)?,
+                to: rel_path(r)?,
+            },
+            OP_SUM => {
+                let recursive = flag(r, "recursive flag")?;
+                let algo = SumAlgo::from_u8(r.u8("checksum algorithm")?)?;
+                Request::Sum {
+                    recursive,
+                    algo,
+                    path: rel_path(r)?,
+                }
+            }
+            OP_DELEGATE => Request::Delegate { path: rel_path(r)? },
+            OP_SEND_TO => {
+                let path = rel_path(r)?;
+                let addr =
+                    String::from_utf8(r.bytes16("address", 255)?.to_vec()).map_err(|_| {
+                        DecodeError::Invalid {
+                            what: "address",
+                            why: "not UTF-8",
+                        }
+                    })?;
+                let ticket = r.array("ticket")?;
+                let dest = rel_path(r)?;
+                let streams = r.u16("streams")?;
+                Request::SendTo {
+                    path,
+                    addr,
+                    ticket,
+                    dest,
+                    streams,
+                }
+            }
+            other => {
+                return Err(DecodeError::Unknown {
+                    what: "request",
+                    value: other as u64,
+                })
+            }
+        })
+    }
+}
+
+impl NsKind {
+    fn to_u8(self) -> u8 {
+        match self {
+            NsKind::File => 1,
+            NsKind::Dir => 2,
+            NsKind::Symlink => 3,
+            NsKind::Special => 4,
+        }
+    }
+    fn from_u8(v: u8) -> Result<NsKind, DecodeError> {
+        match v {
+            1 => Ok(NsKind::File),
+            2 => Ok(NsKind::Dir),
+            3 => Ok(NsKind::Symlink),
+            4 => Ok(NsKind::Special),
+            other => Err(DecodeError::Unknown {
+                what: "entry type",
+                value: other as u64,
+            }),
+        }
+    }
+}
+
+pub(crate) fn encode_entries(entries: &[NsEntry], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for e in entries {
+        put_bytes16(out, &e.path);
+        out.push(e.kind.to_u8());
+        out.extend_from_slice(&e.size.to_le_bytes());
+        out.extend_from_slice(&e.mode.to_le_bytes());
+        out.extend_from_slice(&e.mtime_sec.to_le_bytes());
+        out.extend_from_slice(&e.mtime_nsec.to_le_bytes());
+        put_bytes16(out, &e.target);
+    }
+}
+
+fn count(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError> {
+    let n = r.u32(what)? as usize;
+    if n > MAX_ENTRIES_PER_FRAME {
+        return Err(DecodeError::TooLong {
+            what,
+            len: n as u64,
+            limit: MAX_ENTRIES_PER_FRAME as u64,
+        });
+    }
+    Ok(n)
+}
+
+pub(crate) fn decode_entries(r: &mut Reader<'_>) -> Result<Vec<NsEntry>, DecodeError> {
+    let n = count(r, "entry count")?;
+    // Each entry takes at least 31 bytes: never allocate beyond what was received.
+    let mut out = Vec::with_capacity(n.min(r.remaining() / 31));
+    for _ in 0..n {
+        let path = path::validate(r.bytes16("entry path", MAX_PATH)?)?.to_vec();
+        out.push(NsEntry {
+            path,
+            kind: NsKind::from_u8(r.u8("entry type")?)?,
+            size: r.u64("size")?,
+            mode: r.u32("mode")?,
+            mtime_sec: r.i64("mtime")?,
+            mtime_nsec: r.u32("mtime nanoseconds")?,
+            target: r.bytes16("link target", MAX_PATH)?.to_vec(),
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn encode_sums(sums: &[(Vec<u8>, Vec<u8>)], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(sums.len() as u32).to_le_bytes());
+    for (p, d) in sums {
+        put_bytes16(out, p);
+        put_bytes16(out, d);
+    }
+}
+
+pub(crate) fn decode_sums(r: &mut Reader<'_>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DecodeError> {
+    let n = count(r, "checksum count")?;
+    let mut out = Vec::with_capacity(n.min(r.remaining() / 4));
+    for _ in 0..n {
+        let p = path::validate(r.bytes16("checksum path", MAX_PATH)?)?.to_vec();
+        let d = r.bytes16("digest", 64)?.to_vec();
+        out.push((p, d));
+    }
+    Ok(out)
+}
+
+/// Approximate encoded size of an entry, for splitting replies into frames.
+pub fn entry_wire_size(e: &NsEntry) -> usize {
+    31 + e.path.len() + e.target.len()
+}
