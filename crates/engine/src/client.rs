@@ -111,6 +111,33 @@ fn open_source(path: &Path) -> Result<Source, TransferError> {
     })
 }
 
+/// Whether `dst` (which may not exist yet) is `src` or lies below it.
+fn is_inside(dst: &Path, src: &Path) -> bool {
+    let Ok(src) = src.canonicalize() else {
+        return false;
+    };
+    let mut existing = dst.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = if parent.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    parent.to_path_buf()
+                };
+            }
+            _ => return false,
+        }
+    }
+    let Ok(mut full) = existing.canonicalize() else {
+        return false;
+    };
+    full.extend(rest.iter().rev());
+    full.starts_with(&src)
+}
+
 /// The writer for a local destination: the tree itself, or one file when the source is a file.
 fn local_writer(dst: &Path, root_is_dir: bool) -> Result<Arc<TreeWriter>, TransferError> {
     let writer = if root_is_dir {
@@ -173,6 +200,13 @@ fn local_copy(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let source = open_source(src)?;
+    if matches!(source, Source::Dir(_)) && is_inside(dst, src) {
+        return Err(TransferError::Usage(format!(
+            "destination '{}' is inside the source '{}'",
+            dst.display(),
+            src.display()
+        )));
+    }
     let writer = local_writer(dst, matches!(source, Source::Dir(_)))?;
     let handle = source::start(source, options)?;
     let abort = Arc::new(AtomicBool::new(false));

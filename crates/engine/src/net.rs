@@ -9,8 +9,12 @@ use std::io::{IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-/// How long a peer may take to complete the handshake.
+/// How long a server may take to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to authenticate to a server.
+pub const CLIENT_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest frame accepted before authentication.
+const MAX_UNAUTHENTICATED_FRAME: u32 = 4096;
 
 /// One received frame.
 pub enum Frame {
@@ -123,6 +127,23 @@ impl Conn {
         }
     }
 
+    /// Reads a small control message (the handshake): anything larger is refused unread.
+    pub fn recv_small(&mut self) -> Result<Message, TransferError> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        self.stream
+            .read_exact(&mut header)
+            .map_err(|e| self.lost(e))?;
+        let header = FrameHeader::decode(&header).map_err(|e| self.protocol(e.to_string()))?;
+        if header.kind == kind::BATCH || header.len > MAX_UNAUTHENTICATED_FRAME {
+            return Err(self.protocol("oversized frame during the handshake".into()));
+        }
+        let mut payload = vec![0u8; header.len as usize];
+        self.stream
+            .read_exact(&mut payload)
+            .map_err(|e| self.lost(e))?;
+        Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))
+    }
+
     pub fn protocol(&self, why: String) -> TransferError {
         TransferError::Protocol {
             peer: self.peer.clone(),
@@ -205,10 +226,10 @@ pub fn connect(addr: &str, key: Option<&TokenKey>) -> Result<Conn, TransferError
 
 /// Runs the server side of the handshake on a new connection.
 pub fn accept(conn: &mut Conn, key: Option<&TokenKey>) -> Result<(), TransferError> {
-    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
     let (challenge, hello) = ServerChallenge::start(key.cloned(), random());
     conn.send(&hello)?;
-    let answer = conn.recv_control()?;
+    let answer = conn.recv_small()?;
     match challenge.on_message(answer) {
         Ok(reply) => conn.send(&reply)?,
         Err(e) => {

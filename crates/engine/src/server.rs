@@ -30,7 +30,8 @@ pub struct ServerConfig {
     pub key: Option<TokenKey>,
     pub read_only: bool,
     pub options: TransferOptions,
-    /// Most connections served at once; more are refused (each may hold a batch in memory).
+    /// Most authenticated connections served at once; more are refused (each may hold a
+    /// batch in memory).
     pub max_connections: usize,
 }
 
@@ -47,7 +48,10 @@ struct Shared {
     options: TransferOptions,
     sessions: Mutex<HashMap<[u8; 16], Arc<Session>>>,
     max_connections: usize,
+    /// Authenticated connections being served.
     connections: AtomicUsize,
+    /// Connections still in the handshake.
+    handshaking: AtomicUsize,
 }
 
 enum Session {
@@ -89,6 +93,7 @@ impl Server {
                 sessions: Mutex::new(HashMap::new()),
                 max_connections: config.max_connections,
                 connections: AtomicUsize::new(0),
+                handshaking: AtomicUsize::new(0),
             }),
         })
     }
@@ -115,22 +120,16 @@ impl Server {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "unknown peer".into());
             let shared = self.shared.clone();
-            if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
-                shared.connections.fetch_sub(1, Ordering::SeqCst);
-                let text = format!(
-                    "server busy: {} connections already, try again later",
-                    shared.max_connections
-                );
-                eprintln!("sprat serve: refusing {peer}: {text}");
-                refuse(&mut Conn::new(stream, peer), ErrorCode::Io, text);
+            // Connections still authenticating are bounded separately (and must finish within
+            // a few seconds), so idle strangers cannot take the places of real clients.
+            if shared.handshaking.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKING {
+                shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+                eprintln!("sprat serve: refusing {peer}: too many unauthenticated connections");
                 continue;
             }
             let spawned = std::thread::Builder::new()
                 .name("sprat-conn".into())
-                .spawn(move || {
-                    handle_connection(&shared, Conn::new(stream, peer));
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
-                });
+                .spawn(move || handle_connection(&shared, Conn::new(stream, peer)));
             if let Err(e) = spawned {
                 eprintln!("sprat serve: cannot start a connection thread: {e}");
             }
@@ -147,11 +146,35 @@ fn refuse_store(conn: &mut Conn, e: &StoreError) {
     refuse(conn, code_for(e), e.to_string());
 }
 
+/// Most connections authenticating at once.
+const MAX_HANDSHAKING: usize = 1024;
+
+/// Holds one place among the authenticated connections while it lives.
+struct Admitted<'a>(&'a AtomicUsize);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn handle_connection(shared: &Shared, mut conn: Conn) {
-    if let Err(e) = net::accept(&mut conn, shared.key.as_ref()) {
+    let authenticated = net::accept(&mut conn, shared.key.as_ref());
+    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    if let Err(e) = authenticated {
         eprintln!("sprat serve: {e}");
         return;
     }
+    if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        let text = format!(
+            "server busy: {} connections already, try again later",
+            shared.max_connections
+        );
+        eprintln!("sprat serve: refusing {}: {text}", conn.peer);
+        return refuse(&mut conn, ErrorCode::Io, text);
+    }
+    let _admitted = Admitted(&shared.connections);
     let first = match conn.recv_control() {
         Ok(m) => m,
         Err(_) => return,

@@ -140,8 +140,19 @@ impl Root {
     }
 
     /// Creates every missing directory of `rel` (mode 0755 before attributes are applied) and
-    /// opens it. Each component is opened without following symlinks.
+    /// opens it. Each component is opened without following symlinks; an existing component
+    /// that is not a directory is an error.
     pub fn mkdir_all(&self, rel: &[u8]) -> Result<Root, StoreError> {
+        self.make_dirs(rel, false)
+    }
+
+    /// Like [`Root::mkdir_all`], but a component that is a file or a symlink is replaced by a
+    /// directory (the tree being written says a directory belongs there).
+    pub fn mkdir_all_replacing(&self, rel: &[u8]) -> Result<Root, StoreError> {
+        self.make_dirs(rel, true)
+    }
+
+    fn make_dirs(&self, rel: &[u8], replace: bool) -> Result<Root, StoreError> {
         let mut current = self.try_clone()?;
         if rel.is_empty() {
             return Ok(current);
@@ -157,13 +168,21 @@ impl Root {
                     BENEATH,
                 )
             };
+            let mkdir =
+                |dir: &Root| match rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => Ok(()),
+                    Err(e) => Err(StoreError::new("create directory", rel, e)),
+                };
             let fd = match open(&current) {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) => {
-                    match rustix::fs::mkdirat(&current.fd, name, Mode::from_raw_mode(0o755)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => return Err(StoreError::new("create directory", rel, e)),
-                    }
+                    mkdir(&current)?;
+                    open(&current).map_err(|e| StoreError::new("open directory", rel, e))?
+                }
+                Err(Errno::NOTDIR | Errno::LOOP) if replace => {
+                    rustix::fs::unlinkat(&current.fd, name, rustix::fs::AtFlags::empty())
+                        .map_err(|e| StoreError::new("replace with a directory", rel, e))?;
+                    mkdir(&current)?;
                     open(&current).map_err(|e| StoreError::new("open directory", rel, e))?
                 }
                 Err(e) => {
@@ -177,6 +196,18 @@ impl Root {
             current = Root { fd };
         }
         Ok(current)
+    }
+
+    /// Opens directory `rel` below this root without following any symlink on the way.
+    pub fn open_dir_nofollow(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
+        let path: &[u8] = if rel.is_empty() { b"." } else { rel };
+        openat2(
+            &self.fd,
+            std::ffi::OsStr::from_bytes(path),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH | ResolveFlags::NO_SYMLINKS,
+        )
     }
 }
 

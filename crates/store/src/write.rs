@@ -161,7 +161,7 @@ impl TreeWriter {
         for (path, attrs) in dirs {
             let res = self
                 .base
-                .open_dir(&path)
+                .open_dir_nofollow(&path)
                 .and_then(|fd| {
                     fchmod(&fd, Mode::from_raw_mode(attrs.mode))?;
                     futimens(&fd, &timestamps(&attrs))
@@ -226,10 +226,12 @@ impl WriterCursor<'_> {
         let (dir, name) = crate::split_parent(target);
         if self.fd.is_none() || self.dir != dir {
             self.fd = None;
-            let fd = match self.writer.base.open_dir(dir) {
+            // Parents of written entries are real directories: symlinks are never followed,
+            // and a file or link where the tree has a directory is replaced by one.
+            let fd = match self.writer.base.open_dir_nofollow(dir) {
                 Ok(fd) => fd,
-                Err(Errno::NOENT) => {
-                    let root = self.writer.base.mkdir_all(dir)?;
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {
+                    let root = self.writer.base.mkdir_all_replacing(dir)?;
                     root.fd()
                         .try_clone_to_owned()
                         .map_err(|e| StoreError::new("open directory", dir, e))?
@@ -274,7 +276,7 @@ impl WriterCursor<'_> {
             })
             .and_then(|()| {
                 drop(fd);
-                renameat(dir, os(&temp), dir, os(name))
+                rename_into_place(dir, &temp, name)
                     .map_err(|e| StoreError::new("rename into place", path, e))
             });
         if result.is_err() {
@@ -352,7 +354,7 @@ impl WriterCursor<'_> {
         }
         finish_file(&file.fd, attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        renameat(&file.dir, os(&file.temp), &file.dir, os(&file.name))
+        rename_into_place(&file.dir, &file.temp, &file.name)
             .map_err(|e| fail(StoreError::new("rename into place", path, e)))?;
         writer
             .large
@@ -383,11 +385,10 @@ impl WriterCursor<'_> {
                 let st = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
                     .map_err(|e| StoreError::new("create directory", path, e))?;
                 if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
-                    return Err(StoreError::other(
-                        "create directory",
-                        path,
-                        "exists and is not a directory",
-                    ));
+                    // A file or link where the tree now has a directory: replace it.
+                    unlinkat(dir, os(name), AtFlags::empty())
+                        .and_then(|()| mkdirat(dir, os(name), Mode::from_raw_mode(0o755)))
+                        .map_err(|e| StoreError::new("replace with a directory", path, e))?;
                 }
             }
             Err(e) => return Err(StoreError::new("create directory", path, e)),
@@ -426,7 +427,7 @@ impl WriterCursor<'_> {
             &timestamps(attrs),
             AtFlags::SYMLINK_NOFOLLOW,
         )
-        .and_then(|()| renameat(dir, os(&temp), dir, os(name)))
+        .and_then(|()| rename_into_place(dir, &temp, name))
         .map_err(|e| StoreError::new("create symlink", path, e));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
@@ -438,6 +439,18 @@ impl WriterCursor<'_> {
 fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
     fchmod(fd, Mode::from_raw_mode(attrs.mode))?;
     futimens(fd, &timestamps(attrs))
+}
+
+/// Renames `temp` to `name` in `dir`; an empty directory in the way is removed first (a
+/// non-empty one is an error: its contents are not this transfer's to delete).
+fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8]) -> Result<(), Errno> {
+    match renameat(dir, os(temp), dir, os(name)) {
+        Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) => {
+            unlinkat(dir, os(name), AtFlags::REMOVEDIR)?;
+            renameat(dir, os(temp), dir, os(name))
+        }
+        other => other,
+    }
 }
 
 fn write_all_at(fd: impl AsFd, mut data: &[u8], mut offset: u64) -> Result<(), Errno> {
@@ -528,8 +541,12 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), dir.path().join("esc")).unwrap();
         let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
         let mut c = writer.cursor();
-        assert!(c.write_file(b"esc/x", &attrs(0o644), b"x").is_err());
-        assert!(c.make_dir(b"esc/d", &attrs(0o755)).is_err());
+        // The tree says `esc` is a directory: the link is replaced, never followed.
+        c.write_file(b"esc/x", &attrs(0o644), b"x").unwrap();
+        c.make_dir(b"esc/d", &attrs(0o755)).unwrap();
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let esc = std::fs::symlink_metadata(dir.path().join("esc")).unwrap();
+        assert!(esc.is_dir());
+        assert_eq!(std::fs::read(dir.path().join("esc/x")).unwrap(), b"x");
     }
 }
