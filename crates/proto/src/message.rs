@@ -5,7 +5,7 @@
 
 use crate::codec::{put_bytes16, DecodeError, Reader};
 use crate::frame::{kind, FrameHeader, MAX_CONTROL_PAYLOAD};
-use crate::namespace::{self, DiskUsage, NsEntry, Request};
+use crate::namespace::{self, DiskUsage, NsEntry, PathDigest, Request};
 use crate::path::{self, MAX_PATH};
 
 /// Longest error text accepted from a peer.
@@ -129,7 +129,7 @@ pub enum Message {
     /// Part of a listing.
     Entries(Vec<NsEntry>),
     /// Part of a checksum reply: (path, digest).
-    Sums(Vec<(Vec<u8>, Vec<u8>)>),
+    Sums(Vec<PathDigest>),
     Usage(DiskUsage),
     /// Ends a streamed reply, or acknowledges a request that has no other reply.
     ReplyEnd,

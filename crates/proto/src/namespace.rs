@@ -15,6 +15,9 @@ pub const MAX_ENTRIES_PER_FRAME: usize = 65536;
 /// Payload size at which a sender starts a new `Entries` or `Sums` frame.
 pub const REPLY_FRAME_TARGET: usize = 512 << 10;
 
+/// A file's path and its digest, as listed by `Sums`.
+pub type PathDigest = (Vec<u8>, Vec<u8>);
+
 /// Digest algorithms of `Sum`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SumAlgo {
@@ -350,7 +353,7 @@ pub(crate) fn decode_entries(r: &mut Reader<'_>) -> Result<Vec<NsEntry>, DecodeE
     Ok(out)
 }
 
-pub(crate) fn encode_sums(sums: &[(Vec<u8>, Vec<u8>)], out: &mut Vec<u8>) {
+pub(crate) fn encode_sums(sums: &[PathDigest], out: &mut Vec<u8>) {
     out.extend_from_slice(&(sums.len() as u32).to_le_bytes());
     for (p, d) in sums {
         put_bytes16(out, p);
@@ -358,7 +361,7 @@ pub(crate) fn encode_sums(sums: &[(Vec<u8>, Vec<u8>)], out: &mut Vec<u8>) {
     }
 }
 
-pub(crate) fn decode_sums(r: &mut Reader<'_>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DecodeError> {
+pub(crate) fn decode_sums(r: &mut Reader<'_>) -> Result<Vec<PathDigest>, DecodeError> {
     let n = count(r, "checksum count")?;
     let mut out = Vec::with_capacity(n.min(r.remaining() / 4));
     for _ in 0..n {
