@@ -29,6 +29,20 @@ pub enum Command {
     /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
     /// 5 fatal I/O error (destination unwritable, disk full, read-only server).
     Cp(CpArgs),
+    /// List a directory on a server (one request however large): `ls [-l] [-R] URL`.
+    Ls(LsArgs),
+    /// Describe one entry on a server (a symlink is described, not followed).
+    Stat(StatArgs),
+    /// Count files, directories and bytes under a path, computed on the server.
+    Du(DuArgs),
+    /// Make a directory on a server (`-p`: with its parents, no error if it exists).
+    Mkdir(MkdirArgs),
+    /// Remove a file, symlink or empty directory on a server (`-r`: a whole tree, one request).
+    Rm(RmArgs),
+    /// Rename or move within one server; into an existing directory if TO is one.
+    Mv(MvArgs),
+    /// Checksums computed on the server where the data lives, printed like sha256sum.
+    Sum(SumArgs),
     /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
     Verify(VerifyArgs),
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
@@ -123,4 +137,97 @@ pub struct DemoArgs {
     /// Number of small files in the data set.
     #[arg(long, value_name = "N", default_value_t = 3000)]
     pub files: usize,
+}
+
+/// The token option shared by every command that talks to a server.
+#[derive(Debug, Args)]
+pub struct TokenArg {
+    /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Long listing: mode, size, mtime (UTC), name, link target.
+    #[arg(short = 'l')]
+    pub long: bool,
+    /// The whole tree below PATH, in one request.
+    #[arg(short = 'R')]
+    pub recursive: bool,
+    /// Print a JSON array of entries.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DuArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct MkdirArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Make parent directories as needed; no error if it exists.
+    #[arg(short = 'p')]
+    pub parents: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Remove a directory and everything below it.
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct MvArgs {
+    /// sprat://HOST:PORT/FROM
+    pub from: OsString,
+    /// sprat://HOST:PORT/TO (same server)
+    pub to: OsString,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct SumArgs {
+    /// sprat://HOST:PORT/PATH
+    pub url: OsString,
+    /// Every file below PATH.
+    #[arg(short = 'r')]
+    pub recursive: bool,
+    /// xxh3 (128-bit, the transfer checksum), sha256 or md5.
+    #[arg(long, value_name = "ALGO", default_value = "xxh3")]
+    pub algo: String,
+    #[command(flatten)]
+    pub token: TokenArg,
 }

@@ -3,6 +3,7 @@
 
 mod args;
 mod demo;
+mod namespace;
 mod size;
 
 use anyhow::Context;
@@ -40,6 +41,34 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(a) => serve(a),
         Command::Cp(a) => cp(a),
         Command::Verify(a) => verify(a),
+        Command::Ls(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::ls(a, key.as_ref())
+        }
+        Command::Stat(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::stat(a, key.as_ref())
+        }
+        Command::Du(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::du(a, key.as_ref())
+        }
+        Command::Mkdir(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::mkdir(a, key.as_ref())
+        }
+        Command::Rm(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::rm(a, key.as_ref())
+        }
+        Command::Mv(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::mv(a, key.as_ref())
+        }
+        Command::Sum(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            namespace::sum(a, key.as_ref())
+        }
         Command::Demo(a) => demo::run(a),
     }
 }

@@ -90,10 +90,25 @@ pub fn copy(
         (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => {
             pull(addr, path, d, key, options, src, dst)
         }
-        (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => Err(TransferError::Usage(
-            "copies between two servers are not supported yet; copy through a local directory"
-                .into(),
-        )),
+        (
+            Endpoint::Remote {
+                addr: src_addr,
+                path: src_path,
+            },
+            Endpoint::Remote {
+                addr: dst_addr,
+                path: dst_path,
+            },
+        ) => crate::remote::third_party(
+            src_addr,
+            src_path,
+            dst_addr,
+            dst_path,
+            key,
+            options,
+            src.to_string(),
+            dst.to_string(),
+        ),
     }
 }
 
@@ -326,8 +341,30 @@ fn push(
     src_ep: &Endpoint,
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
-    let started = Instant::now();
     let source = open_source(src)?;
+    push_source(
+        source,
+        addr,
+        path,
+        key,
+        options,
+        src_ep.to_string(),
+        dst_ep.to_string(),
+    )
+}
+
+/// Pushes an opened source (a local tree, or a server's own tree in a third-party transfer)
+/// to `path` on the server at `addr`.
+pub fn push_source(
+    source: Source,
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_label: String,
+    dst_label: String,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
     let op = Operation::Push {
         source_is_dir: matches!(source, Source::Dir(_)),
     };
@@ -383,8 +420,8 @@ fn push(
     };
     Ok(Report::new(
         "push",
-        src_ep.to_string(),
-        dst_ep.to_string(),
+        src_label,
+        dst_label,
         &counts,
         started.elapsed(),
         conns.len(),

@@ -2,7 +2,7 @@
 //! handshake run over them. All parsing and validation happens in the protocol crate.
 
 use crate::error::TransferError;
-use sprat_proto::auth::{ClientHandshake, ServerChallenge, TokenKey};
+use sprat_proto::auth::{ClientHandshake, Credential, ServerChallenge, TokenKey};
 use sprat_proto::frame::kind;
 use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
 use std::io::{IoSlice, Read, Write};
@@ -224,14 +224,22 @@ pub fn connect(addr: &str, key: Option<&TokenKey>) -> Result<Conn, TransferError
     Ok(conn)
 }
 
-/// Runs the server side of the handshake on a new connection.
-pub fn accept(conn: &mut Conn, key: Option<&TokenKey>) -> Result<(), TransferError> {
+/// Runs the server side of the handshake on a new connection; `tickets` are one-time keys
+/// also accepted. Returns the credential the client proved.
+pub fn accept(
+    conn: &mut Conn,
+    key: Option<&TokenKey>,
+    tickets: Vec<TokenKey>,
+) -> Result<Credential, TransferError> {
     let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
-    let (challenge, hello) = ServerChallenge::start(key.cloned(), random());
+    let (challenge, hello) = ServerChallenge::start(key.cloned(), tickets, random());
     conn.send(&hello)?;
     let answer = conn.recv_small()?;
-    match challenge.on_message(answer) {
-        Ok(reply) => conn.send(&reply)?,
+    let credential = match challenge.on_message(answer) {
+        Ok((reply, credential)) => {
+            conn.send(&reply)?;
+            credential
+        }
         Err(e) => {
             let _ = conn.send(&Message::Error {
                 code: sprat_proto::ErrorCode::AuthFailed,
@@ -242,7 +250,7 @@ pub fn accept(conn: &mut Conn, key: Option<&TokenKey>) -> Result<(), TransferErr
                 why: e.to_string(),
             });
         }
-    }
+    };
     let _ = conn.stream.set_read_timeout(None);
-    Ok(())
+    Ok(credential)
 }

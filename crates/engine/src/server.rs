@@ -11,10 +11,11 @@ use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::{self, Conn, Frame};
 use crate::report::Counts;
+use crate::requests;
 use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
 use crate::source::{self, SourceHandle};
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use sprat_proto::auth::TokenKey;
+use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::{Batch, ErrorCode, Message, Operation, RemoteStats};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Settings of a server.
 pub struct ServerConfig {
@@ -52,6 +54,8 @@ struct Shared {
     connections: AtomicUsize,
     /// Connections still in the handshake.
     handshaking: AtomicUsize,
+    tickets: Mutex<Vec<Ticket>>,
+    next_ticket: AtomicU64,
 }
 
 enum Session {
@@ -94,6 +98,8 @@ impl Server {
                 max_connections: config.max_connections,
                 connections: AtomicUsize::new(0),
                 handshaking: AtomicUsize::new(0),
+                tickets: Mutex::new(Vec::new()),
+                next_ticket: AtomicU64::new(1),
             }),
         })
     }
@@ -158,13 +164,69 @@ impl Drop for Admitted<'_> {
     }
 }
 
-fn handle_connection(shared: &Shared, mut conn: Conn) {
-    let authenticated = net::accept(&mut conn, shared.key.as_ref());
-    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
-    if let Err(e) = authenticated {
-        eprintln!("sprat serve: {e}");
-        return;
+/// A one-time credential for pushing one tree to this server (third-party transfers).
+struct Ticket {
+    id: u64,
+    key: TokenKey,
+    path: Vec<u8>,
+    expires: Instant,
+    /// The push session opened with it; the ticket dies with that session.
+    session: Option<[u8; 16]>,
+}
+
+/// How long an unused ticket stays valid.
+const TICKET_LIFETIME: Duration = Duration::from_secs(60);
+/// Most tickets outstanding at once.
+const MAX_TICKETS: usize = 256;
+
+/// What an authenticated connection may do.
+#[derive(Clone, Copy)]
+enum Access {
+    /// Everything the server allows (the token, or `--no-auth`).
+    Full,
+    /// Only the push the ticket was issued for.
+    Ticket(u64),
+}
+
+fn issue_ticket(shared: &Shared, path: Vec<u8>) -> ([u8; 32], Duration) {
+    let secret: [u8; 32] = net::random();
+    let mut tickets = lock(&shared.tickets);
+    let now = Instant::now();
+    tickets.retain(|t| t.session.is_some() || t.expires > now);
+    if tickets.len() >= MAX_TICKETS {
+        tickets.remove(0);
     }
+    tickets.push(Ticket {
+        id: shared.next_ticket.fetch_add(1, Ordering::Relaxed),
+        key: TokenKey::from_token(&secret),
+        path,
+        expires: now + TICKET_LIFETIME,
+        session: None,
+    });
+    (secret, TICKET_LIFETIME)
+}
+
+fn handle_connection(shared: &Shared, mut conn: Conn) {
+    let (ids, keys): (Vec<u64>, Vec<TokenKey>) = {
+        let now = Instant::now();
+        let mut tickets = lock(&shared.tickets);
+        tickets.retain(|t| t.session.is_some() || t.expires > now);
+        tickets
+            .iter()
+            .filter(|t| t.expires > now || t.session.is_some())
+            .map(|t| (t.id, t.key.clone()))
+            .unzip()
+    };
+    let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys);
+    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    let access = match authenticated {
+        Ok(Credential::Token) => Access::Full,
+        Ok(Credential::Ticket(i)) => Access::Ticket(ids[i]),
+        Err(e) => {
+            eprintln!("sprat serve: {e}");
+            return;
+        }
+    };
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
         let text = format!(
@@ -179,8 +241,39 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         Ok(m) => m,
         Err(_) => return,
     };
+    let ticket = match access {
+        Access::Full => None,
+        Access::Ticket(id) => {
+            let tickets = lock(&shared.tickets);
+            let Some(t) = tickets.iter().find(|t| t.id == id) else {
+                drop(tickets);
+                return refuse(
+                    &mut conn,
+                    ErrorCode::AuthFailed,
+                    "the ticket has expired".into(),
+                );
+            };
+            let allowed = match &first {
+                Message::Open {
+                    op: Operation::Push { .. },
+                    path,
+                } => t.session.is_none() && *path == t.path,
+                Message::Join { session } => t.session == Some(*session),
+                _ => false,
+            };
+            if !allowed {
+                drop(tickets);
+                return refuse(
+                    &mut conn,
+                    ErrorCode::PermissionDenied,
+                    "a ticket only allows the push it was issued for".into(),
+                );
+            }
+            Some(id)
+        }
+    };
     match first {
-        Message::Open { op, path } => open_session(shared, conn, op, path),
+        Message::Open { op, path } => open_session(shared, conn, op, path, ticket),
         Message::Join { session } => {
             let found = lock(&shared.sessions).get(&session).cloned();
             let Some(session) = found else {
@@ -198,15 +291,40 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                 Session::Pull(p) => serve_pull(&mut conn, p, false),
             };
         }
+        Message::Request(mut req) => {
+            let issue = |path: Vec<u8>| issue_ticket(shared, path);
+            let ctx = requests::Context {
+                root: &shared.root,
+                read_only: shared.read_only,
+                options: &shared.options,
+                issue_ticket: &issue,
+            };
+            // Several requests may follow one another on one connection.
+            loop {
+                if requests::answer(&ctx, &mut conn, req).is_err() {
+                    return;
+                }
+                req = match conn.recv_control() {
+                    Ok(Message::Request(r)) => r,
+                    _ => return,
+                };
+            }
+        }
         _ => refuse(
             &mut conn,
             ErrorCode::Protocol,
-            "expected Open or Join".into(),
+            "expected Open, Join or a request".into(),
         ),
     }
 }
 
-fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
+fn open_session(
+    shared: &Shared,
+    mut conn: Conn,
+    op: Operation,
+    path: Vec<u8>,
+    ticket: Option<u64>,
+) {
     let id: [u8; 16] = net::random();
     let (session, root_is_dir) = match op {
         Operation::Push { source_is_dir } => {
@@ -286,13 +404,22 @@ fn open_session(shared: &Shared, mut conn: Conn, op: Operation, path: Vec<u8>) {
     let session = Arc::new(session);
     lock(&shared.sessions).insert(id, session.clone());
     // The session lives as long as its control connection.
-    struct Forget<'a>(&'a Shared, [u8; 16]);
+    // A ticket is spent on the session it opened.
+    if let Some(tid) = ticket {
+        if let Some(t) = lock(&shared.tickets).iter_mut().find(|t| t.id == tid) {
+            t.session = Some(id);
+        }
+    }
+    struct Forget<'a>(&'a Shared, [u8; 16], Option<u64>);
     impl Drop for Forget<'_> {
         fn drop(&mut self) {
             lock(&self.0.sessions).remove(&self.1);
+            if let Some(tid) = self.2 {
+                lock(&self.0.tickets).retain(|t| t.id != tid);
+            }
         }
     }
-    let _forget = Forget(shared, id);
+    let _forget = Forget(shared, id, ticket);
     if conn
         .send(&Message::Opened {
             session: id,

@@ -54,22 +54,44 @@ pub enum AuthError {
 /// Server side, before the client answered the challenge.
 pub struct ServerChallenge {
     key: Option<TokenKey>,
+    tickets: Vec<TokenKey>,
     nonce: [u8; 32],
 }
 
+/// Which credential a client proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// The server's own token (or no token on a server run with `--no-auth`).
+    Token,
+    /// The one-time ticket at this index of the list given to [`ServerChallenge::start`].
+    Ticket(usize),
+}
+
 impl ServerChallenge {
-    /// Starts a handshake; send the returned hello. `key` is `None` on a server run with `--no-auth`.
-    pub fn start(key: Option<TokenKey>, nonce: [u8; 32]) -> (ServerChallenge, Message) {
+    /// Starts a handshake; send the returned hello. `key` is `None` on a server run with
+    /// `--no-auth`; `tickets` are one-time keys that grant narrower rights.
+    pub fn start(
+        key: Option<TokenKey>,
+        tickets: Vec<TokenKey>,
+        nonce: [u8; 32],
+    ) -> (ServerChallenge, Message) {
         let hello = Message::ServerHello {
             version: PROTOCOL_VERSION,
             auth_required: key.is_some(),
             nonce,
         };
-        (ServerChallenge { key, nonce }, hello)
+        (
+            ServerChallenge {
+                key,
+                tickets,
+                nonce,
+            },
+            hello,
+        )
     }
 
-    /// Checks the client's answer; on success returns the reply to send.
-    pub fn on_message(self, msg: Message) -> Result<Message, AuthError> {
+    /// Checks the client's answer; on success returns the reply to send and the credential used.
+    pub fn on_message(self, msg: Message) -> Result<(Message, Credential), AuthError> {
         let Message::ClientAuth {
             version,
             nonce,
@@ -81,18 +103,29 @@ impl ServerChallenge {
         if version != PROTOCOL_VERSION {
             return Err(AuthError::Version(version));
         }
-        match self.key {
-            None => Ok(Message::AuthOk { mac: [0; 32] }),
-            Some(key) => {
-                // blake3::Hash compares in constant time.
-                if key.mac(b"client", &self.nonce, &nonce) != blake3::Hash::from_bytes(mac) {
-                    return Err(AuthError::WrongToken);
-                }
-                Ok(Message::AuthOk {
-                    mac: *key.mac(b"server", &self.nonce, &nonce).as_bytes(),
-                })
-            }
-        }
+        let Some(key) = &self.key else {
+            return Ok((Message::AuthOk { mac: [0; 32] }, Credential::Token));
+        };
+        let given = blake3::Hash::from_bytes(mac);
+        // blake3::Hash compares in constant time.
+        let matched = std::iter::once(key)
+            .chain(self.tickets.iter())
+            .position(|k| k.mac(b"client", &self.nonce, &nonce) == given)
+            .ok_or(AuthError::WrongToken)?;
+        let used = if matched == 0 {
+            key
+        } else {
+            &self.tickets[matched - 1]
+        };
+        let credential = if matched == 0 {
+            Credential::Token
+        } else {
+            Credential::Ticket(matched - 1)
+        };
+        let reply = Message::AuthOk {
+            mac: *used.mac(b"server", &self.nonce, &nonce).as_bytes(),
+        };
+        Ok((reply, credential))
     }
 }
 
@@ -164,10 +197,10 @@ mod tests {
 
     fn run(server_token: Option<&[u8]>, client_token: Option<&[u8]>) -> Result<(), AuthError> {
         let (server, hello) =
-            ServerChallenge::start(server_token.map(TokenKey::from_token), [1; 32]);
+            ServerChallenge::start(server_token.map(TokenKey::from_token), Vec::new(), [1; 32]);
         let client = ClientHandshake::new(client_token.map(TokenKey::from_token), [2; 32]);
         let (client, answer) = client.on_message(hello)?;
-        let reply = server.on_message(answer)?;
+        let (reply, _) = server.on_message(answer)?;
         client.on_message(reply)
     }
 
@@ -192,6 +225,18 @@ mod tests {
     }
 
     #[test]
+    fn a_ticket_authenticates_as_a_ticket() {
+        let tickets = vec![TokenKey::from_token(b"t1"), TokenKey::from_token(b"t2")];
+        let (server, hello) =
+            ServerChallenge::start(Some(TokenKey::from_token(b"secret")), tickets, [1; 32]);
+        let client = ClientHandshake::new(Some(TokenKey::from_token(b"t2")), [2; 32]);
+        let (client, answer) = client.on_message(hello).unwrap();
+        let (reply, credential) = server.on_message(answer).unwrap();
+        assert_eq!(credential, Credential::Ticket(1));
+        assert_eq!(client.on_message(reply), Ok(()));
+    }
+
+    #[test]
     fn client_detects_a_server_without_the_token() {
         let client = ClientHandshake::new(Some(TokenKey::from_token(b"secret")), [2; 32]);
         let hello = Message::ServerHello {
@@ -209,7 +254,8 @@ mod tests {
     #[test]
     fn the_token_is_not_in_any_message() {
         let token = b"very-secret-token-value";
-        let (server, hello) = ServerChallenge::start(Some(TokenKey::from_token(token)), [1; 32]);
+        let (server, hello) =
+            ServerChallenge::start(Some(TokenKey::from_token(token)), Vec::new(), [1; 32]);
         let (_, answer) = ClientHandshake::new(Some(TokenKey::from_token(token)), [2; 32])
             .on_message(hello)
             .unwrap();

@@ -8,6 +8,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod namespace;
 pub mod read;
 pub mod root;
 pub mod scan;
@@ -15,7 +16,9 @@ pub mod write;
 
 pub use error::StoreError;
 pub use root::{Root, Source};
-pub use scan::{scan, stat_root_file, EntryType, ScanEntry, ScanOptions};
+pub use scan::{
+    list_directory, scan, stat_path, stat_root_file, EntryType, ScanEntry, ScanOptions,
+};
 pub use write::{TreeWriter, WriterCursor};
 
 /// Permission bits and modification time of a file, directory or link.

@@ -134,6 +134,31 @@ fn worker(
     }
 }
 
+/// Lists the entries of directory `dir` below `root` (not recursive), sorted by inode.
+pub fn list_directory(root: &Root, dir: &[u8]) -> Vec<ScanEntry> {
+    let mut buf = vec![MaybeUninit::uninit(); ScanOptions::default().dirent_buffer];
+    list_dir(root, dir, &mut buf).0
+}
+
+/// Examines `rel` below `root` without following a final symlink (`lstat`).
+pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
+    let entry = if rel.is_empty() {
+        try_stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH)
+    } else {
+        let (dir, name) = crate::split_parent(rel);
+        let fd = root
+            .open_dir(dir)
+            .map_err(|e| StoreError::new("stat", rel, crate::root::escape_error(e)))?;
+        try_stat_entry(
+            &fd,
+            OsStr::from_bytes(name),
+            rel.to_vec(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+    };
+    entry
+}
+
 /// Lists one directory; returns its entries (by inode) and its subdirectories to visit.
 fn list_dir(
     root: &Root,
@@ -188,6 +213,16 @@ fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
     path: Vec<u8>,
     flags: AtFlags,
 ) -> ScanEntry {
+    let fallback = path.clone();
+    try_stat_entry(dir, name, path, flags).unwrap_or_else(|err| failed(fallback, err))
+}
+
+fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
+    dir: Fd,
+    name: P,
+    path: Vec<u8>,
+    flags: AtFlags,
+) -> Result<ScanEntry, StoreError> {
     let mask = StatxFlags::TYPE
         | StatxFlags::MODE
         | StatxFlags::SIZE
@@ -195,10 +230,7 @@ fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
         | StatxFlags::INO;
     let st = match statx(&dir, name, flags, mask) {
         Ok(st) => st,
-        Err(e) => {
-            let err = StoreError::new("stat", &path, e);
-            return failed(path, err);
-        }
+        Err(e) => return Err(StoreError::new("stat", &path, e)),
     };
     let kind = match FileType::from_raw_mode(st.stx_mode as u32) {
         FileType::RegularFile => EntryType::File,
@@ -226,13 +258,10 @@ fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
     if kind == EntryType::Symlink {
         match rustix::fs::readlinkat(&dir, OsStr::from_bytes(entry.name()), Vec::new()) {
             Ok(target) => entry.link_target = Some(target.into_bytes()),
-            Err(e) => {
-                let err = StoreError::new("read link", &entry.path, e);
-                return failed(entry.path, err);
-            }
+            Err(e) => return Err(StoreError::new("read link", &entry.path, e)),
         }
     }
-    entry
+    Ok(entry)
 }
 
 fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {

@@ -1,0 +1,273 @@
+//! The namespace commands: `ls`, `stat`, `du`, `mkdir`, `rm`, `mv`, `sum`. Each is one request
+//! to the server and one reply, however large the tree.
+
+use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
+use anyhow::bail;
+use serde_json::json;
+use sprat_engine::{remote, Endpoint, TransferError};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::{NsEntry, NsKind, Request, SumAlgo};
+use std::ffi::OsStr;
+
+/// A parsed `sprat://HOST:PORT/PATH` argument.
+fn remote_url(arg: &OsStr) -> anyhow::Result<(String, Vec<u8>)> {
+    match Endpoint::parse(arg)? {
+        Endpoint::Remote { addr, path } => Ok((addr, path)),
+        Endpoint::Local(p) => Err(TransferError::Usage(format!(
+            "'{}' is not a sprat://HOST:PORT/PATH URL",
+            p.display()
+        ))
+        .into()),
+    }
+}
+
+fn shown(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
+fn kind_name(k: NsKind) -> &'static str {
+    match k {
+        NsKind::File => "file",
+        NsKind::Dir => "directory",
+        NsKind::Symlink => "symlink",
+        NsKind::Special => "special",
+    }
+}
+
+/// `drwxr-xr-x`-style permissions.
+fn mode_string(e: &NsEntry) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match e.kind {
+        NsKind::Dir => 'd',
+        NsKind::Symlink => 'l',
+        NsKind::File => '-',
+        NsKind::Special => '?',
+    });
+    let m = e.mode;
+    for (shift, special, lower, upper) in [
+        (6, 0o4000, 's', 'S'),
+        (3, 0o2000, 's', 'S'),
+        (0, 0o1000, 't', 'T'),
+    ] {
+        let bits = (m >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(match (bits & 1 != 0, m & special != 0) {
+            (true, true) => lower,
+            (false, true) => upper,
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC.
+fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn entry_json(e: &NsEntry) -> serde_json::Value {
+    json!({
+        "path": shown(&e.path),
+        "type": kind_name(e.kind),
+        "size": e.size,
+        "mode": format!("{:04o}", e.mode),
+        "mtime": e.mtime_sec,
+        "mtime_nsec": e.mtime_nsec,
+        "target": if e.kind == NsKind::Symlink { Some(shown(&e.target)) } else { None },
+    })
+}
+
+fn long_line(e: &NsEntry, name: &str) -> String {
+    let mut line = format!(
+        "{} {:>12} {} {}",
+        mode_string(e),
+        e.size,
+        utc(e.mtime_sec),
+        name
+    );
+    if e.kind == NsKind::Symlink {
+        line.push_str(" -> ");
+        line.push_str(&shown(&e.target));
+    }
+    line
+}
+
+pub fn ls(a: LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    let mut entries = Vec::new();
+    remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))?;
+    // A listed file is shown by its own name; a listed directory by its contents.
+    let listed_is_dir = entries
+        .iter()
+        .any(|e| e.path.is_empty() && e.kind == NsKind::Dir);
+    if listed_is_dir {
+        entries.retain(|e| !e.path.is_empty());
+    } else if let Some(e) = entries.first_mut() {
+        e.path = sprat_store::split_parent(&path).1.to_vec();
+    }
+    entries.sort_by(|x, y| x.path.cmp(&y.path));
+    let mut out = String::new();
+    if a.json {
+        out = serde_json::to_string(&entries.iter().map(entry_json).collect::<Vec<_>>())? + "\n";
+    } else {
+        for e in &entries {
+            let name = shown(&e.path);
+            out.push_str(&if a.long { long_line(e, &name) } else { name });
+            out.push('\n');
+        }
+    }
+    crate::print_quietly(&out)?;
+    Ok(0)
+}
+
+pub fn stat(a: StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    let mut e = remote::stat(&addr, key, &path)?;
+    e.path = path.clone();
+    let out = if a.json {
+        serde_json::to_string(&entry_json(&e))? + "\n"
+    } else {
+        let mut s = format!(
+            "  path: {}\n  type: {}\n  size: {}\n  mode: {:04o} ({})\n mtime: {}.{:09} UTC\n",
+            a.url.to_string_lossy(),
+            kind_name(e.kind),
+            e.size,
+            e.mode,
+            mode_string(&e),
+            utc(e.mtime_sec),
+            e.mtime_nsec
+        );
+        if e.kind == NsKind::Symlink {
+            s.push_str(&format!("target: {}\n", shown(&e.target)));
+        }
+        s
+    };
+    crate::print_quietly(&out)?;
+    Ok(0)
+}
+
+pub fn du(a: DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    let u = remote::du(&addr, key, &path)?;
+    let out = if a.json {
+        serde_json::to_string(&json!({
+            "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
+        }))? + "\n"
+    } else {
+        format!(
+            "{} bytes ({})\t{} files, {} directories, {} symlinks\t{}\n",
+            u.bytes,
+            sprat_engine::report::human_bytes(u.bytes),
+            u.files,
+            u.dirs,
+            u.symlinks,
+            a.url.to_string_lossy()
+        )
+    };
+    crate::print_quietly(&out)?;
+    Ok(0)
+}
+
+pub fn mkdir(a: MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    remote::simple(
+        &addr,
+        key,
+        Request::Mkdir {
+            path,
+            parents: a.parents,
+        },
+    )?;
+    Ok(0)
+}
+
+pub fn rm(a: RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    remote::simple(
+        &addr,
+        key,
+        Request::Remove {
+            path,
+            recursive: a.recursive,
+        },
+    )?;
+    Ok(0)
+}
+
+pub fn mv(a: MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, from) = remote_url(&a.from)?;
+    let (to_addr, to) = remote_url(&a.to)?;
+    if addr != to_addr {
+        bail!(TransferError::Usage(format!(
+            "mv works within one server; '{to_addr}' is not '{addr}' (use cp, then rm)"
+        )));
+    }
+    remote::simple(&addr, key, Request::Rename { from, to })?;
+    Ok(0)
+}
+
+pub fn sum(a: SumArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+    let (addr, path) = remote_url(&a.url)?;
+    let algo = match a.algo.as_str() {
+        "xxh3" => SumAlgo::Xxh3,
+        "sha256" => SumAlgo::Sha256,
+        "md5" => SumAlgo::Md5,
+        other => bail!(TransferError::Usage(format!(
+            "unknown --algo '{other}' (use xxh3, sha256 or md5)"
+        ))),
+    };
+    let mut sums = Vec::new();
+    remote::sum(&addr, key, &path, a.recursive, algo, |p, d| {
+        sums.push((p, d))
+    })?;
+    sums.sort();
+    let mut out = String::new();
+    for (p, d) in sums {
+        let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+        let full = sprat_proto::path::join(&path, &p);
+        out.push_str(&format!("{hex}  {}\n", shown(&full)));
+    }
+    crate::print_quietly(&out)?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_dates_and_modes() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20");
+        assert_eq!(utc(-1), "1969-12-31 23:59:59");
+        let e = NsEntry {
+            path: Vec::new(),
+            kind: NsKind::Dir,
+            size: 0,
+            mode: 0o1755,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            target: Vec::new(),
+        };
+        assert_eq!(mode_string(&e), "drwxr-xr-t");
+    }
+}

@@ -1,0 +1,190 @@
+//! Namespace operations from the client side: each is one request and one (possibly streamed)
+//! reply on a fresh authenticated connection, and third-party transfers, where this client
+//! directs one server to push a tree straight to another.
+
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::net::{self, Conn};
+use crate::report::{Counts, Report, Stages};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::{DiskUsage, NsEntry, Request, SumAlgo};
+use sprat_proto::Message;
+use std::time::{Duration, Instant};
+
+/// Sends `req` to the server at `addr` and returns the connection to read the reply from.
+fn request(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<Conn, TransferError> {
+    let mut conn = net::connect(addr, key)?;
+    conn.send(&Message::Request(req))?;
+    Ok(conn)
+}
+
+fn unexpected(conn: &Conn, m: Message) -> TransferError {
+    conn.protocol(format!("unexpected reply {m:?}"))
+}
+
+/// `ls` (`recursive`: `ls -R`): calls `each` for the listed path itself (empty relative path)
+/// and every entry below it, as the server streams them.
+pub fn list(
+    addr: &str,
+    key: Option<&TokenKey>,
+    path: &[u8],
+    recursive: bool,
+    mut each: impl FnMut(NsEntry),
+) -> Result<(), TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::List {
+            path: path.to_vec(),
+            recursive,
+        },
+    )?;
+    loop {
+        match conn.recv_control()? {
+            Message::Entries(entries) => entries.into_iter().for_each(&mut each),
+            Message::ReplyEnd => return Ok(()),
+            m => return Err(unexpected(&conn, m)),
+        }
+    }
+}
+
+/// `stat`: the entry at `path` (a symlink is described, not followed).
+pub fn stat(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<NsEntry, TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::Stat {
+            path: path.to_vec(),
+        },
+    )?;
+    let entry = match conn.recv_control()? {
+        Message::Entries(mut e) if e.len() == 1 => e.remove(0),
+        m => return Err(unexpected(&conn, m)),
+    };
+    match conn.recv_control()? {
+        Message::ReplyEnd => Ok(entry),
+        m => Err(unexpected(&conn, m)),
+    }
+}
+
+/// `du`: totals under `path`, computed on the server.
+pub fn du(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<DiskUsage, TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::Du {
+            path: path.to_vec(),
+        },
+    )?;
+    match conn.recv_control()? {
+        Message::Usage(u) => Ok(u),
+        m => Err(unexpected(&conn, m)),
+    }
+}
+
+/// Runs a request whose only reply is `ReplyEnd` (mkdir, rm, mv).
+pub fn simple(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<(), TransferError> {
+    let mut conn = request(addr, key, req)?;
+    match conn.recv_control()? {
+        Message::ReplyEnd => Ok(()),
+        m => Err(unexpected(&conn, m)),
+    }
+}
+
+/// `sum`: digests computed on the server; `each(path relative to `path`, digest)`.
+pub fn sum(
+    addr: &str,
+    key: Option<&TokenKey>,
+    path: &[u8],
+    recursive: bool,
+    algo: SumAlgo,
+    mut each: impl FnMut(Vec<u8>, Vec<u8>),
+) -> Result<(), TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::Sum {
+            path: path.to_vec(),
+            recursive,
+            algo,
+        },
+    )?;
+    loop {
+        match conn.recv_control()? {
+            Message::Sums(sums) => sums.into_iter().for_each(|(p, d)| each(p, d)),
+            Message::ReplyEnd => return Ok(()),
+            m => return Err(unexpected(&conn, m)),
+        }
+    }
+}
+
+/// Third-party copy: the destination server issues a one-time ticket for `dst_path`, and the
+/// source server pushes `src_path` to it with that ticket. The data never passes through this
+/// client; the report does.
+#[allow(clippy::too_many_arguments)]
+pub fn third_party(
+    src_addr: &str,
+    src_path: &[u8],
+    dst_addr: &str,
+    dst_path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_label: String,
+    dst_label: String,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let mut dst = request(
+        dst_addr,
+        key,
+        Request::Delegate {
+            path: dst_path.to_vec(),
+        },
+    )?;
+    let ticket = match dst.recv_control()? {
+        Message::Ticket { ticket, .. } => ticket,
+        m => return Err(unexpected(&dst, m)),
+    };
+    let mut src = request(
+        src_addr,
+        key,
+        Request::SendTo {
+            path: src_path.to_vec(),
+            addr: dst_addr.to_string(),
+            ticket,
+            dest: dst_path.to_vec(),
+            streams: options.streams as u16,
+        },
+    )?;
+    let mut counts = Counts::default();
+    let stats = loop {
+        match src.recv_control()? {
+            Message::BatchAck { failures, .. } => {
+                for (p, t) in failures {
+                    counts.add_failure(&p, &t);
+                }
+            }
+            Message::Done(stats) => break stats,
+            m => return Err(unexpected(&src, m)),
+        }
+    };
+    counts.files = stats.files;
+    counts.dirs = stats.dirs;
+    counts.symlinks = stats.symlinks;
+    counts.bytes = stats.bytes;
+    counts.failed = counts.failed.max(stats.failures);
+    let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
+    let stages = Stages {
+        scan_read_s: secs(stats.read_busy_ns),
+        network_s: Some(secs(stats.network_busy_ns)),
+        write_s: secs(stats.write_busy_ns),
+    };
+    Ok(Report::new(
+        "third-party",
+        src_label,
+        dst_label,
+        &counts,
+        started.elapsed(),
+        options.streams,
+        stages,
+    ))
+}

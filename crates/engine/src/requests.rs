@@ -1,0 +1,257 @@
+//! The server's answers to namespace requests: one request in, one (possibly streamed) reply
+//! out, however large the tree. Listings and checksums are sent in frames of about 512 KiB as
+//! they are produced, so memory stays bounded.
+
+use crate::client::push_source;
+use crate::config::TransferOptions;
+use crate::error::{code_for, TransferError};
+use crate::net::Conn;
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::{
+    entry_wire_size, DiskUsage, NsEntry, NsKind, PathDigest, Request, SumAlgo, REPLY_FRAME_TARGET,
+};
+use sprat_proto::{ErrorCode, Message, RemoteStats};
+use sprat_store::namespace::{self as ns, Digest};
+use sprat_store::{display_path, EntryType, Root, ScanEntry, StoreError};
+use std::time::Duration;
+
+/// What answering needs from the server.
+pub(crate) struct Context<'a> {
+    pub root: &'a Root,
+    pub read_only: bool,
+    pub options: &'a TransferOptions,
+    /// Issues a one-time ticket for pushing to a path; returns it and its lifetime.
+    pub issue_ticket: &'a dyn Fn(Vec<u8>) -> ([u8; 32], Duration),
+}
+
+/// Failure of a request, already in the form sent to the client.
+struct Refusal(ErrorCode, String);
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Refusal {
+        Refusal(code_for(&e), e.to_string())
+    }
+}
+
+impl From<TransferError> for Refusal {
+    fn from(e: TransferError) -> Refusal {
+        let code = match &e {
+            TransferError::Remote { code, .. } => *code,
+            TransferError::Auth { .. } => ErrorCode::AuthFailed,
+            _ => ErrorCode::Io,
+        };
+        Refusal(code, e.to_string())
+    }
+}
+
+/// Answers one request. Errors in sending end the connection; failures of the operation are
+/// reported to the client as `Error`.
+pub(crate) fn answer(
+    ctx: &Context<'_>,
+    conn: &mut Conn,
+    req: Request,
+) -> Result<(), TransferError> {
+    match execute(ctx, conn, req) {
+        Ok(()) => Ok(()),
+        Err(Refusal(code, text)) => conn.send(&Message::Error { code, text }),
+    }
+}
+
+fn writable(ctx: &Context<'_>, path: &[u8]) -> Result<(), Refusal> {
+    if ctx.read_only {
+        return Err(Refusal(
+            ErrorCode::ReadOnly,
+            format!(
+                "the server is read-only: refusing to change '{}'",
+                display_path(path)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn ns_entry(e: ScanEntry) -> NsEntry {
+    NsEntry {
+        kind: match e.kind {
+            EntryType::File => NsKind::File,
+            EntryType::Dir => NsKind::Dir,
+            EntryType::Symlink => NsKind::Symlink,
+            EntryType::Special => NsKind::Special,
+        },
+        size: e.size,
+        mode: e.attrs.mode,
+        mtime_sec: e.attrs.mtime_sec,
+        mtime_nsec: e.attrs.mtime_nsec,
+        target: e.link_target.unwrap_or_default(),
+        path: e.path,
+    }
+}
+
+/// Sends items in frames of about [`REPLY_FRAME_TARGET`] bytes.
+struct Batcher<'c, T> {
+    conn: &'c mut Conn,
+    items: Vec<T>,
+    bytes: usize,
+    wrap: fn(Vec<T>) -> Message,
+}
+
+impl<T> Batcher<'_, T> {
+    fn push(&mut self, item: T, size: usize) -> Result<(), Refusal> {
+        self.items.push(item);
+        self.bytes += size;
+        if self.bytes >= REPLY_FRAME_TARGET || self.items.len() >= 16384 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), Refusal> {
+        if !self.items.is_empty() {
+            let msg = (self.wrap)(std::mem::take(&mut self.items));
+            self.bytes = 0;
+            self.conn.send(&msg)?;
+        }
+        Ok(())
+    }
+}
+
+fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refusal> {
+    match req {
+        Request::List { path, recursive } => {
+            let mut out = Batcher {
+                conn,
+                items: Vec::new(),
+                bytes: 0,
+                wrap: Message::Entries,
+            };
+            ns::walk(ctx.root, &path, recursive, |e| {
+                let e = ns_entry(e);
+                let size = entry_wire_size(&e);
+                out.push(e, size)
+                    .map_err(|Refusal(_, t)| StoreError::other("list", &path, &t))
+            })?;
+            out.flush()?;
+            out.conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Stat { path } => {
+            let mut e = ns_entry(sprat_store::stat_path(ctx.root, &path)?);
+            e.path.clear();
+            conn.send(&Message::Entries(vec![e]))?;
+            conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Du { path } => {
+            let u = ns::usage(ctx.root, &path)?;
+            conn.send(&Message::Usage(DiskUsage {
+                files: u.files,
+                dirs: u.dirs,
+                symlinks: u.symlinks,
+                bytes: u.bytes,
+            }))?;
+        }
+        Request::Mkdir { path, parents } => {
+            writable(ctx, &path)?;
+            ns::make_dir(ctx.root, &path, parents)?;
+            conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Remove { path, recursive } => {
+            writable(ctx, &path)?;
+            ns::remove(ctx.root, &path, recursive)?;
+            conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Rename { from, to } => {
+            writable(ctx, &from)?;
+            ns::rename(ctx.root, &from, &to)?;
+            conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Sum {
+            path,
+            recursive,
+            algo,
+        } => {
+            let top = sprat_store::stat_path(ctx.root, &path)?;
+            if top.kind == EntryType::Dir && !recursive {
+                return Err(Refusal(
+                    ErrorCode::BadRequest,
+                    format!("'{}' is a directory (use -r)", display_path(&path)),
+                ));
+            }
+            let digest = match algo {
+                SumAlgo::Xxh3 => Digest::Xxh3,
+                SumAlgo::Sha256 => Digest::Sha256,
+                SumAlgo::Md5 => Digest::Md5,
+            };
+            let mut out: Batcher<'_, PathDigest> = Batcher {
+                conn,
+                items: Vec::new(),
+                bytes: 0,
+                wrap: Message::Sums,
+            };
+            ns::walk(ctx.root, &path, true, |e| {
+                if e.kind != EntryType::File {
+                    return Ok(());
+                }
+                let full = sprat_store::join(&path, &e.path);
+                let d = ns::checksum_file(ctx.root, &full, digest)?;
+                let size = e.path.len() + d.len() + 4;
+                out.push((e.path, d), size)
+                    .map_err(|Refusal(_, t)| StoreError::other("checksum", &full, &t))
+            })?;
+            out.flush()?;
+            out.conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Delegate { path } => {
+            writable(ctx, &path)?;
+            let (ticket, lifetime) = (ctx.issue_ticket)(path);
+            conn.send(&Message::Ticket {
+                ticket,
+                expires_in_s: lifetime.as_secs() as u32,
+            })?;
+        }
+        Request::SendTo {
+            path,
+            addr,
+            ticket,
+            dest,
+            streams,
+        } => {
+            let source = ctx.root.source(&path)?;
+            let options = TransferOptions {
+                streams: (streams as usize).clamp(1, 64),
+                ..ctx.options.clone()
+            };
+            let key = TokenKey::from_token(&ticket);
+            let report = push_source(
+                source,
+                &addr,
+                &dest,
+                Some(&key),
+                &options,
+                display_path(&path),
+                format!("sprat://{addr}/{}", display_path(&dest)),
+            )?;
+            if !report.failures.is_empty() {
+                conn.send(&Message::BatchAck {
+                    seq: 0,
+                    files: 0,
+                    bytes: 0,
+                    failures: report
+                        .failures
+                        .iter()
+                        .map(|f| (f.path.clone().into_bytes(), f.error.clone()))
+                        .collect(),
+                })?;
+            }
+            let ns = |s: f64| (s * 1e9) as u64;
+            conn.send(&Message::Done(RemoteStats {
+                files: report.files,
+                dirs: report.dirs,
+                symlinks: report.symlinks,
+                bytes: report.bytes,
+                failures: report.failed,
+                read_busy_ns: ns(report.stages.scan_read_s),
+                network_busy_ns: ns(report.stages.network_s.unwrap_or(0.0)),
+                write_busy_ns: ns(report.stages.write_s),
+            }))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,336 @@
+//! Namespace operations on a confined root: make directories, remove (recursively), rename,
+//! disk usage and checksums. Every path is resolved below the root; removal never follows a
+//! symlink (a link is removed, not what it points to).
+
+use crate::error::StoreError;
+use crate::root::{escape_error, Root};
+use crate::scan::{scan, EntryType, ScanEntry, ScanOptions};
+use rustix::fs::{
+    mkdirat, openat, renameat, statx, unlinkat, AtFlags, FileType, Mode, OFlags, RawDir, StatxFlags,
+};
+use rustix::io::Errno;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+fn os(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b)
+}
+
+/// The root itself may be listed but not removed, renamed or replaced.
+fn not_root(op: &'static str, rel: &[u8]) -> Result<(), StoreError> {
+    if rel.is_empty() {
+        return Err(StoreError::new(
+            op,
+            rel,
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the exported root itself cannot be changed",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn parent_of<'p>(
+    root: &Root,
+    op: &'static str,
+    rel: &'p [u8],
+) -> Result<(OwnedFd, &'p [u8]), StoreError> {
+    let (dir, name) = crate::split_parent(rel);
+    let fd = root
+        .open_dir(dir)
+        .map_err(|e| StoreError::new(op, rel, escape_error(e)))?;
+    Ok((fd, name))
+}
+
+/// `mkdir` (or `mkdir -p` with `parents`).
+pub fn make_dir(root: &Root, rel: &[u8], parents: bool) -> Result<(), StoreError> {
+    not_root("create directory", rel)?;
+    if parents {
+        return root.mkdir_all(rel).map(|_| ());
+    }
+    let (dir, name) = parent_of(root, "create directory", rel)?;
+    mkdirat(&dir, os(name), Mode::from_raw_mode(0o755))
+        .map_err(|e| StoreError::new("create directory", rel, e))
+}
+
+/// `rm` (or `rm -r` with `recursive`); returns the number of entries removed.
+pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreError> {
+    not_root("remove", rel)?;
+    let (dir, name) = parent_of(root, "remove", rel)?;
+    let st = statx(&dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+        .map_err(|e| StoreError::new("remove", rel, e))?;
+    if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
+        unlinkat(&dir, os(name), AtFlags::empty())
+            .map_err(|e| StoreError::new("remove", rel, e))?;
+        return Ok(1);
+    }
+    if !recursive {
+        return unlinkat(&dir, os(name), AtFlags::REMOVEDIR)
+            .map(|()| 1)
+            .map_err(|e| match e {
+                Errno::NOTEMPTY | Errno::EXIST => {
+                    StoreError::other("remove", rel, "is a directory that is not empty (use -r)")
+                }
+                e => StoreError::new("remove", rel, e),
+            });
+    }
+    let mut buf = vec![MaybeUninit::uninit(); 64 << 10];
+    let mut path = rel.to_vec();
+    remove_tree(&dir, name, &mut path, &mut buf)
+}
+
+/// Removes directory `name` in `parent` and everything below it, descending by descriptor so
+/// that no symlink is ever followed. `path` names it in errors.
+fn remove_tree(
+    parent: &OwnedFd,
+    name: &[u8],
+    path: &mut Vec<u8>,
+    buf: &mut [MaybeUninit<u8>],
+) -> Result<u64, StoreError> {
+    let fd = openat(
+        parent,
+        os(name),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| StoreError::new("remove", path, e))?;
+    let mut removed = 0;
+    loop {
+        // Read a buffer of names, remove them, and read again until the directory is empty.
+        let mut names = Vec::new();
+        let mut iter = RawDir::new(&fd, &mut *buf);
+        while let Some(item) = iter.next() {
+            let entry = item.map_err(|e| StoreError::new("remove", path, e))?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push((n.to_vec(), entry.file_type()));
+            }
+        }
+        if names.is_empty() {
+            break;
+        }
+        for (child, kind) in names {
+            let len = path.len();
+            path.push(b'/');
+            path.extend_from_slice(&child);
+            let result = match unlinkat(&fd, os(&child), AtFlags::empty()) {
+                Ok(()) => Ok(1),
+                Err(Errno::ISDIR) | Err(Errno::PERM) if kind != FileType::RegularFile => {
+                    remove_tree(
+                        &fd,
+                        &child,
+                        path,
+                        &mut vec![MaybeUninit::uninit(); 16 << 10],
+                    )
+                }
+                Err(e) => Err(StoreError::new("remove", path, e)),
+            };
+            path.truncate(len);
+            removed += result?;
+        }
+        rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0))
+            .map_err(|e| StoreError::new("remove", path, e))?;
+    }
+    drop(fd);
+    unlinkat(parent, os(name), AtFlags::REMOVEDIR)
+        .map_err(|e| StoreError::new("remove", path, e))?;
+    Ok(removed + 1)
+}
+
+/// `mv`: renames `from` to `to`; when `to` is an existing directory, `from` moves into it.
+pub fn rename(root: &Root, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
+    not_root("move", from)?;
+    let (from_dir, from_name) = parent_of(root, "move", from)?;
+    let into = root
+        .open_beneath(to, OFlags::PATH)
+        .ok()
+        .and_then(|fd| statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE).ok())
+        .is_some_and(|st| FileType::from_raw_mode(st.stx_mode as u32) == FileType::Directory);
+    let target = if into {
+        crate::join(to, from_name)
+    } else {
+        to.to_vec()
+    };
+    not_root("move", &target)?;
+    let (to_dir, to_name) = parent_of(root, "move", &target)?;
+    renameat(&from_dir, os(from_name), &to_dir, os(to_name))
+        .map_err(|e| StoreError::new("move", from, e))
+}
+
+/// Totals under a path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+}
+
+/// Walks `rel` (a file or a whole tree), calling `each` for every entry; entries are
+/// relative to `rel`. The first unreadable entry is an error.
+pub fn walk(
+    root: &Root,
+    rel: &[u8],
+    recursive: bool,
+    mut each: impl FnMut(ScanEntry) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let top = crate::scan::stat_path(root, rel)?;
+    if top.kind != EntryType::Dir {
+        let mut top = top;
+        top.path.clear();
+        return each(top);
+    }
+    let sub = root.sub_root(rel)?;
+    if !recursive {
+        let mut me = top;
+        me.path.clear();
+        each(me)?;
+        for e in crate::scan::list_directory(&sub, b"") {
+            if let Some(err) = &e.error {
+                return Err(StoreError::other("list", &crate::join(rel, &e.path), err));
+            }
+            each(e)?;
+        }
+        return Ok(());
+    }
+    let (tx, rx) = crossbeam_channel::bounded(16);
+    std::thread::scope(|s| {
+        let sub = &sub;
+        s.spawn(move || scan(sub, ScanOptions::default(), tx));
+        for listing in rx {
+            for e in listing {
+                if let Some(err) = &e.error {
+                    return Err(StoreError::other("list", &crate::join(rel, &e.path), err));
+                }
+                each(e)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `du`: files, directories, symlinks and bytes under `rel`.
+pub fn usage(root: &Root, rel: &[u8]) -> Result<Usage, StoreError> {
+    let mut u = Usage::default();
+    walk(root, rel, true, |e| {
+        match e.kind {
+            EntryType::File => {
+                u.files += 1;
+                u.bytes += e.size;
+            }
+            EntryType::Dir => u.dirs += 1,
+            EntryType::Symlink => u.symlinks += 1,
+            EntryType::Special => {}
+        }
+        Ok(())
+    })?;
+    Ok(u)
+}
+
+/// Digest algorithms for [`checksum_file`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Digest {
+    Xxh3,
+    Sha256,
+    Md5,
+}
+
+/// Reads file `rel` below `root` (never through a final symlink) and returns its digest.
+pub fn checksum_file(root: &Root, rel: &[u8], digest: Digest) -> Result<Vec<u8>, StoreError> {
+    let (dir, name) = parent_of(root, "checksum", rel)?;
+    let fd = openat(
+        &dir,
+        os(name),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|e| StoreError::new("checksum", rel, e))?;
+    let mut file = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut xxh = xxhash_rust::xxh3::Xxh3::new();
+    let mut sha = <sha2::Sha256 as sha2::Digest>::new();
+    let mut md5 = <md5::Md5 as md5::Digest>::new();
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(StoreError::new("checksum", rel, e)),
+        };
+        match digest {
+            Digest::Xxh3 => xxh.update(&buf[..n]),
+            Digest::Sha256 => sha2::Digest::update(&mut sha, &buf[..n]),
+            Digest::Md5 => md5::Digest::update(&mut md5, &buf[..n]),
+        }
+    }
+    Ok(match digest {
+        Digest::Xxh3 => xxh.digest128().to_be_bytes().to_vec(),
+        Digest::Sha256 => sha2::Digest::finalize(sha).to_vec(),
+        Digest::Md5 => md5::Digest::finalize(md5).to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_tree_deletes_links_not_their_targets() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"x").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("t/a/b");
+        std::fs::create_dir_all(&t).unwrap();
+        for i in 0..300 {
+            std::fs::write(t.join(format!("f{i}")), b"x").unwrap();
+        }
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("t/link")).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        assert!(remove(&root, b"t", false).is_err());
+        assert_eq!(remove(&root, b"t", true).unwrap(), 300 + 4);
+        assert!(!dir.path().join("t").exists());
+        assert!(outside.path().join("keep").exists());
+        assert!(remove(&root, b"", true).is_err());
+    }
+
+    #[test]
+    fn rename_moves_into_existing_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        rename(&root, b"f", b"d").unwrap();
+        assert!(dir.path().join("d/f").exists());
+        rename(&root, b"d/f", b"g").unwrap();
+        assert!(dir.path().join("g").exists());
+    }
+
+    #[test]
+    fn digests_match_known_values() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("abc"), b"abc").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let hex = |d: Vec<u8>| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(
+            hex(checksum_file(&root, b"abc", Digest::Md5).unwrap()),
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
+        assert_eq!(
+            hex(checksum_file(&root, b"abc", Digest::Sha256).unwrap()),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            u128::from_be_bytes(
+                checksum_file(&root, b"abc", Digest::Xxh3)
+                    .unwrap()
+                    .try_into()
+                    .unwrap()
+            ),
+            crate::checksum(b"abc")
+        );
+    }
+}
