@@ -43,6 +43,9 @@ pub enum Command {
     Mv(MvArgs),
     /// Checksums computed on the server where the data lives, printed like sha256sum.
     Sum(SumArgs),
+    /// WAN emulation for tests and benchmarks: forward connections with a one-way delay, a
+    /// rate cap and a bounded window (prints `listening on HOST:PORT` first).
+    Relay(RelayArgs),
     /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
     Verify(VerifyArgs),
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
@@ -230,4 +233,23 @@ pub struct SumArgs {
     pub algo: String,
     #[command(flatten)]
     pub token: TokenArg,
+}
+
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// Address to accept connections on (port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: SocketAddr,
+    /// Address to forward every connection to.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub to: SocketAddr,
+    /// One-way delay added in each direction (e.g. 15ms: a 30 ms round trip).
+    #[arg(long, value_name = "TIME", default_value = "0ms", value_parser = crate::relay::parse_duration)]
+    pub delay: std::time::Duration,
+    /// Bandwidth cap per direction and connection (e.g. 1gbit; 0 = none).
+    #[arg(long, value_name = "RATE", default_value = "0", value_parser = crate::relay::parse_rate)]
+    pub rate: f64,
+    /// Most bytes in flight per direction and connection (a TCP window).
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    pub window: u64,
 }

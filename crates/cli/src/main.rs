@@ -4,6 +4,7 @@
 mod args;
 mod demo;
 mod namespace;
+mod relay;
 mod size;
 
 use anyhow::Context;
@@ -41,6 +42,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(a) => serve(a),
         Command::Cp(a) => cp(a),
         Command::Verify(a) => verify(a),
+        Command::Relay(a) => relay::run(a),
         Command::Ls(a) => {
             let key = token(a.token.token_file.as_deref())?;
             namespace::ls(a, key.as_ref())

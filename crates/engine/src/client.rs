@@ -284,11 +284,11 @@ fn open_session(
     path: &[u8],
     streams: usize,
 ) -> Result<(Vec<Conn>, bool), TransferError> {
-    let mut control = net::connect(addr, key)?;
-    control.send(&Message::Open {
+    let open = Message::Open {
         op,
         path: path.to_vec(),
-    })?;
+    };
+    let mut control = net::connect(addr, key, &open)?;
     let (session, root_is_dir) = match control.recv_control()? {
         Message::Opened {
             session,
@@ -296,14 +296,31 @@ fn open_session(
         } => (session, root_is_dir),
         other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
     };
+    // The other streams join in parallel: one round trip in all, not one per stream.
+    let joined: Vec<Result<Conn, TransferError>> = std::thread::scope(|s| {
+        let joins: Vec<_> = (1..streams)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut c = net::connect(addr, key, &Message::Join { session })?;
+                    match c.recv_control()? {
+                        Message::Joined => Ok(c),
+                        other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
+                    }
+                })
+            })
+            .collect();
+        joins
+            .into_iter()
+            .map(|j| {
+                j.join().unwrap_or_else(|_| {
+                    Err(TransferError::Local("a connecting thread failed".into()))
+                })
+            })
+            .collect()
+    });
     let mut conns = vec![control];
-    for _ in 1..streams {
-        let mut c = net::connect(addr, key)?;
-        c.send(&Message::Join { session })?;
-        match c.recv_control()? {
-            Message::Joined => conns.push(c),
-            other => return Err(c.protocol(format!("expected Joined, got {other:?}"))),
-        }
+    for c in joined {
+        conns.push(c?);
     }
     Ok((conns, root_is_dir))
 }

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Sends `req` to the server at `addr` and returns the connection to read the reply from.
 fn request(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<Conn, TransferError> {
-    let mut conn = net::connect(addr, key)?;
-    conn.send(&Message::Request(req))?;
-    Ok(conn)
+    net::connect(addr, key, &Message::Request(req))
 }
 
 fn unexpected(conn: &Conn, m: Message) -> TransferError {
