@@ -43,34 +43,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(a) => cp(a),
         Command::Verify(a) => verify(a),
         Command::Relay(a) => relay::run(a),
-        Command::Ls(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::ls(a, key.as_ref())
-        }
-        Command::Stat(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::stat(a, key.as_ref())
-        }
-        Command::Du(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::du(a, key.as_ref())
-        }
-        Command::Mkdir(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::mkdir(a, key.as_ref())
-        }
-        Command::Rm(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::rm(a, key.as_ref())
-        }
-        Command::Mv(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::mv(a, key.as_ref())
-        }
-        Command::Sum(a) => {
-            let key = token(a.token.token_file.as_deref())?;
-            namespace::sum(a, key.as_ref())
-        }
+        Command::Ls(a) => namespace::ls(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Stat(a) => namespace::stat(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Du(a) => namespace::du(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Mkdir(a) => namespace::mkdir(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Rm(a) => namespace::rm(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Mv(a) => namespace::mv(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Sum(a) => namespace::sum(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Demo(a) => demo::run(a),
     }
 }

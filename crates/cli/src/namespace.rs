@@ -111,7 +111,7 @@ fn long_line(e: &NsEntry, name: &str) -> String {
     line
 }
 
-pub fn ls(a: LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn ls(a: &LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let mut entries = Vec::new();
     remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))?;
@@ -139,7 +139,7 @@ pub fn ls(a: LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn stat(a: StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn stat(a: &StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let mut e = remote::stat(&addr, key, &path)?;
     e.path = path.clone();
@@ -165,7 +165,7 @@ pub fn stat(a: StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn du(a: DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn du(a: &DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let u = remote::du(&addr, key, &path)?;
     let out = if a.json {
@@ -187,7 +187,7 @@ pub fn du(a: DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mkdir(a: MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn mkdir(a: &MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     remote::simple(
         &addr,
@@ -200,7 +200,7 @@ pub fn mkdir(a: MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn rm(a: RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn rm(a: &RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     remote::simple(
         &addr,
@@ -213,7 +213,7 @@ pub fn rm(a: RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mv(a: MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn mv(a: &MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, from) = remote_url(&a.from)?;
     let (to_addr, to) = remote_url(&a.to)?;
     if addr != to_addr {
@@ -225,7 +225,7 @@ pub fn mv(a: MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn sum(a: SumArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn sum(a: &SumArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let algo = match a.algo.as_str() {
         "xxh3" => SumAlgo::Xxh3,
