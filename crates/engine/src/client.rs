@@ -99,6 +99,18 @@ pub fn copy(
                 addr: dst_addr,
                 path: dst_path,
             },
+        ) if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) => Err(
+            TransferError::Usage(format!("destination '{dst}' is the source or inside it")),
+        ),
+        (
+            Endpoint::Remote {
+                addr: src_addr,
+                path: src_path,
+            },
+            Endpoint::Remote {
+                addr: dst_addr,
+                path: dst_path,
+            },
         ) => crate::remote::third_party(
             src_addr,
             src_path,

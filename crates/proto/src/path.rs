@@ -53,6 +53,13 @@ pub fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Whether relative path `inner` is `outer` or lies below it (component-wise).
+pub fn is_within(inner: &[u8], outer: &[u8]) -> bool {
+    outer.is_empty()
+        || inner == outer
+        || (inner.starts_with(outer) && inner.get(outer.len()) == Some(&b'/'))
+}
+
 /// Normalises a user-given path (from a URL): drops empty and `.` components and leading
 /// slashes, keeps `..` so that [`validate`] refuses it.
 pub fn normalize_user_path(path: &[u8]) -> Vec<u8> {
@@ -88,6 +95,15 @@ mod tests {
         }
         assert!(validate(&vec![b'a'; 256]).is_err());
         assert!(validate(&vec![b'a'; MAX_PATH + 1]).is_err());
+    }
+
+    #[test]
+    fn within_compares_whole_components() {
+        assert!(is_within(b"a/b", b"a"));
+        assert!(is_within(b"a", b"a"));
+        assert!(is_within(b"x", b""));
+        assert!(!is_within(b"ab", b"a"));
+        assert!(!is_within(b"a", b"a/b"));
     }
 
     #[test]

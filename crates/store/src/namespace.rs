@@ -145,11 +145,13 @@ fn remove_tree(
 pub fn rename(root: &Root, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
     not_root("move", from)?;
     let (from_dir, from_name) = parent_of(root, "move", from)?;
-    let into = root
-        .open_beneath(to, OFlags::PATH)
-        .ok()
-        .and_then(|fd| statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE).ok())
-        .is_some_and(|st| FileType::from_raw_mode(st.stx_mode as u32) == FileType::Directory);
+    let into = match root.open_beneath(to, OFlags::PATH) {
+        Ok(fd) => statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
+            .is_ok_and(|st| FileType::from_raw_mode(st.stx_mode as u32) == FileType::Directory),
+        // A symlink leading outside the root is neither followed nor replaced.
+        Err(Errno::XDEV) => return Err(StoreError::new("move", to, escape_error(Errno::XDEV))),
+        Err(_) => false,
+    };
     let target = if into {
         crate::join(to, from_name)
     } else {
