@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install the system packages that sprat's benchmarks and scripts need.
+#
+# Target: Debian 12 (bookworm), run as root (or with sudo available).
+# Idempotent: only packages whose command is missing are installed, and
+# `apt-get update` runs at most once, only when something is missing.
+#
+# Usage: scripts/install-deps.sh [--lint]
+#   --lint   also install shellcheck (to lint the shell scripts)
+set -euo pipefail
+
+want_lint=0
+for arg in "$@"; do
+    case "$arg" in
+        --lint) want_lint=1 ;;
+        -h | --help)
+            sed -n '2,10p' "$0"
+            exit 0
+            ;;
+        *)
+            echo "install-deps: unknown argument: $arg" >&2
+            exit 2
+            ;;
+    esac
+done
+
+need=()
+
+# need_cmd COMMAND PACKAGE: queue PACKAGE unless COMMAND is already on PATH.
+need_cmd() {
+    if ! command -v "$1" >/dev/null 2>&1; then
+        need+=("$2")
+    fi
+}
+
+# need_pkg PACKAGE: queue PACKAGE unless dpkg says it is installed.
+need_pkg() {
+    if ! dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; then
+        need+=("$1")
+    fi
+}
+
+need_cmd rsync rsync          # peer: rsync daemon on loopback
+need_pkg netcat-openbsd       # peer: tar | nc (needs OpenBSD nc for -N)
+need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
+need_cmd ssh openssh-client   # peers of bench/namespace.sh: sftp, rsync over ssh
+need_cmd sftp openssh-client
+need_cmd ssh-keygen openssh-client
+need_pkg openssh-server       # bench/namespace.sh runs a private sshd (/usr/sbin/sshd) on loopback
+need_cmd python3 python3      # data set generator, timer, verification, report
+need_cmd ss iproute2          # readiness checks for listeners
+need_cmd tar tar
+need_cmd xargs findutils
+need_cmd timeout coreutils
+need_cmd setsid util-linux
+if [[ $want_lint == 1 ]]; then
+    need_cmd shellcheck shellcheck
+fi
+
+if ((${#need[@]} == 0)); then
+    echo "install-deps: all present"
+    exit 0
+fi
+
+sudo_cmd=()
+if [[ $(id -u) != 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then
+        sudo_cmd=(sudo)
+    else
+        echo "install-deps: need root (or sudo) to install: ${need[*]}" >&2
+        exit 1
+    fi
+fi
+
+# One entry per package (several commands come from one package).
+mapfile -t need < <(printf '%s\n' "${need[@]}" | awk '!seen[$0]++')
+echo "install-deps: installing ${need[*]}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# apt's chatter goes to a log that is shown only if a step fails.
+apt() {
+    if ! "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "install-deps: apt-get $1 failed" >&2
+        exit 1
+    fi
+}
+apt update -qq
+apt install -y -qq --no-install-recommends "${need[@]}"
+echo "install-deps: done"
