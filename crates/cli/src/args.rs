@@ -51,6 +51,12 @@ pub enum Command {
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
     /// verify both copies and print the reports.
     Demo(DemoArgs),
+    /// Make a data set for tests and benchmarks: files of a fixed size or drawn from a
+    /// distribution, spread over directories, incompressible, the same for the same seed.
+    ///
+    /// Examples: `sprat gen --files 100000 --size 4KiB DIR`;
+    /// `sprat gen --total 2GiB --dist gridftp --max-size 16MiB DIR`.
+    Gen(GenArgs),
 }
 
 #[derive(Debug, Args)]
@@ -140,6 +146,45 @@ pub struct DemoArgs {
     /// Number of small files in the data set.
     #[arg(long, value_name = "N", default_value_t = 3000)]
     pub files: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Directory to fill (created if missing; must be empty).
+    pub dir: PathBuf,
+    /// Number of files.
+    #[arg(long, value_name = "N")]
+    pub files: Option<u64>,
+    /// Total bytes (e.g. 2GiB): sizes are drawn until the set holds exactly this much; with
+    /// --files, each file gets TOTAL / N bytes.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    pub total: Option<u64>,
+    /// Every file this size (default 4KiB unless --dist is given).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse, conflicts_with = "dist")]
+    pub size: Option<u64>,
+    /// Size distribution: `gridftp` (the published GridFTP histogram, built in; its mean is
+    /// ~38 MB, so cap it with --max-size) or `loguniform:MIN:MAX`.
+    #[arg(long, value_name = "DIST")]
+    pub dist: Option<String>,
+    /// Drop the distribution's part above this size (with --dist gridftp and 16MiB the mean
+    /// file is ~0.95 MiB).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    pub max_size: Option<u64>,
+    /// Files per directory.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub per_dir: u64,
+    /// Levels of directories above the files (0: all files directly in DIR).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub depth: u32,
+    /// Seed of the sizes and contents: the same seed makes the same set.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+    /// Writer threads.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub threads: usize,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The token option shared by every command that talks to a server.

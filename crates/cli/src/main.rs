@@ -3,6 +3,7 @@
 
 mod args;
 mod demo;
+mod gen;
 mod namespace;
 mod relay;
 mod size;
@@ -51,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Mv(a) => namespace::mv(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Sum(a) => namespace::sum(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Demo(a) => demo::run(a),
+        Command::Gen(a) => gen::run(a),
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod config;
+pub mod dataset;
 pub mod error;
 pub mod net;
 pub mod plan;
