@@ -57,6 +57,52 @@ pub enum Command {
     /// Examples: `sprat gen --files 100000 --size 4KiB DIR`;
     /// `sprat gen --total 2GiB --dist gridftp --max-size 16MiB DIR`.
     Gen(GenArgs),
+    /// Measure one storage subsystem on its own (the limits a copy is judged against).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Write limit: load SRC into memory (untimed), then time writing it into DST as plain
+    /// files (no temporary names, no checksums, no mtimes) with parallel threads.
+    Write(BenchWriteArgs),
+    /// Read limit: scan SRC and read every file to nothing with parallel threads, in the
+    /// order sprat reads (inode order within each directory).
+    Read(BenchReadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchReadArgs {
+    /// Tree to read.
+    pub src: PathBuf,
+    /// Reader threads.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub threads: usize,
+    /// First `sync` and drop the page cache, dentries and inodes (needs root): a cold read.
+    #[arg(long)]
+    pub drop_caches: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchWriteArgs {
+    /// Tree to load into memory (at most half of the available memory).
+    pub src: PathBuf,
+    /// Destination directory (created; must be missing or empty).
+    pub dst: PathBuf,
+    /// Writer threads.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub threads: usize,
+    /// After loading, `sync` and drop the page cache, dentries and inodes (needs root), so
+    /// the write starts cold.
+    #[arg(long)]
+    pub drop_caches: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +176,11 @@ pub struct Tuning {
     /// Threads writing batches to disk.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub write_threads: usize,
+    /// Make every batch durable (one syncfs per batch, shared by concurrent batches) before it
+    /// counts as written and is acknowledged; without it nothing is synced (like cp and rsync).
+    /// On `serve`: every push is durable whatever the client asks.
+    #[arg(long)]
+    pub durable: bool,
 }
 
 #[derive(Debug, Args)]

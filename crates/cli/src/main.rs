@@ -2,6 +2,7 @@
 //! turns errors into one line on stderr and a documented exit code.
 
 mod args;
+mod bench;
 mod demo;
 mod gen;
 mod namespace;
@@ -53,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Sum(a) => namespace::sum(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Demo(a) => demo::run(a),
         Command::Gen(a) => gen::run(a),
+        Command::Bench(c) => bench::run(c),
     }
 }
 
@@ -67,6 +69,7 @@ pub fn options(t: &Tuning, streams: usize) -> TransferOptions {
         scan_threads: t.scan_threads,
         read_threads: t.read_threads,
         write_threads: t.write_threads,
+        durable: t.durable,
     }
 }
 

@@ -166,7 +166,11 @@ fn is_inside(dst: &Path, src: &Path) -> bool {
 }
 
 /// The writer for a local destination: the tree itself, or one file when the source is a file.
-fn local_writer(dst: &Path, root_is_dir: bool) -> Result<Arc<TreeWriter>, TransferError> {
+fn local_writer(
+    dst: &Path,
+    root_is_dir: bool,
+    durable: bool,
+) -> Result<Arc<TreeWriter>, TransferError> {
     let writer = if root_is_dir {
         TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
     } else {
@@ -185,7 +189,7 @@ fn local_writer(dst: &Path, root_is_dir: bool) -> Result<Arc<TreeWriter>, Transf
             })?;
         TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
     };
-    Ok(Arc::new(writer))
+    Ok(Arc::new(writer.durable(durable)))
 }
 
 /// The first fatal error of a transfer; later ones (often consequences) are dropped.
@@ -234,7 +238,7 @@ fn local_copy(
             src.display()
         )));
     }
-    let writer = local_writer(dst, matches!(source, Source::Dir(_)))?;
+    let writer = local_writer(dst, matches!(source, Source::Dir(_)), options.durable)?;
     let handle = source::start(source, options)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(writer.clone(), options.write_threads, abort.clone())?;
@@ -266,6 +270,7 @@ fn local_copy(
         return Err(e);
     }
     finish_dirs(&writer, &mut counts);
+    counts.syncs = writer.sync_count();
     let stages = Stages {
         scan_read_s: read_busy.as_secs_f64(),
         network_s: None,
@@ -279,7 +284,8 @@ fn local_copy(
         started.elapsed(),
         1,
         stages,
-    ))
+    )
+    .with_durable(options.durable))
 }
 
 fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
@@ -396,6 +402,7 @@ pub fn push_source(
     let started = Instant::now();
     let op = Operation::Push {
         source_is_dir: matches!(source, Source::Dir(_)),
+        durable: options.durable,
     };
     let (mut conns, _) = open_session(addr, key, op, path, options.streams)?;
     let handle = source::start(source, options)?;
@@ -441,6 +448,7 @@ pub fn push_source(
     counts.dirs = remote.dirs;
     counts.symlinks = remote.symlinks;
     counts.bytes = remote.bytes;
+    counts.syncs = remote.syncs;
     let read_busy = handle.finish();
     let stages = Stages {
         scan_read_s: read_busy.as_secs_f64(),
@@ -455,7 +463,8 @@ pub fn push_source(
         started.elapsed(),
         conns.len(),
         stages,
-    ))
+    )
+    .with_durable(options.durable))
 }
 
 fn send_batches(
@@ -521,7 +530,7 @@ fn pull(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let (mut conns, root_is_dir) = open_session(addr, key, Operation::Pull, path, options.streams)?;
-    let writer = local_writer(dst, root_is_dir)?;
+    let writer = local_writer(dst, root_is_dir, options.durable)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(writer.clone(), options.write_threads, abort)?;
     let first = FirstError::default();
@@ -558,6 +567,7 @@ fn pull(
         return Err(e);
     }
     finish_dirs(&writer, &mut counts);
+    counts.syncs = writer.sync_count();
     let remote = commit(&mut conns[0], &mut counts)?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
@@ -575,7 +585,8 @@ fn pull(
         started.elapsed(),
         conns.len(),
         stages,
-    ))
+    )
+    .with_durable(options.durable))
 }
 
 fn receive_batches(

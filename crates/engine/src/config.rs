@@ -16,6 +16,8 @@ pub struct TransferOptions {
     pub scan_threads: usize,
     pub read_threads: usize,
     pub write_threads: usize,
+    /// Sync every batch to stable storage before it counts as written.
+    pub durable: bool,
 }
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
@@ -32,6 +34,7 @@ impl Default for TransferOptions {
             scan_threads: 4,
             read_threads: 8,
             write_threads: 4,
+            durable: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! It is the only crate that knows both the protocol and the storage layer.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod client;
 pub mod config;
 pub mod dataset;

@@ -151,6 +151,7 @@ pub fn third_party(
             ticket,
             dest: dst_path.to_vec(),
             streams: options.streams as u16,
+            durable: options.durable,
         },
     )?;
     let mut counts = Counts::default();
@@ -170,6 +171,7 @@ pub fn third_party(
     counts.symlinks = stats.symlinks;
     counts.bytes = stats.bytes;
     counts.failed = counts.failed.max(stats.failures);
+    counts.syncs = stats.syncs;
     let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
     let stages = Stages {
         scan_read_s: secs(stats.read_busy_ns),
@@ -184,5 +186,6 @@ pub fn third_party(
         started.elapsed(),
         options.streams,
         stages,
-    ))
+    )
+    .with_durable(options.durable))
 }

@@ -41,6 +41,10 @@ pub struct Report {
     pub streams: usize,
     pub stages: Stages,
     pub bottleneck: &'static str,
+    /// Whether every batch was synced to stable storage before it counted as written.
+    pub durable: bool,
+    /// File system syncs the writing side made.
+    pub syncs: u64,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
 }
@@ -49,6 +53,12 @@ pub struct Report {
 pub const MAX_LISTED_FAILURES: usize = 100;
 
 impl Report {
+    /// Records whether the transfer was durable.
+    pub fn with_durable(mut self, durable: bool) -> Report {
+        self.durable = durable;
+        self
+    }
+
     /// Fills in rates and the bottleneck from counts and stage times.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -88,6 +98,8 @@ impl Report {
             streams,
             stages,
             bottleneck,
+            durable: false,
+            syncs: counts.syncs,
             failures: counts.failures.clone(),
         }
     }
@@ -102,6 +114,7 @@ pub struct Counts {
     pub bytes: u64,
     pub failed: u64,
     pub failures: Vec<Failure>,
+    pub syncs: u64,
 }
 
 impl Counts {
@@ -167,6 +180,13 @@ impl fmt::Display for Report {
             pct(self.stages.write_s),
             self.bottleneck
         )?;
+        if self.durable {
+            writeln!(
+                f,
+                "  durable: every batch synced before it counted ({} syncs)",
+                self.syncs
+            )?;
+        }
         if self.failed > 0 {
             writeln!(f, "  FAILED: {} item(s) did not arrive", self.failed)?;
         }

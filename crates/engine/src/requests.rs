@@ -212,10 +212,12 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             ticket,
             dest,
             streams,
+            durable,
         } => {
             let source = ctx.root.source(&path)?;
             let options = TransferOptions {
                 streams: (streams as usize).clamp(1, 64),
+                durable,
                 ..ctx.options.clone()
             };
             let key = TokenKey::from_token(&ticket);
@@ -250,6 +252,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 read_busy_ns: ns(report.stages.scan_read_s),
                 network_busy_ns: ns(report.stages.network_s.unwrap_or(0.0)),
                 write_busy_ns: ns(report.stages.write_s),
+                syncs: report.syncs,
             }))?;
         }
     }

@@ -327,7 +327,10 @@ fn open_session(
 ) {
     let id: [u8; 16] = net::random();
     let (session, root_is_dir) = match op {
-        Operation::Push { source_is_dir } => {
+        Operation::Push {
+            source_is_dir,
+            durable,
+        } => {
             if shared.read_only {
                 return refuse(
                     &mut conn,
@@ -358,7 +361,7 @@ fn open_session(
                     .map(|r| TreeWriter::for_file(r, name.to_vec(), tag))
             };
             let writer = match writer {
-                Ok(w) => Arc::new(w),
+                Ok(w) => Arc::new(w.durable(durable || shared.options.durable)),
                 Err(e) => return refuse_store(&mut conn, &e),
             };
             let pool = WriterPool::start(
@@ -519,6 +522,7 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         read_busy_ns: 0,
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
+        syncs: session.writer.sync_count(),
     }))
 }
 

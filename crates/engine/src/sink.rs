@@ -144,6 +144,7 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
         seq: view.seq,
         ..BatchOutcome::default()
     };
+    let last_path = view.entries.last().map(|e| e.path).unwrap_or_default();
     for entry in &view.entries {
         let path = entry.path;
         let result = match &entry.kind {
@@ -210,6 +211,13 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
                 return out;
             }
             out.failures.push((path.to_vec(), e.to_string()));
+        }
+    }
+    let writer = cursor.tree();
+    if writer.is_durable() {
+        // Nothing of this batch counts as written until it is on stable storage.
+        if let Err(e) = writer.sync(last_path) {
+            out.fatal = Some((crate::error::code_for(&e), e.to_string()));
         }
     }
     out

@@ -16,8 +16,9 @@ pub const MAX_ACK_FAILURES: usize = 128;
 /// What a session does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
-    /// The client sends a tree; the server writes it under `path`.
-    Push { source_is_dir: bool },
+    /// The client sends a tree; the server writes it under `path`. `durable`: the server
+    /// syncs each batch to stable storage before acknowledging it.
+    Push { source_is_dir: bool, durable: bool },
     /// The server sends the tree at `path`; the client writes it.
     Pull,
 }
@@ -80,6 +81,8 @@ pub struct RemoteStats {
     pub read_busy_ns: u64,
     pub network_busy_ns: u64,
     pub write_busy_ns: u64,
+    /// File system syncs the writer made (durable pushes sync every batch).
+    pub syncs: u64,
 }
 
 /// A control message.
@@ -176,9 +179,12 @@ impl Message {
             }
             Message::Open { op, path } => {
                 match op {
-                    Operation::Push { source_is_dir } => {
+                    Operation::Push {
+                        source_is_dir,
+                        durable,
+                    } => {
                         out.push(1);
-                        out.push(*source_is_dir as u8);
+                        out.push(*source_is_dir as u8 | (*durable as u8) << 1);
                     }
                     Operation::Pull => {
                         out.push(2);
@@ -232,6 +238,7 @@ impl Message {
                     s.read_busy_ns,
                     s.network_busy_ns,
                     s.write_busy_ns,
+                    s.syncs,
                 ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
@@ -296,9 +303,16 @@ impl Message {
             },
             kind::OPEN => {
                 let op = match (r.u8("operation")?, r.u8("operation flag")?) {
-                    (1, flag) => Operation::Push {
-                        source_is_dir: bool_byte(flag)?,
+                    (1, flags) if flags & !PUSH_FLAGS == 0 => Operation::Push {
+                        source_is_dir: flags & PUSH_SOURCE_IS_DIR != 0,
+                        durable: flags & PUSH_DURABLE != 0,
                     },
+                    (1, _) => {
+                        return Err(DecodeError::Invalid {
+                            what: "push flags",
+                            why: "unknown bits set",
+                        })
+                    }
                     (2, 0) => Operation::Pull,
                     (v, _) => {
                         return Err(DecodeError::Unknown {
@@ -364,6 +378,7 @@ impl Message {
                 read_busy_ns: r.u64("read busy")?,
                 network_busy_ns: r.u64("network busy")?,
                 write_busy_ns: r.u64("write busy")?,
+                syncs: r.u64("syncs")?,
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -390,6 +405,11 @@ impl Message {
         Ok(msg)
     }
 }
+
+/// Bits of the flag byte of a push.
+const PUSH_SOURCE_IS_DIR: u8 = 1;
+const PUSH_DURABLE: u8 = 2;
+const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR | PUSH_DURABLE;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -446,6 +466,14 @@ mod tests {
         roundtrip(Message::Open {
             op: Operation::Push {
                 source_is_dir: true,
+                durable: false,
+            },
+            path: b"a/b".to_vec(),
+        });
+        roundtrip(Message::Open {
+            op: Operation::Push {
+                source_is_dir: false,
+                durable: true,
             },
             path: b"a/b".to_vec(),
         });
@@ -477,6 +505,7 @@ mod tests {
             read_busy_ns: 6,
             network_busy_ns: 7,
             write_busy_ns: 8,
+            syncs: 9,
         }));
     }
 
@@ -515,6 +544,7 @@ mod tests {
                 ticket: [5; 32],
                 dest: b"d".to_vec(),
                 streams: 4,
+                durable: true,
             },
         ] {
             roundtrip(Message::Request(req));

@@ -95,6 +95,8 @@ pub enum Request {
         ticket: [u8; 32],
         dest: Vec<u8>,
         streams: u16,
+        /// Ask the destination to sync every batch before acknowledging it.
+        durable: bool,
     },
 }
 
@@ -206,6 +208,7 @@ impl Request {
                 ticket,
                 dest,
                 streams,
+                durable,
             } => {
                 out.push(OP_SEND_TO);
                 put_bytes16(out, path);
@@ -213,6 +216,7 @@ impl Request {
                 out.extend_from_slice(ticket);
                 put_bytes16(out, dest);
                 out.extend_from_slice(&streams.to_le_bytes());
+                out.push(*durable as u8);
             }
         }
     }
@@ -268,12 +272,23 @@ impl Request {
                 let ticket = r.array("ticket")?;
                 let dest = rel_path(r)?;
                 let streams = r.u16("streams")?;
+                let durable = match r.u8("durable")? {
+                    0 => false,
+                    1 => true,
+                    _ => {
+                        return Err(DecodeError::Invalid {
+                            what: "durable",
+                            why: "not 0 or 1",
+                        })
+                    }
+                };
                 Request::SendTo {
                     path,
                     addr,
                     ticket,
                     dest,
                     streams,
+                    durable,
                 }
             }
             other => {

@@ -8,6 +8,7 @@
 
 pub mod compare;
 pub mod error;
+pub mod limit;
 pub mod namespace;
 pub mod read;
 pub mod root;

@@ -9,7 +9,9 @@
 //! Large files arrive as chunks (possibly out of order, from several streams) into one such
 //! file, put in place when its last byte has arrived.
 //! Directory modes and mtimes are applied by [`TreeWriter::finish`], deepest first, after
-//! everything inside them is written. No per-file fsync.
+//! everything inside them is written. No per-file fsync: a durable writer makes each batch
+//! durable as a unit with [`TreeWriter::sync`] (one `syncfs`, shared by the batches of every
+//! writer thread that finished before it started: a group commit).
 //! Several threads share one `TreeWriter`, each through its own [`WriterCursor`].
 
 use crate::error::StoreError;
@@ -25,7 +27,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Writes one transfer's tree below a destination directory.
 pub struct TreeWriter {
@@ -41,6 +43,21 @@ pub struct TreeWriter {
     exact_create_mode: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
     publish: AtomicU8,
+    /// Batches are synced to stable storage before they count as written.
+    durable: bool,
+    syncs: Mutex<SyncState>,
+    sync_done: Condvar,
+}
+
+/// Group commit of `syncfs` calls.
+#[derive(Default)]
+struct SyncState {
+    /// Syncs started and finished so far (numbered from 1).
+    started: u64,
+    finished: u64,
+    running: bool,
+    /// The first error a sync returned: every later batch fails with it too.
+    failed: Option<Errno>,
 }
 
 /// How a whole file is made to appear under its final name, complete.
@@ -123,6 +140,9 @@ impl TreeWriter {
             large: Mutex::new(HashMap::new()),
             exact_create_mode: umask_is_zero(),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
+            durable: false,
+            syncs: Mutex::new(SyncState::default()),
+            sync_done: Condvar::new(),
         }
         .with_publish_probe()
     }
@@ -163,6 +183,58 @@ impl TreeWriter {
         let _ = unlinkat(dir, probe.as_str(), AtFlags::empty());
         self.publish.store(scheme as u8, Ordering::Relaxed);
         self
+    }
+
+    /// Makes every batch durable before it counts as written (see [`TreeWriter::sync`]).
+    pub fn durable(mut self, durable: bool) -> TreeWriter {
+        self.durable = durable;
+        self
+    }
+
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    /// Number of `syncfs` calls made so far.
+    pub fn sync_count(&self) -> u64 {
+        self.syncs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finished
+    }
+
+    /// Makes everything written before this call durable (data, names and attributes): waits
+    /// for a `syncfs` of the destination's file system that started after the call. Concurrent
+    /// callers share one sync. `path` names what is being made durable, for the error.
+    pub fn sync(&self, path: &[u8]) -> Result<(), StoreError> {
+        let fail = |e: Errno| StoreError::new("sync to stable storage", path, e);
+        let mut st = self.syncs.lock().unwrap_or_else(|e| e.into_inner());
+        // Any sync that starts from now on covers our writes.
+        let needed = st.started + 1;
+        loop {
+            if let Some(e) = st.failed {
+                return Err(fail(e));
+            }
+            if st.finished >= needed {
+                return Ok(());
+            }
+            if st.running {
+                st = self.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            st.running = true;
+            st.started += 1;
+            let number = st.started;
+            drop(st);
+            let result = rustix::fs::syncfs(self.base.fd());
+            st = self.syncs.lock().unwrap_or_else(|e| e.into_inner());
+            st.running = false;
+            st.finished = number;
+            if let Err(e) = result {
+                st.failed.get_or_insert(e);
+            }
+            self.sync_done.notify_all();
+        }
     }
 
     /// Forces the temporary-name scheme (to measure what it costs, and in tests).
@@ -324,6 +396,11 @@ impl TreeWriter {
                 errors.push(e);
             }
         }
+        if self.durable {
+            if let Err(e) = self.sync(b"") {
+                errors.push(e);
+            }
+        }
         errors
     }
 
@@ -376,6 +453,11 @@ pub struct WriterCursor<'w> {
 }
 
 impl WriterCursor<'_> {
+    /// The writer this cursor writes for.
+    pub fn tree(&self) -> &TreeWriter {
+        self.writer
+    }
+
     /// Opens (creating if missing) the parent directory of `target`; returns it and the name.
     fn parent<'t>(&mut self, target: &'t [u8]) -> Result<(&OwnedFd, &'t [u8]), StoreError> {
         let (dir, name) = crate::split_parent(target);

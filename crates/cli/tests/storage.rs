@@ -1,0 +1,149 @@
+//! End-to-end tests of the batch storage layer: durable transfers (every batch synced before it
+//! counts), both ways of putting files in place (unnamed `O_TMPFILE` inodes, and the temporary
+//! name + rename fallback), and the storage limit benchmarks (`sprat bench read|write`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_exit, assert_ok, bin, cp, cp_args, cp_local, server, tmp};
+use sprat_testkit::{
+    assert_trees_equal_with, make_fidelity_tree, make_many_files, parse_json_report, run_sprat,
+    CompareOptions,
+};
+
+fn syncs(stdout: &[u8]) -> (bool, u64) {
+    let r = parse_json_report(stdout);
+    (
+        r.get("durable").as_bool().unwrap(),
+        r.get("syncs").as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn durable_local_copy_syncs_every_batch_and_plain_copy_never() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 600, 3000, 7);
+    make_fidelity_tree(&src.join("fid"));
+    // Small batches: many of them, so the group commit is exercised by several writers.
+    let small = ["--json", "--batch-files", "16", "--write-threads", "4"];
+    let dst = t.path().join("durable");
+    let out = cp_local(&[&small[..], &["--durable"]].concat(), &src, &dst);
+    assert_ok(&out, None);
+    let (durable, n) = syncs(&out.stdout);
+    assert!(durable);
+    assert!(n >= 1, "a durable copy made no sync");
+    assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+
+    let plain = t.path().join("plain");
+    let out = cp_local(&small, &src, &plain);
+    assert_ok(&out, None);
+    assert_eq!(syncs(&out.stdout), (false, 0));
+    assert_trees_equal_with(&src, &plain, &CompareOptions::with_root());
+}
+
+#[test]
+fn durable_push_is_synced_by_the_server_and_durable_pull_by_the_client() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    let srv = server(&t.path().join("root"));
+    let out = cp(&srv, &["--json", "--durable"], &src, srv.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    let (durable, n) = syncs(&out.stdout);
+    assert!(durable && n >= 1, "push: durable={durable} syncs={n}");
+    assert_trees_equal_with(&src, &srv.root().join("pushed"), &CompareOptions::default());
+
+    let pulled = t.path().join("pulled");
+    let out = cp(&srv, &["--json", "--durable"], srv.url("pushed"), &pulled);
+    assert_ok(&out, Some(&srv));
+    let (durable, n) = syncs(&out.stdout);
+    assert!(durable && n >= 1, "pull: durable={durable} syncs={n}");
+    assert_trees_equal_with(&src, &pulled, &CompareOptions::default());
+
+    // Without --durable the server syncs nothing.
+    let out = cp(&srv, &["--json"], &src, srv.url("plain"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(syncs(&out.stdout), (false, 0));
+}
+
+#[test]
+fn rename_fallback_copies_and_replaces_exactly() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    let dst = t.path().join("dst");
+    for _ in 0..2 {
+        // Twice: the second run replaces every file that is already there.
+        let out = run_sprat(
+            bin(),
+            cp_args(None, &[], &src, &dst),
+            &[("SPRAT_PUBLISH", "rename")],
+        );
+        assert_ok(&out, None);
+        assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+    }
+    // And the default scheme replaces what the fallback wrote.
+    let out = cp_local(&[], &src, &dst);
+    assert_ok(&out, None);
+    assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+}
+
+#[test]
+fn bench_write_and_read_cover_the_whole_tree() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 500, 2000, 3);
+    make_fidelity_tree(&src.join("fid"));
+    let dst = t.path().join("written");
+    let out = run_sprat(
+        bin(),
+        ["bench", "write", "--json", "--threads", "3"]
+            .iter()
+            .map(std::ffi::OsString::from)
+            .chain([src.clone().into_os_string(), dst.clone().into_os_string()]),
+        &[],
+    );
+    assert_ok(&out, None);
+    let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The plain writer keeps content and links; directories get 0755 and nothing gets its
+    // mtime (it measures the file system, it is not a copy).
+    let opts = CompareOptions {
+        root_metadata: false,
+        modes: false,
+        mtimes: false,
+    };
+    assert_trees_equal_with(&src, &dst, &opts);
+
+    let out = run_sprat(
+        bin(),
+        [
+            "bench".into(),
+            "read".into(),
+            "--json".into(),
+            src.clone().into_os_string(),
+        ],
+        &[],
+    );
+    assert_ok(&out, None);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["files", "bytes", "symlinks", "dirs"] {
+        assert_eq!(r[key], w[key], "{key}: read {r} write {w}");
+    }
+    assert!(r["files"].as_u64().unwrap() > 500);
+    assert!(r["seconds"].as_f64().unwrap() > 0.0);
+
+    // A destination that is not empty is refused, naming it.
+    let out = run_sprat(
+        bin(),
+        [
+            "bench".into(),
+            "write".into(),
+            src.into_os_string(),
+            dst.into_os_string(),
+        ],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+}
