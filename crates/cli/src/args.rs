@@ -1,7 +1,7 @@
 //! Command-line arguments as the user types them (step one of two: `main` turns them into
 //! validated engine settings).
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -181,6 +181,27 @@ pub struct Tuning {
     /// On `serve`: every push is durable whatever the client asks.
     #[arg(long)]
     pub durable: bool,
+    /// How a batch's files are read: `threads` = pread, one batch per reader thread;
+    /// `uring` = all reads of a batch in flight on one io_uring per reader (falls back to
+    /// pread where the kernel has no io_uring or forbids it).
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = IoChoice::Threads)]
+    pub io: IoChoice,
+    /// Order of the reads within a batch: `inode` (the scanner's, a cheap proxy for disk
+    /// layout) or `physical` (by data address from FIEMAP; inode order where not supported).
+    #[arg(long, value_name = "ORDER", value_enum, default_value_t = OrderChoice::Inode)]
+    pub read_order: OrderChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IoChoice {
+    Threads,
+    Uring,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OrderChoice {
+    Inode,
+    Physical,
 }
 
 #[derive(Debug, Args)]

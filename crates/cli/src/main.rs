@@ -12,6 +12,7 @@ mod size;
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use clap::Parser;
+use sprat_engine::config::{IoBackend, ReadOrder};
 use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
 use sprat_proto::auth::TokenKey;
 use std::io::Write;
@@ -70,6 +71,14 @@ pub fn options(t: &Tuning, streams: usize) -> TransferOptions {
         read_threads: t.read_threads,
         write_threads: t.write_threads,
         durable: t.durable,
+        io_backend: match t.io {
+            args::IoChoice::Threads => IoBackend::Threads,
+            args::IoChoice::Uring => IoBackend::Uring,
+        },
+        read_order: match t.read_order {
+            args::OrderChoice::Inode => ReadOrder::Scan,
+            args::OrderChoice::Physical => ReadOrder::Physical,
+        },
     }
 }
 

@@ -147,3 +147,40 @@ fn bench_write_and_read_cover_the_whole_tree() {
     assert_exit(&out, 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
 }
+
+#[test]
+fn every_read_backend_and_order_copies_exactly_on_ext4_and_tmpfs() {
+    let t = tmp();
+    // /dev/shm is tmpfs (no FIEMAP: inode order is kept); the temporary directory is on the
+    // root file system (ext4 here, with FIEMAP).
+    let shm = tempfile::Builder::new()
+        .prefix("sprat-e2e-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    for (name, base) in [("disk", t.path()), ("tmpfs", shm.path())] {
+        let src = base.join("src");
+        make_many_files(&src, 400, 20_000, 11);
+        make_fidelity_tree(&src.join("fid"));
+        for io in ["threads", "uring"] {
+            for order in ["inode", "physical"] {
+                let dst = t.path().join(format!("dst-{name}-{io}-{order}"));
+                let out = cp_local(
+                    &[
+                        "--io",
+                        io,
+                        "--read-order",
+                        order,
+                        "--small-file-threshold",
+                        "64KiB",
+                        "--chunk-size",
+                        "64KiB",
+                    ],
+                    &src,
+                    &dst,
+                );
+                assert_ok(&out, None);
+                assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+            }
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! Validated transfer settings with defaults that need no tuning for trees of small files.
 
+pub use sprat_store::batch_read::{IoBackend, ReadOrder};
+
 /// How a transfer is shaped: batch sizes, chunking, stream and thread counts.
 #[derive(Debug, Clone)]
 pub struct TransferOptions {
@@ -18,6 +20,10 @@ pub struct TransferOptions {
     pub write_threads: usize,
     /// Sync every batch to stable storage before it counts as written.
     pub durable: bool,
+    /// How readers read a batch's data.
+    pub io_backend: IoBackend,
+    /// In which order a batch's files are read.
+    pub read_order: ReadOrder,
 }
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
@@ -35,6 +41,8 @@ impl Default for TransferOptions {
             read_threads: 8,
             write_threads: 4,
             durable: false,
+            io_backend: IoBackend::Threads,
+            read_order: ReadOrder::Scan,
         }
     }
 }

@@ -10,8 +10,8 @@ use crate::error::TransferError;
 use crate::plan::{BatchPlan, PlanItem, Planner};
 use crossbeam_channel::{bounded, Receiver};
 use sprat_proto::{Batch, FileMeta};
-use sprat_store::read::DirCursor;
-use sprat_store::{Attrs, Root, ScanOptions, Source};
+use sprat_store::batch_read::{BatchReader, ReadItem};
+use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -100,10 +100,15 @@ pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, 
                     let batch_tx = batch_tx.clone();
                     let busy_ns = &busy_ns;
                     s.spawn(move || {
-                        let mut cursor = DirCursor::new(root);
+                        let mut reader = BatchReader::new(
+                            root,
+                            file_name,
+                            options.read_order,
+                            options.io_backend,
+                        );
                         for plan in plan_rx {
                             let started = Instant::now();
-                            let batch = read_batch(&mut cursor, file_name, plan);
+                            let batch = read_batch(&mut reader, plan);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             if batch_tx.send(batch).is_err() {
@@ -124,30 +129,53 @@ pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, 
     })
 }
 
-/// Reads every item of `plan` into one batch; items that cannot be read become failure entries.
-fn read_batch(cursor: &mut DirCursor<'_>, file_name: Option<&[u8]>, plan: BatchPlan) -> Batch {
+/// Reads every item of `plan` into one batch (all its data read together by the batch
+/// reader); items that cannot be read become failure entries.
+fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
     let mut batch = Batch::new(plan.seq, plan.data_bytes as usize);
+    let items: Vec<ReadItem<'_>> = plan
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            PlanItem::File(e) => Some(ReadItem {
+                path: &e.path,
+                offset: 0,
+                len: e.size,
+                whole: true,
+            }),
+            PlanItem::Chunk { entry, offset, len } => Some(ReadItem {
+                path: &entry.path,
+                offset: *offset,
+                len: *len,
+                whole: false,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut results = reader.read(&items, &mut batch.data).into_iter();
+    drop(items);
+    let mut next = |path: &[u8]| {
+        results
+            .next()
+            .unwrap_or_else(|| Err(StoreError::other("read", path, "not read")))
+    };
     for item in plan.items {
         match item {
-            PlanItem::File(e) => {
-                match cursor.read_file(&e.path, file_name, e.size, &mut batch.data) {
-                    Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
-                    Err(err) => batch.push_failed(&e.path, &err.to_string()),
-                }
-            }
-            PlanItem::Chunk { entry, offset, len } => {
-                match cursor.read_chunk(&entry.path, file_name, offset, len, &mut batch.data) {
-                    Ok(hash) => batch.push_chunk(
-                        &entry.path,
-                        &meta(&entry.attrs),
-                        entry.size,
-                        offset,
-                        len,
-                        hash,
-                    ),
-                    Err(err) => batch.push_failed(&entry.path, &err.to_string()),
-                }
-            }
+            PlanItem::File(e) => match next(&e.path) {
+                Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
+                Err(err) => batch.push_failed(&e.path, &err.to_string()),
+            },
+            PlanItem::Chunk { entry, offset, len } => match next(&entry.path) {
+                Ok((_, hash)) => batch.push_chunk(
+                    &entry.path,
+                    &meta(&entry.attrs),
+                    entry.size,
+                    offset,
+                    len,
+                    hash,
+                ),
+                Err(err) => batch.push_failed(&entry.path, &err.to_string()),
+            },
             PlanItem::Dir(e) => batch.push_dir(&e.path, &meta(&e.attrs)),
             PlanItem::Symlink(e) => {
                 let target = e.link_target.as_deref().unwrap_or_default();

@@ -44,7 +44,7 @@ impl<'r> DirCursor<'r> {
             .ok_or_else(|| StoreError::other("open directory", path, "no descriptor"))
     }
 
-    fn open_file(
+    pub(crate) fn open_file(
         &mut self,
         path: &[u8],
         name_override: Option<&[u8]>,

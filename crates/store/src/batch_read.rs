@@ -1,0 +1,349 @@
+//! Batch read: the data of a whole batch read together rather than one file at a time.
+//!
+//! Phase 1 opens every file of the batch (metadata was scanned before, with large getdents64
+//! buffers and statx, entries in inode order) and, with [`ReadOrder::Physical`], asks where
+//! each file's data lies (FIEMAP). Phase 2 reads the batch in that physical order, either
+//! with one io_uring holding many reads in flight ([`IoBackend::Uring`]) or with plain
+//! `pread`s on the calling thread ([`IoBackend::Threads`]; parallelism then comes from several
+//! reader threads each reading its own batch). Data lands directly in the batch buffer, each
+//! item's bytes where the batch format wants them; the checksum is computed afterwards.
+//!
+//! A file system without FIEMAP (tmpfs, many network file systems) keeps the scanner's inode
+//! order; a kernel without io_uring, or one that forbids it, gets the pread path. Neither is
+//! an error.
+
+use crate::error::StoreError;
+use crate::read::DirCursor;
+use crate::root::Root;
+use crate::sys::{self, ReadRequest, UringReader};
+use rustix::io::Errno;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// How the data of a batch is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoBackend {
+    /// `pread` one item after another on the calling thread.
+    Threads,
+    /// All reads of the batch in flight at once on an io_uring.
+    Uring,
+}
+
+/// In which order a batch's items are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOrder {
+    /// The order of the items (the scanner's inode order).
+    Scan,
+    /// By physical address of the data (FIEMAP), where the file system tells it.
+    Physical,
+}
+
+/// One item of a batch to read: `len` bytes from `offset`. A whole file (`whole`) may have
+/// shrunk since it was scanned and is copied as it is now; a chunk must be complete.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadItem<'p> {
+    pub path: &'p [u8],
+    pub offset: u64,
+    pub len: u64,
+    pub whole: bool,
+}
+
+/// What reading one item gave: its length and checksum, or why it failed.
+pub type ItemResult = Result<(u64, u128), StoreError>;
+
+/// Reads batches below one root; one per reader thread.
+pub struct BatchReader<'r> {
+    cursor: DirCursor<'r>,
+    name_override: Option<Vec<u8>>,
+    order: ReadOrder,
+    uring: Option<UringReader>,
+    /// Cleared when the file system answers that it has no FIEMAP.
+    fiemap_works: bool,
+}
+
+/// Reads in flight on one ring.
+const URING_DEPTH: u32 = 128;
+
+impl<'r> BatchReader<'r> {
+    /// A reader for files below `root`; `name_override` names the file when the source is a
+    /// single file (its items have an empty path). With [`IoBackend::Uring`] the ring is made
+    /// now; if the kernel refuses, the reader uses `pread` instead (see [`Self::backend`]).
+    pub fn new(
+        root: &'r Root,
+        name_override: Option<&[u8]>,
+        order: ReadOrder,
+        backend: IoBackend,
+    ) -> BatchReader<'r> {
+        let uring = match backend {
+            IoBackend::Uring => UringReader::new(URING_DEPTH).ok(),
+            IoBackend::Threads => None,
+        };
+        BatchReader {
+            cursor: DirCursor::new(root),
+            name_override: name_override.map(<[u8]>::to_vec),
+            order,
+            uring,
+            fiemap_works: true,
+        }
+    }
+
+    /// The back end actually in use.
+    pub fn backend(&self) -> IoBackend {
+        if self.uring.is_some() {
+            IoBackend::Uring
+        } else {
+            IoBackend::Threads
+        }
+    }
+
+    /// Appends the data of every item to `buf`, in item order, and returns each item's length
+    /// and checksum (or its error; a failed item contributes no bytes).
+    pub fn read(&mut self, items: &[ReadItem<'_>], buf: &mut Vec<u8>) -> Vec<ItemResult> {
+        let start = buf.len();
+        let total: u64 = items.iter().map(|i| i.len).sum();
+        buf.resize(start + total as usize, 0);
+        // Phase 1: open every item with data, in item order (the scan's inode order).
+        let mut slots = Vec::with_capacity(items.len());
+        let mut offset = start;
+        let mut opened: Vec<Option<OwnedFd>> = Vec::with_capacity(items.len());
+        let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(items.len());
+        for item in items {
+            slots.push(offset);
+            offset += item.len as usize;
+            if item.len == 0 {
+                opened.push(None);
+                results.push(Some(Ok((0, crate::checksum(&[])))));
+                continue;
+            }
+            match self
+                .cursor
+                .open_file(item.path, self.name_override.as_deref())
+            {
+                Ok(fd) => {
+                    opened.push(Some(fd));
+                    results.push(None);
+                }
+                Err(e) => {
+                    opened.push(None);
+                    results.push(Some(Err(e)));
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..items.len()).filter(|&i| opened[i].is_some()).collect();
+        if self.order == ReadOrder::Physical && self.fiemap_works {
+            let mut keyed = Vec::with_capacity(order.len());
+            for &i in &order {
+                let Some(fd) = &opened[i] else { continue };
+                let key = match sys::physical_address(fd.as_fd(), items[i].offset) {
+                    Ok(addr) => addr.unwrap_or(u64::MAX),
+                    Err(Errno::OPNOTSUPP | Errno::NOTTY | Errno::INVAL) => {
+                        self.fiemap_works = false;
+                        break;
+                    }
+                    Err(_) => u64::MAX,
+                };
+                keyed.push((key, i));
+            }
+            if self.fiemap_works {
+                // Stable: files without a known address keep their inode order, last.
+                keyed.sort_by_key(|&(key, _)| key);
+                order = keyed.into_iter().map(|(_, i)| i).collect();
+            }
+        }
+        // Phase 2: the data, in that order.
+        let mut got = vec![0usize; items.len()];
+        let mut read_errors: Vec<Option<Errno>> = vec![None; items.len()];
+        let mut requests: Vec<ReadRequest> = order
+            .iter()
+            .filter_map(|&i| {
+                let fd = opened[i].as_ref()?;
+                Some(ReadRequest {
+                    fd: fd.as_raw_fd(),
+                    file_offset: items[i].offset,
+                    buf_offset: slots[i],
+                    len: items[i].len as usize,
+                    done: 0,
+                    error: None,
+                })
+            })
+            .collect();
+        let mut use_pread = true;
+        // The ring takes the buffer; it only does when nothing precedes this batch's data in
+        // it, so that a failure of the ring itself (the buffer is then lost) loses nothing else.
+        if let (Some(ring), 0) = (&mut self.uring, start) {
+            match ring.read_all(&mut requests, std::mem::take(buf)) {
+                Ok(b) => {
+                    *buf = b;
+                    use_pread = false;
+                }
+                Err(_) => {
+                    // Use pread from now on.
+                    self.uring = None;
+                    buf.resize(total as usize, 0);
+                    for r in &mut requests {
+                        r.done = 0;
+                        r.error = None;
+                    }
+                }
+            }
+        }
+        if use_pread {
+            for (r, &i) in requests.iter_mut().zip(&order) {
+                if let Some(fd) = &opened[i] {
+                    pread_request(fd, r, buf);
+                }
+            }
+        }
+        for (r, &i) in requests.iter().zip(&order) {
+            got[i] = r.done;
+            read_errors[i] = r.error;
+        }
+        drop(opened);
+        // Results in item order; data moved down over the gaps of failed and short items.
+        let mut write_at = start;
+        for (i, item) in items.iter().enumerate() {
+            if results[i].is_some() {
+                continue;
+            }
+            let result = if let Some(e) = read_errors[i] {
+                Err(StoreError::new("read", item.path, e))
+            } else if !item.whole && (got[i] as u64) < item.len {
+                Err(StoreError::other(
+                    "read",
+                    item.path,
+                    "file shrank while it was being copied",
+                ))
+            } else {
+                let n = got[i];
+                if slots[i] != write_at {
+                    buf.copy_within(slots[i]..slots[i] + n, write_at);
+                }
+                let hash = crate::checksum(&buf[write_at..write_at + n]);
+                write_at += n;
+                Ok((n as u64, hash))
+            };
+            results[i] = Some(result);
+        }
+        // Empty items count too: keep `write_at` where the data really ends.
+        buf.truncate(write_at.max(start));
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(StoreError::other("read", b"", "not read"))))
+            .collect()
+    }
+}
+
+/// Reads one request with `pread` until it is complete, the file ends or it fails.
+fn pread_request(fd: &OwnedFd, r: &mut ReadRequest, buf: &mut [u8]) {
+    while r.done < r.len {
+        let target = &mut buf[r.buf_offset + r.done..r.buf_offset + r.len];
+        match rustix::io::pread(fd, target, r.file_offset + r.done as u64) {
+            Ok(0) => r.len = r.done,
+            Ok(n) => r.done += n,
+            Err(Errno::INTR) => {}
+            Err(e) => {
+                r.error = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every back end and order must give the same bytes and results.
+    #[test]
+    fn every_backend_and_order_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let mut expected = Vec::new();
+        for i in 0..200usize {
+            let data: Vec<u8> = (0..(i * 37) % 9000).map(|b| (b * 7 + i) as u8).collect();
+            std::fs::write(dir.path().join(format!("d/f{i}")), &data).unwrap();
+            expected.push(data);
+        }
+        let big: Vec<u8> = (0..300_000u32).map(|b| (b % 251) as u8).collect();
+        std::fs::write(dir.path().join("big"), &big).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let names: Vec<Vec<u8>> = (0..200).map(|i| format!("d/f{i}").into_bytes()).collect();
+        let mut items: Vec<ReadItem<'_>> = names
+            .iter()
+            .zip(&expected)
+            .map(|(n, e)| ReadItem {
+                path: n,
+                offset: 0,
+                len: e.len() as u64,
+                whole: true,
+            })
+            .collect();
+        // A missing file, a file that shrank since the scan, and chunks of a large file.
+        items.insert(
+            3,
+            ReadItem {
+                path: b"d/missing",
+                offset: 0,
+                len: 10,
+                whole: true,
+            },
+        );
+        items.insert(
+            7,
+            ReadItem {
+                path: b"d/f5",
+                offset: 0,
+                len: 1_000_000,
+                whole: true,
+            },
+        );
+        items.push(ReadItem {
+            path: b"big",
+            offset: 100_000,
+            len: 150_000,
+            whole: false,
+        });
+        items.push(ReadItem {
+            path: b"big",
+            offset: 290_000,
+            len: 20_000,
+            whole: false,
+        });
+        for backend in [IoBackend::Threads, IoBackend::Uring] {
+            for order in [ReadOrder::Scan, ReadOrder::Physical] {
+                let mut reader = BatchReader::new(&root, None, order, backend);
+                let mut buf = Vec::new();
+                let results = reader.read(&items, &mut buf);
+                assert_eq!(results.len(), items.len());
+                let mut want = Vec::new();
+                for (item, result) in items.iter().zip(&results) {
+                    let what = format!("{backend:?} {order:?} {}", crate::display_path(item.path));
+                    match item.path {
+                        b"d/missing" => {
+                            assert_eq!(result.as_ref().unwrap_err().errno(), Some(Errno::NOENT))
+                        }
+                        b"big" if item.offset == 290_000 => {
+                            let err = result.as_ref().unwrap_err().to_string();
+                            assert!(err.contains("shrank"), "{what}: {err}");
+                        }
+                        _ => {
+                            let data = if item.path == b"big" {
+                                &big[item.offset as usize..(item.offset + item.len) as usize]
+                            } else {
+                                let i: usize = std::str::from_utf8(&item.path[3..])
+                                    .unwrap()
+                                    .parse()
+                                    .unwrap();
+                                &expected[i][..]
+                            };
+                            let (len, hash) = result.as_ref().unwrap();
+                            assert_eq!(*len, data.len() as u64, "{what}");
+                            assert_eq!(*hash, crate::checksum(data), "{what}");
+                            want.extend_from_slice(data);
+                        }
+                    }
+                }
+                assert!(buf == want, "{backend:?} {order:?}: batch data differs");
+            }
+        }
+    }
+}
