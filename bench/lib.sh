@@ -1,9 +1,13 @@
 # shellcheck shell=bash
 # Helpers for sprat's benchmark scripts (bench/*.sh). Source it; don't run it.
 #
-# Provides: logging, a monotonic clock, free ports, listener readiness,
-# cache dropping, tracking and killing of background processes by PID,
-# data set generation and tree manifests/verification (Python 3, stdlib only).
+# Provides: logging, a monotonic clock, timed commands, free ports, listener
+# readiness, cache dropping and cache states, tracking and killing of
+# background processes by PID, the sprat binary under test, data set
+# generation, reuse and tree snapshots, tree manifests/verification (Python 3,
+# stdlib only), JSON fields of a tool's report, machine facts.
+# Functions that need the repository root read it from $repo (set it first).
+# shellcheck disable=SC2154 # $repo comes from the script that sources this file
 
 # ---------------------------------------------------------------- logging
 
@@ -22,6 +26,16 @@ oneline() {
     s=${s//\"/\'}
     s=${s//|/\/}
     printf '%s' "${s:0:300}"
+}
+
+# in_list WORD ITEM...: true if WORD is one of the ITEMs.
+in_list() {
+    local want=$1 item
+    shift
+    for item in "$@"; do
+        if [[ $item == "$want" ]]; then return 0; fi
+    done
+    return 1
 }
 
 # ---------------------------------------------------------------- clock
@@ -285,4 +299,216 @@ if mtimes:
 status = "FAIL" if problems else ("meta" if meta else "ok")
 print("%s\t%d\t%d\t%s" % (status, cd["f"], cd["bytes"], "; ".join(problems + meta)))
 ' "$1" "$2" "$3"
+}
+
+# ---------------------------------------------------------------- timed commands
+
+# timed_cmd LIMIT_S CMD...: run CMD under `timeout LIMIT_S`, timed with the
+# monotonic clock; sets T_SECS (4 decimals) and T_RC (exit status; 124 =
+# timed out). CMD runs as a registered background job that we wait for, so an
+# interrupt reaches the caller's trap at once and bg_kill_all ends it.
+# Redirect the call itself: `timed_cmd 600 cp -a A B >OUT 2>ERR`.
+T_SECS=0
+T_RC=0
+# shellcheck disable=SC2034 # T_SECS and T_RC are read by the caller
+timed_cmd() {
+    local limit=$1 start end job
+    shift
+    T_RC=0
+    mono_now start
+    timeout "$limit" "$@" &
+    job=$!
+    bg_register "$job"
+    wait "$job" || T_RC=$?
+    mono_now end
+    bg_unregister "$job"
+    T_SECS=$(elapsed "$start" "$end")
+}
+
+# ---------------------------------------------------------------- cache states
+
+# cache_prepare cold|warm DIR: put the page cache in the given state before a
+# timed run on source DIR (see "Noise rules" in bench/README.md).
+#   cold: sync; drop page cache, dentries and inodes.
+#   warm: drop the page cache (unless WARM_DROP=0), then read DIR in full
+#         (read_all with READ_PAR readers, default 16).
+cache_prepare() {
+    case $1 in
+        cold) drop_caches 3 ;;
+        warm)
+            if [[ ${WARM_DROP:-1} == 1 ]]; then drop_caches 1; fi
+            read_all "$2" "${READ_PAR:-16}"
+            ;;
+        *) die "cache_prepare: unknown cache state '$1'" ;;
+    esac
+}
+
+# need_cache_control CACHE...: cold runs need root (drop_caches): die
+# without it. Warm runs without it go on without the page-cache drop (sets
+# WARM_DROP=0, warning).
+need_cache_control() {
+    if ! can_drop_caches; then
+        if in_list cold "$@"; then
+            die "cold cache runs need root (to write /proc/sys/vm/drop_caches); set CACHES=warm to skip them"
+        fi
+        if [[ ${WARM_DROP:-1} == 1 ]]; then
+            log "warning: cannot drop caches; warm runs go without the page-cache drop (WARM_DROP=0)"
+            WARM_DROP=0
+        fi
+    fi
+}
+
+# ---------------------------------------------------------------- exit
+
+# Paths removed (rm -rf) at exit, after every registered process is killed.
+EXIT_REMOVE=()
+_on_exit() {
+    local status=$?
+    trap - EXIT INT TERM
+    bg_kill_all
+    if ((${#EXIT_REMOVE[@]} > 0)); then rm -rf -- "${EXIT_REMOVE[@]}"; fi
+    exit "$status"
+}
+# exit_cleanup_install: at exit or on INT/TERM, kill our background processes
+# and remove the paths in EXIT_REMOVE (append to it as they are made).
+exit_cleanup_install() {
+    trap _on_exit EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# ---------------------------------------------------------------- the binary under test
+
+# sprat_build BIN: when BIN is the repository's target/release/sprat and
+# BUILD is 1 (default), rebuild it with cargo first; when that fails, go on
+# with the existing binary (warning) if there is one. Dies unless BIN runs.
+sprat_build() {
+    local bin=$1
+    if [[ ${BUILD:-1} == 1 && $bin == "$repo/target/release/sprat" ]]; then
+        log "building sprat (cargo build --release -p sprat)"
+        (cd "$repo" && cargo build --release -q -p sprat) ||
+            log "warning: cargo build failed; using the existing $bin if there is one"
+    fi
+    [[ -x $bin ]] || die "sprat binary $bin is missing or not executable"
+}
+
+# sprat_snapshot BIN DIR: copy BIN to DIR/sprat (every run must use the same
+# build while target/ may be rebuilt) and describe it: sets SPRAT_COPY and
+# SPRAT_DESC (path, version, build time, sha256, commit of the work tree).
+SPRAT_COPY=""
+SPRAT_DESC=""
+# shellcheck disable=SC2034 # SPRAT_COPY and SPRAT_DESC are read by the caller
+sprat_snapshot() {
+    local bin=$1 rev
+    rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "no commit")
+    if ! git -C "$repo" diff --quiet HEAD 2>/dev/null; then rev+=" + uncommitted changes"; fi
+    SPRAT_DESC="$bin ($("$bin" --version 2>/dev/null | head -n 1 || true)), built"
+    SPRAT_DESC+=" $(date -r "$bin" '+%F %T'), sha256 $(sha256sum "$bin" | cut -c1-12),"
+    SPRAT_DESC+=" work tree at $rev when the run started"
+    cp "$bin" "$2/sprat"
+    SPRAT_COPY=$2/sprat
+}
+
+# ---------------------------------------------------------------- data sets, reused
+
+# dataset_ensure DIR RECIPE MAKER [ARGS...]: make a data set once and reuse it.
+# Its manifest is kept in $META/<name of DIR>.json and RECIPE (one line saying
+# how it is made: a generator command, or the origin of a snapshot) in
+# $META/<name>.origin. The set is (re)made with `MAKER ARGS... NEWDIR` when
+# REFRESH=1, when DIR or the manifest is missing, or when RECIPE changed.
+dataset_ensure() {
+    local dir=$1 recipe=$2 name man origin
+    shift 2
+    name=$(basename "$dir")
+    man=$META/$name.json
+    origin=$META/$name.origin
+    if [[ ${REFRESH:-0} != 1 && -d $dir && -s $man && $(cat "$origin" 2>/dev/null) == "$recipe" ]]; then
+        return 0
+    fi
+    log "making data set $name: $recipe"
+    rm -rf -- "$dir" "$dir.tmp" "$man" "$origin"
+    mkdir -p "$(dirname "$dir")" "$META"
+    "$@" "$dir.tmp"
+    mv -- "$dir.tmp" "$dir"
+    sync
+    log "manifest of $name: $(manifest "$dir" "$man.tmp")"
+    mv -- "$man.tmp" "$man"
+    printf '%s\n' "$recipe" >"$origin"
+}
+
+# pick_tree MIN_FILES: print the default real tree: the first of the cargo
+# registry's crate sources, /usr/share and the repository's target/ that holds
+# at least MIN_FILES regular files, else the one holding the most.
+pick_tree() {
+    local min=$1 cand n most=-1 pick=""
+    for cand in "${CARGO_HOME:-$HOME/.cargo}/registry/src" /usr/share "$repo/target"; do
+        [[ -d $cand ]] || continue
+        # head ends find early: its SIGPIPE is expected.
+        n=$(find "$cand" -type f 2>/dev/null | head -n "$min" | wc -l) || true
+        if ((n >= min)); then
+            printf '%s\n' "$cand"
+            return 0
+        fi
+        log "tree candidate $cand: only $n files (fewer than $min)"
+        if ((n > most)); then most=$n pick=$cand; fi
+    done
+    [[ -n $pick ]] || die "no tree candidate found; give one explicitly"
+    printf '%s\n' "$pick"
+}
+
+# snapshot_tree SRC NFILES NEWDIR: copy the real tree SRC into NEWDIR, whole
+# (NFILES=0, cp -a) or only its first NFILES regular files by sorted path.
+snapshot_tree() {
+    local src=$1 nfiles=$2 dst=$3
+    mkdir -p "$dst"
+    if [[ $nfiles == 0 ]]; then
+        cp -a "$src/." "$dst/"
+        return
+    fi
+    (cd "$src" && find . -type f -print0 | sort -z | head -z -n "$nfiles") >"$dst.list" || true
+    tar -C "$src" --null -T "$dst.list" -cf - | tar -C "$dst" -xf -
+    rm -f "$dst.list"
+}
+
+# ---------------------------------------------------------------- reports
+
+# json_fields FILE KEY...: print the values of KEYs of the JSON object in FILE
+# (the whole file, else its last line that parses), one per line (empty for a
+# missing key or an unreadable file): `mapfile -t VALS < <(json_fields ...)`.
+json_fields() {
+    python3 - "$@" 2>/dev/null <<'PY' || true
+import json, sys
+try:
+    txt = open(sys.argv[1]).read()
+except OSError:
+    txt = ""
+obj = None
+for cand in [txt] + txt.splitlines()[::-1]:
+    try:
+        obj = json.loads(cand)
+        break
+    except ValueError:
+        pass
+if not isinstance(obj, dict):
+    obj = {}
+for k in sys.argv[2:]:
+    print("" if obj.get(k) is None else " ".join(str(obj[k]).split()))
+PY
+}
+
+# machine_facts DIR: one markdown line on the machine and the disk of DIR.
+machine_facts() {
+    local mem cpu fs
+    mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+    cpu=$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)
+    fs=$(findmnt -no SOURCE,FSTYPE,OPTIONS -T "$1" 2>/dev/null | tr -s ' ' || stat -f -c %T "$1")
+    printf -- '- machine: %s CPUs (%s), %s memory, kernel %s; disk of %s: %s\n' \
+        "$(nproc)" "$cpu" "$mem" "$(uname -r)" "$1" "$fs"
+}
+
+# fs_is_ram DIR: true when DIR is on tmpfs or ramfs (not a real disk).
+fs_is_ram() {
+    local t
+    t=$(findmnt -no FSTYPE -T "$1" 2>/dev/null || stat -f -c %T "$1")
+    [[ $t == tmpfs || $t == ramfs ]]
 }

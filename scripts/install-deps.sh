@@ -42,12 +42,14 @@ need_pkg() {
 
 need_cmd rsync rsync          # peer: rsync daemon on loopback
 need_pkg netcat-openbsd       # peer: tar | nc (needs OpenBSD nc for -N)
+need_cmd rclone rclone        # peer of bench/local.sh: rclone copy (local to local)
 need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
 need_cmd ssh openssh-client   # peers of bench/namespace.sh: sftp, rsync over ssh
 need_cmd sftp openssh-client
 need_cmd ssh-keygen openssh-client
 need_pkg openssh-server       # bench/namespace.sh runs a private sshd (/usr/sbin/sshd) on loopback
 need_cmd python3 python3      # data set generator, timer, verification, report
+need_pkg python3-matplotlib   # bench/local.sh draws its plot (with Debian's python3 if need be)
 need_cmd ss iproute2          # readiness checks for listeners
 need_cmd tar tar
 need_cmd xargs findutils
