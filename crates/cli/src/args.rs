@@ -184,7 +184,7 @@ pub struct Tuning {
     /// How a batch's files are read: `threads` = pread, one batch per reader thread;
     /// `uring` = all reads of a batch in flight on one io_uring per reader (falls back to
     /// pread where the kernel has no io_uring or forbids it).
-    #[arg(long, value_name = "HOW", value_enum, default_value_t = IoChoice::Threads)]
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = IoChoice::Uring)]
     pub io: IoChoice,
     /// Order of the reads within a batch: `inode` (the scanner's, a cheap proxy for disk
     /// layout) or `physical` (by data address from FIEMAP; inode order where not supported).

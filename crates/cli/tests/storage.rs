@@ -184,3 +184,27 @@ fn every_read_backend_and_order_copies_exactly_on_ext4_and_tmpfs() {
         }
     }
 }
+
+/// With io_uring forbidden by the kernel (`kernel.io_uring_disabled = 2`, as some hardened
+/// hosts set it), `--io uring` falls back to pread and copies exactly. Skipped where the
+/// setting does not exist or cannot be changed (not root).
+#[test]
+fn uring_forbidden_by_the_kernel_falls_back_to_pread() {
+    let knob = std::path::Path::new("/proc/sys/kernel/io_uring_disabled");
+    let Ok(before) = std::fs::read_to_string(knob) else {
+        eprintln!("skipped: {} is not available", knob.display());
+        return;
+    };
+    if std::fs::write(knob, "2").is_err() {
+        eprintln!("skipped: cannot write {}", knob.display());
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 5000, 5);
+    let dst = t.path().join("dst");
+    let out = cp_local(&["--io", "uring"], &src, &dst);
+    std::fs::write(knob, before.trim()).unwrap();
+    assert_ok(&out, None);
+    assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+}

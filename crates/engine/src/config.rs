@@ -41,7 +41,7 @@ impl Default for TransferOptions {
             read_threads: 8,
             write_threads: 4,
             durable: false,
-            io_backend: IoBackend::Threads,
+            io_backend: IoBackend::Uring,
             read_order: ReadOrder::Scan,
         }
     }
