@@ -26,6 +26,9 @@
 #   batch16m   --batch-size 16MiB --batch-files 4096
 #   durable    --durable             (a group-committed syncfs per batch)
 #   old        OLD_SPRAT with its defaults
+# and two read limits, for reference (no destination):
+#   findcat    find SRC -type f -print0 | xargs -0 -r -P 16 -n 256 cat > /dev/null
+#   benchread  sprat bench read --threads 16 SRC (scanner order, inode order within directories)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +42,7 @@ DATA_DIR=${DATA_DIR:-/work/bench-data}
 RESULTS_DIR=${RESULTS_DIR:-$repo/bench/results}
 SPRAT=${SPRAT:-$repo/target/release/sprat}
 OLD_SPRAT=${OLD_SPRAT:-}
-default_variants="default threads physical rename batch1m batch16m durable"
+default_variants="default threads physical rename batch1m batch16m durable findcat benchread"
 [[ -n $OLD_SPRAT ]] && default_variants+=" old"
 VARIANTS=${VARIANTS:-$default_variants}
 read -r -a sets <<<"$SETS"
@@ -61,6 +64,8 @@ variant_cmd() {
             [[ -n $OLD_SPRAT ]] || die "variant old needs OLD_SPRAT"
             printf '%s\n' "$OLD_COPY" cp --json "$2" "$3"
             ;;
+        findcat) printf '%s\n' sh -c 'find "$1" -type f -print0 | xargs -0 -r -P 16 -n 256 cat >/dev/null' sh "$2" ;;
+        benchread) printf '%s\n' "$bin" bench read --json --threads 16 "$2" ;;
         *) die "unknown variant: $1" ;;
     esac
 }
@@ -113,7 +118,11 @@ for set in "${sets[@]}"; do
             drop_caches 3
             load1=$(cut -d' ' -f1 /proc/loadavg)
             timed_cmd 1800 "${cmd[@]}" >"$LOGS/$set-$v-r$r.out" 2>"$LOGS/$set-$v-r$r.err"
-            files=$(find "$dst" -type f 2>/dev/null | wc -l)
+            if [[ $v == findcat || $v == benchread ]]; then
+                files=$nsrc # nothing is written
+            else
+                files=$(find "$dst" -type f 2>/dev/null | wc -l)
+            fi
             mapfile -t f < <(json_fields "$LOGS/$set-$v-r$r.out" bottleneck)
             if [[ $T_RC != 0 || $files != "$nsrc" ]]; then
                 log "FAIL $set $v r$r: exit $T_RC, $files of $nsrc files"

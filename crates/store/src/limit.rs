@@ -47,7 +47,22 @@ pub fn write_plain(root: &Root, entries: &[MemEntry], threads: usize) -> Result<
         .iter()
         .filter(|e| !matches!(e, MemEntry::Dir { .. }))
         .collect();
-    const RUN: usize = 64;
+    // Runs of one directory each (at most RUN entries): threads work in different
+    // directories, as sprat's writers do with whole batches, rather than all contending for
+    // one directory's lock.
+    const RUN: usize = 1024;
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut start = 0;
+    for i in 1..=leaves.len() {
+        let split = i == leaves.len()
+            || i - start >= RUN
+            || crate::split_parent(leaf_path(leaves[i])).0
+                != crate::split_parent(leaf_path(leaves[start])).0;
+        if split {
+            runs.push(start..i);
+            start = i;
+        }
+    }
     let next = AtomicUsize::new(0);
     let result = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads.max(1))
@@ -55,11 +70,10 @@ pub fn write_plain(root: &Root, entries: &[MemEntry], threads: usize) -> Result<
                 s.spawn(|| {
                     let mut dir: Option<(Vec<u8>, OwnedFd)> = None;
                     loop {
-                        let start = next.fetch_add(RUN, Ordering::Relaxed);
-                        if start >= leaves.len() {
+                        let Some(run) = runs.get(next.fetch_add(1, Ordering::Relaxed)) else {
                             return Ok(());
-                        }
-                        for e in &leaves[start..(start + RUN).min(leaves.len())] {
+                        };
+                        for e in &leaves[run.clone()] {
                             write_leaf(root, &mut dir, e)?;
                         }
                     }
@@ -75,6 +89,14 @@ pub fn write_plain(root: &Root, entries: &[MemEntry], threads: usize) -> Result<
             .collect::<Result<Vec<()>, StoreError>>()
     });
     result.map(|_| ())
+}
+
+fn leaf_path(e: &MemEntry) -> &[u8] {
+    match e {
+        MemEntry::File { path, .. } | MemEntry::Symlink { path, .. } | MemEntry::Dir { path } => {
+            path
+        }
+    }
 }
 
 fn write_leaf(
