@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod dataset;
 pub mod error;
+pub mod model;
 pub mod net;
 pub mod plan;
 pub mod remote;

@@ -63,6 +63,9 @@ pub struct BatchReader<'r> {
 /// Reads in flight on one ring.
 const URING_DEPTH: u32 = 128;
 
+/// Items of at least this many bytes get an explicit read-ahead of their whole range.
+const READAHEAD_FROM: u64 = 256 << 10;
+
 impl<'r> BatchReader<'r> {
     /// A reader for files below `root`; `name_override` names the file when the source is a
     /// single file (its items have an empty path). With [`IoBackend::Uring`] the ring is made
@@ -147,6 +150,19 @@ impl<'r> BatchReader<'r> {
                 // Stable: files without a known address keep their inode order, last.
                 keyed.sort_by_key(|&(key, _)| key);
                 order = keyed.into_iter().map(|(_, i)| i).collect();
+            }
+        }
+        // Large items: start the device on all of their bytes at once (asynchronous
+        // read-ahead), so a few multi-MiB reads keep a deep queue like many small ones do.
+        for &i in &order {
+            let item = &items[i];
+            if let (Some(fd), true) = (&opened[i], item.len >= READAHEAD_FROM) {
+                let _ = rustix::fs::fadvise(
+                    fd,
+                    item.offset,
+                    std::num::NonZeroU64::new(item.len),
+                    rustix::fs::Advice::WillNeed,
+                );
             }
         }
         // Phase 2: the data, in that order.
