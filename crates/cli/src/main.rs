@@ -20,6 +20,7 @@ use std::path::Path;
 
 fn main() {
     let cli = Cli::parse();
+    raise_open_file_limit();
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -32,6 +33,21 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Raises the soft limit on open files to the hard limit (often 1024 against 500,000 or
+/// more): readers, writers and streams each hold descriptors, and a limit hit mid-transfer is
+/// a failure, not a slowdown.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+    }
 }
 
 /// Lets created files get exactly the permission bits of their source, as `cp -a` and

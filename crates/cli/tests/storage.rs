@@ -208,3 +208,26 @@ fn uring_forbidden_by_the_kernel_falls_back_to_pread() {
     assert_ok(&out, None);
     assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
 }
+
+/// Regression: batches of 4096 files read by 8 readers once held 32,768 files open and the
+/// copy died with "Too many open files". Under a limit of 256 open files it must still copy
+/// everything (readers share the limit and read large batches in windows).
+#[test]
+fn big_batches_under_a_low_open_file_limit() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 6000, 100, 13);
+    let dst = t.path().join("dst");
+    let script =
+        "ulimit -n 256 && exec \"$0\" cp --batch-size 16MiB --batch-files 4096 \"$1\" \"$2\"";
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(bin())
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert_ok(&out, None);
+    assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+}

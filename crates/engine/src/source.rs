@@ -105,7 +105,8 @@ pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, 
                             file_name,
                             options.read_order,
                             options.io_backend,
-                        );
+                        )
+                        .with_max_open(open_files_per_reader(options.read_threads));
                         for plan in plan_rx {
                             let started = Instant::now();
                             let batch = read_batch(&mut reader, plan);
@@ -185,6 +186,17 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
         }
     }
     batch
+}
+
+/// Files each reader may hold open at once: half of the process's open-file limit shared by
+/// the readers (the rest is for writers, sockets and directories), at most the batch reader's
+/// default.
+fn open_files_per_reader(readers: usize) -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1024);
+    let share = (limit / 2) as usize / readers.max(1);
+    share.clamp(1, sprat_store::batch_read::DEFAULT_MAX_OPEN)
 }
 
 /// Opens a local source path given by the user.

@@ -58,13 +58,15 @@ pub struct BatchReader<'r> {
     uring: Option<UringReader>,
     /// Cleared when the file system answers that it has no FIEMAP.
     fiemap_works: bool,
+    /// Most files of a batch open at once.
+    max_open: usize,
 }
 
 /// Reads in flight on one ring.
 const URING_DEPTH: u32 = 128;
 
-/// Items of at least this many bytes get an explicit read-ahead of their whole range.
-const READAHEAD_FROM: u64 = 256 << 10;
+/// Files of a batch held open at once unless [`BatchReader::with_max_open`] says otherwise.
+pub const DEFAULT_MAX_OPEN: usize = 256;
 
 impl<'r> BatchReader<'r> {
     /// A reader for files below `root`; `name_override` names the file when the source is a
@@ -86,6 +88,7 @@ impl<'r> BatchReader<'r> {
             order,
             uring,
             fiemap_works: true,
+            max_open: DEFAULT_MAX_OPEN,
         }
     }
 
@@ -98,129 +101,49 @@ impl<'r> BatchReader<'r> {
         }
     }
 
+    /// Holds at most `max_open` files of a batch open at once (at least 1): a batch of more
+    /// files is read in windows of that many, so that readers x `max_open` stays within the
+    /// process's limit on open files.
+    pub fn with_max_open(mut self, max_open: usize) -> BatchReader<'r> {
+        self.max_open = max_open.max(1);
+        self
+    }
+
     /// Appends the data of every item to `buf`, in item order, and returns each item's length
     /// and checksum (or its error; a failed item contributes no bytes).
     pub fn read(&mut self, items: &[ReadItem<'_>], buf: &mut Vec<u8>) -> Vec<ItemResult> {
         let start = buf.len();
         let total: u64 = items.iter().map(|i| i.len).sum();
         buf.resize(start + total as usize, 0);
-        // Phase 1: open every item with data, in item order (the scan's inode order).
         let mut slots = Vec::with_capacity(items.len());
         let mut offset = start;
-        let mut opened: Vec<Option<OwnedFd>> = Vec::with_capacity(items.len());
-        let mut results: Vec<Option<ItemResult>> = Vec::with_capacity(items.len());
         for item in items {
             slots.push(offset);
             offset += item.len as usize;
-            if item.len == 0 {
-                opened.push(None);
-                results.push(Some(Ok((0, crate::checksum(&[])))));
-                continue;
-            }
-            match self
-                .cursor
-                .open_file(item.path, self.name_override.as_deref())
-            {
-                Ok(fd) => {
-                    opened.push(Some(fd));
-                    results.push(None);
-                }
-                Err(e) => {
-                    opened.push(None);
-                    results.push(Some(Err(e)));
-                }
-            }
         }
-        let mut order: Vec<usize> = (0..items.len()).filter(|&i| opened[i].is_some()).collect();
-        if self.order == ReadOrder::Physical && self.fiemap_works {
-            let mut keyed = Vec::with_capacity(order.len());
-            for &i in &order {
-                let Some(fd) = &opened[i] else { continue };
-                let key = match sys::physical_address(fd.as_fd(), items[i].offset) {
-                    Ok(addr) => addr.unwrap_or(u64::MAX),
-                    Err(Errno::OPNOTSUPP | Errno::NOTTY | Errno::INVAL) => {
-                        self.fiemap_works = false;
-                        break;
-                    }
-                    Err(_) => u64::MAX,
-                };
-                keyed.push((key, i));
-            }
-            if self.fiemap_works {
-                // Stable: files without a known address keep their inode order, last.
-                keyed.sort_by_key(|&(key, _)| key);
-                order = keyed.into_iter().map(|(_, i)| i).collect();
-            }
+        let mut state = WindowState {
+            results: (0..items.len()).map(|_| None).collect(),
+            got: vec![0; items.len()],
+            errors: vec![None; items.len()],
+        };
+        let with_data: Vec<usize> = (0..items.len()).filter(|&i| items[i].len > 0).collect();
+        for window in with_data.chunks(self.max_open) {
+            self.read_window(items, window, &slots, start, buf, &mut state);
         }
-        // Large items: start the device on all of their bytes at once (asynchronous
-        // read-ahead), so a few multi-MiB reads keep a deep queue like many small ones do.
-        for &i in &order {
-            let item = &items[i];
-            if let (Some(fd), true) = (&opened[i], item.len >= READAHEAD_FROM) {
-                let _ = rustix::fs::fadvise(
-                    fd,
-                    item.offset,
-                    std::num::NonZeroU64::new(item.len),
-                    rustix::fs::Advice::WillNeed,
-                );
-            }
-        }
-        // Phase 2: the data, in that order.
-        let mut got = vec![0usize; items.len()];
-        let mut read_errors: Vec<Option<Errno>> = vec![None; items.len()];
-        let mut requests: Vec<ReadRequest> = order
-            .iter()
-            .filter_map(|&i| {
-                let fd = opened[i].as_ref()?;
-                Some(ReadRequest {
-                    fd: fd.as_raw_fd(),
-                    file_offset: items[i].offset,
-                    buf_offset: slots[i],
-                    len: items[i].len as usize,
-                    done: 0,
-                    error: None,
-                })
-            })
-            .collect();
-        let mut use_pread = true;
-        // The ring takes the buffer; it only does when nothing precedes this batch's data in
-        // it, so that a failure of the ring itself (the buffer is then lost) loses nothing else.
-        if let (Some(ring), 0) = (&mut self.uring, start) {
-            match ring.read_all(&mut requests, std::mem::take(buf)) {
-                Ok(b) => {
-                    *buf = b;
-                    use_pread = false;
-                }
-                Err(_) => {
-                    // Use pread from now on.
-                    self.uring = None;
-                    buf.resize(total as usize, 0);
-                    for r in &mut requests {
-                        r.done = 0;
-                        r.error = None;
-                    }
-                }
-            }
-        }
-        if use_pread {
-            for (r, &i) in requests.iter_mut().zip(&order) {
-                if let Some(fd) = &opened[i] {
-                    pread_request(fd, r, buf);
-                }
-            }
-        }
-        for (r, &i) in requests.iter().zip(&order) {
-            got[i] = r.done;
-            read_errors[i] = r.error;
-        }
-        drop(opened);
+        let WindowState {
+            mut results,
+            got,
+            errors,
+        } = state;
         // Results in item order; data moved down over the gaps of failed and short items.
         let mut write_at = start;
         for (i, item) in items.iter().enumerate() {
             if results[i].is_some() {
                 continue;
             }
-            let result = if let Some(e) = read_errors[i] {
+            let result = if item.len == 0 {
+                Ok((0, crate::checksum(&[])))
+            } else if let Some(e) = errors[i] {
                 Err(StoreError::new("read", item.path, e))
             } else if !item.whole && (got[i] as u64) < item.len {
                 Err(StoreError::other(
@@ -239,13 +162,107 @@ impl<'r> BatchReader<'r> {
             };
             results[i] = Some(result);
         }
-        // Empty items count too: keep `write_at` where the data really ends.
-        buf.truncate(write_at.max(start));
+        buf.truncate(write_at);
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(StoreError::other("read", b"", "not read"))))
             .collect()
     }
+
+    /// Opens the items of `window` (indices into `items`), orders them, reads their data into
+    /// their slots of `buf` and closes them again.
+    fn read_window(
+        &mut self,
+        items: &[ReadItem<'_>],
+        window: &[usize],
+        slots: &[usize],
+        start: usize,
+        buf: &mut Vec<u8>,
+        state: &mut WindowState,
+    ) {
+        // Phase 1: open, in item order (the scan's inode order).
+        let mut opened: Vec<(usize, OwnedFd)> = Vec::with_capacity(window.len());
+        for &i in window {
+            match self
+                .cursor
+                .open_file(items[i].path, self.name_override.as_deref())
+            {
+                Ok(fd) => opened.push((i, fd)),
+                Err(e) => state.results[i] = Some(Err(e)),
+            }
+        }
+        if self.order == ReadOrder::Physical && self.fiemap_works {
+            let mut keys = Vec::with_capacity(opened.len());
+            for (i, fd) in &opened {
+                match sys::physical_address(fd.as_fd(), items[*i].offset) {
+                    Ok(addr) => keys.push(addr.unwrap_or(u64::MAX)),
+                    Err(Errno::OPNOTSUPP | Errno::NOTTY | Errno::INVAL) => {
+                        self.fiemap_works = false;
+                        break;
+                    }
+                    Err(_) => keys.push(u64::MAX),
+                }
+            }
+            if self.fiemap_works {
+                // Stable: files without a known address keep their inode order, last.
+                let mut keyed: Vec<_> = keys.into_iter().zip(opened).collect();
+                keyed.sort_by_key(|(key, _)| *key);
+                opened = keyed.into_iter().map(|(_, o)| o).collect();
+            }
+        }
+        // Phase 2: the data, in that order.
+        let mut requests: Vec<ReadRequest> = opened
+            .iter()
+            .map(|(i, fd)| ReadRequest {
+                fd: fd.as_raw_fd(),
+                file_offset: items[*i].offset,
+                buf_offset: slots[*i],
+                len: items[*i].len as usize,
+                done: 0,
+                error: None,
+            })
+            .collect();
+        let mut use_pread = true;
+        // The ring takes the buffer; it only does when nothing precedes this batch's data in
+        // it, so that a failure of the ring itself (the buffer is then lost) loses nothing else.
+        if let (Some(ring), 0) = (&mut self.uring, start) {
+            let len = buf.len();
+            match ring.read_all(&mut requests, std::mem::take(buf)) {
+                Ok(b) => {
+                    *buf = b;
+                    use_pread = false;
+                }
+                Err(_) => {
+                    // Use pread from now on; earlier windows' data went with the buffer.
+                    self.uring = None;
+                    buf.resize(len, 0);
+                    for r in &mut requests {
+                        r.done = 0;
+                        r.error = None;
+                    }
+                    for i in 0..state.got.len() {
+                        if state.got[i] > 0 && !window.contains(&i) {
+                            state.errors[i] = Some(Errno::IO);
+                        }
+                    }
+                }
+            }
+        }
+        for (r, (i, fd)) in requests.iter_mut().zip(&opened) {
+            if use_pread {
+                pread_request(fd, r, buf);
+            }
+            state.got[*i] = r.done;
+            state.errors[*i] = r.error;
+        }
+    }
+}
+
+/// Per-item outcomes of a batch read, filled window by window.
+struct WindowState {
+    results: Vec<Option<ItemResult>>,
+    got: Vec<usize>,
+    errors: Vec<Option<Errno>>,
 }
 
 /// Reads one request with `pread` until it is complete, the file ends or it fails.
