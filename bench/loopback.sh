@@ -309,16 +309,9 @@ R_SECS="" R_RC=0 R_NOTE="" R_BOTTLENECK="" R_TOOLSECS=""
 # It runs as a registered background job that we wait for, so that an
 # interrupt reaches our trap at once and the cleanup kills it.
 timed() {
-    local t0 t1 pid
-    R_RC=0
-    mono_now t0
-    timeout "$RUN_TIMEOUT" "$@" &
-    pid=$!
-    bg_register "$pid"
-    wait "$pid" || R_RC=$?
-    mono_now t1
-    bg_unregister "$pid"
-    R_SECS=$(elapsed "$t0" "$t1")
+    timed_cmd "$RUN_TIMEOUT" "$@"
+    R_RC=$T_RC
+    R_SECS=$T_SECS
 }
 
 # run_tarnc SRC DST ERR: tar | nc into a listening nc | tar (fresh port).

@@ -76,15 +76,8 @@ pub enum BenchCommand {
 pub struct BenchReadArgs {
     /// Tree to read.
     pub src: PathBuf,
-    /// Reader threads.
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    pub threads: usize,
-    /// First `sync` and drop the page cache, dentries and inodes (needs root): a cold read.
-    #[arg(long)]
-    pub drop_caches: bool,
-    /// Print the result as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }
 
 #[derive(Debug, Args)]
@@ -93,11 +86,18 @@ pub struct BenchWriteArgs {
     pub src: PathBuf,
     /// Destination directory (created; must be missing or empty).
     pub dst: PathBuf,
-    /// Writer threads.
+    #[command(flatten)]
+    pub common: BenchCommon,
+}
+
+/// Options every storage benchmark takes.
+#[derive(Debug, Args)]
+pub struct BenchCommon {
+    /// Reader or writer threads.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub threads: usize,
-    /// After loading, `sync` and drop the page cache, dentries and inodes (needs root), so
-    /// the write starts cold.
+    /// `sync` and drop the page cache, dentries and inodes (needs root) right before the
+    /// timed part (for `write`: after loading the tree), so it starts cold.
     #[arg(long)]
     pub drop_caches: bool,
     /// Print the result as one JSON object.

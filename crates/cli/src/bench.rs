@@ -21,16 +21,20 @@ fn check_threads(threads: usize) -> anyhow::Result<()> {
 }
 
 fn read(a: BenchReadArgs) -> anyhow::Result<i32> {
-    check_threads(a.threads)?;
+    check_threads(a.common.threads)?;
     if !a.src.is_dir() {
         return Err(
             TransferError::Usage(format!("'{}' is not a directory", a.src.display())).into(),
         );
     }
-    if a.drop_caches {
+    if a.common.drop_caches {
         drop_caches()?;
     }
-    print(&bench::read_limit(&a.src, a.threads)?, "read limit", a.json)
+    print(
+        &bench::read_limit(&a.src, a.common.threads)?,
+        "read limit",
+        a.common.json,
+    )
 }
 
 fn print(run: &SubsystemRun, what: &str, json: bool) -> anyhow::Result<i32> {
@@ -53,7 +57,7 @@ fn print(run: &SubsystemRun, what: &str, json: bool) -> anyhow::Result<i32> {
 }
 
 fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
-    check_threads(a.threads)?;
+    check_threads(a.common.threads)?;
     crate::preserve_modes_exactly();
     if !a.src.is_dir() {
         return Err(
@@ -61,13 +65,13 @@ fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
         );
     }
     let tree = bench::load_tree(&a.src)?;
-    if a.drop_caches {
+    if a.common.drop_caches {
         drop_caches()?;
     }
     print(
-        &bench::write_limit(&tree, &a.dst, a.threads)?,
+        &bench::write_limit(&tree, &a.dst, a.common.threads)?,
         "write limit",
-        a.json,
+        a.common.json,
     )
 }
 
