@@ -57,9 +57,47 @@ pub enum Command {
     /// Examples: `sprat gen --files 100000 --size 4KiB DIR`;
     /// `sprat gen --total 2GiB --dist gridftp --max-size 16MiB DIR`.
     Gen(GenArgs),
+    /// Predict a transfer from per-stage costs (per-file overhead and rate of read, network
+    /// and write): the bottleneck by file size, the size below which storage bounds it, the
+    /// pipeline's time for a data set, and the transfer nodes a link needs.
+    ///
+    /// Example: `sprat model --read 60us,900MB/s --network 5us,1GB/s --write 40us,700MB/s
+    /// --files 100000 --total 400MB --link 100Gbit`.
+    Model(ModelArgs),
     /// Measure one storage subsystem on its own (the limits a copy is judged against).
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Read stage: per-file overhead and rate, `T0,RATE` (e.g. `60us,900MB/s`).
+    #[arg(long, value_name = "T0,RATE")]
+    pub read: String,
+    /// Network stage: per-file overhead and rate (e.g. `5us,1GB/s` or `0us,10Gbit`).
+    #[arg(long, value_name = "T0,RATE")]
+    pub network: String,
+    /// Write stage: per-file overhead and rate.
+    #[arg(long, value_name = "T0,RATE")]
+    pub write: String,
+    /// Files in the data set to predict.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub files: u64,
+    /// Total size of the data set (e.g. 400MB, 2GiB).
+    #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::size::parse)]
+    pub total: u64,
+    /// Batch size the data set travels in.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    pub batch_size: u64,
+    /// Parallel pipelines (streams).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub streams: usize,
+    /// A link to fill (e.g. 100Gbit, 10GB/s): print the transfer nodes it needs.
+    #[arg(long, value_name = "RATE")]
+    pub link: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -5,6 +5,7 @@ mod args;
 mod bench;
 mod demo;
 mod gen;
+mod model;
 mod namespace;
 mod relay;
 mod size;
@@ -72,6 +73,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Demo(a) => demo::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Bench(c) => bench::run(c),
+        Command::Model(a) => model::run(a),
     }
 }
 
