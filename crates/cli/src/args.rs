@@ -105,6 +105,11 @@ pub enum BenchCommand {
     /// Write limit: load SRC into memory (untimed), then time writing it into DST as plain
     /// files (no temporary names, no checksums, no mtimes) with parallel threads.
     Write(BenchWriteArgs),
+    /// Network limit: files of the given sizes made up in memory, pushed to a server over
+    /// the usual session and streams; the server verifies and drops them (memory to memory).
+    ///
+    /// Example: `sprat bench network --files 100000 --size 4KiB sprat://HOST:PORT/`.
+    Network(BenchNetworkArgs),
     /// Read limit: scan SRC and read every file to nothing with parallel threads, in the
     /// order sprat reads (inode order within each directory).
     Read(BenchReadArgs),
@@ -126,6 +131,25 @@ pub struct BenchWriteArgs {
     pub dst: PathBuf,
     #[command(flatten)]
     pub common: BenchCommon,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchNetworkArgs {
+    /// The server: sprat://HOST:PORT/ (the path is ignored: nothing is written).
+    pub url: std::ffi::OsString,
+    #[command(flatten)]
+    pub sizes: SizeSpecArgs,
+    /// Parallel TCP connections.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub streams: usize,
+    /// Target size of a batch.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    pub batch_size: u64,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options every storage benchmark takes.
@@ -262,6 +286,25 @@ pub struct DemoArgs {
 pub struct GenArgs {
     /// Directory to fill (created if missing; must be empty).
     pub dir: PathBuf,
+    #[command(flatten)]
+    pub sizes: SizeSpecArgs,
+    /// Files per directory.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub per_dir: u64,
+    /// Levels of directories above the files (0: all files directly in DIR).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub depth: u32,
+    /// Writer threads.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub threads: usize,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How many files and of which sizes (for `gen` and `bench network`).
+#[derive(Debug, Args)]
+pub struct SizeSpecArgs {
     /// Number of files.
     #[arg(long, value_name = "N")]
     pub files: Option<u64>,
@@ -280,21 +323,9 @@ pub struct GenArgs {
     /// file is ~0.95 MiB).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
     pub max_size: Option<u64>,
-    /// Files per directory.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub per_dir: u64,
-    /// Levels of directories above the files (0: all files directly in DIR).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub depth: u32,
     /// Seed of the sizes and contents: the same seed makes the same set.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
-    /// Writer threads.
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    pub threads: usize,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// The token option shared by every command that talks to a server.

@@ -1,16 +1,52 @@
 //! `sprat bench`: subsystem measurements printed as a line of text or one JSON object.
 
-use crate::args::{BenchCommand, BenchReadArgs, BenchWriteArgs};
+use crate::args::{BenchCommand, BenchNetworkArgs, BenchReadArgs, BenchWriteArgs};
 use anyhow::Context;
 use sprat_engine::bench;
 use sprat_engine::bench::SubsystemRun;
-use sprat_engine::TransferError;
+use sprat_engine::client::{push_input, PushInput};
+use sprat_engine::{Endpoint, TransferError, TransferOptions};
 
 pub fn run(command: BenchCommand) -> anyhow::Result<i32> {
     match command {
         BenchCommand::Write(a) => write(a),
         BenchCommand::Read(a) => read(a),
+        BenchCommand::Network(a) => network(a),
     }
+}
+
+fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
+    let key = crate::token(a.token.token_file.as_deref())?;
+    let Endpoint::Remote { addr, path } = Endpoint::parse(&a.url)? else {
+        return Err(TransferError::Usage(format!(
+            "'{}' is not a server URL (sprat://HOST:PORT/)",
+            a.url.to_string_lossy()
+        ))
+        .into());
+    };
+    let spec = crate::gen::dataset_spec(&a.sizes, 1000, 1, 1)?;
+    let sizes = sprat_engine::dataset::plan_sizes(&spec)?;
+    let options = TransferOptions {
+        streams: a.streams,
+        batch_size: a.batch_size,
+        ..TransferOptions::default()
+    };
+    options.validate().map_err(TransferError::Usage)?;
+    let report = push_input(
+        PushInput::Synthetic(sizes),
+        &addr,
+        &path,
+        key.as_ref(),
+        &options,
+        "memory (synthetic files)".into(),
+        format!("{} (verified and dropped)", a.url.to_string_lossy()),
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.failed > 0 { 1 } else { 0 })
 }
 
 fn check_threads(threads: usize) -> anyhow::Result<()> {

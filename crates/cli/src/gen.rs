@@ -1,14 +1,21 @@
 //! `sprat gen`: turns the command line into a data set specification for the engine's
 //! generator and prints what was made.
 
-use crate::args::GenArgs;
+use crate::args::{GenArgs, SizeSpecArgs};
 use sprat_engine::dataset::{self, DatasetSpec, SizeDist};
 use sprat_engine::TransferError;
 
-pub fn run(a: GenArgs) -> anyhow::Result<i32> {
-    let usage = |m: String| TransferError::Usage(m);
+/// Turns the size options into a data set specification (directory layout and threads
+/// from the caller); the error names the conflicting options.
+pub fn dataset_spec(
+    a: &SizeSpecArgs,
+    per_dir: u64,
+    depth: u32,
+    threads: usize,
+) -> Result<DatasetSpec, TransferError> {
+    let usage = TransferError::Usage;
     if a.files == Some(0) {
-        return Err(usage("--files must be at least 1".into()).into());
+        return Err(usage("--files must be at least 1".into()));
     }
     let dist = match (&a.dist, a.size, a.files, a.total) {
         (Some(d), _, _, _) => SizeDist::parse(d, a.max_size, crate::size::parse).map_err(usage)?,
@@ -17,16 +24,16 @@ pub fn run(a: GenArgs) -> anyhow::Result<i32> {
         (None, None, _, _) => SizeDist::Fixed(4096),
     };
     if a.dist.is_some() && a.files.is_some() && a.total.is_some() {
-        return Err(
-            usage("--dist with both --files and --total: choose one of them".into()).into(),
-        );
+        return Err(usage(
+            "--dist with both --files and --total: choose one of them".into(),
+        ));
     }
     if a.size.is_some() && a.files.is_some() && a.total.is_some() {
-        return Err(
-            usage("--size with both --files and --total: choose two of the three".into()).into(),
-        );
+        return Err(usage(
+            "--size with both --files and --total: choose two of the three".into(),
+        ));
     }
-    let spec = DatasetSpec {
+    Ok(DatasetSpec {
         // With a fixed size and a total, the count follows.
         files: match (a.files, &dist, a.total) {
             (None, SizeDist::Fixed(s), Some(t)) if *s > 0 => Some(t / s),
@@ -34,11 +41,15 @@ pub fn run(a: GenArgs) -> anyhow::Result<i32> {
         },
         total: a.total,
         dist,
-        per_dir: a.per_dir,
-        depth: a.depth,
+        per_dir,
+        depth,
         seed: a.seed,
-        threads: a.threads,
-    };
+        threads,
+    })
+}
+
+pub fn run(a: GenArgs) -> anyhow::Result<i32> {
+    let spec = dataset_spec(&a.sizes, a.per_dir, a.depth, a.threads)?;
     let s = dataset::generate(&a.dir, &spec)?;
     if a.json {
         println!("{}", serde_json::to_string(&s)?);

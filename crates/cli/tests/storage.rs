@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::{assert_exit, assert_ok, bin, cp, cp_args, cp_local, server, tmp};
+use common::{assert_exit, assert_ok, bin, cp, cp_args, cp_local, server, server_with, tmp};
 use sprat_testkit::{
     assert_trees_equal_with, make_fidelity_tree, make_many_files, parse_json_report, run_sprat,
-    CompareOptions,
+    CompareOptions, ServerOptions,
 };
 
 fn syncs(stdout: &[u8]) -> (bool, u64) {
@@ -230,4 +230,45 @@ fn big_batches_under_a_low_open_file_limit() {
         .unwrap();
     assert_ok(&out, None);
     assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+}
+
+/// `sprat bench network`: files made up in memory cross a real server's session and streams,
+/// are verified and counted there, and nothing is written (also on a read-only server).
+#[test]
+fn bench_network_pushes_synthetic_files_that_the_server_verifies_and_drops() {
+    let t = tmp();
+    for opts in [ServerOptions::default(), ServerOptions::read_only()] {
+        let root = t.path().join(format!("root-{}", opts.read_only));
+        let srv = server_with(&root, &opts);
+        let mut args: Vec<std::ffi::OsString> = vec!["bench".into(), "network".into()];
+        args.extend(srv.client_args());
+        args.extend(
+            [
+                "--json",
+                "--files",
+                "3000",
+                "--size",
+                "1000",
+                "--streams",
+                "3",
+                "--batch-size",
+                "64KiB",
+            ]
+            .map(std::ffi::OsString::from),
+        );
+        args.push(srv.url("anything").into());
+        let out = run_sprat(bin(), args, &[]);
+        assert_ok(&out, Some(&srv));
+        let r = parse_json_report(&out.stdout);
+        assert_eq!((r.files(), r.bytes()), (3000, 3_000_000));
+        assert_eq!(r.get("failed").as_u64(), Some(0));
+        assert_eq!(
+            std::fs::read_dir(&root).unwrap().count(),
+            0,
+            "nothing is written"
+        );
+    }
+    // A local path is not a server.
+    let out = run_sprat(bin(), ["bench", "network", "/tmp"], &[]);
+    assert_exit(&out, 2);
 }

@@ -241,7 +241,7 @@ fn local_copy(
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options.durable)?;
     let handle = source::start(source, options)?;
     let abort = Arc::new(AtomicBool::new(false));
-    let pool = WriterPool::start(writer.clone(), options.write_threads, abort.clone())?;
+    let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;
     let (reply_tx, reply_rx) = unbounded();
     let jobs = pool.sender();
     let mut counts = Counts::default();
@@ -388,6 +388,15 @@ fn push(
     )
 }
 
+/// What a push sends.
+pub enum PushInput {
+    /// A tree or file read from storage.
+    Source(Source),
+    /// Files of these sizes made up in memory, which the server verifies and drops: the
+    /// network (and protocol) alone, for `sprat bench network`.
+    Synthetic(Vec<u64>),
+}
+
 /// Pushes an opened source (a local tree, or a server's own tree in a third-party transfer)
 /// to `path` on the server at `addr`.
 pub fn push_source(
@@ -399,13 +408,45 @@ pub fn push_source(
     src_label: String,
     dst_label: String,
 ) -> Result<Report, TransferError> {
+    push_input(
+        PushInput::Source(source),
+        addr,
+        path,
+        key,
+        options,
+        src_label,
+        dst_label,
+    )
+}
+
+/// Pushes `input` to `path` on the server at `addr`.
+pub fn push_input(
+    input: PushInput,
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_label: String,
+    dst_label: String,
+) -> Result<Report, TransferError> {
     let started = Instant::now();
-    let op = Operation::Push {
-        source_is_dir: matches!(source, Source::Dir(_)),
-        durable: options.durable,
+    let op = match &input {
+        PushInput::Source(source) => Operation::Push {
+            source_is_dir: matches!(source, Source::Dir(_)),
+            durable: options.durable,
+            discard: false,
+        },
+        PushInput::Synthetic(_) => Operation::Push {
+            source_is_dir: true,
+            durable: false,
+            discard: true,
+        },
     };
     let (mut conns, _) = open_session(addr, key, op, path, options.streams)?;
-    let handle = source::start(source, options)?;
+    let handle = match input {
+        PushInput::Source(source) => source::start(source, options)?,
+        PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
+    };
     let first = FirstError::default();
     let counts = Mutex::new(Counts::default());
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
@@ -532,7 +573,7 @@ fn pull(
     let (mut conns, root_is_dir) = open_session(addr, key, Operation::Pull, path, options.streams)?;
     let writer = local_writer(dst, root_is_dir, options.durable)?;
     let abort = Arc::new(AtomicBool::new(false));
-    let pool = WriterPool::start(writer.clone(), options.write_threads, abort)?;
+    let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort)?;
     let first = FirstError::default();
     let network_ns = AtomicU64::new(0);
     let mut counts = Counts::default();

@@ -64,7 +64,8 @@ enum Session {
 }
 
 struct PushSession {
-    writer: Arc<TreeWriter>,
+    /// `None`: a discarding push (batches verified and counted, nothing written).
+    writer: Option<Arc<TreeWriter>>,
     jobs: Mutex<Option<Sender<WriteJob>>>,
     pool: Mutex<Option<WriterPool>>,
     counts: Mutex<Counts>,
@@ -330,8 +331,9 @@ fn open_session(
         Operation::Push {
             source_is_dir,
             durable,
+            discard,
         } => {
-            if shared.read_only {
+            if shared.read_only && !discard {
                 return refuse(
                     &mut conn,
                     ErrorCode::ReadOnly,
@@ -342,11 +344,13 @@ fn open_session(
                 );
             }
             let tag = format!("sprat-{:08x}", u32::from_le_bytes(net::random()));
-            let writer = if source_is_dir {
+            let writer = if discard {
+                Ok(None)
+            } else if source_is_dir {
                 shared
                     .root
                     .mkdir_all(&path)
-                    .map(|r| TreeWriter::for_dir(r, !path.is_empty(), tag))
+                    .map(|r| Some(TreeWriter::for_dir(r, !path.is_empty(), tag)))
             } else if path.is_empty() {
                 return refuse(
                     &mut conn,
@@ -358,10 +362,10 @@ fn open_session(
                 shared
                     .root
                     .mkdir_all(parent)
-                    .map(|r| TreeWriter::for_file(r, name.to_vec(), tag))
+                    .map(|r| Some(TreeWriter::for_file(r, name.to_vec(), tag)))
             };
             let writer = match writer {
-                Ok(w) => Arc::new(w.durable(durable || shared.options.durable)),
+                Ok(w) => w.map(|w| Arc::new(w.durable(durable || shared.options.durable))),
                 Err(e) => return refuse_store(&mut conn, &e),
             };
             let pool = WriterPool::start(
@@ -495,7 +499,11 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         .take()
         .map(|p| p.finish())
         .unwrap_or_default();
-    let dir_errors = session.writer.finish();
+    let dir_errors = session
+        .writer
+        .as_ref()
+        .map(|w| w.finish())
+        .unwrap_or_default();
     let mut counts = lock(&session.counts).clone();
     if !dir_errors.is_empty() {
         let failures: Vec<(Vec<u8>, String)> = dir_errors
@@ -522,7 +530,7 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         read_busy_ns: 0,
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
-        syncs: session.writer.sync_count(),
+        syncs: session.writer.as_ref().map_or(0, |w| w.sync_count()),
     }))
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Batches arrive as wire payloads (from a socket) or as encoded batches (the local memory
 //! hand-off); either way each is decoded, each file's checksum is verified against its data,
-//! and the store's tree writer puts it in place. Each batch's outcome goes back on the reply
+//! and the store's tree writer puts it in place (or, for a network-only measurement, a pool
+//! without a tree writer counts it and drops it). Each batch's outcome goes back on the reply
 //! channel that came with it, which is how a server acknowledges a batch only once it is
 //! written.
 
@@ -52,9 +53,10 @@ pub struct WriterPool {
 }
 
 impl WriterPool {
-    /// Starts `threads` writers for `writer`; `abort` is set by the first fatal error.
+    /// Starts `threads` writers for `writer` (`None`: verify, count and drop every batch);
+    /// `abort` is set by the first fatal error.
     pub fn start(
-        writer: Arc<TreeWriter>,
+        writer: Option<Arc<TreeWriter>>,
         threads: usize,
         abort: Arc<AtomicBool>,
     ) -> Result<WriterPool, TransferError> {
@@ -70,7 +72,7 @@ impl WriterPool {
                 std::thread::Builder::new()
                     .name(format!("sprat-write-{i}"))
                     .spawn(move || {
-                        let mut cursor = writer.cursor();
+                        let mut cursor = writer.as_deref().map(TreeWriter::cursor);
                         for job in rx {
                             let started = Instant::now();
                             let outcome = if abort.load(Ordering::Relaxed) {
@@ -79,7 +81,7 @@ impl WriterPool {
                                     ..BatchOutcome::default()
                                 }
                             } else {
-                                write_batch(&mut cursor, &job.incoming)
+                                write_batch(cursor.as_mut(), &job.incoming)
                             };
                             if outcome.fatal.is_some() {
                                 abort.store(true, Ordering::Relaxed);
@@ -125,8 +127,8 @@ fn attrs(m: &FileMeta) -> Attrs {
     }
 }
 
-/// Writes every entry of one batch.
-pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchOutcome {
+/// Writes every entry of one batch (with no cursor: verifies and counts them only).
+pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incoming) -> BatchOutcome {
     let view = match incoming {
         Incoming::Local(b) => b.view(),
         Incoming::Wire(payload) => BatchView::decode(payload),
@@ -156,7 +158,11 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
                     ));
                     continue;
                 }
-                cursor.write_file(path, &attrs(meta), data).map(|()| {
+                match cursor.as_deref_mut() {
+                    Some(c) => c.write_file(path, &attrs(meta), data),
+                    None => Ok(()),
+                }
+                .map(|()| {
                     out.files += 1;
                     out.bytes += data.len() as u64;
                 })
@@ -175,16 +181,26 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
                     ));
                     continue;
                 }
-                cursor
-                    .write_chunk(path, &attrs(meta), *file_size, *offset, data)
-                    .map(|done| {
-                        out.bytes += data.len() as u64;
-                        if done == ChunkOutcome::Completed {
-                            out.files += 1;
-                        }
-                    })
+                match cursor.as_deref_mut() {
+                    Some(c) => c.write_chunk(path, &attrs(meta), *file_size, *offset, data),
+                    // Discarding: the chunk that ends the file counts it.
+                    None if *offset + data.len() as u64 >= *file_size => {
+                        Ok(ChunkOutcome::Completed)
+                    }
+                    None => Ok(ChunkOutcome::Partial),
+                }
+                .map(|done| {
+                    out.bytes += data.len() as u64;
+                    if done == ChunkOutcome::Completed {
+                        out.files += 1;
+                    }
+                })
             }
-            EntryKind::Dir { meta } => cursor.make_dir(path, &attrs(meta)).map(|()| out.dirs += 1),
+            EntryKind::Dir { meta } => match cursor.as_deref_mut() {
+                Some(c) => c.make_dir(path, &attrs(meta)),
+                None => Ok(()),
+            }
+            .map(|()| out.dirs += 1),
             EntryKind::Symlink {
                 mtime_sec,
                 mtime_nsec,
@@ -195,9 +211,11 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
                     mtime_sec: *mtime_sec,
                     mtime_nsec: *mtime_nsec,
                 };
-                cursor
-                    .make_symlink(path, target, &a)
-                    .map(|()| out.symlinks += 1)
+                match cursor.as_deref_mut() {
+                    Some(c) => c.make_symlink(path, target, &a),
+                    None => Ok(()),
+                }
+                .map(|()| out.symlinks += 1)
             }
             EntryKind::Failed { text } => {
                 out.failures
@@ -213,11 +231,12 @@ pub fn write_batch(cursor: &mut WriterCursor<'_>, incoming: &Incoming) -> BatchO
             out.failures.push((path.to_vec(), e.to_string()));
         }
     }
-    let writer = cursor.tree();
-    if writer.is_durable() {
-        // Nothing of this batch counts as written until it is on stable storage.
-        if let Err(e) = writer.sync(last_path) {
-            out.fatal = Some((crate::error::code_for(&e), e.to_string()));
+    if let Some(writer) = cursor.map(|c| c.tree()) {
+        if writer.is_durable() {
+            // Nothing of this batch counts as written until it is on stable storage.
+            if let Err(e) = writer.sync(last_path) {
+                out.fatal = Some((crate::error::code_for(&e), e.to_string()));
+            }
         }
     }
     out

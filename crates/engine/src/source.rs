@@ -188,6 +188,135 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
     batch
 }
 
+/// Starts a source of synthetic files of `sizes` (incompressible bytes made up in memory,
+/// named `f0`, `f1`, ...), packed into batches as real files would be, by `read_threads`
+/// threads: for measuring the network and protocol without storage. The read stage's busy
+/// time is the time spent making the batches.
+pub fn synthetic(
+    sizes: Vec<u64>,
+    options: &TransferOptions,
+) -> Result<SourceHandle, TransferError> {
+    use rand::{RngCore, SeedableRng};
+    let options = options.clone();
+    let (batch_tx, batches) = bounded::<Batch>(options.read_threads.max(options.streams));
+    let join = std::thread::Builder::new()
+        .name("sprat-synthetic".into())
+        .spawn(move || {
+            // One pool of random bytes; files take windows of it.
+            let mut pool = vec![0u8; 8 << 20];
+            rand::rngs::SmallRng::seed_from_u64(1).fill_bytes(&mut pool);
+            let threads = options.read_threads.max(1);
+            let per_thread = sizes.len().div_ceil(threads).max(1);
+            let next_seq = AtomicU64::new(1);
+            let busy_ns = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                for (k, part) in sizes.chunks(per_thread).enumerate() {
+                    let (pool, next_seq, busy_ns, options) = (&pool, &next_seq, &busy_ns, &options);
+                    let batch_tx = batch_tx.clone();
+                    s.spawn(move || {
+                        let started = Instant::now();
+                        let mut maker = SyntheticBatches {
+                            pool,
+                            options,
+                            next_seq,
+                            batch: Batch::new(next_seq.fetch_add(1, Ordering::Relaxed), 0),
+                            entries: 0,
+                            hashes: std::collections::HashMap::new(),
+                        };
+                        let first = k * per_thread;
+                        for (j, &size) in part.iter().enumerate() {
+                            if !maker.add(first + j, size, &batch_tx) {
+                                break;
+                            }
+                        }
+                        if maker.entries > 0 {
+                            let _ = batch_tx.send(maker.take());
+                        }
+                        busy_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    });
+                }
+            });
+            Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / threads as u64)
+        })
+        .map_err(|e| TransferError::Local(format!("cannot start the synthetic source: {e}")))?;
+    Ok(SourceHandle {
+        batches,
+        root_is_dir: true,
+        join,
+    })
+}
+
+/// One thread's batches of synthetic files.
+struct SyntheticBatches<'a> {
+    pool: &'a [u8],
+    options: &'a TransferOptions,
+    next_seq: &'a AtomicU64,
+    batch: Batch,
+    entries: usize,
+    /// Checksums by (pool offset, length): 64 windows of the pool per size.
+    hashes: std::collections::HashMap<(usize, u64), u128>,
+}
+
+impl SyntheticBatches<'_> {
+    fn take(&mut self) -> Batch {
+        self.entries = 0;
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        std::mem::replace(
+            &mut self.batch,
+            Batch::new(seq, self.options.batch_size as usize),
+        )
+    }
+
+    /// Adds file number `i` of `size` bytes (as chunks when large); false when nobody
+    /// takes batches any more.
+    fn add(&mut self, i: usize, size: u64, out: &crossbeam_channel::Sender<Batch>) -> bool {
+        let meta = FileMeta {
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+        };
+        let path = format!("f{i}").into_bytes();
+        let whole = size <= self.options.small_file_threshold;
+        let mut offset = 0;
+        loop {
+            let len = if whole {
+                size
+            } else {
+                (size - offset).min(self.options.chunk_size)
+            };
+            let full = self.batch.data.len() as u64 + len > self.options.batch_size
+                || self.entries >= self.options.batch_files;
+            if self.entries > 0 && full && out.send(self.take()).is_err() {
+                return false;
+            }
+            self.entries += 1;
+            let start = self.batch.data.len();
+            let first_at = ((i % 64) * 4099 + offset as usize) % self.pool.len();
+            let (mut at, mut left) = (first_at, len as usize);
+            while left > 0 {
+                let n = left.min(self.pool.len() - at);
+                self.batch.data.extend_from_slice(&self.pool[at..at + n]);
+                left -= n;
+                at = 0;
+            }
+            let data = &self.batch.data[start..];
+            let hash = *self
+                .hashes
+                .entry((first_at, len))
+                .or_insert_with(|| sprat_store::checksum(data));
+            if whole {
+                self.batch.push_file(&path, &meta, len, hash);
+                return true;
+            }
+            self.batch.push_chunk(&path, &meta, size, offset, len, hash);
+            offset += len;
+            if offset >= size {
+                return true;
+            }
+        }
+    }
+}
+
 /// Files each reader may hold open at once: half of the process's open-file limit shared by
 /// the readers (the rest is for writers, sockets and directories), at most the batch reader's
 /// default.

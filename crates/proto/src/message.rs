@@ -17,8 +17,13 @@ pub const MAX_ACK_FAILURES: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     /// The client sends a tree; the server writes it under `path`. `durable`: the server
-    /// syncs each batch to stable storage before acknowledging it.
-    Push { source_is_dir: bool, durable: bool },
+    /// syncs each batch to stable storage before acknowledging it. `discard`: the server
+    /// verifies and counts every batch but writes nothing (a network-only measurement).
+    Push {
+        source_is_dir: bool,
+        durable: bool,
+        discard: bool,
+    },
     /// The server sends the tree at `path`; the client writes it.
     Pull,
 }
@@ -182,9 +187,12 @@ impl Message {
                     Operation::Push {
                         source_is_dir,
                         durable,
+                        discard,
                     } => {
                         out.push(1);
-                        out.push(*source_is_dir as u8 | (*durable as u8) << 1);
+                        out.push(
+                            *source_is_dir as u8 | (*durable as u8) << 1 | (*discard as u8) << 2,
+                        );
                     }
                     Operation::Pull => {
                         out.push(2);
@@ -306,6 +314,7 @@ impl Message {
                     (1, flags) if flags & !PUSH_FLAGS == 0 => Operation::Push {
                         source_is_dir: flags & PUSH_SOURCE_IS_DIR != 0,
                         durable: flags & PUSH_DURABLE != 0,
+                        discard: flags & PUSH_DISCARD != 0,
                     },
                     (1, _) => {
                         return Err(DecodeError::Invalid {
@@ -409,7 +418,8 @@ impl Message {
 /// Bits of the flag byte of a push.
 const PUSH_SOURCE_IS_DIR: u8 = 1;
 const PUSH_DURABLE: u8 = 2;
-const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR | PUSH_DURABLE;
+const PUSH_DISCARD: u8 = 4;
+const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR | PUSH_DURABLE | PUSH_DISCARD;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -467,6 +477,7 @@ mod tests {
             op: Operation::Push {
                 source_is_dir: true,
                 durable: false,
+                discard: true,
             },
             path: b"a/b".to_vec(),
         });
@@ -474,6 +485,7 @@ mod tests {
             op: Operation::Push {
                 source_is_dir: false,
                 durable: true,
+                discard: false,
             },
             path: b"a/b".to_vec(),
         });
