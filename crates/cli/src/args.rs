@@ -110,6 +110,13 @@ pub enum BenchCommand {
     ///
     /// Example: `sprat bench network --files 100000 --size 4KiB sprat://HOST:PORT/`.
     Network(BenchNetworkArgs),
+    /// Per-file overhead of every subsystem: for one total size, data sets of several numbers
+    /// of files are read, written, sent memory to memory and pushed end to end (to a server
+    /// on loopback writing into DIR); `T = N * t0 + B / R` is fitted to each, and the model's
+    /// predicted end-to-end time is printed beside the measured one.
+    ///
+    /// Example: `sprat bench overhead --dir /scratch/sprat-bench --drop-caches`.
+    Overhead(BenchOverheadArgs),
     /// Read limit: scan SRC and read every file to nothing with parallel threads, in the
     /// order sprat reads (inode order within each directory).
     Read(BenchReadArgs),
@@ -148,6 +155,32 @@ pub struct BenchNetworkArgs {
     #[command(flatten)]
     pub token: TokenArg,
     /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchOverheadArgs {
+    /// Scratch directory on the storage to measure (created; data sets are made and removed
+    /// in it).
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Total size of every data set.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::size::parse)]
+    pub total: u64,
+    /// Numbers of files, comma-separated (at least two).
+    #[arg(
+        long,
+        value_name = "N,N,...",
+        default_value = "1000,4000,16000,64000",
+        value_delimiter = ','
+    )]
+    pub points: Vec<u64>,
+    /// `sync` and drop the caches (needs root) before each storage run: cold figures.
+    #[arg(long)]
+    pub drop_caches: bool,
+    /// Print one JSON object: `read`, `network`, `write`, `end_to_end`, each with `t0_s`,
+    /// `rate_bytes_per_s` and `r2`, and every run.
     #[arg(long)]
     pub json: bool,
 }

@@ -1,6 +1,8 @@
 //! `sprat bench`: subsystem measurements printed as a line of text or one JSON object.
 
-use crate::args::{BenchCommand, BenchNetworkArgs, BenchReadArgs, BenchWriteArgs};
+use crate::args::{
+    BenchCommand, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs, BenchWriteArgs,
+};
 use anyhow::Context;
 use sprat_engine::bench;
 use sprat_engine::bench::SubsystemRun;
@@ -12,7 +14,75 @@ pub fn run(command: BenchCommand) -> anyhow::Result<i32> {
         BenchCommand::Write(a) => write(a),
         BenchCommand::Read(a) => read(a),
         BenchCommand::Network(a) => network(a),
+        BenchCommand::Overhead(a) => overhead(a),
     }
+}
+
+fn overhead(a: BenchOverheadArgs) -> anyhow::Result<i32> {
+    if a.points.iter().any(|&n| n == 0 || n > a.total) {
+        return Err(TransferError::Usage(
+            "--points: every number of files must be at least 1 and at most --total bytes".into(),
+        )
+        .into());
+    }
+    crate::preserve_modes_exactly();
+    let plan = bench::OverheadPlan {
+        dir: a.dir.clone(),
+        total: a.total,
+        points: a.points.clone(),
+        drop_caches: a
+            .drop_caches
+            .then_some(drop_caches_io as fn() -> std::io::Result<()>),
+        options: TransferOptions::default(),
+    };
+    let json = a.json;
+    let report = bench::overhead(&plan, |run| {
+        if !json {
+            eprintln!(
+                "  {:<10} {:>7} files {:>8.3} s  {:>8.1} MB/s {:>9.0} files/s",
+                run.subsystem, run.files, run.seconds, run.mb_per_s, run.files_per_s
+            );
+        }
+    })
+    .with_context(|| format!("in '{}'", a.dir.display()))?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(0);
+    }
+    println!("subsystem    t0 per file     rate          r2");
+    for (name, fit) in [
+        ("read", report.read),
+        ("network", report.network),
+        ("write", report.write),
+        ("end_to_end", report.end_to_end),
+    ] {
+        match fit {
+            Some(f) => println!(
+                "{name:<12} {:>9.1} us  {:>9.1} MB/s  {:.4}",
+                f.cost.t0_s * 1e6,
+                f.cost.rate_bytes_per_s / 1e6,
+                f.r2
+            ),
+            None => println!("{name:<12} no fit (the samples do not separate t0 from R)"),
+        }
+    }
+    match report.end_to_end_between_max_and_sum {
+        Some(true) => println!("end-to-end t0 lies between the largest subsystem t0 and their sum"),
+        Some(false) => println!("end-to-end t0 lies OUTSIDE [largest subsystem t0, sum of them]"),
+        None => {}
+    }
+    for (files, predicted, measured) in &report.predictions {
+        println!(
+            "{files:>7} files: model predicts {predicted:.3} s end to end, measured {measured:.3} s ({:.2}x)",
+            measured / predicted
+        );
+    }
+    Ok(0)
+}
+
+fn drop_caches_io() -> std::io::Result<()> {
+    rustix::fs::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
 }
 
 fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
@@ -113,7 +183,5 @@ fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
 fn drop_caches() -> anyhow::Result<()> {
-    rustix::fs::sync();
-    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
-        .context("--drop-caches: cannot write /proc/sys/vm/drop_caches (needs root)")
+    drop_caches_io().context("--drop-caches: cannot write /proc/sys/vm/drop_caches (needs root)")
 }

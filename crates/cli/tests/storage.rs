@@ -272,3 +272,71 @@ fn bench_network_pushes_synthetic_files_that_the_server_verifies_and_drops() {
     let out = run_sprat(bin(), ["bench", "network", "/tmp"], &[]);
     assert_exit(&out, 2);
 }
+
+/// `sprat bench overhead`: every subsystem run at every point on real files and a real
+/// server on loopback, the fits in the JSON object the issue names, and nothing left behind.
+#[test]
+fn bench_overhead_runs_every_subsystem_and_fits_them() {
+    let t = tmp();
+    let dir = t.path().join("scratch");
+    let out = run_sprat(
+        bin(),
+        [
+            "bench".into(),
+            "overhead".into(),
+            "--json".into(),
+            "--total".into(),
+            "2MiB".into(),
+            "--points".into(),
+            "40,400".into(),
+            "--dir".into(),
+            dir.clone().into_os_string(),
+        ],
+        &[],
+    );
+    assert_ok(&out, None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8, "{v}");
+    for sub in ["read", "network", "write", "end_to_end"] {
+        let mine: Vec<_> = runs.iter().filter(|r| r["subsystem"] == sub).collect();
+        let files: Vec<u64> = mine.iter().map(|r| r["files"].as_u64().unwrap()).collect();
+        assert_eq!(files, [40, 400], "{sub}");
+        for r in &mine {
+            let expect =
+                2 * 1024 * 1024 / r["files"].as_u64().unwrap() * r["files"].as_u64().unwrap();
+            assert_eq!(r["bytes"].as_u64(), Some(expect), "{sub}");
+        }
+        // Two points fit exactly, unless noise makes the rate come out negative (then null).
+        match &v[sub] {
+            serde_json::Value::Null => {}
+            fit => {
+                for key in ["t0_s", "rate_bytes_per_s", "r2"] {
+                    assert!(fit[key].is_f64(), "{sub}.{key}: {fit}");
+                }
+            }
+        }
+    }
+    // Data sets, written trees and pushed copies are removed as it goes.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["server"], "left behind: {left:?}");
+    assert_eq!(std::fs::read_dir(dir.join("server")).unwrap().count(), 0);
+
+    // Fewer than two points cannot be fitted.
+    let out = run_sprat(
+        bin(),
+        [
+            "bench",
+            "overhead",
+            "--points",
+            "10",
+            "--dir",
+            "/tmp/never-made-by-sprat",
+        ],
+        &[],
+    );
+    assert_exit(&out, 2);
+}

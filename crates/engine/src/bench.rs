@@ -3,10 +3,14 @@
 //!
 //! `read`: the tree scanned and every file read to nothing by parallel threads, in the
 //! scanner's order (inode order within each directory); the time covers scan and reads.
+//! `overhead`: all of these plus the network (synthetic files, memory to memory) and end to
+//! end (a push to a server on loopback), at several numbers of files for one total size,
+//! each fitted to `T = N * t0 + B / R`.
 //! `write`: a tree loaded into memory first (untimed), then written as plain files by
 //! [`sprat_store::limit::write_plain`]; the time covers the write alone.
 
 use crate::error::TransferError;
+use crate::model::{fit_overhead, Fit, Sample, Stages};
 use serde::Serialize;
 use sprat_store::limit::MemEntry;
 use sprat_store::read::DirCursor;
@@ -30,7 +34,7 @@ pub struct SubsystemRun {
 }
 
 impl SubsystemRun {
-    fn new(subsystem: &'static str, tree: &TreeCounts, seconds: f64, threads: usize) -> Self {
+    pub fn new(subsystem: &'static str, tree: &TreeCounts, seconds: f64, threads: usize) -> Self {
         let s = seconds.max(1e-9);
         SubsystemRun {
             subsystem,
@@ -216,4 +220,208 @@ pub fn write_limit(
         started.elapsed().as_secs_f64(),
         threads,
     ))
+}
+
+/// What `sprat bench overhead` measured and fitted.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverheadReport {
+    pub total_bytes: u64,
+    /// Every run: subsystem, files, bytes, seconds.
+    pub runs: Vec<SubsystemRun>,
+    pub read: Option<Fit>,
+    pub network: Option<Fit>,
+    pub write: Option<Fit>,
+    pub end_to_end: Option<Fit>,
+    /// Whether the end-to-end per-file overhead lies between the largest subsystem's and the
+    /// sum of the subsystems' (`None` when a fit is missing).
+    pub end_to_end_between_max_and_sum: Option<bool>,
+    /// The model's prediction for each point (from the fitted subsystems) beside the
+    /// measured end-to-end time: (files, predicted seconds, measured seconds).
+    pub predictions: Vec<(u64, f64, f64)>,
+}
+
+/// Settings of an overhead run.
+#[derive(Debug, Clone)]
+pub struct OverheadPlan {
+    /// Scratch directory on the storage to measure (data sets, server root).
+    pub dir: std::path::PathBuf,
+    pub total: u64,
+    /// Numbers of files, one data set each.
+    pub points: Vec<u64>,
+    /// Drop caches before each storage run (needs root): cold figures.
+    pub drop_caches: Option<fn() -> std::io::Result<()>>,
+    pub options: crate::config::TransferOptions,
+}
+
+/// For a fixed total size, measures read, network (memory to memory), write and end to end
+/// (a push to a server on loopback writing to disk) at each number of files, and fits
+/// `T = N * t0 + B / R` to each. Data sets are made in `plan.dir` and removed as it goes.
+pub fn overhead(
+    plan: &OverheadPlan,
+    mut progress: impl FnMut(&SubsystemRun),
+) -> Result<OverheadReport, TransferError> {
+    use crate::client::{push_input, PushInput};
+    use crate::dataset::{self, DatasetSpec, SizeDist};
+    use crate::{Server, ServerConfig};
+    use sprat_proto::auth::TokenKey;
+    if plan.points.len() < 2 {
+        return Err(TransferError::Usage(
+            "--points needs at least two numbers of files to fit".into(),
+        ));
+    }
+    let srv_root = plan.dir.join("server");
+    std::fs::create_dir_all(&srv_root).map_err(|e| {
+        TransferError::Local(format!("cannot create '{}': {e}", srv_root.display()))
+    })?;
+    let token: [u8; 32] = crate::net::random();
+    let server = Server::bind(
+        ServerConfig {
+            root: srv_root.clone(),
+            key: Some(TokenKey::from_token(&token)),
+            read_only: false,
+            options: plan.options.clone(),
+            max_connections: 64,
+        },
+        "127.0.0.1:0",
+    )?;
+    let addr = server.local_addr()?.to_string();
+    std::thread::Builder::new()
+        .name("sprat-bench-server".into())
+        .spawn(move || server.run())
+        .map_err(|e| TransferError::Local(format!("cannot start the server: {e}")))?;
+    let key = TokenKey::from_token(&token);
+    let cold = || plan.drop_caches.map_or(Ok(()), |f| f());
+    let cold = || cold().map_err(|e| TransferError::Local(format!("cannot drop caches: {e}")));
+    let remove = |p: &Path| {
+        let _ = std::fs::remove_dir_all(p);
+    };
+    let mut runs = Vec::new();
+    let mut predictions_input = Vec::new();
+    for &files in &plan.points {
+        let size = plan.total / files.max(1);
+        let spec = DatasetSpec {
+            files: Some(files),
+            total: None,
+            dist: SizeDist::Fixed(size),
+            per_dir: 1000,
+            depth: 1,
+            seed: files,
+            threads: 8,
+        };
+        let set = plan.dir.join(format!("set-{files}"));
+        remove(&set);
+        dataset::generate(&set, &spec)?;
+        let mut record = |mut run: SubsystemRun, name: &'static str| {
+            run.subsystem = name;
+            progress(&run);
+            runs.push(run);
+        };
+        cold()?;
+        record(read_limit(&set, 16)?, "read");
+        let tree = load_tree(&set)?;
+        let wdst = plan.dir.join(format!("write-{files}"));
+        remove(&wdst);
+        cold()?;
+        let w = write_limit(&tree, &wdst, 8)?;
+        drop(tree);
+        remove(&wdst);
+        record(w, "write");
+        let sizes = vec![size; files as usize];
+        let n = push_input(
+            PushInput::Synthetic(sizes),
+            &addr,
+            b"",
+            Some(&key),
+            &plan.options,
+            "memory".into(),
+            "memory".into(),
+        )?;
+        record(from_report(&n, plan.options.streams), "network");
+        let dest = format!("e2e-{files}");
+        cold()?;
+        let source = Root::open_local_source(&set)?;
+        let e = crate::client::push_source(
+            source,
+            &addr,
+            dest.as_bytes(),
+            Some(&key),
+            &plan.options,
+            set.display().to_string(),
+            dest.clone(),
+        )?;
+        if e.failed > 0 {
+            return Err(TransferError::Local(format!(
+                "the end-to-end run of {files} files had {} failures",
+                e.failed
+            )));
+        }
+        record(from_report(&e, plan.options.streams), "end_to_end");
+        predictions_input.push((files, e.seconds));
+        remove(&srv_root.join(&dest));
+        remove(&set);
+    }
+    let fit = |name: &str| {
+        let samples: Vec<Sample> = runs
+            .iter()
+            .filter(|r| r.subsystem == name)
+            .map(|r| Sample {
+                files: r.files as f64,
+                bytes: r.bytes as f64,
+                seconds: r.seconds,
+            })
+            .collect();
+        fit_overhead(&samples).ok()
+    };
+    let (read, network, write, end_to_end) =
+        (fit("read"), fit("network"), fit("write"), fit("end_to_end"));
+    let between = match (read, network, write, end_to_end) {
+        (Some(r), Some(n), Some(w), Some(e)) => {
+            let t = [r.cost.t0_s, n.cost.t0_s, w.cost.t0_s];
+            let max = t.iter().copied().fold(f64::MIN, f64::max);
+            Some(e.cost.t0_s >= max && e.cost.t0_s <= t.iter().sum::<f64>())
+        }
+        _ => None,
+    };
+    let predictions = match (read, network, write) {
+        (Some(r), Some(n), Some(w)) => {
+            let stages = Stages {
+                read: r.cost,
+                network: n.cost,
+                write: w.cost,
+            };
+            let batches = (plan.total as f64 / plan.options.batch_size as f64)
+                .ceil()
+                .max(1.0);
+            predictions_input
+                .iter()
+                .map(|&(files, measured)| {
+                    // Each subsystem was measured with all its threads, so its fitted rate is
+                    // the whole stage's: one pipeline of `batches` batches.
+                    let t = stages.pipeline_time(files as f64, plan.total as f64, batches, 1.0);
+                    (files, t, measured)
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    Ok(OverheadReport {
+        total_bytes: plan.total,
+        runs,
+        read,
+        network,
+        write,
+        end_to_end,
+        end_to_end_between_max_and_sum: between,
+        predictions,
+    })
+}
+
+fn from_report(r: &crate::Report, threads: usize) -> SubsystemRun {
+    let counts = TreeCounts {
+        files: r.files,
+        dirs: r.dirs,
+        symlinks: r.symlinks,
+        bytes: r.bytes,
+    };
+    SubsystemRun::new("network", &counts, r.seconds, threads)
 }
