@@ -242,61 +242,6 @@ done
 
 # ---------------------------------------------------------------- servers
 
-SPRAT_PORT=""
-RSYNC_PORT=""
-
-start_sprat() {
-    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-    chmod 600 "$TMP/token"
-    SPRAT_TOKEN=$(cat "$TMP/token")
-    export SPRAT_TOKEN
-    setsid "$SPRAT" serve --root "$ROOT" --listen 127.0.0.1:0 --token-file "$TMP/token" \
-        >"$LOGS/sprat-serve.out" 2>"$LOGS/sprat-serve.err" </dev/null &
-    local pid=$! i line=""
-    bg_register "$pid"
-    for ((i = 0; i < 3000; i++)); do
-        line=$(head -n 1 "$LOGS/sprat-serve.out")
-        [[ $line == "listening on "* ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.01
-    done
-    if [[ $line != "listening on "* ]]; then
-        cat "$LOGS/sprat-serve.err" >&2
-        die "sprat serve did not start (first stdout line: '$line')"
-    fi
-    SPRAT_PORT=${line##*:}
-    log "sprat serve pid $pid on 127.0.0.1:$SPRAT_PORT, root $ROOT"
-}
-
-start_rsyncd() {
-    RSYNC_PORT=$(free_port)
-    cat >"$TMP/rsyncd.conf" <<EOF
-pid file = $TMP/rsyncd.pid
-log file = $LOGS/rsyncd.log
-use chroot = $RSYNC_CHROOT
-max connections = 0
-transfer logging = no
-
-[mod]
-    path = $ROOT
-    read only = no
-    uid = root
-    gid = root
-    # Only matters with "use chroot = no", where rsync would otherwise prefix
-    # /rsyncd-munged/ to every pushed symlink's target.
-    munge symlinks = no
-EOF
-    setsid rsync --daemon --no-detach --config="$TMP/rsyncd.conf" \
-        --address=127.0.0.1 --port="$RSYNC_PORT" </dev/null >/dev/null 2>"$LOGS/rsyncd.err" &
-    local pid=$!
-    bg_register "$pid"
-    wait_listen "$RSYNC_PORT" "$pid" || {
-        cat "$LOGS/rsyncd.err" "$LOGS/rsyncd.log" >&2 2>/dev/null || true
-        die "rsync daemon did not start"
-    }
-    log "rsync daemon pid $pid on 127.0.0.1:$RSYNC_PORT, module mod = $ROOT"
-}
-
 has_tool sprat && start_sprat
 has_tool rsync && start_rsyncd
 
@@ -312,44 +257,6 @@ timed() {
     timed_cmd "$RUN_TIMEOUT" "$@"
     R_RC=$T_RC
     R_SECS=$T_SECS
-}
-
-# run_tarnc SRC DST ERR: tar | nc into a listening nc | tar (fresh port).
-run_tarnc() {
-    local src=$1 dst=$2 err=$3 port recv send rrc=0 t0 t1
-    port=$(free_port)
-    mkdir -p "$dst"
-    # shellcheck disable=SC2016 # expanded by the inner bash
-    timeout "$RUN_TIMEOUT" bash -o pipefail -c \
-        '"$0" -l 127.0.0.1 "$1" </dev/null | tar -C "$2" -xf -' \
-        "$NC" "$port" "$dst" 2>"$err.recv" &
-    recv=$!
-    bg_register "$recv"
-    if ! wait_listen "$port" "$recv" 10; then
-        bg_kill "$recv"
-        bg_unregister "$recv"
-        R_RC=98 R_SECS=0
-        echo "receiver did not listen on $port" >>"$err"
-        return
-    fi
-    R_RC=0
-    mono_now t0
-    # shellcheck disable=SC2016 # expanded by the inner bash
-    timeout "$RUN_TIMEOUT" bash -o pipefail -c \
-        'tar -C "$1" -cf - . | "$0" -N 127.0.0.1 "$2"' "$NC" "$src" "$port" 2>"$err" &
-    send=$!
-    bg_register "$send"
-    wait "$send" || R_RC=$?
-    bg_unregister "$send"
-    if [[ $R_RC != 0 ]]; then
-        bg_kill "$recv" # the sender failed: the receiver may never see EOF
-    fi
-    wait "$recv" || rrc=$?
-    mono_now t1
-    bg_unregister "$recv"
-    cat "$err.recv" >>"$err"
-    [[ $R_RC == 0 ]] && R_RC=$rrc
-    R_SECS=$(elapsed "$t0" "$t1")
 }
 
 # run_one SET TOOL DIRECTION CACHE ROUND ORDER

@@ -43,6 +43,10 @@ need_pkg() {
 need_cmd rsync rsync          # peer: rsync daemon on loopback
 need_pkg netcat-openbsd       # peer: tar | nc (needs OpenBSD nc for -N)
 need_cmd rclone rclone        # peer of bench/local.sh: rclone copy (local to local)
+need_pkg globus-gridftp-server-progs # peer of bench/peers.sh: globus-gridftp-server
+need_cmd globus-url-copy globus-gass-copy-progs # its client
+need_pkg xrootd-server        # peer of bench/peers.sh: xrootd (runs as the package's user xrootd)
+need_cmd xrdcp xrootd-client  # its client
 need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
 need_cmd ssh openssh-client   # peers of bench/namespace.sh: sftp, rsync over ssh
 need_cmd sftp openssh-client
