@@ -447,7 +447,10 @@ for (s, cache), tools in by.items():
         notes = []
         for r in rs:
             if r["tool_seconds"]:
-                notes.append("own seconds %s" % r["tool_seconds"])
+                try:
+                    notes.append("own seconds %.3f" % float(r["tool_seconds"]))
+                except ValueError:
+                    notes.append("own seconds %s" % r["tool_seconds"])
             if r["note"] and r["note"] not in notes:
                 notes.append(r["note"])
         ratio = m / t_sprat if (m and t_sprat) else None
@@ -486,9 +489,10 @@ import matplotlib.pyplot as plt
 
 rows = list(csv.DictReader(open(sys.argv[1])))
 secs = defaultdict(list)
-size = {}
+size, nbytes = {}, {}
 for r in rows:
     size[r["set"]] = int(r["src_bytes"]) / max(1, int(r["src_files"]))
+    nbytes[r["set"]] = int(r["src_bytes"])
     if r["check"] != "FAIL":
         secs[(r["cache"], r["tool"], r["set"])].append(float(r["seconds"]))
 caches = [c for c in ("cold", "warm") if any(k[0] == c for k in secs)]
@@ -496,17 +500,26 @@ tools = []
 for r in rows:
     if r["tool"] not in tools:
         tools.append(r["tool"])
+names = {"read": "read limit", "netlimit": "network limit (sprat bench network)", "sprat": "sprat",
+         "rsync": "rsync daemon", "tarnc": "tar | nc", "gridftp": "GridFTP", "xrootd": "XRootD"}
 fig, axes = plt.subplots(1, max(1, len(caches)), figsize=(6.5 * max(1, len(caches)), 4.8), squeeze=False)
 for ax, cache in zip(axes[0], caches):
     for tool in tools:
-        pts = sorted((size[s], int(next(r["src_bytes"] for r in rows if r["set"] == s)) / 1e6 / statistics.median(v))
+        pts = sorted((size[s], nbytes[s] / 1e6 / statistics.median(v), s)
                      for (c, t, s), v in secs.items() if c == cache and t == tool and v)
-        if pts:
-            style = "--" if tool in ("read", "netlimit") else "-"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=tool)
+        # Uniform sets as a line; the GridFTP distribution (mixed sizes) as a
+        # star of the same colour at its mean file size.
+        line = [p for p in pts if p[2] != "gridftp"]
+        mixed = [p for p in pts if p[2] == "gridftp"]
+        style = "--" if tool in ("read", "netlimit") else "-"
+        h = ax.plot([p[0] for p in line], [p[1] for p in line], style, marker="o", label=names.get(tool, tool))
+        if mixed:
+            ax.plot([p[0] for p in mixed], [p[1] for p in mixed], "*", markersize=12,
+                    color=h[0].get_color(), label=None if line else names.get(tool, tool))
     ax.set_xscale("log")
-    ax.set_xlabel("mean file size (bytes, log)")
-    ax.set_ylabel("throughput (MB/s)")
+    ax.set_yscale("log")
+    ax.set_xlabel("mean file size (bytes, log); star: GridFTP size distribution")
+    ax.set_ylabel("throughput (MB/s, log)")
     ax.set_title("push over loopback, %s cache" % cache)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
