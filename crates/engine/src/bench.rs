@@ -340,8 +340,8 @@ pub fn overhead(
         let dest = format!("e2e-{files}");
         cold()?;
         let source = Root::open_local_source(&set)?;
-        let e = crate::client::push_source(
-            source,
+        let e = push_input(
+            PushInput::Source(source),
             &addr,
             dest.as_bytes(),
             Some(&key),

@@ -377,8 +377,8 @@ fn push(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let source = open_source(src)?;
-    push_source(
-        source,
+    push_input(
+        PushInput::Source(source),
         addr,
         path,
         key,
@@ -397,29 +397,8 @@ pub enum PushInput {
     Synthetic(Vec<u64>),
 }
 
-/// Pushes an opened source (a local tree, or a server's own tree in a third-party transfer)
-/// to `path` on the server at `addr`.
-pub fn push_source(
-    source: Source,
-    addr: &str,
-    path: &[u8],
-    key: Option<&TokenKey>,
-    options: &TransferOptions,
-    src_label: String,
-    dst_label: String,
-) -> Result<Report, TransferError> {
-    push_input(
-        PushInput::Source(source),
-        addr,
-        path,
-        key,
-        options,
-        src_label,
-        dst_label,
-    )
-}
-
-/// Pushes `input` to `path` on the server at `addr`.
+/// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
+/// files) to `path` on the server at `addr`.
 pub fn push_input(
     input: PushInput,
     addr: &str,

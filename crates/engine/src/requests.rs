@@ -2,7 +2,7 @@
 //! out, however large the tree. Listings and checksums are sent in frames of about 512 KiB as
 //! they are produced, so memory stays bounded.
 
-use crate::client::push_source;
+use crate::client::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;
@@ -221,8 +221,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 ..ctx.options.clone()
             };
             let key = TokenKey::from_token(&ticket);
-            let report = push_source(
-                source,
+            let report = push_input(
+                PushInput::Source(source),
                 &addr,
                 &dest,
                 Some(&key),
