@@ -48,6 +48,7 @@ need_cmd globus-url-copy globus-gass-copy-progs # its client
 need_pkg xrootd-server        # peer of bench/peers.sh: xrootd (runs as the package's user xrootd)
 need_cmd xrdcp xrootd-client  # its client
 need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
+need_cmd iperf3 iperf3        # bench/relay.sh: TCP throughput through the WAN relay
 need_cmd ssh openssh-client   # peers of bench/namespace.sh: sftp, rsync over ssh
 need_cmd sftp openssh-client
 need_cmd ssh-keygen openssh-client

@@ -44,8 +44,13 @@ pub enum Command {
     /// Checksums computed on the server where the data lives, printed like sha256sum.
     Sum(SumArgs),
     /// WAN emulation for tests and benchmarks: forward connections with a one-way delay, a
-    /// rate cap and a bounded window (prints `listening on HOST:PORT` first).
+    /// shared rate cap and a TCP-like window (prints `listening on HOST:PORT` first).
     Relay(RelayArgs),
+    /// This host's TCP buffer settings, what they allow on a long path (measured against a
+    /// server, or for --rtt, or for 1/10/30/100 ms) and what to change.
+    ///
+    /// Example: `sprat doctor sprat://HOST:PORT/ --rate 10gbit`.
+    Doctor(DoctorArgs),
     /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
     Verify(VerifyArgs),
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
@@ -146,9 +151,9 @@ pub struct BenchNetworkArgs {
     pub url: std::ffi::OsString,
     #[command(flatten)]
     pub sizes: SizeSpecArgs,
-    /// Parallel TCP connections.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub streams: usize,
+    /// Parallel TCP connections (a number or `auto`, as for `sprat cp`).
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
+    pub streams: Auto<usize>,
     /// Target size of a batch.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
     pub batch_size: u64,
@@ -237,9 +242,10 @@ pub struct CpArgs {
     /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Parallel TCP connections.
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub streams: usize,
+    /// Parallel TCP connections: a number, or `auto` to size them from the measured round
+    /// trip and the host's TCP buffer limits and add more while throughput grows.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
+    pub streams: Auto<usize>,
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
@@ -262,6 +268,12 @@ pub struct Tuning {
     /// Size of the chunks of large files.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
     pub chunk_size: u64,
+    /// Socket send and receive buffer per connection (e.g. 16MiB), or `auto`: kernel
+    /// autotuning, unless explicit buffers reach a larger window on this host (see `sprat
+    /// doctor`). An explicit size is capped by net.core.rmem_max/wmem_max and turns
+    /// autotuning off for the socket.
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_tcp_buffer)]
+    pub tcp_buffer: Auto<u64>,
     /// Threads listing directories.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub scan_threads: usize,
@@ -455,6 +467,23 @@ pub struct SumArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A server to measure the round trip to: sprat://HOST:PORT/.
+    pub url: Option<std::ffi::OsString>,
+    /// Round trip of the path to advise for (instead of measuring it).
+    #[arg(long, value_name = "TIME", value_parser = crate::relay::parse_duration)]
+    pub rtt: Option<std::time::Duration>,
+    /// Bandwidth of the path (e.g. 1gbit, 10gbit).
+    #[arg(long, value_name = "RATE", default_value = "10gbit", value_parser = crate::relay::parse_rate)]
+    pub rate: f64,
+    #[command(flatten)]
+    pub token: TokenArg,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Address to accept connections on (port 0 picks a free port).
     #[arg(long, value_name = "HOST:PORT")]
@@ -465,10 +494,34 @@ pub struct RelayArgs {
     /// One-way delay added in each direction (e.g. 15ms: a 30 ms round trip).
     #[arg(long, value_name = "TIME", default_value = "0ms", value_parser = crate::relay::parse_duration)]
     pub delay: std::time::Duration,
-    /// Bandwidth cap per direction and connection (e.g. 1gbit; 0 = none).
+    /// Capacity of the path per direction, shared by all connections (e.g. 1gbit; 0 = none).
     #[arg(long, value_name = "RATE", default_value = "0", value_parser = crate::relay::parse_rate)]
     pub rate: f64,
-    /// Most bytes in flight per direction and connection (a TCP window).
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
-    pub window: u64,
+    /// Most bytes in flight per direction and connection (the TCP window it stands for), or
+    /// `auto`: the largest window one connection reaches under this host's buffer limits.
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_tcp_buffer)]
+    pub window: Auto<u64>,
+}
+
+/// A value the user may leave to sprat (`auto`: `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Auto<T>(pub Option<T>);
+
+/// `auto` or a stream count.
+fn parse_streams(text: &str) -> Result<Auto<usize>, String> {
+    if text == "auto" {
+        return Ok(Auto(None));
+    }
+    match text.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(Auto(Some(n))),
+        _ => Err(format!("'{text}' is not 'auto' or a number from 1 to 64")),
+    }
+}
+
+/// `auto` or a buffer size.
+fn parse_tcp_buffer(text: &str) -> Result<Auto<u64>, String> {
+    if text == "auto" {
+        return Ok(Auto(None));
+    }
+    crate::size::parse(text).map(|b| Auto(Some(b)))
 }

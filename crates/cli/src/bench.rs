@@ -97,7 +97,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
     let spec = crate::gen::dataset_spec(&a.sizes, 1000, 1, 1)?;
     let sizes = sprat_engine::dataset::plan_sizes(&spec)?;
     let options = TransferOptions {
-        streams: a.streams,
+        streams: a.streams.0,
         batch_size: a.batch_size,
         ..TransferOptions::default()
     };

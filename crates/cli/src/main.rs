@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod demo;
+mod doctor;
 mod gen;
 mod model;
 mod namespace;
@@ -63,6 +64,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Cp(a) => cp(a),
         Command::Verify(a) => verify(a),
         Command::Relay(a) => relay::run(a),
+        Command::Doctor(a) => {
+            let key = token(a.token.token_file.as_deref())?;
+            doctor::run(a, key)
+        }
         Command::Ls(a) => namespace::ls(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Stat(a) => namespace::stat(&a, token(a.token.token_file.as_deref())?.as_ref()),
         Command::Du(a) => namespace::du(&a, token(a.token.token_file.as_deref())?.as_ref()),
@@ -78,9 +83,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 /// Turns tuning flags into engine options (validated by the engine).
-pub fn options(t: &Tuning, streams: usize) -> TransferOptions {
+pub fn options(t: &Tuning, streams: Option<usize>) -> TransferOptions {
     TransferOptions {
         streams,
+        tcp_buffer: t.tcp_buffer.0,
         batch_size: t.batch_size,
         batch_files: t.batch_files,
         small_file_threshold: t.small_file_threshold,
@@ -131,7 +137,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     if key.is_some() && a.no_auth {
         anyhow::bail!("--no-auth conflicts with the token given; choose one");
     }
-    let opts = options(&a.tuning, 1);
+    let opts = options(&a.tuning, None);
     opts.validate().map_err(TransferError::Usage)?;
     preserve_modes_exactly();
     let config = ServerConfig {
@@ -157,7 +163,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
     preserve_modes_exactly();
-    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options(&a.tuning, a.streams))?;
+    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options(&a.tuning, a.streams.0))?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);
     }

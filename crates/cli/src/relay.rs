@@ -1,12 +1,25 @@
 //! `sprat relay`: a user-space WAN emulator for tests and benchmarks (this kernel has no netem).
 //!
-//! Every connection accepted on `--listen` is forwarded to `--to`. Each direction delays every
-//! byte by `--delay` (one way, so the round trip gains twice that), optionally paces it to
-//! `--rate`, and holds at most `--window` bytes in flight, so a single TCP stream through the
-//! relay is limited to about window / RTT as on a real long path.
+//! Every connection accepted on `--listen` is forwarded to `--to`. The relay models one path:
+//! - **Delay.** Each direction delays every byte by `--delay` (one way; the round trip gains
+//!   twice that), and a new connection waits a round trip before its first byte, as a TCP
+//!   handshake does.
+//! - **Bandwidth.** `--rate` is the capacity of the path in each direction, shared by all
+//!   connections (a FIFO bottleneck queue), not a per-connection cap.
+//! - **Window.** Each connection and direction holds at most its window of bytes in flight;
+//!   bytes leave the window a full round trip after they were sent (delivery plus the
+//!   acknowledgement's way back), so one connection moves at most window / RTT. The window
+//!   starts at 10 segments and grows by what is acknowledged (slow start) up to `--window`,
+//!   by default the largest window one TCP connection reaches under this host's buffer
+//!   limits (see `sprat doctor`).
+//!
+//! Not modelled: loss and congestion control (the queue never drops), and buffer sizes the
+//! endpoints set on their own sockets (the relay's `--window` stands for them).
 
 use crate::args::RelayArgs;
 use anyhow::Context;
+use sprat_engine::tune::TcpLimits;
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
@@ -62,25 +75,70 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
     Ok(bits / 8.0)
 }
 
+/// TCP's initial window: 10 segments.
+const INITIAL_WINDOW: usize = 10 * 1448;
+/// Largest piece read at once.
+const PIECE: usize = 64 << 10;
+
 #[derive(Clone, Copy)]
 struct Shape {
     delay: Duration,
-    rate: Option<f64>,
     window: usize,
+}
+
+/// One direction of the path: a bottleneck of `rate` bytes/s shared by every connection.
+struct Link {
+    rate: Option<f64>,
+    free_at: Mutex<Instant>,
+}
+
+impl Link {
+    /// Queues `n` bytes that arrived now; returns when their last byte has left the bottleneck.
+    fn transmit(&self, n: usize) -> Instant {
+        let now = Instant::now();
+        let Some(rate) = self.rate else { return now };
+        let mut free = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
+        let done = (*free).max(now) + Duration::from_secs_f64(n as f64 / rate);
+        *free = done;
+        done
+    }
 }
 
 pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
     let listener =
         TcpListener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let window = match a.window.0 {
+        Some(w) => w as usize,
+        None => TcpLimits::read().best_window().0 as usize,
+    }
+    .max(INITIAL_WINDOW);
     let shape = Shape {
         delay: a.delay,
-        rate: (a.rate > 0.0).then_some(a.rate),
-        window: (a.window as usize).max(64 << 10),
+        window,
     };
+    let rate = (a.rate > 0.0).then_some(a.rate);
+    let link = |rate| {
+        Arc::new(Link {
+            rate,
+            free_at: Mutex::new(Instant::now()),
+        })
+    };
+    let (up, down) = (link(rate), link(rate));
     crate::print_quietly(&format!("listening on {}\n", listener.local_addr()?))?;
+    eprintln!(
+        "sprat relay: {} -> {}: RTT {:.1} ms, {} per direction (shared), window {} per connection",
+        a.listen,
+        a.to,
+        a.delay.as_secs_f64() * 2e3,
+        rate.map_or("no rate cap".to_string(), |r| format!(
+            "{:.0} Mbit/s",
+            r * 8e-6
+        )),
+        sprat_engine::report::human_bytes(window as u64),
+    );
     for client in listener.incoming() {
         let Ok(client) = client else { continue };
-        let to = a.to;
+        let (to, up, down) = (a.to, up.clone(), down.clone());
         std::thread::spawn(move || {
             // A real connection costs a round trip before the first byte can flow.
             std::thread::sleep(shape.delay * 2);
@@ -95,64 +153,115 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
             let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                 return;
             };
-            let up = std::thread::spawn(move || pipe(client, server, shape));
-            pipe(s2, c2, shape);
-            let _ = up.join();
+            let forward = std::thread::spawn(move || pipe(client, server, shape, &up));
+            pipe(s2, c2, shape, &down);
+            let _ = forward.join();
         });
     }
     Ok(0)
 }
 
-/// Forwards `from` to `to` with the delay, pace and window of `shape`; ends on end of stream.
-fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape) {
-    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
-    let in_flight = Arc::new((Mutex::new(0usize), Condvar::new()));
-    let reader_flight = in_flight.clone();
-    let reader = std::thread::spawn(move || {
-        let (lock, freed) = &*reader_flight;
-        loop {
-            {
-                let mut n = lock.lock().unwrap_or_else(|p| p.into_inner());
-                while *n >= shape.window {
-                    n = freed.wait(n).unwrap_or_else(|p| p.into_inner());
-                }
+/// Bytes of one connection and direction in flight, and when they will be acknowledged.
+struct Window {
+    cwnd: usize,
+    max: usize,
+    in_flight: usize,
+    acks: VecDeque<(Instant, usize)>,
+    closed: bool,
+}
+
+impl Window {
+    /// Takes the acknowledgements due by `now` (slow start: the window grows by what they
+    /// acknowledge).
+    fn settle(&mut self, now: Instant) {
+        while let Some(&(at, n)) = self.acks.front() {
+            if at > now {
+                break;
             }
-            let mut buf = vec![0u8; 64 << 10];
-            let got = from.read(&mut buf).unwrap_or(0);
-            buf.truncate(got);
-            *lock.lock().unwrap_or_else(|p| p.into_inner()) += got;
-            if tx.send((Instant::now(), buf)).is_err() || got == 0 {
-                return;
-            }
+            self.acks.pop_front();
+            self.in_flight -= n;
+            self.cwnd = (self.cwnd + n).min(self.max);
         }
-    });
-    let (lock, freed) = &*in_flight;
-    let mut line_free = Instant::now();
-    for (arrived, buf) in rx {
-        let mut send_at = arrived + shape.delay;
-        if let Some(rate) = shape.rate {
-            send_at = send_at.max(line_free);
-            line_free = send_at + Duration::from_secs_f64(buf.len() as f64 / rate);
-        }
-        let now = Instant::now();
-        if send_at > now {
-            std::thread::sleep(send_at - now);
-        }
-        if buf.is_empty() {
-            let _ = to.shutdown(Shutdown::Write);
-            break;
-        }
-        if to.write_all(&buf).is_err() {
-            let _ = to.shutdown(Shutdown::Both);
-            break;
-        }
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) -= buf.len();
-        freed.notify_all();
     }
-    // Unblock a reader waiting for window space after the far side went away.
-    *lock.lock().unwrap_or_else(|p| p.into_inner()) = 0;
-    freed.notify_all();
-    let _ = reader.join();
+}
+
+/// Forwards `from` to `to` through `link` with the delay and window of `shape`; ends on end
+/// of stream.
+fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link) {
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let window = Arc::new((
+        Mutex::new(Window {
+            cwnd: INITIAL_WINDOW.min(shape.window),
+            max: shape.window,
+            in_flight: 0,
+            acks: VecDeque::new(),
+            closed: false,
+        }),
+        Condvar::new(),
+    ));
+    let writer_window = window.clone();
+    let delay = shape.delay;
+    let writer = std::thread::spawn(move || {
+        let (lock, acked) = &*writer_window;
+        for (deliver_at, buf) in rx {
+            let now = Instant::now();
+            if deliver_at > now {
+                std::thread::sleep(deliver_at - now);
+            }
+            if buf.is_empty() {
+                let _ = to.shutdown(Shutdown::Write);
+                break;
+            }
+            if to.write_all(&buf).is_err() {
+                let _ = to.shutdown(Shutdown::Both);
+                break;
+            }
+            let mut w = lock.lock().unwrap_or_else(|p| p.into_inner());
+            w.acks.push_back((Instant::now() + delay, buf.len()));
+            acked.notify_all();
+        }
+        // Unblock a reader waiting for window space after the far side went away.
+        lock.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        acked.notify_all();
+    });
+    let (lock, acked) = &*window;
+    loop {
+        let room = {
+            let mut w = lock.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                w.settle(Instant::now());
+                if w.closed {
+                    break 0;
+                }
+                if w.in_flight < w.cwnd {
+                    break (w.cwnd - w.in_flight).min(PIECE);
+                }
+                let wait = w
+                    .acks
+                    .front()
+                    .map_or(Duration::from_millis(100), |&(at, _)| {
+                        at.saturating_duration_since(Instant::now())
+                    });
+                w = acked
+                    .wait_timeout(w, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        };
+        if room == 0 {
+            break;
+        }
+        let mut buf = vec![0u8; room];
+        let got = from.read(&mut buf).unwrap_or(0);
+        buf.truncate(got);
+        let deliver_at = link.transmit(got) + shape.delay;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).in_flight += got;
+        if tx.send((deliver_at, buf)).is_err() || got == 0 {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.join();
 }
 
 #[cfg(test)]

@@ -336,7 +336,7 @@ pub fn overhead(
             "memory".into(),
             "memory".into(),
         )?;
-        record(from_report(&n, plan.options.streams), "network");
+        record(from_report(&n, n.streams), "network");
         let dest = format!("e2e-{files}");
         cold()?;
         let source = Root::open_local_source(&set)?;
@@ -355,7 +355,7 @@ pub fn overhead(
                 e.failed
             )));
         }
-        record(from_report(&e, plan.options.streams), "end_to_end");
+        record(from_report(&e, e.streams), "end_to_end");
         predictions_input.push((files, e.seconds));
         remove(&srv_root.join(&dest));
         remove(&set);

@@ -7,6 +7,7 @@ use crate::net::{self, Conn, Frame};
 use crate::report::{Counts, Report, Stages};
 use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
 use crate::source;
+use crate::streams::{self, Change, Tail};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{path as wire_path, Message, Operation, RemoteStats};
@@ -294,61 +295,17 @@ fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
     }
 }
 
-/// Opens a session: the control connection plus `streams - 1` joined ones.
-fn open_session(
-    addr: &str,
-    key: Option<&TokenKey>,
-    op: Operation,
-    path: &[u8],
-    streams: usize,
-) -> Result<(Vec<Conn>, bool), TransferError> {
-    let open = Message::Open {
-        op,
-        path: path.to_vec(),
-    };
-    let mut control = net::connect(addr, key, &open)?;
-    let (session, root_is_dir) = match control.recv_control()? {
-        Message::Opened {
-            session,
-            root_is_dir,
-        } => (session, root_is_dir),
-        other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
-    };
-    // The other streams join in parallel: one round trip in all, not one per stream.
-    let joined: Vec<Result<Conn, TransferError>> = std::thread::scope(|s| {
-        let joins: Vec<_> = (1..streams)
-            .map(|_| {
-                s.spawn(move || {
-                    let mut c = net::connect(addr, key, &Message::Join { session })?;
-                    match c.recv_control()? {
-                        Message::Joined => Ok(c),
-                        other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
-                    }
-                })
-            })
-            .collect();
-        joins
-            .into_iter()
-            .map(|j| {
-                j.join().unwrap_or_else(|_| {
-                    Err(TransferError::Local("a connecting thread failed".into()))
-                })
-            })
-            .collect()
-    });
-    let mut conns = vec![control];
-    for c in joined {
-        conns.push(c?);
-    }
-    Ok((conns, root_is_dir))
-}
-
 /// Shuts every connection down so that no thread stays blocked after a fatal error.
-fn abort_all(conns: &[Conn], first: &FirstError, e: TransferError) {
+fn abort_all(conns: &Mutex<Vec<Conn>>, first: &FirstError, e: TransferError) {
     first.record(e);
-    for c in conns {
+    for c in conns.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         c.shutdown();
     }
+}
+
+/// Second handles on `conns` for [`abort_all`].
+fn shutdown_handles(conns: &[Conn]) -> Mutex<Vec<Conn>> {
+    Mutex::new(conns.iter().filter_map(|c| c.try_clone().ok()).collect())
 }
 
 /// Ends a session: `Commit` on the control connection, then the server's totals.
@@ -421,48 +378,90 @@ pub fn push_input(
             discard: true,
         },
     };
-    let (mut conns, _) = open_session(addr, key, op, path, options.streams)?;
+    let (session, mut conns) = streams::open(addr, key, op, path, options)?;
     let handle = match input {
         PushInput::Source(source) => source::start(source, options)?,
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
     let first = FirstError::default();
     let counts = Mutex::new(Counts::default());
+    let acked = AtomicU64::new(0);
+    let drained = AtomicBool::new(false);
+    let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
-    let shutdown: Vec<Conn> = conns.iter().filter_map(|c| c.try_clone().ok()).collect();
+    let shutdown = shutdown_handles(&conns);
     let fail = |e: TransferError| {
         cancel_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         abort_all(&shutdown, &first, e);
     };
+    let control = conns.remove(0);
+    let mut retirements = Vec::new();
+    let mut streams_max = conns.len() + 1;
     std::thread::scope(|s| {
-        for conn in &conns {
+        // Starts a sender and an acknowledgement receiver on `conn`; dropping the returned
+        // sender retires the stream (it ends after its current batch).
+        let start = |conn: &Conn| {
+            let (retire_tx, retire_rx) = bounded::<()>(0);
             let (Ok(mut tx), Ok(mut rx)) = (conn.try_clone(), conn.try_clone()) else {
                 fail(conn.protocol("cannot duplicate the socket".into()));
-                break;
+                return retire_tx;
             };
-            let (batches, cancel_rx, fail, counts) =
-                (&handle.batches, cancel_rx.clone(), &fail, &counts);
+            let retired = Arc::new(AtomicBool::new(false));
+            let ack_retired = retired.clone();
+            let (batches, cancel_rx) = (&handle.batches, cancel_rx.clone());
+            let (fail, counts, acked, drained, tail) = (&fail, &counts, &acked, &drained, &tail);
             s.spawn(move || {
                 // A failed send means a broken connection; the receiving side of the same
                 // socket reports it, with the server's own error if it sent one first.
-                if send_batches(&mut tx, batches, &cancel_rx).is_err() {
-                    tx.shutdown_write();
+                match send_batches(&mut tx, batches, &cancel_rx, &retire_rx) {
+                    Ok(Ended::Drained) => drained.store(true, Ordering::SeqCst),
+                    Ok(Ended::Retired) => retired.store(true, Ordering::SeqCst),
+                    Ok(Ended::Cancelled) => {}
+                    Err(_) => tx.shutdown_write(),
                 }
             });
-            s.spawn(move || {
-                if let Err(e) = receive_acks(&mut rx, counts) {
-                    fail(e);
+            s.spawn(move || match receive_acks(&mut rx, counts, acked) {
+                Ok(()) if !ack_retired.load(Ordering::SeqCst) => tail.record(),
+                Ok(()) => {}
+                Err(e) => fail(e),
+            });
+            retire_tx
+        };
+        retirements.push(start(&control));
+        for conn in &conns {
+            retirements.push(start(conn));
+        }
+        if session.auto {
+            let finished = || drained.load(Ordering::SeqCst) || first.is_set();
+            let mut added = Vec::new();
+            streams_max = session.adapt(&acked, finished, |change| match change {
+                Change::Grow(new) => {
+                    for conn in new {
+                        if let Ok(c) = conn.try_clone() {
+                            shutdown.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+                        }
+                        added.push(start(&conn));
+                    }
+                }
+                Change::Retire(n) => {
+                    for _ in 0..n {
+                        drop(added.pop());
+                    }
                 }
             });
+            retirements.extend(added);
         }
     });
+    let streams_end = retirements.len();
+    drop(retirements);
     if let Some(e) = first.take() {
         handle.finish();
         return Err(e);
     }
+    let mut control = control;
     let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
-    let remote = commit(&mut conns[0], &mut counts)?;
+    let remote = commit(&mut control, &mut counts)?;
     // The server's totals are authoritative for what it wrote.
     counts.files = remote.files;
     counts.dirs = remote.dirs;
@@ -481,30 +480,48 @@ pub fn push_input(
         dst_label,
         &counts,
         started.elapsed(),
-        conns.len(),
+        streams_max,
         stages,
     )
-    .with_durable(options.durable))
+    .with_durable(options.durable)
+    .with_path(session.report(streams_max, streams_end, &tail)))
+}
+
+/// Why a stream stopped sending.
+enum Ended {
+    /// No batches are left.
+    Drained,
+    /// The adapter retired it.
+    Retired,
+    /// The transfer failed elsewhere.
+    Cancelled,
 }
 
 fn send_batches(
     conn: &mut Conn,
     batches: &Receiver<sprat_proto::Batch>,
     cancel: &Receiver<()>,
-) -> Result<(), TransferError> {
-    loop {
+    retire: &Receiver<()>,
+) -> Result<Ended, TransferError> {
+    let ended = loop {
         select! {
             recv(batches) -> b => match b {
                 Ok(batch) => conn.send_batch(&batch)?,
-                Err(_) => break,
+                Err(_) => break Ended::Drained,
             },
-            recv(cancel) -> _ => return Ok(()),
+            recv(retire) -> _ => break Ended::Retired,
+            recv(cancel) -> _ => return Ok(Ended::Cancelled),
         }
-    }
-    conn.send(&Message::End)
+    };
+    conn.send(&Message::End)?;
+    Ok(ended)
 }
 
-fn receive_acks(conn: &mut Conn, counts: &Mutex<Counts>) -> Result<(), TransferError> {
+fn receive_acks(
+    conn: &mut Conn,
+    counts: &Mutex<Counts>,
+    acked: &AtomicU64,
+) -> Result<(), TransferError> {
     loop {
         match conn.recv()? {
             Frame::Control(Message::BatchAck {
@@ -513,6 +530,7 @@ fn receive_acks(conn: &mut Conn, counts: &Mutex<Counts>) -> Result<(), TransferE
                 bytes,
                 failures,
             }) => {
+                acked.fetch_add(bytes, Ordering::Relaxed);
                 let o = BatchOutcome {
                     seq,
                     files: files as u64,
@@ -549,38 +567,74 @@ fn pull(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    let (mut conns, root_is_dir) = open_session(addr, key, Operation::Pull, path, options.streams)?;
-    let writer = local_writer(dst, root_is_dir, options.durable)?;
+    let (session, conns) = streams::open(addr, key, Operation::Pull, path, options)?;
+    let writer = local_writer(dst, session.root_is_dir, options.durable)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort)?;
     let first = FirstError::default();
     let network_ns = AtomicU64::new(0);
+    let received = AtomicU64::new(0);
+    let drained = AtomicBool::new(false);
+    let tail = Tail::default();
     let mut counts = Counts::default();
-    let shutdown: Vec<Conn> = conns.iter().filter_map(|c| c.try_clone().ok()).collect();
+    let shutdown = shutdown_handles(&conns);
     let fail = |e: TransferError| abort_all(&shutdown, &first, e);
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
+    let mut streams_max = conns.len();
     std::thread::scope(|s| {
-        for conn in &conns {
+        let start = |conn: &Conn, reply: Sender<BatchOutcome>| {
             let Ok(mut rx) = conn.try_clone() else {
                 fail(conn.protocol("cannot duplicate the socket".into()));
-                break;
+                return;
             };
-            let (jobs, reply, fail, network_ns, first) =
-                (pool.sender(), reply_tx.clone(), &fail, &network_ns, &first);
+            let jobs = pool.sender();
+            let (fail, network_ns, received, drained, tail, first) =
+                (&fail, &network_ns, &received, &drained, &tail, &first);
             s.spawn(move || {
-                if let Err(e) = receive_batches(&mut rx, &jobs, &reply, network_ns, first) {
+                let progress = Progress {
+                    network_ns,
+                    received,
+                };
+                match receive_batches(&mut rx, &jobs, &reply, progress, first) {
+                    Ok(()) => {
+                        drained.store(true, Ordering::SeqCst);
+                        tail.record();
+                    }
+                    Err(e) => fail(e),
+                }
+            });
+        };
+        for conn in &conns {
+            start(conn, reply_tx.clone());
+        }
+        // Collect outcomes as they come so that a fatal local error stops the transfer at once.
+        let collector = s.spawn(|| {
+            let mut counts = Counts::default();
+            for o in reply_rx.iter() {
+                if let Some(e) = fatal_outcome(&o, dst) {
                     fail(e);
+                }
+                counts.add_outcome(&o);
+            }
+            counts
+        });
+        if session.auto {
+            let finished = || drained.load(Ordering::SeqCst) || first.is_set();
+            // A pulling client cannot ask the server to stop one stream early: a growth
+            // that did not pay stays.
+            streams_max = session.adapt(&received, finished, |change| {
+                if let Change::Grow(new) = change {
+                    for conn in new {
+                        if let Ok(c) = conn.try_clone() {
+                            shutdown.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+                        }
+                        start(&conn, reply_tx.clone());
+                    }
                 }
             });
         }
         drop(reply_tx);
-        // Collect outcomes as they come so that a fatal local error stops the transfer at once.
-        for o in reply_rx.iter() {
-            if let Some(e) = fatal_outcome(&o, dst) {
-                fail(e);
-            }
-            counts.add_outcome(&o);
-        }
+        counts = collector.join().unwrap_or_default();
     });
     let write_busy = pool.finish();
     if let Some(e) = first.take() {
@@ -588,11 +642,12 @@ fn pull(
     }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
+    let mut conns = conns;
     let remote = commit(&mut conns[0], &mut counts)?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(
-            Duration::from_nanos(network_ns.load(Ordering::Relaxed) / conns.len() as u64)
+            Duration::from_nanos(network_ns.load(Ordering::Relaxed) / streams_max as u64)
                 .as_secs_f64(),
         ),
         write_s: write_busy.as_secs_f64(),
@@ -603,23 +658,36 @@ fn pull(
         dst_ep.to_string(),
         &counts,
         started.elapsed(),
-        conns.len(),
+        streams_max,
         stages,
     )
-    .with_durable(options.durable))
+    .with_durable(options.durable)
+    .with_path(session.report(streams_max, streams_max, &tail)))
+}
+
+/// What a pulling stream counts as it receives.
+#[derive(Clone, Copy)]
+struct Progress<'a> {
+    network_ns: &'a AtomicU64,
+    received: &'a AtomicU64,
 }
 
 fn receive_batches(
     conn: &mut Conn,
     jobs: &Sender<WriteJob>,
     reply: &Sender<BatchOutcome>,
-    network_ns: &AtomicU64,
+    progress: Progress,
     first: &FirstError,
 ) -> Result<(), TransferError> {
     loop {
         match conn.recv() {
             Ok(Frame::Batch(payload, took)) => {
-                network_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                progress
+                    .network_ns
+                    .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                progress
+                    .received
+                    .fetch_add(payload.len() as u64, Ordering::Relaxed);
                 let job = WriteJob {
                     incoming: Incoming::Wire(payload),
                     reply: reply.clone(),

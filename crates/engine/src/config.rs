@@ -5,8 +5,12 @@ pub use sprat_store::batch_read::{IoBackend, ReadOrder};
 /// How a transfer is shaped: batch sizes, chunking, stream and thread counts.
 #[derive(Debug, Clone)]
 pub struct TransferOptions {
-    /// Parallel TCP connections of a session.
-    pub streams: usize,
+    /// Parallel TCP connections of a session; `None`: chosen from the measured round trip and
+    /// grown while throughput grows (see `tune`).
+    pub streams: Option<usize>,
+    /// Socket send and receive buffer to request; `None`: the best the host allows (kernel
+    /// autotuning unless explicit buffers reach a larger window).
+    pub tcp_buffer: Option<u64>,
     /// Target bytes of one batch.
     pub batch_size: u64,
     /// Most entries in one batch.
@@ -32,7 +36,8 @@ pub const MAX_BATCH_SIZE: u64 = 64 << 20;
 impl Default for TransferOptions {
     fn default() -> Self {
         TransferOptions {
-            streams: 4,
+            streams: None,
+            tcp_buffer: None,
             batch_size: 4 << 20,
             batch_files: 1024,
             small_file_threshold: 1 << 20,
@@ -48,12 +53,22 @@ impl Default for TransferOptions {
 }
 
 impl TransferOptions {
+    /// Streams to plan queues for before the session has measured its path.
+    pub fn expected_streams(&self) -> usize {
+        self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)
+    }
+
     /// Checks ranges; the error names the option.
     pub fn validate(&self) -> Result<(), String> {
         let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
         check(
-            (1..=64).contains(&self.streams),
+            self.streams.is_none_or(|n| (1..=64).contains(&n)),
             "--streams must be between 1 and 64",
+        )?;
+        check(
+            self.tcp_buffer
+                .is_none_or(|b| (4096..=1 << 30).contains(&b)),
+            "--tcp-buffer must be between 4KiB and 1GiB",
         )?;
         check(
             (4096..=MAX_BATCH_SIZE).contains(&self.batch_size),

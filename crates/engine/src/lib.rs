@@ -20,6 +20,8 @@ mod requests;
 pub mod server;
 pub mod sink;
 pub mod source;
+pub mod streams;
+pub mod tune;
 
 pub use client::{copy, Endpoint};
 pub use config::TransferOptions;

@@ -27,12 +27,18 @@ pub enum Frame {
 pub struct Conn {
     pub stream: TcpStream,
     pub peer: String,
+    /// Round trip of the authentication exchange (client side; `None` elsewhere).
+    pub rtt: Option<Duration>,
 }
 
 impl Conn {
     pub fn new(stream: TcpStream, peer: String) -> Conn {
         let _ = stream.set_nodelay(true);
-        Conn { stream, peer }
+        Conn {
+            stream,
+            peer,
+            rtt: None,
+        }
     }
 
     /// A second handle on the same socket (for a reader and a writer thread).
@@ -40,6 +46,7 @@ impl Conn {
         Ok(Conn {
             stream: self.stream.try_clone().map_err(|e| self.lost(e))?,
             peer: self.peer.clone(),
+            rtt: self.rtt,
         })
     }
 
@@ -178,29 +185,83 @@ pub fn random<const N: usize>() -> [u8; N] {
     out
 }
 
-/// Connects to `addr` and authenticates with `key`.
 /// Connects to `addr`, authenticates with `key` and sends `first` (the session's or request's
 /// opening message). `first` travels together with the authentication answer, so that a
 /// request costs one round trip after the server's hello; the server reads it only once the
 /// client is authenticated.
 pub fn connect(addr: &str, key: Option<&TokenKey>, first: &Message) -> Result<Conn, TransferError> {
+    connect_with(addr, key, first, None)
+}
+
+/// Opens a TCP connection, with send and receive buffers of `tcp_buffer` bytes set before
+/// the handshake (so that the window scale is negotiated for them) or left to autotuning.
+fn open_tcp(addr: &str, tcp_buffer: Option<u64>) -> Result<TcpStream, TransferError> {
     let connect_err = |source| TransferError::Connect {
         peer: addr.to_string(),
         source,
     };
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(connect_err)?.collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-    let mut stream = None;
     for a in addrs {
-        match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
+        let attempt = (|| {
+            let socket = socket2::Socket::new(
+                socket2::Domain::for_address(a),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )?;
+            if let Some(bytes) = tcp_buffer {
+                set_buffers(&socket, bytes);
             }
+            socket.connect_timeout(&a.into(), Duration::from_secs(10))?;
+            Ok::<TcpStream, std::io::Error>(socket.into())
+        })();
+        match attempt {
+            Ok(s) => return Ok(s),
             Err(e) => last = e,
         }
     }
-    let stream = stream.ok_or_else(|| connect_err(last))?;
+    Err(connect_err(last))
+}
+
+/// Binds a listening socket whose accepted connections get `tcp_buffer` bytes of send and
+/// receive buffer (inherited from the listener, so the window scale fits them), or autotuning.
+pub fn listen(addr: &str, tcp_buffer: Option<u64>) -> std::io::Result<std::net::TcpListener> {
+    let a = addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the address resolves to nothing",
+        )
+    })?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(a),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    if let Some(bytes) = tcp_buffer {
+        set_buffers(&socket, bytes);
+    }
+    socket.bind(&a.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Requests `bytes` of send and receive buffer (the kernel caps each at its `*mem_max`).
+pub fn set_buffers(socket: &socket2::Socket, bytes: u64) {
+    let bytes = bytes.min(i32::MAX as u64 / 2) as usize;
+    let _ = socket.set_send_buffer_size(bytes);
+    let _ = socket.set_recv_buffer_size(bytes);
+}
+
+/// [`connect`] with explicit socket buffers (`None`: kernel autotuning). The connection's
+/// `rtt` is the round trip of the authentication exchange.
+pub fn connect_with(
+    addr: &str,
+    key: Option<&TokenKey>,
+    first: &Message,
+    tcp_buffer: Option<u64>,
+) -> Result<Conn, TransferError> {
+    let stream = open_tcp(addr, tcp_buffer)?;
     let mut conn = Conn::new(stream, addr.to_string());
     let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
     let auth_err = |why: String| TransferError::Auth {
@@ -214,6 +275,7 @@ pub fn connect(addr: &str, key: Option<&TokenKey>, first: &Message) -> Result<Co
     let mut both = answer.encode();
     both.extend_from_slice(&first.encode());
     conn.stream.write_all(&both).map_err(|e| conn.lost(e))?;
+    let sent = Instant::now();
     let reply = match conn.recv_control() {
         Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
         Err(TransferError::ConnectionLost { .. }) => {
@@ -226,6 +288,7 @@ pub fn connect(addr: &str, key: Option<&TokenKey>, first: &Message) -> Result<Co
     waiting
         .on_message(reply)
         .map_err(|e| auth_err(e.to_string()))?;
+    conn.rtt = Some(sent.elapsed());
     let _ = conn.stream.set_read_timeout(None);
     Ok(conn)
 }

@@ -16,6 +16,36 @@ fn request(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<Conn, Tra
     net::connect(addr, key, &Message::Request(req))
 }
 
+/// Round trips to the server at `addr`: the authentication exchange of one connection, then
+/// `requests` small requests (`stat` of the root) one after another on it.
+pub fn probe_rtt(
+    addr: &str,
+    key: Option<&TokenKey>,
+    requests: usize,
+) -> Result<Vec<Duration>, TransferError> {
+    let stat = || Request::Stat { path: Vec::new() };
+    let mut conn = request(addr, key, stat())?;
+    let mut rtts: Vec<Duration> = conn.rtt.into_iter().collect();
+    for i in 0..=requests {
+        let sent = Instant::now();
+        loop {
+            match conn.recv_control()? {
+                Message::Entries(_) => {}
+                Message::ReplyEnd => break,
+                m => return Err(unexpected(&conn, m)),
+            }
+        }
+        // The first reply answers the request sent with the authentication.
+        if i > 0 {
+            rtts.push(sent.elapsed());
+        }
+        if i < requests {
+            conn.send(&Message::Request(stat()))?;
+        }
+    }
+    Ok(rtts)
+}
+
 fn unexpected(conn: &Conn, m: Message) -> TransferError {
     conn.protocol(format!("unexpected reply {m:?}"))
 }
@@ -150,7 +180,7 @@ pub fn third_party(
             addr: dst_addr.to_string(),
             ticket,
             dest: dst_path.to_vec(),
-            streams: options.streams as u16,
+            streams: options.streams.map_or(0, |n| n as u16),
             durable: options.durable,
         },
     )?;
@@ -184,7 +214,7 @@ pub fn third_party(
         dst_label,
         &counts,
         started.elapsed(),
-        options.streams,
+        options.expected_streams(),
         stages,
     )
     .with_durable(options.durable))

@@ -17,6 +17,31 @@ pub struct Stages {
     pub write_s: f64,
 }
 
+/// How a session used the network: what it measured, what it chose, how it ended.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PathReport {
+    /// Round trip measured at session start (authentication exchange), in ms.
+    pub rtt_ms: f64,
+    /// Whether the stream count was automatic (chosen and adapted by sprat).
+    pub auto_streams: bool,
+    /// Streams the session started with.
+    pub streams_start: usize,
+    /// Most streams open at once.
+    pub streams_max: usize,
+    /// Streams still carrying data at the end.
+    pub streams_end: usize,
+    /// Socket buffer requested per connection; `None`: kernel autotuning.
+    pub tcp_buffer: Option<u64>,
+    /// Largest window one stream can reach with these buffers on this host.
+    pub window_bytes: u64,
+    /// Bandwidth-delay product the windows cover (streams x window).
+    pub covered_bytes_per_s: f64,
+    /// Time from the first stream running out of data to the last one finishing.
+    pub tail_s: f64,
+    /// Average time a stream sat idle at the end while others still carried data.
+    pub tail_idle_s: f64,
+}
+
 /// One file that did not arrive.
 #[derive(Debug, Clone, Serialize)]
 pub struct Failure {
@@ -47,6 +72,9 @@ pub struct Report {
     pub syncs: u64,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
+    /// Network measurements and choices (transfers over the network only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathReport>,
 }
 
 /// Most failures listed in a report.
@@ -56,6 +84,13 @@ impl Report {
     /// Records whether the transfer was durable.
     pub fn with_durable(mut self, durable: bool) -> Report {
         self.durable = durable;
+        self
+    }
+
+    /// Adds what the session measured and chose on the network.
+    pub fn with_path(mut self, path: PathReport) -> Report {
+        self.streams = path.streams_max;
+        self.path = Some(path);
         self
     }
 
@@ -101,6 +136,7 @@ impl Report {
             durable: false,
             syncs: counts.syncs,
             failures: counts.failures.clone(),
+            path: None,
         }
     }
 }
@@ -180,6 +216,30 @@ impl fmt::Display for Report {
             pct(self.stages.write_s),
             self.bottleneck
         )?;
+        if let Some(p) = &self.path {
+            let buffers = match p.tcp_buffer {
+                Some(b) => format!("buffers {} requested", human_bytes(b)),
+                None => "buffers autotuned".to_string(),
+            };
+            let streams = if p.streams_start == p.streams_max {
+                format!("{}", p.streams_start)
+            } else {
+                format!("{} -> {}", p.streams_start, p.streams_max)
+            };
+            writeln!(
+                f,
+                "  path: RTT {:.1} ms; streams {streams} ({}); {buffers}, window up to {} per stream",
+                p.rtt_ms,
+                if p.auto_streams { "auto" } else { "fixed" },
+                human_bytes(p.window_bytes),
+            )?;
+            writeln!(
+                f,
+                "  tail: {:.2} s from the first stream running dry to the last finishing; \
+                 streams idle {:.2} s on average",
+                p.tail_s, p.tail_idle_s
+            )?;
+        }
         if self.durable {
             writeln!(
                 f,

@@ -216,7 +216,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
         } => {
             let source = ctx.root.source(&path)?;
             let options = TransferOptions {
-                streams: (streams as usize).clamp(1, 64),
+                // 0 asks the sending server to choose (and adapt) its streams itself.
+                streams: (streams > 0).then(|| (streams as usize).min(64)),
                 durable,
                 ..ctx.options.clone()
             };

@@ -86,7 +86,11 @@ impl Server {
     /// Opens the root and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
         let root = Root::open(&config.root)?;
-        let listener = TcpListener::bind(addr)
+        let buffer = config
+            .options
+            .tcp_buffer
+            .or(crate::tune::TcpLimits::read().best_window().1);
+        let listener = net::listen(addr, buffer)
             .map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
         Ok(Server {
             listener,

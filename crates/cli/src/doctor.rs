@@ -1,0 +1,267 @@
+//! `sprat doctor`: the host's TCP settings that decide long-distance throughput, what they
+//! allow on a path of a given round trip and bandwidth (measured against a server, or given),
+//! and what to change, in the spirit of published host-tuning guides (e.g. ESnet's).
+
+use crate::args::DoctorArgs;
+use serde::Serialize;
+use sprat_engine::client::Endpoint;
+use sprat_engine::report::human_bytes;
+use sprat_engine::tune::{self, TcpLimits};
+use sprat_engine::TransferError;
+use sprat_proto::auth::TokenKey;
+use std::time::Duration;
+
+/// What one path needs and gets.
+#[derive(Serialize)]
+struct PathAdvice {
+    rtt_ms: f64,
+    rate_bytes_per_s: f64,
+    bdp_bytes: u64,
+    /// Largest window of one stream here.
+    window_bytes: u64,
+    /// Throughput one stream (rsync, scp, tar | nc) reaches at most.
+    single_stream_bytes_per_s: f64,
+    /// Streams of that window the BDP needs.
+    streams_needed: usize,
+    /// Streams sprat starts with on this path.
+    sprat_starts_with: usize,
+}
+
+/// One suggested setting.
+#[derive(Serialize)]
+struct Change {
+    setting: String,
+    now: String,
+    suggested: String,
+    why: String,
+}
+
+#[derive(Serialize)]
+struct Diagnosis {
+    limits: TcpLimits,
+    autotuned_window_bytes: u64,
+    explicit_window_bytes: u64,
+    sprat_buffers: String,
+    /// RTTs measured against the server, in ms (empty when none was given).
+    measured_rtt_ms: Vec<f64>,
+    paths: Vec<PathAdvice>,
+    changes: Vec<Change>,
+}
+
+fn advise(limits: &TcpLimits, rtt: Duration, rate: f64) -> PathAdvice {
+    let (window, _) = limits.best_window();
+    let bdp = tune::bdp(rtt, rate);
+    PathAdvice {
+        rtt_ms: rtt.as_secs_f64() * 1e3,
+        rate_bytes_per_s: rate,
+        bdp_bytes: bdp,
+        window_bytes: window,
+        single_stream_bytes_per_s: (window as f64 / rtt.as_secs_f64().max(1e-6)).min(rate),
+        streams_needed: tune::streams_for(bdp, window),
+        sprat_starts_with: tune::start_plan(limits, rtt, None, None).streams,
+    }
+}
+
+/// Settings to change so that one stream could hold `bdp` (capped at 1 GiB).
+fn changes(limits: &TcpLimits, bdp: u64) -> Vec<Change> {
+    let want = bdp.min(1 << 30);
+    let mut out = Vec::new();
+    if want <= limits.best_window().0 {
+        // One stream already holds the BDP: only pacing is left to suggest.
+        return qdisc_change(limits).into_iter().collect();
+    }
+    let triple = |t: [u64; 3]| format!("{} {} {}", t[0], t[1], t[2]);
+    if limits.tcp_rmem[2] < 2 * want {
+        let mut t = limits.tcp_rmem;
+        t[2] = 2 * want;
+        out.push(Change {
+            setting: "net.ipv4.tcp_rmem".into(),
+            now: triple(limits.tcp_rmem),
+            suggested: triple(t),
+            why: format!(
+                "autotuning may grow a receive buffer to the third value; about half of it is \
+                 window, and one stream needs {} of window",
+                human_bytes(want)
+            ),
+        });
+    }
+    if limits.tcp_wmem[2] < want {
+        let mut t = limits.tcp_wmem;
+        t[2] = 2 * want;
+        out.push(Change {
+            setting: "net.ipv4.tcp_wmem".into(),
+            now: triple(limits.tcp_wmem),
+            suggested: triple(t),
+            why: format!(
+                "a sender keeps unacknowledged data in its send buffer: today every stream's \
+                 window stops at {}",
+                human_bytes(limits.tcp_wmem[2])
+            ),
+        });
+    }
+    for (name, now) in [
+        ("net.core.rmem_max", limits.rmem_max),
+        ("net.core.wmem_max", limits.wmem_max),
+    ] {
+        if now < 2 * want {
+            out.push(Change {
+                setting: name.into(),
+                now: now.to_string(),
+                suggested: (2 * want).to_string(),
+                why: "caps buffers a program sets explicitly (sprat --tcp-buffer, GridFTP \
+                      -tcp-bs, iperf3 -w)"
+                    .into(),
+            });
+        }
+    }
+    if !limits.moderate_rcvbuf {
+        out.push(Change {
+            setting: "net.ipv4.tcp_moderate_rcvbuf".into(),
+            now: "0".into(),
+            suggested: "1".into(),
+            why: "receive buffers stay at their default size without autotuning".into(),
+        });
+    }
+    out.extend(qdisc_change(limits));
+    out
+}
+
+fn qdisc_change(limits: &TcpLimits) -> Option<Change> {
+    (limits.default_qdisc != "fq").then(|| Change {
+        setting: "net.core.default_qdisc".into(),
+        now: limits.default_qdisc.clone(),
+        suggested: "fq".into(),
+        why: "fair queueing paces every stream, so many parallel streams do not burst into a \
+              shallow switch buffer"
+            .into(),
+    })
+}
+
+fn measure(url: &std::ffi::OsStr, key: Option<&TokenKey>) -> anyhow::Result<Vec<Duration>> {
+    let Endpoint::Remote { addr, .. } = Endpoint::parse(url)? else {
+        return Err(TransferError::Usage(format!(
+            "'{}' is not a server URL (sprat://HOST:PORT/)",
+            url.to_string_lossy()
+        ))
+        .into());
+    };
+    Ok(sprat_engine::remote::probe_rtt(&addr, key, 5)?)
+}
+
+pub fn run(a: DoctorArgs, key: Option<TokenKey>) -> anyhow::Result<i32> {
+    let limits = TcpLimits::read();
+    let measured = match &a.url {
+        Some(url) => measure(url, key.as_ref())?,
+        None => Vec::new(),
+    };
+    let rtts: Vec<Duration> = if let Some(rtt) = a.rtt {
+        vec![rtt]
+    } else if let Some(min) = measured.iter().min() {
+        vec![*min]
+    } else {
+        [1, 10, 30, 100].map(Duration::from_millis).to_vec()
+    };
+    let paths: Vec<PathAdvice> = rtts.iter().map(|r| advise(&limits, *r, a.rate)).collect();
+    let worst_bdp = paths.iter().map(|p| p.bdp_bytes).max().unwrap_or(0);
+    let (_, explicit) = limits.best_window();
+    let d = Diagnosis {
+        autotuned_window_bytes: limits.autotuned_window(),
+        explicit_window_bytes: limits.explicit_window(limits.rmem_max.min(limits.wmem_max)),
+        sprat_buffers: match explicit {
+            Some(b) => format!("explicit {} per socket", human_bytes(b)),
+            None => "kernel autotuning".into(),
+        },
+        measured_rtt_ms: measured.iter().map(|r| r.as_secs_f64() * 1e3).collect(),
+        changes: changes(&limits, worst_bdp),
+        limits,
+        paths,
+    };
+    if a.json {
+        crate::print_quietly(&format!("{}\n", serde_json::to_string_pretty(&d)?))?;
+    } else {
+        crate::print_quietly(&render(&d))?;
+    }
+    Ok(0)
+}
+
+fn render(d: &Diagnosis) -> String {
+    use std::fmt::Write;
+    let l = &d.limits;
+    let mut o = String::new();
+    let mb = |b: f64| format!("{:.0} MB/s ({:.2} Gbit/s)", b / 1e6, b * 8e-9);
+    let _ = writeln!(o, "host TCP settings");
+    let _ = writeln!(o, "  net.core.rmem_max              {}", l.rmem_max);
+    let _ = writeln!(o, "  net.core.wmem_max              {}", l.wmem_max);
+    let _ = writeln!(o, "  net.ipv4.tcp_rmem              {:?}", l.tcp_rmem);
+    let _ = writeln!(o, "  net.ipv4.tcp_wmem              {:?}", l.tcp_wmem);
+    let _ = writeln!(
+        o,
+        "  net.ipv4.tcp_moderate_rcvbuf   {}",
+        l.moderate_rcvbuf as u8
+    );
+    let _ = writeln!(
+        o,
+        "  net.ipv4.tcp_congestion_control {}",
+        l.congestion_control
+    );
+    let _ = writeln!(o, "  net.core.default_qdisc         {}", l.default_qdisc);
+    let _ = writeln!(
+        o,
+        "window per stream: up to {} autotuned, {} with explicit buffers; sprat uses {}",
+        human_bytes(d.autotuned_window_bytes),
+        human_bytes(d.explicit_window_bytes),
+        d.sprat_buffers
+    );
+    if !d.measured_rtt_ms.is_empty() {
+        let shown: Vec<String> = d
+            .measured_rtt_ms
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "measured round trips to the server (ms): {}",
+            shown.join(" ")
+        );
+    }
+    for p in &d.paths {
+        let _ = writeln!(
+            o,
+            "path RTT {:.1} ms at {}: BDP {}",
+            p.rtt_ms,
+            mb(p.rate_bytes_per_s),
+            human_bytes(p.bdp_bytes)
+        );
+        let _ = writeln!(
+            o,
+            "  one stream (rsync, scp, tar | nc) reaches at most {}",
+            mb(p.single_stream_bytes_per_s)
+        );
+        let _ = writeln!(
+            o,
+            "  the BDP needs {} stream(s) of {}; sprat starts with {} and adds streams while \
+             throughput grows (at most {})",
+            p.streams_needed,
+            human_bytes(p.window_bytes),
+            p.sprat_starts_with,
+            tune::MAX_AUTO_STREAMS
+        );
+    }
+    if d.changes.is_empty() {
+        let _ = writeln!(o, "nothing to change for these paths");
+    } else {
+        let _ = writeln!(
+            o,
+            "suggested changes (as root: sysctl -w NAME=\"VALUE\", and in /etc/sysctl.d/ to keep them):"
+        );
+        for c in &d.changes {
+            let _ = writeln!(
+                o,
+                "  {} = \"{}\"   (now \"{}\")",
+                c.setting, c.suggested, c.now
+            );
+            let _ = writeln!(o, "      {}", c.why);
+        }
+    }
+    o
+}
