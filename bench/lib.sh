@@ -578,11 +578,14 @@ EOF
 }
 
 
-# run_tarnc SRC DST ERR: tar | nc into a listening nc | tar (fresh port).
+# run_tarnc SRC DST ERR [PORT SEND_PORT]: tar | nc into a listening nc | tar
+# on PORT (default: a fresh port); the sender connects to SEND_PORT (default
+# PORT), e.g. a relay in front of the receiver.
 # shellcheck disable=SC2034 # the ports, R_RC and R_SECS are read by the caller
 run_tarnc() {
-    local src=$1 dst=$2 err=$3 port recv send rrc=0 t0 t1
-    port=$(free_port)
+    local src=$1 dst=$2 err=$3 port=${4:-} send_port recv send rrc=0 t0 t1
+    [[ -n $port ]] || port=$(free_port)
+    send_port=${5:-$port}
     mkdir -p "$dst"
     # shellcheck disable=SC2016 # expanded by the inner bash
     timeout "$RUN_TIMEOUT" bash -o pipefail -c \
@@ -601,7 +604,7 @@ run_tarnc() {
     mono_now t0
     # shellcheck disable=SC2016 # expanded by the inner bash
     timeout "$RUN_TIMEOUT" bash -o pipefail -c \
-        'tar -C "$1" -cf - . | "$0" -N 127.0.0.1 "$2"' "$NC" "$src" "$port" 2>"$err" &
+        'tar -C "$1" -cf - . | "$0" -N 127.0.0.1 "$2"' "$NC" "$src" "$send_port" 2>"$err" &
     send=$!
     bg_register "$send"
     wait "$send" || R_RC=$?
