@@ -1,0 +1,341 @@
+//! Long paths: `sprat relay` behaves like a path of the given round trip, shared bandwidth and
+//! TCP window (checked with lower bounds on time, which a slow machine cannot break), sprat
+//! sessions through it measure the round trip, choose and grow their streams and report the
+//! tail, and `sprat doctor` reads the host's limits and measures a server.
+
+mod common;
+
+use common::{assert_ok, bin, cp, server, tmp};
+use serde_json::Value;
+use sprat_testkit::{assert_trees_equal, run_sprat, tree};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `sprat relay`; killed by its PID when dropped.
+struct RelayProc {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl RelayProc {
+    fn start(to: SocketAddr, args: &[&str]) -> RelayProc {
+        let mut cmd = sprat_testkit::run::command(
+            bin(),
+            ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
+                .iter()
+                .chain(args),
+            &[],
+        );
+        cmd.stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("relay printed {line:?}"))
+            .parse()
+            .unwrap();
+        RelayProc { child, addr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("sprat://{}/{path}", self.addr)
+    }
+}
+
+impl Drop for RelayProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A TCP sink that reads every connection to its end and sends back what it counted.
+fn sink() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                let mut n = 0u64;
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => {
+                            n += k as u64;
+                            // A single byte is a ping: answer it at once.
+                            if k == 1 && n == 1 {
+                                let _ = c.write_all(b"p");
+                            }
+                        }
+                    }
+                }
+                let _ = c.write_all(&n.to_le_bytes());
+            });
+        }
+    });
+    addr
+}
+
+/// Sends `bytes` over a new connection to `addr`; returns what the far end counted.
+fn send(addr: SocketAddr, bytes: usize) -> u64 {
+    let mut c = TcpStream::connect(addr).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut left = bytes;
+    while left > 0 {
+        let k = left.min(chunk.len());
+        c.write_all(&chunk[..k]).unwrap();
+        left -= k;
+    }
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut n = [0u8; 8];
+    c.read_exact(&mut n).unwrap();
+    u64::from_le_bytes(n)
+}
+
+#[test]
+fn relay_delays_each_round_trip() {
+    let relay = RelayProc::start(sink(), &["--delay", "25ms"]);
+    let mut c = TcpStream::connect(relay.addr).unwrap();
+    c.set_nodelay(true).unwrap();
+    // The first byte also waits for the connection's own handshake round trip.
+    let started = Instant::now();
+    c.write_all(b"x").unwrap();
+    let mut p = [0u8; 1];
+    c.read_exact(&mut p).unwrap();
+    let rtt = started.elapsed();
+    assert!(
+        rtt >= Duration::from_millis(48),
+        "round trip {rtt:?} < 2 x 25 ms"
+    );
+}
+
+#[test]
+fn relay_limits_one_connection_to_window_over_round_trip() {
+    // 1 MiB through a 128 KiB window at 40 ms: at least 8 round trips (0.32 s), more with
+    // slow start. Without the window it would take about one round trip.
+    let relay = RelayProc::start(sink(), &["--delay", "20ms", "--window", "128KiB"]);
+    let started = Instant::now();
+    assert_eq!(
+        send(relay.addr, 1 << 20),
+        1 << 20,
+        "bytes lost in the relay"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300),
+        "1 MiB through a 128 KiB window at RTT 40 ms took only {took:?}"
+    );
+}
+
+#[test]
+fn relay_rate_cap_is_shared_by_all_connections() {
+    // 4 connections x 1 MB through 80 Mbit/s (10 MB/s) shared: at least 0.4 s. A cap per
+    // connection would let them finish in 0.1 s.
+    let relay = RelayProc::start(sink(), &["--rate", "80mbit"]);
+    let started = Instant::now();
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let a = relay.addr;
+            std::thread::spawn(move || send(a, 1_000_000))
+        })
+        .collect();
+    for s in senders {
+        assert_eq!(s.join().unwrap(), 1_000_000);
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(380),
+        "4 MB through a shared 10 MB/s cap took only {took:?}"
+    );
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A tree of large and small files: chunks spread over streams, batches of small files.
+fn mixed_tree(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..6 {
+        tree::make_file(
+            &dir.join(format!("big{i}")),
+            &tree::random_bytes(3 << 20, i),
+            0o644,
+        );
+    }
+    tree::make_many_files(&dir.join("small"), 300, 3000, 9);
+}
+
+#[test]
+fn sessions_through_a_long_path_measure_choose_and_report() {
+    let t = tmp();
+    let src = t.path().join("src");
+    mixed_tree(&src);
+    let srv = server(&t.path().join("root"));
+    let relay = RelayProc::start(srv.addr(), &["--delay", "15ms", "--window", "256KiB"]);
+
+    let out = cp(&srv, &["--json"], &src, relay.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &t.path().join("root/pushed"));
+    let r = json(&out);
+    let path = &r["path"];
+    let rtt = path["rtt_ms"].as_f64().unwrap();
+    assert!(rtt >= 29.0, "measured RTT {rtt} ms through a 30 ms relay");
+    assert_eq!(path["auto_streams"], true);
+    let (start, most) = (
+        path["streams_start"].as_u64().unwrap(),
+        path["streams_max"].as_u64().unwrap(),
+    );
+    assert!(start >= 4 && most >= start, "streams {start} -> {most}");
+    assert_eq!(r["streams"].as_u64(), Some(most));
+    assert!(path["tail_s"].as_f64().unwrap() >= 0.0);
+    assert!(path["tail_idle_s"].as_f64().unwrap() <= path["tail_s"].as_f64().unwrap());
+    let text = cp(&srv, &[], &src, relay.url("pushed-again"));
+    assert_ok(&text, Some(&srv));
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("RTT") && stdout.contains("(auto)") && stdout.contains("tail:"));
+
+    // Pull through the same path, with streams and buffers given by hand.
+    let back = t.path().join("back");
+    let out = cp(
+        &srv,
+        &["--json", "--streams", "2", "--tcp-buffer", "1MiB"],
+        relay.url("pushed"),
+        &back,
+    );
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &back);
+    let path = &json(&out)["path"];
+    assert_eq!(path["auto_streams"], false);
+    assert_eq!(path["streams_start"].as_u64(), Some(2));
+    assert_eq!(path["streams_max"].as_u64(), Some(2));
+    assert_eq!(path["tcp_buffer"].as_u64(), Some(1 << 20));
+    assert!(path["rtt_ms"].as_f64().unwrap() >= 29.0);
+}
+
+#[test]
+fn third_party_copies_choose_their_own_streams() {
+    let t = tmp();
+    let src = t.path().join("a/src");
+    mixed_tree(&src);
+    let a = server(&t.path().join("a"));
+    let b = server(&t.path().join("b"));
+    // Both servers share the token of the test fixture.
+    let out = cp(&a, &["--json"], a.url("src"), b.url("copy"));
+    assert_ok(&out, Some(&a));
+    assert_trees_equal(&src, &t.path().join("b/copy"));
+}
+
+fn doctor(args: &[&str]) -> std::process::Output {
+    run_sprat(bin(), ["doctor"].iter().chain(args), &[])
+}
+
+fn sysctl(name: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/sys/{}", name.replace('.', "/")))
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn doctor_reads_the_host_and_sizes_streams_for_a_path() {
+    let out = doctor(&["--rtt", "100ms", "--rate", "10gbit", "--json"]);
+    assert_ok(&out, None);
+    let d = json(&out);
+    assert_eq!(
+        d["limits"]["rmem_max"].as_u64(),
+        Some(sysctl("net.core.rmem_max"))
+    );
+    assert_eq!(
+        d["limits"]["tcp_wmem"][2].as_u64(),
+        Some(sysctl("net.ipv4.tcp_wmem"))
+    );
+    let p = &d["paths"][0];
+    assert_eq!(p["bdp_bytes"].as_u64(), Some(125_000_000));
+    let window = p["window_bytes"].as_u64().unwrap();
+    assert_eq!(
+        p["streams_needed"].as_u64(),
+        Some(125_000_000u64.div_ceil(window))
+    );
+    // One stream moves at most its window per round trip.
+    let single = p["single_stream_bytes_per_s"].as_f64().unwrap();
+    assert!((single - window as f64 / 0.1).abs() < 1.0);
+    // A 12.5 MB BDP per stream exceeds this host's window unless it was tuned for it.
+    if window < 125_000_000 {
+        assert!(!d["changes"].as_array().unwrap().is_empty());
+    }
+    let text = doctor(&["--rtt", "30ms"]);
+    assert_ok(&text, None);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("net.ipv4.tcp_rmem"));
+}
+
+#[test]
+fn doctor_measures_the_round_trip_to_a_server() {
+    let t = tmp();
+    let srv = server(&t.path().join("root"));
+    let relay = RelayProc::start(srv.addr(), &["--delay", "10ms"]);
+    let mut args: Vec<std::ffi::OsString> = vec!["doctor".into(), relay.url("").into()];
+    args.extend(srv.client_args());
+    args.push("--json".into());
+    let out = run_sprat(bin(), args, &[]);
+    assert_ok(&out, Some(&srv));
+    let d = json(&out);
+    let rtts: Vec<f64> = d["measured_rtt_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(rtts.len() >= 5, "{rtts:?}");
+    assert!(
+        rtts.iter().all(|r| *r >= 19.0),
+        "{rtts:?} through a 20 ms relay"
+    );
+    assert!((d["paths"][0]["rtt_ms"].as_f64().unwrap() - rtts[0].min(rtts[1])).abs() < 50.0);
+}
+
+#[test]
+fn bad_network_options_are_named() {
+    for (args, names) in [
+        (vec!["cp", "--streams", "0", "a", "b"], vec!["--streams"]),
+        (vec!["cp", "--streams", "many", "a", "b"], vec!["--streams"]),
+        (
+            vec!["cp", "--tcp-buffer", "huge", "a", "b"],
+            vec!["--tcp-buffer"],
+        ),
+        (vec!["doctor", "--rtt", "5h"], vec!["--rtt"]),
+        (
+            vec![
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--to",
+                "127.0.0.1:1",
+                "--rate",
+                "fast",
+            ],
+            vec!["--rate"],
+        ),
+    ] {
+        let out = run_sprat(bin(), &args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        sprat_testkit::assert_no_panic(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(names.iter().all(|n| err.contains(n)), "{args:?}: {err}");
+    }
+    let out = run_sprat(bin(), ["doctor", "sprat://127.0.0.1:1/"], &[]);
+    assert_ne!(out.status.code(), Some(0));
+    sprat_testkit::assert_no_panic(&out);
+}
