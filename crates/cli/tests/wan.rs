@@ -2,6 +2,7 @@
 //! TCP window (checked with lower bounds on time, which a slow machine cannot break), sprat
 //! sessions through it measure the round trip, choose and grow their streams and report the
 //! tail, and `sprat doctor` reads the host's limits and measures a server.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
