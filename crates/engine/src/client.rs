@@ -308,6 +308,13 @@ fn shutdown_handles(conns: &[Conn]) -> Mutex<Vec<Conn>> {
     Mutex::new(conns.iter().filter_map(|c| c.try_clone().ok()).collect())
 }
 
+/// Adds a second handle on `conn` to those [`abort_all`] shuts down.
+fn keep_for_shutdown(handles: &Mutex<Vec<Conn>>, conn: &Conn) {
+    if let Ok(c) = conn.try_clone() {
+        handles.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+    }
+}
+
 /// Ends a session: `Commit` on the control connection, then the server's totals.
 fn commit(control: &mut Conn, counts: &mut Counts) -> Result<RemoteStats, TransferError> {
     control.send(&Message::Commit)?;
@@ -378,7 +385,7 @@ pub fn push_input(
             discard: true,
         },
     };
-    let (session, mut conns) = streams::open(addr, key, op, path, options)?;
+    let (session, control) = streams::open(addr, key, op, path, options)?;
     let handle = match input {
         PushInput::Source(source) => source::start(source, options)?,
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
@@ -390,14 +397,13 @@ pub fn push_input(
     let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
-    let shutdown = shutdown_handles(&conns);
+    let shutdown = shutdown_handles(std::slice::from_ref(&control));
     let fail = |e: TransferError| {
         cancel_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         abort_all(&shutdown, &first, e);
     };
-    let control = conns.remove(0);
     let mut retirements = Vec::new();
-    let mut streams_max = conns.len() + 1;
+    let mut streams_max = session.plan.streams;
     std::thread::scope(|s| {
         // Starts a sender and an acknowledgement receiver on `conn`; dropping the returned
         // sender retires the stream (it ends after its current batch).
@@ -429,8 +435,15 @@ pub fn push_input(
             retire_tx
         };
         retirements.push(start(&control));
-        for conn in &conns {
-            retirements.push(start(conn));
+        // The control connection already carries data while the others join.
+        match session.join_planned() {
+            Ok(conns) => {
+                for conn in conns {
+                    keep_for_shutdown(&shutdown, &conn);
+                    retirements.push(start(&conn));
+                }
+            }
+            Err(e) => fail(e),
         }
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
@@ -438,9 +451,7 @@ pub fn push_input(
             streams_max = session.adapt(&acked, finished, |change| match change {
                 Change::Grow(new) => {
                     for conn in new {
-                        if let Ok(c) = conn.try_clone() {
-                            shutdown.lock().unwrap_or_else(|p| p.into_inner()).push(c);
-                        }
+                        keep_for_shutdown(&shutdown, &conn);
                         added.push(start(&conn));
                     }
                 }
@@ -567,7 +578,7 @@ fn pull(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    let (session, conns) = streams::open(addr, key, Operation::Pull, path, options)?;
+    let (session, mut control) = streams::open(addr, key, Operation::Pull, path, options)?;
     let writer = local_writer(dst, session.root_is_dir, options.durable)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort)?;
@@ -577,10 +588,10 @@ fn pull(
     let drained = AtomicBool::new(false);
     let tail = Tail::default();
     let mut counts = Counts::default();
-    let shutdown = shutdown_handles(&conns);
+    let shutdown = shutdown_handles(std::slice::from_ref(&control));
     let fail = |e: TransferError| abort_all(&shutdown, &first, e);
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
-    let mut streams_max = conns.len();
+    let mut streams_max = session.plan.streams;
     std::thread::scope(|s| {
         let start = |conn: &Conn, reply: Sender<BatchOutcome>| {
             let Ok(mut rx) = conn.try_clone() else {
@@ -604,8 +615,16 @@ fn pull(
                 }
             });
         };
-        for conn in &conns {
-            start(conn, reply_tx.clone());
+        start(&control, reply_tx.clone());
+        // The server already sends on the control connection while the others join.
+        match session.join_planned() {
+            Ok(conns) => {
+                for conn in conns {
+                    keep_for_shutdown(&shutdown, &conn);
+                    start(&conn, reply_tx.clone());
+                }
+            }
+            Err(e) => fail(e),
         }
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
@@ -625,9 +644,7 @@ fn pull(
             streams_max = session.adapt(&received, finished, |change| {
                 if let Change::Grow(new) = change {
                     for conn in new {
-                        if let Ok(c) = conn.try_clone() {
-                            shutdown.lock().unwrap_or_else(|p| p.into_inner()).push(c);
-                        }
+                        keep_for_shutdown(&shutdown, &conn);
                         start(&conn, reply_tx.clone());
                     }
                 }
@@ -642,8 +659,7 @@ fn pull(
     }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
-    let mut conns = conns;
-    let remote = commit(&mut conns[0], &mut counts)?;
+    let remote = commit(&mut control, &mut counts)?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(

@@ -27,15 +27,16 @@ pub struct Session {
     pub auto: bool,
 }
 
-/// Opens a session (`Open` on a control connection) and joins the planned number of streams.
-/// Returns the session and its connections, the control connection first.
+/// Opens a session (`Open` on a control connection) and plans its streams. Returns the
+/// session and the control connection; the transfer starts on it at once and joins the other
+/// planned streams ([`Session::join_planned`]) while the first data already flows.
 pub fn open(
     addr: &str,
     key: Option<&TokenKey>,
     op: Operation,
     path: &[u8],
     options: &TransferOptions,
-) -> Result<(Session, Vec<Conn>), TransferError> {
+) -> Result<(Session, Conn), TransferError> {
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let buffer = options.tcp_buffer.or(limits.best_window().1);
@@ -65,12 +66,15 @@ pub fn open(
         },
         auto: options.streams.is_none(),
     };
-    let mut conns = vec![control];
-    conns.extend(session.join(plan.streams - 1)?);
-    Ok((session, conns))
+    Ok((session, control))
 }
 
 impl Session {
+    /// Joins the streams planned beyond the control connection.
+    pub fn join_planned(&self) -> Result<Vec<Conn>, TransferError> {
+        self.join(self.plan.streams.saturating_sub(1))
+    }
+
     /// Joins `n` more connections to the session, in parallel: one round trip in all.
     pub fn join(&self, n: usize) -> Result<Vec<Conn>, TransferError> {
         let joined: Vec<Result<Conn, TransferError>> = std::thread::scope(|s| {
@@ -128,7 +132,9 @@ impl Session {
             }
             let delivered = progress.load(Ordering::Relaxed).saturating_sub(from);
             let rate = delivered as f64 / at.elapsed().as_secs_f64().max(1e-6);
-            match adapter.observe(rate) {
+            let bound = (adapter.streams() as u64 * self.plan.window) as f64
+                / self.rtt.as_secs_f64().max(1e-6);
+            match adapter.observe(rate, bound) {
                 Step::Add(n) => match self.join(n) {
                     Ok(conns) => {
                         apply(Change::Grow(conns));

@@ -224,9 +224,19 @@ impl Adapter {
         self.settled
     }
 
-    /// Takes the throughput (bytes/s) of the interval just ended.
-    pub fn observe(&mut self, rate: f64) -> Step {
+    /// Share of what the streams' windows allow (streams x window / RTT) that the throughput
+    /// must reach before more streams can help: below it the windows are not the limit.
+    pub const WINDOW_BOUND: f64 = 0.5;
+
+    /// Takes the throughput (bytes/s) of the interval just ended and the most the current
+    /// streams' windows allow (`window_bound`, bytes/s).
+    pub fn observe(&mut self, rate: f64, window_bound: f64) -> Step {
         if self.settled {
+            return Step::Hold;
+        }
+        if self.last_added == 0 && rate < window_bound * Self::WINDOW_BOUND {
+            // Something else bounds the transfer (storage, CPU, slow start): wait and see.
+            self.best_rate = self.best_rate.max(rate);
             return Step::Hold;
         }
         if self.last_added > 0 && rate < self.best_rate * Self::LOSS {
@@ -310,29 +320,42 @@ mod tests {
     #[test]
     fn adapter_grows_while_throughput_grows_then_settles() {
         let mut a = Adapter::new(4, 32);
-        assert_eq!(a.observe(40e6), Step::Add(2));
-        assert_eq!(a.observe(60e6), Step::Add(3));
-        assert_eq!(a.observe(90e6), Step::Add(4));
+        let bound = 50e6;
+        assert_eq!(a.observe(40e6, bound), Step::Add(2));
+        assert_eq!(a.observe(60e6, bound), Step::Add(3));
+        assert_eq!(a.observe(90e6, bound), Step::Add(4));
         // The link is full: no gain, keep 13 streams.
-        assert_eq!(a.observe(92e6), Step::Hold);
+        assert_eq!(a.observe(92e6, bound), Step::Hold);
         assert!(a.settled());
         assert_eq!(a.streams(), 13);
-        assert_eq!(a.observe(200e6), Step::Hold);
+        assert_eq!(a.observe(200e6, bound), Step::Hold);
+    }
+
+    #[test]
+    fn adapter_adds_nothing_while_windows_are_not_the_limit() {
+        // 4 streams of 4 MiB at 1 ms allow 16 GB/s; 300 MB/s is bounded elsewhere.
+        let mut a = Adapter::new(4, 32);
+        assert_eq!(a.observe(100e6, 16e9), Step::Hold);
+        assert_eq!(a.observe(300e6, 16e9), Step::Hold);
+        assert!(!a.settled());
+        assert_eq!(a.streams(), 4);
+        // The path gets longer (or faster): the windows bind, streams are added.
+        assert_eq!(a.observe(300e6, 400e6), Step::Add(2));
     }
 
     #[test]
     fn adapter_gives_back_a_growth_that_hurt() {
         let mut a = Adapter::new(4, 32);
-        assert_eq!(a.observe(100e6), Step::Add(2));
-        assert_eq!(a.observe(70e6), Step::Retire(2));
+        assert_eq!(a.observe(100e6, 100e6), Step::Add(2));
+        assert_eq!(a.observe(70e6, 150e6), Step::Retire(2));
         assert_eq!(a.streams(), 4);
     }
 
     #[test]
     fn adapter_stops_at_its_maximum() {
         let mut a = Adapter::new(4, 6);
-        assert_eq!(a.observe(1e6), Step::Add(2));
-        assert_eq!(a.observe(2e6), Step::Hold);
+        assert_eq!(a.observe(1e6, 1e6), Step::Add(2));
+        assert_eq!(a.observe(2e6, 1.5e6), Step::Hold);
         assert_eq!(a.streams(), 6);
     }
 }
