@@ -619,3 +619,25 @@ run_tarnc() {
     [[ $R_RC == 0 ]] && R_RC=$rrc
     R_SECS=$(elapsed "$t0" "$t1")
 }
+
+# start_relay TO_PORT ONE_WAY_MS [RELAY ARGS...]: a `sprat relay` on a free
+# loopback port forwarding to 127.0.0.1:TO_PORT with the given one-way delay;
+# sets RELAY_PORT and RELAY_PID (registered, ended at exit). Reads SPRAT and
+# LOGS.
+# shellcheck disable=SC2034 # RELAY_PORT and RELAY_PID are read by the caller
+start_relay() {
+    local to=$1 delay=$2 out i line=""
+    shift 2
+    out=$LOGS/relay-$to-$delay.out
+    setsid "$SPRAT" relay --listen 127.0.0.1:0 --to "127.0.0.1:$to" --delay "${delay}ms" "$@" \
+        >"$out" 2>"$out.err" </dev/null &
+    RELAY_PID=$!
+    bg_register "$RELAY_PID"
+    for ((i = 0; i < 500; i++)); do
+        line=$(head -n 1 "$out")
+        [[ $line == "listening on "* ]] && break
+        sleep 0.01
+    done
+    [[ $line == "listening on "* ]] || die "sprat relay did not start: $(cat "$out.err")"
+    RELAY_PORT=${line##*:}
+}

@@ -50,22 +50,6 @@ setsid iperf3 -s -B 127.0.0.1 -p "$IPERF_PORT" >"$TMP/iperf3.log" 2>&1 </dev/nul
 bg_register $!
 wait_listen "$IPERF_PORT" $! || die "iperf3 -s did not start"
 
-# start_relay TO_PORT ONE_WAY_MS: sets RELAY_PORT and RELAY_PID.
-start_relay() {
-    local out=$TMP/relay-$1-$2.out i line=""
-    setsid "$SPRAT" relay --listen 127.0.0.1:0 --to "127.0.0.1:$1" --delay "${2}ms" \
-        --rate "$RATE" --window "$WINDOW" >"$out" 2>"$out.err" </dev/null &
-    RELAY_PID=$!
-    bg_register "$RELAY_PID"
-    for ((i = 0; i < 500; i++)); do
-        line=$(head -n 1 "$out")
-        [[ $line == "listening on "* ]] && break
-        sleep 0.01
-    done
-    [[ $line == "listening on "* ]] || die "sprat relay did not start: $(cat "$out.err")"
-    RELAY_PORT=${line##*:}
-}
-
 window=$("$SPRAT" doctor --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["paths"][0]["window_bytes"])')
 [[ $WINDOW == auto ]] || window=$(python3 -c "
 import re, sys
@@ -75,12 +59,12 @@ print(int(float(m.group(1)) * u[m.group(2) or '']))" "$WINDOW")
 echo "rtt_ms,measured_rtt_ms,streams,window_bytes,theory_bytes_per_s,measured_bytes_per_s" >"$CSV"
 for rtt in "${rtts[@]}"; do
     delay=$(awk -v r="$rtt" 'BEGIN { printf "%g", r / 2 }')
-    start_relay "$SPRAT_PORT" "$delay"
+    start_relay "$SPRAT_PORT" "$delay" --rate "$RATE" --window "$WINDOW"
     sprat_relay=$RELAY_PID
     measured=$("$SPRAT" doctor --json "sprat://127.0.0.1:$RELAY_PORT/" |
         python3 -c 'import json, statistics, sys; print("%.2f" % statistics.median(json.load(sys.stdin)["measured_rtt_ms"]))')
     bg_kill "$sprat_relay"
-    start_relay "$IPERF_PORT" "$delay"
+    start_relay "$IPERF_PORT" "$delay" --rate "$RATE" --window "$WINDOW"
     for n in "${streams[@]}"; do
         iperf3 -c 127.0.0.1 -p "$RELAY_PORT" -P "$n" -t "$SECONDS_PER_RUN" -O "$OMIT" -J >"$TMP/iperf-$rtt-$n.json"
         got=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8)' "$TMP/iperf-$rtt-$n.json")

@@ -70,34 +70,41 @@ fn changes(limits: &TcpLimits, bdp: u64) -> Vec<Change> {
         // One stream already holds the BDP: only pacing is left to suggest.
         return qdisc_change(limits).into_iter().collect();
     }
-    let triple = |t: [u64; 3]| format!("{} {} {}", t[0], t[1], t[2]);
-    if limits.tcp_rmem[2] < 2 * want {
-        let mut t = limits.tcp_rmem;
-        t[2] = 2 * want;
-        out.push(Change {
-            setting: "net.ipv4.tcp_rmem".into(),
-            now: triple(limits.tcp_rmem),
-            suggested: triple(t),
-            why: format!(
+    // (setting, its min/default/max, the max it needs, why)
+    let autotuned = [
+        (
+            "net.ipv4.tcp_rmem",
+            limits.tcp_rmem,
+            2 * want,
+            format!(
                 "autotuning may grow a receive buffer to the third value; about half of it is \
                  window, and one stream needs {} of window",
                 human_bytes(want)
             ),
-        });
-    }
-    if limits.tcp_wmem[2] < want {
-        let mut t = limits.tcp_wmem;
-        t[2] = 2 * want;
-        out.push(Change {
-            setting: "net.ipv4.tcp_wmem".into(),
-            now: triple(limits.tcp_wmem),
-            suggested: triple(t),
-            why: format!(
+        ),
+        (
+            "net.ipv4.tcp_wmem",
+            limits.tcp_wmem,
+            want,
+            format!(
                 "a sender keeps unacknowledged data in its send buffer: today every stream's \
                  window stops at {}",
                 human_bytes(limits.tcp_wmem[2])
             ),
-        });
+        ),
+    ];
+    let triple = |t: [u64; 3]| format!("{} {} {}", t[0], t[1], t[2]);
+    for (setting, now, needed, why) in autotuned {
+        if now[2] < needed {
+            let mut t = now;
+            t[2] = 2 * want;
+            out.push(Change {
+                setting: setting.into(),
+                now: triple(now),
+                suggested: triple(t),
+                why,
+            });
+        }
     }
     for (name, now) in [
         ("net.core.rmem_max", limits.rmem_max),

@@ -228,8 +228,12 @@ impl fmt::Display for Report {
             };
             writeln!(
                 f,
-                "  path: RTT {:.1} ms; streams {streams} ({}); {buffers}, window up to {} per stream",
-                p.rtt_ms,
+                "  path: RTT {} ms; streams {streams} ({}); {buffers}, window up to {} per stream",
+                if p.rtt_ms < 1.0 {
+                    format!("{:.3}", p.rtt_ms)
+                } else {
+                    format!("{:.1}", p.rtt_ms)
+                },
                 if p.auto_streams { "auto" } else { "fixed" },
                 human_bytes(p.window_bytes),
             )?;
