@@ -472,6 +472,23 @@ snapshot_tree() {
 
 # ---------------------------------------------------------------- reports
 
+# plot_python: set PLOT_PY to a python3 that has matplotlib (the one on PATH,
+# else Debian's /usr/bin/python3 with python3-matplotlib), or to "" with a
+# warning (the caller then draws no plot).
+PLOT_PY=""
+# shellcheck disable=SC2034 # PLOT_PY is read by the caller
+plot_python() {
+    local p
+    PLOT_PY=""
+    for p in python3 /usr/bin/python3; do
+        if "$p" -c 'import matplotlib' >/dev/null 2>&1; then
+            PLOT_PY=$p
+            return 0
+        fi
+    done
+    log "warning: no python3 with matplotlib (apt-get install python3-matplotlib): no plot"
+}
+
 # json_fields FILE KEY...: print the values of KEYs of the JSON object in FILE
 # (the whole file, else its last line that parses), one per line (empty for a
 # missing key or an unreadable file): `mapfile -t VALS < <(json_fields ...)`.

@@ -85,24 +85,41 @@ pub struct ModelArgs {
     /// Write stage: per-file overhead and rate.
     #[arg(long, value_name = "T0,RATE")]
     pub write: String,
-    /// Files in the data set to predict.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    /// Files in the data set to predict (with --run: counted in SRC instead).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        conflicts_with = "run"
+    )]
     pub files: u64,
-    /// Total size of the data set (e.g. 400MB, 2GiB).
-    #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::size::parse)]
+    /// Total size of the data set, e.g. 400MB, 2GiB (with --run: counted in SRC instead).
+    #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::size::parse,
+          conflicts_with = "run")]
     pub total: u64,
-    /// Batch size the data set travels in.
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
-    pub batch_size: u64,
-    /// Parallel pipelines (streams).
+    /// Parallel pipelines (streams); with --run also the copy's streams.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub streams: usize,
+    /// Compare the prediction with a real run: count the files and bytes of the local tree
+    /// SRC, predict the copy's time, then copy SRC to DST exactly as `sprat cp SRC DST`
+    /// does (DST a local path or sprat://HOST:PORT/PATH, missing or an empty directory) and
+    /// print predicted and measured seconds and their ratio. SRC is scanned first, so its
+    /// metadata is in the cache for the run. The options below (--batch-size, ...) apply to
+    /// the copy as to the prediction.
+    #[arg(long, num_args = 2, value_names = ["SRC", "DST"])]
+    pub run: Option<Vec<OsString>>,
+    /// With --run to a server: file holding the shared token (otherwise SPRAT_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "run")]
+    pub token_file: Option<PathBuf>,
     /// A link to fill (e.g. 100Gbit, 10GB/s): print the transfer nodes it needs.
     #[arg(long, value_name = "RATE")]
     pub link: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    // --batch-size (the size the data set travels in) and the other pipeline settings.
+    #[command(flatten)]
+    pub tuning: Tuning,
 }
 
 #[derive(Debug, Subcommand)]

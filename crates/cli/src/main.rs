@@ -107,7 +107,7 @@ pub fn options(t: &Tuning, streams: Option<usize>) -> TransferOptions {
 }
 
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
-fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
+pub fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     let raw = match file {
         Some(f) => {
             std::fs::read(f).with_context(|| format!("cannot read token file '{}'", f.display()))?

@@ -1,10 +1,19 @@
 //! `sprat model`: predictions from per-stage costs given on the command line (per-file
-//! overhead and rate of read, network and write), printed as text or one JSON object.
+//! overhead and rate of read, network and write), printed as text or one JSON object; with
+//! `--run SRC DST`, also a real copy of SRC to DST, measured and printed next to its
+//! prediction.
 
 use crate::args::ModelArgs;
 use serde::Serialize;
 use sprat_engine::model::{nodes_for_link, StageCost, Stages};
-use sprat_engine::TransferError;
+use sprat_engine::remote;
+use sprat_engine::{Endpoint, TransferError};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::NsKind;
+use sprat_proto::ErrorCode;
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Instant;
 
 /// Parses `T0,RATE`, e.g. `50us,800MB/s`.
 fn parse_cost(option: &str, text: &str) -> Result<StageCost, TransferError> {
@@ -99,6 +108,135 @@ struct Prediction {
     write_alone_s: f64,
     link_bytes_per_s: Option<f64>,
     nodes_for_link: Option<u64>,
+    /// With `--run`: the real copy, measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run: Option<Measured>,
+}
+
+/// A real copy set against its prediction.
+#[derive(Serialize)]
+struct Measured {
+    source: String,
+    destination: String,
+    /// What the copy moved (from its report).
+    files: u64,
+    dirs: u64,
+    symlinks: u64,
+    bytes: u64,
+    failed: u64,
+    predicted_seconds: f64,
+    /// Wall time of the copy, from the call to its return (connection set-up included).
+    measured_seconds: f64,
+    /// The engine's own time of the copy (its report's `seconds`).
+    engine_seconds: f64,
+    /// measured / predicted: above 1, the copy was slower than predicted.
+    measured_over_predicted: f64,
+    /// The model's bottleneck stage for the data set's mean file size.
+    predicted_bottleneck: &'static str,
+    /// The stage the copy itself reported as its bottleneck.
+    measured_bottleneck: &'static str,
+}
+
+/// `--run SRC DST`, checked: SRC a local tree (counted), DST missing or empty.
+struct RunPlan {
+    src: Endpoint,
+    dst: Endpoint,
+    key: Option<TokenKey>,
+    files: u64,
+    bytes: u64,
+}
+
+fn plan_run(pair: &[OsString], token_file: Option<&Path>) -> anyhow::Result<RunPlan> {
+    let [src_arg, dst_arg] = pair else {
+        return Err(TransferError::Usage("--run takes two arguments: SRC DST".into()).into());
+    };
+    let src = Endpoint::parse(src_arg)?;
+    let dst = Endpoint::parse(dst_arg)?;
+    let Endpoint::Local(src_path) = &src else {
+        return Err(TransferError::Usage(format!(
+            "--run SRC '{src}' must be a local tree: the model counts its files and bytes"
+        ))
+        .into());
+    };
+    let key = crate::token(token_file)?;
+    let counts = sprat_engine::bench::count_tree(src_path)
+        .map_err(|e| TransferError::Usage(format!("--run SRC '{}': {e}", src_path.display())))?;
+    if counts.files == 0 {
+        return Err(TransferError::Usage(format!(
+            "--run SRC '{}' holds no regular files: nothing to predict",
+            src_path.display()
+        ))
+        .into());
+    }
+    match &dst {
+        Endpoint::Local(d) => refuse_nonempty_local(d)?,
+        Endpoint::Remote { addr, path } => refuse_nonempty_remote(addr, path, key.as_ref(), &dst)?,
+    }
+    Ok(RunPlan {
+        src,
+        dst,
+        key,
+        files: counts.files,
+        bytes: counts.bytes,
+    })
+}
+
+const GIVE_EMPTY: &str = "give a new or empty directory, so that the run copies the whole tree";
+
+fn refuse_nonempty_local(d: &Path) -> anyhow::Result<()> {
+    let refuse = |why: &str| -> anyhow::Result<()> {
+        Err(TransferError::Usage(format!("--run DST '{}' {why}; {GIVE_EMPTY}", d.display())).into())
+    };
+    match std::fs::symlink_metadata(d) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(TransferError::Local(format!(
+            "cannot examine --run DST '{}': {e}",
+            d.display()
+        ))
+        .into()),
+        Ok(m) if !m.is_dir() => refuse("exists and is not a directory"),
+        Ok(_) => {
+            let mut entries = std::fs::read_dir(d).map_err(|e| {
+                TransferError::Local(format!("cannot list --run DST '{}': {e}", d.display()))
+            })?;
+            match entries.next() {
+                None => Ok(()),
+                Some(_) => refuse("exists and is not empty"),
+            }
+        }
+    }
+}
+
+fn refuse_nonempty_remote(
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    dst: &Endpoint,
+) -> anyhow::Result<()> {
+    let refuse = |why: &str| -> anyhow::Result<()> {
+        Err(TransferError::Usage(format!("--run DST '{dst}' {why}; {GIVE_EMPTY}")).into())
+    };
+    match remote::stat(addr, key, path) {
+        Err(TransferError::Remote {
+            code: ErrorCode::NotFound,
+            ..
+        }) => Ok(()),
+        Err(e) => Err(e.into()),
+        Ok(e) if e.kind != NsKind::Dir => refuse("exists and is not a directory"),
+        Ok(_) => {
+            let mut below = 0u64;
+            remote::list(addr, key, path, false, |e| {
+                if !e.path.is_empty() {
+                    below += 1;
+                }
+            })?;
+            if below > 0 {
+                refuse("exists and is not empty")
+            } else {
+                Ok(())
+            }
+        }
+    }
 }
 
 pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
@@ -115,8 +253,19 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
         .as_deref()
         .map(|l| parse_rate(l).map_err(|why| TransferError::Usage(format!("--link '{l}': {why}"))))
         .transpose()?;
-    let (files, bytes) = (a.files as f64, a.total as f64);
-    let batches = ((a.total as f64 / a.batch_size.max(1) as f64).ceil() as u64).max(1);
+    let options = crate::options(&a.tuning, a.streams);
+    options.validate().map_err(TransferError::Usage)?;
+    let plan = a
+        .run
+        .as_deref()
+        .map(|pair| plan_run(pair, a.token_file.as_deref()))
+        .transpose()?;
+    let (n_files, n_bytes) = match &plan {
+        Some(p) => (p.files, p.bytes),
+        None => (a.files, a.total),
+    };
+    let (files, bytes) = (n_files as f64, n_bytes as f64);
+    let batches = ((bytes / a.tuning.batch_size.max(1) as f64).ceil() as u64).max(1);
     let alone = |c: StageCost| c.time(files, bytes);
     let by_file_size = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
         .into_iter()
@@ -129,25 +278,35 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
             }
         })
         .collect();
+    let predicted_seconds = stages.pipeline_time(files, bytes, batches as f64, a.streams as f64);
+    let measured = match plan {
+        Some(plan) => Some(measure(plan, &options, &stages, predicted_seconds)?),
+        None => None,
+    };
     let p = Prediction {
         stages,
         by_file_size,
         storage_bound_below_bytes: stages.storage_bound_below(),
-        files: a.files,
-        bytes: a.total,
+        files: n_files,
+        bytes: n_bytes,
         batches,
         streams: a.streams,
-        predicted_seconds: stages.pipeline_time(files, bytes, batches as f64, a.streams as f64),
+        predicted_seconds,
         read_alone_s: alone(stages.read),
         network_alone_s: alone(stages.network),
         write_alone_s: alone(stages.write),
         link_bytes_per_s: link,
         nodes_for_link: link
             .map(|l| nodes_for_link(l, bytes / alone(stages.read), bytes / alone(stages.write))),
+        run: measured,
+    };
+    let code = match &p.run {
+        Some(m) if m.failed > 0 => 1,
+        _ => 0,
     };
     if a.json {
         println!("{}", serde_json::to_string(&p)?);
-        return Ok(0);
+        return Ok(code);
     }
     println!("stage     per-file overhead  rate");
     for (name, c) in [
@@ -193,7 +352,60 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
             bytes / p.write_alone_s / 1e6
         );
     }
-    Ok(0)
+    if let Some(m) = &p.run {
+        let failed = if m.failed > 0 {
+            format!(", {} FAILED", m.failed)
+        } else {
+            String::new()
+        };
+        println!(
+            "run {} -> {}: {} files, {} directories, {} symlinks, {} B copied{failed}",
+            m.source, m.destination, m.files, m.dirs, m.symlinks, m.bytes
+        );
+        println!(
+            "predicted {:.3} s, measured {:.3} s (engine's own {:.3} s): measured / predicted = {:.2}",
+            m.predicted_seconds, m.measured_seconds, m.engine_seconds, m.measured_over_predicted
+        );
+        println!(
+            "bottleneck: predicted {} (mean file {:.0} B), measured {}",
+            m.predicted_bottleneck,
+            bytes / files,
+            m.measured_bottleneck
+        );
+    }
+    Ok(code)
+}
+
+/// Runs the planned copy as `sprat cp` does and sets its time against `predicted_seconds`.
+fn measure(
+    plan: RunPlan,
+    options: &sprat_engine::TransferOptions,
+    stages: &Stages,
+    predicted_seconds: f64,
+) -> anyhow::Result<Measured> {
+    crate::preserve_modes_exactly();
+    let started = Instant::now();
+    let report = sprat_engine::copy(&plan.src, &plan.dst, plan.key.as_ref(), options)?;
+    let measured_seconds = started.elapsed().as_secs_f64();
+    for f in &report.failures {
+        eprintln!("sprat: failed: {}: {}", f.path, f.error);
+    }
+    let (predicted_bottleneck, _) = stages.bottleneck(plan.bytes as f64 / plan.files as f64);
+    Ok(Measured {
+        source: plan.src.to_string(),
+        destination: plan.dst.to_string(),
+        files: report.files,
+        dirs: report.dirs,
+        symlinks: report.symlinks,
+        bytes: report.bytes,
+        failed: report.failed,
+        predicted_seconds,
+        measured_seconds,
+        engine_seconds: report.seconds,
+        measured_over_predicted: measured_seconds / predicted_seconds.max(1e-12),
+        predicted_bottleneck,
+        measured_bottleneck: report.bottleneck,
+    })
 }
 
 #[cfg(test)]
