@@ -97,8 +97,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::size::parse,
           conflicts_with = "run")]
     pub total: u64,
-    /// Parallel pipelines (streams); with --run also the copy's streams.
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    /// Independent pipelines p in T_R + T_W + (n/p) * T_max. Costs fitted by `sprat bench
+    /// overhead` are already those of a whole stage with all its threads, so the default 1
+    /// takes them as they are; use the number of transfer nodes (or sessions) that each have
+    /// the given costs. A --run copy chooses its own streams, as `sprat cp` does.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub streams: usize,
     /// Compare the prediction with a real run: count the files and bytes of the local tree
     /// SRC, predict the copy's time, then copy SRC to DST exactly as `sprat cp SRC DST`

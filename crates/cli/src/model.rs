@@ -253,7 +253,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
         .as_deref()
         .map(|l| parse_rate(l).map_err(|why| TransferError::Usage(format!("--link '{l}': {why}"))))
         .transpose()?;
-    let options = crate::options(&a.tuning, Some(a.streams));
+    let options = crate::options(&a.tuning, None);
     options.validate().map_err(TransferError::Usage)?;
     let plan = a
         .run
