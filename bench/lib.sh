@@ -551,7 +551,7 @@ start_sprat() {
     local pid=$! i line=""
     bg_register "$pid"
     for ((i = 0; i < 3000; i++)); do
-        line=$(head -n 1 "$LOGS/sprat-serve.out")
+        line=$(head -n 1 "$LOGS/sprat-serve.out" 2>/dev/null || true)
         [[ $line == "listening on "* ]] && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.01
@@ -651,7 +651,7 @@ start_relay() {
     RELAY_PID=$!
     bg_register "$RELAY_PID"
     for ((i = 0; i < 500; i++)); do
-        line=$(head -n 1 "$out")
+        line=$(head -n 1 "$out" 2>/dev/null || true) # the child may not have opened it yet
         [[ $line == "listening on "* ]] && break
         sleep 0.01
     done

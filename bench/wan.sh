@@ -22,6 +22,7 @@
 #   RUN_TIMEOUT  seconds before one run is killed [600]
 #   DATA_DIR     sets and destinations, on tmpfs [/dev/shm/sprat-wan]
 #   RESULTS_DIR  [bench/results]
+#   REPORT_FROM  CSV files of earlier runs (same sets): no new runs, one report of them all
 #
 # GridFTP is not run: globus-url-copy opens its data channels to the address
 # the server announces in its PASV reply, so they bypass a TCP relay; putting
@@ -129,24 +130,6 @@ start_sprat
 start_rsyncd
 TARNC_PORT=$(free_port)
 
-# start_relay TO_PORT ONE_WAY_MS: a relay to 127.0.0.1:TO_PORT; sets RELAY_PORT.
-start_relay() {
-    local to=$1 delay=$2 out pid line="" i
-    out=$LOGS/relay-$to-$delay.out
-    setsid "$SPRAT" relay --listen 127.0.0.1:0 --to "127.0.0.1:$to" --delay "${delay}ms" \
-        --rate "$RATE" >"$out" 2>"$out.err" </dev/null &
-    pid=$!
-    bg_register "$pid"
-    for ((i = 0; i < 500; i++)); do
-        line=$(head -n 1 "$out")
-        [[ $line == "listening on "* ]] && break
-        sleep 0.01
-    done
-    [[ $line == "listening on "* ]] || die "sprat relay did not start: $(cat "$out.err")"
-    RELAY_PIDS+=("$pid")
-    RELAY_PORT=${line##*:}
-}
-
 # run_one SET TOOL RTT ROUND PORT: one timed push through the relay at PORT.
 run_one() {
     local set=$1 tool=$2 rtt=$3 round=$4 port=$5
@@ -192,15 +175,24 @@ print("rtt %.1f ms; streams %s->%s; tail %.2f s, idle %.2f s" % (p.get("rtt_ms",
 
 echo "stamp,set,rtt_ms,round,tool,seconds,exit,check,src_files,src_bytes,sprat_path,note" >"$CSV"
 t_start=$SECONDS
+if [[ -n ${REPORT_FROM:-} ]]; then
+    read -r -a from <<<"$REPORT_FROM"
+    for f in "${from[@]}"; do tail -n +2 "$f" >>"$CSV"; done
+    rtts=()
+    log "report of ${from[*]}"
+fi
 for rtt in "${rtts[@]}"; do
     delay=$(awk -v r="$rtt" 'BEGIN { printf "%g", r / 2 }')
     RELAY_PIDS=()
     declare -A port_of=()
-    start_relay "$SPRAT_PORT" "$delay"
+    start_relay "$SPRAT_PORT" "$delay" --rate "$RATE"
+    RELAY_PIDS+=("$RELAY_PID")
     port_of[sprat]=$RELAY_PORT
-    start_relay "$RSYNC_PORT" "$delay"
+    start_relay "$RSYNC_PORT" "$delay" --rate "$RATE"
+    RELAY_PIDS+=("$RELAY_PID")
     port_of[rsync]=$RELAY_PORT
-    start_relay "$TARNC_PORT" "$delay"
+    start_relay "$TARNC_PORT" "$delay" --rate "$RATE"
+    RELAY_PIDS+=("$RELAY_PID")
     port_of[tarnc]=$RELAY_PORT
     "$SPRAT" doctor "sprat://127.0.0.1:${port_of[sprat]}/" --rate "$RATE" >"$LOGS/doctor-$rtt.txt" 2>&1 || true
     log "RTT $rtt ms: $(grep -m1 'measured round trips' "$LOGS/doctor-$rtt.txt" || echo 'no RTT measured')"
