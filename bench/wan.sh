@@ -265,8 +265,9 @@ print("*t_limit* = the slowest of bytes / cap, the read limit and the write limi
       "*sprat / limit* = t_limit / t_sprat (1.0 = at the limit; goal >= 0.8); peer columns = t_peer / t_sprat (> 1: sprat is faster). Medians of the runs that passed the check.")
 PY
 
-if python3 -c 'import matplotlib' 2>/dev/null; then
-    python3 - "$CSV" "$PNG" <<'PY' || log "warning: plot failed"
+plot_python
+if [[ -n $PLOT_PY ]]; then
+    "$PLOT_PY" - "$CSV" "$PNG" <<'PY' || log "warning: plot failed"
 import csv, statistics, sys
 from collections import defaultdict
 import matplotlib
