@@ -126,41 +126,13 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
 /// Counts the files, directories, symlinks and file bytes of the tree at `src` from a scan
 /// (no file data is read). Fails on the first entry that cannot be examined, naming it.
 pub fn count_tree(src: &Path) -> Result<TreeCounts, TransferError> {
-    let root = Root::open(src)?;
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<sprat_store::ScanEntry>>(64);
-    let mut counts = TreeCounts::default();
-    let mut first_error = None;
-    std::thread::scope(|s| {
-        let root = &root;
-        s.spawn(move || sprat_store::scan(root, ScanOptions::default(), tx));
-        for listing in rx {
-            for e in listing {
-                if let Some(why) = e.error {
-                    first_error.get_or_insert_with(|| {
-                        format!(
-                            "cannot examine '{}' in '{}': {why}",
-                            sprat_store::display_path(&e.path),
-                            src.display()
-                        )
-                    });
-                    continue;
-                }
-                match e.kind {
-                    EntryType::File => {
-                        counts.files += 1;
-                        counts.bytes += e.size;
-                    }
-                    EntryType::Dir => counts.dirs += 1,
-                    EntryType::Symlink => counts.symlinks += 1,
-                    EntryType::Special => {}
-                }
-            }
-        }
-    });
-    match first_error {
-        Some(why) => Err(TransferError::Local(why)),
-        None => Ok(counts),
-    }
+    let u = sprat_store::namespace::usage(&Root::open(src)?, b"")?;
+    Ok(TreeCounts {
+        files: u.files,
+        dirs: u.dirs,
+        symlinks: u.symlinks,
+        bytes: u.bytes,
+    })
 }
 
 /// Bytes of memory the system could still give this process (`MemAvailable`).

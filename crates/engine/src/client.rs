@@ -303,11 +303,6 @@ fn abort_all(conns: &Mutex<Vec<Conn>>, first: &FirstError, e: TransferError) {
     }
 }
 
-/// Second handles on `conns` for [`abort_all`].
-fn shutdown_handles(conns: &[Conn]) -> Mutex<Vec<Conn>> {
-    Mutex::new(conns.iter().filter_map(|c| c.try_clone().ok()).collect())
-}
-
 /// Adds a second handle on `conn` to those [`abort_all`] shuts down.
 fn keep_for_shutdown(handles: &Mutex<Vec<Conn>>, conn: &Conn) {
     if let Ok(c) = conn.try_clone() {
@@ -397,7 +392,7 @@ pub fn push_input(
     let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
-    let shutdown = shutdown_handles(std::slice::from_ref(&control));
+    let shutdown = Mutex::new(Vec::new());
     let fail = |e: TransferError| {
         cancel_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         abort_all(&shutdown, &first, e);
@@ -408,6 +403,7 @@ pub fn push_input(
         // Starts a sender and an acknowledgement receiver on `conn`; dropping the returned
         // sender retires the stream (it ends after its current batch).
         let start = |conn: &Conn| {
+            keep_for_shutdown(&shutdown, conn);
             let (retire_tx, retire_rx) = bounded::<()>(0);
             let (Ok(mut tx), Ok(mut rx)) = (conn.try_clone(), conn.try_clone()) else {
                 fail(conn.protocol("cannot duplicate the socket".into()));
@@ -437,24 +433,14 @@ pub fn push_input(
         retirements.push(start(&control));
         // The control connection already carries data while the others join.
         match session.join_planned() {
-            Ok(conns) => {
-                for conn in conns {
-                    keep_for_shutdown(&shutdown, &conn);
-                    retirements.push(start(&conn));
-                }
-            }
+            Ok(conns) => retirements.extend(conns.iter().map(start)),
             Err(e) => fail(e),
         }
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
             streams_max = session.adapt(&acked, finished, |change| match change {
-                Change::Grow(new) => {
-                    for conn in new {
-                        keep_for_shutdown(&shutdown, &conn);
-                        added.push(start(&conn));
-                    }
-                }
+                Change::Grow(new) => added.extend(new.iter().map(start)),
                 Change::Retire(n) => {
                     for _ in 0..n {
                         drop(added.pop());
@@ -588,12 +574,13 @@ fn pull(
     let drained = AtomicBool::new(false);
     let tail = Tail::default();
     let mut counts = Counts::default();
-    let shutdown = shutdown_handles(std::slice::from_ref(&control));
+    let shutdown = Mutex::new(Vec::new());
     let fail = |e: TransferError| abort_all(&shutdown, &first, e);
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
     let mut streams_max = session.plan.streams;
     std::thread::scope(|s| {
         let start = |conn: &Conn, reply: Sender<BatchOutcome>| {
+            keep_for_shutdown(&shutdown, conn);
             let Ok(mut rx) = conn.try_clone() else {
                 fail(conn.protocol("cannot duplicate the socket".into()));
                 return;
@@ -618,12 +605,7 @@ fn pull(
         start(&control, reply_tx.clone());
         // The server already sends on the control connection while the others join.
         match session.join_planned() {
-            Ok(conns) => {
-                for conn in conns {
-                    keep_for_shutdown(&shutdown, &conn);
-                    start(&conn, reply_tx.clone());
-                }
-            }
+            Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone())),
             Err(e) => fail(e),
         }
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
@@ -643,10 +625,7 @@ fn pull(
             // that did not pay stays.
             streams_max = session.adapt(&received, finished, |change| {
                 if let Change::Grow(new) = change {
-                    for conn in new {
-                        keep_for_shutdown(&shutdown, &conn);
-                        start(&conn, reply_tx.clone());
-                    }
+                    new.iter().for_each(|c| start(c, reply_tx.clone()));
                 }
             });
         }

@@ -203,20 +203,12 @@ fn open_tcp(addr: &str, tcp_buffer: Option<u64>) -> Result<TcpStream, TransferEr
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(connect_err)?.collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for a in addrs {
-        let attempt = (|| {
-            let socket = socket2::Socket::new(
-                socket2::Domain::for_address(a),
-                socket2::Type::STREAM,
-                Some(socket2::Protocol::TCP),
-            )?;
-            if let Some(bytes) = tcp_buffer {
-                set_buffers(&socket, bytes);
-            }
-            socket.connect_timeout(&a.into(), Duration::from_secs(10))?;
-            Ok::<TcpStream, std::io::Error>(socket.into())
-        })();
+        let attempt = tcp_socket(a, tcp_buffer).and_then(|s| {
+            s.connect_timeout(&a.into(), Duration::from_secs(10))
+                .map(|()| s)
+        });
         match attempt {
-            Ok(s) => return Ok(s),
+            Ok(s) => return Ok(s.into()),
             Err(e) => last = e,
         }
     }
@@ -232,25 +224,30 @@ pub fn listen(addr: &str, tcp_buffer: Option<u64>) -> std::io::Result<std::net::
             "the address resolves to nothing",
         )
     })?;
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(a),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
+    let socket = tcp_socket(a, tcp_buffer)?;
     socket.set_reuse_address(true)?;
-    if let Some(bytes) = tcp_buffer {
-        set_buffers(&socket, bytes);
-    }
     socket.bind(&a.into())?;
     socket.listen(1024)?;
     Ok(socket.into())
 }
 
-/// Requests `bytes` of send and receive buffer (the kernel caps each at its `*mem_max`).
-pub fn set_buffers(socket: &socket2::Socket, bytes: u64) {
-    let bytes = bytes.min(i32::MAX as u64 / 2) as usize;
-    let _ = socket.set_send_buffer_size(bytes);
-    let _ = socket.set_recv_buffer_size(bytes);
+/// A TCP socket for `a` with `tcp_buffer` bytes of send and receive buffer requested (the
+/// kernel caps each at its `*mem_max`), or left to autotuning.
+fn tcp_socket(
+    a: std::net::SocketAddr,
+    tcp_buffer: Option<u64>,
+) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(a),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if let Some(bytes) = tcp_buffer {
+        let bytes = bytes.min(i32::MAX as u64 / 2) as usize;
+        let _ = socket.set_send_buffer_size(bytes);
+        let _ = socket.set_recv_buffer_size(bytes);
+    }
+    Ok(socket)
 }
 
 /// [`connect`] with explicit socket buffers (`None`: kernel autotuning). The connection's

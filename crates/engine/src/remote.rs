@@ -24,24 +24,22 @@ pub fn probe_rtt(
     requests: usize,
 ) -> Result<Vec<Duration>, TransferError> {
     let stat = || Request::Stat { path: Vec::new() };
+    let read_reply = |conn: &mut Conn| loop {
+        match conn.recv_control()? {
+            Message::Entries(_) => {}
+            Message::ReplyEnd => return Ok(()),
+            m => return Err(unexpected(conn, m)),
+        }
+    };
     let mut conn = request(addr, key, stat())?;
+    // The first reply answers the request sent with the authentication.
+    read_reply(&mut conn)?;
     let mut rtts: Vec<Duration> = conn.rtt.into_iter().collect();
-    for i in 0..=requests {
+    for _ in 0..requests {
         let sent = Instant::now();
-        loop {
-            match conn.recv_control()? {
-                Message::Entries(_) => {}
-                Message::ReplyEnd => break,
-                m => return Err(unexpected(&conn, m)),
-            }
-        }
-        // The first reply answers the request sent with the authentication.
-        if i > 0 {
-            rtts.push(sent.elapsed());
-        }
-        if i < requests {
-            conn.send(&Message::Request(stat()))?;
-        }
+        conn.send(&Message::Request(stat()))?;
+        read_reply(&mut conn)?;
+        rtts.push(sent.elapsed());
     }
     Ok(rtts)
 }

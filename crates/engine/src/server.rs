@@ -86,10 +86,7 @@ impl Server {
     /// Opens the root and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
         let root = Root::open(&config.root)?;
-        let buffer = config
-            .options
-            .tcp_buffer
-            .or(crate::tune::TcpLimits::read().best_window().1);
+        let (_, buffer) = crate::tune::TcpLimits::read().buffers(config.options.tcp_buffer);
         let listener = net::listen(addr, buffer)
             .map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
         Ok(Server {

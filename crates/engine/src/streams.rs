@@ -39,7 +39,7 @@ pub fn open(
 ) -> Result<(Session, Conn), TransferError> {
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
-    let buffer = options.tcp_buffer.or(limits.best_window().1);
+    let (_, buffer) = limits.buffers(options.tcp_buffer);
     let open = Message::Open {
         op,
         path: path.to_vec(),
@@ -60,10 +60,7 @@ pub fn open(
         id,
         root_is_dir,
         rtt,
-        plan: StartPlan {
-            tcp_buffer: buffer,
-            ..plan
-        },
+        plan,
         auto: options.streams.is_none(),
     };
     Ok((session, control))

@@ -104,6 +104,15 @@ impl TcpLimits {
         ((rcv as f64 * WINDOW_SHARE) as u64).min(snd)
     }
 
+    /// The window and the buffer request (`None`: autotuning) of a connection: `requested`
+    /// bytes if the user gave a size, else the best this host allows.
+    pub fn buffers(&self, requested: Option<u64>) -> (u64, Option<u64>) {
+        match requested {
+            Some(b) => (self.explicit_window(b), Some(b)),
+            None => self.best_window(),
+        }
+    }
+
     /// The largest window any setting reaches on this host, and the buffer request that gets
     /// it (`None`: leave the buffers to autotuning).
     pub fn best_window(&self) -> (u64, Option<u64>) {
@@ -156,10 +165,7 @@ pub fn start_plan(
     streams: Option<usize>,
     tcp_buffer: Option<u64>,
 ) -> StartPlan {
-    let (window, buffer) = match tcp_buffer {
-        Some(b) => (limits.explicit_window(b), Some(b)),
-        None => limits.best_window(),
-    };
+    let (window, buffer) = limits.buffers(tcp_buffer);
     let streams = streams.unwrap_or_else(|| {
         streams_for(bdp(rtt, INITIAL_RATE_GUESS), window).clamp(MIN_AUTO_STREAMS, MAX_AUTO_STREAMS)
     });
