@@ -310,9 +310,16 @@ fn keep_for_shutdown(handles: &Mutex<Vec<Conn>>, conn: &Conn) {
     }
 }
 
-/// Ends a session: `Commit` on the control connection, then the server's totals.
-fn commit(control: &mut Conn, counts: &mut Counts) -> Result<RemoteStats, TransferError> {
-    control.send(&Message::Commit)?;
+/// Ends a session: `Commit` on the control connection unless it was sent already (as soon as
+/// the control connection's own stream ended, saving a round trip), then the server's totals.
+fn commit(
+    control: &mut Conn,
+    counts: &mut Counts,
+    already_sent: bool,
+) -> Result<RemoteStats, TransferError> {
+    if !already_sent {
+        control.send(&Message::Commit)?;
+    }
     loop {
         match control.recv_control()? {
             Message::BatchAck { failures, .. } => {
@@ -389,6 +396,7 @@ pub fn push_input(
     let counts = Mutex::new(Counts::default());
     let acked = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
+    let committed = AtomicBool::new(false);
     let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
@@ -402,7 +410,8 @@ pub fn push_input(
     std::thread::scope(|s| {
         // Starts a sender and an acknowledgement receiver on `conn`; dropping the returned
         // sender retires the stream (it ends after its current batch).
-        let start = |conn: &Conn| {
+        // The control connection's stream commits as soon as it has sent its last batch.
+        let start = |conn: &Conn, control: bool| {
             keep_for_shutdown(&shutdown, conn);
             let (retire_tx, retire_rx) = bounded::<()>(0);
             let (Ok(mut tx), Ok(mut rx)) = (conn.try_clone(), conn.try_clone()) else {
@@ -413,11 +422,20 @@ pub fn push_input(
             let ack_retired = retired.clone();
             let (batches, cancel_rx) = (&handle.batches, cancel_rx.clone());
             let (fail, counts, acked, drained, tail) = (&fail, &counts, &acked, &drained, &tail);
+            let committed = &committed;
             s.spawn(move || {
                 // A failed send means a broken connection; the receiving side of the same
                 // socket reports it, with the server's own error if it sent one first.
                 match send_batches(&mut tx, batches, &cancel_rx, &retire_rx) {
-                    Ok(Ended::Drained) => drained.store(true, Ordering::SeqCst),
+                    Ok(Ended::Drained) => {
+                        drained.store(true, Ordering::SeqCst);
+                        if control {
+                            match tx.send(&Message::Commit) {
+                                Ok(()) => committed.store(true, Ordering::SeqCst),
+                                Err(_) => tx.shutdown_write(),
+                            }
+                        }
+                    }
                     Ok(Ended::Retired) => retired.store(true, Ordering::SeqCst),
                     Ok(Ended::Cancelled) => {}
                     Err(_) => tx.shutdown_write(),
@@ -430,17 +448,17 @@ pub fn push_input(
             });
             retire_tx
         };
-        retirements.push(start(&control));
+        retirements.push(start(&control, true));
         // The control connection already carries data while the others join.
         match session.join_planned() {
-            Ok(conns) => retirements.extend(conns.iter().map(start)),
+            Ok(conns) => retirements.extend(conns.iter().map(|c| start(c, false))),
             Err(e) => fail(e),
         }
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
             streams_max = session.adapt(&acked, finished, |change| match change {
-                Change::Grow(new) => added.extend(new.iter().map(start)),
+                Change::Grow(new) => added.extend(new.iter().map(|c| start(c, false))),
                 Change::Retire(n) => {
                     for _ in 0..n {
                         drop(added.pop());
@@ -458,7 +476,7 @@ pub fn push_input(
     }
     let mut control = control;
     let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
-    let remote = commit(&mut control, &mut counts)?;
+    let remote = commit(&mut control, &mut counts, committed.into_inner())?;
     // The server's totals are authoritative for what it wrote.
     counts.files = remote.files;
     counts.dirs = remote.dirs;
@@ -572,6 +590,7 @@ fn pull(
     let network_ns = AtomicU64::new(0);
     let received = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
+    let committed = AtomicBool::new(false);
     let tail = Tail::default();
     let mut counts = Counts::default();
     let shutdown = Mutex::new(Vec::new());
@@ -579,7 +598,9 @@ fn pull(
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
     let mut streams_max = session.plan.streams;
     std::thread::scope(|s| {
-        let start = |conn: &Conn, reply: Sender<BatchOutcome>| {
+        // The control connection commits as soon as its own stream ended: the server's
+        // totals then come back while the other streams and the writes finish.
+        let start = |conn: &Conn, reply: Sender<BatchOutcome>, control: bool| {
             keep_for_shutdown(&shutdown, conn);
             let Ok(mut rx) = conn.try_clone() else {
                 fail(conn.protocol("cannot duplicate the socket".into()));
@@ -588,6 +609,7 @@ fn pull(
             let jobs = pool.sender();
             let (fail, network_ns, received, drained, tail, first) =
                 (&fail, &network_ns, &received, &drained, &tail, &first);
+            let committed = &committed;
             s.spawn(move || {
                 let progress = Progress {
                     network_ns,
@@ -597,15 +619,21 @@ fn pull(
                     Ok(()) => {
                         drained.store(true, Ordering::SeqCst);
                         tail.record();
+                        if control && !first.is_set() {
+                            match rx.send(&Message::Commit) {
+                                Ok(()) => committed.store(true, Ordering::SeqCst),
+                                Err(e) => fail(e),
+                            }
+                        }
                     }
                     Err(e) => fail(e),
                 }
             });
         };
-        start(&control, reply_tx.clone());
+        start(&control, reply_tx.clone(), true);
         // The server already sends on the control connection while the others join.
         match session.join_planned() {
-            Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone())),
+            Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone(), false)),
             Err(e) => fail(e),
         }
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
@@ -625,7 +653,7 @@ fn pull(
             // that did not pay stays.
             streams_max = session.adapt(&received, finished, |change| {
                 if let Change::Grow(new) = change {
-                    new.iter().for_each(|c| start(c, reply_tx.clone()));
+                    new.iter().for_each(|c| start(c, reply_tx.clone(), false));
                 }
             });
         }
@@ -638,7 +666,7 @@ fn pull(
     }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
-    let remote = commit(&mut control, &mut counts)?;
+    let remote = commit(&mut control, &mut counts, committed.into_inner())?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(

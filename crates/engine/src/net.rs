@@ -258,36 +258,62 @@ pub fn connect_with(
     first: &Message,
     tcp_buffer: Option<u64>,
 ) -> Result<Conn, TransferError> {
+    dial(addr, tcp_buffer)?.authenticate(key, first)
+}
+
+/// A connection whose server greeting has arrived, not yet authenticated: dialled ahead so
+/// that its connect and greeting overlap other work (the streams a session will join).
+pub struct Dialed {
+    conn: Conn,
+    hello: Message,
+}
+
+/// Connects to `addr` and waits for the server's greeting (the first half of [`connect_with`]).
+pub fn dial(addr: &str, tcp_buffer: Option<u64>) -> Result<Dialed, TransferError> {
     let stream = open_tcp(addr, tcp_buffer)?;
     let mut conn = Conn::new(stream, addr.to_string());
     let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let auth_err = |why: String| TransferError::Auth {
-        peer: addr.to_string(),
-        why,
-    };
     let hello = conn.recv_control()?;
-    let (waiting, answer) = ClientHandshake::new(key.cloned(), random())
-        .on_message(hello)
-        .map_err(|e| auth_err(e.to_string()))?;
-    let mut both = answer.encode();
-    both.extend_from_slice(&first.encode());
-    conn.stream.write_all(&both).map_err(|e| conn.lost(e))?;
-    let sent = Instant::now();
-    let reply = match conn.recv_control() {
-        Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
-        Err(TransferError::ConnectionLost { .. }) => {
-            return Err(auth_err(
-                "the server closed the connection (wrong token?)".into(),
-            ))
-        }
-        other => other?,
-    };
-    waiting
-        .on_message(reply)
-        .map_err(|e| auth_err(e.to_string()))?;
-    conn.rtt = Some(sent.elapsed());
-    let _ = conn.stream.set_read_timeout(None);
-    Ok(conn)
+    Ok(Dialed { conn, hello })
+}
+
+impl Dialed {
+    /// Answers the greeting and sends `first` in the same write; returns once the server has
+    /// proved the key too. `rtt` is set to that exchange's round trip.
+    pub fn authenticate(
+        self,
+        key: Option<&TokenKey>,
+        first: &Message,
+    ) -> Result<Conn, TransferError> {
+        let Dialed { mut conn, hello } = self;
+        let peer = conn.peer.clone();
+        let auth_err = |why: String| TransferError::Auth {
+            peer: peer.clone(),
+            why,
+        };
+        let (waiting, answer) = ClientHandshake::new(key.cloned(), random())
+            .on_message(hello)
+            .map_err(|e| auth_err(e.to_string()))?;
+        let mut both = answer.encode();
+        both.extend_from_slice(&first.encode());
+        conn.stream.write_all(&both).map_err(|e| conn.lost(e))?;
+        let sent = Instant::now();
+        let reply = match conn.recv_control() {
+            Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
+            Err(TransferError::ConnectionLost { .. }) => {
+                return Err(auth_err(
+                    "the server closed the connection (wrong token?)".into(),
+                ))
+            }
+            other => other?,
+        };
+        waiting
+            .on_message(reply)
+            .map_err(|e| auth_err(e.to_string()))?;
+        conn.rtt = Some(sent.elapsed());
+        let _ = conn.stream.set_read_timeout(None);
+        Ok(conn)
+    }
 }
 
 /// Runs the server side of the handshake on a new connection; `tickets` are one-time keys

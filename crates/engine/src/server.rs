@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Settings of a server.
@@ -71,6 +71,44 @@ struct PushSession {
     counts: Mutex<Counts>,
     network_ns: AtomicU64,
     connections: AtomicUsize,
+    receiving: Receiving,
+}
+
+/// The streams of a push session still receiving. A client may send `Commit` as soon as its
+/// control connection's own stream ends; the server answers once every stream has ended.
+#[derive(Default)]
+struct Receiving {
+    streams: Mutex<usize>,
+    none_left: Condvar,
+}
+
+impl Receiving {
+    /// Counts a stream in, before it is announced (`Opened`, `Joined`), so that a `Commit`
+    /// racing with a new stream waits for it.
+    fn enter(&self) -> ReceivingStream<'_> {
+        *lock(&self.streams) += 1;
+        ReceivingStream(self)
+    }
+
+    fn wait_until_none(&self) {
+        let mut streams = lock(&self.streams);
+        while *streams > 0 {
+            streams = self
+                .none_left
+                .wait(streams)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// A stream counted in [`Receiving`] until dropped.
+struct ReceivingStream<'a>(&'a Receiving);
+
+impl Drop for ReceivingStream<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.streams) -= 1;
+        self.0.none_left.notify_all();
+    }
 }
 
 struct PullSession {
@@ -285,12 +323,17 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                     "no such session".into(),
                 );
             };
+            let receiving = match &*session {
+                Session::Push(p) => Some(p.receiving.enter()),
+                Session::Pull(_) => None,
+            };
             if conn.send(&Message::Joined).is_err() {
                 return;
             }
-            let _ = match &*session {
-                Session::Push(p) => serve_push(&mut conn, p, false),
-                Session::Pull(p) => serve_pull(&mut conn, p, false),
+            let _ = match (&*session, receiving) {
+                (Session::Push(p), Some(r)) => serve_push(&mut conn, p, r, false),
+                (Session::Pull(p), _) => serve_pull(&mut conn, p, false),
+                (Session::Push(_), None) => return,
             };
         }
         Message::Request(mut req) => {
@@ -385,6 +428,7 @@ fn open_session(
                 counts: Mutex::new(Counts::default()),
                 network_ns: AtomicU64::new(0),
                 connections: AtomicUsize::new(0),
+                receiving: Receiving::default(),
             });
             (session, source_is_dir)
         }
@@ -428,6 +472,10 @@ fn open_session(
         }
     }
     let _forget = Forget(shared, id, ticket);
+    let receiving = match &*session {
+        Session::Push(p) => Some(p.receiving.enter()),
+        Session::Pull(_) => None,
+    };
     if conn
         .send(&Message::Opened {
             session: id,
@@ -437,9 +485,10 @@ fn open_session(
     {
         return;
     }
-    let result = match &*session {
-        Session::Push(p) => serve_push(&mut conn, p, true),
-        Session::Pull(p) => serve_pull(&mut conn, p, true),
+    let result = match (&*session, receiving) {
+        (Session::Push(p), Some(r)) => serve_push(&mut conn, p, r, true),
+        (Session::Pull(p), _) => serve_pull(&mut conn, p, true),
+        (Session::Push(_), None) => return,
     };
     if let Err(e) = result {
         eprintln!("sprat serve: session for {} ended: {e}", conn.peer);
@@ -447,7 +496,14 @@ fn open_session(
 }
 
 /// Receives batches on one connection of a push session and acknowledges them once written.
-fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(), TransferError> {
+/// On the control connection, then waits for `Commit` and, once every stream has ended,
+/// finishes the session.
+fn serve_push(
+    conn: &mut Conn,
+    session: &PushSession,
+    receiving: ReceivingStream<'_>,
+    control: bool,
+) -> Result<(), TransferError> {
     session.connections.fetch_add(1, Ordering::Relaxed);
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
     let mut ack_conn = conn.try_clone()?;
@@ -487,6 +543,7 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         let acked = acker.join().unwrap_or(Ok(()));
         result.and(acked)
     });
+    drop(receiving);
     acker?;
     if !control {
         return Ok(());
@@ -495,6 +552,9 @@ fn serve_push(conn: &mut Conn, session: &PushSession, control: bool) -> Result<(
         Message::Commit => {}
         other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
     }
+    // The other streams' last batches may still be on their way (or their acknowledgements
+    // being counted): the totals are final once all have ended.
+    session.receiving.wait_until_none();
     lock(&session.jobs).take();
     let write_busy = lock(&session.pool)
         .take()

@@ -1,18 +1,20 @@
 //! The client side of a session's connections: opens the control connection (measuring the
-//! round trip on its authentication exchange), sizes socket buffers and the starting number
-//! of streams from that round trip and the host's TCP limits, joins further streams in
-//! parallel (at the start and while the transfer runs), grows them while throughput grows,
-//! and records when each stream ran out of data (the tail).
+//! round trip on its authentication exchange) while the first joining connections are dialled
+//! beside it, sizes socket buffers and the starting number of streams from that round trip
+//! and the host's TCP limits, joins further streams in parallel (at the start and while the
+//! transfer runs), grows them while throughput grows, and records when each stream ran out of
+//! data (the tail).
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use crate::net::{self, Conn};
+use crate::net::{self, Conn, Dialed};
 use crate::report::PathReport;
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// An open session: what it needs to join more streams and what it measured.
@@ -25,6 +27,8 @@ pub struct Session {
     pub plan: StartPlan,
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
+    /// Connections dialled while the session opened, for the first joins.
+    dialled: Mutex<Vec<JoinHandle<Result<Dialed, TransferError>>>>,
 }
 
 /// Opens a session (`Open` on a control connection) and plans its streams. Returns the
@@ -40,6 +44,18 @@ pub fn open(
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
+    // The streams every session will have are dialled beside the control connection: their
+    // connect and greeting overlap its opening, and they join as soon as it is open.
+    let ahead = options
+        .streams
+        .unwrap_or(tune::MIN_AUTO_STREAMS)
+        .saturating_sub(1);
+    let dialled = (0..ahead)
+        .map(|_| {
+            let addr = addr.to_string();
+            std::thread::spawn(move || net::dial(&addr, buffer))
+        })
+        .collect();
     let open = Message::Open {
         op,
         path: path.to_vec(),
@@ -62,6 +78,7 @@ pub fn open(
         rtt,
         plan,
         auto: options.streams.is_none(),
+        dialled: Mutex::new(dialled),
     };
     Ok((session, control))
 }
@@ -72,33 +89,35 @@ impl Session {
         self.join(self.plan.streams.saturating_sub(1))
     }
 
-    /// Joins `n` more connections to the session, in parallel: one round trip in all.
+    /// Joins `n` more connections to the session, in parallel: those dialled while the
+    /// session opened first, then new ones.
     pub fn join(&self, n: usize) -> Result<Vec<Conn>, TransferError> {
+        let mut dialled =
+            std::mem::take(&mut *self.dialled.lock().unwrap_or_else(|p| p.into_inner()));
+        dialled.truncate(n);
+        let fresh = n - dialled.len();
+        let join = |d: Result<Dialed, TransferError>| {
+            let mut c = d?.authenticate(self.key.as_ref(), &Message::Join { session: self.id })?;
+            match c.recv_control()? {
+                Message::Joined => Ok(c),
+                other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
+            }
+        };
+        fn thread_failed<T>() -> Result<T, TransferError> {
+            Err(TransferError::Local("a connecting thread failed".into()))
+        }
         let joined: Vec<Result<Conn, TransferError>> = std::thread::scope(|s| {
-            let joins: Vec<_> = (0..n)
-                .map(|_| {
-                    s.spawn(|| {
-                        let join = Message::Join { session: self.id };
-                        let mut c = net::connect_with(
-                            &self.addr,
-                            self.key.as_ref(),
-                            &join,
-                            self.plan.tcp_buffer,
-                        )?;
-                        match c.recv_control()? {
-                            Message::Joined => Ok(c),
-                            other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
-                        }
-                    })
-                })
+            let joins: Vec<_> = dialled
+                .into_iter()
+                .map(|h| s.spawn(move || join(h.join().unwrap_or_else(|_| thread_failed()))))
+                .chain(
+                    (0..fresh)
+                        .map(|_| s.spawn(|| join(net::dial(&self.addr, self.plan.tcp_buffer)))),
+                )
                 .collect();
             joins
                 .into_iter()
-                .map(|j| {
-                    j.join().unwrap_or_else(|_| {
-                        Err(TransferError::Local("a connecting thread failed".into()))
-                    })
-                })
+                .map(|j| j.join().unwrap_or_else(|_| thread_failed()))
                 .collect()
         });
         joined.into_iter().collect()

@@ -146,6 +146,20 @@ pub const MAX_AUTO_STREAMS: usize = 32;
 /// while throughput grows.
 pub const INITIAL_RATE_GUESS: f64 = 125e6;
 
+/// TCP's initial congestion window (10 segments, RFC 6928): what a new connection may send
+/// in its first round trip before slow start doubles it each round trip.
+pub const INITIAL_CWND: u64 = 10 * 1448;
+/// Round trips of slow start an automatic session accepts before its streams together can
+/// hold the bandwidth-delay product: each stream starts at [`INITIAL_CWND`], so reaching a
+/// large BDP sooner takes more streams (their initial windows add up).
+pub const RAMP_ROUND_TRIPS: u32 = 4;
+
+/// Streams whose windows, starting at [`INITIAL_CWND`] and doubling every round trip, hold
+/// `bdp` after [`RAMP_ROUND_TRIPS`] round trips.
+pub fn streams_for_ramp(bdp: u64) -> usize {
+    streams_for(bdp, INITIAL_CWND << RAMP_ROUND_TRIPS)
+}
+
 /// The settings a session starts with.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct StartPlan {
@@ -157,8 +171,10 @@ pub struct StartPlan {
 }
 
 /// Streams and buffers for a path of round trip `rtt`. `streams` and `tcp_buffer` given by
-/// the user win; otherwise streams are sized for [`INITIAL_RATE_GUESS`] with the best window
-/// the host allows.
+/// the user win; otherwise there are enough streams for [`INITIAL_RATE_GUESS`], both once
+/// their windows are fully open (the best window the host allows) and after a short slow
+/// start ([`streams_for_ramp`]): on a long path most of a transfer of small files can
+/// otherwise pass in slow start.
 pub fn start_plan(
     limits: &TcpLimits,
     rtt: Duration,
@@ -167,7 +183,10 @@ pub fn start_plan(
 ) -> StartPlan {
     let (window, buffer) = limits.buffers(tcp_buffer);
     let streams = streams.unwrap_or_else(|| {
-        streams_for(bdp(rtt, INITIAL_RATE_GUESS), window).clamp(MIN_AUTO_STREAMS, MAX_AUTO_STREAMS)
+        let bdp = bdp(rtt, INITIAL_RATE_GUESS);
+        streams_for(bdp, window)
+            .max(streams_for_ramp(bdp))
+            .clamp(MIN_AUTO_STREAMS, MAX_AUTO_STREAMS)
     });
     StartPlan {
         streams,
@@ -307,13 +326,20 @@ mod tests {
     #[test]
     fn streams_cover_the_bdp() {
         let l = this_kind_of_host();
-        // 1 Gbit/s x 100 ms = 12.5 MB: four 4 MiB windows.
-        let p = start_plan(&l, Duration::from_millis(100), None, None);
-        assert_eq!(p.streams, 4);
-        assert_eq!(p.tcp_buffer, None);
-        // 1 s RTT needs 30 windows.
-        let p = start_plan(&l, Duration::from_secs(1), None, None);
-        assert_eq!(p.streams, 30);
+        let streams = |rtt_us: u64, buffer: Option<u64>| {
+            start_plan(&l, Duration::from_micros(rtt_us), None, buffer).streams
+        };
+        // Without latency, the minimum.
+        assert_eq!(streams(200, None), MIN_AUTO_STREAMS);
+        // 1 Gbit/s x 10 ms = 1.25 MB: one 4 MiB window holds it, but slow start needs
+        // 1.25 MB / (14,480 B x 2^4) = 5.4 streams to get there in 4 round trips.
+        assert_eq!(streams(10_000, None), 6);
+        assert_eq!(streams(30_000, None), 17);
+        // 12.5 MB at 100 ms would take 54 streams: capped.
+        assert_eq!(streams(100_000, None), MAX_AUTO_STREAMS);
+        assert_eq!(start_plan(&l, Duration::ZERO, None, None).tcp_buffer, None);
+        // Small explicit buffers: 64 KiB windows, 20 of them for 1.25 MB.
+        assert_eq!(streams(10_000, Some(64 << 10)), 20);
         // The user's choice wins.
         let p = start_plan(&l, Duration::from_millis(100), Some(2), Some(1 << 20));
         assert_eq!(
