@@ -360,17 +360,20 @@ need_cache_control() {
 
 # ---------------------------------------------------------------- exit
 
-# Paths removed (rm -rf) at exit, after every registered process is killed.
+# Paths removed (rm -rf) at exit, after every registered process is killed,
+# and commands (one string each, run by eval) run after that.
 EXIT_REMOVE=()
+EXIT_HOOKS=()
 _on_exit() {
-    local status=$?
+    local status=$? hook
     trap - EXIT INT TERM
     bg_kill_all
     if ((${#EXIT_REMOVE[@]} > 0)); then rm -rf -- "${EXIT_REMOVE[@]}"; fi
+    for hook in "${EXIT_HOOKS[@]}"; do eval "$hook" || true; done
     exit "$status"
 }
-# exit_cleanup_install: at exit or on INT/TERM, kill our background processes
-# and remove the paths in EXIT_REMOVE (append to it as they are made).
+# exit_cleanup_install: at exit or on INT/TERM, kill our background processes,
+# remove the paths in EXIT_REMOVE and run EXIT_HOOKS (append as things are made).
 exit_cleanup_install() {
     trap _on_exit EXIT
     trap 'exit 130' INT
@@ -637,16 +640,19 @@ run_tarnc() {
     R_SECS=$(elapsed "$t0" "$t1")
 }
 
-# start_relay TO_PORT ONE_WAY_MS [RELAY ARGS...]: a `sprat relay` on a free
-# loopback port forwarding to 127.0.0.1:TO_PORT with the given one-way delay;
-# sets RELAY_PORT and RELAY_PID (registered, ended at exit). Reads SPRAT and
-# LOGS.
-# shellcheck disable=SC2034 # RELAY_PORT and RELAY_PID are read by the caller
+# start_relay TO ONE_WAY_MS [RELAY ARGS...]: a `sprat relay` on a free port of
+# RELAY_HOST (default 127.0.0.1) forwarding to TO (a port of 127.0.0.1, or
+# HOST:PORT) with the given one-way delay; sets RELAY_PORT, RELAY_PID
+# (registered, ended at exit) and RELAY_LOG (its stdout; stderr in
+# RELAY_LOG.err). Reads SPRAT and LOGS.
+# shellcheck disable=SC2034 # RELAY_PORT, RELAY_PID and RELAY_LOG are read by the caller
 start_relay() {
     local to=$1 delay=$2 out i line=""
     shift 2
     out=$LOGS/relay-$to-$delay.out
-    setsid "$SPRAT" relay --listen 127.0.0.1:0 --to "127.0.0.1:$to" --delay "${delay}ms" "$@" \
+    [[ $to == *:* ]] || to=127.0.0.1:$to
+    RELAY_LOG=$out
+    setsid "$SPRAT" relay --listen "${RELAY_HOST:-127.0.0.1}:0" --to "$to" --delay "${delay}ms" "$@" \
         >"$out" 2>"$out.err" </dev/null &
     RELAY_PID=$!
     bg_register "$RELAY_PID"

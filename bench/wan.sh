@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # WAN benchmark: push through `sprat relay` (user-space delay and a shared
 # bandwidth cap; this kernel has no netem) at several round trips, sprat with
-# automatic settings against an rsync daemon and tar | nc through the same
-# relay. Data sets: a 1 GiB GridFTP-distribution set (capped at 16 MiB),
+# automatic settings against an rsync daemon, tar | nc and GridFTP through the
+# same relay. Data sets: a 1 GiB GridFTP-distribution set (capped at 16 MiB),
 # 100,000 x 4 KiB and one 4 GiB file. Sources and destinations live on tmpfs,
 # so storage is far faster than the cap and the cap is the limit; the read and
 # write limits (`sprat bench read|write`) of each set are measured too.
@@ -17,16 +17,25 @@
 #   RTTS         round trips in ms [0.2 10 30 100]
 #   RATE         relay bandwidth cap [1gbit]
 #   SETS         gridftp k4 big [all three]
-#   TOOLS        sprat rsync tarnc [all three]
+#   TOOLS        sprat rsync tarnc gridftp [all four; gridftp needs root]
+#   GRIDFTP_ARGS globus-url-copy options [-r -cd -pp -cc 16 -p 4]
 #   RUNS         runs per (set, RTT, tool) [3; QUICK: 1]
 #   RUN_TIMEOUT  seconds before one run is killed [600]
 #   DATA_DIR     sets and destinations, on tmpfs [/dev/shm/sprat-wan]
 #   RESULTS_DIR  [bench/results]
 #   REPORT_FROM  CSV files of earlier runs (same sets): no new runs, one report of them all
 #
-# GridFTP is not run: globus-url-copy opens its data channels to the address
-# the server announces in its PASV reply, so they bypass a TCP relay; putting
-# it behind the same delay needs netem (or NAT rules) that this kernel lacks.
+# GridFTP: globus-url-copy opens its data channels to the address and port of
+# the server's PASV reply, so a relay of the control port alone would not see
+# them. globus-gridftp-server therefore runs in a network namespace of its own
+# (a veth pair: 10.231.N.2 inside, 10.231.N.1 outside; no NAT), with
+# -data-interface set to the outside address and -port-range to a port range;
+# its passive listeners bind every address of the namespace. On the outside
+# address only the relay listens: on its control port and, with
+# `--ports FIRST-LAST`, on that range, forwarded to the same ports inside, all
+# over the same links. So control and data connections both cross the relay
+# (its stderr logs each one; the CSV notes count them per run). The namespace
+# and the server are removed at exit.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,27 +52,35 @@ RUNS=${RUNS:-3}
 RTTS=${RTTS:-0.2 10 30 100}
 RATE=${RATE:-1gbit}
 SETS=${SETS:-gridftp k4 big}
-TOOLS=${TOOLS:-sprat rsync tarnc}
+TOOLS=${TOOLS:-sprat rsync tarnc gridftp}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 DATA_DIR=${DATA_DIR:-/dev/shm/sprat-wan}
 RESULTS_DIR=${RESULTS_DIR:-$repo/bench/results}
 SPRAT=${SPRAT:-$repo/target/release/sprat}
 SPRAT_ARGS=${SPRAT_ARGS:-}
+GRIDFTP_ARGS=${GRIDFTP_ARGS:--r -cd -pp -cc 16 -p 4}
 RSYNC_CHROOT=${RSYNC_CHROOT:-yes}
 
 read -r -a rtts <<<"$RTTS"
 read -r -a sets <<<"$SETS"
 read -r -a tools <<<"$TOOLS"
 read -r -a sprat_args <<<"$SPRAT_ARGS"
+read -r -a gridftp_args <<<"$GRIDFTP_ARGS"
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 for s in "${sets[@]}"; do in_list "$s" gridftp k4 big || die "unknown set: $s"; done
-for t in "${tools[@]}"; do in_list "$t" sprat rsync tarnc || die "unknown tool: $t"; done
+for t in "${tools[@]}"; do in_list "$t" sprat rsync tarnc gridftp || die "unknown tool: $t"; done
 for c in python3 ss setsid timeout tar rsync; do
     command -v "$c" >/dev/null || die "missing $c (run scripts/install-deps.sh)"
 done
 NC=nc
 if command -v nc.openbsd >/dev/null; then NC=nc.openbsd; fi
 "$NC" -h 2>&1 | grep -q OpenBSD || die "tar | nc needs OpenBSD netcat (scripts/install-deps.sh)"
+if in_list gridftp "${tools[@]}"; then
+    for c in globus-gridftp-server globus-url-copy ip; do
+        command -v "$c" >/dev/null || die "gridftp needs $c (run scripts/install-deps.sh)"
+    done
+    [[ $(id -u) == 0 ]] || die "gridftp needs root (a network namespace); leave it out of TOOLS"
+fi
 
 sprat_build "$SPRAT"
 STAMP=$(date +%Y%m%d-%H%M%S)
@@ -126,9 +143,56 @@ done
 
 # ---------------------------------------------------------------- servers and relays
 
+# GridFTP's server in a namespace of its own (see the header): sets GFTP_NS,
+# GFTP_OUT (the address the relay listens on and the server announces),
+# GFTP_IN (the server's), GFTP_PORT (its control port) and GFTP_FIRST..GFTP_LAST
+# (its passive ports).
+GFTP_PORT=2811
+start_gridftp_ns() {
+    local n link=sgw$$ first="" last pid i used
+    used=" $(ip -4 -o addr show) $(ip -4 route show) "
+    for ((n = 1; n < 255; n++)); do # a /24 that no address or route of this host uses
+        [[ $used == *[[:space:]]10.231.$n.* ]] || break
+    done
+    ((n < 255)) || die "gridftp: no free 10.231.N.0/24"
+    GFTP_NS=sprat-wan-gftp-$$ GFTP_OUT=10.231.$n.1 GFTP_IN=10.231.$n.2
+    ip netns add "$GFTP_NS" || die "gridftp: cannot add network namespace $GFTP_NS"
+    EXIT_HOOKS+=("ip link del ${link}o 2>/dev/null" "ip netns del $GFTP_NS")
+    {
+        ip link add "${link}o" type veth peer name "${link}i" &&
+            ip link set "${link}i" netns "$GFTP_NS" &&
+            ip addr add "$GFTP_OUT/24" dev "${link}o" && ip link set "${link}o" up &&
+            ip netns exec "$GFTP_NS" ip addr add "$GFTP_IN/24" dev "${link}i" &&
+            ip netns exec "$GFTP_NS" ip link set "${link}i" up &&
+            ip netns exec "$GFTP_NS" ip link set lo up
+    } || die "gridftp: cannot set up the veth pair ${link}o/${link}i"
+    # 128 passive ports below the ephemeral range, none listening on this host.
+    for ((i = 0; i < 50; i++)); do
+        first=$((20000 + RANDOM % 96 * 128)) last=$((first + 127))
+        ss -Hltn "( sport >= :$first and sport <= :$last )" | grep -q . || break
+        first=""
+    done
+    [[ -n $first ]] || die "gridftp: no free range of 128 ports"
+    GFTP_FIRST=$first GFTP_LAST=$last
+    setsid ip netns exec "$GFTP_NS" globus-gridftp-server -aa -anonymous-user root -allow-root \
+        -p "$GFTP_PORT" -data-interface "$GFTP_OUT" -port-range "$first,$last" \
+        -d error -l "$LOGS/gridftp.log" </dev/null >"$LOGS/gridftp.out" 2>&1 &
+    pid=$!
+    bg_register "$pid"
+    for ((i = 0; i < 1500; i++)); do
+        ip netns exec "$GFTP_NS" ss -Hltn "sport = :$GFTP_PORT" | grep -q . && break
+        kill -0 "$pid" 2>/dev/null || i=1500
+        sleep 0.01
+    done
+    ((i < 1500)) || die "globus-gridftp-server did not start: $(oneline "$(tail -n 3 "$LOGS/gridftp.out")")"
+    log "globus-gridftp-server pid $pid in namespace $GFTP_NS on $GFTP_IN:$GFTP_PORT," \
+        "passive ports $first-$last announced on $GFTP_OUT"
+}
+
 start_sprat
 start_rsyncd
 TARNC_PORT=$(free_port)
+if in_list gridftp "${tools[@]}"; then start_gridftp_ns; fi
 
 # run_one SET TOOL RTT ROUND PORT: one timed push through the relay at PORT.
 run_one() {
@@ -158,6 +222,17 @@ print("rtt %.1f ms; streams %s->%s; tail %.2f s, idle %.2f s" % (p.get("rtt_ms",
             R_SECS=$T_SECS R_RC=$T_RC
             ;;
         tarnc) run_tarnc "$src" "$dst" "$err" "$TARNC_PORT" "$port" ;;
+        gridftp)
+            local seen
+            seen=$(wc -l <"$GFTP_RELAY_LOG.err")
+            timed_cmd "$RUN_TIMEOUT" globus-url-copy "${gridftp_args[@]}" "file://$src/" \
+                "ftp://$GFTP_OUT:$port$dst/" >"$out" 2>"$err"
+            R_SECS=$T_SECS R_RC=$T_RC
+            # The relay logs "FROM -> LISTENER -> TO" per connection it accepted.
+            extra=$(tail -n +$((seen + 1)) "$GFTP_RELAY_LOG.err" | awk -v ctl="$GFTP_OUT:$port" '
+                $4 == "->" && $6 == "->" { if ($5 == ctl) c++; else d++ }
+                END { printf "relay: %d control + %d data connections", c, d }')
+            ;;
     esac
     v=$(verify_tree "$META/$name.json" "$dst" count) || v=$'FAIL\t0\t0\tverifier crashed'
     IFS=$'\t' read -r check _ _ detail <<<"$v"
@@ -173,6 +248,7 @@ print("rtt %.1f ms; streams %s->%s; tail %.2f s, idle %.2f s" % (p.get("rtt_ms",
         "$R_SECS" "$check" "$extra" "$(oneline "$detail")")"
 }
 
+# sprat_path: sprat's path report; for gridftp, the relay's connection counts.
 echo "stamp,set,rtt_ms,round,tool,seconds,exit,check,src_files,src_bytes,sprat_path,note" >"$CSV"
 t_start=$SECONDS
 if [[ -n ${REPORT_FROM:-} ]]; then
@@ -194,6 +270,13 @@ for rtt in "${rtts[@]}"; do
     start_relay "$TARNC_PORT" "$delay" --rate "$RATE"
     RELAY_PIDS+=("$RELAY_PID")
     port_of[tarnc]=$RELAY_PORT
+    if in_list gridftp "${tools[@]}"; then
+        RELAY_HOST=$GFTP_OUT start_relay "$GFTP_IN:$GFTP_PORT" "$delay" --rate "$RATE" \
+            --ports "$GFTP_FIRST-$GFTP_LAST"
+        RELAY_PIDS+=("$RELAY_PID")
+        port_of[gridftp]=$RELAY_PORT
+        GFTP_RELAY_LOG=$RELAY_LOG
+    fi
     "$SPRAT" doctor "sprat://127.0.0.1:${port_of[sprat]}/" --rate "$RATE" >"$LOGS/doctor-$rtt.txt" 2>&1 || true
     log "RTT $rtt ms: $(grep -m1 'measured round trips' "$LOGS/doctor-$rtt.txt" || echo 'no RTT measured')"
     for s in "${sets[@]}"; do
@@ -219,8 +302,9 @@ t_total=$((SECONDS - t_start))
     echo "- relay: \`sprat relay --delay RTT/2 --rate $RATE\` (window: this host's autotuned TCP window; see bench/README.md), one per server and RTT"
     echo "- commands: \`sprat cp --json ${SPRAT_ARGS:+$SPRAT_ARGS }SRC sprat://RELAY/DST\` (automatic streams and buffers);" \
         "\`rsync -a SRC/ rsync://RELAY/mod/DST/\` (daemon, use chroot = $RSYNC_CHROOT);" \
-        "\`tar -C SRC -cf - . | nc -N RELAY\` into \`nc -l | tar -C DST -xf -\`"
-    echo "- GridFTP: not run (its data channels go to the address in the server's PASV reply and bypass a TCP relay)"
+        "\`tar -C SRC -cf - . | nc -N RELAY\` into \`nc -l | tar -C DST -xf -\`;" \
+        "\`globus-url-copy $GRIDFTP_ARGS file://SRC/ ftp://RELAY/DST/\`"
+    echo "- GridFTP: \`globus-gridftp-server -aa\` in a network namespace of its own, \`-data-interface\` the relay's address and \`-port-range\` a range the relay also forwards (\`sprat relay --ports\`), so control and data connections share the relay's path (its notes count both)"
     echo "- sources and destinations on tmpfs ($DATA_DIR), warm; runs: $RUNS per row, order rotated; copies checked by count, paths and sizes; wall time ${t_total}s"
     for s in "${sets[@]}"; do
         echo "- set **$s**: \`sprat gen ${set_gen[$s]}\`: ${set_files[$s]} files, ${set_bytes[$s]} bytes;" \
@@ -245,8 +329,8 @@ def med(rs):
     return statistics.median(g) if g else None
 def f(x, nd=2):
     return "—" if x is None else "%.*f" % (nd, x)
-print("| set | RTT ms | t_limit s | sprat s | sprat MB/s | sprat / limit | rsync / sprat | tar\\\\|nc / sprat | sprat streams, tail |")
-print("|---|--:|--:|--:|--:|--:|--:|--:|---|")
+print("| set | RTT ms | t_limit s | sprat s | sprat MB/s | sprat / limit | rsync / sprat | tar\\\\|nc / sprat | GridFTP / sprat | sprat streams, tail |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 for (s, rtt), tools in by.items():
     first = next(iter(tools.values()))[0]
     nbytes = int(first["src_bytes"])
@@ -255,14 +339,28 @@ for (s, rtt), tools in by.items():
     sp = med(tools.get("sprat", []))
     notes = [r["sprat_path"] for r in tools.get("sprat", []) if r["sprat_path"]]
     fails = sum(r["check"] == "FAIL" for rs in tools.values() for r in rs)
-    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+    def peer(t):
+        m = med(tools.get(t, []))
+        return f(m / sp if sp and m else None)
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         s, rtt, f(t_limit), f(sp), f(nbytes / 1e6 / sp if sp else None, 1),
-        f(t_limit / sp if sp else None), f(med(tools.get("rsync", [])) / sp if sp and med(tools.get("rsync", [])) else None),
-        f(med(tools.get("tarnc", [])) / sp if sp and med(tools.get("tarnc", [])) else None),
+        f(t_limit / sp if sp else None), peer("rsync"), peer("tarnc"), peer("gridftp"),
         (notes[len(notes) // 2] if notes else "") + ("; %d FAILED runs" % fails if fails else "")))
 print()
 print("*t_limit* = the slowest of bytes / cap, the read limit and the write limit (tmpfs): the least time any tool could take; "
       "*sprat / limit* = t_limit / t_sprat (1.0 = at the limit; goal >= 0.8); peer columns = t_peer / t_sprat (> 1: sprat is faster). Medians of the runs that passed the check.")
+print()
+print("Median seconds of every tool (— : not run or no run passed the check):")
+print()
+print("| set | RTT ms | t_limit s | sprat s | rsync s | tar\\\\|nc s | GridFTP s | GridFTP connections (relay log) |")
+print("|---|--:|--:|--:|--:|--:|--:|---|")
+for (s, rtt), tools in by.items():
+    nbytes = int(next(iter(tools.values()))[0]["src_bytes"])
+    rd, wr = limits.get(s, (0, 0))
+    notes = [r["sprat_path"] for r in tools.get("gridftp", []) if r["sprat_path"]]
+    print("| %s | %s | %s | %s |" % (s, rtt, f(max(nbytes / cap if cap else 0, rd, wr)),
+          " | ".join(f(med(tools.get(t, []))) for t in ("sprat", "rsync", "tarnc", "gridftp")))
+          + " %s |" % (notes[len(notes) // 2] if notes else ""))
 PY
 
 plot_python
@@ -284,10 +382,12 @@ for ax, s in zip(axes[0], sets):
     for r in rows:
         if r["set"] == s and r["check"] != "FAIL":
             pts[(r["tool"], float(r["rtt_ms"]))].append(int(r["src_bytes"]) / 1e6 / float(r["seconds"]))
-    for tool in ("sprat", "rsync", "tarnc"):
+    for tool in ("sprat", "rsync", "tarnc", "gridftp"):
         xs = sorted(rtt for (t, rtt) in pts if t == tool)
+        if not xs:
+            continue
         ax.plot(xs, [statistics.median(pts[(tool, x)]) for x in xs], marker="o",
-                label={"tarnc": "tar | nc"}.get(tool, tool))
+                label={"tarnc": "tar | nc", "gridftp": "GridFTP"}.get(tool, tool))
     ax.set_xscale("log")
     ax.set_xlabel("round trip (ms, log)")
     ax.set_ylabel("throughput (MB/s)")

@@ -521,6 +521,10 @@ pub struct RelayArgs {
     /// `auto`: the largest window one connection reaches under this host's buffer limits.
     #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_tcp_buffer)]
     pub window: Auto<u64>,
+    /// Also forward each port FIRST..=LAST of the --listen address to the same port of the
+    /// --to address, over the same links (e.g. a GridFTP server's passive data ports).
+    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::relay::parse_port_range)]
+    pub ports: Option<std::ops::RangeInclusive<u16>>,
 }
 
 /// A value the user may leave to sprat (`auto`: `None`).

@@ -1,6 +1,9 @@
 //! `sprat relay`: a user-space WAN emulator for tests and benchmarks (this kernel has no netem).
 //!
-//! Every connection accepted on `--listen` is forwarded to `--to`. The relay models one path:
+//! Every connection accepted on `--listen` is forwarded to `--to`; with `--ports FIRST-LAST`,
+//! every connection to a port in that range of the `--listen` IP is also forwarded to the same
+//! port of the `--to` IP (data connections a server announces on its own ports, e.g. GridFTP's
+//! passive mode). All of them share one path, which the relay models:
 //! - **Delay.** Each direction delays every byte by `--delay` (one way; the round trip gains
 //!   twice that), and a new connection waits a round trip before its first byte, as a TCP
 //!   handshake does.
@@ -21,7 +24,8 @@ use anyhow::Context;
 use sprat_engine::tune::TcpLimits;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,6 +79,21 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
     Ok(bits / 8.0)
 }
 
+/// Parses `FIRST-LAST` (or a single port) into a range of at most 1024 ports.
+pub fn parse_port_range(text: &str) -> Result<RangeInclusive<u16>, String> {
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
+    let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p > 0);
+    match (port(first), port(last)) {
+        (Some(f), Some(l)) if f <= l && l - f < 1024 => Ok(f..=l),
+        (Some(_), Some(_)) => Err(format!(
+            "'{text}' is not a range FIRST-LAST with FIRST <= LAST and at most 1024 ports"
+        )),
+        _ => Err(format!(
+            "'{text}' is not a port range FIRST-LAST (ports 1 to 65535)"
+        )),
+    }
+}
+
 /// TCP's initial window: 10 segments.
 const INITIAL_WINDOW: usize = 10 * 1448;
 /// Largest piece read at once.
@@ -107,6 +126,21 @@ impl Link {
 pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
     let listener =
         TcpListener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let extra = a
+        .ports
+        .clone()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let (from, to) = (
+                SocketAddr::new(a.listen.ip(), p),
+                SocketAddr::new(a.to.ip(), p),
+            );
+            TcpListener::bind(from)
+                .map(|l| (l, to))
+                .with_context(|| format!("cannot listen on {from} (--ports)"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let window = match a.window.0 {
         Some(w) => w as usize,
         None => TcpLimits::read().best_window().0 as usize,
@@ -123,12 +157,22 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
             free_at: Mutex::new(Instant::now()),
         })
     };
-    let (up, down) = (link(rate), link(rate));
+    let path = Path {
+        shape,
+        up: link(rate),
+        down: link(rate),
+    };
     crate::print_quietly(&format!("listening on {}\n", listener.local_addr()?))?;
     eprintln!(
-        "sprat relay: {} -> {}: RTT {:.1} ms, {} per direction (shared), window {} per connection",
+        "sprat relay: {} -> {}{}: RTT {:.1} ms, {} per direction (shared), window {} per connection",
         a.listen,
         a.to,
+        a.ports.as_ref().map_or(String::new(), |r| format!(
+            ", ports {}-{} -> the same ports of {}",
+            r.start(),
+            r.end(),
+            a.to.ip()
+        )),
         a.delay.as_secs_f64() * 2e3,
         rate.map_or("no rate cap".to_string(), |r| format!(
             "{:.0} Mbit/s",
@@ -136,29 +180,51 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
         )),
         sprat_engine::report::human_bytes(window as u64),
     );
-    for client in listener.incoming() {
-        let Ok(client) = client else { continue };
-        let (to, up, down) = (a.to, up.clone(), down.clone());
-        std::thread::spawn(move || {
-            // A real connection costs a round trip before the first byte can flow.
-            std::thread::sleep(shape.delay * 2);
-            let server = match TcpStream::connect(to) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("sprat relay: cannot connect to {to}: {e}");
-                    return;
-                }
-            };
-            let _ = (client.set_nodelay(true), server.set_nodelay(true));
-            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
-                return;
-            };
-            let forward = std::thread::spawn(move || pipe(client, server, shape, &up));
-            pipe(s2, c2, shape, &down);
-            let _ = forward.join();
-        });
+    for (l, to) in extra {
+        let path = path.clone();
+        std::thread::spawn(move || path.serve(l, to));
     }
+    path.serve(listener, a.to);
     Ok(0)
+}
+
+/// The emulated path every forwarded connection shares: its shape and its two links.
+#[derive(Clone)]
+struct Path {
+    shape: Shape,
+    up: Arc<Link>,
+    down: Arc<Link>,
+}
+
+impl Path {
+    /// Forwards every connection accepted on `listener` to `to`; logs each on stderr.
+    fn serve(&self, listener: TcpListener, to: SocketAddr) {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            if let (Ok(from), Ok(at)) = (client.peer_addr(), client.local_addr()) {
+                eprintln!("sprat relay: {from} -> {at} -> {to}");
+            }
+            let Path { shape, up, down } = self.clone();
+            std::thread::spawn(move || {
+                // A real connection costs a round trip before the first byte can flow.
+                std::thread::sleep(shape.delay * 2);
+                let server = match TcpStream::connect(to) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("sprat relay: cannot connect to {to}: {e}");
+                        return;
+                    }
+                };
+                let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                    return;
+                };
+                let forward = std::thread::spawn(move || pipe(client, server, shape, &up));
+                pipe(s2, c2, shape, &down);
+                let _ = forward.join();
+            });
+        }
+    }
 }
 
 /// Bytes of one connection and direction in flight, and when they will be acknowledged.
@@ -277,5 +343,10 @@ mod tests {
         assert_eq!(parse_rate("1gbit"), Ok(125e6));
         assert_eq!(parse_rate("0"), Ok(0.0));
         assert!(parse_rate("fast").is_err());
+        assert_eq!(parse_port_range("50000-50015"), Ok(50000..=50015));
+        assert_eq!(parse_port_range("7000"), Ok(7000..=7000));
+        for bad in ["", "0-10", "10-5", "1-70000", "a-b", "1-2000", "5-"] {
+            assert!(parse_port_range(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -158,6 +158,99 @@ fn relay_rate_cap_is_shared_by_all_connections() {
     );
 }
 
+/// An echo server on `addr`: every connection gets back what it sent.
+fn echo(addr: SocketAddr) -> SocketAddr {
+    let l = TcpListener::bind(addr).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut r = c.try_clone().unwrap();
+                let _ = std::io::copy(&mut r, &mut c);
+            });
+        }
+    });
+    addr
+}
+
+/// Sends `bytes` to `addr` and reads them back (an echo); panics unless they match.
+fn round_trip(addr: SocketAddr, bytes: usize) {
+    let data = tree::random_bytes(bytes, addr.port().into());
+    let mut c = TcpStream::connect(addr).unwrap();
+    let mut w = c.try_clone().unwrap();
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::new();
+    c.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(back == data, "{addr}: {} bytes back of {bytes}", back.len());
+}
+
+/// Two consecutive ports free on both 127.0.0.1 and 127.0.0.2, with echo servers on
+/// 127.0.0.2 at both.
+fn echo_pair() -> u16 {
+    for _ in 0..50 {
+        let Ok(first) = TcpListener::bind("127.0.0.2:0") else {
+            continue;
+        };
+        let p = first.local_addr().unwrap().port();
+        let free = |ip: &str, port: u16| TcpListener::bind((ip, port)).is_ok();
+        if p < u16::MAX && free("127.0.0.1", p) && free("127.0.0.1", p + 1) {
+            drop(first);
+            if free("127.0.0.2", p) && free("127.0.0.2", p + 1) {
+                echo(([127, 0, 0, 2], p).into());
+                echo(([127, 0, 0, 2], p + 1).into());
+                return p;
+            }
+        }
+    }
+    panic!("no two consecutive free ports on 127.0.0.1 and 127.0.0.2");
+}
+
+#[test]
+fn relay_forwards_a_port_range_over_the_same_path() {
+    let p = echo_pair();
+    let main = echo("127.0.0.2:0".parse().unwrap());
+    let ports = format!("{p}-{}", p + 1);
+    let relay = RelayProc::start(main, &["--delay", "20ms", "--ports", &ports]);
+    assert_eq!(relay.addr.ip().to_string(), "127.0.0.1");
+    let port = |q: u16| SocketAddr::from(([127, 0, 0, 1], q));
+
+    // Each port of the range reaches its own server both ways, a handshake round trip and a
+    // data round trip (2 x 40 ms) later.
+    for addr in [relay.addr, port(p), port(p + 1)] {
+        let started = Instant::now();
+        round_trip(addr, 1000);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(78),
+            "{addr}: an echo through a 40 ms relay took only {took:?}"
+        );
+    }
+    drop(relay);
+
+    // The range shares the main listener's links: 3 x 1 MB each way through 80 Mbit/s
+    // (10 MB/s) takes at least 0.3 s.
+    let relay = RelayProc::start(main, &["--rate", "80mbit", "--ports", &ports]);
+    let started = Instant::now();
+    let echoes: Vec<_> = [relay.addr, port(p), port(p + 1)]
+        .into_iter()
+        .map(|a| std::thread::spawn(move || round_trip(a, 1_000_000)))
+        .collect();
+    for e in echoes {
+        e.join().unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(280),
+        "3 MB through a shared 10 MB/s cap took only {took:?}"
+    );
+}
+
 fn json(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
@@ -329,6 +422,30 @@ fn bad_network_options_are_named() {
             ],
             vec!["--rate"],
         ),
+        (
+            vec![
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--to",
+                "127.0.0.1:1",
+                "--ports",
+                "6000-5000",
+            ],
+            vec!["--ports", "6000-5000"],
+        ),
+        (
+            vec![
+                "relay",
+                "--listen",
+                "127.0.0.1:0",
+                "--to",
+                "127.0.0.1:1",
+                "--ports",
+                "http",
+            ],
+            vec!["--ports"],
+        ),
     ] {
         let out = run_sprat(bin(), &args, &[]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -336,6 +453,22 @@ fn bad_network_options_are_named() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(names.iter().all(|n| err.contains(n)), "{args:?}: {err}");
     }
+    // A port of the range already taken is named with the option.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let q = taken.local_addr().unwrap().port().to_string();
+    let args = [
+        "relay",
+        "--listen",
+        "127.0.0.1:0",
+        "--to",
+        "127.0.0.2:1",
+        "--ports",
+        &q,
+    ];
+    let out = run_sprat(bin(), args, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--ports") && err.contains(&q), "{err}");
     let out = run_sprat(bin(), ["doctor", "sprat://127.0.0.1:1/"], &[]);
     assert_ne!(out.status.code(), Some(0));
     sprat_testkit::assert_no_panic(&out);
