@@ -397,6 +397,9 @@ pub fn push_input(
     let acked = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
     let committed = AtomicBool::new(false);
+    // Closed once the planned streams have joined: an early `Commit` must not end the
+    // session (and with it the server's record of it) before they are in.
+    let (joins_tx, joins_done) = bounded::<()>(0);
     let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
@@ -422,7 +425,7 @@ pub fn push_input(
             let ack_retired = retired.clone();
             let (batches, cancel_rx) = (&handle.batches, cancel_rx.clone());
             let (fail, counts, acked, drained, tail) = (&fail, &counts, &acked, &drained, &tail);
-            let committed = &committed;
+            let (committed, joins_done) = (&committed, &joins_done);
             s.spawn(move || {
                 // A failed send means a broken connection; the receiving side of the same
                 // socket reports it, with the server's own error if it sent one first.
@@ -430,6 +433,7 @@ pub fn push_input(
                     Ok(Ended::Drained) => {
                         drained.store(true, Ordering::SeqCst);
                         if control {
+                            let _ = joins_done.recv();
                             match tx.send(&Message::Commit) {
                                 Ok(()) => committed.store(true, Ordering::SeqCst),
                                 Err(_) => tx.shutdown_write(),
@@ -454,6 +458,7 @@ pub fn push_input(
             Ok(conns) => retirements.extend(conns.iter().map(|c| start(c, false))),
             Err(e) => fail(e),
         }
+        drop(joins_tx);
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
@@ -591,6 +596,8 @@ fn pull(
     let received = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
     let committed = AtomicBool::new(false);
+    // Closed once the planned streams have joined (see `push_input`).
+    let (joins_tx, joins_done) = bounded::<()>(0);
     let tail = Tail::default();
     let mut counts = Counts::default();
     let shutdown = Mutex::new(Vec::new());
@@ -609,7 +616,7 @@ fn pull(
             let jobs = pool.sender();
             let (fail, network_ns, received, drained, tail, first) =
                 (&fail, &network_ns, &received, &drained, &tail, &first);
-            let committed = &committed;
+            let (committed, joins_done) = (&committed, &joins_done);
             s.spawn(move || {
                 let progress = Progress {
                     network_ns,
@@ -619,7 +626,7 @@ fn pull(
                     Ok(()) => {
                         drained.store(true, Ordering::SeqCst);
                         tail.record();
-                        if control && !first.is_set() {
+                        if control && !first.is_set() && joins_done.recv().is_err() {
                             match rx.send(&Message::Commit) {
                                 Ok(()) => committed.store(true, Ordering::SeqCst),
                                 Err(e) => fail(e),
@@ -636,6 +643,7 @@ fn pull(
             Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone(), false)),
             Err(e) => fail(e),
         }
+        drop(joins_tx);
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
             let mut counts = Counts::default();
