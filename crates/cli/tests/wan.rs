@@ -473,3 +473,29 @@ fn bad_network_options_are_named() {
     assert_ne!(out.status.code(), Some(0));
     sprat_testkit::assert_no_panic(&out);
 }
+
+/// On a long path an automatic session starts many streams, most joining a few round trips
+/// after the session opened; a tiny transfer is over on the control connection before they
+/// are in. Its early `Commit` must wait for them: the server forgets the session when it
+/// answers, and a join that comes later fails with "no such session".
+#[test]
+fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    tree::make_file(&src.join("one.txt"), b"a single small file", 0o644);
+    let srv = server(&t.path().join("root"));
+    let relay = RelayProc::start(srv.addr(), &["--delay", "50ms"]);
+    let out = cp(&srv, &["--json"], &src, relay.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &t.path().join("root/pushed"));
+    let started = json(&out)["path"]["streams_start"].as_u64().unwrap();
+    assert!(
+        started > 4,
+        "a 100 ms path starts more than 4 streams, got {started}"
+    );
+    let back = t.path().join("back");
+    let out = cp(&srv, &["--json"], relay.url("pushed"), &back);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &back);
+}
