@@ -400,6 +400,13 @@ fn doctor_measures_the_round_trip_to_a_server() {
     assert!((d["paths"][0]["rtt_ms"].as_f64().unwrap() - rtts[0].min(rtts[1])).abs() < 50.0);
 }
 
+/// `sprat relay --listen 127.0.0.1:0 --to TO EXTRA...`.
+fn relay_args<'a>(to: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["relay", "--listen", "127.0.0.1:0", "--to", to];
+    args.extend_from_slice(extra);
+    args
+}
+
 #[test]
 fn bad_network_options_are_named() {
     for (args, names) in [
@@ -411,39 +418,15 @@ fn bad_network_options_are_named() {
         ),
         (vec!["doctor", "--rtt", "5h"], vec!["--rtt"]),
         (
-            vec![
-                "relay",
-                "--listen",
-                "127.0.0.1:0",
-                "--to",
-                "127.0.0.1:1",
-                "--rate",
-                "fast",
-            ],
+            relay_args("127.0.0.1:1", &["--rate", "fast"]),
             vec!["--rate"],
         ),
         (
-            vec![
-                "relay",
-                "--listen",
-                "127.0.0.1:0",
-                "--to",
-                "127.0.0.1:1",
-                "--ports",
-                "6000-5000",
-            ],
+            relay_args("127.0.0.1:1", &["--ports", "6000-5000"]),
             vec!["--ports", "6000-5000"],
         ),
         (
-            vec![
-                "relay",
-                "--listen",
-                "127.0.0.1:0",
-                "--to",
-                "127.0.0.1:1",
-                "--ports",
-                "http",
-            ],
+            relay_args("127.0.0.1:1", &["--ports", "http"]),
             vec!["--ports"],
         ),
     ] {
@@ -456,16 +439,7 @@ fn bad_network_options_are_named() {
     // A port of the range already taken is named with the option.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let q = taken.local_addr().unwrap().port().to_string();
-    let args = [
-        "relay",
-        "--listen",
-        "127.0.0.1:0",
-        "--to",
-        "127.0.0.2:1",
-        "--ports",
-        &q,
-    ];
-    let out = run_sprat(bin(), args, &[]);
+    let out = run_sprat(bin(), relay_args("127.0.0.2:1", &["--ports", &q]), &[]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--ports") && err.contains(&q), "{err}");

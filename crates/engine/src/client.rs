@@ -310,16 +310,9 @@ fn keep_for_shutdown(handles: &Mutex<Vec<Conn>>, conn: &Conn) {
     }
 }
 
-/// Ends a session: `Commit` on the control connection unless it was sent already (as soon as
-/// the control connection's own stream ended, saving a round trip), then the server's totals.
-fn commit(
-    control: &mut Conn,
-    counts: &mut Counts,
-    already_sent: bool,
-) -> Result<RemoteStats, TransferError> {
-    if !already_sent {
-        control.send(&Message::Commit)?;
-    }
+/// The server's totals, which end a session: they answer the `Commit` the control
+/// connection's stream sent when it ended ([`streams::Session::commit`]).
+fn await_done(control: &mut Conn, counts: &mut Counts) -> Result<RemoteStats, TransferError> {
     loop {
         match control.recv_control()? {
             Message::BatchAck { failures, .. } => {
@@ -396,10 +389,6 @@ pub fn push_input(
     let counts = Mutex::new(Counts::default());
     let acked = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
-    let committed = AtomicBool::new(false);
-    // Closed once the planned streams have joined: an early `Commit` must not end the
-    // session (and with it the server's record of it) before they are in.
-    let (joins_tx, joins_done) = bounded::<()>(0);
     let tail = Tail::default();
     let (cancel_tx, cancel_rx) = bounded::<()>(0);
     let cancel_tx = Mutex::new(Some(cancel_tx));
@@ -425,19 +414,15 @@ pub fn push_input(
             let ack_retired = retired.clone();
             let (batches, cancel_rx) = (&handle.batches, cancel_rx.clone());
             let (fail, counts, acked, drained, tail) = (&fail, &counts, &acked, &drained, &tail);
-            let (committed, joins_done) = (&committed, &joins_done);
+            let session = &session;
             s.spawn(move || {
                 // A failed send means a broken connection; the receiving side of the same
                 // socket reports it, with the server's own error if it sent one first.
                 match send_batches(&mut tx, batches, &cancel_rx, &retire_rx) {
                     Ok(Ended::Drained) => {
                         drained.store(true, Ordering::SeqCst);
-                        if control {
-                            let _ = joins_done.recv();
-                            match tx.send(&Message::Commit) {
-                                Ok(()) => committed.store(true, Ordering::SeqCst),
-                                Err(_) => tx.shutdown_write(),
-                            }
+                        if control && session.commit(&mut tx).is_err() {
+                            tx.shutdown_write();
                         }
                     }
                     Ok(Ended::Retired) => retired.store(true, Ordering::SeqCst),
@@ -458,7 +443,6 @@ pub fn push_input(
             Ok(conns) => retirements.extend(conns.iter().map(|c| start(c, false))),
             Err(e) => fail(e),
         }
-        drop(joins_tx);
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
@@ -481,7 +465,7 @@ pub fn push_input(
     }
     let mut control = control;
     let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
-    let remote = commit(&mut control, &mut counts, committed.into_inner())?;
+    let remote = await_done(&mut control, &mut counts)?;
     // The server's totals are authoritative for what it wrote.
     counts.files = remote.files;
     counts.dirs = remote.dirs;
@@ -595,9 +579,6 @@ fn pull(
     let network_ns = AtomicU64::new(0);
     let received = AtomicU64::new(0);
     let drained = AtomicBool::new(false);
-    let committed = AtomicBool::new(false);
-    // Closed once the planned streams have joined (see `push_input`).
-    let (joins_tx, joins_done) = bounded::<()>(0);
     let tail = Tail::default();
     let mut counts = Counts::default();
     let shutdown = Mutex::new(Vec::new());
@@ -616,7 +597,7 @@ fn pull(
             let jobs = pool.sender();
             let (fail, network_ns, received, drained, tail, first) =
                 (&fail, &network_ns, &received, &drained, &tail, &first);
-            let (committed, joins_done) = (&committed, &joins_done);
+            let session = &session;
             s.spawn(move || {
                 let progress = Progress {
                     network_ns,
@@ -626,10 +607,9 @@ fn pull(
                     Ok(()) => {
                         drained.store(true, Ordering::SeqCst);
                         tail.record();
-                        if control && !first.is_set() && joins_done.recv().is_err() {
-                            match rx.send(&Message::Commit) {
-                                Ok(()) => committed.store(true, Ordering::SeqCst),
-                                Err(e) => fail(e),
+                        if control && !first.is_set() {
+                            if let Err(e) = session.commit(&mut rx) {
+                                fail(e);
                             }
                         }
                     }
@@ -643,7 +623,6 @@ fn pull(
             Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone(), false)),
             Err(e) => fail(e),
         }
-        drop(joins_tx);
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
             let mut counts = Counts::default();
@@ -674,7 +653,7 @@ fn pull(
     }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
-    let remote = commit(&mut control, &mut counts, committed.into_inner())?;
+    let remote = await_done(&mut control, &mut counts)?;
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(

@@ -323,18 +323,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                     "no such session".into(),
                 );
             };
-            let receiving = match &*session {
-                Session::Push(p) => Some(p.receiving.enter()),
-                Session::Pull(_) => None,
-            };
-            if conn.send(&Message::Joined).is_err() {
-                return;
-            }
-            let _ = match (&*session, receiving) {
-                (Session::Push(p), Some(r)) => serve_push(&mut conn, p, r, false),
-                (Session::Pull(p), _) => serve_pull(&mut conn, p, false),
-                (Session::Push(_), None) => return,
-            };
+            let _ = announce_and_serve(&mut conn, &session, &Message::Joined, false);
         }
         Message::Request(mut req) => {
             let issue = |path: Vec<u8>| issue_ticket(shared, path);
@@ -472,26 +461,33 @@ fn open_session(
         }
     }
     let _forget = Forget(shared, id, ticket);
-    let receiving = match &*session {
-        Session::Push(p) => Some(p.receiving.enter()),
-        Session::Pull(_) => None,
+    let opened = Message::Opened {
+        session: id,
+        root_is_dir,
     };
-    if conn
-        .send(&Message::Opened {
-            session: id,
-            root_is_dir,
-        })
-        .is_err()
-    {
-        return;
-    }
-    let result = match (&*session, receiving) {
-        (Session::Push(p), Some(r)) => serve_push(&mut conn, p, r, true),
-        (Session::Pull(p), _) => serve_pull(&mut conn, p, true),
-        (Session::Push(_), None) => return,
-    };
-    if let Err(e) = result {
+    if let Err(e) = announce_and_serve(&mut conn, &session, &opened, true) {
         eprintln!("sprat serve: session for {} ended: {e}", conn.peer);
+    }
+}
+
+/// Sends `announcement` (`Opened` or `Joined`) and serves the session on `conn`. A push
+/// stream is counted in before it is announced (see [`Receiving::enter`]).
+fn announce_and_serve(
+    conn: &mut Conn,
+    session: &Session,
+    announcement: &Message,
+    control: bool,
+) -> Result<(), TransferError> {
+    match session {
+        Session::Push(p) => {
+            let receiving = p.receiving.enter();
+            conn.send(announcement)?;
+            serve_push(conn, p, receiving, control)
+        }
+        Session::Pull(p) => {
+            conn.send(announcement)?;
+            serve_pull(conn, p, control)
+        }
     }
 }
 

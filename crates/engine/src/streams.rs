@@ -10,6 +10,7 @@ use crate::error::TransferError;
 use crate::net::{self, Conn, Dialed};
 use crate::report::PathReport;
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +30,9 @@ pub struct Session {
     pub auto: bool,
     /// Connections dialled while the session opened, for the first joins.
     dialled: Mutex<Vec<JoinHandle<Result<Dialed, TransferError>>>>,
+    /// Dropped once the planned streams have joined (or failed to); see [`Session::commit`].
+    planned_joining: Mutex<Option<Sender<()>>>,
+    planned_joined: Receiver<()>,
 }
 
 /// Opens a session (`Open` on a control connection) and plans its streams. Returns the
@@ -70,6 +74,7 @@ pub fn open(
     };
     let rtt = control.rtt.unwrap_or_default();
     let plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    let (planned_joining, planned_joined) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
         key: key.cloned(),
@@ -79,6 +84,8 @@ pub fn open(
         plan,
         auto: options.streams.is_none(),
         dialled: Mutex::new(dialled),
+        planned_joining: Mutex::new(Some(planned_joining)),
+        planned_joined,
     };
     Ok((session, control))
 }
@@ -86,7 +93,21 @@ pub fn open(
 impl Session {
     /// Joins the streams planned beyond the control connection.
     pub fn join_planned(&self) -> Result<Vec<Conn>, TransferError> {
-        self.join(self.plan.streams.saturating_sub(1))
+        let joined = self.join(self.plan.streams.saturating_sub(1));
+        self.planned_joining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        joined
+    }
+
+    /// Sends `Commit` on `control` (a handle on the control connection) as soon as its own
+    /// stream has ended, while the other streams finish: the server's totals then come back
+    /// without a round trip of their own. Waits for the planned streams to have joined first:
+    /// the server forgets the session once it answers, and a join after that would fail.
+    pub fn commit(&self, control: &mut Conn) -> Result<(), TransferError> {
+        let _ = self.planned_joined.recv();
+        control.send(&Message::Commit)
     }
 
     /// Joins `n` more connections to the session, in parallel: those dialled while the
