@@ -380,10 +380,17 @@ pub fn push_input(
             discard: true,
         },
     };
-    let (session, control) = streams::open(addr, key, op, path, options)?;
+    // Reading starts before the session opens: the first batches are ready when it is.
     let handle = match input {
         PushInput::Source(source) => source::start(source, options)?,
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
+    };
+    let (session, control) = match streams::open(addr, key, op, path, options) {
+        Ok(opened) => opened,
+        Err(e) => {
+            handle.finish();
+            return Err(e);
+        }
     };
     let first = FirstError::default();
     let counts = Mutex::new(Counts::default());
