@@ -5,8 +5,9 @@
 //! port of the `--to` IP (data connections a server announces on its own ports, e.g. GridFTP's
 //! passive mode). All of them share one path, which the relay models:
 //! - **Delay.** Each direction delays every byte by `--delay` (one way; the round trip gains
-//!   twice that), and a new connection waits a round trip before its first byte, as a TCP
-//!   handshake does.
+//!   twice that). A new connection costs what a TCP handshake costs: the client's first bytes
+//!   reach the server 1.5 round trips after its `connect` (the server accepts it then), and
+//!   the server's first bytes reach the client no sooner than 2 round trips after it.
 //! - **Bandwidth.** `--rate` is the capacity of the path in each direction, shared by all
 //!   connections (a FIFO bottleneck queue), not a per-connection cap.
 //! - **Window.** Each connection and direction holds at most its window of bytes in flight;
@@ -205,9 +206,14 @@ impl Path {
                 eprintln!("sprat relay: {from} -> {at} -> {to}");
             }
             let Path { shape, up, down } = self.clone();
+            let accepted = Instant::now();
             std::thread::spawn(move || {
-                // A real connection costs a round trip before the first byte can flow.
+                // A real connection costs a round trip before the first byte can flow: the
+                // client's bytes leave after it and arrive one delay later. The server, which
+                // this relay reaches at once, could on a real path only answer a first byte
+                // half a round trip later than that (when the handshake's last ACK arrives).
                 std::thread::sleep(shape.delay * 2);
+                let server_first = accepted + shape.delay * 4;
                 let server = match TcpStream::connect(to) {
                     Ok(s) => s,
                     Err(e) => {
@@ -219,8 +225,9 @@ impl Path {
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                     return;
                 };
-                let forward = std::thread::spawn(move || pipe(client, server, shape, &up));
-                pipe(s2, c2, shape, &down);
+                let forward =
+                    std::thread::spawn(move || pipe(client, server, shape, &up, accepted));
+                pipe(s2, c2, shape, &down, server_first);
                 let _ = forward.join();
             });
         }
@@ -251,9 +258,9 @@ impl Window {
     }
 }
 
-/// Forwards `from` to `to` through `link` with the delay and window of `shape`; ends on end
-/// of stream.
-fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link) {
+/// Forwards `from` to `to` through `link` with the delay and window of `shape`, delivering
+/// nothing before `not_before`; ends on end of stream.
+fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_before: Instant) {
     let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
     let window = Arc::new((
         Mutex::new(Window {
@@ -320,7 +327,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link) {
         let mut buf = vec![0u8; room];
         let got = from.read(&mut buf).unwrap_or(0);
         buf.truncate(got);
-        let deliver_at = link.transmit(got) + shape.delay;
+        let deliver_at = (link.transmit(got) + shape.delay).max(not_before);
         lock.lock().unwrap_or_else(|p| p.into_inner()).in_flight += got;
         if tx.send((deliver_at, buf)).is_err() || got == 0 {
             break;

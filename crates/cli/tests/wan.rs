@@ -118,6 +118,32 @@ fn relay_delays_each_round_trip() {
     );
 }
 
+/// A server speaks first (a greeting) as soon as it accepts; on a real path its first bytes
+/// reach the client two round trips after `connect`: the handshake's, then their own.
+#[test]
+fn relay_delivers_a_servers_first_bytes_two_round_trips_after_connect() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let greeter = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let _ = c.write_all(b"hello");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    });
+    let relay = RelayProc::start(greeter, &["--delay", "25ms"]);
+    let started = Instant::now();
+    let mut c = TcpStream::connect(relay.addr).unwrap();
+    let mut hello = [0u8; 5];
+    c.read_exact(&mut hello).unwrap();
+    let took = started.elapsed();
+    assert_eq!(&hello, b"hello");
+    assert!(
+        took >= Duration::from_millis(98),
+        "the greeting came {took:?} after connect, before 2 x 50 ms"
+    );
+}
+
 #[test]
 fn relay_limits_one_connection_to_window_over_round_trip() {
     // 1 MiB through a 128 KiB window at 40 ms: at least 8 round trips (0.32 s), more with
