@@ -446,15 +446,14 @@ pub fn push_input(
         };
         retirements.push(start(&control, true));
         // The control connection already carries data while the others join.
-        match session.join_planned() {
-            Ok(conns) => retirements.extend(conns.iter().map(|c| start(c, false))),
-            Err(e) => fail(e),
+        if let Err(e) = session.join_planned(|c| retirements.push(start(&c, false))) {
+            fail(e);
         }
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
             streams_max = session.adapt(&acked, finished, |change| match change {
-                Change::Grow(new) => added.extend(new.iter().map(|c| start(c, false))),
+                Change::Grow(new) => added.push(start(&new, false)),
                 Change::Retire(n) => {
                     for _ in 0..n {
                         drop(added.pop());
@@ -626,9 +625,8 @@ fn pull(
         };
         start(&control, reply_tx.clone(), true);
         // The server already sends on the control connection while the others join.
-        match session.join_planned() {
-            Ok(conns) => conns.iter().for_each(|c| start(c, reply_tx.clone(), false)),
-            Err(e) => fail(e),
+        if let Err(e) = session.join_planned(|c| start(&c, reply_tx.clone(), false)) {
+            fail(e);
         }
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
@@ -647,7 +645,7 @@ fn pull(
             // that did not pay stays.
             streams_max = session.adapt(&received, finished, |change| {
                 if let Change::Grow(new) = change {
-                    new.iter().for_each(|c| start(c, reply_tx.clone(), false));
+                    start(&new, reply_tx.clone(), false);
                 }
             });
         }

@@ -14,6 +14,7 @@ pub mod error;
 pub mod model;
 pub mod net;
 pub mod plan;
+mod registry;
 pub mod remote;
 pub mod report;
 mod requests;

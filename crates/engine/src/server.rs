@@ -10,6 +10,7 @@
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::{self, Conn, Frame};
+use crate::registry::{Registry, SessionId, Taken};
 use crate::report::Counts;
 use crate::requests;
 use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
@@ -18,7 +19,6 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::{Batch, ErrorCode, Message, Operation, RemoteStats};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
-use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -48,7 +48,7 @@ struct Shared {
     key: Option<TokenKey>,
     read_only: bool,
     options: TransferOptions,
-    sessions: Mutex<HashMap<[u8; 16], Arc<Session>>>,
+    sessions: Registry<Session>,
     max_connections: usize,
     /// Authenticated connections being served.
     connections: AtomicUsize,
@@ -134,7 +134,7 @@ impl Server {
                 key: config.key,
                 read_only: config.read_only,
                 options: config.options,
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Registry::default(),
                 max_connections: config.max_connections,
                 connections: AtomicUsize::new(0),
                 handshaking: AtomicUsize::new(0),
@@ -194,6 +194,9 @@ fn refuse_store(conn: &mut Conn, e: &StoreError) {
 
 /// Most connections authenticating at once.
 const MAX_HANDSHAKING: usize = 1024;
+
+/// How long a `Join` waits for the `Open` of its session, sent at the same time.
+const JOIN_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Holds one place among the authenticated connections while it lives.
 struct Admitted<'a>(&'a AtomicUsize);
@@ -281,6 +284,21 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         Ok(m) => m,
         Err(_) => return,
     };
+    // A join may arrive before the `Open` of its session has been served (the client sends
+    // both at once): find the session first, then check what the connection may do.
+    let joined = match &first {
+        Message::Join { session } => match shared.sessions.wait(session, JOIN_PATIENCE) {
+            Some(s) => Some(s),
+            None => {
+                return refuse(
+                    &mut conn,
+                    ErrorCode::UnknownSession,
+                    "no such session".into(),
+                )
+            }
+        },
+        _ => None,
+    };
     let ticket = match access {
         Access::Full => None,
         Access::Ticket(id) => {
@@ -297,6 +315,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                 Message::Open {
                     op: Operation::Push { .. },
                     path,
+                    ..
                 } => t.session.is_none() && *path == t.path,
                 Message::Join { session } => t.session == Some(*session),
                 _ => false,
@@ -313,17 +332,15 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         }
     };
     match first {
-        Message::Open { op, path } => open_session(shared, conn, op, path, ticket),
-        Message::Join { session } => {
-            let found = lock(&shared.sessions).get(&session).cloned();
-            let Some(session) = found else {
-                return refuse(
-                    &mut conn,
-                    ErrorCode::UnknownSession,
-                    "no such session".into(),
-                );
-            };
-            let _ = announce_and_serve(&mut conn, &session, &Message::Joined, false);
+        Message::Open { session, op, path } => {
+            open_session(shared, conn, session, op, path, ticket);
+            // Joins still waiting for a session that could not be opened fail now.
+            shared.sessions.end(&session);
+        }
+        Message::Join { .. } => {
+            if let Some(session) = joined {
+                let _ = announce_and_serve(&mut conn, &session, &Message::Joined, false);
+            }
         }
         Message::Request(mut req) => {
             let issue = |path: Vec<u8>| issue_ticket(shared, path);
@@ -355,11 +372,11 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
 fn open_session(
     shared: &Shared,
     mut conn: Conn,
+    id: SessionId,
     op: Operation,
     path: Vec<u8>,
     ticket: Option<u64>,
 ) {
-    let id: [u8; 16] = net::random();
     let (session, root_is_dir) = match op {
         Operation::Push {
             source_is_dir,
@@ -443,28 +460,36 @@ fn open_session(
         }
     };
     let session = Arc::new(session);
-    lock(&shared.sessions).insert(id, session.clone());
-    // The session lives as long as its control connection.
-    // A ticket is spent on the session it opened.
+    // A ticket is spent on the session it opened (before the session can be joined: a join
+    // by ticket is checked against it).
     if let Some(tid) = ticket {
         if let Some(t) = lock(&shared.tickets).iter_mut().find(|t| t.id == tid) {
             t.session = Some(id);
         }
     }
-    struct Forget<'a>(&'a Shared, [u8; 16], Option<u64>);
+    if let Err(taken) = shared.sessions.insert(id, session.clone()) {
+        let why = match taken {
+            Taken::Open => "is in use",
+            Taken::Ended => "was used by a session that has ended",
+        };
+        return refuse(
+            &mut conn,
+            ErrorCode::BadRequest,
+            format!("the session id {why}"),
+        );
+    }
+    // The session lives as long as its control connection.
+    struct Forget<'a>(&'a Shared, SessionId, Option<u64>);
     impl Drop for Forget<'_> {
         fn drop(&mut self) {
-            lock(&self.0.sessions).remove(&self.1);
+            self.0.sessions.end(&self.1);
             if let Some(tid) = self.2 {
                 lock(&self.0.tickets).retain(|t| t.id != tid);
             }
         }
     }
     let _forget = Forget(shared, id, ticket);
-    let opened = Message::Opened {
-        session: id,
-        root_is_dir,
-    };
+    let opened = Message::Opened { root_is_dir };
     if let Err(e) = announce_and_serve(&mut conn, &session, &opened, true) {
         eprintln!("sprat serve: session for {} ended: {e}", conn.peer);
     }

@@ -1,16 +1,16 @@
 //! The client side of a session's connections: opens the control connection (measuring the
-//! round trip on its authentication exchange) while the first joining connections are dialled
-//! beside it, sizes socket buffers and the starting number of streams from that round trip
+//! round trip on its authentication exchange) while the first joining connections join beside
+//! it (the client chooses the session id, so they need not wait for `Opened`), sizes socket buffers and the starting number of streams from that round trip
 //! and the host's TCP limits, joins further streams in parallel (at the start and while the
 //! transfer runs), grows them while throughput grows, and records when each stream ran out of
 //! data (the tail).
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use crate::net::{self, Conn, Dialed};
+use crate::net::{self, Conn};
 use crate::report::PathReport;
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,8 +28,8 @@ pub struct Session {
     pub plan: StartPlan,
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
-    /// Connections dialled while the session opened, for the first joins.
-    dialled: Mutex<Vec<JoinHandle<Result<Dialed, TransferError>>>>,
+    /// Connections joining while the session opened.
+    joining: Mutex<Vec<JoinHandle<Result<Conn, TransferError>>>>,
     /// Dropped once the planned streams have joined (or failed to); see [`Session::commit`].
     planned_joining: Mutex<Option<Sender<()>>>,
     planned_joined: Receiver<()>,
@@ -48,28 +48,42 @@ pub fn open(
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
-    // The streams every session will have are dialled beside the control connection: their
-    // connect and greeting overlap its opening, and they join as soon as it is open.
+    // The streams every session will have join beside the control connection, under the
+    // session id chosen here: the server holds their `Join` until it has served the `Open`.
+    let id: [u8; 16] = net::random();
     let ahead = options
         .streams
         .unwrap_or(tune::MIN_AUTO_STREAMS)
         .saturating_sub(1);
-    let dialled = (0..ahead)
+    let joining = (0..ahead)
         .map(|_| {
-            let addr = addr.to_string();
-            std::thread::spawn(move || net::dial(&addr, buffer))
+            let (addr, key) = (addr.to_string(), key.cloned());
+            std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer))
         })
         .collect();
+    let mut joining: Vec<_> = joining;
+    let dialling = Instant::now();
+    let control = net::dial(addr, buffer)?;
+    if options.streams.is_none() {
+        // The greeting came two round trips after the dialling began (the TCP handshake, then
+        // the greeting): time enough to join the streams a path this long will want, before
+        // the authentication exchange measures the round trip exactly.
+        let early = tune::start_plan(&limits, dialling.elapsed() / 2, None, options.tcp_buffer);
+        for _ in ahead + 1..early.streams {
+            let (addr, key) = (addr.to_string(), key.cloned());
+            joining.push(std::thread::spawn(move || {
+                join_one(&addr, key.as_ref(), id, buffer)
+            }));
+        }
+    }
     let open = Message::Open {
+        session: id,
         op,
         path: path.to_vec(),
     };
-    let mut control = net::connect_with(addr, key, &open, buffer)?;
-    let (id, root_is_dir) = match control.recv_control()? {
-        Message::Opened {
-            session,
-            root_is_dir,
-        } => (session, root_is_dir),
+    let mut control = control.authenticate(key, &open)?;
+    let root_is_dir = match control.recv_control()? {
+        Message::Opened { root_is_dir } => root_is_dir,
         other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
     };
     let rtt = control.rtt.unwrap_or_default();
@@ -83,7 +97,7 @@ pub fn open(
         rtt,
         plan,
         auto: options.streams.is_none(),
-        dialled: Mutex::new(dialled),
+        joining: Mutex::new(joining),
         planned_joining: Mutex::new(Some(planned_joining)),
         planned_joined,
     };
@@ -91,9 +105,10 @@ pub fn open(
 }
 
 impl Session {
-    /// Joins the streams planned beyond the control connection.
-    pub fn join_planned(&self) -> Result<Vec<Conn>, TransferError> {
-        let joined = self.join(self.plan.streams.saturating_sub(1));
+    /// Joins the streams planned beyond the control connection, handing each to
+    /// `on_joined` as soon as it has joined.
+    pub fn join_planned(&self, on_joined: impl FnMut(Conn)) -> Result<(), TransferError> {
+        let joined = self.join(self.plan.streams.saturating_sub(1), on_joined);
         self.planned_joining
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -110,38 +125,46 @@ impl Session {
         control.send(&Message::Commit)
     }
 
-    /// Joins `n` more connections to the session, in parallel: those dialled while the
-    /// session opened first, then new ones.
-    pub fn join(&self, n: usize) -> Result<Vec<Conn>, TransferError> {
-        let mut dialled =
-            std::mem::take(&mut *self.dialled.lock().unwrap_or_else(|p| p.into_inner()));
-        dialled.truncate(n);
-        let fresh = n - dialled.len();
-        let join = |d: Result<Dialed, TransferError>| {
-            let mut c = d?.authenticate(self.key.as_ref(), &Message::Join { session: self.id })?;
-            match c.recv_control()? {
-                Message::Joined => Ok(c),
-                other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
+    /// Joins `n` more connections to the session, in parallel (those that joined while the
+    /// session opened count first), and hands each to `on_joined` as soon as it has joined.
+    /// Returns the first failure, once every attempt has ended.
+    pub fn join(&self, n: usize, mut on_joined: impl FnMut(Conn)) -> Result<(), TransferError> {
+        let early = std::mem::take(&mut *self.joining.lock().unwrap_or_else(|p| p.into_inner()));
+        let fresh = n.saturating_sub(early.len());
+        let (done_tx, done) = unbounded::<Result<Conn, TransferError>>();
+        std::thread::scope(|s| {
+            for handle in early {
+                let done_tx = done_tx.clone();
+                s.spawn(move || {
+                    let joined = handle.join().unwrap_or_else(|_| {
+                        Err(TransferError::Local("a connecting thread failed".into()))
+                    });
+                    let _ = done_tx.send(joined);
+                });
             }
-        };
-        fn thread_failed<T>() -> Result<T, TransferError> {
-            Err(TransferError::Local("a connecting thread failed".into()))
-        }
-        let joined: Vec<Result<Conn, TransferError>> = std::thread::scope(|s| {
-            let joins: Vec<_> = dialled
-                .into_iter()
-                .map(|h| s.spawn(move || join(h.join().unwrap_or_else(|_| thread_failed()))))
-                .chain(
-                    (0..fresh)
-                        .map(|_| s.spawn(|| join(net::dial(&self.addr, self.plan.tcp_buffer)))),
-                )
-                .collect();
-            joins
-                .into_iter()
-                .map(|j| j.join().unwrap_or_else(|_| thread_failed()))
-                .collect()
-        });
-        joined.into_iter().collect()
+            for _ in 0..fresh {
+                let done_tx = done_tx.clone();
+                s.spawn(move || {
+                    let _ = done_tx.send(join_one(
+                        &self.addr,
+                        self.key.as_ref(),
+                        self.id,
+                        self.plan.tcp_buffer,
+                    ));
+                });
+            }
+            drop(done_tx);
+            let mut failed = None;
+            for joined in done {
+                match joined {
+                    Ok(conn) => on_joined(conn),
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            failed.map_or(Ok(()), Err)
+        })
     }
 
     /// Grows the session's streams while throughput grows (hill climbing, see
@@ -172,14 +195,14 @@ impl Session {
             let bound = (adapter.streams() as u64 * self.plan.window) as f64
                 / self.rtt.as_secs_f64().max(1e-6);
             match adapter.observe(rate, bound) {
-                Step::Add(n) => match self.join(n) {
-                    Ok(conns) => {
-                        apply(Change::Grow(conns));
-                        most = most.max(adapter.streams());
-                    }
+                Step::Add(n) => {
+                    let joined = self.join(n, |conn| apply(Change::Grow(conn)));
+                    most = most.max(adapter.streams());
                     // The transfer goes on with the streams it has.
-                    Err(_) => break,
-                },
+                    if joined.is_err() {
+                        break;
+                    }
+                }
                 Step::Retire(n) => apply(Change::Retire(n)),
                 Step::Hold => {}
             }
@@ -206,10 +229,24 @@ impl Session {
     }
 }
 
+/// Connects a stream to the session `id`: authenticates, sends `Join` and waits for `Joined`.
+fn join_one(
+    addr: &str,
+    key: Option<&TokenKey>,
+    id: [u8; 16],
+    tcp_buffer: Option<u64>,
+) -> Result<Conn, TransferError> {
+    let mut c = net::connect_with(addr, key, &Message::Join { session: id }, tcp_buffer)?;
+    match c.recv_control()? {
+        Message::Joined => Ok(c),
+        other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
+    }
+}
+
 /// What [`Session::adapt`] asks of the transfer.
 pub enum Change {
-    /// Start streams on these newly joined connections.
-    Grow(Vec<Conn>),
+    /// Start a stream on this newly joined connection.
+    Grow(Conn),
     /// End this many of the most recently started streams.
     Retire(usize),
 }

@@ -110,12 +110,14 @@ pub enum Message {
         code: ErrorCode,
         text: String,
     },
+    /// Opens a session under an id the client chose, so that its other connections can
+    /// `Join` at once, without waiting for `Opened`.
     Open {
+        session: [u8; 16],
         op: Operation,
         path: Vec<u8>,
     },
     Opened {
-        session: [u8; 16],
         root_is_dir: bool,
     },
     Join {
@@ -182,7 +184,8 @@ impl Message {
                 put_bytes16(&mut out, truncate_text(text).as_bytes());
                 kind::ERROR
             }
-            Message::Open { op, path } => {
+            Message::Open { session, op, path } => {
+                out.extend_from_slice(session);
                 match op {
                     Operation::Push {
                         source_is_dir,
@@ -202,11 +205,7 @@ impl Message {
                 put_bytes16(&mut out, path);
                 kind::OPEN
             }
-            Message::Opened {
-                session,
-                root_is_dir,
-            } => {
-                out.extend_from_slice(session);
+            Message::Opened { root_is_dir } => {
                 out.push(*root_is_dir as u8);
                 kind::OPENED
             }
@@ -310,6 +309,7 @@ impl Message {
                     .into_owned(),
             },
             kind::OPEN => {
+                let session = r.array("session id")?;
                 let op = match (r.u8("operation")?, r.u8("operation flag")?) {
                     (1, flags) if flags & !PUSH_FLAGS == 0 => Operation::Push {
                         source_is_dir: flags & PUSH_SOURCE_IS_DIR != 0,
@@ -331,10 +331,9 @@ impl Message {
                     }
                 };
                 let path = path::validate(r.bytes16("path", MAX_PATH)?)?.to_vec();
-                Message::Open { op, path }
+                Message::Open { session, op, path }
             }
             kind::OPENED => Message::Opened {
-                session: r.array("session id")?,
                 root_is_dir: bool_byte(r.u8("root kind")?)?,
             },
             kind::JOIN => Message::Join {
@@ -474,6 +473,7 @@ mod tests {
             text: "disk full".into(),
         });
         roundtrip(Message::Open {
+            session: [7; 16],
             op: Operation::Push {
                 source_is_dir: true,
                 durable: false,
@@ -482,6 +482,7 @@ mod tests {
             path: b"a/b".to_vec(),
         });
         roundtrip(Message::Open {
+            session: [7; 16],
             op: Operation::Push {
                 source_is_dir: false,
                 durable: true,
@@ -490,13 +491,11 @@ mod tests {
             path: b"a/b".to_vec(),
         });
         roundtrip(Message::Open {
+            session: [7; 16],
             op: Operation::Pull,
             path: Vec::new(),
         });
-        roundtrip(Message::Opened {
-            session: [9; 16],
-            root_is_dir: false,
-        });
+        roundtrip(Message::Opened { root_is_dir: false });
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
         roundtrip(Message::BatchAck {
@@ -597,6 +596,7 @@ mod tests {
     #[test]
     fn open_with_escaping_path_is_refused() {
         let mut bytes = Message::Open {
+            session: [7; 16],
             op: Operation::Pull,
             path: b"aa/bb".to_vec(),
         }
