@@ -194,11 +194,13 @@ fn assert_connection_refused(pull: bool) {
     let peer = format!("127.0.0.1:{port}");
     let url = format!("sprat://{peer}/dst");
     let local = t.path().join("local");
-    make_many_files(&local, 3, 100, 7);
+    make_many_files(&local, 100, 100, 7);
     let args = if pull {
         cp_args(None, &[], &url, t.path().join("pulled"))
     } else {
-        cp_args(None, &[], &local, &url)
+        // One file a batch: more batches than the source's queues hold, so the reading must
+        // stop cleanly when the connection fails (it once waited for ever).
+        cp_args(None, &["--batch-files", "1"], &local, &url)
     };
     let started = Instant::now();
     let out = run_sprat_timeout(

@@ -516,6 +516,34 @@ fn read_only_server_allows_pull() {
     assert_trees_equal(&data, &dst);
 }
 
+/// The streams of a push join beside its `Open`. When the `Open` is refused they must be let
+/// go at once: otherwise each holds one of the server's connection slots while it waits for a
+/// session that will never open, and the next client is turned away as "server busy".
+#[test]
+fn joins_of_a_refused_push_do_not_hold_the_servers_slots() {
+    let l = Layout::new();
+    let data = l.root.join("data");
+    make_many_files(&data, 5, 100, 11);
+    let opts = ServerOptions {
+        extra_args: vec!["--max-connections".into(), "4".into()],
+        ..ServerOptions::read_only()
+    };
+    let srv = server_with(&l.root, &opts);
+    let out = cp(&srv, &["--streams", "4"], &l.src, srv.url("dst"));
+    assert_failed(&out);
+    assert!(
+        stderr_lower(&out).contains("read-only"),
+        "{}",
+        describe(&out)
+    );
+    // Well under the 10 s a join may wait for its session.
+    std::thread::sleep(Duration::from_millis(300));
+    let dst = l.t.path().join("pulled");
+    let out = cp(&srv, &["--streams", "4"], srv.url("data"), &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&data, &dst);
+}
+
 // ------------------------------------------------------------------ hostile or idle clients
 
 /// Sends `bytes` on a fresh connection, then reads until the server closes it (or 2 s pass).

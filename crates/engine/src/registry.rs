@@ -82,6 +82,14 @@ impl<T> Registry<T> {
         self.changed.notify_all();
     }
 
+    /// Ends `id` unless a session of that id is open (the `Open` that named it was refused,
+    /// or its session has ended already): joins waiting for it fail at once.
+    pub fn abandon(&self, id: &SessionId) {
+        if !self.table().open.contains_key(id) {
+            self.end(id);
+        }
+    }
+
     /// The session `id`, waiting up to `patience` for it to be opened; `None` if it does not
     /// appear in that time or has already ended.
     pub fn wait(&self, id: &SessionId, patience: Duration) -> Option<Arc<T>> {
@@ -143,5 +151,11 @@ mod tests {
         assert!(registry.wait(&[3; 16], Duration::from_secs(10)).is_none());
         assert!(asked.elapsed() < Duration::from_secs(5));
         refuser.join().unwrap();
+
+        // An `Open` refused because its id is someone else's open session leaves that one be.
+        registry.insert([4; 16], Arc::new(4)).unwrap();
+        registry.abandon(&[4; 16]);
+        let found = registry.wait(&[4; 16], Duration::from_secs(1));
+        assert_eq!(found.as_deref(), Some(&4));
     }
 }

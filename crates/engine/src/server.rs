@@ -284,63 +284,36 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         Ok(m) => m,
         Err(_) => return,
     };
+    let ticket = match access {
+        Access::Full => None,
+        Access::Ticket(id) => Some(id),
+    };
     // A join may arrive before the `Open` of its session has been served (the client sends
-    // both at once): find the session first, then check what the connection may do.
-    let joined = match &first {
-        Message::Join { session } => match shared.sessions.wait(session, JOIN_PATIENCE) {
-            Some(s) => Some(s),
-            None => {
+    // both at once): it waits for the session, and a ticket's join is checked again then.
+    if let Err((code, text)) = ticket_allows(shared, ticket, &first, true) {
+        if let Message::Open { session, .. } = &first {
+            shared.sessions.abandon(session);
+        }
+        return refuse(&mut conn, code, text);
+    }
+    match first {
+        Message::Open { session, op, path } => {
+            open_session(shared, conn, session, op, path, ticket);
+            // Joins waiting for a session that could not be opened fail now.
+            shared.sessions.abandon(&session);
+        }
+        Message::Join { session } => {
+            let Some(found) = shared.sessions.wait(&session, JOIN_PATIENCE) else {
                 return refuse(
                     &mut conn,
                     ErrorCode::UnknownSession,
                     "no such session".into(),
-                )
-            }
-        },
-        _ => None,
-    };
-    let ticket = match access {
-        Access::Full => None,
-        Access::Ticket(id) => {
-            let tickets = lock(&shared.tickets);
-            let Some(t) = tickets.iter().find(|t| t.id == id) else {
-                drop(tickets);
-                return refuse(
-                    &mut conn,
-                    ErrorCode::AuthFailed,
-                    "the ticket has expired".into(),
                 );
             };
-            let allowed = match &first {
-                Message::Open {
-                    op: Operation::Push { .. },
-                    path,
-                    ..
-                } => t.session.is_none() && *path == t.path,
-                Message::Join { session } => t.session == Some(*session),
-                _ => false,
-            };
-            if !allowed {
-                drop(tickets);
-                return refuse(
-                    &mut conn,
-                    ErrorCode::PermissionDenied,
-                    "a ticket only allows the push it was issued for".into(),
-                );
+            if let Err((code, text)) = ticket_allows(shared, ticket, &first, false) {
+                return refuse(&mut conn, code, text);
             }
-            Some(id)
-        }
-    };
-    match first {
-        Message::Open { session, op, path } => {
-            open_session(shared, conn, session, op, path, ticket);
-            // Joins still waiting for a session that could not be opened fail now.
-            shared.sessions.end(&session);
-        }
-        Message::Join { .. } => {
-            if let Some(session) = joined {
-                let _ = announce_and_serve(&mut conn, &session, &Message::Joined, false);
-            }
+            let _ = announce_and_serve(&mut conn, &found, &Message::Joined, false);
         }
         Message::Request(mut req) => {
             let issue = |path: Vec<u8>| issue_ticket(shared, path);
@@ -366,6 +339,41 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             ErrorCode::Protocol,
             "expected Open, Join or a request".into(),
         ),
+    }
+}
+
+/// What a connection authenticated by `ticket` may send first: an `Open` of a push to the
+/// ticket's path while the ticket is unused, or a `Join` of the session it opened (with
+/// `pending`, also while that session is not open yet). `Ok` without a ticket.
+fn ticket_allows(
+    shared: &Shared,
+    ticket: Option<u64>,
+    first: &Message,
+    pending: bool,
+) -> Result<(), (ErrorCode, String)> {
+    let Some(id) = ticket else { return Ok(()) };
+    let tickets = lock(&shared.tickets);
+    let Some(t) = tickets.iter().find(|t| t.id == id) else {
+        return Err((ErrorCode::AuthFailed, "the ticket has expired".into()));
+    };
+    let allowed = match first {
+        Message::Open {
+            op: Operation::Push { .. },
+            path,
+            ..
+        } => t.session.is_none() && *path == t.path,
+        Message::Join { session } => {
+            t.session == Some(*session) || (pending && t.session.is_none())
+        }
+        _ => false,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err((
+            ErrorCode::PermissionDenied,
+            "a ticket only allows the push it was issued for".into(),
+        ))
     }
 }
 
@@ -460,18 +468,27 @@ fn open_session(
         }
     };
     let session = Arc::new(session);
-    // A ticket is spent on the session it opened (before the session can be joined: a join
-    // by ticket is checked against it).
-    if let Some(tid) = ticket {
-        if let Some(t) = lock(&shared.tickets).iter_mut().find(|t| t.id == tid) {
-            t.session = Some(id);
+    // A ticket is spent on the session it opened. It is bound under the tickets' lock
+    // together with the registration, so that a join by ticket, checked under that lock once
+    // it sees the session, sees the binding too; and only if the registration succeeds.
+    let registered = {
+        let mut tickets = lock(&shared.tickets);
+        let spent = ticket.and_then(|tid| tickets.iter_mut().find(|t| t.id == tid));
+        match spent {
+            Some(t) if t.session.is_some() => Err("belongs to a ticket already spent"),
+            spent => match shared.sessions.insert(id, session.clone()) {
+                Ok(()) => {
+                    if let Some(t) = spent {
+                        t.session = Some(id);
+                    }
+                    Ok(())
+                }
+                Err(Taken::Open) => Err("is in use"),
+                Err(Taken::Ended) => Err("was used by a session that has ended"),
+            },
         }
-    }
-    if let Err(taken) = shared.sessions.insert(id, session.clone()) {
-        let why = match taken {
-            Taken::Open => "is in use",
-            Taken::Ended => "was used by a session that has ended",
-        };
+    };
+    if let Err(why) = registered {
         return refuse(
             &mut conn,
             ErrorCode::BadRequest,

@@ -83,13 +83,16 @@ impl WriterPool {
                             } else {
                                 write_batch(cursor.as_mut(), &job.incoming)
                             };
-                            if outcome.fatal.is_some() {
-                                abort.store(true, Ordering::Relaxed);
-                            }
+                            let fatal = outcome.fatal.is_some();
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             drop(job.incoming);
                             let _ = job.reply.send(outcome);
+                            // Only after the reply: on a shared reply channel the cause (e.g.
+                            // disk full) then comes before the "transfer aborted" of others.
+                            if fatal {
+                                abort.store(true, Ordering::SeqCst);
+                            }
                         }
                     })
                     .map_err(|e| TransferError::Local(format!("cannot start a writer thread: {e}")))

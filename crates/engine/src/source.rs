@@ -120,6 +120,9 @@ pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, 
                     });
                 }
                 drop(batch_tx);
+                // Once the readers are gone (the batches' receiver was dropped), the planner's
+                // sends fail and it stops; a plan receiver kept here would block it for ever.
+                drop(plan_rx);
             });
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)
         })

@@ -87,7 +87,9 @@ pub fn open(
         other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
     };
     let rtt = control.rtt.unwrap_or_default();
-    let plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    // Streams that joined on the early estimate all run, and count as started.
+    plan.streams = plan.streams.max(joining.len() + 1);
     let (planned_joining, planned_joined) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
