@@ -276,9 +276,11 @@ pub struct CpArgs {
 /// Settings shared by client and server; the defaults need no tuning.
 #[derive(Debug, Args, Clone)]
 pub struct Tuning {
-    /// Target size of a batch of packed small files (e.g. 4MiB).
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
-    pub batch_size: u64,
+    /// Target size of a batch of packed small files (e.g. 4MiB), or `auto`: 4 MiB for a copy
+    /// between local file systems, 1 MiB over the network (a batch is written once it has
+    /// arrived whole, so smaller batches end a transfer over many streams sooner).
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
+    pub batch_size: Auto<u64>,
     /// Most entries in one batch.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub batch_files: usize,
@@ -292,7 +294,7 @@ pub struct Tuning {
     /// autotuning, unless explicit buffers reach a larger window on this host (see `sprat
     /// doctor`). An explicit size is capped by net.core.rmem_max/wmem_max and turns
     /// autotuning off for the socket.
-    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_tcp_buffer)]
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
     pub tcp_buffer: Auto<u64>,
     /// Threads listing directories.
     #[arg(long, value_name = "N", default_value_t = 4)]
@@ -519,7 +521,7 @@ pub struct RelayArgs {
     pub rate: f64,
     /// Most bytes in flight per direction and connection (the TCP window it stands for), or
     /// `auto`: the largest window one connection reaches under this host's buffer limits.
-    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_tcp_buffer)]
+    #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
     pub window: Auto<u64>,
     /// Also forward each port FIRST..=LAST of the --listen address to the same port of the
     /// --to address, over the same links (e.g. a GridFTP server's passive data ports).
@@ -542,8 +544,8 @@ fn parse_streams(text: &str) -> Result<Auto<usize>, String> {
     }
 }
 
-/// `auto` or a buffer size.
-fn parse_tcp_buffer(text: &str) -> Result<Auto<u64>, String> {
+/// `auto` or a size.
+fn parse_auto_size(text: &str) -> Result<Auto<u64>, String> {
     if text == "auto" {
         return Ok(Auto(None));
     }

@@ -82,12 +82,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// Turns tuning flags into engine options (validated by the engine).
-pub fn options(t: &Tuning, streams: Option<usize>) -> TransferOptions {
+/// Turns tuning flags into engine options (validated by the engine) for a transfer over the
+/// `network` or between local file systems.
+pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOptions {
     TransferOptions {
         streams,
         tcp_buffer: t.tcp_buffer.0,
-        batch_size: t.batch_size,
+        batch_size: t.batch_size.0.unwrap_or(if network {
+            sprat_engine::config::NETWORK_BATCH_SIZE
+        } else {
+            sprat_engine::config::LOCAL_BATCH_SIZE
+        }),
         batch_files: t.batch_files,
         small_file_threshold: t.small_file_threshold,
         chunk_size: t.chunk_size,
@@ -137,7 +142,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     if key.is_some() && a.no_auth {
         anyhow::bail!("--no-auth conflicts with the token given; choose one");
     }
-    let opts = options(&a.tuning, None);
+    let opts = options(&a.tuning, None, true);
     opts.validate().map_err(TransferError::Usage)?;
     preserve_modes_exactly();
     let config = ServerConfig {
@@ -163,7 +168,9 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
     preserve_modes_exactly();
-    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options(&a.tuning, a.streams.0))?;
+    let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
+    let options = options(&a.tuning, a.streams.0, network);
+    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options)?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);
     }

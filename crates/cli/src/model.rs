@@ -253,7 +253,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
         .as_deref()
         .map(|l| parse_rate(l).map_err(|why| TransferError::Usage(format!("--link '{l}': {why}"))))
         .transpose()?;
-    let options = crate::options(&a.tuning, None);
+    let options = crate::options(&a.tuning, None, true);
     options.validate().map_err(TransferError::Usage)?;
     let plan = a
         .run
@@ -265,7 +265,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
         None => (a.files, a.total),
     };
     let (files, bytes) = (n_files as f64, n_bytes as f64);
-    let batches = ((bytes / a.tuning.batch_size.max(1) as f64).ceil() as u64).max(1);
+    let batches = ((bytes / options.batch_size.max(1) as f64).ceil() as u64).max(1);
     let alone = |c: StageCost| c.time(files, bytes);
     let by_file_size = [4 << 10, 64 << 10, 1 << 20, 16 << 20]
         .into_iter()
