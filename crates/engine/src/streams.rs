@@ -51,17 +51,15 @@ pub fn open(
     // The streams every session will have join beside the control connection, under the
     // session id chosen here: the server holds their `Join` until it has served the `Open`.
     let id: [u8; 16] = net::random();
+    let join_beside = || {
+        let (addr, key) = (addr.to_string(), key.cloned());
+        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer))
+    };
     let ahead = options
         .streams
         .unwrap_or(tune::MIN_AUTO_STREAMS)
         .saturating_sub(1);
-    let joining = (0..ahead)
-        .map(|_| {
-            let (addr, key) = (addr.to_string(), key.cloned());
-            std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer))
-        })
-        .collect();
-    let mut joining: Vec<_> = joining;
+    let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
     let dialling = Instant::now();
     let control = net::dial(addr, buffer)?;
     if options.streams.is_none() {
@@ -69,12 +67,7 @@ pub fn open(
         // the greeting): time enough to join the streams a path this long will want, before
         // the authentication exchange measures the round trip exactly.
         let early = tune::start_plan(&limits, dialling.elapsed() / 2, None, options.tcp_buffer);
-        for _ in ahead + 1..early.streams {
-            let (addr, key) = (addr.to_string(), key.cloned());
-            joining.push(std::thread::spawn(move || {
-                join_one(&addr, key.as_ref(), id, buffer)
-            }));
-        }
+        joining.extend((ahead + 1..early.streams).map(|_| join_beside()));
     }
     let open = Message::Open {
         session: id,

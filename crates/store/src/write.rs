@@ -678,9 +678,19 @@ impl WriterCursor<'_> {
     }
 }
 
+/// `statfs` magic of tmpfs (`linux/magic.h`).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
 /// Reserves the blocks of a file about to be written in chunks, so the file system can lay
-/// it out contiguously; where `fallocate` is not supported the size is set instead.
+/// it out contiguously; where `fallocate` is not supported the size is set instead. On tmpfs
+/// only the size is set: there is no layout to gain, and `fallocate` would clear every page
+/// up front (1.5 s of kernel time for 4 GiB on this host, stalling the writes behind it).
+// `f_type`'s integer type differs between architectures.
+#[allow(clippy::unnecessary_cast)]
 fn preallocate(fd: &OwnedFd, size: u64) -> Result<(), Errno> {
+    if rustix::fs::fstatfs(fd).is_ok_and(|s| s.f_type as i64 == TMPFS_MAGIC) {
+        return ftruncate(fd, size);
+    }
     match rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, size) {
         Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => ftruncate(fd, size),
         other => other,
