@@ -549,5 +549,7 @@ fn parse_auto_size(text: &str) -> Result<Auto<u64>, String> {
     if text == "auto" {
         return Ok(Auto(None));
     }
-    crate::size::parse(text).map(|b| Auto(Some(b)))
+    crate::size::parse(text)
+        .map(|b| Auto(Some(b)))
+        .map_err(|why| format!("{why}; or 'auto'"))
 }
