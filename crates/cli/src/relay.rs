@@ -97,6 +97,10 @@ pub fn parse_port_range(text: &str) -> Result<RangeInclusive<u16>, String> {
 
 /// TCP's initial window: 10 segments.
 const INITIAL_WINDOW: usize = 10 * 1448;
+/// Receive buffer of the relay's sockets: small, so that bytes beyond a connection's window
+/// wait in the sender's own socket (as on a real path, where only the window is in flight)
+/// rather than in a relay buffer that would accept megabytes at once.
+const RELAY_RCVBUF: usize = 64 << 10;
 /// Largest piece read at once.
 const PIECE: usize = 64 << 10;
 
@@ -182,9 +186,11 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
         sprat_engine::report::human_bytes(window as u64),
     );
     for (l, to) in extra {
+        let _ = socket2::SockRef::from(&l).set_recv_buffer_size(RELAY_RCVBUF);
         let path = path.clone();
         std::thread::spawn(move || path.serve(l, to));
     }
+    let _ = socket2::SockRef::from(&listener).set_recv_buffer_size(RELAY_RCVBUF);
     path.serve(listener, a.to);
     Ok(0)
 }
@@ -222,6 +228,7 @@ impl Path {
                     }
                 };
                 let _ = (client.set_nodelay(true), server.set_nodelay(true));
+                let _ = socket2::SockRef::from(&server).set_recv_buffer_size(RELAY_RCVBUF);
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                     return;
                 };

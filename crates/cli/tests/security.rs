@@ -505,6 +505,35 @@ fn read_only_server_refuses_push_and_writes_nothing() {
 }
 
 #[test]
+fn a_refused_push_reports_why_though_its_batches_followed_the_open() {
+    // A push sends its first batches right behind its `Open` (and each joining stream behind
+    // its `Join`), before the server has answered. The refusal must still reach the client,
+    // not be lost to a reset connection, and the joins' own refusals must not hide it.
+    let l = Layout::new();
+    make_many_files(&l.src.join("many"), 2000, 4096, 3);
+    let before = snapshot(&l.root);
+    let srv = server_with(&l.root, &ServerOptions::read_only());
+    for streams in ["1", "8"] {
+        let out = cp(
+            &srv,
+            &["--batch-files", "1", "--streams", streams],
+            &l.src,
+            srv.url("dst"),
+        );
+        assert_failed(&out);
+        assert!(
+            stderr_lower(&out).contains("read-only"),
+            "stderr does not mention read-only (--streams {streams}):\n{}",
+            describe(&out)
+        );
+    }
+    assert!(
+        snapshot(&l.root) == before,
+        "a refused push changed the root"
+    );
+}
+
+#[test]
 fn read_only_server_allows_pull() {
     let l = Layout::new();
     let data = l.root.join("data");

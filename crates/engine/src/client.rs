@@ -437,11 +437,27 @@ pub fn push_input(
                     Err(_) => tx.shutdown_write(),
                 }
             });
-            s.spawn(move || match receive_acks(&mut rx, counts, acked) {
-                Ok(()) if !ack_retired.load(Ordering::SeqCst) => tail.record(),
-                Ok(()) => {}
-                Err(e) => fail(e),
-            });
+            // A stream that has not read the server's `Opened` or `Joined` yet holds back the
+            // commit until it has (see `Session::commit`).
+            let hold = rx
+                .awaiting_announcement
+                .then(|| session.hold_commit())
+                .flatten();
+            s.spawn(
+                move || match receive_acks(&mut rx, counts, acked, hold, session) {
+                    Ok(()) if !ack_retired.load(Ordering::SeqCst) => tail.record(),
+                    Ok(()) => {}
+                    Err(Refused { error, announced }) => {
+                        if control && !announced {
+                            session.set_opened(false);
+                        }
+                        // A join refused because the `Open` was: the control connection says why.
+                        if control || announced || session.wait_opened() {
+                            fail(error);
+                        }
+                    }
+                },
+            );
             retire_tx
         };
         retirements.push(start(&control, true));
@@ -527,19 +543,41 @@ fn send_batches(
     Ok(ended)
 }
 
+/// Why a push stream's acknowledgements stopped, and whether the server had announced the
+/// stream (`Opened` or `Joined`) by then.
+struct Refused {
+    error: TransferError,
+    announced: bool,
+}
+
+/// Reads a push stream's replies: its announcement first if it is still due, then
+/// acknowledgements until `EndAck`. `hold` (see [`streams::Session::hold_commit`]) is
+/// released with the announcement.
 fn receive_acks(
     conn: &mut Conn,
     counts: &Mutex<Counts>,
     acked: &AtomicU64,
-) -> Result<(), TransferError> {
+    mut hold: Option<crossbeam_channel::Sender<()>>,
+    session: &streams::Session,
+) -> Result<(), Refused> {
+    let mut announced = !conn.awaiting_announcement;
+    let refused = |error, announced| Refused { error, announced };
     loop {
-        match conn.recv()? {
+        let frame = conn.recv().map_err(|e| refused(e, announced))?;
+        match frame {
+            Frame::Control(Message::Opened { .. } | Message::Joined) if !announced => {
+                announced = true;
+                if matches!(frame, Frame::Control(Message::Opened { .. })) {
+                    session.set_opened(true);
+                }
+                hold.take();
+            }
             Frame::Control(Message::BatchAck {
                 seq,
                 files,
                 bytes,
                 failures,
-            }) => {
+            }) if announced => {
                 acked.fetch_add(bytes, Ordering::Relaxed);
                 let o = BatchOutcome {
                     seq,
@@ -553,16 +591,22 @@ fn receive_acks(
                     .unwrap_or_else(|p| p.into_inner())
                     .add_outcome(&o);
             }
-            Frame::Control(Message::EndAck) => return Ok(()),
+            Frame::Control(Message::EndAck) if announced => return Ok(()),
             Frame::Control(Message::Error { code, text }) => {
-                return Err(TransferError::Remote {
+                let error = TransferError::Remote {
                     peer: conn.peer.clone(),
                     code,
                     text,
-                })
+                };
+                return Err(refused(error, announced));
             }
-            Frame::Control(other) => return Err(conn.protocol(format!("unexpected {other:?}"))),
-            Frame::Batch(..) => return Err(conn.protocol("unexpected batch".into())),
+            Frame::Control(other) => {
+                let error = conn.protocol(format!("unexpected {other:?}"));
+                return Err(refused(error, announced));
+            }
+            Frame::Batch(..) => {
+                return Err(refused(conn.protocol("unexpected batch".into()), announced))
+            }
         }
     }
 }

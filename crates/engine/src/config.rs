@@ -41,6 +41,9 @@ pub const LOCAL_BATCH_SIZE: u64 = 4 << 20;
 /// loopback (docs/performance.md).
 pub const NETWORK_BATCH_SIZE: u64 = 1 << 20;
 
+/// Most bytes of encoded batches a source holds ready for the streams.
+pub const READY_BATCH_BYTES: u64 = 32 << 20;
+
 impl Default for TransferOptions {
     fn default() -> Self {
         TransferOptions {
@@ -64,6 +67,15 @@ impl TransferOptions {
     /// Streams to plan queues for before the session has measured its path.
     pub fn expected_streams(&self) -> usize {
         self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)
+    }
+
+    /// Batches the source may hold ready: one for each stream a session may start at once
+    /// (on a long path every stream then has data for its first round trip), within
+    /// [`READY_BATCH_BYTES`].
+    pub fn ready_batches(&self) -> usize {
+        let streams = self.streams.unwrap_or(crate::tune::WIDE_START_STREAMS);
+        let affordable = (READY_BATCH_BYTES / self.batch_size.max(1)).max(1) as usize;
+        self.read_threads.max(streams.min(affordable))
     }
 
     /// Checks ranges; the error names the option.

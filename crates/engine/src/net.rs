@@ -2,7 +2,7 @@
 //! handshake run over them. All parsing and validation happens in the protocol crate.
 
 use crate::error::TransferError;
-use sprat_proto::auth::{ClientHandshake, Credential, ServerChallenge, TokenKey};
+use sprat_proto::auth::{AuthError, ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::frame::kind;
 use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
 use std::io::{IoSlice, Read, Write};
@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a client may take to authenticate to a server.
 pub const CLIENT_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
+/// cannot send faster does not take more batches into its socket while other streams could
+/// carry them.
+const NOTSENT_LOWAT: u32 = 128 << 10;
 /// Largest frame accepted before authentication.
 const MAX_UNAUTHENTICATED_FRAME: u32 = 4096;
 
@@ -27,8 +31,11 @@ pub enum Frame {
 pub struct Conn {
     pub stream: TcpStream,
     pub peer: String,
-    /// Round trip of the authentication exchange (client side; `None` elsewhere).
+    /// Round trip estimated from the handshake (client side; `None` elsewhere), see [`dial`].
     pub rtt: Option<Duration>,
+    /// Client side: the server's `Opened` or `Joined` for this connection is still to be read
+    /// (a push sends its batches without waiting for it).
+    pub awaiting_announcement: bool,
 }
 
 impl Conn {
@@ -38,6 +45,7 @@ impl Conn {
             stream,
             peer,
             rtt: None,
+            awaiting_announcement: false,
         }
     }
 
@@ -47,6 +55,7 @@ impl Conn {
             stream: self.stream.try_clone().map_err(|e| self.lost(e))?,
             peer: self.peer.clone(),
             rtt: self.rtt,
+            awaiting_announcement: self.awaiting_announcement,
         })
     }
 
@@ -242,6 +251,7 @@ fn tcp_socket(
         socket2::Type::STREAM,
         Some(socket2::Protocol::TCP),
     )?;
+    let _ = socket.set_tcp_notsent_lowat(NOTSENT_LOWAT);
     if let Some(bytes) = tcp_buffer {
         let bytes = bytes.min(i32::MAX as u64 / 2) as usize;
         let _ = socket.set_send_buffer_size(bytes);
@@ -250,98 +260,138 @@ fn tcp_socket(
     Ok(socket)
 }
 
-/// [`connect`] with explicit socket buffers (`None`: kernel autotuning). The connection's
-/// `rtt` is the round trip of the authentication exchange.
+/// [`connect`] with explicit socket buffers (`None`: kernel autotuning).
 pub fn connect_with(
     addr: &str,
     key: Option<&TokenKey>,
     first: &Message,
     tcp_buffer: Option<u64>,
 ) -> Result<Conn, TransferError> {
-    dial(addr, tcp_buffer)?.authenticate(key, first)
+    dial(addr, key, tcp_buffer)?.authenticate(first)
 }
 
-/// A connection whose server greeting has arrived, not yet authenticated: dialled ahead so
-/// that its connect and greeting overlap other work (the streams a session will join).
+/// A connection whose server has answered the client's hello and proved the key; the
+/// client's own proof is not sent yet. Dialled ahead so that its connect and greeting overlap
+/// other work (the streams a session will join).
 pub struct Dialed {
     conn: Conn,
-    hello: Message,
+    proof: Message,
 }
 
-/// Connects to `addr` and waits for the server's greeting (the first half of [`connect_with`]).
-pub fn dial(addr: &str, tcp_buffer: Option<u64>) -> Result<Dialed, TransferError> {
+/// Connects to `addr`, says hello and checks the server's answer (the first half of
+/// [`connect_with`]). The connection's `rtt` is half the time from `connect` to that answer:
+/// two round trips on a real path (the TCP handshake, then the hellos).
+pub fn dial(
+    addr: &str,
+    key: Option<&TokenKey>,
+    tcp_buffer: Option<u64>,
+) -> Result<Dialed, TransferError> {
+    let started = Instant::now();
     let stream = open_tcp(addr, tcp_buffer)?;
     let mut conn = Conn::new(stream, addr.to_string());
     let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let hello = conn.recv_control()?;
-    Ok(Dialed { conn, hello })
+    let (handshake, hello) = ClientHandshake::new(key.cloned(), random());
+    conn.send(&hello)?;
+    let auth_err = |why: String| TransferError::Auth {
+        peer: addr.to_string(),
+        why,
+    };
+    let reply = match conn.recv_small()? {
+        Message::Error { code, text } if code != sprat_proto::ErrorCode::AuthFailed => {
+            return Err(TransferError::Remote {
+                peer: addr.to_string(),
+                code,
+                text,
+            })
+        }
+        reply => reply,
+    };
+    let proof = handshake
+        .on_message(reply)
+        .map_err(|e| auth_err(e.to_string()))?;
+    conn.rtt = Some(started.elapsed() / 2);
+    Ok(Dialed { conn, proof })
 }
 
 impl Dialed {
-    /// Answers the greeting and sends `first` in the same write; returns once the server has
-    /// proved the key too. `rtt` is set to that exchange's round trip.
-    pub fn authenticate(
-        self,
-        key: Option<&TokenKey>,
-        first: &Message,
-    ) -> Result<Conn, TransferError> {
-        let Dialed { mut conn, hello } = self;
-        let peer = conn.peer.clone();
-        let auth_err = |why: String| TransferError::Auth {
-            peer: peer.clone(),
-            why,
-        };
-        let (waiting, answer) = ClientHandshake::new(key.cloned(), random())
-            .on_message(hello)
-            .map_err(|e| auth_err(e.to_string()))?;
-        let mut both = answer.encode();
+    /// The round trip estimated from the handshake, see [`dial`].
+    pub fn rtt(&self) -> Duration {
+        self.conn.rtt.unwrap_or_default()
+    }
+
+    /// Sends the client's proof and `first` in one write, and returns without waiting: the
+    /// server reads `first` only once the proof is checked, and answers it (or refuses the
+    /// proof with `Error`) as the first thing it sends. A push may send its first batches
+    /// right behind.
+    pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
+        let Dialed { mut conn, proof } = self;
+        let mut both = proof.encode();
         both.extend_from_slice(&first.encode());
         conn.stream.write_all(&both).map_err(|e| conn.lost(e))?;
-        let sent = Instant::now();
-        let reply = match conn.recv_control() {
-            Err(TransferError::Remote { text, .. }) => return Err(auth_err(text)),
-            Err(TransferError::ConnectionLost { .. }) => {
-                return Err(auth_err(
-                    "the server closed the connection (wrong token?)".into(),
-                ))
-            }
-            other => other?,
-        };
-        waiting
-            .on_message(reply)
-            .map_err(|e| auth_err(e.to_string()))?;
-        conn.rtt = Some(sent.elapsed());
         let _ = conn.stream.set_read_timeout(None);
         Ok(conn)
     }
 }
 
+/// How long a refusing server keeps reading (and dropping) what the client sent before the
+/// refusal reached it: closing a socket with unread data resets the connection, and the reset
+/// can destroy the refusal before the client reads it.
+const LINGER: Duration = Duration::from_secs(2);
+
+impl Conn {
+    /// Sends `Error` and closes the connection without losing it: stops sending, then reads
+    /// and drops whatever the client sent until it closes too (it does once it reads the
+    /// error) or [`LINGER`] has passed.
+    pub fn refuse(&mut self, code: sprat_proto::ErrorCode, text: String) {
+        if self.send(&Message::Error { code, text }).is_err() {
+            return;
+        }
+        self.shutdown_write();
+        let deadline = Instant::now() + LINGER;
+        let mut sink = [0u8; 16 << 10];
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            if left.is_zero() || self.stream.set_read_timeout(Some(left)).is_err() {
+                break;
+            }
+            match self.stream.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
 /// Runs the server side of the handshake on a new connection; `tickets` are one-time keys
-/// also accepted. Returns the credential the client proved.
+/// also accepted. Returns the credential the client proved; a client that failed is refused
+/// (with `Error`) here.
 pub fn accept(
     conn: &mut Conn,
     key: Option<&TokenKey>,
     tickets: Vec<TokenKey>,
 ) -> Result<Credential, TransferError> {
     let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
-    let (challenge, hello) = ServerChallenge::start(key.cloned(), tickets, random());
-    conn.send(&hello)?;
-    let answer = conn.recv_small()?;
-    let credential = match challenge.on_message(answer) {
-        Ok((reply, credential)) => {
-            conn.send(&reply)?;
-            credential
+    let refuse = |conn: &mut Conn, e: AuthError| {
+        let code = match e {
+            AuthError::Version(_) | AuthError::Unexpected => sprat_proto::ErrorCode::Protocol,
+            _ => sprat_proto::ErrorCode::AuthFailed,
+        };
+        conn.refuse(code, e.to_string());
+        TransferError::Auth {
+            peer: conn.peer.clone(),
+            why: e.to_string(),
         }
-        Err(e) => {
-            let _ = conn.send(&Message::Error {
-                code: sprat_proto::ErrorCode::AuthFailed,
-                text: e.to_string(),
-            });
-            return Err(TransferError::Auth {
-                peer: conn.peer.clone(),
-                why: e.to_string(),
-            });
-        }
+    };
+    let handshake = ServerHandshake::new(key.cloned(), tickets, random());
+    let hello = conn.recv_small()?;
+    let (waiting, reply) = match handshake.on_message(hello) {
+        Ok(answered) => answered,
+        Err(e) => return Err(refuse(conn, e)),
+    };
+    conn.send(&reply)?;
+    let proof = conn.recv_small()?;
+    let credential = match waiting.on_message(proof) {
+        Ok(credential) => credential,
+        Err(e) => return Err(refuse(conn, e)),
     };
     let _ = conn.stream.set_read_timeout(None);
     Ok(credential)

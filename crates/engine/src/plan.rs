@@ -3,7 +3,9 @@
 //! Small files, directories and symlinks are packed into batches of about `batch_size` bytes
 //! and at most `batch_files` entries; files above `small_file_threshold` are cut into chunks of
 //! `chunk_size` bytes that travel in batches of their own, so a large file is spread over every
-//! stream. Pure logic: no I/O.
+//! stream. The first batches, one for each stream a session may start at once, are smaller
+//! ([`OPENING_BATCH_SIZE`]): in slow start a stream sends only 14.5 KB in its first round trip,
+//! and small first batches are ready for every stream sooner. Pure logic: no I/O.
 
 use crate::config::TransferOptions;
 use sprat_store::{EntryType, ScanEntry};
@@ -49,9 +51,14 @@ impl PlanItem {
     }
 }
 
+/// Size of the opening batches (see the module comment).
+pub const OPENING_BATCH_SIZE: u64 = 128 << 10;
+
 /// Packs entries into batch plans.
 pub struct Planner {
     batch_size: u64,
+    /// Batches emitted at [`OPENING_BATCH_SIZE`] before `batch_size` applies.
+    opening_batches: u64,
     batch_files: usize,
     threshold: u64,
     chunk_size: u64,
@@ -63,6 +70,7 @@ impl Planner {
     pub fn new(options: &TransferOptions) -> Planner {
         Planner {
             batch_size: options.batch_size,
+            opening_batches: options.ready_batches() as u64,
             batch_files: options.batch_files,
             threshold: options.small_file_threshold,
             chunk_size: options.chunk_size,
@@ -119,8 +127,13 @@ impl Planner {
         // Entry headers count against the batch size too, so a batch of many long paths
         // stays as bounded as a batch of data.
         let bytes = data + item.path().len() as u64 + ENTRY_OVERHEAD;
+        let batch_size = if self.next_seq <= self.opening_batches {
+            self.batch_size.min(OPENING_BATCH_SIZE)
+        } else {
+            self.batch_size
+        };
         let full = !self.current.items.is_empty()
-            && (self.current.budget_bytes + bytes > self.batch_size
+            && (self.current.budget_bytes + bytes > batch_size
                 || self.current.items.len() >= self.batch_files);
         if full {
             self.flush(emit);
@@ -212,6 +225,28 @@ mod tests {
         assert_eq!(covered, size);
         // Five full chunks, then the 123-byte tail chunk shares a batch with the small file.
         assert_eq!(plans.len(), 6);
+    }
+
+    #[test]
+    fn the_first_batches_are_small_ones_for_every_stream_that_may_start() {
+        let options = TransferOptions::default();
+        let files = 40 * (options.batch_size / 4096) as usize;
+        let plans = plan(
+            (0..files).map(|i| file(&format!("f{i}"), 4096)).collect(),
+            &options,
+        );
+        let opening = options.ready_batches();
+        assert!(opening >= crate::tune::WIDE_START_STREAMS);
+        let (first, rest) = plans.split_at(opening);
+        assert!(first
+            .iter()
+            .all(|p| p.budget_bytes <= OPENING_BATCH_SIZE && p.data_bytes >= 64 << 10));
+        assert!(
+            rest[..rest.len() - 1]
+                .iter()
+                .all(|p| p.data_bytes > options.batch_size / 2
+                    && p.budget_bytes <= options.batch_size)
+        );
     }
 
     #[test]

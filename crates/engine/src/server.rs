@@ -184,8 +184,10 @@ impl Server {
     }
 }
 
+/// Refuses what a connection asked for; see [`Conn::refuse`] (the client may have sent data
+/// behind its request).
 fn refuse(conn: &mut Conn, code: ErrorCode, text: String) {
-    let _ = conn.send(&Message::Error { code, text });
+    conn.refuse(code, text);
 }
 
 fn refuse_store(conn: &mut Conn, e: &StoreError) {

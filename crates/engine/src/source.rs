@@ -46,8 +46,7 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 /// Starts scanning and reading `source`.
 pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, TransferError> {
     let options = options.clone();
-    let (batch_tx, batches) =
-        bounded::<Batch>(options.read_threads.max(options.expected_streams()));
+    let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
     let root_is_dir = matches!(source, Source::Dir(_));
     let join = std::thread::Builder::new()
         .name("sprat-source".into())
@@ -202,8 +201,7 @@ pub fn synthetic(
 ) -> Result<SourceHandle, TransferError> {
     use rand::{RngCore, SeedableRng};
     let options = options.clone();
-    let (batch_tx, batches) =
-        bounded::<Batch>(options.read_threads.max(options.expected_streams()));
+    let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
     let join = std::thread::Builder::new()
         .name("sprat-synthetic".into())
         .spawn(move || {

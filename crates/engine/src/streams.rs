@@ -15,7 +15,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ pub struct Session {
     addr: String,
     key: Option<TokenKey>,
     id: [u8; 16],
+    /// Whether the source is a directory (a pull's `Opened` says; false for a push).
     pub root_is_dir: bool,
     pub rtt: Duration,
     pub plan: StartPlan,
@@ -31,14 +32,23 @@ pub struct Session {
     pub auto: bool,
     /// Connections joining while the session opened.
     joining: Mutex<Vec<JoinHandle<Result<Conn, TransferError>>>>,
-    /// Dropped once the planned streams have joined (or failed to); see [`Session::commit`].
+    /// Dropped once the planned streams have joined and each push stream among them has read
+    /// the server's `Joined`; see [`Session::commit`].
     planned_joining: Mutex<Option<Sender<()>>>,
     planned_joined: Receiver<()>,
+    /// A push's control connection: `Some(true)` once its `Opened` arrived, `Some(false)` once
+    /// it failed before that.
+    opened: (Mutex<Option<bool>>, Condvar),
 }
 
 /// Opens a session (`Open` on a control connection) and plans its streams. Returns the
 /// session and the control connection; the transfer starts on it at once and joins the other
 /// planned streams ([`Session::join_planned`]) while the first data already flows.
+///
+/// A push does not wait for `Opened` (nor its joining streams for `Joined`): its first
+/// batches travel right behind the `Open`, two round trips after `connect`. Each push
+/// stream then reads the server's announcement before its acknowledgements
+/// ([`Conn::awaiting_announcement`]). A pull waits for `Opened`, which says what the source is.
 pub fn open(
     addr: &str,
     key: Option<&TokenKey>,
@@ -49,41 +59,63 @@ pub fn open(
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
+    let push = matches!(op, Operation::Push { .. });
     // The streams every session will have join beside the control connection, under the
     // session id chosen here: the server holds their `Join` until it has served the `Open`.
     let id: [u8; 16] = net::random();
     let join_beside = || {
         let (addr, key) = (addr.to_string(), key.cloned());
-        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer))
+        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer, !push))
     };
     let ahead = options
         .streams
         .unwrap_or(tune::MIN_AUTO_STREAMS)
         .saturating_sub(1);
     let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
-    let dialling = Instant::now();
-    let control = net::dial(addr, buffer)?;
-    if options.streams.is_none() {
-        // The greeting came two round trips after the dialling began (the TCP handshake, then
-        // the greeting): time enough to join the streams a path this long will want, before
-        // the authentication exchange measures the round trip exactly.
-        let early = tune::start_plan(&limits, dialling.elapsed() / 2, None, options.tcp_buffer);
-        joining.extend((ahead + 1..early.streams).map(|_| join_beside()));
+    let (dialled_tx, dialled) = bounded(1);
+    {
+        let (addr, key) = (addr.to_string(), key.cloned());
+        std::thread::spawn(move || {
+            // The receiver is gone only if `open` returned already; nothing to tell then.
+            let _ = dialled_tx.send(net::dial(&addr, key.as_ref(), buffer));
+        });
     }
+    let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
+        Ok(control) => control,
+        Err(_) => {
+            // No hello yet: a long path, where streams starting now rather than two round
+            // trips later (once the hello tells how long) shorten slow start the most.
+            if options.streams.is_none() {
+                let wide = tune::WIDE_START_STREAMS.saturating_sub(1);
+                joining.extend((joining.len()..wide).map(|_| join_beside()));
+            }
+            dialled
+                .recv()
+                .map_err(|_| TransferError::Local("the connecting thread failed".into()))?
+        }
+    }?;
+    // The server's hello came two round trips after the dialling began (the TCP handshake,
+    // then the hellos): the streams a path this long wants join now, beside the `Open`.
+    let rtt = control.rtt();
+    let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    joining.extend((joining.len() + 1..plan.streams).map(|_| join_beside()));
+    // Streams that joined early all run, and count as started.
+    plan.streams = plan.streams.max(joining.len() + 1);
     let open = Message::Open {
         session: id,
         op,
         path: path.to_vec(),
     };
-    let mut control = control.authenticate(key, &open)?;
-    let root_is_dir = match control.recv_control()? {
-        Message::Opened { root_is_dir } => root_is_dir,
-        other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
+    let mut control = control.authenticate(&open)?;
+    let root_is_dir = if push {
+        control.awaiting_announcement = true;
+        false
+    } else {
+        match control.recv_control()? {
+            Message::Opened { root_is_dir } => root_is_dir,
+            other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
+        }
     };
-    let rtt = control.rtt.unwrap_or_default();
-    let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
-    // Streams that joined on the early estimate all run, and count as started.
-    plan.streams = plan.streams.max(joining.len() + 1);
     let (planned_joining, planned_joined) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
@@ -96,6 +128,7 @@ pub fn open(
         joining: Mutex::new(joining),
         planned_joining: Mutex::new(Some(planned_joining)),
         planned_joined,
+        opened: (Mutex::new(None), Condvar::new()),
     };
     Ok((session, control))
 }
@@ -114,11 +147,42 @@ impl Session {
 
     /// Sends `Commit` on `control` (a handle on the control connection) as soon as its own
     /// stream has ended, while the other streams finish: the server's totals then come back
-    /// without a round trip of their own. Waits for the planned streams to have joined first:
-    /// the server forgets the session once it answers, and a join after that would fail.
+    /// without a round trip of their own. Waits for the planned streams to have joined first
+    /// (a push stream, until it read `Joined`): the server forgets the session once it
+    /// answers, and a join after that would fail.
     pub fn commit(&self, control: &mut Conn) -> Result<(), TransferError> {
         let _ = self.planned_joined.recv();
         control.send(&Message::Commit)
+    }
+
+    /// Holds back [`Session::commit`] until the returned guard is dropped: a push stream that
+    /// has not read its `Joined` yet holds one. `None` once the planned streams have joined.
+    pub fn hold_commit(&self) -> Option<Sender<()>> {
+        self.planned_joining
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records whether a push's control connection read `Opened` (true) or failed first.
+    pub fn set_opened(&self, opened: bool) {
+        let (lock, changed) = &self.opened;
+        lock.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(opened);
+        changed.notify_all();
+    }
+
+    /// Whether a push's control connection read `Opened`, once it is known. A joining stream
+    /// refused before its `Joined` asks this first: if the `Open` failed, the control
+    /// connection reports why, and the join's refusal is only a consequence.
+    pub fn wait_opened(&self) -> bool {
+        let (lock, changed) = &self.opened;
+        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = changed
+            .wait_timeout_while(guard, OPENED_PATIENCE, |o| o.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        guard.unwrap_or(true)
     }
 
     /// Joins `n` more connections to the session, in parallel (those that joined while the
@@ -141,11 +205,14 @@ impl Session {
             for _ in 0..fresh {
                 let done_tx = done_tx.clone();
                 s.spawn(move || {
+                    // Streams added later wait for `Joined`: a join that arrives after the
+                    // session ended must fail before it takes any data.
                     let _ = done_tx.send(join_one(
                         &self.addr,
                         self.key.as_ref(),
                         self.id,
                         self.plan.tcp_buffer,
+                        true,
                     ));
                 });
             }
@@ -225,14 +292,23 @@ impl Session {
     }
 }
 
-/// Connects a stream to the session `id`: authenticates, sends `Join` and waits for `Joined`.
+/// How long a refused join waits to learn whether its session's `Open` succeeded.
+const OPENED_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Connects a stream to the session `id`: authenticates and sends `Join`; with `wait`, also
+/// reads `Joined`, else leaves it to be read ([`Conn::awaiting_announcement`]).
 fn join_one(
     addr: &str,
     key: Option<&TokenKey>,
     id: [u8; 16],
     tcp_buffer: Option<u64>,
+    wait: bool,
 ) -> Result<Conn, TransferError> {
     let mut c = net::connect_with(addr, key, &Message::Join { session: id }, tcp_buffer)?;
+    if !wait {
+        c.awaiting_announcement = true;
+        return Ok(c);
+    }
     match c.recv_control()? {
         Message::Joined => Ok(c),
         other => Err(c.protocol(format!("expected Joined, got {other:?}"))),

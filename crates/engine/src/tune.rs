@@ -146,6 +146,16 @@ pub const MAX_AUTO_STREAMS: usize = 32;
 /// while throughput grows.
 pub const INITIAL_RATE_GUESS: f64 = 125e6;
 
+/// How long a client waits for the server's hello before it takes the path for a long one
+/// (a round trip over twice this) and starts [`WIDE_START_STREAMS`] at once: on loopback and
+/// a LAN the hello comes within a millisecond.
+pub const HELLO_GRACE: Duration = Duration::from_millis(5);
+/// Streams an automatic session starts on a long path before it knows the round trip. Slow
+/// start leaves the link idle for about log2(BDP / (streams x 14.5 KB)) round trips, less
+/// what those round trips carry: at 100 ms and 1 Gbit/s, 0.49 s with 14 streams, 0.36 s with
+/// 32. The adapter retires what the path does not need.
+pub const WIDE_START_STREAMS: usize = MAX_AUTO_STREAMS;
+
 /// TCP's initial congestion window (10 segments, RFC 6928): what a new connection may send
 /// in its first round trip before slow start doubles it each round trip.
 pub const INITIAL_CWND: u64 = 10 * 1448;

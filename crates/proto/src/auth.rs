@@ -1,10 +1,15 @@
 //! Token authentication by challenge and response; the token never crosses the wire.
 //!
-//! Both sides derive a key from the shared token. The server sends a random nonce, the client
-//! answers with its own nonce and a keyed BLAKE3 MAC over both, and the server proves knowledge
-//! of the key in return, so each side authenticates the other. Each handshake state is its own
-//! type, consumed by the message that moves it on; nonces are supplied by the caller (no I/O,
-//! no randomness in this crate).
+//! Both sides derive a key from the shared token. The client speaks first: its nonce, and a
+//! hint (a MAC of that nonce) that tells the server which of its keys the client holds (the
+//! server's token or a one-time ticket). The server answers with its own nonce and proves the
+//! key at once with a MAC over both nonces; the client checks that proof before it sends
+//! anything else, then proves the key in turn with its own MAC, and sends its first request (or
+//! the first data of a push) right behind it. The server reads nothing more until that proof is
+//! checked. So each side authenticates the other, and data starts two round trips after
+//! `connect`, the same as a request's reply. Each handshake state is its own type, consumed by
+//! the message that moves it on; nonces are supplied by the caller (no I/O, no randomness in
+//! this crate).
 
 use crate::message::Message;
 use crate::PROTOCOL_VERSION;
@@ -21,12 +26,21 @@ impl TokenKey {
         TokenKey(blake3::derive_key(KEY_CONTEXT, token))
     }
 
-    fn mac(&self, role: &[u8], server_nonce: &[u8; 32], client_nonce: &[u8; 32]) -> blake3::Hash {
+    fn mac(&self, parts: &[&[u8]]) -> blake3::Hash {
         let mut h = blake3::Hasher::new_keyed(&self.0);
-        h.update(role);
-        h.update(server_nonce);
-        h.update(client_nonce);
+        for part in parts {
+            h.update(part);
+        }
         h.finalize()
+    }
+
+    /// Tells the server which key the client holds, without proving it (it can be replayed).
+    fn hint(&self, client_nonce: &[u8; 32]) -> blake3::Hash {
+        self.mac(&[b"hint", client_nonce])
+    }
+
+    fn proof(&self, role: &[u8], server_nonce: &[u8; 32], client_nonce: &[u8; 32]) -> blake3::Hash {
+        self.mac(&[role, server_nonce, client_nonce])
     }
 }
 
@@ -51,51 +65,46 @@ pub enum AuthError {
     Unexpected,
 }
 
-/// Server side, before the client answered the challenge.
-pub struct ServerChallenge {
-    key: Option<TokenKey>,
-    tickets: Vec<TokenKey>,
-    nonce: [u8; 32],
-}
-
 /// Which credential a client proved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
     /// The server's own token (or no token on a server run with `--no-auth`).
     Token,
-    /// The one-time ticket at this index of the list given to [`ServerChallenge::start`].
+    /// The one-time ticket at this index of the list given to [`ServerHandshake::new`].
     Ticket(usize),
 }
 
-impl ServerChallenge {
-    /// Starts a handshake; send the returned hello. `key` is `None` on a server run with
-    /// `--no-auth`; `tickets` are one-time keys that grant narrower rights.
-    pub fn start(
-        key: Option<TokenKey>,
-        tickets: Vec<TokenKey>,
-        nonce: [u8; 32],
-    ) -> (ServerChallenge, Message) {
-        let hello = Message::ServerHello {
-            version: PROTOCOL_VERSION,
-            auth_required: key.is_some(),
+/// Server side, waiting for the client's hello.
+pub struct ServerHandshake {
+    key: Option<TokenKey>,
+    tickets: Vec<TokenKey>,
+    nonce: [u8; 32],
+}
+
+/// Server side, having proved the key, waiting for the client's proof.
+pub struct ServerAwaitingProof {
+    /// The client proof expected and the credential it stands for (`None`: `--no-auth`).
+    expected: Option<(blake3::Hash, Credential)>,
+}
+
+impl ServerHandshake {
+    /// `key` is `None` on a server run with `--no-auth`; `tickets` are one-time keys that grant
+    /// narrower rights.
+    pub fn new(key: Option<TokenKey>, tickets: Vec<TokenKey>, nonce: [u8; 32]) -> ServerHandshake {
+        ServerHandshake {
+            key,
+            tickets,
             nonce,
-        };
-        (
-            ServerChallenge {
-                key,
-                tickets,
-                nonce,
-            },
-            hello,
-        )
+        }
     }
 
-    /// Checks the client's answer; on success returns the reply to send and the credential used.
-    pub fn on_message(self, msg: Message) -> Result<(Message, Credential), AuthError> {
-        let Message::ClientAuth {
+    /// Answers the client's hello with the server's own, which proves the key the client's
+    /// hint names. A hint that names none of the server's keys is a wrong token.
+    pub fn on_message(self, msg: Message) -> Result<(ServerAwaitingProof, Message), AuthError> {
+        let Message::ClientHello {
             version,
-            nonce,
-            mac,
+            nonce: client_nonce,
+            hint,
         } = msg
         else {
             return Err(AuthError::Unexpected);
@@ -104,28 +113,54 @@ impl ServerChallenge {
             return Err(AuthError::Version(version));
         }
         let Some(key) = &self.key else {
-            return Ok((Message::AuthOk { mac: [0; 32] }, Credential::Token));
+            let hello = Message::ServerHello {
+                version: PROTOCOL_VERSION,
+                auth_required: false,
+                nonce: self.nonce,
+                mac: [0; 32],
+            };
+            return Ok((ServerAwaitingProof { expected: None }, hello));
         };
-        let given = blake3::Hash::from_bytes(mac);
+        let hint = blake3::Hash::from_bytes(hint);
         // blake3::Hash compares in constant time.
         let matched = std::iter::once(key)
             .chain(self.tickets.iter())
-            .position(|k| k.mac(b"client", &self.nonce, &nonce) == given)
+            .position(|k| k.hint(&client_nonce) == hint)
             .ok_or(AuthError::WrongToken)?;
-        let used = if matched == 0 {
-            key
-        } else {
-            &self.tickets[matched - 1]
+        let (used, credential) = match matched {
+            0 => (key, Credential::Token),
+            i => (&self.tickets[i - 1], Credential::Ticket(i - 1)),
         };
-        let credential = if matched == 0 {
-            Credential::Token
-        } else {
-            Credential::Ticket(matched - 1)
+        let hello = Message::ServerHello {
+            version: PROTOCOL_VERSION,
+            auth_required: true,
+            nonce: self.nonce,
+            mac: *used.proof(b"server", &self.nonce, &client_nonce).as_bytes(),
         };
-        let reply = Message::AuthOk {
-            mac: *used.mac(b"server", &self.nonce, &nonce).as_bytes(),
+        let expected = used.proof(b"client", &self.nonce, &client_nonce);
+        Ok((
+            ServerAwaitingProof {
+                expected: Some((expected, credential)),
+            },
+            hello,
+        ))
+    }
+}
+
+impl ServerAwaitingProof {
+    /// Checks the client's proof; on success the client is authenticated with the returned
+    /// credential.
+    pub fn on_message(self, msg: Message) -> Result<Credential, AuthError> {
+        let Message::ClientAuth { mac } = msg else {
+            return Err(AuthError::Unexpected);
         };
-        Ok((reply, credential))
+        match self.expected {
+            None => Ok(Credential::Token),
+            Some((expected, credential)) if expected == blake3::Hash::from_bytes(mac) => {
+                Ok(credential)
+            }
+            Some(_) => Err(AuthError::WrongToken),
+        }
     }
 }
 
@@ -135,58 +170,59 @@ pub struct ClientHandshake {
     nonce: [u8; 32],
 }
 
-/// Client side, waiting for the server's proof.
-pub struct ClientAwaitingProof {
-    expected: Option<blake3::Hash>,
-}
-
 impl ClientHandshake {
-    pub fn new(key: Option<TokenKey>, nonce: [u8; 32]) -> ClientHandshake {
-        ClientHandshake { key, nonce }
+    /// Starts a handshake; send the returned hello at once.
+    pub fn new(key: Option<TokenKey>, nonce: [u8; 32]) -> (ClientHandshake, Message) {
+        let hint = key.as_ref().map_or([0; 32], |k| *k.hint(&nonce).as_bytes());
+        let hello = Message::ClientHello {
+            version: PROTOCOL_VERSION,
+            nonce,
+            hint,
+        };
+        (ClientHandshake { key, nonce }, hello)
     }
 
-    /// Answers the server's challenge.
-    pub fn on_message(self, msg: Message) -> Result<(ClientAwaitingProof, Message), AuthError> {
-        let Message::ServerHello {
-            version,
-            auth_required,
-            nonce: server_nonce,
-        } = msg
-        else {
-            return Err(AuthError::Unexpected);
+    /// Checks the server's hello and its proof of the key; returns the client's own proof,
+    /// after which the connection may carry anything (the server reads it only once the
+    /// proof is checked). An `Error` with code `AuthFailed` in place of the hello means the
+    /// server knows no such key.
+    pub fn on_message(self, msg: Message) -> Result<Message, AuthError> {
+        let (version, auth_required, server_nonce, server_mac) = match msg {
+            Message::ServerHello {
+                version,
+                auth_required,
+                nonce,
+                mac,
+            } => (version, auth_required, nonce, mac),
+            Message::Error {
+                code: crate::ErrorCode::AuthFailed,
+                ..
+            } => return Err(self.refused()),
+            _ => return Err(AuthError::Unexpected),
         };
         if version != PROTOCOL_VERSION {
             return Err(AuthError::Version(version));
         }
-        let (mac, expected) = match (&self.key, auth_required) {
-            (Some(key), true) => (
-                *key.mac(b"client", &server_nonce, &self.nonce).as_bytes(),
-                Some(key.mac(b"server", &server_nonce, &self.nonce)),
-            ),
-            (None, true) => return Err(AuthError::TokenRequired),
-            (_, false) => ([0; 32], None),
-        };
-        let reply = Message::ClientAuth {
-            version: PROTOCOL_VERSION,
-            nonce: self.nonce,
-            mac,
-        };
-        Ok((ClientAwaitingProof { expected }, reply))
-    }
-}
-
-impl ClientAwaitingProof {
-    /// Checks the server's proof; the connection is authenticated when this succeeds.
-    pub fn on_message(self, msg: Message) -> Result<(), AuthError> {
-        match msg {
-            Message::AuthOk { mac } => match self.expected {
-                Some(expected) if expected != blake3::Hash::from_bytes(mac) => {
-                    Err(AuthError::ServerNotAuthentic)
+        let mac = match (&self.key, auth_required) {
+            (Some(key), true) => {
+                let expected = key.proof(b"server", &server_nonce, &self.nonce);
+                if expected != blake3::Hash::from_bytes(server_mac) {
+                    return Err(AuthError::ServerNotAuthentic);
                 }
-                _ => Ok(()),
-            },
-            Message::Error { .. } => Err(AuthError::WrongToken),
-            _ => Err(AuthError::Unexpected),
+                *key.proof(b"client", &server_nonce, &self.nonce).as_bytes()
+            }
+            (None, true) => return Err(AuthError::TokenRequired),
+            (_, false) => [0; 32],
+        };
+        Ok(Message::ClientAuth { mac })
+    }
+
+    /// What a refusal of the hello means for this client.
+    pub fn refused(&self) -> AuthError {
+        if self.key.is_some() {
+            AuthError::WrongToken
+        } else {
+            AuthError::TokenRequired
         }
     }
 }
@@ -195,72 +231,108 @@ impl ClientAwaitingProof {
 mod tests {
     use super::*;
 
-    fn run(server_token: Option<&[u8]>, client_token: Option<&[u8]>) -> Result<(), AuthError> {
-        let (server, hello) =
-            ServerChallenge::start(server_token.map(TokenKey::from_token), Vec::new(), [1; 32]);
-        let client = ClientHandshake::new(client_token.map(TokenKey::from_token), [2; 32]);
-        let (client, answer) = client.on_message(hello)?;
-        let (reply, _) = server.on_message(answer)?;
-        client.on_message(reply)
+    /// Runs a whole handshake; returns the credential the server saw.
+    fn run(
+        server_token: Option<&[u8]>,
+        tickets: &[&[u8]],
+        client_token: Option<&[u8]>,
+    ) -> Result<Credential, AuthError> {
+        let tickets = tickets.iter().map(|t| TokenKey::from_token(t)).collect();
+        let server = ServerHandshake::new(server_token.map(TokenKey::from_token), tickets, [1; 32]);
+        let (client, hello) = ClientHandshake::new(client_token.map(TokenKey::from_token), [2; 32]);
+        let (server, reply) = match server.on_message(hello) {
+            Ok(answered) => answered,
+            // The server refuses the hello with an `Error`, which the client interprets.
+            Err(AuthError::WrongToken) => return Err(client.refused()),
+            Err(e) => return Err(e),
+        };
+        let proof = client.on_message(reply)?;
+        server.on_message(proof)
     }
 
     #[test]
     fn same_token_authenticates_both_ways() {
-        assert_eq!(run(Some(b"secret"), Some(b"secret")), Ok(()));
+        assert_eq!(
+            run(Some(b"secret"), &[], Some(b"secret")),
+            Ok(Credential::Token)
+        );
     }
 
     #[test]
     fn wrong_or_missing_token_is_refused() {
         assert_eq!(
-            run(Some(b"secret"), Some(b"guess")),
+            run(Some(b"secret"), &[], Some(b"guess")),
             Err(AuthError::WrongToken)
         );
-        assert_eq!(run(Some(b"secret"), None), Err(AuthError::TokenRequired));
+        assert_eq!(
+            run(Some(b"secret"), &[], None),
+            Err(AuthError::TokenRequired)
+        );
     }
 
     #[test]
     fn open_server_accepts_anyone() {
-        assert_eq!(run(None, None), Ok(()));
-        assert_eq!(run(None, Some(b"x")), Ok(()));
+        assert_eq!(run(None, &[], None), Ok(Credential::Token));
+        assert_eq!(run(None, &[], Some(b"x")), Ok(Credential::Token));
     }
 
     #[test]
     fn a_ticket_authenticates_as_a_ticket() {
-        let tickets = vec![TokenKey::from_token(b"t1"), TokenKey::from_token(b"t2")];
-        let (server, hello) =
-            ServerChallenge::start(Some(TokenKey::from_token(b"secret")), tickets, [1; 32]);
-        let client = ClientHandshake::new(Some(TokenKey::from_token(b"t2")), [2; 32]);
-        let (client, answer) = client.on_message(hello).unwrap();
-        let (reply, credential) = server.on_message(answer).unwrap();
-        assert_eq!(credential, Credential::Ticket(1));
-        assert_eq!(client.on_message(reply), Ok(()));
+        assert_eq!(
+            run(Some(b"secret"), &[b"t1", b"t2"], Some(b"t2")),
+            Ok(Credential::Ticket(1))
+        );
     }
 
     #[test]
     fn client_detects_a_server_without_the_token() {
-        let client = ClientHandshake::new(Some(TokenKey::from_token(b"secret")), [2; 32]);
+        let (client, _) = ClientHandshake::new(Some(TokenKey::from_token(b"secret")), [2; 32]);
         let hello = Message::ServerHello {
             version: PROTOCOL_VERSION,
             auth_required: true,
             nonce: [1; 32],
+            mac: [0; 32],
         };
-        let (client, _) = client.on_message(hello).unwrap();
+        assert_eq!(client.on_message(hello), Err(AuthError::ServerNotAuthentic));
+    }
+
+    #[test]
+    fn a_replayed_hint_does_not_authenticate() {
+        // An eavesdropper replays a client's hello; the server answers (the hint names its
+        // key) but the eavesdropper cannot make the proof for the server's fresh nonce.
+        let key = TokenKey::from_token(b"secret");
+        let (_, hello) = ClientHandshake::new(Some(key.clone()), [2; 32]);
+        let server = ServerHandshake::new(Some(key), Vec::new(), [9; 32]);
+        let (server, _) = server.on_message(hello).unwrap();
         assert_eq!(
-            client.on_message(Message::AuthOk { mac: [0; 32] }),
-            Err(AuthError::ServerNotAuthentic)
+            server.on_message(Message::ClientAuth { mac: [0; 32] }),
+            Err(AuthError::WrongToken)
         );
+    }
+
+    #[test]
+    fn another_version_is_named() {
+        let server = ServerHandshake::new(None, Vec::new(), [1; 32]);
+        let hello = Message::ClientHello {
+            version: 2,
+            nonce: [2; 32],
+            hint: [0; 32],
+        };
+        assert_eq!(server.on_message(hello).err(), Some(AuthError::Version(2)));
     }
 
     #[test]
     fn the_token_is_not_in_any_message() {
         let token = b"very-secret-token-value";
-        let (server, hello) =
-            ServerChallenge::start(Some(TokenKey::from_token(token)), Vec::new(), [1; 32]);
-        let (_, answer) = ClientHandshake::new(Some(TokenKey::from_token(token)), [2; 32])
-            .on_message(hello)
-            .unwrap();
-        let bytes = answer.encode();
-        assert!(!bytes.windows(token.len()).any(|w| w == token));
-        assert!(server.on_message(answer).is_ok());
+        let key = TokenKey::from_token(token);
+        let server = ServerHandshake::new(Some(key.clone()), Vec::new(), [1; 32]);
+        let (client, hello) = ClientHandshake::new(Some(key), [2; 32]);
+        let (server, reply) = server.on_message(hello.clone()).unwrap();
+        let proof = client.on_message(reply.clone()).unwrap();
+        for m in [&hello, &reply, &proof] {
+            let bytes = m.encode();
+            assert!(!bytes.windows(token.len()).any(|w| w == token));
+        }
+        assert!(server.on_message(proof).is_ok());
     }
 }

@@ -16,7 +16,7 @@ pub const MAX_CONTROL_PAYLOAD: u32 = 1 << 20;
 pub mod kind {
     pub const SERVER_HELLO: u8 = 1;
     pub const CLIENT_AUTH: u8 = 2;
-    pub const AUTH_OK: u8 = 3;
+    pub const CLIENT_HELLO: u8 = 3;
     pub const ERROR: u8 = 4;
     pub const OPEN: u8 = 5;
     pub const OPENED: u8 = 6;

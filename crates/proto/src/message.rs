@@ -93,17 +93,21 @@ pub struct RemoteStats {
 /// A control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
+    /// The client's first message: its nonce and which key it holds (see [`crate::auth`]).
+    ClientHello {
+        version: u16,
+        nonce: [u8; 32],
+        hint: [u8; 32],
+    },
+    /// The server's answer: its nonce and its proof of the key.
     ServerHello {
         version: u16,
         auth_required: bool,
         nonce: [u8; 32],
-    },
-    ClientAuth {
-        version: u16,
-        nonce: [u8; 32],
         mac: [u8; 32],
     },
-    AuthOk {
+    /// The client's proof of the key.
+    ClientAuth {
         mac: [u8; 32],
     },
     Error {
@@ -155,29 +159,31 @@ impl Message {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![0u8; crate::frame::FRAME_HEADER_LEN];
         let k = match self {
+            Message::ClientHello {
+                version,
+                nonce,
+                hint,
+            } => {
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(nonce);
+                out.extend_from_slice(hint);
+                kind::CLIENT_HELLO
+            }
             Message::ServerHello {
                 version,
                 auth_required,
                 nonce,
+                mac,
             } => {
                 out.extend_from_slice(&version.to_le_bytes());
                 out.push(*auth_required as u8);
                 out.extend_from_slice(nonce);
+                out.extend_from_slice(mac);
                 kind::SERVER_HELLO
             }
-            Message::ClientAuth {
-                version,
-                nonce,
-                mac,
-            } => {
-                out.extend_from_slice(&version.to_le_bytes());
-                out.extend_from_slice(nonce);
+            Message::ClientAuth { mac } => {
                 out.extend_from_slice(mac);
                 kind::CLIENT_AUTH
-            }
-            Message::AuthOk { mac } => {
-                out.extend_from_slice(mac);
-                kind::AUTH_OK
             }
             Message::Error { code, text } => {
                 out.extend_from_slice(&code.to_u16().to_le_bytes());
@@ -290,17 +296,39 @@ impl Message {
     pub fn decode(frame_kind: u8, payload: &[u8]) -> Result<Message, DecodeError> {
         let mut r = Reader::new(payload);
         let msg = match frame_kind {
-            kind::SERVER_HELLO => Message::ServerHello {
-                version: r.u16("version")?,
-                auth_required: bool_byte(r.u8("auth flag")?)?,
-                nonce: r.array("nonce")?,
+            // A peer of another version is named, not refused as malformed: the version
+            // comes first and the rest of its hello is not read.
+            kind::CLIENT_HELLO => match r.u16("version")? {
+                version if version != crate::PROTOCOL_VERSION => {
+                    return Ok(Message::ClientHello {
+                        version,
+                        nonce: [0; 32],
+                        hint: [0; 32],
+                    })
+                }
+                version => Message::ClientHello {
+                    version,
+                    nonce: r.array("nonce")?,
+                    hint: r.array("hint")?,
+                },
+            },
+            kind::SERVER_HELLO => match r.u16("version")? {
+                version if version != crate::PROTOCOL_VERSION => {
+                    return Ok(Message::ServerHello {
+                        version,
+                        auth_required: false,
+                        nonce: [0; 32],
+                        mac: [0; 32],
+                    })
+                }
+                version => Message::ServerHello {
+                    version,
+                    auth_required: bool_byte(r.u8("auth flag")?)?,
+                    nonce: r.array("nonce")?,
+                    mac: r.array("mac")?,
+                },
             },
             kind::CLIENT_AUTH => Message::ClientAuth {
-                version: r.u16("version")?,
-                nonce: r.array("nonce")?,
-                mac: r.array("mac")?,
-            },
-            kind::AUTH_OK => Message::AuthOk {
                 mac: r.array("mac")?,
             },
             kind::ERROR => Message::Error {
@@ -457,17 +485,18 @@ mod tests {
 
     #[test]
     fn every_message_roundtrips() {
+        roundtrip(Message::ClientHello {
+            version: crate::PROTOCOL_VERSION,
+            nonce: [1; 32],
+            hint: [4; 32],
+        });
         roundtrip(Message::ServerHello {
-            version: 1,
+            version: crate::PROTOCOL_VERSION,
             auth_required: true,
             nonce: [7; 32],
+            mac: [3; 32],
         });
-        roundtrip(Message::ClientAuth {
-            version: 1,
-            nonce: [1; 32],
-            mac: [2; 32],
-        });
-        roundtrip(Message::AuthOk { mac: [3; 32] });
+        roundtrip(Message::ClientAuth { mac: [2; 32] });
         roundtrip(Message::Error {
             code: ErrorCode::NoSpace,
             text: "disk full".into(),
