@@ -573,6 +573,38 @@ fn joins_of_a_refused_push_do_not_hold_the_servers_slots() {
     assert_trees_equal(&data, &dst);
 }
 
+/// A full server refuses joins beyond its places (it keeps the last places for new sessions,
+/// so a client's own joins cannot crowd out its control connection). A push whose first
+/// batches went out on a refused join, before the refusal came back, sends them again on its
+/// other streams; a pull goes on without the refused streams. Both complete, exactly.
+#[test]
+fn a_full_server_refuses_joins_and_transfers_complete_on_fewer_streams() {
+    let l = Layout::new();
+    make_many_files(&l.src.join("many"), 3000, 4096, 5);
+    let opts = ServerOptions {
+        extra_args: vec!["--max-connections".into(), "4".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&l.root, &opts);
+    for round in 0..3 {
+        let dst = format!("dst{round}");
+        let args = ["--streams", "8", "--batch-files", "16", "--json"];
+        let out = cp(&srv, &args, &l.src, srv.url(&dst));
+        assert_ok(&out, Some(&srv));
+        assert_trees_equal(&l.src, &l.root.join(&dst));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let streams = report["path"]["streams_end"].as_u64().unwrap();
+        assert!(
+            (1..=4).contains(&streams),
+            "{streams} streams ran on a server with 4 places"
+        );
+    }
+    let back = l.t.path().join("back");
+    let out = cp(&srv, &["--streams", "8"], srv.url("dst0"), &back);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&l.src, &back);
+}
+
 // ------------------------------------------------------------------ hostile or idle clients
 
 /// Sends `bytes` on a fresh connection, then reads until the server closes it (or 2 s pass).

@@ -8,6 +8,7 @@ use crate::report::{Counts, Report, Stages};
 use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
 use crate::source;
 use crate::streams::{self, Change, Tail};
+use crate::unannounced::Unannounced;
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::{path as wire_path, Message, Operation, RemoteStats};
@@ -15,7 +16,7 @@ use sprat_store::{Root, Source, TreeWriter};
 use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -406,6 +407,9 @@ pub fn push_input(
     };
     let mut retirements = Vec::new();
     let mut streams_max = session.plan.streams;
+    // Batches of refused streams, sent again by the others.
+    let (again_tx, again) = unbounded::<sprat_proto::Batch>();
+    let refused_streams = AtomicUsize::new(0);
     std::thread::scope(|s| {
         // Starts a sender and an acknowledgement receiver on `conn`; dropping the returned
         // sender retires the stream (it ends after its current batch).
@@ -421,11 +425,27 @@ pub fn push_input(
             let ack_retired = retired.clone();
             let (batches, cancel_rx) = (&handle.batches, cancel_rx.clone());
             let (fail, counts, acked, drained, tail) = (&fail, &counts, &acked, &drained, &tail);
-            let session = &session;
+            let (session, refused_streams) = (&session, &refused_streams);
+            let held = Arc::new(Unannounced::new(conn.awaiting_announcement));
+            let sender_held = held.clone();
+            // Dropped by the receiver to stop the sender of a refused stream; dropped by the
+            // sender when it ends.
+            let (stop_tx, stop_rx) = bounded::<()>(0);
+            let (ended_tx, ended_rx) = bounded::<()>(0);
+            let (again, resend) = (&again, again_tx.clone());
             s.spawn(move || {
+                let _ended = ended_tx;
+                let lanes = Lanes {
+                    batches,
+                    again,
+                    resend: &resend,
+                    cancel: &cancel_rx,
+                    retire: &retire_rx,
+                    stop: &stop_rx,
+                };
                 // A failed send means a broken connection; the receiving side of the same
                 // socket reports it, with the server's own error if it sent one first.
-                match send_batches(&mut tx, batches, &cancel_rx, &retire_rx) {
+                match send_batches(&mut tx, &lanes, &sender_held, session) {
                     Ok(Ended::Drained) => {
                         drained.store(true, Ordering::SeqCst);
                         if control && session.commit(&mut tx).is_err() {
@@ -433,7 +453,7 @@ pub fn push_input(
                         }
                     }
                     Ok(Ended::Retired) => retired.store(true, Ordering::SeqCst),
-                    Ok(Ended::Cancelled) => {}
+                    Ok(Ended::Cancelled | Ended::Refused) => {}
                     Err(_) => tx.shutdown_write(),
                 }
             });
@@ -443,28 +463,45 @@ pub fn push_input(
                 .awaiting_announcement
                 .then(|| session.hold_commit())
                 .flatten();
-            s.spawn(
-                move || match receive_acks(&mut rx, counts, acked, hold, session) {
-                    Ok(()) if !ack_retired.load(Ordering::SeqCst) => tail.record(),
-                    Ok(()) => {}
-                    Err(Refused { error, announced }) => {
-                        if control && !announced {
-                            session.set_opened(false);
-                        }
-                        // A join refused because the `Open` was: the control connection says why.
-                        if control || announced || session.wait_opened() {
-                            fail(error);
-                        }
+            let resend = again_tx.clone();
+            s.spawn(move || {
+                let mut hold = hold;
+                let replies = receive_acks(&mut rx, counts, acked, &held, &mut hold, session);
+                let refusal = match replies {
+                    Ok(()) if !ack_retired.load(Ordering::SeqCst) => return tail.record(),
+                    Ok(()) => return,
+                    Err(refusal) => refusal,
+                };
+                let Refused { error, announced } = refusal;
+                if control || announced {
+                    if control && !announced {
+                        session.set_opened(false);
                     }
-                },
-            );
+                    return fail(error);
+                }
+                // A join refused because the `Open` was: the control connection says why.
+                if !session.wait_opened() {
+                    return;
+                }
+                // A join refused on its own (a full server): the server read none of what
+                // went on it, which goes to the other streams; the transfer goes on without
+                // this one. The commit waits (`hold`) until all of it is handed back.
+                for batch in held.refused() {
+                    let _ = resend.send(batch);
+                }
+                refused_streams.fetch_add(1, Ordering::SeqCst);
+                drop(stop_tx);
+                rx.shutdown();
+                let _ = ended_rx.recv();
+                drop(hold);
+            });
             retire_tx
         };
         retirements.push(start(&control, true));
-        // The control connection already carries data while the others join.
-        if let Err(e) = session.join_planned(|c| retirements.push(start(&c, false))) {
-            fail(e);
-        }
+        // The control connection already carries data while the others join. A stream that
+        // could not join carried nothing: the transfer goes on with the streams it has (the
+        // control connection reports what is wrong with the server itself).
+        let _ = session.join_planned(|c| retirements.push(start(&c, false)));
         if session.auto {
             let finished = || drained.load(Ordering::SeqCst) || first.is_set();
             let mut added = Vec::new();
@@ -479,7 +516,7 @@ pub fn push_input(
             retirements.extend(added);
         }
     });
-    let streams_end = retirements.len();
+    let streams_end = retirements.len() - refused_streams.load(Ordering::SeqCst);
     drop(retirements);
     if let Some(e) = first.take() {
         handle.finish();
@@ -521,23 +558,57 @@ enum Ended {
     Retired,
     /// The transfer failed elsewhere.
     Cancelled,
+    /// The server refused the stream; what it sent went back to the others.
+    Refused,
 }
 
+/// Where a push stream's sender takes batches from and hears when to stop.
+struct Lanes<'a> {
+    batches: &'a Receiver<sprat_proto::Batch>,
+    /// Batches of refused streams, to be sent again.
+    again: &'a Receiver<sprat_proto::Batch>,
+    resend: &'a Sender<sprat_proto::Batch>,
+    cancel: &'a Receiver<()>,
+    retire: &'a Receiver<()>,
+    /// Disconnected when the server refused this stream.
+    stop: &'a Receiver<()>,
+}
+
+/// Sends batches on one push stream until none are left, then `End`. Batches sent before the
+/// stream is announced stay in `held` (see [`Unannounced`]). A stream that runs out waits until
+/// every planned stream is announced or refused, and sends what refused streams handed back.
 fn send_batches(
     conn: &mut Conn,
-    batches: &Receiver<sprat_proto::Batch>,
-    cancel: &Receiver<()>,
-    retire: &Receiver<()>,
+    lanes: &Lanes,
+    held: &Unannounced,
+    session: &streams::Session,
 ) -> Result<Ended, TransferError> {
     let ended = loop {
-        select! {
-            recv(batches) -> b => match b {
-                Ok(batch) => conn.send_batch(&batch)?,
-                Err(_) => break Ended::Drained,
+        let batch = select! {
+            recv(lanes.again) -> b => match b {
+                Ok(batch) => batch,
+                Err(_) => continue,
             },
-            recv(retire) -> _ => break Ended::Retired,
-            recv(cancel) -> _ => return Ok(Ended::Cancelled),
+            recv(lanes.batches) -> b => match b {
+                Ok(batch) => batch,
+                Err(_) => {
+                    session.wait_planned();
+                    match lanes.again.try_recv() {
+                        Ok(batch) => batch,
+                        Err(_) => break Ended::Drained,
+                    }
+                }
+            },
+            recv(lanes.retire) -> _ => break Ended::Retired,
+            recv(lanes.stop) -> _ => return Ok(Ended::Refused),
+            recv(lanes.cancel) -> _ => return Ok(Ended::Cancelled),
+        };
+        let sent = conn.send_batch(&batch);
+        if let Some(back) = held.sent(batch) {
+            let _ = lanes.resend.send(back);
+            return Ok(Ended::Refused);
         }
+        sent?;
     };
     conn.send(&Message::End)?;
     Ok(ended)
@@ -550,14 +621,15 @@ struct Refused {
     announced: bool,
 }
 
-/// Reads a push stream's replies: its announcement first if it is still due, then
-/// acknowledgements until `EndAck`. `hold` (see [`streams::Session::hold_commit`]) is
-/// released with the announcement.
+/// Reads a push stream's replies: its announcement first if it is still due (then what the
+/// stream sent is no longer `held`, and its `hold` on [`streams::Session::wait_planned`] is
+/// released), then acknowledgements until `EndAck`.
 fn receive_acks(
     conn: &mut Conn,
     counts: &Mutex<Counts>,
     acked: &AtomicU64,
-    mut hold: Option<crossbeam_channel::Sender<()>>,
+    held: &Unannounced,
+    hold: &mut Option<Sender<()>>,
     session: &streams::Session,
 ) -> Result<(), Refused> {
     let mut announced = !conn.awaiting_announcement;
@@ -570,6 +642,7 @@ fn receive_acks(
                 if matches!(frame, Frame::Control(Message::Opened { .. })) {
                     session.set_opened(true);
                 }
+                held.announced();
                 hold.take();
             }
             Frame::Control(Message::BatchAck {
@@ -668,10 +741,9 @@ fn pull(
             });
         };
         start(&control, reply_tx.clone(), true);
-        // The server already sends on the control connection while the others join.
-        if let Err(e) = session.join_planned(|c| start(&c, reply_tx.clone(), false)) {
-            fail(e);
-        }
+        // The server already sends on the control connection while the others join. A join
+        // the server refused (a full server) received nothing: the pull goes on without it.
+        let _ = session.join_planned(|c| start(&c, reply_tx.clone(), false));
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
             let mut counts = Counts::default();

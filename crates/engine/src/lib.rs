@@ -23,6 +23,7 @@ pub mod sink;
 pub mod source;
 pub mod streams;
 pub mod tune;
+mod unannounced;
 
 pub use client::{copy, Endpoint};
 pub use config::TransferOptions;

@@ -194,6 +194,11 @@ fn refuse_store(conn: &mut Conn, e: &StoreError) {
     refuse(conn, code_for(e), e.to_string());
 }
 
+/// Places among `max` connections that joins may not take (kept for `Open`s and requests).
+fn reserved_for_opens(max: usize) -> usize {
+    max.div_ceil(8).clamp(1, 8).min(max)
+}
+
 /// Most connections authenticating at once.
 const MAX_HANDSHAKING: usize = 1024;
 
@@ -263,16 +268,30 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             .unzip()
     };
     let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys);
-    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
     let access = match authenticated {
         Ok(Credential::Token) => Access::Full,
         Ok(Credential::Ticket(i)) => Access::Ticket(ids[i]),
         Err(e) => {
+            shared.handshaking.fetch_sub(1, Ordering::SeqCst);
             eprintln!("sprat serve: {e}");
             return;
         }
     };
-    if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
+    // The first message travels with the authentication; it says what the connection is for.
+    let _ = conn.stream.set_read_timeout(Some(net::CLIENT_AUTH_TIMEOUT));
+    let first = conn.recv_control();
+    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    let Ok(first) = first else { return };
+    let _ = conn.stream.set_read_timeout(None);
+    // Joins may not take the last places: a client dials its joins at the same moment as its
+    // control connection, and they must not crowd it out, nor keep a new client from starting.
+    // A refused join costs a session only that stream (the client sends what went on it
+    // over its other streams).
+    let limit = match first {
+        Message::Join { .. } => shared.max_connections - reserved_for_opens(shared.max_connections),
+        _ => shared.max_connections,
+    };
+    if shared.connections.fetch_add(1, Ordering::SeqCst) >= limit {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
         let text = format!(
             "server busy: {} connections already, try again later",
@@ -282,10 +301,6 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         return refuse(&mut conn, ErrorCode::Io, text);
     }
     let _admitted = Admitted(&shared.connections);
-    let first = match conn.recv_control() {
-        Ok(m) => m,
-        Err(_) => return,
-    };
     let ticket = match access {
         Access::Full => None,
         Access::Ticket(id) => Some(id),

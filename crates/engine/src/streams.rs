@@ -26,7 +26,13 @@ pub struct Session {
     id: [u8; 16],
     /// Whether the source is a directory (a pull's `Opened` says; false for a push).
     pub root_is_dir: bool,
-    pub rtt: Duration,
+    /// Half the time from `connect` to the server's hello (see [`net::dial`]).
+    rtt_estimate: Duration,
+    /// When the `Open` was sent, and the round trip to its `Opened` in nanoseconds (0 until it
+    /// arrived): one round trip plus the server's work, and unlike the estimate, not slowed
+    /// by connection set-up on a busy host.
+    open_sent: Instant,
+    rtt_opened: AtomicU64,
     pub plan: StartPlan,
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
@@ -107,12 +113,17 @@ pub fn open(
         path: path.to_vec(),
     };
     let mut control = control.authenticate(&open)?;
+    let open_sent = Instant::now();
+    let rtt_opened = AtomicU64::new(0);
     let root_is_dir = if push {
         control.awaiting_announcement = true;
         false
     } else {
         match control.recv_control()? {
-            Message::Opened { root_is_dir } => root_is_dir,
+            Message::Opened { root_is_dir } => {
+                rtt_opened.store(nanos(open_sent.elapsed()), Ordering::Relaxed);
+                root_is_dir
+            }
             other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
         }
     };
@@ -122,7 +133,9 @@ pub fn open(
         key: key.cloned(),
         id,
         root_is_dir,
-        rtt,
+        rtt_estimate: rtt,
+        open_sent,
+        rtt_opened,
         plan,
         auto: options.streams.is_none(),
         joining: Mutex::new(joining),
@@ -151,12 +164,18 @@ impl Session {
     /// (a push stream, until it read `Joined`): the server forgets the session once it
     /// answers, and a join after that would fail.
     pub fn commit(&self, control: &mut Conn) -> Result<(), TransferError> {
-        let _ = self.planned_joined.recv();
+        self.wait_planned();
         control.send(&Message::Commit)
     }
 
-    /// Holds back [`Session::commit`] until the returned guard is dropped: a push stream that
-    /// has not read its `Joined` yet holds one. `None` once the planned streams have joined.
+    /// Waits until the planned streams have joined and each push stream among them has read
+    /// its `Joined` or been refused (and handed back what it sent).
+    pub fn wait_planned(&self) {
+        let _ = self.planned_joined.recv();
+    }
+
+    /// Holds back [`Session::wait_planned`] until the returned guard is dropped: a push stream
+    /// that has not read its `Joined` yet holds one. `None` once the planned streams have joined.
     pub fn hold_commit(&self) -> Option<Sender<()>> {
         self.planned_joining
             .lock()
@@ -164,8 +183,23 @@ impl Session {
             .clone()
     }
 
+    /// The path's round trip: measured on the `Opened` once it arrived (if it came sooner
+    /// than the estimate from the hello), else that estimate.
+    pub fn rtt(&self) -> Duration {
+        match self.rtt_opened.load(Ordering::Relaxed) {
+            0 => self.rtt_estimate,
+            n => self.rtt_estimate.min(Duration::from_nanos(n)),
+        }
+    }
+
     /// Records whether a push's control connection read `Opened` (true) or failed first.
     pub fn set_opened(&self, opened: bool) {
+        if opened {
+            let took = nanos(self.open_sent.elapsed()).max(1);
+            let _ = self
+                .rtt_opened
+                .compare_exchange(0, took, Ordering::Relaxed, Ordering::Relaxed);
+        }
         let (lock, changed) = &self.opened;
         lock.lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -242,7 +276,7 @@ impl Session {
     ) -> usize {
         let mut adapter = Adapter::new(self.plan.streams, tune::MAX_AUTO_STREAMS);
         let mut most = self.plan.streams;
-        let interval = tune::adapt_interval(self.rtt);
+        let interval = tune::adapt_interval(self.rtt());
         // Measure only the later part of each interval: new streams first leave slow start.
         let settle = interval.mul_f64(0.4);
         while !adapter.settled() {
@@ -256,7 +290,7 @@ impl Session {
             let delivered = progress.load(Ordering::Relaxed).saturating_sub(from);
             let rate = delivered as f64 / at.elapsed().as_secs_f64().max(1e-6);
             let bound = (adapter.streams() as u64 * self.plan.window) as f64
-                / self.rtt.as_secs_f64().max(1e-6);
+                / self.rtt().as_secs_f64().max(1e-6);
             match adapter.observe(rate, bound) {
                 Step::Add(n) => {
                     let joined = self.join(n, |conn| apply(Change::Grow(conn)));
@@ -277,7 +311,7 @@ impl Session {
     pub fn report(&self, streams_max: usize, streams_end: usize, tail: &Tail) -> PathReport {
         let (tail_s, tail_idle_s) = tail.summary();
         PathReport {
-            rtt_ms: self.rtt.as_secs_f64() * 1e3,
+            rtt_ms: self.rtt().as_secs_f64() * 1e3,
             auto_streams: self.auto,
             streams_start: self.plan.streams,
             streams_max,
@@ -285,11 +319,15 @@ impl Session {
             tcp_buffer: self.plan.tcp_buffer,
             window_bytes: self.plan.window,
             covered_bytes_per_s: (streams_max as u64 * self.plan.window) as f64
-                / self.rtt.as_secs_f64().max(1e-6),
+                / self.rtt().as_secs_f64().max(1e-6),
             tail_s,
             tail_idle_s,
         }
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 /// How long a refused join waits to learn whether its session's `Open` succeeded.

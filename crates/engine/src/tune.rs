@@ -149,7 +149,7 @@ pub const INITIAL_RATE_GUESS: f64 = 125e6;
 /// How long a client waits for the server's hello before it takes the path for a long one
 /// (a round trip over twice this) and starts [`WIDE_START_STREAMS`] at once: on loopback and
 /// a LAN the hello comes within a millisecond.
-pub const HELLO_GRACE: Duration = Duration::from_millis(5);
+pub const HELLO_GRACE: Duration = Duration::from_millis(20);
 /// Streams an automatic session starts on a long path before it knows the round trip. Slow
 /// start leaves the link idle for about log2(BDP / (streams x 14.5 KB)) round trips, less
 /// what those round trips carry: at 100 ms and 1 Gbit/s, 0.49 s with 14 streams, 0.36 s with
