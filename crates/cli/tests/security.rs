@@ -78,6 +78,36 @@ fn push_with_wrong_token_exits_3_and_writes_nothing() {
     );
 }
 
+/// Anyone can answer a hello with "no token needed": a client that holds a token sends nothing
+/// to such a server, since it cannot prove it is the server the token is for.
+#[test]
+fn a_client_with_a_token_sends_nothing_to_a_server_without_one() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_secret_dir(&src);
+    let root = t.path().join("root");
+    let srv = server_with(&root, &ServerOptions::no_auth());
+    let out = run_sprat(
+        bin(),
+        ["cp", s(&src), &srv.url("dst")],
+        &[("SPRAT_TOKEN", "a-token-for-another-server")],
+    );
+    assert_exit(&out, 3);
+    assert!(
+        stderr_lower(&out).contains("--no-auth"),
+        "stderr does not say why:\n{}",
+        describe(&out)
+    );
+    assert!(
+        !leaked_secret(&root),
+        "a token holder pushed to an open server"
+    );
+    // Without a token the same push works.
+    let out = run_sprat(bin(), ["cp", s(&src), &srv.url("dst")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+}
+
 #[test]
 fn pull_with_wrong_token_in_env_exits_3() {
     let t = tmp();
@@ -603,6 +633,19 @@ fn a_full_server_refuses_joins_and_transfers_complete_on_fewer_streams() {
     let out = cp(&srv, &["--streams", "8"], srv.url("dst0"), &back);
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&l.src, &back);
+
+    // A push smaller than its streams: every sender runs out of batches before the refusals
+    // come back, and must still hear that its stream was refused.
+    let tiny = l.t.path().join("tiny");
+    make_many_files(&tiny, 3, 100, 6);
+    for round in 0..5 {
+        let dst = format!("tiny{round}");
+        let args = cp_args(Some(&srv), &["--streams", "8"], &tiny, srv.url(&dst));
+        let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("a push of 3 files to a full server hung (round {round})"));
+        assert_ok(&out, Some(&srv));
+        assert_trees_equal(&tiny, &l.root.join(&dst));
+    }
 }
 
 // ------------------------------------------------------------------ hostile or idle clients

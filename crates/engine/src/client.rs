@@ -592,7 +592,12 @@ fn send_batches(
             recv(lanes.batches) -> b => match b {
                 Ok(batch) => batch,
                 Err(_) => {
-                    session.wait_planned();
+                    // Still hears `stop`: a refused stream's receiver waits for this sender.
+                    select! {
+                        recv(session.planned()) -> _ => {}
+                        recv(lanes.stop) -> _ => return Ok(Ended::Refused),
+                        recv(lanes.cancel) -> _ => return Ok(Ended::Cancelled),
+                    }
                     match lanes.again.try_recv() {
                         Ok(batch) => batch,
                         Err(_) => break Ended::Drained,
@@ -609,6 +614,15 @@ fn send_batches(
             return Ok(Ended::Refused);
         }
         sent?;
+        // A stream the server holds (its session not open yet) sends no more than
+        // `HELD_LIMIT` until it is announced: what it sent is kept in memory meanwhile.
+        while held.over_limit() {
+            select! {
+                recv(lanes.stop) -> _ => return Ok(Ended::Refused),
+                recv(lanes.cancel) -> _ => return Ok(Ended::Cancelled),
+                default(Duration::from_millis(5)) => {}
+            }
+        }
     };
     conn.send(&Message::End)?;
     Ok(ended)
@@ -634,6 +648,11 @@ fn receive_acks(
 ) -> Result<(), Refused> {
     let mut announced = !conn.awaiting_announcement;
     let refused = |error, announced| Refused { error, announced };
+    if !announced {
+        // A server holds a join up to 10 s for its session; one that says nothing at all is
+        // not waited for forever.
+        let _ = conn.stream.set_read_timeout(Some(net::HANDSHAKE_TIMEOUT));
+    }
     loop {
         let frame = conn.recv().map_err(|e| refused(e, announced))?;
         match frame {
@@ -644,6 +663,7 @@ fn receive_acks(
                 }
                 held.announced();
                 hold.take();
+                let _ = conn.stream.set_read_timeout(None);
             }
             Frame::Control(Message::BatchAck {
                 seq,
@@ -743,7 +763,11 @@ fn pull(
         start(&control, reply_tx.clone(), true);
         // The server already sends on the control connection while the others join. A join
         // the server refused (a full server) received nothing: the pull goes on without it.
-        let _ = session.join_planned(|c| start(&c, reply_tx.clone(), false));
+        // Any other failure may have lost a batch the server sent on it after `Joined`.
+        match session.join_planned(|c| start(&c, reply_tx.clone(), false)) {
+            Ok(()) | Err(TransferError::Remote { .. }) => {}
+            Err(e) => fail(e),
+        }
         // Collect outcomes as they come so that a fatal local error stops the transfer at once.
         let collector = s.spawn(|| {
             let mut counts = Counts::default();

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 /// How long a server may take to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server waits for a new connection's hello before it tells the client it speaks
+/// a newer protocol (older clients wait for the server to speak first).
+pub const CLIENT_HELLO_PATIENCE: Duration = Duration::from_secs(5);
 /// How long a client may take to authenticate to a server.
 pub const CLIENT_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
@@ -369,7 +372,6 @@ pub fn accept(
     key: Option<&TokenKey>,
     tickets: Vec<TokenKey>,
 ) -> Result<Credential, TransferError> {
-    let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
     let refuse = |conn: &mut Conn, e: AuthError| {
         let code = match e {
             AuthError::Version(_) | AuthError::Unexpected => sprat_proto::ErrorCode::Protocol,
@@ -382,6 +384,26 @@ pub fn accept(
         }
     };
     let handshake = ServerHandshake::new(key.cloned(), tickets, random());
+    // A client of this protocol says hello as soon as it is connected; one of version 2 or
+    // older waits for the server to speak first, and is told why nothing happens.
+    let _ = conn.stream.set_read_timeout(Some(CLIENT_HELLO_PATIENCE));
+    if conn.stream.peek(&mut [0u8; 1]).is_err() {
+        let text = format!(
+            "no hello within {} s: this server speaks sprat protocol {}, where the client \
+             speaks first (upgrade the client)",
+            CLIENT_HELLO_PATIENCE.as_secs(),
+            sprat_proto::PROTOCOL_VERSION
+        );
+        let _ = conn.send(&Message::Error {
+            code: sprat_proto::ErrorCode::Protocol,
+            text: text.clone(),
+        });
+        return Err(TransferError::Auth {
+            peer: conn.peer.clone(),
+            why: text,
+        });
+    }
+    let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
     let hello = conn.recv_small()?;
     let (waiting, reply) = match handshake.on_message(hello) {
         Ok(answered) => answered,

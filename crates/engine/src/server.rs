@@ -298,6 +298,10 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             shared.max_connections
         );
         eprintln!("sprat serve: refusing {}: {text}", conn.peer);
+        // Its joins, which may have been admitted, must not wait for it.
+        if let Message::Open { session, .. } = &first {
+            shared.sessions.abandon(session);
+        }
         return refuse(&mut conn, ErrorCode::Io, text);
     }
     let _admitted = Admitted(&shared.connections);

@@ -174,6 +174,11 @@ impl Session {
         let _ = self.planned_joined.recv();
     }
 
+    /// Disconnected once [`Session::wait_planned`] would return (to wait in a `select!`).
+    pub fn planned(&self) -> &Receiver<()> {
+        &self.planned_joined
+    }
+
     /// Holds back [`Session::wait_planned`] until the returned guard is dropped: a push stream
     /// that has not read its `Joined` yet holds one. `None` once the planned streams have joined.
     pub fn hold_commit(&self) -> Option<Sender<()>> {

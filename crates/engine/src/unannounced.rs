@@ -8,6 +8,10 @@
 use sprat_proto::Batch;
 use std::sync::Mutex;
 
+/// Most bytes of batches one stream sends before it is announced: a server holds a join until
+/// its session is open (up to 10 s), and the client keeps all of it in memory meanwhile.
+pub const HELD_LIMIT: u64 = 2 << 20;
+
 /// One stream's batches in doubt.
 pub struct Unannounced {
     state: Mutex<State>,
@@ -52,6 +56,19 @@ impl Unannounced {
         }
     }
 
+    /// Whether the stream, not announced yet, holds [`HELD_LIMIT`] or more (it should wait).
+    pub fn over_limit(&self) -> bool {
+        match &*self.lock() {
+            State::Holding(held) => {
+                held.iter()
+                    .map(|b| (b.header.len() + b.data.len()) as u64)
+                    .sum::<u64>()
+                    >= HELD_LIMIT
+            }
+            State::Announced | State::Refused => false,
+        }
+    }
+
     /// The server announced the stream: what it sent will be acknowledged.
     pub fn announced(&self) {
         *self.lock() = State::Announced;
@@ -89,5 +106,17 @@ mod tests {
         assert_eq!(back, [1, 2]);
         // A batch whose send was under way when the refusal came is handed back at once.
         assert_eq!(refused.sent(batch(3)).map(|b| b.seq), Some(3));
+    }
+
+    #[test]
+    fn a_stream_holding_enough_waits_for_its_announcement() {
+        let held = Unannounced::new(true);
+        let mut big = Batch::new(1, 0);
+        big.data = vec![0; HELD_LIMIT as usize];
+        assert!(!held.over_limit());
+        assert!(held.sent(big).is_none());
+        assert!(held.over_limit());
+        held.announced();
+        assert!(!held.over_limit());
     }
 }

@@ -59,6 +59,11 @@ pub enum AuthError {
     TokenRequired,
     #[error("the server did not prove it knows the token")]
     ServerNotAuthentic,
+    #[error(
+        "the server runs without a token (--no-auth), so it cannot prove it is the server \
+         the token is for; nothing was sent (connect without a token to use an open server)"
+    )]
+    ServerWithoutToken,
     #[error("protocol version {0} is not supported (this build speaks {PROTOCOL_VERSION})")]
     Version(u16),
     #[error("unexpected message during handshake")]
@@ -212,7 +217,10 @@ impl ClientHandshake {
                 *key.proof(b"client", &server_nonce, &self.nonce).as_bytes()
             }
             (None, true) => return Err(AuthError::TokenRequired),
-            (_, false) => [0; 32],
+            // A client with a token sends nothing to a server that cannot prove it has it:
+            // anyone can answer a hello with `auth_required = 0`.
+            (Some(_), false) => return Err(AuthError::ServerWithoutToken),
+            (None, false) => [0; 32],
         };
         Ok(Message::ClientAuth { mac })
     }
@@ -271,9 +279,17 @@ mod tests {
     }
 
     #[test]
-    fn open_server_accepts_anyone() {
+    fn open_server_accepts_clients_without_a_token() {
         assert_eq!(run(None, &[], None), Ok(Credential::Token));
-        assert_eq!(run(None, &[], Some(b"x")), Ok(Credential::Token));
+    }
+
+    #[test]
+    fn a_client_with_a_token_refuses_a_server_that_cannot_prove_it() {
+        // An impostor answers every hello with "no token needed".
+        assert_eq!(
+            run(None, &[], Some(b"x")),
+            Err(AuthError::ServerWithoutToken)
+        );
     }
 
     #[test]
