@@ -69,12 +69,19 @@ impl TransferOptions {
         self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)
     }
 
+    /// Batches the planner makes small at the start: one for each stream a session may start
+    /// at once (see `plan::OPENING_BATCH_SIZE`).
+    pub fn opening_batches(&self) -> usize {
+        self.streams.unwrap_or(crate::tune::WIDE_START_STREAMS)
+    }
+
     /// Batches the source may hold ready: one for each stream a session may start at once
     /// (on a long path every stream then has data for its first round trip), within
-    /// [`READY_BATCH_BYTES`].
+    /// [`READY_BATCH_BYTES`] (a chunk of a large file is a batch of its own, of `chunk_size`).
     pub fn ready_batches(&self) -> usize {
         let streams = self.streams.unwrap_or(crate::tune::WIDE_START_STREAMS);
-        let affordable = (READY_BATCH_BYTES / self.batch_size.max(1)).max(1) as usize;
+        let largest = self.batch_size.max(self.chunk_size).max(1);
+        let affordable = (READY_BATCH_BYTES / largest).max(1) as usize;
         self.read_threads.max(streams.min(affordable))
     }
 

@@ -70,7 +70,7 @@ impl Planner {
     pub fn new(options: &TransferOptions) -> Planner {
         Planner {
             batch_size: options.batch_size,
-            opening_batches: options.ready_batches() as u64,
+            opening_batches: options.opening_batches() as u64,
             batch_files: options.batch_files,
             threshold: options.small_file_threshold,
             chunk_size: options.chunk_size,
@@ -97,7 +97,7 @@ impl Planner {
                 let entry = Arc::new(entry);
                 let mut offset = 0;
                 while offset < size {
-                    let len = self.chunk_size.min(size - offset);
+                    let len = self.chunk_size_now().min(size - offset);
                     let item = PlanItem::Chunk {
                         entry: entry.clone(),
                         offset,
@@ -123,11 +123,26 @@ impl Planner {
         }
     }
 
+    fn opening(&self) -> bool {
+        self.next_seq <= self.opening_batches
+    }
+
+    /// Chunks are opening-sized too while the opening batches are made (a chunk starts the
+    /// next batch when the current one holds something).
+    fn chunk_size_now(&self) -> u64 {
+        let seq = self.next_seq + u64::from(!self.current.items.is_empty());
+        if seq <= self.opening_batches {
+            self.chunk_size.min(OPENING_BATCH_SIZE)
+        } else {
+            self.chunk_size
+        }
+    }
+
     fn add(&mut self, item: PlanItem, data: u64, emit: &mut impl FnMut(BatchPlan)) {
         // Entry headers count against the batch size too, so a batch of many long paths
         // stays as bounded as a batch of data.
         let bytes = data + item.path().len() as u64 + ENTRY_OVERHEAD;
-        let batch_size = if self.next_seq <= self.opening_batches {
+        let batch_size = if self.opening() {
             self.batch_size.min(OPENING_BATCH_SIZE)
         } else {
             self.batch_size
@@ -209,6 +224,8 @@ mod tests {
             batch_size: 1 << 20,
             small_file_threshold: 1 << 20,
             chunk_size: 1 << 20,
+            // One opening batch: the first chunk is 128 KiB.
+            streams: Some(1),
             ..TransferOptions::default()
         };
         let size = (5 << 20) + 123;
@@ -223,8 +240,10 @@ mod tests {
             }
         }
         assert_eq!(covered, size);
-        // Five full chunks, then the 123-byte tail chunk shares a batch with the small file.
+        // An opening chunk of 128 KiB, four full ones, then the tail chunk (896 KiB + 123
+        // bytes) shares a batch with the small file.
         assert_eq!(plans.len(), 6);
+        assert_eq!(plans[0].data_bytes, OPENING_BATCH_SIZE);
     }
 
     #[test]
@@ -235,7 +254,7 @@ mod tests {
             (0..files).map(|i| file(&format!("f{i}"), 4096)).collect(),
             &options,
         );
-        let opening = options.ready_batches();
+        let opening = options.opening_batches();
         assert!(opening >= crate::tune::WIDE_START_STREAMS);
         let (first, rest) = plans.split_at(opening);
         assert!(first

@@ -13,7 +13,7 @@ use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
 use sprat_store::write::ChunkOutcome;
 use sprat_store::{display_path, Attrs, TreeWriter, WriterCursor};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -63,11 +63,16 @@ impl WriterPool {
         let threads = threads.max(1);
         let (jobs, rx) = bounded::<WriteJob>(threads * 2);
         let busy_ns = Arc::new(AtomicU64::new(0));
+        // The first fatal error, which batches refused after it carry too: every stream of a
+        // transfer then reports the cause (e.g. disk full, with the path), whichever the client
+        // reads first.
+        let cause: Arc<Mutex<Option<(ErrorCode, String)>>> = Arc::default();
         let threads = (0..threads)
             .map(|i| {
                 let rx = rx.clone();
                 let writer = writer.clone();
                 let abort = abort.clone();
+                let cause = cause.clone();
                 let busy_ns = busy_ns.clone();
                 std::thread::Builder::new()
                     .name(format!("sprat-write-{i}"))
@@ -76,14 +81,23 @@ impl WriterPool {
                         for job in rx {
                             let started = Instant::now();
                             let outcome = if abort.load(Ordering::Relaxed) {
+                                let first = cause.lock().unwrap_or_else(|p| p.into_inner());
                                 BatchOutcome {
-                                    fatal: Some((ErrorCode::Io, "transfer aborted".into())),
+                                    fatal: Some(first.clone().unwrap_or_else(|| {
+                                        (ErrorCode::Io, "transfer aborted".into())
+                                    })),
                                     ..BatchOutcome::default()
                                 }
                             } else {
                                 write_batch(cursor.as_mut(), &job.incoming)
                             };
                             let fatal = outcome.fatal.is_some();
+                            if let Some(f) = &outcome.fatal {
+                                cause
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .get_or_insert_with(|| f.clone());
+                            }
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             drop(job.incoming);
