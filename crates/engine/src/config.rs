@@ -79,7 +79,7 @@ impl TransferOptions {
     /// (on a long path every stream then has data for its first round trip), within
     /// [`READY_BATCH_BYTES`] (a chunk of a large file is a batch of its own, of `chunk_size`).
     pub fn ready_batches(&self) -> usize {
-        let streams = self.streams.unwrap_or(crate::tune::WIDE_START_STREAMS);
+        let streams = self.opening_batches();
         let largest = self.batch_size.max(self.chunk_size).max(1);
         let affordable = (READY_BATCH_BYTES / largest).max(1) as usize;
         self.read_threads.max(streams.min(affordable))

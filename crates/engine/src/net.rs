@@ -394,10 +394,7 @@ pub fn accept(
             CLIENT_HELLO_PATIENCE.as_secs(),
             sprat_proto::PROTOCOL_VERSION
         );
-        let _ = conn.send(&Message::Error {
-            code: sprat_proto::ErrorCode::Protocol,
-            text: text.clone(),
-        });
+        conn.refuse(sprat_proto::ErrorCode::Protocol, text.clone());
         return Err(TransferError::Auth {
             peer: conn.peer.clone(),
             why: text,

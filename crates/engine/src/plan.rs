@@ -123,30 +123,27 @@ impl Planner {
         }
     }
 
-    fn opening(&self) -> bool {
-        self.next_seq <= self.opening_batches
+    /// `size`, capped at [`OPENING_BATCH_SIZE`] while batch `seq` is an opening batch.
+    fn sized_for(&self, seq: u64, size: u64) -> u64 {
+        if seq <= self.opening_batches {
+            size.min(OPENING_BATCH_SIZE)
+        } else {
+            size
+        }
     }
 
     /// Chunks are opening-sized too while the opening batches are made (a chunk starts the
     /// next batch when the current one holds something).
     fn chunk_size_now(&self) -> u64 {
         let seq = self.next_seq + u64::from(!self.current.items.is_empty());
-        if seq <= self.opening_batches {
-            self.chunk_size.min(OPENING_BATCH_SIZE)
-        } else {
-            self.chunk_size
-        }
+        self.sized_for(seq, self.chunk_size)
     }
 
     fn add(&mut self, item: PlanItem, data: u64, emit: &mut impl FnMut(BatchPlan)) {
         // Entry headers count against the batch size too, so a batch of many long paths
         // stays as bounded as a batch of data.
         let bytes = data + item.path().len() as u64 + ENTRY_OVERHEAD;
-        let batch_size = if self.opening() {
-            self.batch_size.min(OPENING_BATCH_SIZE)
-        } else {
-            self.batch_size
-        };
+        let batch_size = self.sized_for(self.next_seq, self.batch_size);
         let full = !self.current.items.is_empty()
             && (self.current.budget_bytes + bytes > batch_size
                 || self.current.items.len() >= self.batch_files);

@@ -184,14 +184,9 @@ impl Server {
     }
 }
 
-/// Refuses what a connection asked for; see [`Conn::refuse`] (the client may have sent data
-/// behind its request).
-fn refuse(conn: &mut Conn, code: ErrorCode, text: String) {
-    conn.refuse(code, text);
-}
-
+/// Refuses what a connection asked for with the error of its store; see [`Conn::refuse`].
 fn refuse_store(conn: &mut Conn, e: &StoreError) {
-    refuse(conn, code_for(e), e.to_string());
+    conn.refuse(code_for(e), e.to_string());
 }
 
 /// Places among `max` connections that joins may not take (kept for `Open`s and requests).
@@ -302,7 +297,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         if let Message::Open { session, .. } = &first {
             shared.sessions.abandon(session);
         }
-        return refuse(&mut conn, ErrorCode::Io, text);
+        return conn.refuse(ErrorCode::Io, text);
     }
     let _admitted = Admitted(&shared.connections);
     let ticket = match access {
@@ -315,7 +310,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         if let Message::Open { session, .. } = &first {
             shared.sessions.abandon(session);
         }
-        return refuse(&mut conn, code, text);
+        return conn.refuse(code, text);
     }
     match first {
         Message::Open { session, op, path } => {
@@ -325,14 +320,10 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         }
         Message::Join { session } => {
             let Some(found) = shared.sessions.wait(&session, JOIN_PATIENCE) else {
-                return refuse(
-                    &mut conn,
-                    ErrorCode::UnknownSession,
-                    "no such session".into(),
-                );
+                return conn.refuse(ErrorCode::UnknownSession, "no such session".into());
             };
             if let Err((code, text)) = ticket_allows(shared, ticket, &first, false) {
-                return refuse(&mut conn, code, text);
+                return conn.refuse(code, text);
             }
             let _ = announce_and_serve(&mut conn, &found, &Message::Joined, false);
         }
@@ -355,8 +346,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                 };
             }
         }
-        _ => refuse(
-            &mut conn,
+        _ => conn.refuse(
             ErrorCode::Protocol,
             "expected Open, Join or a request".into(),
         ),
@@ -413,8 +403,7 @@ fn open_session(
             discard,
         } => {
             if shared.read_only && !discard {
-                return refuse(
-                    &mut conn,
+                return conn.refuse(
                     ErrorCode::ReadOnly,
                     format!(
                         "the server is read-only: refusing to write '{}'",
@@ -431,8 +420,7 @@ fn open_session(
                     .mkdir_all(&path)
                     .map(|r| Some(TreeWriter::for_dir(r, !path.is_empty(), tag)))
             } else if path.is_empty() {
-                return refuse(
-                    &mut conn,
+                return conn.refuse(
                     ErrorCode::BadRequest,
                     "a single file cannot replace the server's root directory".into(),
                 );
@@ -454,7 +442,7 @@ fn open_session(
             );
             let pool = match pool {
                 Ok(p) => p,
-                Err(e) => return refuse(&mut conn, ErrorCode::Io, e.to_string()),
+                Err(e) => return conn.refuse(ErrorCode::Io, e.to_string()),
             };
             let session = Session::Push(PushSession {
                 writer,
@@ -472,13 +460,13 @@ fn open_session(
                 Ok(s) => s,
                 // A source below a regular file does not exist either.
                 Err(e) if e.errno() == Some(rustix::io::Errno::NOTDIR) => {
-                    return refuse(&mut conn, ErrorCode::NotFound, e.to_string())
+                    return conn.refuse(ErrorCode::NotFound, e.to_string())
                 }
                 Err(e) => return refuse_store(&mut conn, &e),
             };
             let handle = match source::start(src, &shared.options) {
                 Ok(h) => h,
-                Err(e) => return refuse(&mut conn, ErrorCode::Io, e.to_string()),
+                Err(e) => return conn.refuse(ErrorCode::Io, e.to_string()),
             };
             let root_is_dir = handle.root_is_dir;
             let session = Session::Pull(PullSession {
@@ -510,11 +498,7 @@ fn open_session(
         }
     };
     if let Err(why) = registered {
-        return refuse(
-            &mut conn,
-            ErrorCode::BadRequest,
-            format!("the session id {why}"),
-        );
+        return conn.refuse(ErrorCode::BadRequest, format!("the session id {why}"));
     }
     // The session lives as long as its control connection.
     struct Forget<'a>(&'a Shared, SessionId, Option<u64>);
@@ -665,7 +649,10 @@ fn acknowledge(
         if let Some((code, text)) = o.fatal {
             // Say why, then stop sending; the reader drains what the client still sends so
             // that closing the socket does not reset the connection before it reads this.
-            refuse(conn, code, text.clone());
+            let _ = conn.send(&Message::Error {
+                code,
+                text: text.clone(),
+            });
             conn.shutdown_write();
             return Err(TransferError::Remote {
                 peer: conn.peer.clone(),

@@ -1,6 +1,6 @@
-//! The client side of a session's connections: opens the control connection (measuring the
-//! round trip on its authentication exchange) while the first joining connections join beside
-//! it (the client chooses the session id, so they need not wait for `Opened`), sizes socket
+//! The client side of a session's connections: opens the control connection (estimating the
+//! round trip from the server's hello, then measuring it on the `Opened`) while the first
+//! joining connections join beside it (the client chooses the session id, so they need not wait for `Opened`), sizes socket
 //! buffers and the starting number of streams from that round trip and the host's TCP
 //! limits, joins further streams in parallel (at the start and while the transfer runs),
 //! grows them while throughput grows, and records when each stream ran out of data (the
