@@ -80,6 +80,7 @@ pub enum Credential {
 }
 
 /// Server side, waiting for the client's hello.
+#[derive(Debug)]
 pub struct ServerHandshake {
     key: Option<TokenKey>,
     tickets: Vec<TokenKey>,
@@ -87,6 +88,7 @@ pub struct ServerHandshake {
 }
 
 /// Server side, having proved the key, waiting for the client's proof.
+#[derive(Debug)]
 pub struct ServerAwaitingProof {
     /// The client proof expected and the credential it stands for (`None`: `--no-auth`).
     expected: Option<(blake3::Hash, Credential)>,
@@ -170,6 +172,7 @@ impl ServerAwaitingProof {
 }
 
 /// Client side, waiting for the server's hello.
+#[derive(Debug)]
 pub struct ClientHandshake {
     key: Option<TokenKey>,
     nonce: [u8; 32],

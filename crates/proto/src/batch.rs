@@ -68,7 +68,7 @@ pub struct Entry<'a> {
 }
 
 /// A batch being built by a sender: entry headers and file data in separate buffers.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Batch {
     pub seq: u64,
     pub count: u32,

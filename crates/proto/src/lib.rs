@@ -13,6 +13,7 @@ pub mod frame;
 pub mod message;
 pub mod namespace;
 pub mod path;
+pub mod session;
 
 pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta};
 pub use codec::DecodeError;

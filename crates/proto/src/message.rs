@@ -155,6 +155,31 @@ pub enum Message {
 }
 
 impl Message {
+    /// The message's name, as in docs/protocol.md (for errors).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::ClientHello { .. } => "ClientHello",
+            Message::ServerHello { .. } => "ServerHello",
+            Message::ClientAuth { .. } => "ClientAuth",
+            Message::Error { .. } => "Error",
+            Message::Open { .. } => "Open",
+            Message::Opened { .. } => "Opened",
+            Message::Join { .. } => "Join",
+            Message::Joined => "Joined",
+            Message::BatchAck { .. } => "BatchAck",
+            Message::End => "End",
+            Message::EndAck => "EndAck",
+            Message::Commit => "Commit",
+            Message::Done(_) => "Done",
+            Message::Request(_) => "a request",
+            Message::Entries(_) => "Entries",
+            Message::Sums(_) => "Sums",
+            Message::Usage(_) => "Usage",
+            Message::ReplyEnd => "ReplyEnd",
+            Message::Ticket { .. } => "Ticket",
+        }
+    }
+
     /// Encodes the message as a whole frame (header included).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![0u8; crate::frame::FRAME_HEADER_LEN];

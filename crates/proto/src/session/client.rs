@@ -1,0 +1,663 @@
+//! A client's connection to a session, as a state machine (see the [module page](super)).
+//!
+//! The machine follows both directions of one connection: what the client may still send
+//! ([`Sending`]) and what it is waiting for ([`Receiving`]). A push sends batches right behind
+//! its `Open` or `Join`, before the server announced the connection; until the announcement the
+//! machine keeps each batch sent (at most [`HELD_LIMIT`] bytes), and if the server refuses the
+//! connection it hands them back to go on the session's other connections. Every batch sent
+//! stays in flight until its acknowledgement; `EndAck` with any still in flight is an error, and
+//! a lost connection tells which batches it leaves unacknowledged.
+
+use super::{Direction, Role, SessionError, HANDSHAKE_TIMEOUT, HELD_LIMIT};
+use crate::auth::{ClientHandshake, TokenKey};
+use crate::{Batch, ErrorCode, Message, RemoteStats};
+use std::time::Instant;
+
+/// What arrived on a connection, for the driver to act on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The server proved the key: send what [`ClientStream::open`] returns.
+    ServerProved,
+    /// The server announced the connection (`Opened` on the control connection, with whether
+    /// the session's root is a directory; `Joined` on the others).
+    Announced { root_is_dir: Option<bool> },
+    /// A batch of this connection is written.
+    Acked {
+        seq: u64,
+        files: u32,
+        bytes: u64,
+        failures: Vec<(Vec<u8>, String)>,
+    },
+    /// Every batch of this (push) connection is acknowledged.
+    EndAcked,
+    /// The last batch of this (pull) connection arrived.
+    Ended,
+    /// After `Commit`: directories whose attributes the server could not set.
+    DirFailures(Vec<(Vec<u8>, String)>),
+    /// The session's totals: the answer to `Commit`, which ends the session.
+    Done(RemoteStats),
+    /// The server refused the connection or stopped it; `announced` says whether it had
+    /// announced it (if not, it read none of the batches sent on it: [`ClientStream::take_held`]).
+    Refused {
+        code: ErrorCode,
+        text: String,
+        announced: bool,
+    },
+}
+
+/// What the client is waiting for.
+#[derive(Debug)]
+enum Receiving {
+    /// Its hello is sent; the server's answer and proof are due.
+    Greeting(ClientHandshake),
+    /// The server proved the key; the client's proof and first message are not sent yet.
+    Proved(Message),
+    /// `Open` or `Join` is sent; the server's announcement is due.
+    Announcing,
+    /// Announced: acknowledgements (push) or batches (pull) arrive.
+    Transferring,
+    /// `EndAck` (push) or `End` (pull) arrived.
+    Ended,
+    /// `Done` arrived.
+    Done,
+    /// Refused, lost or broken: nothing more arrives.
+    Closed,
+}
+
+/// What the client may still send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// Batches (push), or nothing yet (pull).
+    Open,
+    /// `End` is sent (push).
+    Ended,
+    /// `Commit` is sent (control connection).
+    Committed,
+}
+
+/// One connection of a client's session.
+#[derive(Debug)]
+pub struct ClientStream {
+    direction: Direction,
+    role: Role,
+    receiving: Receiving,
+    sending: Sending,
+    /// Sequence numbers of batches sent and not acknowledged, in the order sent.
+    in_flight: Vec<u64>,
+    /// Batches sent before the announcement, kept until it arrives.
+    held: Vec<Batch>,
+    held_bytes: u64,
+    /// The server refused the connection before announcing it.
+    refused_unannounced: bool,
+    deadline: Option<Instant>,
+}
+
+impl ClientStream {
+    /// Starts a connection's handshake at `now`; send the returned hello at once.
+    pub fn new(
+        direction: Direction,
+        role: Role,
+        key: Option<TokenKey>,
+        nonce: [u8; 32],
+        now: Instant,
+    ) -> (ClientStream, Message) {
+        let (handshake, hello) = ClientHandshake::new(key, nonce);
+        let stream = ClientStream {
+            direction,
+            role,
+            receiving: Receiving::Greeting(handshake),
+            sending: Sending::Open,
+            in_flight: Vec::new(),
+            held: Vec::new(),
+            held_bytes: 0,
+            refused_unannounced: false,
+            deadline: Some(now + HANDSHAKE_TIMEOUT),
+        };
+        (stream, hello)
+    }
+
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Where the connection stands, in words (for errors).
+    pub fn state(&self) -> &'static str {
+        match self.receiving {
+            Receiving::Greeting(_) => "before the server's hello",
+            Receiving::Proved(_) => "before the client's first message",
+            Receiving::Announcing => "before the announcement of the connection",
+            Receiving::Transferring => match self.direction {
+                Direction::Push => "on a push connection",
+                Direction::Pull => "on a pull connection",
+            },
+            Receiving::Ended => "after the end of the connection's data",
+            Receiving::Done => "after Done",
+            Receiving::Closed => "after the connection was closed",
+        }
+    }
+
+    fn unexpected(&mut self, got: &Message) -> SessionError {
+        let error = SessionError::Unexpected {
+            state: self.state(),
+            got: got.name(),
+        };
+        self.receiving = Receiving::Closed;
+        error
+    }
+
+    fn not_now(&self, action: &'static str) -> SessionError {
+        SessionError::NotNow {
+            action,
+            state: self.state(),
+        }
+    }
+
+    /// When the client stops waiting for what it waits for now; `None`: no deadline (data may
+    /// take as long as it takes).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Called when nothing arrived by `now`: an error once the deadline has passed.
+    pub fn on_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        match self.deadline {
+            Some(d) if now >= d => {
+                let what = match self.receiving {
+                    Receiving::Greeting(_) => "waiting for the server's hello",
+                    _ => "waiting for the server to announce the connection",
+                };
+                self.receiving = Receiving::Closed;
+                self.deadline = None;
+                Err(SessionError::TimedOut(what))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the server announced the connection (acknowledgements count from then on).
+    pub fn announced(&self) -> bool {
+        matches!(
+            self.receiving,
+            Receiving::Transferring | Receiving::Ended | Receiving::Done
+        )
+    }
+
+    /// Handles a control message from the server.
+    pub fn on_message(&mut self, msg: Message, now: Instant) -> Result<Event, SessionError> {
+        let _ = now;
+        if let Message::Error { code, text } = msg {
+            if let Receiving::Greeting(handshake) = &self.receiving {
+                if code == ErrorCode::AuthFailed {
+                    let e = handshake.refused();
+                    self.receiving = Receiving::Closed;
+                    return Err(e.into());
+                }
+            }
+            let announced = self.announced();
+            self.receiving = Receiving::Closed;
+            self.deadline = None;
+            if !announced {
+                self.refused_unannounced = true;
+                self.in_flight.clear();
+            }
+            return Ok(Event::Refused {
+                code,
+                text,
+                announced,
+            });
+        }
+        match std::mem::replace(&mut self.receiving, Receiving::Closed) {
+            Receiving::Greeting(handshake) => {
+                let proof = handshake.on_message(msg)?;
+                self.receiving = Receiving::Proved(proof);
+                self.deadline = None;
+                Ok(Event::ServerProved)
+            }
+            Receiving::Announcing => {
+                let root_is_dir = match (msg, self.role) {
+                    (Message::Opened { root_is_dir }, Role::Control) => Some(root_is_dir),
+                    (Message::Joined, Role::Joining) => None,
+                    (other, _) => {
+                        self.receiving = Receiving::Announcing;
+                        return Err(self.unexpected(&other));
+                    }
+                };
+                self.receiving = Receiving::Transferring;
+                self.deadline = None;
+                self.held.clear();
+                self.held_bytes = 0;
+                Ok(Event::Announced { root_is_dir })
+            }
+            Receiving::Transferring => {
+                self.receiving = Receiving::Transferring;
+                match (self.direction, msg) {
+                    (
+                        Direction::Push,
+                        Message::BatchAck {
+                            seq,
+                            files,
+                            bytes,
+                            failures,
+                        },
+                    ) => {
+                        let Some(i) = self.in_flight.iter().position(|&s| s == seq) else {
+                            self.receiving = Receiving::Closed;
+                            return Err(SessionError::UnknownAck { seq });
+                        };
+                        self.in_flight.remove(i);
+                        Ok(Event::Acked {
+                            seq,
+                            files,
+                            bytes,
+                            failures,
+                        })
+                    }
+                    (Direction::Push, Message::EndAck) if self.sending != Sending::Open => {
+                        if !self.in_flight.is_empty() {
+                            self.receiving = Receiving::Closed;
+                            return Err(SessionError::EndWithUnacked(self.in_flight.len()));
+                        }
+                        self.receiving = Receiving::Ended;
+                        Ok(Event::EndAcked)
+                    }
+                    (Direction::Pull, Message::End) => {
+                        self.receiving = Receiving::Ended;
+                        Ok(Event::Ended)
+                    }
+                    (_, other) => Err(self.unexpected(&other)),
+                }
+            }
+            Receiving::Ended => {
+                self.receiving = Receiving::Ended;
+                let committed = self.sending == Sending::Committed;
+                match msg {
+                    Message::BatchAck { failures, .. }
+                        if committed && self.direction == Direction::Push =>
+                    {
+                        Ok(Event::DirFailures(failures))
+                    }
+                    Message::Done(stats) if committed => {
+                        self.receiving = Receiving::Done;
+                        Ok(Event::Done(stats))
+                    }
+                    other => Err(self.unexpected(&other)),
+                }
+            }
+            state @ (Receiving::Proved(_) | Receiving::Done | Receiving::Closed) => {
+                self.receiving = state;
+                Err(self.unexpected(&msg))
+            }
+        }
+    }
+
+    /// A batch frame arrived (only a pull connection, once announced, receives batches).
+    pub fn on_batch(&mut self) -> Result<(), SessionError> {
+        if self.direction == Direction::Pull && matches!(self.receiving, Receiving::Transferring) {
+            return Ok(());
+        }
+        let error = SessionError::Unexpected {
+            state: self.state(),
+            got: "batch",
+        };
+        self.receiving = Receiving::Closed;
+        Err(error)
+    }
+
+    /// Once the server proved the key: the client's proof and `first` (`Open` or `Join`), to
+    /// be sent together in one write. The announcement is due from `now`.
+    pub fn open(&mut self, first: Message, now: Instant) -> Result<[Message; 2], SessionError> {
+        let fits = matches!(
+            (&first, self.role),
+            (Message::Open { .. }, Role::Control) | (Message::Join { .. }, Role::Joining)
+        );
+        if !fits {
+            return Err(self.not_now("open or join with that message"));
+        }
+        match std::mem::replace(&mut self.receiving, Receiving::Announcing) {
+            Receiving::Proved(proof) => {
+                self.deadline = Some(now + HANDSHAKE_TIMEOUT);
+                Ok([proof, first])
+            }
+            state => {
+                self.receiving = state;
+                Err(self.not_now("open or join"))
+            }
+        }
+    }
+
+    /// Whether a push connection may send a batch now.
+    pub fn may_send_batch(&self) -> bool {
+        self.direction == Direction::Push
+            && self.sending == Sending::Open
+            && matches!(
+                self.receiving,
+                Receiving::Announcing | Receiving::Transferring
+            )
+    }
+
+    /// Records that `batch` went out on this push connection (or failed to): in flight until
+    /// acknowledged, and kept whole until the announcement. Returns the batch if the server
+    /// refused the connection before announcing it: it read none of it, send it elsewhere.
+    pub fn sent(&mut self, batch: Batch) -> Option<Batch> {
+        if self.refused_unannounced {
+            return Some(batch);
+        }
+        self.in_flight.push(batch.seq);
+        if matches!(self.receiving, Receiving::Announcing) {
+            self.held_bytes += (batch.header.len() + batch.data.len()) as u64;
+            self.held.push(batch);
+        }
+        None
+    }
+
+    /// Whether the connection, not announced yet, holds [`HELD_LIMIT`] bytes or more of
+    /// batches: it should send no more until the announcement.
+    pub fn over_limit(&self) -> bool {
+        matches!(self.receiving, Receiving::Announcing) && self.held_bytes >= HELD_LIMIT
+    }
+
+    /// After a refusal before the announcement: the batches sent on the connection, none of
+    /// which the server read.
+    pub fn take_held(&mut self) -> Vec<Batch> {
+        self.held_bytes = 0;
+        if self.refused_unannounced {
+            std::mem::take(&mut self.held)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A push connection's `End`, after its last batch.
+    pub fn end(&mut self) -> Result<Message, SessionError> {
+        if self.direction != Direction::Push || self.sending != Sending::Open {
+            return Err(self.not_now("send End"));
+        }
+        self.sending = Sending::Ended;
+        Ok(Message::End)
+    }
+
+    /// Whether this connection may send `Commit` now (the session's other connections are the
+    /// driver's to check, see [`CommitGate`]): the control connection, once it sent its `End`
+    /// (push; the server reads `Commit` after its `EndAck`) or received the server's (pull).
+    pub fn may_commit(&self) -> bool {
+        self.role == Role::Control
+            && match self.direction {
+                Direction::Push => {
+                    self.sending == Sending::Ended
+                        && matches!(self.receiving, Receiving::Transferring | Receiving::Ended)
+                }
+                Direction::Pull => {
+                    self.sending == Sending::Open && matches!(self.receiving, Receiving::Ended)
+                }
+            }
+    }
+
+    /// The control connection's `Commit`; `Done` is due after it.
+    pub fn commit(&mut self) -> Result<Message, SessionError> {
+        if !self.may_commit() {
+            return Err(self.not_now("send Commit"));
+        }
+        self.sending = Sending::Committed;
+        Ok(Message::Commit)
+    }
+
+    /// Batches sent on this connection and not acknowledged, in the order sent.
+    pub fn unacknowledged(&self) -> &[u64] {
+        &self.in_flight
+    }
+
+    /// The connection broke (reset, closed, timed out): returns the batches it leaves
+    /// unacknowledged, which the session must send again (or report) before it may claim them.
+    pub fn lost(&mut self) -> Vec<u64> {
+        self.receiving = Receiving::Closed;
+        self.deadline = None;
+        self.held.clear();
+        self.held_bytes = 0;
+        std::mem::take(&mut self.in_flight)
+    }
+}
+
+/// When a client may send `Commit`. The server forgets a session once it has answered the
+/// `Commit`, so a connection still joining then would fail, and a push connection counts on
+/// the server only from its announcement: the commit waits until every planned connection
+/// has been announced or refused (or failed to connect).
+#[derive(Debug, Default)]
+pub struct CommitGate {
+    /// Planned connections whose fate is not known yet.
+    pending: usize,
+    /// Every planned connection has been started.
+    all_started: bool,
+}
+
+impl CommitGate {
+    pub fn new() -> CommitGate {
+        CommitGate::default()
+    }
+
+    /// A planned connection started joining.
+    pub fn joining(&mut self) {
+        self.pending += 1;
+    }
+
+    /// A planned connection was announced, refused or could not connect.
+    pub fn settled(&mut self) {
+        self.pending = self.pending.saturating_sub(1);
+    }
+
+    /// Every planned connection has been started ([`CommitGate::joining`] was called for each).
+    pub fn all_started(&mut self) {
+        self.all_started = true;
+    }
+
+    /// Whether `Commit` may go (as far as the session's other connections are concerned).
+    pub fn open(&self) -> bool {
+        self.all_started && self.pending == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::ServerHandshake;
+
+    fn key() -> TokenKey {
+        TokenKey::from_token(b"token")
+    }
+
+    /// A client stream past its handshake, its first message sent.
+    fn opened(direction: Direction, role: Role) -> (ClientStream, Instant) {
+        let now = Instant::now();
+        let (mut c, hello) = ClientStream::new(direction, role, Some(key()), [1; 32], now);
+        let server = ServerHandshake::new(Some(key()), Vec::new(), [2; 32]);
+        let (_, reply) = server.on_message(hello).expect("server answers");
+        assert_eq!(c.on_message(reply, now), Ok(Event::ServerProved));
+        let first = match role {
+            Role::Control => Message::Open {
+                session: [3; 16],
+                op: crate::Operation::Pull,
+                path: Vec::new(),
+            },
+            Role::Joining => Message::Join { session: [3; 16] },
+        };
+        c.open(first, now).expect("opens");
+        (c, now)
+    }
+
+    fn batch(seq: u64, bytes: usize) -> Batch {
+        let mut b = Batch::new(seq, bytes);
+        b.data = vec![0; bytes];
+        b
+    }
+
+    fn ack(seq: u64) -> Message {
+        Message::BatchAck {
+            seq,
+            files: 1,
+            bytes: 1,
+            failures: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_push_stream_holds_batches_until_announced_and_checks_every_ack() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        assert!(c.sent(batch(1, 10)).is_none());
+        assert!(c.sent(batch(2, 10)).is_none());
+        // An acknowledgement before the announcement breaks the rules.
+        let mut early = opened(Direction::Push, Role::Joining).0;
+        assert!(matches!(
+            early.on_message(ack(1), now),
+            Err(SessionError::Unexpected { .. })
+        ));
+        assert_eq!(
+            c.on_message(Message::Joined, now),
+            Ok(Event::Announced { root_is_dir: None })
+        );
+        assert!(c.take_held().is_empty());
+        assert!(matches!(
+            c.on_message(ack(2), now),
+            Ok(Event::Acked { seq: 2, .. })
+        ));
+        assert_eq!(c.unacknowledged(), &[1]);
+        // Twice the same acknowledgement: the second names a batch no longer in flight.
+        let mut twice = opened(Direction::Push, Role::Joining).0;
+        twice.sent(batch(5, 1));
+        twice.on_message(Message::Joined, now).expect("announced");
+        twice.on_message(ack(5), now).expect("acked");
+        assert_eq!(
+            twice.on_message(ack(5), now),
+            Err(SessionError::UnknownAck { seq: 5 })
+        );
+        // EndAck with a batch unacknowledged is an error; after the last ack it ends.
+        assert_eq!(c.end(), Ok(Message::End));
+        let mut short = opened(Direction::Push, Role::Joining).0;
+        short.sent(batch(9, 1));
+        short.on_message(Message::Joined, now).expect("announced");
+        short.end().expect("ends");
+        assert_eq!(
+            short.on_message(Message::EndAck, now),
+            Err(SessionError::EndWithUnacked(1))
+        );
+        assert!(matches!(c.on_message(ack(1), now), Ok(Event::Acked { .. })));
+        assert_eq!(c.on_message(Message::EndAck, now), Ok(Event::EndAcked));
+        // A joining stream never commits.
+        assert!(c.commit().is_err());
+    }
+
+    #[test]
+    fn a_refused_stream_gives_back_what_it_sent_and_everything_after() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        c.sent(batch(1, 10));
+        c.sent(batch(2, 10));
+        let refusal = Message::Error {
+            code: ErrorCode::Io,
+            text: "server busy".into(),
+        };
+        assert!(matches!(
+            c.on_message(refusal, now),
+            Ok(Event::Refused {
+                announced: false,
+                ..
+            })
+        ));
+        let back: Vec<u64> = c.take_held().iter().map(|b| b.seq).collect();
+        assert_eq!(back, [1, 2]);
+        // A batch whose send was under way when the refusal came is handed back at once.
+        assert_eq!(c.sent(batch(3, 1)).map(|b| b.seq), Some(3));
+        assert!(c.unacknowledged().is_empty());
+    }
+
+    #[test]
+    fn an_unannounced_stream_stops_at_the_held_limit() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        assert!(!c.over_limit());
+        c.sent(batch(1, HELD_LIMIT as usize));
+        assert!(c.over_limit());
+        c.on_message(Message::Joined, now).expect("announced");
+        assert!(!c.over_limit());
+    }
+
+    #[test]
+    fn the_control_stream_of_a_pull_commits_after_its_end_and_reads_done() {
+        let (mut c, now) = opened(Direction::Pull, Role::Control);
+        assert!(c
+            .on_batch()
+            .is_err_and(|e| matches!(e, SessionError::Unexpected { .. })));
+        let (mut c2, _) = opened(Direction::Pull, Role::Control);
+        assert_eq!(
+            c2.on_message(Message::Opened { root_is_dir: true }, now),
+            Ok(Event::Announced {
+                root_is_dir: Some(true)
+            })
+        );
+        assert!(c2.on_batch().is_ok());
+        assert!(!c2.may_commit());
+        assert!(c2.commit().is_err());
+        assert_eq!(c2.on_message(Message::End, now), Ok(Event::Ended));
+        c = c2;
+        assert_eq!(c.commit(), Ok(Message::Commit));
+        let stats = RemoteStats::default();
+        assert_eq!(
+            c.on_message(Message::Done(stats), now),
+            Ok(Event::Done(stats))
+        );
+        assert!(c.on_message(Message::Done(stats), now).is_err());
+    }
+
+    #[test]
+    fn waits_have_deadlines() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        let deadline = c.deadline().expect("the announcement has a deadline");
+        assert_eq!(deadline, now + HANDSHAKE_TIMEOUT);
+        assert!(c.on_timeout(now).is_ok());
+        assert!(matches!(
+            c.on_timeout(deadline),
+            Err(SessionError::TimedOut(_))
+        ));
+        let (mut announced, now) = opened(Direction::Push, Role::Joining);
+        announced
+            .on_message(Message::Joined, now)
+            .expect("announced");
+        assert_eq!(announced.deadline(), None);
+    }
+
+    #[test]
+    fn a_wrong_announcement_is_a_typed_error() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        assert_eq!(
+            c.on_message(Message::Opened { root_is_dir: true }, now),
+            Err(SessionError::Unexpected {
+                state: "before the announcement of the connection",
+                got: "Opened",
+            })
+        );
+    }
+
+    #[test]
+    fn a_lost_stream_names_what_it_leaves_unacknowledged() {
+        let (mut c, now) = opened(Direction::Push, Role::Control);
+        c.on_message(Message::Opened { root_is_dir: false }, now)
+            .expect("announced");
+        for seq in 1..=3 {
+            c.sent(batch(seq, 1));
+        }
+        c.on_message(ack(2), now).expect("acked");
+        assert_eq!(c.lost(), [1, 3]);
+    }
+
+    #[test]
+    fn the_commit_gate_opens_once_every_planned_stream_settled() {
+        let mut gate = CommitGate::new();
+        gate.joining();
+        gate.joining();
+        gate.settled();
+        gate.all_started();
+        assert!(!gate.open());
+        gate.settled();
+        assert!(gate.open());
+    }
+}
