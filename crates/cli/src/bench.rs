@@ -6,7 +6,7 @@ use crate::args::{
 use anyhow::Context;
 use sprat_engine::bench;
 use sprat_engine::bench::SubsystemRun;
-use sprat_engine::client::{push_input, PushInput};
+use sprat_engine::{push_input, PushInput};
 use sprat_engine::{Endpoint, TransferError, TransferOptions};
 
 pub fn run(command: BenchCommand) -> anyhow::Result<i32> {

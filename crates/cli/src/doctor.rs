@@ -4,9 +4,9 @@
 
 use crate::args::DoctorArgs;
 use serde::Serialize;
-use sprat_engine::client::Endpoint;
 use sprat_engine::report::human_bytes;
 use sprat_engine::tune::{self, TcpLimits};
+use sprat_engine::Endpoint;
 use sprat_engine::TransferError;
 use sprat_proto::auth::TokenKey;
 use std::time::Duration;

@@ -272,8 +272,8 @@ pub fn overhead(
     plan: &OverheadPlan,
     mut progress: impl FnMut(&SubsystemRun),
 ) -> Result<OverheadReport, TransferError> {
-    use crate::client::{push_input, PushInput};
     use crate::dataset::{self, DatasetSpec, SizeDist};
+    use crate::roles::push::{push_input, PushInput};
     use crate::{Server, ServerConfig};
     use sprat_proto::auth::TokenKey;
     if plan.points.len() < 2 {

@@ -7,26 +7,22 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
-pub mod client;
 pub mod config;
 pub mod dataset;
 pub mod error;
 pub mod model;
-pub mod net;
-pub mod plan;
-mod registry;
-pub mod remote;
+pub(crate) mod net;
+pub(crate) mod pipeline;
 pub mod report;
-mod requests;
-pub mod server;
-pub mod sink;
-pub mod source;
-pub mod streams;
+pub(crate) mod roles;
+pub(crate) mod session;
+pub(crate) mod sync;
 pub mod tune;
-mod unannounced;
 
-pub use client::{copy, Endpoint};
 pub use config::TransferOptions;
 pub use error::TransferError;
 pub use report::Report;
-pub use server::{Server, ServerConfig};
+pub use roles::endpoint::{copy, Endpoint};
+pub use roles::push::{push_input, PushInput};
+pub use roles::remote;
+pub use roles::server::{Server, ServerConfig};

@@ -1,21 +1,20 @@
-//! The thin I/O driver around `sprat-proto`: framed reads and writes on TCP streams and the
-//! handshake run over them. All parsing and validation happens in the protocol crate.
+//! The thin I/O driver around `sprat-proto`: framed reads and writes on TCP streams, and the
+//! handshakes run over them by feeding the protocol's state machines (`sprat_proto::auth`,
+//! `sprat_proto::session`) what arrives and sending what they return. All parsing, validation
+//! and session rules live in the protocol crate; this module owns sockets and timeouts.
 
 use crate::error::TransferError;
-use sprat_proto::auth::{AuthError, ClientHandshake, Credential, ServerHandshake, TokenKey};
+use sprat_proto::auth::{ClientHandshake, Credential, TokenKey};
 use sprat_proto::frame::kind;
+use sprat_proto::session::client::{self as client_session, ClientStream};
+use sprat_proto::session::server::{self as server_session, ServerStream};
+use sprat_proto::session::{
+    Direction, Role, SessionError, CLIENT_HELLO_PATIENCE, HANDSHAKE_TIMEOUT,
+};
 use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
 use std::io::{IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
-
-/// How long a server may take to complete the handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a server waits for a new connection's hello before it tells the client it speaks
-/// a newer protocol (older clients wait for the server to speak first).
-pub const CLIENT_HELLO_PATIENCE: Duration = Duration::from_secs(5);
-/// How long a client may take to authenticate to a server.
-pub const CLIENT_AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
 /// cannot send faster does not take more batches into its socket while other streams could
 /// carry them.
@@ -36,9 +35,6 @@ pub struct Conn {
     pub peer: String,
     /// Round trip estimated from the handshake (client side; `None` elsewhere), see [`dial`].
     pub rtt: Option<Duration>,
-    /// Client side: the server's `Opened` or `Joined` for this connection is still to be read
-    /// (a push sends its batches without waiting for it).
-    pub awaiting_announcement: bool,
 }
 
 impl Conn {
@@ -48,7 +44,6 @@ impl Conn {
             stream,
             peer,
             rtt: None,
-            awaiting_announcement: false,
         }
     }
 
@@ -58,8 +53,31 @@ impl Conn {
             stream: self.stream.try_clone().map_err(|e| self.lost(e))?,
             peer: self.peer.clone(),
             rtt: self.rtt,
-            awaiting_announcement: self.awaiting_announcement,
         })
+    }
+
+    /// Reads from now on give up at `deadline` (`None`: never).
+    pub fn read_until(&self, deadline: Option<Instant>) {
+        let timeout = deadline.map(|d| {
+            d.saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1))
+        });
+        let _ = self.stream.set_read_timeout(timeout);
+    }
+
+    /// The transfer error for a broken session rule on this connection.
+    pub fn session_error(&self, e: SessionError) -> TransferError {
+        match e {
+            SessionError::Auth(why) => TransferError::Auth {
+                peer: self.peer.clone(),
+                why: why.to_string(),
+            },
+            SessionError::TimedOut(_) => TransferError::ConnectionLost {
+                peer: self.peer.clone(),
+                why: e.to_string(),
+            },
+            e => self.protocol(e.to_string()),
+        }
     }
 
     fn lost(&self, e: std::io::Error) -> TransferError {
@@ -131,6 +149,21 @@ impl Conn {
         let msg =
             Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))?;
         Ok(Frame::Control(msg))
+    }
+
+    /// Reads the next frame, which must be a control message (an `Error` included, for a
+    /// session's state machine to interpret).
+    pub fn recv_control_raw(&mut self) -> Result<Message, TransferError> {
+        match self.recv_frame(false)? {
+            Frame::Control(m) => Ok(m),
+            Frame::Batch(..) => Err(self.protocol("unexpected batch".into())),
+        }
+    }
+
+    /// Sends several messages in one write.
+    pub fn send_all(&mut self, msgs: &[Message]) -> Result<(), TransferError> {
+        let bytes: Vec<u8> = msgs.iter().flat_map(|m| m.encode()).collect();
+        self.stream.write_all(&bytes).map_err(|e| self.lost(e))
     }
 
     /// Reads the next frame, which must be a control message (an `Error` becomes an error).
@@ -281,58 +314,161 @@ pub struct Dialed {
     proof: Message,
 }
 
+/// Connects to `addr`, sends `hello` and reads the server's answer (small, under the
+/// handshake's timeout). Returns the connection, the answer and when the dialling began.
+fn greet(
+    addr: &str,
+    tcp_buffer: Option<u64>,
+    hello: &Message,
+) -> Result<(Conn, Message, Instant), TransferError> {
+    let started = Instant::now();
+    let stream = open_tcp(addr, tcp_buffer)?;
+    let mut conn = Conn::new(stream, addr.to_string());
+    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    conn.send(hello)?;
+    let reply = conn.recv_small()?;
+    Ok((conn, reply, started))
+}
+
+/// A server's refusal of the hello for another reason than the key (for example a busy or
+/// misconfigured server).
+fn refused_hello(addr: &str, reply: &Message) -> Option<TransferError> {
+    match reply {
+        Message::Error { code, text } if *code != sprat_proto::ErrorCode::AuthFailed => {
+            Some(TransferError::Remote {
+                peer: addr.to_string(),
+                code: *code,
+                text: text.clone(),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// Connects to `addr`, says hello and checks the server's answer (the first half of
-/// [`connect_with`]). The connection's `rtt` is half the time from `connect` to that answer:
-/// two round trips on a real path (the TCP handshake, then the hellos).
+/// [`connect_with`]), for a connection of namespace requests. The connection's `rtt` is half
+/// the time from `connect` to that answer: two round trips on a real path (the TCP handshake,
+/// then the hellos).
 pub fn dial(
     addr: &str,
     key: Option<&TokenKey>,
     tcp_buffer: Option<u64>,
 ) -> Result<Dialed, TransferError> {
-    let started = Instant::now();
-    let stream = open_tcp(addr, tcp_buffer)?;
-    let mut conn = Conn::new(stream, addr.to_string());
-    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
     let (handshake, hello) = ClientHandshake::new(key.cloned(), random());
-    conn.send(&hello)?;
-    let auth_err = |why: String| TransferError::Auth {
-        peer: addr.to_string(),
-        why,
-    };
-    let reply = match conn.recv_small()? {
-        Message::Error { code, text } if code != sprat_proto::ErrorCode::AuthFailed => {
-            return Err(TransferError::Remote {
-                peer: addr.to_string(),
-                code,
-                text,
-            })
-        }
-        reply => reply,
-    };
+    let (mut conn, reply, started) = greet(addr, tcp_buffer, &hello)?;
+    if let Some(e) = refused_hello(addr, &reply) {
+        return Err(e);
+    }
     let proof = handshake
         .on_message(reply)
-        .map_err(|e| auth_err(e.to_string()))?;
+        .map_err(|e| conn.session_error(e.into()))?;
     conn.rtt = Some(started.elapsed() / 2);
     Ok(Dialed { conn, proof })
 }
 
 impl Dialed {
+    /// Sends the client's proof and `first` in one write, and returns without waiting: the
+    /// server reads `first` only once the proof is checked, and answers it (or refuses the
+    /// proof with `Error`) as the first thing it sends.
+    pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
+        let Dialed { mut conn, proof } = self;
+        conn.send_all(&[proof, first.clone()])?;
+        let _ = conn.stream.set_read_timeout(None);
+        Ok(conn)
+    }
+}
+
+/// A connection of a session whose server proved the key; the client's proof and first
+/// message (`Open` or `Join`) are not sent yet. Dialled ahead so that its connect and greeting
+/// overlap other work (the streams a session will join).
+pub struct DialedSession {
+    conn: Conn,
+    machine: ClientStream,
+}
+
+/// A connection of a session and its state machine (see `sprat_proto::session::client`).
+pub struct SessionConn {
+    pub conn: Conn,
+    pub machine: ClientStream,
+}
+
+/// [`dial`] for one connection of a session moving batches `direction`, in `role`.
+pub fn dial_session(
+    addr: &str,
+    key: Option<&TokenKey>,
+    tcp_buffer: Option<u64>,
+    direction: Direction,
+    role: Role,
+) -> Result<DialedSession, TransferError> {
+    let (mut machine, hello) =
+        ClientStream::new(direction, role, key.cloned(), random(), Instant::now());
+    let (mut conn, reply, started) = greet(addr, tcp_buffer, &hello)?;
+    if let Some(e) = refused_hello(addr, &reply) {
+        return Err(e);
+    }
+    match machine.on_message(reply, Instant::now()) {
+        Ok(client_session::Event::ServerProved) => {}
+        Ok(other) => return Err(conn.protocol(format!("unexpected {other:?} in the handshake"))),
+        Err(e) => return Err(conn.session_error(e)),
+    }
+    conn.rtt = Some(started.elapsed() / 2);
+    Ok(DialedSession { conn, machine })
+}
+
+impl DialedSession {
     /// The round trip estimated from the handshake, see [`dial`].
     pub fn rtt(&self) -> Duration {
         self.conn.rtt.unwrap_or_default()
     }
 
-    /// Sends the client's proof and `first` in one write, and returns without waiting: the
-    /// server reads `first` only once the proof is checked, and answers it (or refuses the
-    /// proof with `Error`) as the first thing it sends. A push may send its first batches
-    /// right behind.
-    pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
-        let Dialed { mut conn, proof } = self;
-        let mut both = proof.encode();
-        both.extend_from_slice(&first.encode());
-        conn.stream.write_all(&both).map_err(|e| conn.lost(e))?;
-        let _ = conn.stream.set_read_timeout(None);
-        Ok(conn)
+    /// Sends the client's proof and `first` (`Open` or `Join`) in one write, and returns
+    /// without waiting for the server's announcement: a push may send its first batches right
+    /// behind. Reads from then on give up at the machine's deadline for the announcement.
+    pub fn authenticate(self, first: Message) -> Result<SessionConn, TransferError> {
+        let DialedSession {
+            mut conn,
+            mut machine,
+        } = self;
+        let both = machine
+            .open(first, Instant::now())
+            .map_err(|e| conn.session_error(e))?;
+        conn.send_all(&both)?;
+        conn.read_until(machine.deadline());
+        Ok(SessionConn { conn, machine })
+    }
+}
+
+impl SessionConn {
+    /// Reads messages until the server announces the connection (a pull, or a stream joined
+    /// mid-transfer, waits for it before it takes any data). Returns whether the session's
+    /// root is a directory (`Opened` says; `None` for `Joined`).
+    pub fn await_announcement(&mut self) -> Result<Option<bool>, TransferError> {
+        let msg = match self.conn.recv_control_raw() {
+            Ok(m) => m,
+            Err(e) => return Err(self.timed_out().unwrap_or(e)),
+        };
+        match self.machine.on_message(msg, Instant::now()) {
+            Ok(client_session::Event::Announced { root_is_dir }) => {
+                self.conn.read_until(self.machine.deadline());
+                Ok(root_is_dir)
+            }
+            Ok(client_session::Event::Refused { code, text, .. }) => Err(TransferError::Remote {
+                peer: self.conn.peer.clone(),
+                code,
+                text,
+            }),
+            Ok(other) => Err(self.conn.protocol(format!("unexpected {other:?}"))),
+            Err(e) => Err(self.conn.session_error(e)),
+        }
+    }
+
+    /// The machine's own account of a read that failed: a passed deadline is a typed
+    /// timeout naming what was awaited.
+    pub fn timed_out(&mut self) -> Option<TransferError> {
+        self.machine
+            .on_timeout(Instant::now())
+            .err()
+            .map(|e| self.conn.session_error(e))
     }
 }
 
@@ -364,30 +500,25 @@ impl Conn {
     }
 }
 
-/// Runs the server side of the handshake on a new connection; `tickets` are one-time keys
-/// also accepted. Returns the credential the client proved; a client that failed is refused
-/// (with `Error`) here.
+/// Runs the server side of the handshake on a new connection (feeding a
+/// [`ServerStream`]); `tickets` are one-time keys also accepted. Returns the connection's
+/// machine, now waiting for its first message, and the credential the client proved; a
+/// client that failed is refused (with `Error`) here.
 pub fn accept(
     conn: &mut Conn,
     key: Option<&TokenKey>,
     tickets: Vec<TokenKey>,
-) -> Result<Credential, TransferError> {
-    let refuse = |conn: &mut Conn, e: AuthError| {
-        let code = match e {
-            AuthError::Version(_) | AuthError::Unexpected => sprat_proto::ErrorCode::Protocol,
-            _ => sprat_proto::ErrorCode::AuthFailed,
-        };
-        conn.refuse(code, e.to_string());
-        TransferError::Auth {
-            peer: conn.peer.clone(),
-            why: e.to_string(),
-        }
+) -> Result<(ServerStream, Credential), TransferError> {
+    let mut machine = ServerStream::new(key.cloned(), tickets, random(), Instant::now());
+    let auth_error = |conn: &Conn, why: String| TransferError::Auth {
+        peer: conn.peer.clone(),
+        why,
     };
-    let handshake = ServerHandshake::new(key.cloned(), tickets, random());
     // A client of this protocol says hello as soon as it is connected; one of version 2 or
     // older waits for the server to speak first, and is told why nothing happens.
-    let _ = conn.stream.set_read_timeout(Some(CLIENT_HELLO_PATIENCE));
+    conn.read_until(machine.deadline());
     if conn.stream.peek(&mut [0u8; 1]).is_err() {
+        let _ = machine.on_timeout(Instant::now());
         let text = format!(
             "no hello within {} s: this server speaks sprat protocol {}, where the client \
              speaks first (upgrade the client)",
@@ -395,23 +526,23 @@ pub fn accept(
             sprat_proto::PROTOCOL_VERSION
         );
         conn.refuse(sprat_proto::ErrorCode::Protocol, text.clone());
-        return Err(TransferError::Auth {
-            peer: conn.peer.clone(),
-            why: text,
-        });
+        return Err(auth_error(conn, text));
     }
-    let _ = conn.stream.set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
-    let hello = conn.recv_small()?;
-    let (waiting, reply) = match handshake.on_message(hello) {
-        Ok(answered) => answered,
-        Err(e) => return Err(refuse(conn, e)),
-    };
-    conn.send(&reply)?;
-    let proof = conn.recv_small()?;
-    let credential = match waiting.on_message(proof) {
-        Ok(credential) => credential,
-        Err(e) => return Err(refuse(conn, e)),
-    };
-    let _ = conn.stream.set_read_timeout(None);
-    Ok(credential)
+    loop {
+        conn.read_until(machine.deadline());
+        let msg = conn.recv_small()?;
+        match machine.on_message(msg, Instant::now()) {
+            Ok(server_session::Event::Reply(reply)) => conn.send(&reply)?,
+            Ok(server_session::Event::Authenticated(credential)) => {
+                conn.read_until(machine.deadline());
+                return Ok((machine, credential));
+            }
+            Ok(other) => return Err(conn.protocol(format!("unexpected {other:?}"))),
+            Err(SessionError::Auth(e)) => {
+                conn.refuse(server_session::refusal_code(&e), e.to_string());
+                return Err(auth_error(conn, e.to_string()));
+            }
+            Err(e) => return Err(conn.session_error(e)),
+        }
+    }
 }

@@ -164,7 +164,7 @@ impl Counts {
         }
     }
 
-    pub fn add_outcome(&mut self, o: &crate::sink::BatchOutcome) {
+    pub fn add_outcome(&mut self, o: &crate::pipeline::sink::BatchOutcome) {
         self.files += o.files;
         self.dirs += o.dirs;
         self.symlinks += o.symlinks;

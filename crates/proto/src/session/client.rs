@@ -339,14 +339,22 @@ impl ClientStream {
             )
     }
 
-    /// Records that `batch` went out on this push connection (or failed to): in flight until
-    /// acknowledged, and kept whole until the announcement. Returns the batch if the server
-    /// refused the connection before announcing it: it read none of it, send it elsewhere.
+    /// Records that batch `seq` is about to go out on this push connection: in flight from
+    /// now until acknowledged (before the write, since the acknowledgement may come back
+    /// before the writer gets to [`ClientStream::sent`]).
+    pub fn sending(&mut self, seq: u64) {
+        if !self.refused_unannounced {
+            self.in_flight.push(seq);
+        }
+    }
+
+    /// Records that `batch` went out (or failed to): kept whole until the announcement.
+    /// Returns the batch if the server refused the connection before announcing it: it read
+    /// none of it, send it elsewhere.
     pub fn sent(&mut self, batch: Batch) -> Option<Batch> {
         if self.refused_unannounced {
             return Some(batch);
         }
-        self.in_flight.push(batch.seq);
         if matches!(self.receiving, Receiving::Announcing) {
             self.held_bytes += (batch.header.len() + batch.data.len()) as u64;
             self.held.push(batch);
@@ -382,13 +390,17 @@ impl ClientStream {
 
     /// Whether this connection may send `Commit` now (the session's other connections are the
     /// driver's to check, see [`CommitGate`]): the control connection, once it sent its `End`
-    /// (push; the server reads `Commit` after its `EndAck`) or received the server's (pull).
+    /// (push; the server reads `Commit` after its `EndAck`, so it may go before the `Opened`
+    /// and the acknowledgements are read) or received the server's (pull).
     pub fn may_commit(&self) -> bool {
         self.role == Role::Control
             && match self.direction {
                 Direction::Push => {
                     self.sending == Sending::Ended
-                        && matches!(self.receiving, Receiving::Transferring | Receiving::Ended)
+                        && matches!(
+                            self.receiving,
+                            Receiving::Announcing | Receiving::Transferring | Receiving::Ended
+                        )
                 }
                 Direction::Pull => {
                     self.sending == Sending::Open && matches!(self.receiving, Receiving::Ended)
@@ -412,11 +424,18 @@ impl ClientStream {
 
     /// The connection broke (reset, closed, timed out): returns the batches it leaves
     /// unacknowledged, which the session must send again (or report) before it may claim them.
+    /// A connection given up before its announcement is treated as refused: the server reads
+    /// a connection's batches only once it has announced it, so what it sent is handed back
+    /// ([`ClientStream::take_held`]).
     pub fn lost(&mut self) -> Vec<u64> {
+        if self.announced() {
+            self.held.clear();
+            self.held_bytes = 0;
+        } else {
+            self.refused_unannounced = true;
+        }
         self.receiving = Receiving::Closed;
         self.deadline = None;
-        self.held.clear();
-        self.held_bytes = 0;
         std::mem::take(&mut self.in_flight)
     }
 }
@@ -493,6 +512,12 @@ mod tests {
         b
     }
 
+    /// Sends `b` as the engine does: in flight before the write, held after it.
+    fn send(c: &mut ClientStream, b: Batch) -> Option<Batch> {
+        c.sending(b.seq);
+        c.sent(b)
+    }
+
     fn ack(seq: u64) -> Message {
         Message::BatchAck {
             seq,
@@ -505,8 +530,8 @@ mod tests {
     #[test]
     fn a_push_stream_holds_batches_until_announced_and_checks_every_ack() {
         let (mut c, now) = opened(Direction::Push, Role::Joining);
-        assert!(c.sent(batch(1, 10)).is_none());
-        assert!(c.sent(batch(2, 10)).is_none());
+        assert!(send(&mut c, batch(1, 10)).is_none());
+        assert!(send(&mut c, batch(2, 10)).is_none());
         // An acknowledgement before the announcement breaks the rules.
         let mut early = opened(Direction::Push, Role::Joining).0;
         assert!(matches!(
@@ -525,7 +550,7 @@ mod tests {
         assert_eq!(c.unacknowledged(), &[1]);
         // Twice the same acknowledgement: the second names a batch no longer in flight.
         let mut twice = opened(Direction::Push, Role::Joining).0;
-        twice.sent(batch(5, 1));
+        send(&mut twice, batch(5, 1));
         twice.on_message(Message::Joined, now).expect("announced");
         twice.on_message(ack(5), now).expect("acked");
         assert_eq!(
@@ -535,7 +560,7 @@ mod tests {
         // EndAck with a batch unacknowledged is an error; after the last ack it ends.
         assert_eq!(c.end(), Ok(Message::End));
         let mut short = opened(Direction::Push, Role::Joining).0;
-        short.sent(batch(9, 1));
+        send(&mut short, batch(9, 1));
         short.on_message(Message::Joined, now).expect("announced");
         short.end().expect("ends");
         assert_eq!(
@@ -551,8 +576,8 @@ mod tests {
     #[test]
     fn a_refused_stream_gives_back_what_it_sent_and_everything_after() {
         let (mut c, now) = opened(Direction::Push, Role::Joining);
-        c.sent(batch(1, 10));
-        c.sent(batch(2, 10));
+        send(&mut c, batch(1, 10));
+        send(&mut c, batch(2, 10));
         let refusal = Message::Error {
             code: ErrorCode::Io,
             text: "server busy".into(),
@@ -567,7 +592,7 @@ mod tests {
         let back: Vec<u64> = c.take_held().iter().map(|b| b.seq).collect();
         assert_eq!(back, [1, 2]);
         // A batch whose send was under way when the refusal came is handed back at once.
-        assert_eq!(c.sent(batch(3, 1)).map(|b| b.seq), Some(3));
+        assert_eq!(send(&mut c, batch(3, 1)).map(|b| b.seq), Some(3));
         assert!(c.unacknowledged().is_empty());
     }
 
@@ -575,7 +600,7 @@ mod tests {
     fn an_unannounced_stream_stops_at_the_held_limit() {
         let (mut c, now) = opened(Direction::Push, Role::Joining);
         assert!(!c.over_limit());
-        c.sent(batch(1, HELD_LIMIT as usize));
+        send(&mut c, batch(1, HELD_LIMIT as usize));
         assert!(c.over_limit());
         c.on_message(Message::Joined, now).expect("announced");
         assert!(!c.over_limit());
@@ -643,7 +668,7 @@ mod tests {
         c.on_message(Message::Opened { root_is_dir: false }, now)
             .expect("announced");
         for seq in 1..=3 {
-            c.sent(batch(seq, 1));
+            send(&mut c, batch(seq, 1));
         }
         c.on_message(ack(2), now).expect("acked");
         assert_eq!(c.lost(), [1, 3]);

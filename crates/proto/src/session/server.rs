@@ -150,6 +150,11 @@ impl ServerStream {
         self.deadline
     }
 
+    /// Whether the server refused or failed the connection (what arrives is to be dropped).
+    pub fn refusing(&self) -> bool {
+        matches!(self.state, State::Refusing)
+    }
+
     /// Whether the client has said hello yet (an older client never does).
     pub fn greeted(&self) -> bool {
         !matches!(self.state, State::Hello(_))

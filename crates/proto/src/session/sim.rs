@@ -218,6 +218,7 @@ impl SimClient {
                     continue;
                 }
                 if let Some(b) = self.again.pop_front().or_else(|| self.to_send.pop_front()) {
+                    stream.sending(b.seq);
                     net.send(i, To::Server, Frame::Batch(b.clone()));
                     self.sent_on[i].push(b.seq);
                     if let Some(back) = stream.sent(b) {

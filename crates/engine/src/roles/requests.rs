@@ -2,7 +2,7 @@
 //! out, however large the tree. Listings and checksums are sent in frames of about 512 KiB as
 //! they are produced, so memory stays bounded.
 
-use crate::client::{push_input, PushInput};
+use super::push::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;

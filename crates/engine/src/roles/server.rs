@@ -7,17 +7,22 @@
 //! applies directory attributes and returns the totals. Pull: every connection takes batches
 //! from one source pipeline until it is drained, then sends `End`.
 
+use super::requests;
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
-use crate::net::{self, Conn, Frame};
-use crate::registry::{Registry, SessionId, Taken};
+use crate::net::{self, Conn};
+use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
+use crate::pipeline::send::{self, Next};
+use crate::pipeline::sink::{BatchOutcome, WriteJob, WriterPool};
+use crate::pipeline::source::{self, SourceHandle};
 use crate::report::Counts;
-use crate::requests;
-use crate::sink::{BatchOutcome, Incoming, WriteJob, WriterPool};
-use crate::source::{self, SourceHandle};
+use crate::session::registry::{Registry, SessionId, Taken};
+use crate::sync::lock;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
-use sprat_proto::{Batch, ErrorCode, Message, Operation, RemoteStats};
+use sprat_proto::session::server::{Event, ServerStream};
+use sprat_proto::session::{Direction, CLIENT_AUTH_TIMEOUT, JOIN_PATIENCE};
+use sprat_proto::{Batch, ErrorCode, Operation, RemoteStats};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -72,6 +77,8 @@ struct PushSession {
     network_ns: AtomicU64,
     connections: AtomicUsize,
     receiving: Receiving,
+    /// What the client said it sends (a tree or one file).
+    root_is_dir: bool,
 }
 
 /// The streams of a push session still receiving. A client may send `Commit` as soon as its
@@ -114,10 +121,7 @@ impl Drop for ReceivingStream<'_> {
 struct PullSession {
     batches: Receiver<Batch>,
     source: Mutex<Option<SourceHandle>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    root_is_dir: bool,
 }
 
 impl Server {
@@ -184,9 +188,24 @@ impl Server {
     }
 }
 
-/// Refuses what a connection asked for with the error of its store; see [`Conn::refuse`].
-fn refuse_store(conn: &mut Conn, e: &StoreError) {
-    conn.refuse(code_for(e), e.to_string());
+/// A connection being served and its state machine.
+struct Served {
+    conn: Conn,
+    machine: ServerStream,
+}
+
+impl Served {
+    /// Refuses what the connection asked for: the machine drops what still arrives, and the
+    /// socket lingers so that the client reads why (see [`Conn::refuse`]).
+    fn refuse(&mut self, code: ErrorCode, text: String) {
+        self.machine.refuse(code, text.clone());
+        self.conn.refuse(code, text);
+    }
+
+    /// Refuses with the error of its store.
+    fn refuse_store(&mut self, e: &StoreError) {
+        self.refuse(code_for(e), e.to_string());
+    }
 }
 
 /// Places among `max` connections that joins may not take (kept for `Open`s and requests).
@@ -196,9 +215,6 @@ fn reserved_for_opens(max: usize) -> usize {
 
 /// Most connections authenticating at once.
 const MAX_HANDSHAKING: usize = 1024;
-
-/// How long a `Join` waits for the `Open` of its session, sent at the same time.
-const JOIN_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Holds one place among the authenticated connections while it lives.
 struct Admitted<'a>(&'a AtomicUsize);
@@ -263,27 +279,40 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             .unzip()
     };
     let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys);
-    let access = match authenticated {
-        Ok(Credential::Token) => Access::Full,
-        Ok(Credential::Ticket(i)) => Access::Ticket(ids[i]),
+    let (machine, access) = match authenticated {
+        Ok((m, Credential::Token)) => (m, Access::Full),
+        Ok((m, Credential::Ticket(i))) => (m, Access::Ticket(ids[i])),
         Err(e) => {
             shared.handshaking.fetch_sub(1, Ordering::SeqCst);
             eprintln!("sprat serve: {e}");
             return;
         }
     };
+    let mut served = Served { conn, machine };
     // The first message travels with the authentication; it says what the connection is for.
-    let _ = conn.stream.set_read_timeout(Some(net::CLIENT_AUTH_TIMEOUT));
-    let first = conn.recv_control();
+    let _ = served
+        .conn
+        .stream
+        .set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
+    let first = served.conn.recv_control_raw();
     shared.handshaking.fetch_sub(1, Ordering::SeqCst);
     let Ok(first) = first else { return };
-    let _ = conn.stream.set_read_timeout(None);
+    let _ = served.conn.stream.set_read_timeout(None);
+    let event = match served.machine.on_message(first, Instant::now()) {
+        Ok(event) => event,
+        Err(_) => {
+            return served.refuse(
+                ErrorCode::Protocol,
+                "expected Open, Join or a request".into(),
+            )
+        }
+    };
     // Joins may not take the last places: a client dials its joins at the same moment as its
     // control connection, and they must not crowd it out, nor keep a new client from starting.
     // A refused join costs a session only that stream (the client sends what went on it
     // over its other streams).
-    let limit = match first {
-        Message::Join { .. } => shared.max_connections - reserved_for_opens(shared.max_connections),
+    let limit = match event {
+        Event::Join { .. } => shared.max_connections - reserved_for_opens(shared.max_connections),
         _ => shared.max_connections,
     };
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= limit {
@@ -292,12 +321,12 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             "server busy: {} connections already, try again later",
             shared.max_connections
         );
-        eprintln!("sprat serve: refusing {}: {text}", conn.peer);
+        eprintln!("sprat serve: refusing {}: {text}", served.conn.peer);
         // Its joins, which may have been admitted, must not wait for it.
-        if let Message::Open { session, .. } = &first {
+        if let Event::Open { session, .. } = &event {
             shared.sessions.abandon(session);
         }
-        return conn.refuse(ErrorCode::Io, text);
+        return served.refuse(ErrorCode::Io, text);
     }
     let _admitted = Admitted(&shared.connections);
     let ticket = match access {
@@ -306,28 +335,30 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
     };
     // A join may arrive before the `Open` of its session has been served (the client sends
     // both at once): it waits for the session, and a ticket's join is checked again then.
-    if let Err((code, text)) = ticket_allows(shared, ticket, &first, true) {
-        if let Message::Open { session, .. } = &first {
+    if let Err((code, text)) = ticket_allows(shared, ticket, &event, true) {
+        if let Event::Open { session, .. } = &event {
             shared.sessions.abandon(session);
         }
-        return conn.refuse(code, text);
+        return served.refuse(code, text);
     }
-    match first {
-        Message::Open { session, op, path } => {
-            open_session(shared, conn, session, op, path, ticket);
+    match event {
+        Event::Open { session, op, path } => {
+            open_session(shared, served, session, op, path, ticket);
             // Joins waiting for a session that could not be opened fail now.
             shared.sessions.abandon(&session);
         }
-        Message::Join { session } => {
+        Event::Join { session } => {
             let Some(found) = shared.sessions.wait(&session, JOIN_PATIENCE) else {
-                return conn.refuse(ErrorCode::UnknownSession, "no such session".into());
+                return served.refuse(ErrorCode::UnknownSession, "no such session".into());
             };
-            if let Err((code, text)) = ticket_allows(shared, ticket, &first, false) {
-                return conn.refuse(code, text);
+            if let Err((code, text)) =
+                ticket_allows(shared, ticket, &Event::Join { session }, false)
+            {
+                return served.refuse(code, text);
             }
-            let _ = announce_and_serve(&mut conn, &found, &Message::Joined, false);
+            let _ = announce_and_serve(served, &found, false);
         }
-        Message::Request(mut req) => {
+        Event::Request(mut req) => {
             let issue = |path: Vec<u8>| issue_ticket(shared, path);
             let ctx = requests::Context {
                 root: &shared.root,
@@ -337,16 +368,21 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             };
             // Several requests may follow one another on one connection.
             loop {
-                if requests::answer(&ctx, &mut conn, req).is_err() {
+                if requests::answer(&ctx, &mut served.conn, req).is_err() {
                     return;
                 }
-                req = match conn.recv_control() {
-                    Ok(Message::Request(r)) => r,
+                let next = match served.conn.recv_control_raw() {
+                    Ok(msg) => served.machine.on_message(msg, Instant::now()),
+                    Err(_) => return,
+                };
+                req = match next {
+                    Ok(Event::Request(r)) => r,
                     _ => return,
                 };
             }
         }
-        _ => conn.refuse(
+        // The machine hands out nothing else for a first message.
+        _ => served.refuse(
             ErrorCode::Protocol,
             "expected Open, Join or a request".into(),
         ),
@@ -359,7 +395,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
 fn ticket_allows(
     shared: &Shared,
     ticket: Option<u64>,
-    first: &Message,
+    first: &Event,
     pending: bool,
 ) -> Result<(), (ErrorCode, String)> {
     let Some(id) = ticket else { return Ok(()) };
@@ -368,14 +404,12 @@ fn ticket_allows(
         return Err((ErrorCode::AuthFailed, "the ticket has expired".into()));
     };
     let allowed = match first {
-        Message::Open {
+        Event::Open {
             op: Operation::Push { .. },
             path,
             ..
         } => t.session.is_none() && *path == t.path,
-        Message::Join { session } => {
-            t.session == Some(*session) || (pending && t.session.is_none())
-        }
+        Event::Join { session } => t.session == Some(*session) || (pending && t.session.is_none()),
         _ => false,
     };
     if allowed {
@@ -390,20 +424,20 @@ fn ticket_allows(
 
 fn open_session(
     shared: &Shared,
-    mut conn: Conn,
+    mut served: Served,
     id: SessionId,
     op: Operation,
     path: Vec<u8>,
     ticket: Option<u64>,
 ) {
-    let (session, root_is_dir) = match op {
+    let session = match op {
         Operation::Push {
             source_is_dir,
             durable,
             discard,
         } => {
             if shared.read_only && !discard {
-                return conn.refuse(
+                return served.refuse(
                     ErrorCode::ReadOnly,
                     format!(
                         "the server is read-only: refusing to write '{}'",
@@ -420,7 +454,7 @@ fn open_session(
                     .mkdir_all(&path)
                     .map(|r| Some(TreeWriter::for_dir(r, !path.is_empty(), tag)))
             } else if path.is_empty() {
-                return conn.refuse(
+                return served.refuse(
                     ErrorCode::BadRequest,
                     "a single file cannot replace the server's root directory".into(),
                 );
@@ -433,7 +467,7 @@ fn open_session(
             };
             let writer = match writer {
                 Ok(w) => w.map(|w| Arc::new(w.durable(durable || shared.options.durable))),
-                Err(e) => return refuse_store(&mut conn, &e),
+                Err(e) => return served.refuse_store(&e),
             };
             let pool = WriterPool::start(
                 writer.clone(),
@@ -442,9 +476,9 @@ fn open_session(
             );
             let pool = match pool {
                 Ok(p) => p,
-                Err(e) => return conn.refuse(ErrorCode::Io, e.to_string()),
+                Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
-            let session = Session::Push(PushSession {
+            Session::Push(PushSession {
                 writer,
                 jobs: Mutex::new(Some(pool.sender())),
                 pool: Mutex::new(Some(pool)),
@@ -452,28 +486,27 @@ fn open_session(
                 network_ns: AtomicU64::new(0),
                 connections: AtomicUsize::new(0),
                 receiving: Receiving::default(),
-            });
-            (session, source_is_dir)
+                root_is_dir: source_is_dir,
+            })
         }
         Operation::Pull => {
             let src = match shared.root.source(&path) {
                 Ok(s) => s,
                 // A source below a regular file does not exist either.
                 Err(e) if e.errno() == Some(rustix::io::Errno::NOTDIR) => {
-                    return conn.refuse(ErrorCode::NotFound, e.to_string())
+                    return served.refuse(ErrorCode::NotFound, e.to_string())
                 }
-                Err(e) => return refuse_store(&mut conn, &e),
+                Err(e) => return served.refuse_store(&e),
             };
             let handle = match source::start(src, &shared.options) {
                 Ok(h) => h,
-                Err(e) => return conn.refuse(ErrorCode::Io, e.to_string()),
+                Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
-            let root_is_dir = handle.root_is_dir;
-            let session = Session::Pull(PullSession {
+            Session::Pull(PullSession {
                 batches: handle.batches.clone(),
+                root_is_dir: handle.root_is_dir,
                 source: Mutex::new(Some(handle)),
-            });
-            (session, root_is_dir)
+            })
         }
     };
     let session = Arc::new(session);
@@ -498,7 +531,7 @@ fn open_session(
         }
     };
     if let Err(why) = registered {
-        return conn.refuse(ErrorCode::BadRequest, format!("the session id {why}"));
+        return served.refuse(ErrorCode::BadRequest, format!("the session id {why}"));
     }
     // The session lives as long as its control connection.
     struct Forget<'a>(&'a Shared, SessionId, Option<u64>);
@@ -511,75 +544,97 @@ fn open_session(
         }
     }
     let _forget = Forget(shared, id, ticket);
-    let opened = Message::Opened { root_is_dir };
-    if let Err(e) = announce_and_serve(&mut conn, &session, &opened, true) {
-        eprintln!("sprat serve: session for {} ended: {e}", conn.peer);
+    let peer = served.conn.peer.clone();
+    if let Err(e) = announce_and_serve(served, &session, true) {
+        eprintln!("sprat serve: session for {peer} ended: {e}");
     }
 }
 
-/// Sends `announcement` (`Opened` or `Joined`) and serves the session on `conn`. A push
-/// stream is counted in before it is announced (see [`Receiving::enter`]).
+/// Announces the connection (`Opened` on the control connection, `Joined` on the others) and
+/// serves the session on it. A push stream is counted in before it is announced (see
+/// [`Receiving::enter`]).
 fn announce_and_serve(
-    conn: &mut Conn,
+    mut served: Served,
     session: &Session,
-    announcement: &Message,
     control: bool,
 ) -> Result<(), TransferError> {
+    let (direction, root_is_dir) = match session {
+        Session::Push(p) => (Direction::Push, p.root_is_dir),
+        Session::Pull(p) => (Direction::Pull, p.root_is_dir),
+    };
+    let announcement = if control {
+        served.machine.accept_open(direction, root_is_dir)
+    } else {
+        served.machine.accept_join(direction)
+    };
+    let announcement = announcement.map_err(|e| served.conn.session_error(e))?;
     match session {
         Session::Push(p) => {
             let receiving = p.receiving.enter();
-            conn.send(announcement)?;
-            serve_push(conn, p, receiving, control)
+            served.conn.send(&announcement)?;
+            serve_push(served, p, receiving, control)
         }
         Session::Pull(p) => {
-            conn.send(announcement)?;
-            serve_pull(conn, p, control)
+            served.conn.send(&announcement)?;
+            serve_pull(served, p, control)
         }
     }
 }
 
-/// Receives batches on one connection of a push session and acknowledges them once written.
-/// On the control connection, then waits for `Commit` and, once every stream has ended,
-/// finishes the session.
+/// Receives batches on one connection of a push session (the receive stage, each frame
+/// checked by the connection's machine) and acknowledges them once written. On the control
+/// connection, then waits for `Commit` and, once every stream has ended, finishes the session.
 fn serve_push(
-    conn: &mut Conn,
+    served: Served,
     session: &PushSession,
     receiving: ReceivingStream<'_>,
     control: bool,
 ) -> Result<(), TransferError> {
+    let Served { mut conn, machine } = served;
+    let machine = Mutex::new(machine);
     session.connections.fetch_add(1, Ordering::Relaxed);
     let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
     let mut ack_conn = conn.try_clone()?;
+    let received = AtomicU64::new(0);
     let acker = std::thread::scope(|s| {
-        let acker = s.spawn(|| acknowledge(&mut ack_conn, reply_rx, &session.counts));
-        let mut jobs = lock(&session.jobs).clone();
-        let mut reply_tx = Some(reply_tx);
-        let result = loop {
-            match conn.recv() {
-                Ok(Frame::Batch(payload, took)) => {
-                    session
-                        .network_ns
-                        .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-                    let (Some(jobs), Some(reply)) = (&jobs, &reply_tx) else {
-                        break Err(conn.protocol("batch after end of stream".into()));
-                    };
-                    let job = WriteJob {
-                        incoming: Incoming::Wire(payload),
-                        reply: reply.clone(),
-                    };
-                    if jobs.send(job).is_err() {
-                        break Err(conn.protocol("session already committed".into()));
-                    }
-                }
-                Ok(Frame::Control(Message::End)) => break Ok(()),
-                Ok(Frame::Control(other)) => {
-                    break Err(conn.protocol(format!("unexpected {other:?}")))
-                }
-                Err(e) => break Err(e),
+        let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, &session.counts));
+        let result = match lock(&session.jobs).clone() {
+            Some(jobs) => {
+                let lane = ReceiveLane {
+                    jobs,
+                    reply: reply_tx,
+                    network_ns: &session.network_ns,
+                    received: &received,
+                };
+                receive::receive(
+                    &mut conn,
+                    &lane,
+                    |conn| {
+                        let mut m = lock(&machine);
+                        m.on_batch().map_err(|e| conn.session_error(e))?;
+                        // After a fatal error on this connection, what still comes is dropped.
+                        Ok(if m.refusing() {
+                            Take::Drop
+                        } else {
+                            Take::Write
+                        })
+                    },
+                    |conn, msg| {
+                        let event = lock(&machine).on_message(msg, Instant::now());
+                        match event.map_err(|e| conn.session_error(e))? {
+                            Event::Ended => Ok(Flow::Over),
+                            Event::Dropped => Ok(Flow::More),
+                            other => Err(conn.protocol(format!("unexpected {other:?}"))),
+                        }
+                    },
+                    |conn| conn.protocol("session already committed".into()),
+                )
+            }
+            None => {
+                drop(reply_tx);
+                Err(conn.protocol("batch after end of stream".into()))
             }
         };
-        jobs.take();
-        reply_tx.take();
         if result.is_err() {
             conn.shutdown();
         }
@@ -591,8 +646,10 @@ fn serve_push(
     if !control {
         return Ok(());
     }
-    match conn.recv_control()? {
-        Message::Commit => {}
+    let commit = conn.recv_control_raw()?;
+    let event = lock(&machine).on_message(commit, Instant::now());
+    match event.map_err(|e| conn.session_error(e))? {
+        Event::Commit => {}
         other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
     }
     // The other streams' last batches may still be on their way (or their acknowledgements
@@ -609,6 +666,7 @@ fn serve_push(
         .map(|w| w.finish())
         .unwrap_or_default();
     let mut counts = lock(&session.counts).clone();
+    let mut machine = machine.into_inner().unwrap_or_else(|p| p.into_inner());
     if !dir_errors.is_empty() {
         let failures: Vec<(Vec<u8>, String)> = dir_errors
             .iter()
@@ -617,15 +675,13 @@ fn serve_push(
         for (p, t) in &failures {
             counts.add_failure(p, t);
         }
-        conn.send(&Message::BatchAck {
-            seq: 0,
-            files: 0,
-            bytes: 0,
-            failures,
-        })?;
+        let reply = machine
+            .dir_failures(failures)
+            .map_err(|e| conn.session_error(e))?;
+        conn.send(&reply)?;
     }
     let streams = session.connections.load(Ordering::Relaxed).max(1) as u64;
-    conn.send(&Message::Done(RemoteStats {
+    let done = machine.done(RemoteStats {
         files: counts.files,
         dirs: counts.dirs,
         symlinks: counts.symlinks,
@@ -635,13 +691,15 @@ fn serve_push(
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
         syncs: session.writer.as_ref().map_or(0, |w| w.sync_count()),
-    }))
+    });
+    conn.send(&done.map_err(|e| conn.session_error(e))?)
 }
 
 /// Sends one acknowledgement per written batch, then `EndAck`; a fatal outcome ends the
 /// connection with an `Error` instead.
 fn acknowledge(
     conn: &mut Conn,
+    machine: &Mutex<ServerStream>,
     outcomes: Receiver<BatchOutcome>,
     counts: &Mutex<Counts>,
 ) -> Result<(), TransferError> {
@@ -649,10 +707,8 @@ fn acknowledge(
         if let Some((code, text)) = o.fatal {
             // Say why, then stop sending; the reader drains what the client still sends so
             // that closing the socket does not reset the connection before it reads this.
-            let _ = conn.send(&Message::Error {
-                code,
-                text: text.clone(),
-            });
+            let error = lock(machine).refuse(code, text.clone());
+            let _ = conn.send(&error);
             conn.shutdown_write();
             return Err(TransferError::Remote {
                 peer: conn.peer.clone(),
@@ -661,35 +717,47 @@ fn acknowledge(
             });
         }
         lock(counts).add_outcome(&o);
-        conn.send(&Message::BatchAck {
-            seq: o.seq,
-            files: o.files as u32,
-            bytes: o.bytes,
-            failures: o.failures,
-        })?;
+        let ack = lock(machine).ack(o.seq, o.files as u32, o.bytes, o.failures);
+        conn.send(&ack.map_err(|e| conn.session_error(e))?)?;
     }
-    conn.send(&Message::EndAck)
+    let end_ack = lock(machine).end_ack();
+    conn.send(&end_ack.map_err(|e| conn.session_error(e))?)
 }
 
-/// Sends batches from the session's source until it is drained.
-fn serve_pull(conn: &mut Conn, session: &PullSession, control: bool) -> Result<(), TransferError> {
-    for batch in session.batches.iter() {
-        conn.send_batch(&batch)?;
-    }
-    conn.send(&Message::End)?;
+/// Sends batches from the session's source until it is drained (the send stage); the control
+/// connection then answers `Commit` with the read stage's busy time.
+fn serve_pull(served: Served, session: &PullSession, control: bool) -> Result<(), TransferError> {
+    let Served {
+        mut conn,
+        mut machine,
+    } = served;
+    let end = |machine: &mut ServerStream| match machine.end() {
+        Ok(end) => Next::End(end, ()),
+        Err(_) => Next::Stop(()),
+    };
+    let mut next = || match session.batches.recv() {
+        Ok(batch) => Next::Batch(batch),
+        Err(_) => end(&mut machine),
+    };
+    send::send(&mut conn, &mut next, |_, sent| sent.map(|()| None))?;
     if !control {
         return Ok(());
     }
-    match conn.recv_control()? {
-        Message::Commit => {}
+    let commit = conn.recv_control_raw()?;
+    match machine
+        .on_message(commit, Instant::now())
+        .map_err(|e| conn.session_error(e))?
+    {
+        Event::Commit => {}
         other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
     }
     let read_busy = lock(&session.source)
         .take()
         .map(|h| h.finish())
         .unwrap_or_default();
-    conn.send(&Message::Done(RemoteStats {
+    let done = machine.done(RemoteStats {
         read_busy_ns: read_busy.as_nanos() as u64,
         ..RemoteStats::default()
-    }))
+    });
+    conn.send(&done.map_err(|e| conn.session_error(e))?)
 }

@@ -1,18 +1,25 @@
 //! The client side of a session's connections: opens the control connection (estimating the
 //! round trip from the server's hello, then measuring it on the `Opened`) while the first
-//! joining connections join beside it (the client chooses the session id, so they need not wait for `Opened`), sizes socket
-//! buffers and the starting number of streams from that round trip and the host's TCP
-//! limits, joins further streams in parallel (at the start and while the transfer runs),
-//! grows them while throughput grows, and records when each stream ran out of data (the
-//! tail).
+//! joining connections join beside it (the client chooses the session id, so they need not
+//! wait for `Opened`), sizes socket buffers and the starting number of streams from that
+//! round trip and the host's TCP limits, joins further streams in parallel (at the start and
+//! while the transfer runs), grows them while throughput grows, and records when each stream
+//! ran out of data (the tail).
+//!
+//! Each connection carries its own state machine (`sprat_proto::session::client`); the
+//! session-wide rules, when `Commit` may go ([`CommitGate`]) and whether the `Open` was
+//! accepted, are kept here under one lock.
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use crate::net::{self, Conn};
+use crate::net::{self, SessionConn};
 use crate::report::PathReport;
+use crate::sync::lock;
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
+use sprat_proto::session::client::CommitGate;
+use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -20,10 +27,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// An open session: what it needs to join more streams and what it measured.
-pub struct Session {
+pub(crate) struct Session {
     addr: String,
     key: Option<TokenKey>,
     id: [u8; 16],
+    direction: Direction,
     /// Whether the source is a directory (a pull's `Opened` says; false for a push).
     pub root_is_dir: bool,
     /// Half the time from `connect` to the server's hello (see [`net::dial`]).
@@ -37,14 +45,20 @@ pub struct Session {
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
     /// Connections joining while the session opened.
-    joining: Mutex<Vec<JoinHandle<Result<Conn, TransferError>>>>,
-    /// Dropped once the planned streams have joined and each push stream among them has read
-    /// the server's `Joined`; see [`Session::commit`].
-    planned_joining: Mutex<Option<Sender<()>>>,
-    planned_joined: Receiver<()>,
+    joining: Mutex<Vec<JoinHandle<Result<SessionConn, TransferError>>>>,
+    /// The session-wide state, and a wake-up for those waiting on it.
+    state: Mutex<SessionState>,
+    changed: Condvar,
+    /// Disconnected once the commit gate opened (to wait for it in a `select!`).
+    gate_open_tx: Mutex<Option<Sender<()>>>,
+    gate_open: Receiver<()>,
+}
+
+struct SessionState {
+    gate: CommitGate,
     /// A push's control connection: `Some(true)` once its `Opened` arrived, `Some(false)` once
     /// it failed before that.
-    opened: (Mutex<Option<bool>>, Condvar),
+    opened: Option<bool>,
 }
 
 /// Opens a session (`Open` on a control connection) and plans its streams. Returns the
@@ -52,26 +66,31 @@ pub struct Session {
 /// planned streams ([`Session::join_planned`]) while the first data already flows.
 ///
 /// A push does not wait for `Opened` (nor its joining streams for `Joined`): its first
-/// batches travel right behind the `Open`, two round trips after `connect`. Each push
-/// stream then reads the server's announcement before its acknowledgements
-/// ([`Conn::awaiting_announcement`]). A pull waits for `Opened`, which says what the source is.
-pub fn open(
+/// batches travel right behind the `Open`, two round trips after `connect`, and each push
+/// stream reads the server's announcement before its acknowledgements. A pull waits for
+/// `Opened`, which says what the source is.
+pub(crate) fn open(
     addr: &str,
     key: Option<&TokenKey>,
     op: Operation,
     path: &[u8],
     options: &TransferOptions,
-) -> Result<(Session, Conn), TransferError> {
+) -> Result<(Session, SessionConn), TransferError> {
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
-    let push = matches!(op, Operation::Push { .. });
+    let direction = match op {
+        Operation::Push { .. } => Direction::Push,
+        Operation::Pull => Direction::Pull,
+    };
     // The streams every session will have join beside the control connection, under the
     // session id chosen here: the server holds their `Join` until it has served the `Open`.
+    // A push's joins send at once; a pull's wait for `Joined` before they count.
     let id: [u8; 16] = net::random();
     let join_beside = || {
         let (addr, key) = (addr.to_string(), key.cloned());
-        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer, !push))
+        let wait = direction == Direction::Pull;
+        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer, direction, wait))
     };
     let ahead = options
         .streams
@@ -83,7 +102,13 @@ pub fn open(
         let (addr, key) = (addr.to_string(), key.cloned());
         std::thread::spawn(move || {
             // The receiver is gone only if `open` returned already; nothing to tell then.
-            let _ = dialled_tx.send(net::dial(&addr, key.as_ref(), buffer));
+            let _ = dialled_tx.send(net::dial_session(
+                &addr,
+                key.as_ref(),
+                buffer,
+                direction,
+                Role::Control,
+            ));
         });
     }
     let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
@@ -112,26 +137,23 @@ pub fn open(
         op,
         path: path.to_vec(),
     };
-    let mut control = control.authenticate(&open)?;
+    let mut control = control.authenticate(open)?;
     let open_sent = Instant::now();
     let rtt_opened = AtomicU64::new(0);
-    let root_is_dir = if push {
-        control.awaiting_announcement = true;
-        false
-    } else {
-        match control.recv_control()? {
-            Message::Opened { root_is_dir } => {
-                rtt_opened.store(nanos(open_sent.elapsed()), Ordering::Relaxed);
-                root_is_dir
-            }
-            other => return Err(control.protocol(format!("expected Opened, got {other:?}"))),
+    let root_is_dir = match direction {
+        Direction::Push => false,
+        Direction::Pull => {
+            let root_is_dir = control.await_announcement()?.unwrap_or(true);
+            rtt_opened.store(nanos(open_sent.elapsed()), Ordering::Relaxed);
+            root_is_dir
         }
     };
-    let (planned_joining, planned_joined) = bounded(0);
+    let (gate_open_tx, gate_open) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
         key: key.cloned(),
         id,
+        direction,
         root_is_dir,
         rtt_estimate: rtt,
         open_sent,
@@ -139,53 +161,70 @@ pub fn open(
         plan,
         auto: options.streams.is_none(),
         joining: Mutex::new(joining),
-        planned_joining: Mutex::new(Some(planned_joining)),
-        planned_joined,
-        opened: (Mutex::new(None), Condvar::new()),
+        state: Mutex::new(SessionState {
+            gate: CommitGate::new(),
+            opened: None,
+        }),
+        changed: Condvar::new(),
+        gate_open_tx: Mutex::new(Some(gate_open_tx)),
+        gate_open,
     };
     Ok((session, control))
 }
 
 impl Session {
     /// Joins the streams planned beyond the control connection, handing each to
-    /// `on_joined` as soon as it has joined.
-    pub fn join_planned(&self, on_joined: impl FnMut(Conn)) -> Result<(), TransferError> {
+    /// `on_joined` as soon as it has joined; the commit gate knows every planned stream once
+    /// this returns.
+    pub fn join_planned(&self, on_joined: impl FnMut(SessionConn)) -> Result<(), TransferError> {
         let joined = self.join(self.plan.streams.saturating_sub(1), on_joined);
-        self.planned_joining
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        lock(&self.state).gate.all_started();
+        self.gate_changed();
         joined
     }
 
-    /// Sends `Commit` on `control` (a handle on the control connection) as soon as its own
+    /// A stream not announced yet holds the commit gate until it is announced or refused
+    /// ([`Session::settled`]). Called for the control connection and the planned streams
+    /// of a push, before [`Session::join_planned`] returns.
+    pub fn expect_announcement(&self) {
+        lock(&self.state).gate.joining();
+    }
+
+    /// A stream that held the commit gate was announced or refused.
+    pub fn settled(&self) {
+        lock(&self.state).gate.settled();
+        self.gate_changed();
+    }
+
+    fn gate_changed(&self) {
+        if lock(&self.state).gate.open() {
+            lock(&self.gate_open_tx).take();
+        }
+    }
+
+    /// Sends `Commit` on the control connection (`conn` and its machine) as soon as its own
     /// stream has ended, while the other streams finish: the server's totals then come back
-    /// without a round trip of their own. Waits for the planned streams to have joined first
-    /// (a push stream, until it read `Joined`): the server forgets the session once it
-    /// answers, and a join after that would fail.
-    pub fn commit(&self, control: &mut Conn) -> Result<(), TransferError> {
+    /// without a round trip of their own. Waits for the commit gate first: the server forgets
+    /// the session once it answers, and a join after that would fail.
+    pub fn commit(
+        &self,
+        conn: &mut net::Conn,
+        machine: &Mutex<sprat_proto::session::client::ClientStream>,
+    ) -> Result<(), TransferError> {
         self.wait_planned();
-        control.send(&Message::Commit)
+        let commit = lock(machine).commit().map_err(|e| conn.session_error(e))?;
+        conn.send(&commit)
     }
 
     /// Waits until the planned streams have joined and each push stream among them has read
     /// its `Joined` or been refused (and handed back what it sent).
     pub fn wait_planned(&self) {
-        let _ = self.planned_joined.recv();
+        let _ = self.gate_open.recv();
     }
 
     /// Disconnected once [`Session::wait_planned`] would return (to wait in a `select!`).
     pub fn planned(&self) -> &Receiver<()> {
-        &self.planned_joined
-    }
-
-    /// Holds back [`Session::wait_planned`] until the returned guard is dropped: a push stream
-    /// that has not read its `Joined` yet holds one. `None` once the planned streams have joined.
-    pub fn hold_commit(&self) -> Option<Sender<()>> {
-        self.planned_joining
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        &self.gate_open
     }
 
     /// The path's round trip: measured on the `Opened` once it arrived (if it came sooner
@@ -205,32 +244,33 @@ impl Session {
                 .rtt_opened
                 .compare_exchange(0, took, Ordering::Relaxed, Ordering::Relaxed);
         }
-        let (lock, changed) = &self.opened;
-        lock.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(opened);
-        changed.notify_all();
+        lock(&self.state).opened.get_or_insert(opened);
+        self.changed.notify_all();
     }
 
     /// Whether a push's control connection read `Opened`, once it is known. A joining stream
     /// refused before its `Joined` asks this first: if the `Open` failed, the control
     /// connection reports why, and the join's refusal is only a consequence.
     pub fn wait_opened(&self) -> bool {
-        let (lock, changed) = &self.opened;
-        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-        let (guard, _) = changed
-            .wait_timeout_while(guard, OPENED_PATIENCE, |o| o.is_none())
+        let guard = lock(&self.state);
+        let (guard, _) = self
+            .changed
+            .wait_timeout_while(guard, OPENED_PATIENCE, |s| s.opened.is_none())
             .unwrap_or_else(|p| p.into_inner());
-        guard.unwrap_or(true)
+        guard.opened.unwrap_or(true)
     }
 
     /// Joins `n` more connections to the session, in parallel (those that joined while the
     /// session opened count first), and hands each to `on_joined` as soon as it has joined.
     /// Returns the first failure, once every attempt has ended.
-    pub fn join(&self, n: usize, mut on_joined: impl FnMut(Conn)) -> Result<(), TransferError> {
-        let early = std::mem::take(&mut *self.joining.lock().unwrap_or_else(|p| p.into_inner()));
+    pub fn join(
+        &self,
+        n: usize,
+        mut on_joined: impl FnMut(SessionConn),
+    ) -> Result<(), TransferError> {
+        let early = std::mem::take(&mut *lock(&self.joining));
         let fresh = n.saturating_sub(early.len());
-        let (done_tx, done) = unbounded::<Result<Conn, TransferError>>();
+        let (done_tx, done) = unbounded::<Result<SessionConn, TransferError>>();
         std::thread::scope(|s| {
             for handle in early {
                 let done_tx = done_tx.clone();
@@ -251,6 +291,7 @@ impl Session {
                         self.key.as_ref(),
                         self.id,
                         self.plan.tcp_buffer,
+                        self.direction,
                         true,
                     ));
                 });
@@ -298,7 +339,7 @@ impl Session {
                 / self.rtt().as_secs_f64().max(1e-6);
             match adapter.observe(rate, bound) {
                 Step::Add(n) => {
-                    let joined = self.join(n, |conn| apply(Change::Grow(conn)));
+                    let joined = self.join(n, |conn| apply(Change::Grow(Box::new(conn))));
                     most = most.max(adapter.streams());
                     // The transfer goes on with the streams it has.
                     if joined.is_err() {
@@ -339,29 +380,27 @@ fn nanos(d: Duration) -> u64 {
 const OPENED_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Connects a stream to the session `id`: authenticates and sends `Join`; with `wait`, also
-/// reads `Joined`, else leaves it to be read ([`Conn::awaiting_announcement`]).
+/// reads `Joined`, else leaves it to be read (its machine is not announced yet).
 fn join_one(
     addr: &str,
     key: Option<&TokenKey>,
     id: [u8; 16],
     tcp_buffer: Option<u64>,
+    direction: Direction,
     wait: bool,
-) -> Result<Conn, TransferError> {
-    let mut c = net::connect_with(addr, key, &Message::Join { session: id }, tcp_buffer)?;
-    if !wait {
-        c.awaiting_announcement = true;
-        return Ok(c);
+) -> Result<SessionConn, TransferError> {
+    let dialed = net::dial_session(addr, key, tcp_buffer, direction, Role::Joining)?;
+    let mut c = dialed.authenticate(Message::Join { session: id })?;
+    if wait {
+        c.await_announcement()?;
     }
-    match c.recv_control()? {
-        Message::Joined => Ok(c),
-        other => Err(c.protocol(format!("expected Joined, got {other:?}"))),
-    }
+    Ok(c)
 }
 
 /// What [`Session::adapt`] asks of the transfer.
-pub enum Change {
+pub(crate) enum Change {
     /// Start a stream on this newly joined connection.
-    Grow(Conn),
+    Grow(Box<SessionConn>),
     /// End this many of the most recently started streams.
     Retire(usize),
 }
@@ -383,21 +422,18 @@ fn sleep_unless(d: Duration, finished: &impl Fn() -> bool) -> bool {
 
 /// When each stream that carried data to the end ran out of it.
 #[derive(Default)]
-pub struct Tail {
+pub(crate) struct Tail {
     ends: Mutex<Vec<Instant>>,
 }
 
 impl Tail {
     pub fn record(&self) {
-        self.ends
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Instant::now());
+        lock(&self.ends).push(Instant::now());
     }
 
     /// (last end - first end, mean of last end - each end), in seconds.
     pub fn summary(&self) -> (f64, f64) {
-        let ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+        let ends = lock(&self.ends);
         let (Some(first), Some(last)) = (ends.iter().min(), ends.iter().max()) else {
             return (0.0, 0.0);
         };

@@ -11,7 +11,7 @@ use crate::error::TransferError;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
 use sprat_store::write::ChunkOutcome;
-use sprat_store::{display_path, Attrs, TreeWriter, WriterCursor};
+use sprat_store::{Attrs, TreeWriter, WriterCursor};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -257,12 +257,4 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
         }
     }
     out
-}
-
-/// Formats a failure for a message: `path: reason`.
-pub fn describe_failure(path: &[u8], text: &str) -> String {
-    if path.is_empty() && text.contains("more failures") {
-        return text.to_string();
-    }
-    format!("{}: {}", display_path(path), text)
 }

@@ -7,11 +7,11 @@
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use crate::plan::{BatchPlan, PlanItem, Planner};
+use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crossbeam_channel::{bounded, Receiver};
 use sprat_proto::{Batch, FileMeta};
 use sprat_store::batch_read::{BatchReader, ReadItem};
-use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
+use sprat_store::{Attrs, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -329,9 +329,4 @@ fn open_files_per_reader(readers: usize) -> usize {
         .unwrap_or(1024);
     let share = (limit / 2) as usize / readers.max(1);
     share.clamp(1, sprat_store::batch_read::DEFAULT_MAX_OPEN)
-}
-
-/// Opens a local source path given by the user.
-pub fn open_local(path: &std::path::Path) -> Result<Source, sprat_store::StoreError> {
-    Root::open_local_source(path)
 }

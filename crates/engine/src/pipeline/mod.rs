@@ -1,0 +1,10 @@
+//! The transfer's stages and the bounded queues between them:
+//! `scan -> plan -> read` ([`source`]), then either the network ([`send`] on one side,
+//! [`receive`] on the other) or a memory hand-off, then `write` ([`sink`]). The roles
+//! (`crate::roles`) compose them; nothing here knows about sessions or who is client.
+
+pub(crate) mod plan;
+pub(crate) mod receive;
+pub(crate) mod send;
+pub(crate) mod sink;
+pub(crate) mod source;

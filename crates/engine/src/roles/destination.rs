@@ -1,0 +1,94 @@
+//! A local destination or source as the copying roles need it: opening the source, the tree
+//! writer for the destination (the tree, or one file), and what a writer's outcomes mean for
+//! the transfer. Shared by the local copy, the push (its source) and the pull.
+
+use crate::error::TransferError;
+use crate::net;
+use crate::pipeline::sink::BatchOutcome;
+use crate::report::Counts;
+use sprat_store::{Root, Source, TreeWriter};
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(crate) fn temp_tag() -> String {
+    format!("sprat-{:08x}", u32::from_le_bytes(net::random()))
+}
+
+pub(crate) fn open_source(path: &Path) -> Result<Source, TransferError> {
+    Root::open_local_source(path).map_err(|e| {
+        if e.errno() == Some(rustix::io::Errno::NOENT) {
+            TransferError::Usage(format!("source '{}' does not exist", path.display()))
+        } else {
+            TransferError::Store(e)
+        }
+    })
+}
+
+/// Whether `dst` (which may not exist yet) is `src` or lies below it.
+pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
+    let Ok(src) = src.canonicalize() else {
+        return false;
+    };
+    let mut existing = dst.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = if parent.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    parent.to_path_buf()
+                };
+            }
+            _ => return false,
+        }
+    }
+    let Ok(mut full) = existing.canonicalize() else {
+        return false;
+    };
+    full.extend(rest.iter().rev());
+    full.starts_with(&src)
+}
+
+/// The writer for a local destination: the tree itself, or one file when the source is a file.
+pub(crate) fn local_writer(
+    dst: &Path,
+    root_is_dir: bool,
+    durable: bool,
+) -> Result<Arc<TreeWriter>, TransferError> {
+    let writer = if root_is_dir {
+        TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
+    } else {
+        let parent = match dst.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let name = dst
+            .file_name()
+            .map(|n| n.to_os_string().into_vec())
+            .ok_or_else(|| {
+                TransferError::Usage(format!(
+                    "destination '{}' is not a file name",
+                    dst.display()
+                ))
+            })?;
+        TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
+    };
+    Ok(Arc::new(writer.durable(durable)))
+}
+
+/// The error that stops a transfer when writing into local destination `dst` failed fatally.
+pub(crate) fn fatal_outcome(o: &BatchOutcome, dst: &Path) -> Option<TransferError> {
+    o.fatal
+        .as_ref()
+        .map(|(_, text)| TransferError::Local(format!("{}: {text}", dst.display())))
+}
+
+/// Applies directory attributes once every batch is written, counting what failed.
+pub(crate) fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
+    for e in writer.finish() {
+        counts.add_failure(e.path.as_bytes(), &e.to_string());
+    }
+}

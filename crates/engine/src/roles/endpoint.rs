@@ -1,0 +1,118 @@
+//! The two sides of a copy as the user names them (a local path or `sprat://HOST:PORT/PATH`),
+//! and [`copy`], which picks the role that moves data between them: a local copy, a push, a
+//! pull or a third-party transfer.
+
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::report::Report;
+use sprat_proto::auth::TokenKey;
+use sprat_proto::path as wire_path;
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// One side of a copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Local(PathBuf),
+    /// `sprat://HOST:PORT/PATH`, `path` relative to the server's root.
+    Remote {
+        addr: String,
+        path: Vec<u8>,
+    },
+}
+
+impl Endpoint {
+    /// Parses a command-line argument: a `sprat://` URL or a local path.
+    pub fn parse(arg: &std::ffi::OsStr) -> Result<Endpoint, TransferError> {
+        let bytes = arg.as_bytes();
+        let Some(rest) = bytes.strip_prefix(b"sprat://") else {
+            if bytes.is_empty() {
+                return Err(TransferError::Usage("empty path".into()));
+            }
+            return Ok(Endpoint::Local(PathBuf::from(arg)));
+        };
+        let bad = |why: &str| {
+            TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()))
+        };
+        let slash = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+        let addr = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
+        let port_ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(bad("expected sprat://HOST:PORT/PATH"));
+        }
+        let path = wire_path::normalize_user_path(&rest[slash..]);
+        wire_path::validate(&path).map_err(|e| {
+            bad(&format!(
+                "{e}; paths are relative to the server's root and may not leave it"
+            ))
+        })?;
+        Ok(Endpoint::Remote {
+            addr: addr.to_string(),
+            path,
+        })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Local(p) => write!(f, "{}", p.display()),
+            Endpoint::Remote { addr, path } => {
+                write!(f, "sprat://{addr}/{}", String::from_utf8_lossy(path))
+            }
+        }
+    }
+}
+
+/// Copies `src` to `dst`; afterwards `dst` holds the contents of `src`.
+pub fn copy(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Report, TransferError> {
+    options.validate().map_err(TransferError::Usage)?;
+    match (src, dst) {
+        (Endpoint::Local(s), Endpoint::Local(d)) => super::local::copy(s, d, options, src, dst),
+        (Endpoint::Local(s), Endpoint::Remote { addr, path }) => {
+            super::push::push(s, addr, path, key, options, src, dst)
+        }
+        (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => {
+            super::pull::pull(addr, path, d, key, options, src, dst)
+        }
+        (
+            Endpoint::Remote {
+                addr: src_addr,
+                path: src_path,
+            },
+            Endpoint::Remote {
+                addr: dst_addr,
+                path: dst_path,
+            },
+        ) if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) => Err(
+            TransferError::Usage(format!("destination '{dst}' is the source or inside it")),
+        ),
+        (
+            Endpoint::Remote {
+                addr: src_addr,
+                path: src_path,
+            },
+            Endpoint::Remote {
+                addr: dst_addr,
+                path: dst_path,
+            },
+        ) => super::remote::third_party(
+            src_addr,
+            src_path,
+            dst_addr,
+            dst_path,
+            key,
+            options,
+            src.to_string(),
+            dst.to_string(),
+        ),
+    }
+}

@@ -1,0 +1,82 @@
+//! A copy between two local paths: the same scan, read and write stages as over the network,
+//! with batches handed from readers to writers in memory.
+
+use super::destination::{fatal_outcome, finish_dirs, is_inside, local_writer, open_source};
+use super::endpoint::Endpoint;
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::pipeline::sink::{Incoming, WriteJob, WriterPool};
+use crate::pipeline::source;
+use crate::report::{Counts, Report, Stages};
+use crossbeam_channel::unbounded;
+use sprat_store::Source;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub(crate) fn copy(
+    src: &Path,
+    dst: &Path,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let source = open_source(src)?;
+    if matches!(source, Source::Dir(_)) && is_inside(dst, src) {
+        return Err(TransferError::Usage(format!(
+            "destination '{}' is inside the source '{}'",
+            dst.display(),
+            src.display()
+        )));
+    }
+    let writer = local_writer(dst, matches!(source, Source::Dir(_)), options.durable)?;
+    let handle = source::start(source, options)?;
+    let abort = Arc::new(AtomicBool::new(false));
+    let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;
+    let (reply_tx, reply_rx) = unbounded();
+    let jobs = pool.sender();
+    let mut counts = Counts::default();
+    let mut fatal = None;
+    for batch in handle.batches.iter() {
+        let job = WriteJob {
+            incoming: Incoming::Local(batch),
+            reply: reply_tx.clone(),
+        };
+        if abort.load(Ordering::Relaxed) || jobs.send(job).is_err() {
+            break;
+        }
+        for o in reply_rx.try_iter() {
+            fatal = fatal.or_else(|| fatal_outcome(&o, dst));
+            counts.add_outcome(&o);
+        }
+    }
+    drop((jobs, reply_tx));
+    let write_busy = pool.finish();
+    let read_busy = handle.finish();
+    for o in reply_rx.iter() {
+        fatal = fatal.or_else(|| fatal_outcome(&o, dst));
+        counts.add_outcome(&o);
+    }
+    if let Some(e) = fatal {
+        return Err(e);
+    }
+    finish_dirs(&writer, &mut counts);
+    counts.syncs = writer.sync_count();
+    let stages = Stages {
+        scan_read_s: read_busy.as_secs_f64(),
+        network_s: None,
+        write_s: write_busy.as_secs_f64(),
+    };
+    Ok(Report::new(
+        "copy",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        1,
+        stages,
+    )
+    .with_durable(options.durable))
+}

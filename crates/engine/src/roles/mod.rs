@@ -1,0 +1,15 @@
+//! What sprat does, each a composition of the pipeline's stages and a session's connections:
+//! a local copy ([`local`]), a push ([`push`]: source stages into send stages), a pull
+//! ([`pull`]: receive stages into the writer pool), namespace requests and third-party copies
+//! from the client side ([`remote`]), and the server ([`server`]: receive or send stages per
+//! connection, answers to requests in [`requests`], and a push of its own for a third-party
+//! copy). [`endpoint`] names the two sides of a copy and picks the role.
+
+pub(crate) mod destination;
+pub(crate) mod endpoint;
+pub(crate) mod local;
+pub(crate) mod pull;
+pub(crate) mod push;
+pub mod remote;
+pub(crate) mod requests;
+pub(crate) mod server;

@@ -1,0 +1,194 @@
+//! A pull: the server's source feeds the session's streams; on this side each stream runs the
+//! receive stage into one writer pool, its state machine checking every frame, and the
+//! control connection commits as soon as its own stream ended.
+
+use super::destination::{fatal_outcome, finish_dirs, local_writer};
+use super::endpoint::Endpoint;
+use super::push::await_done;
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::net::{Conn, SessionConn};
+use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
+use crate::pipeline::sink::{BatchOutcome, WriterPool};
+use crate::report::{Counts, Report, Stages};
+use crate::session::client::{self as session, Change, Tail};
+use crate::sync::{lock, Abort};
+use crossbeam_channel::{unbounded, Sender};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::session::client::{ClientStream, Event};
+use sprat_proto::{Message, Operation};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) fn pull(
+    addr: &str,
+    path: &[u8],
+    dst: &Path,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let (session, control) = session::open(addr, key, Operation::Pull, path, options)?;
+    let writer = local_writer(dst, session.root_is_dir, options.durable)?;
+    let pool = WriterPool::start(
+        Some(writer.clone()),
+        options.write_threads,
+        Arc::new(AtomicBool::new(false)),
+    )?;
+    let abort = Abort::default();
+    let network_ns = AtomicU64::new(0);
+    let received = AtomicU64::new(0);
+    let drained = AtomicBool::new(false);
+    let tail = Tail::default();
+    let mut counts = Counts::default();
+    let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
+    let mut streams_max = session.plan.streams;
+    let SessionConn {
+        conn: control_conn,
+        machine: control_machine,
+    } = control;
+    let control_machine = Arc::new(Mutex::new(control_machine));
+    std::thread::scope(|s| {
+        // The control connection commits as soon as its own stream ended: the server's
+        // totals then come back while the other streams and the writes finish.
+        let start = |conn: &Conn,
+                     machine: Arc<Mutex<ClientStream>>,
+                     reply: Sender<BatchOutcome>,
+                     control: bool| {
+            abort.watch(conn);
+            let Ok(mut rx) = conn.try_clone() else {
+                abort.fail(conn.protocol("cannot duplicate the socket".into()));
+                return;
+            };
+            let lane = ReceiveLane {
+                jobs: pool.sender(),
+                reply,
+                network_ns: &network_ns,
+                received: &received,
+            };
+            let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
+            s.spawn(move || {
+                let received = receive::receive(
+                    &mut rx,
+                    &lane,
+                    |conn| {
+                        let checked = lock(&machine).on_batch();
+                        checked
+                            .map(|()| Take::Write)
+                            .map_err(|e| conn.session_error(e))
+                    },
+                    |conn, msg| on_control(conn, &machine, msg),
+                    |conn| conn.protocol("the writers stopped".into()),
+                );
+                match received {
+                    Ok(()) => {
+                        drained.store(true, Ordering::SeqCst);
+                        tail.record();
+                        if control && !abort.is_set() {
+                            if let Err(e) = session.commit(&mut rx, &machine) {
+                                abort.fail(e);
+                            }
+                        }
+                    }
+                    // After our own abort the socket is shut down: that is not a new error.
+                    Err(_) if abort.is_set() => {}
+                    Err(e) => abort.fail(e),
+                }
+            });
+        };
+        start(
+            &control_conn,
+            control_machine.clone(),
+            reply_tx.clone(),
+            true,
+        );
+        let start_joined = |c: SessionConn| {
+            let SessionConn { conn, machine } = c;
+            start(
+                &conn,
+                Arc::new(Mutex::new(machine)),
+                reply_tx.clone(),
+                false,
+            );
+        };
+        // The server already sends on the control connection while the others join. A join
+        // the server refused (a full server) received nothing: the pull goes on without it.
+        // Any other failure may have lost a batch the server sent on it after `Joined`.
+        match session.join_planned(start_joined) {
+            Ok(()) | Err(TransferError::Remote { .. }) => {}
+            Err(e) => abort.fail(e),
+        }
+        // Collect outcomes as they come so that a fatal local error stops the transfer at once.
+        let collector = s.spawn(|| {
+            let mut counts = Counts::default();
+            for o in reply_rx.iter() {
+                if let Some(e) = fatal_outcome(&o, dst) {
+                    abort.fail(e);
+                }
+                counts.add_outcome(&o);
+            }
+            counts
+        });
+        if session.auto {
+            let finished = || drained.load(Ordering::SeqCst) || abort.is_set();
+            // A pulling client cannot ask the server to stop one stream early: a growth
+            // that did not pay stays.
+            streams_max = session.adapt(&received, finished, |change| {
+                if let Change::Grow(new) = change {
+                    start_joined(*new);
+                }
+            });
+        }
+        drop(reply_tx);
+        counts = collector.join().unwrap_or_default();
+    });
+    let write_busy = pool.finish();
+    if let Some(e) = abort.take() {
+        return Err(e);
+    }
+    finish_dirs(&writer, &mut counts);
+    counts.syncs = writer.sync_count();
+    let mut control_conn = control_conn;
+    let remote = await_done(&mut control_conn, &control_machine, &mut counts)?;
+    let stages = Stages {
+        scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
+        network_s: Some(
+            Duration::from_nanos(network_ns.load(Ordering::Relaxed) / streams_max as u64)
+                .as_secs_f64(),
+        ),
+        write_s: write_busy.as_secs_f64(),
+    };
+    Ok(Report::new(
+        "pull",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        streams_max,
+        stages,
+    )
+    .with_durable(options.durable)
+    .with_path(session.report(streams_max, streams_max, &tail)))
+}
+
+/// What a control message means to a pull stream: its `End`, or the server's refusal.
+fn on_control(
+    conn: &Conn,
+    machine: &Mutex<ClientStream>,
+    msg: Message,
+) -> Result<Flow, TransferError> {
+    let event = lock(machine).on_message(msg, Instant::now());
+    match event.map_err(|e| conn.session_error(e))? {
+        Event::Ended => Ok(Flow::Over),
+        Event::Refused { code, text, .. } => Err(TransferError::Remote {
+            peer: conn.peer.clone(),
+            code,
+            text,
+        }),
+        other => Err(conn.protocol(format!("unexpected {other:?}"))),
+    }
+}

@@ -1,0 +1,540 @@
+//! A push: the local source stages feed the send stage of every stream of a session, and each
+//! stream's replies (its announcement, acknowledgements, `EndAck`) are read beside it. Also
+//! what a server runs for a third-party copy (it pushes its own tree to another server) and
+//! what `sprat bench network` runs (synthetic files, discarded by the server).
+//!
+//! Per stream, one sender thread runs [`send::send`] with batches from the shared queue (and
+//! those of refused streams, sent again), and one receiver thread feeds the stream's state
+//! machine what the server says. The machine, shared by the two under a lock, keeps what the
+//! stream sent before the server announced it, and hands it back if the server refuses the
+//! stream: the transfer goes on with the streams it has.
+
+use super::destination::open_source;
+use super::endpoint::Endpoint;
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::net::{Conn, Frame, SessionConn};
+use crate::pipeline::send::{self, Next};
+use crate::pipeline::sink::BatchOutcome;
+use crate::pipeline::source;
+use crate::report::{Counts, Report, Stages};
+use crate::session::client::{self as session, Change, Session, Tail};
+use crate::sync::{lock, Abort};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use sprat_proto::auth::TokenKey;
+use sprat_proto::session::client::{ClientStream, Event};
+use sprat_proto::{Batch, Operation, RemoteStats};
+use sprat_store::Source;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) fn push(
+    src: &Path,
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let source = open_source(src)?;
+    push_input(
+        PushInput::Source(source),
+        addr,
+        path,
+        key,
+        options,
+        src_ep.to_string(),
+        dst_ep.to_string(),
+    )
+}
+
+/// What a push sends.
+pub enum PushInput {
+    /// A tree or file read from storage.
+    Source(Source),
+    /// Files of these sizes made up in memory, which the server verifies and drops: the
+    /// network (and protocol) alone, for `sprat bench network`.
+    Synthetic(Vec<u64>),
+}
+
+/// What the streams of one push share.
+struct Push<'a> {
+    session: &'a Session,
+    /// Batches from the source's readers.
+    batches: &'a Receiver<Batch>,
+    /// Batches of refused streams, to be sent again by the others.
+    again: Receiver<Batch>,
+    resend: Sender<Batch>,
+    /// Disconnected when the transfer fails.
+    cancel: Receiver<()>,
+    cancel_tx: Mutex<Option<Sender<()>>>,
+    abort: Abort,
+    counts: Mutex<Counts>,
+    /// Bytes acknowledged (what the stream adapter measures).
+    acked: AtomicU64,
+    /// A stream ran out of batches.
+    drained: AtomicBool,
+    tail: Tail,
+    refused_streams: AtomicUsize,
+}
+
+impl Push<'_> {
+    fn fail(&self, e: TransferError) {
+        lock(&self.cancel_tx).take();
+        self.abort.fail(e);
+    }
+}
+
+/// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
+/// files) to `path` on the server at `addr`.
+pub fn push_input(
+    input: PushInput,
+    addr: &str,
+    path: &[u8],
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    src_label: String,
+    dst_label: String,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let op = match &input {
+        PushInput::Source(source) => Operation::Push {
+            source_is_dir: matches!(source, Source::Dir(_)),
+            durable: options.durable,
+            discard: false,
+        },
+        PushInput::Synthetic(_) => Operation::Push {
+            source_is_dir: true,
+            durable: false,
+            discard: true,
+        },
+    };
+    // Reading starts before the session opens: the first batches are ready when it is.
+    let handle = match input {
+        PushInput::Source(source) => source::start(source, options)?,
+        PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
+    };
+    let (session, control) = match session::open(addr, key, op, path, options) {
+        Ok(opened) => opened,
+        Err(e) => {
+            handle.finish();
+            return Err(e);
+        }
+    };
+    let (resend, again) = unbounded();
+    let (cancel_tx, cancel) = bounded::<()>(0);
+    let batches = handle.batches.clone();
+    let push = Push {
+        session: &session,
+        batches: &batches,
+        again,
+        resend,
+        cancel,
+        cancel_tx: Mutex::new(Some(cancel_tx)),
+        abort: Abort::default(),
+        counts: Mutex::new(Counts::default()),
+        acked: AtomicU64::new(0),
+        drained: AtomicBool::new(false),
+        tail: Tail::default(),
+        refused_streams: AtomicUsize::new(0),
+    };
+    let mut retirements = Vec::new();
+    let mut streams_max = session.plan.streams;
+    let mut control_end = None;
+    std::thread::scope(|s| {
+        let (retire, control_conn, control_machine) = start_stream(s, &push, control, true);
+        retirements.push(retire);
+        control_end = Some((control_conn, control_machine));
+        // The control connection already carries data while the others join. A stream that
+        // could not join carried nothing: the transfer goes on with the streams it has (the
+        // control connection reports what is wrong with the server itself).
+        let _ = session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
+        if session.auto {
+            let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
+            let mut added = Vec::new();
+            streams_max = session.adapt(&push.acked, finished, |change| match change {
+                Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
+                Change::Retire(n) => {
+                    for _ in 0..n {
+                        drop(added.pop());
+                    }
+                }
+            });
+            retirements.extend(added);
+        }
+    });
+    let streams_end = retirements.len() - push.refused_streams.load(Ordering::SeqCst);
+    drop(retirements);
+    // The source's readers end once every handle on their queue is gone.
+    let Push {
+        abort,
+        counts,
+        tail,
+        ..
+    } = push;
+    drop(batches);
+    if let Some(e) = abort.take() {
+        handle.finish();
+        return Err(e);
+    }
+    let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
+    let Some((Ok(mut control), machine)) = control_end else {
+        handle.finish();
+        return Err(TransferError::Local(
+            "cannot duplicate the control connection's socket".into(),
+        ));
+    };
+    let remote = await_done(&mut control, &machine, &mut counts)?;
+    // The server's totals are authoritative for what it wrote.
+    counts.files = remote.files;
+    counts.dirs = remote.dirs;
+    counts.symlinks = remote.symlinks;
+    counts.bytes = remote.bytes;
+    counts.syncs = remote.syncs;
+    let read_busy = handle.finish();
+    let stages = Stages {
+        scan_read_s: read_busy.as_secs_f64(),
+        network_s: Some(Duration::from_nanos(remote.network_busy_ns).as_secs_f64()),
+        write_s: Duration::from_nanos(remote.write_busy_ns).as_secs_f64(),
+    };
+    Ok(Report::new(
+        "push",
+        src_label,
+        dst_label,
+        &counts,
+        started.elapsed(),
+        streams_max,
+        stages,
+    )
+    .with_durable(options.durable)
+    .with_path(session.report(streams_max, streams_end, &tail)))
+}
+
+/// The server's totals, which end a session: they answer the `Commit` the control
+/// connection's stream sent when it ended ([`Session::commit`]).
+pub(crate) fn await_done(
+    control: &mut Conn,
+    machine: &Mutex<ClientStream>,
+    counts: &mut Counts,
+) -> Result<RemoteStats, TransferError> {
+    loop {
+        let msg = control.recv_control_raw()?;
+        let event = lock(machine).on_message(msg, Instant::now());
+        match event.map_err(|e| control.session_error(e))? {
+            Event::DirFailures(failures) => {
+                for (p, t) in failures {
+                    counts.add_failure(&p, &t);
+                }
+            }
+            Event::Done(stats) => return Ok(stats),
+            Event::Refused { code, text, .. } => {
+                return Err(TransferError::Remote {
+                    peer: control.peer.clone(),
+                    code,
+                    text,
+                })
+            }
+            other => return Err(control.protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+/// Why a stream stopped sending.
+enum Ended {
+    /// No batches are left.
+    Drained,
+    /// The adapter retired it.
+    Retired,
+    /// The transfer failed elsewhere.
+    Cancelled,
+    /// The server refused the stream; what it sent went back to the others.
+    Refused,
+}
+
+/// Holds a push session's commit gate while a stream awaits its announcement; released
+/// when the server announces or refuses it, or when the stream ends otherwise.
+struct GateHold<'a>(Option<&'a Session>);
+
+impl GateHold<'_> {
+    fn release(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.settled();
+        }
+    }
+}
+
+impl Drop for GateHold<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Starts a sender and a receiver on `stream`; dropping the returned sender retires the
+/// stream (it ends after its current batch). The control connection's stream commits as soon
+/// as it has sent its last batch. Also returns a handle on the socket and the stream's state
+/// machine (the control connection reads `Done` with them at the end).
+fn start_stream<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    push: &'s Push<'s>,
+    stream: SessionConn,
+    control: bool,
+) -> (
+    Sender<()>,
+    Result<Conn, TransferError>,
+    Arc<Mutex<ClientStream>>,
+) {
+    let SessionConn { conn, machine } = stream;
+    push.abort.watch(&conn);
+    let session = push.session;
+    // A stream that has not read the server's `Opened` or `Joined` yet holds back the commit
+    // until it has (see `Session::commit`).
+    let gate = (!machine.announced()).then(|| {
+        session.expect_announcement();
+        GateHold(Some(session))
+    });
+    let machine = Arc::new(Mutex::new(machine));
+    let (retire_tx, retire) = bounded::<()>(0);
+    let (Ok(mut tx), Ok(mut rx), handle) = (conn.try_clone(), conn.try_clone(), conn.try_clone())
+    else {
+        push.fail(conn.protocol("cannot duplicate the socket".into()));
+        return (retire_tx, Err(conn.protocol("no socket".into())), machine);
+    };
+    let retired = Arc::new(AtomicBool::new(false));
+    let ack_retired = retired.clone();
+    // Dropped by the receiver to stop the sender of a refused stream; dropped by the sender
+    // when it ends.
+    let (stop_tx, stop) = bounded::<()>(0);
+    let (ended_tx, ended_rx) = bounded::<()>(0);
+    let sender_machine = machine.clone();
+    let cancel = push.cancel.clone();
+    s.spawn(move || {
+        let _ended = ended_tx;
+        let lanes = Lanes {
+            push,
+            machine: &sender_machine,
+            cancel: &cancel,
+            retire: &retire,
+            stop: &stop,
+        };
+        // A failed send means a broken connection; the receiving side of the same socket
+        // reports it, with the server's own error if it sent one first.
+        let sent = send::send(
+            &mut tx,
+            || lanes.next(),
+            |batch, sent| lanes.after(batch, sent),
+        );
+        match sent {
+            Ok(Ended::Drained) => {
+                push.drained.store(true, Ordering::SeqCst);
+                if control && session.commit(&mut tx, &sender_machine).is_err() {
+                    tx.shutdown_write();
+                }
+            }
+            Ok(Ended::Retired) => retired.store(true, Ordering::SeqCst),
+            Ok(Ended::Cancelled | Ended::Refused) => {}
+            Err(_) => tx.shutdown_write(),
+        }
+    });
+    let receiver_machine = machine.clone();
+    s.spawn(move || {
+        let mut gate = gate;
+        let replies = receive_acks(&mut rx, push, &receiver_machine, &mut gate, control);
+        let Refused { error, announced } = match replies {
+            Ok(()) if !ack_retired.load(Ordering::SeqCst) => return push.tail.record(),
+            Ok(()) => return,
+            Err(refusal) => refusal,
+        };
+        if control || announced {
+            if control && !announced {
+                session.set_opened(false);
+            }
+            return push.fail(error);
+        }
+        // A join refused because the `Open` was: the control connection says why.
+        if !session.wait_opened() {
+            return;
+        }
+        // A join refused on its own (a full server): the server read none of what went on
+        // it, which goes to the other streams; the transfer goes on without this one. The
+        // commit waits (`gate`) until all of it is handed back.
+        for batch in lock(&receiver_machine).take_held() {
+            let _ = push.resend.send(batch);
+        }
+        push.refused_streams.fetch_add(1, Ordering::SeqCst);
+        drop(stop_tx);
+        rx.shutdown();
+        let _ = ended_rx.recv();
+        drop(gate);
+    });
+    (retire_tx, handle, machine)
+}
+
+/// Where a push stream's sender takes batches from and hears when to stop.
+struct Lanes<'a> {
+    push: &'a Push<'a>,
+    machine: &'a Mutex<ClientStream>,
+    cancel: &'a Receiver<()>,
+    retire: &'a Receiver<()>,
+    /// Disconnected when the server refused this stream.
+    stop: &'a Receiver<()>,
+}
+
+impl Lanes<'_> {
+    /// The stream's next batch: one handed back by a refused stream, else the source's next.
+    /// A stream that runs out waits until every planned stream is announced or refused, and
+    /// sends what refused streams handed back, before it ends.
+    fn next(&self) -> Next<Ended> {
+        let push = self.push;
+        let end = |why| match lock(self.machine).end() {
+            Ok(end) => Next::End(end, why),
+            Err(_) => Next::Stop(Ended::Cancelled),
+        };
+        // In flight from before the write: its acknowledgement may overtake the writer.
+        let send = |batch: Batch| {
+            lock(self.machine).sending(batch.seq);
+            Next::Batch(batch)
+        };
+        loop {
+            select! {
+                recv(push.again) -> b => if let Ok(batch) = b { return send(batch) },
+                recv(push.batches) -> b => match b {
+                    Ok(batch) => return send(batch),
+                    Err(_) => {
+                        // Still hears `stop`: a refused stream's receiver waits for this sender.
+                        select! {
+                            recv(push.session.planned()) -> _ => {}
+                            recv(self.stop) -> _ => return Next::Stop(Ended::Refused),
+                            recv(self.cancel) -> _ => return Next::Stop(Ended::Cancelled),
+                        }
+                        return match push.again.try_recv() {
+                            Ok(batch) => send(batch),
+                            Err(_) => end(Ended::Drained),
+                        };
+                    }
+                },
+                recv(self.retire) -> _ => return end(Ended::Retired),
+                recv(self.stop) -> _ => return Next::Stop(Ended::Refused),
+                recv(self.cancel) -> _ => return Next::Stop(Ended::Cancelled),
+            }
+        }
+    }
+
+    /// Once `batch` went out (or failed to): the machine keeps it until the announcement, or
+    /// hands it back if the stream was refused meanwhile. A stream the server holds (its
+    /// session not open yet) sends no more than `HELD_LIMIT` until it is announced.
+    fn after(
+        &self,
+        batch: Batch,
+        sent: Result<(), TransferError>,
+    ) -> Result<Option<Ended>, TransferError> {
+        if let Some(back) = lock(self.machine).sent(batch) {
+            let _ = self.push.resend.send(back);
+            return Ok(Some(Ended::Refused));
+        }
+        sent?;
+        while lock(self.machine).over_limit() {
+            select! {
+                recv(self.stop) -> _ => return Ok(Some(Ended::Refused)),
+                recv(self.cancel) -> _ => return Ok(Some(Ended::Cancelled)),
+                default(Duration::from_millis(5)) => {}
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Why a push stream's acknowledgements stopped, and whether the server had announced the
+/// stream (`Opened` or `Joined`) by then.
+struct Refused {
+    error: TransferError,
+    announced: bool,
+}
+
+/// Reads a push stream's replies into its state machine: its announcement first if it is
+/// still due (then the gate hold is released), then acknowledgements until `EndAck`.
+fn receive_acks(
+    conn: &mut Conn,
+    push: &Push,
+    machine: &Mutex<ClientStream>,
+    gate: &mut Option<GateHold>,
+    control: bool,
+) -> Result<(), Refused> {
+    loop {
+        let msg = match conn.recv() {
+            Ok(Frame::Control(msg)) => msg,
+            Ok(Frame::Batch(..)) => {
+                let mut m = lock(machine);
+                let announced = m.announced();
+                let error = m.on_batch().err().map(|e| conn.session_error(e));
+                let error = error.unwrap_or_else(|| conn.protocol("unexpected batch".into()));
+                return Err(Refused { error, announced });
+            }
+            Err(e) => {
+                // A passed deadline (no announcement in time) says what was awaited. A stream
+                // given up before its announcement hands back what it sent, as a refused one.
+                let mut m = lock(machine);
+                let announced = m.announced();
+                let error = match m.on_timeout(Instant::now()) {
+                    Err(timed_out) => conn.session_error(timed_out),
+                    Ok(()) => e,
+                };
+                m.lost();
+                return Err(Refused { error, announced });
+            }
+        };
+        let event = lock(machine).on_message(msg, Instant::now());
+        let event = event.map_err(|e| Refused {
+            error: conn.session_error(e),
+            announced: true,
+        })?;
+        match event {
+            Event::Announced { .. } => {
+                if control {
+                    push.session.set_opened(true);
+                }
+                if let Some(g) = gate.as_mut() {
+                    g.release();
+                }
+                conn.read_until(None);
+            }
+            Event::Acked {
+                seq,
+                files,
+                bytes,
+                failures,
+            } => {
+                push.acked.fetch_add(bytes, Ordering::Relaxed);
+                let o = BatchOutcome {
+                    seq,
+                    files: files as u64,
+                    bytes,
+                    failures,
+                    ..BatchOutcome::default()
+                };
+                lock(&push.counts).add_outcome(&o);
+            }
+            Event::EndAcked => return Ok(()),
+            Event::Refused {
+                code,
+                text,
+                announced,
+            } => {
+                let error = TransferError::Remote {
+                    peer: conn.peer.clone(),
+                    code,
+                    text,
+                };
+                return Err(Refused { error, announced });
+            }
+            other => {
+                return Err(Refused {
+                    error: conn.protocol(format!("unexpected {other:?}")),
+                    announced: true,
+                })
+            }
+        }
+    }
+}
