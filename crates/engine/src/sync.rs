@@ -8,11 +8,17 @@
 use crate::error::TransferError;
 use crate::net::Conn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{LockResult, Mutex, MutexGuard};
 
 /// Locks `m`, ignoring poison (see the module page).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    unpoisoned(m.lock())
+}
+
+/// The value of a lock operation (a lock, a condition variable's wait, `into_inner`),
+/// ignoring poison (see the module page).
+pub(crate) fn unpoisoned<T>(r: LockResult<T>) -> T {
+    r.unwrap_or_else(|p| p.into_inner())
 }
 
 /// A transfer's first fatal error (later ones, often its consequences, are dropped) and the

@@ -8,6 +8,7 @@
 //! written.
 
 use crate::error::TransferError;
+use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
 use sprat_store::write::ChunkOutcome;
@@ -81,7 +82,7 @@ impl WriterPool {
                         for job in rx {
                             let started = Instant::now();
                             let outcome = if abort.load(Ordering::Relaxed) {
-                                let first = cause.lock().unwrap_or_else(|p| p.into_inner());
+                                let first = lock(&cause);
                                 BatchOutcome {
                                     fatal: Some(first.clone().unwrap_or_else(|| {
                                         (ErrorCode::Io, "transfer aborted".into())
@@ -93,10 +94,7 @@ impl WriterPool {
                             };
                             let fatal = outcome.fatal.is_some();
                             if let Some(f) = &outcome.fatal {
-                                cause
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .get_or_insert_with(|| f.clone());
+                                lock(&cause).get_or_insert_with(|| f.clone());
                             }
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -19,7 +19,7 @@ use crate::pipeline::sink::BatchOutcome;
 use crate::pipeline::source;
 use crate::report::{Counts, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
-use crate::sync::{lock, Abort};
+use crate::sync::{lock, unpoisoned, Abort};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::session::client::{ClientStream, Event};
@@ -180,7 +180,7 @@ pub fn push_input(
         handle.finish();
         return Err(e);
     }
-    let mut counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut counts = unpoisoned(counts.into_inner());
     let Some((Ok(mut control), machine)) = control_end else {
         handle.finish();
         return Err(TransferError::Local(

@@ -17,7 +17,7 @@ use crate::pipeline::sink::{BatchOutcome, WriteJob, WriterPool};
 use crate::pipeline::source::{self, SourceHandle};
 use crate::report::Counts;
 use crate::session::registry::{Registry, SessionId, Taken};
-use crate::sync::lock;
+use crate::sync::{lock, unpoisoned};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::session::server::{Event, ServerStream};
@@ -100,10 +100,7 @@ impl Receiving {
     fn wait_until_none(&self) {
         let mut streams = lock(&self.streams);
         while *streams > 0 {
-            streams = self
-                .none_left
-                .wait(streams)
-                .unwrap_or_else(|p| p.into_inner());
+            streams = unpoisoned(self.none_left.wait(streams));
         }
     }
 }
@@ -650,7 +647,7 @@ fn serve_push(
     let event = lock(&machine).on_message(commit, Instant::now());
     match event.map_err(|e| conn.session_error(e))? {
         Event::Commit => {}
-        other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
+        other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
     }
     // The other streams' last batches may still be on their way (or their acknowledgements
     // being counted): the totals are final once all have ended.
@@ -666,7 +663,7 @@ fn serve_push(
         .map(|w| w.finish())
         .unwrap_or_default();
     let mut counts = lock(&session.counts).clone();
-    let mut machine = machine.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut machine = unpoisoned(machine.into_inner());
     if !dir_errors.is_empty() {
         let failures: Vec<(Vec<u8>, String)> = dir_errors
             .iter()
@@ -749,7 +746,7 @@ fn serve_pull(served: Served, session: &PullSession, control: bool) -> Result<()
         .map_err(|e| conn.session_error(e))?
     {
         Event::Commit => {}
-        other => return Err(conn.protocol(format!("expected Commit, got {other:?}"))),
+        other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
     }
     let read_busy = lock(&session.source)
         .take()

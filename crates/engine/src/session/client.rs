@@ -14,7 +14,7 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::{self, SessionConn};
 use crate::report::PathReport;
-use crate::sync::lock;
+use crate::sync::{lock, unpoisoned};
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sprat_proto::auth::TokenKey;
@@ -253,10 +253,10 @@ impl Session {
     /// connection reports why, and the join's refusal is only a consequence.
     pub fn wait_opened(&self) -> bool {
         let guard = lock(&self.state);
-        let (guard, _) = self
-            .changed
-            .wait_timeout_while(guard, OPENED_PATIENCE, |s| s.opened.is_none())
-            .unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = unpoisoned(
+            self.changed
+                .wait_timeout_while(guard, OPENED_PATIENCE, |s| s.opened.is_none()),
+        );
         guard.opened.unwrap_or(true)
     }
 

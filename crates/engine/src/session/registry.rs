@@ -5,6 +5,7 @@
 //! bounded time for the session to appear. Ids of recently ended sessions are remembered
 //! (a bounded number), so that a late join to one fails at once instead of waiting.
 
+use crate::sync::{lock, unpoisoned};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -48,7 +49,7 @@ impl<T> Default for Registry<T> {
 
 impl<T> Registry<T> {
     fn table(&self) -> MutexGuard<'_, Table<T>> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.table)
     }
 
     /// Registers `session` under `id` and wakes the joins waiting for it; refused if the id
@@ -103,11 +104,7 @@ impl<T> Registry<T> {
                 return None;
             }
             let left = deadline.checked_duration_since(Instant::now())?;
-            table = self
-                .changed
-                .wait_timeout(table, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            table = unpoisoned(self.changed.wait_timeout(table, left)).0;
         }
     }
 }
