@@ -360,7 +360,8 @@ fn start_stream<'s>(
         // A join refused on its own (a full server): the server read none of what went on
         // it, which goes to the other streams; the transfer goes on without this one. The
         // commit waits (`gate`) until all of it is handed back.
-        for batch in lock(&receiver_machine).take_held() {
+        let held = lock(&receiver_machine).take_held();
+        for batch in held {
             let _ = push.resend.send(batch);
         }
         push.refused_streams.fetch_add(1, Ordering::SeqCst);
@@ -388,9 +389,12 @@ impl Lanes<'_> {
     /// sends what refused streams handed back, before it ends.
     fn next(&self) -> Next<Ended> {
         let push = self.push;
-        let end = |why| match lock(self.machine).end() {
-            Ok(end) => Next::End(end, why),
-            Err(_) => Next::Stop(Ended::Cancelled),
+        let end = |why| {
+            let end = lock(self.machine).end();
+            match end {
+                Ok(end) => Next::End(end, why),
+                Err(_) => Next::Stop(Ended::Cancelled),
+            }
         };
         // In flight from before the write: its acknowledgement may overtake the writer.
         let send = |batch: Batch| {
@@ -430,7 +434,8 @@ impl Lanes<'_> {
         batch: Batch,
         sent: Result<(), TransferError>,
     ) -> Result<Option<Ended>, TransferError> {
-        if let Some(back) = lock(self.machine).sent(batch) {
+        let back = lock(self.machine).sent(batch);
+        if let Some(back) = back {
             let _ = self.push.resend.send(back);
             return Ok(Some(Ended::Refused));
         }

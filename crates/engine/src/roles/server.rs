@@ -595,7 +595,10 @@ fn serve_push(
     let received = AtomicU64::new(0);
     let acker = std::thread::scope(|s| {
         let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, &session.counts));
-        let result = match lock(&session.jobs).clone() {
+        // Cloned in a statement of its own: a guard in a `match` scrutinee would hold the
+        // session's lock for the whole loop, and the session's streams would take turns.
+        let jobs = lock(&session.jobs).clone();
+        let result = match jobs {
             Some(jobs) => {
                 let lane = ReceiveLane {
                     jobs,
