@@ -4,10 +4,10 @@ use crate::args::{
     BenchCommand, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs, BenchWriteArgs,
 };
 use anyhow::Context;
-use sprat_engine::bench;
-use sprat_engine::bench::SubsystemRun;
 use sprat_engine::{push_input, PushInput};
 use sprat_engine::{Endpoint, TransferError, TransferOptions};
+use sprat_lab::bench;
+use sprat_lab::bench::SubsystemRun;
 
 pub fn run(command: BenchCommand) -> anyhow::Result<i32> {
     match command {
@@ -95,7 +95,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
         .into());
     };
     let spec = crate::gen::dataset_spec(&a.sizes, 1000, 1, 1)?;
-    let sizes = sprat_engine::dataset::plan_sizes(&spec)?;
+    let sizes = sprat_lab::dataset::plan_sizes(&spec)?;
     let options = TransferOptions {
         streams: a.streams.0,
         batch_size: a.batch_size,

@@ -5,8 +5,8 @@
 use crate::args::DemoArgs;
 use anyhow::{bail, Context};
 use rand::{Rng, RngCore, SeedableRng};
+use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, TransferOptions};
-use sprat_proto::auth::TokenKey;
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::os::unix::ffi::OsStrExt;
@@ -110,7 +110,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
         ("pushed copy", server_root.join("demo")),
         ("pulled copy", pulled),
     ] {
-        match sprat_store::compare::compare_trees(&data, &copy, true) {
+        match sprat_engine::compare_trees(&data, &copy, true) {
             Ok(s) => println!(
                 "verified {what}: {} files, {} directories, {} symlinks identical (content, modes, mtimes, links)",
                 s.files, s.dirs, s.symlinks

@@ -7,8 +7,8 @@ use serde::Serialize;
 use sprat_engine::report::human_bytes;
 use sprat_engine::tune::{self, TcpLimits};
 use sprat_engine::Endpoint;
+use sprat_engine::TokenKey;
 use sprat_engine::TransferError;
-use sprat_proto::auth::TokenKey;
 use std::time::Duration;
 
 /// What one path needs and gets.

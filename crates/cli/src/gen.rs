@@ -2,8 +2,8 @@
 //! generator and prints what was made.
 
 use crate::args::{GenArgs, SizeSpecArgs};
-use sprat_engine::dataset::{self, DatasetSpec, SizeDist};
 use sprat_engine::TransferError;
+use sprat_lab::dataset::{self, DatasetSpec, SizeDist};
 
 /// Turns the size options into a data set specification (directory layout and threads
 /// from the caller); the error names the conflicting options.

@@ -15,8 +15,8 @@ use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use clap::Parser;
 use sprat_engine::config::{IoBackend, ReadOrder};
+use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
-use sprat_proto::auth::TokenKey;
 use std::io::Write;
 use std::path::Path;
 
@@ -201,7 +201,7 @@ fn print_quietly(text: &str) -> anyhow::Result<()> {
 }
 
 fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
-    match sprat_store::compare::compare_trees(&a.a, &a.b, true) {
+    match sprat_engine::compare_trees(&a.a, &a.b, true) {
         Ok(s) => {
             print_quietly(&format!(
                 "identical: {} files, {} directories, {} symlinks, {} bytes\n",

@@ -5,12 +5,12 @@
 
 use crate::args::ModelArgs;
 use serde::Serialize;
-use sprat_engine::model::{nodes_for_link, StageCost, Stages};
 use sprat_engine::remote;
+use sprat_engine::ErrorCode;
+use sprat_engine::NsKind;
+use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, TransferError};
-use sprat_proto::auth::TokenKey;
-use sprat_proto::namespace::NsKind;
-use sprat_proto::ErrorCode;
+use sprat_lab::model::{nodes_for_link, StageCost, Stages};
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Instant;
@@ -159,7 +159,7 @@ fn plan_run(pair: &[OsString], token_file: Option<&Path>) -> anyhow::Result<RunP
         .into());
     };
     let key = crate::token(token_file)?;
-    let counts = sprat_engine::bench::count_tree(src_path)
+    let counts = sprat_lab::bench::count_tree(src_path)
         .map_err(|e| TransferError::Usage(format!("--run SRC '{}': {e}", src_path.display())))?;
     if counts.files == 0 {
         return Err(TransferError::Usage(format!(

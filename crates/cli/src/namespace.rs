@@ -4,9 +4,9 @@
 use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
 use anyhow::bail;
 use serde_json::json;
+use sprat_engine::TokenKey;
 use sprat_engine::{remote, Endpoint, TransferError};
-use sprat_proto::auth::TokenKey;
-use sprat_proto::namespace::{NsEntry, NsKind, Request, SumAlgo};
+use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
 use std::ffi::OsStr;
 
 /// A parsed `sprat://HOST:PORT/PATH` argument.
@@ -122,7 +122,7 @@ pub fn ls(a: &LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     if listed_is_dir {
         entries.retain(|e| !e.path.is_empty());
     } else if let Some(e) = entries.first_mut() {
-        e.path = sprat_store::split_parent(&path).1.to_vec();
+        e.path = sprat_engine::relpath::split_parent(&path).1.to_vec();
     }
     entries.sort_by(|x, y| x.path.cmp(&y.path));
     let mut out = String::new();
@@ -243,7 +243,7 @@ pub fn sum(a: &SumArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     let mut out = String::new();
     for (p, d) in sums {
         let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
-        let full = sprat_proto::path::join(&path, &p);
+        let full = sprat_engine::relpath::join(&path, &p);
         out.push_str(&format!("{hex}  {}\n", shown(&full)));
     }
     crate::print_quietly(&out)?;

@@ -6,11 +6,8 @@
 //! It is the only crate that knows both the protocol and the storage layer.
 #![forbid(unsafe_code)]
 
-pub mod bench;
 pub mod config;
-pub mod dataset;
 pub mod error;
-pub mod model;
 pub(crate) mod net;
 pub(crate) mod pipeline;
 pub mod report;
@@ -26,3 +23,11 @@ pub use roles::endpoint::{copy, Endpoint};
 pub use roles::push::{push_input, PushInput};
 pub use roles::remote;
 pub use roles::server::{Server, ServerConfig};
+
+// What the cli and the measurement tools need from the layers below, so that they import the
+// engine only.
+pub use sprat_proto::auth::TokenKey;
+pub use sprat_proto::namespace::{NsEntry, NsKind, Request, SumAlgo};
+pub use sprat_proto::ErrorCode;
+pub use sprat_store::compare::compare_trees;
+pub use sprat_store::relpath;

@@ -42,17 +42,6 @@ fn invalid(why: &'static str) -> DecodeError {
     DecodeError::Invalid { what: "path", why }
 }
 
-/// Joins two relative paths (either may be empty).
-pub fn join(base: &[u8], rel: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(base.len() + 1 + rel.len());
-    out.extend_from_slice(base);
-    if !base.is_empty() && !rel.is_empty() {
-        out.push(b'/');
-    }
-    out.extend_from_slice(rel);
-    out
-}
-
 /// Whether relative path `inner` is `outer` or lies below it (component-wise).
 pub fn is_within(inner: &[u8], outer: &[u8]) -> bool {
     outer.is_empty()

@@ -142,7 +142,7 @@ impl<'r> BatchReader<'r> {
                 continue;
             }
             let result = if item.len == 0 {
-                Ok((0, crate::checksum(&[])))
+                Ok((0, crate::attrs::checksum(&[])))
             } else if let Some(e) = errors[i] {
                 Err(StoreError::new("read", item.path, e))
             } else if !item.whole && (got[i] as u64) < item.len {
@@ -156,7 +156,7 @@ impl<'r> BatchReader<'r> {
                 if slots[i] != write_at {
                     buf.copy_within(slots[i]..slots[i] + n, write_at);
                 }
-                let hash = crate::checksum(&buf[write_at..write_at + n]);
+                let hash = crate::attrs::checksum(&buf[write_at..write_at + n]);
                 write_at += n;
                 Ok((n as u64, hash))
             };
@@ -349,7 +349,10 @@ mod tests {
                 assert_eq!(results.len(), items.len());
                 let mut want = Vec::new();
                 for (item, result) in items.iter().zip(&results) {
-                    let what = format!("{backend:?} {order:?} {}", crate::display_path(item.path));
+                    let what = format!(
+                        "{backend:?} {order:?} {}",
+                        crate::relpath::display_path(item.path)
+                    );
                     match item.path {
                         b"d/missing" => {
                             assert_eq!(result.as_ref().unwrap_err().errno(), Some(Errno::NOENT))
@@ -370,7 +373,7 @@ mod tests {
                             };
                             let (len, hash) = result.as_ref().unwrap();
                             assert_eq!(*len, data.len() as u64, "{what}");
-                            assert_eq!(*hash, crate::checksum(data), "{what}");
+                            assert_eq!(*hash, crate::attrs::checksum(data), "{what}");
                             want.extend_from_slice(data);
                         }
                     }

@@ -17,7 +17,7 @@ impl StoreError {
     pub fn new(op: &'static str, path: &[u8], source: impl Into<std::io::Error>) -> StoreError {
         StoreError {
             op,
-            path: crate::display_path(path),
+            path: crate::relpath::display_path(path),
             source: source.into(),
         }
     }

@@ -56,8 +56,8 @@ pub fn write_plain(root: &Root, entries: &[MemEntry], threads: usize) -> Result<
     for i in 1..=leaves.len() {
         let split = i == leaves.len()
             || i - start >= RUN
-            || crate::split_parent(leaf_path(leaves[i])).0
-                != crate::split_parent(leaf_path(leaves[start])).0;
+            || crate::relpath::split_parent(leaf_path(leaves[i])).0
+                != crate::relpath::split_parent(leaf_path(leaves[start])).0;
         if split {
             runs.push(start..i);
             start = i;
@@ -108,7 +108,7 @@ fn write_leaf(
         MemEntry::File { path, .. } | MemEntry::Symlink { path, .. } => path,
         MemEntry::Dir { .. } => return Ok(()),
     };
-    let (parent, name) = crate::split_parent(path);
+    let (parent, name) = crate::relpath::split_parent(path);
     if dir.as_ref().is_none_or(|(p, _)| p.as_slice() != parent) {
         let fd = root
             .open_dir(parent)

@@ -39,7 +39,7 @@ fn parent_of<'p>(
     op: &'static str,
     rel: &'p [u8],
 ) -> Result<(OwnedFd, &'p [u8]), StoreError> {
-    let (dir, name) = crate::split_parent(rel);
+    let (dir, name) = crate::relpath::split_parent(rel);
     let fd = root
         .open_dir(dir)
         .map_err(|e| StoreError::new(op, rel, escape_error(e)))?;
@@ -153,7 +153,7 @@ pub fn rename(root: &Root, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
         Err(_) => false,
     };
     let target = if into {
-        crate::join(to, from_name)
+        crate::relpath::join(to, from_name)
     } else {
         to.to_vec()
     };
@@ -193,7 +193,11 @@ pub fn walk(
         each(me)?;
         for e in crate::scan::list_directory(&sub, b"") {
             if let Some(err) = &e.error {
-                return Err(StoreError::other("list", &crate::join(rel, &e.path), err));
+                return Err(StoreError::other(
+                    "list",
+                    &crate::relpath::join(rel, &e.path),
+                    err,
+                ));
             }
             each(e)?;
         }
@@ -206,7 +210,11 @@ pub fn walk(
         for listing in rx {
             for e in listing {
                 if let Some(err) = &e.error {
-                    return Err(StoreError::other("list", &crate::join(rel, &e.path), err));
+                    return Err(StoreError::other(
+                        "list",
+                        &crate::relpath::join(rel, &e.path),
+                        err,
+                    ));
                 }
                 each(e)?;
             }
@@ -332,7 +340,7 @@ mod tests {
                     .try_into()
                     .unwrap()
             ),
-            crate::checksum(b"abc")
+            crate::attrs::checksum(b"abc")
         );
     }
 }

@@ -49,7 +49,7 @@ impl<'r> DirCursor<'r> {
         path: &[u8],
         name_override: Option<&[u8]>,
     ) -> Result<OwnedFd, StoreError> {
-        let (dir, name) = crate::split_parent(path);
+        let (dir, name) = crate::relpath::split_parent(path);
         let name = name_override.unwrap_or(name);
         let dir_fd = self.dir_fd(dir, path)?;
         openat(
@@ -73,7 +73,7 @@ impl<'r> DirCursor<'r> {
         buf: &mut Vec<u8>,
     ) -> Result<(u64, u128), StoreError> {
         if size == 0 {
-            return Ok((0, crate::checksum(&[])));
+            return Ok((0, crate::attrs::checksum(&[])));
         }
         let fd = self.open_file(path, name_override)?;
         let start = buf.len();
@@ -82,7 +82,7 @@ impl<'r> DirCursor<'r> {
             StoreError::new("read", path, e)
         })?;
         let data = &buf[start..];
-        Ok((data.len() as u64, crate::checksum(data)))
+        Ok((data.len() as u64, crate::attrs::checksum(data)))
     }
 
     /// Appends `len` bytes at `offset` of the file at `path` to `buf`; returns their checksum.
@@ -111,7 +111,7 @@ impl<'r> DirCursor<'r> {
                 "file shrank while it was being copied",
             ));
         }
-        Ok(crate::checksum(&buf[start..]))
+        Ok(crate::attrs::checksum(&buf[start..]))
     }
 }
 

@@ -125,7 +125,7 @@ impl Root {
         match FileType::from_raw_mode(st.stx_mode as u32) {
             FileType::Directory => Ok(Source::Dir(self.sub_root(rel)?)),
             FileType::RegularFile => {
-                let (parent, name) = crate::split_parent(rel);
+                let (parent, name) = crate::relpath::split_parent(rel);
                 Ok(Source::File {
                     parent: self.sub_root(parent)?,
                     name: name.to_vec(),

@@ -5,9 +5,9 @@
 //! Entries of a directory are sent sorted by inode number, a cheap proxy for where their data
 //! lies on disk. Symlinks are reported with their target and never followed.
 
+use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::root::Root;
-use crate::Attrs;
 use crossbeam_channel::Sender;
 use rustix::fs::{statx, AtFlags, FileType, RawDir, StatxFlags};
 use std::ffi::OsStr;
@@ -43,11 +43,11 @@ pub struct ScanEntry {
 impl ScanEntry {
     /// The directory part of `path`.
     pub fn parent(&self) -> &[u8] {
-        crate::split_parent(&self.path).0
+        crate::relpath::split_parent(&self.path).0
     }
     /// The final name in `path`.
     pub fn name(&self) -> &[u8] {
-        crate::split_parent(&self.path).1
+        crate::relpath::split_parent(&self.path).1
     }
 }
 
@@ -145,7 +145,7 @@ pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
     let entry = if rel.is_empty() {
         try_stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH)
     } else {
-        let (dir, name) = crate::split_parent(rel);
+        let (dir, name) = crate::relpath::split_parent(rel);
         let fd = root
             .open_dir(dir)
             .map_err(|e| StoreError::new("stat", rel, crate::root::escape_error(e)))?;
@@ -192,7 +192,7 @@ fn list_dir(
     let mut entries = Vec::with_capacity(names.len());
     let mut subdirs = Vec::new();
     for (_, name) in names {
-        let path = crate::join(dir, &name);
+        let path = crate::relpath::join(dir, &name);
         let entry = stat_entry(
             &fd,
             OsStr::from_bytes(&name),

@@ -14,9 +14,9 @@
 //! writer thread that finished before it started: a group commit).
 //! Several threads share one `TreeWriter`, each through its own [`WriterCursor`].
 
+use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::root::{escape_error, Root};
-use crate::Attrs;
 use rustix::fs::{
     fchmod, ftruncate, futimens, linkat, mkdirat, openat, renameat, statx, symlinkat, unlinkat,
     utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
@@ -278,7 +278,7 @@ impl TreeWriter {
             t.push(b'.');
             t.extend_from_slice(self.temp_tag.as_bytes());
         } else {
-            let h = crate::checksum(name) as u64;
+            let h = crate::attrs::checksum(name) as u64;
             t.extend_from_slice(format!(".{}.{h:016x}", self.temp_tag).as_bytes());
         }
         t
@@ -460,7 +460,7 @@ impl WriterCursor<'_> {
 
     /// Opens (creating if missing) the parent directory of `target`; returns it and the name.
     fn parent<'t>(&mut self, target: &'t [u8]) -> Result<(&OwnedFd, &'t [u8]), StoreError> {
-        let (dir, name) = crate::split_parent(target);
+        let (dir, name) = crate::relpath::split_parent(target);
         if self.fd.is_none() || self.dir != dir {
             self.fd = None;
             // Parents of written entries are real directories: symlinks are never followed,

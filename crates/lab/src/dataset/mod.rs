@@ -7,9 +7,9 @@
 
 pub mod dist;
 
-use crate::error::TransferError;
 pub use dist::SizeDist;
 use rand::{RngCore, SeedableRng};
+use sprat_engine::TransferError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -9,9 +9,9 @@
 //! `write`: a tree loaded into memory first (untimed), then written as plain files by
 //! [`sprat_store::limit::write_plain`]; the time covers the write alone.
 
-use crate::error::TransferError;
 use crate::model::{fit_overhead, Fit, Sample, Stages};
 use serde::Serialize;
+use sprat_engine::TransferError;
 use sprat_store::limit::MemEntry;
 use sprat_store::read::DirCursor;
 use sprat_store::{EntryType, Root, ScanOptions};
@@ -90,8 +90,9 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
                                 match cursor.read_file(&e.path, None, e.size, &mut buf) {
                                     Ok((n, _)) => mine.bytes += n,
                                     Err(err) => {
-                                        let mut slot =
-                                            first_error.lock().unwrap_or_else(|p| p.into_inner());
+                                        let mut slot = first_error
+                                            .lock()
+                                            .unwrap_or_else(std::sync::PoisonError::into_inner);
                                         slot.get_or_insert(err);
                                     }
                                 }
@@ -103,7 +104,9 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
                         }
                     }
                 }
-                let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+                let mut c = counts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 c.files += mine.files;
                 c.dirs += mine.dirs;
                 c.symlinks += mine.symlinks;
@@ -111,10 +114,15 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
             });
         }
     });
-    if let Some(err) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(err) = first_error
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    {
         return Err(err.into());
     }
-    let counts = counts.into_inner().unwrap_or_else(|p| p.into_inner());
+    let counts = counts
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok(SubsystemRun::new(
         "read",
         &counts,
@@ -262,7 +270,7 @@ pub struct OverheadPlan {
     pub points: Vec<u64>,
     /// Drop caches before each storage run (needs root): cold figures.
     pub drop_caches: Option<fn() -> std::io::Result<()>>,
-    pub options: crate::config::TransferOptions,
+    pub options: sprat_engine::TransferOptions,
 }
 
 /// For a fixed total size, measures read, network (memory to memory), write and end to end
@@ -273,9 +281,9 @@ pub fn overhead(
     mut progress: impl FnMut(&SubsystemRun),
 ) -> Result<OverheadReport, TransferError> {
     use crate::dataset::{self, DatasetSpec, SizeDist};
-    use crate::roles::push::{push_input, PushInput};
-    use crate::{Server, ServerConfig};
-    use sprat_proto::auth::TokenKey;
+    use sprat_engine::TokenKey;
+    use sprat_engine::{push_input, PushInput};
+    use sprat_engine::{Server, ServerConfig};
     if plan.points.len() < 2 {
         return Err(TransferError::Usage(
             "--points needs at least two numbers of files to fit".into(),
@@ -285,7 +293,7 @@ pub fn overhead(
     std::fs::create_dir_all(&srv_root).map_err(|e| {
         TransferError::Local(format!("cannot create '{}': {e}", srv_root.display()))
     })?;
-    let token: [u8; 32] = crate::net::random();
+    let token: [u8; 32] = rand::random();
     let server = Server::bind(
         ServerConfig {
             root: srv_root.clone(),
@@ -428,7 +436,7 @@ pub fn overhead(
     })
 }
 
-fn from_report(r: &crate::Report, threads: usize) -> SubsystemRun {
+fn from_report(r: &sprat_engine::Report, threads: usize) -> SubsystemRun {
     let counts = TreeCounts {
         files: r.files,
         dirs: r.dirs,
