@@ -4,6 +4,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 /// sprat moves trees of many small files fast: packed batches, a pipelined read/network/write,
@@ -94,7 +95,7 @@ pub struct ModelArgs {
     )]
     pub files: u64,
     /// Total size of the data set, e.g. 400MB, 2GiB (with --run: counted in SRC instead).
-    #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::size::parse,
+    #[arg(long, value_name = "SIZE", default_value = "400MB", value_parser = crate::units::size,
           conflicts_with = "run")]
     pub total: u64,
     /// Independent pipelines p in T_R + T_W + (n/p) * T_max. Costs fitted by `sprat bench
@@ -175,7 +176,7 @@ pub struct BenchNetworkArgs {
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
     pub streams: Auto<usize>,
     /// Target size of a batch.
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::units::size)]
     pub batch_size: u64,
     #[command(flatten)]
     pub token: TokenArg,
@@ -191,7 +192,7 @@ pub struct BenchOverheadArgs {
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
     /// Total size of every data set.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = crate::units::size)]
     pub total: u64,
     /// Numbers of files, comma-separated (at least two).
     #[arg(
@@ -285,10 +286,10 @@ pub struct Tuning {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub batch_files: usize,
     /// Files larger than this are split into chunks sent over all streams.
-    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = crate::units::size)]
     pub small_file_threshold: u64,
     /// Size of the chunks of large files.
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::units::size)]
     pub chunk_size: u64,
     /// Socket send and receive buffer per connection (e.g. 16MiB), or `auto`: kernel
     /// autotuning, unless explicit buffers reach a larger window on this host (see `sprat
@@ -377,10 +378,10 @@ pub struct SizeSpecArgs {
     pub files: Option<u64>,
     /// Total bytes (e.g. 2GiB): sizes are drawn until the set holds exactly this much; with
     /// --files, each file gets TOTAL / N bytes.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
     pub total: Option<u64>,
     /// Every file this size (default 4KiB unless --dist is given).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse, conflicts_with = "dist")]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size, conflicts_with = "dist")]
     pub size: Option<u64>,
     /// Size distribution: `gridftp` (the published GridFTP histogram, built in; its mean is
     /// ~38 MB, so cap it with --max-size) or `loguniform:MIN:MAX`.
@@ -388,7 +389,7 @@ pub struct SizeSpecArgs {
     pub dist: Option<String>,
     /// Drop the distribution's part above this size (with --dist gridftp and 16MiB the mean
     /// file is ~0.95 MiB).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
     pub max_size: Option<u64>,
     /// Seed of the sizes and contents: the same seed makes the same set.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -493,11 +494,11 @@ pub struct DoctorArgs {
     /// A server to measure the round trip to: sprat://HOST:PORT/.
     pub url: Option<std::ffi::OsString>,
     /// Round trip of the path to advise for (instead of measuring it).
-    #[arg(long, value_name = "TIME", value_parser = crate::relay::parse_duration)]
+    #[arg(long, value_name = "TIME", value_parser = crate::units::duration)]
     pub rtt: Option<std::time::Duration>,
     /// Bandwidth of the path (e.g. 1gbit, 10gbit).
-    #[arg(long, value_name = "RATE", default_value = "10gbit", value_parser = crate::relay::parse_rate)]
-    pub rate: f64,
+    #[arg(long, value_name = "RATE", default_value = "10gbit", value_parser = crate::units::Rate::parse)]
+    pub rate: crate::units::Rate,
     #[command(flatten)]
     pub token: TokenArg,
     /// Print one JSON object.
@@ -514,18 +515,18 @@ pub struct RelayArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub to: SocketAddr,
     /// One-way delay added in each direction (e.g. 15ms: a 30 ms round trip).
-    #[arg(long, value_name = "TIME", default_value = "0ms", value_parser = crate::relay::parse_duration)]
+    #[arg(long, value_name = "TIME", default_value = "0ms", value_parser = crate::units::duration)]
     pub delay: std::time::Duration,
     /// Capacity of the path per direction, shared by all connections (e.g. 1gbit; 0 = none).
-    #[arg(long, value_name = "RATE", default_value = "0", value_parser = crate::relay::parse_rate)]
-    pub rate: f64,
+    #[arg(long, value_name = "RATE", default_value = "0", value_parser = crate::units::Rate::parse)]
+    pub rate: crate::units::Rate,
     /// Most bytes in flight per direction and connection (the TCP window it stands for), or
     /// `auto`: the largest window one connection reaches under this host's buffer limits.
     #[arg(long, value_name = "SIZE|auto", default_value = "auto", value_parser = parse_auto_size)]
     pub window: Auto<u64>,
     /// Also forward each port FIRST..=LAST of the --listen address to the same port of the
     /// --to address, over the same links (e.g. a GridFTP server's passive data ports).
-    #[arg(long, value_name = "FIRST-LAST", value_parser = crate::relay::parse_port_range)]
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_port_range)]
     pub ports: Option<std::ops::RangeInclusive<u16>>,
 }
 
@@ -534,22 +535,44 @@ pub struct RelayArgs {
 pub struct Auto<T>(pub Option<T>);
 
 /// `auto` or a stream count.
-fn parse_streams(text: &str) -> Result<Auto<usize>, String> {
+fn parse_streams(text: &str) -> Result<Auto<usize>, ChoiceError> {
     if text == "auto" {
         return Ok(Auto(None));
     }
     match text.parse::<usize>() {
         Ok(n) if (1..=64).contains(&n) => Ok(Auto(Some(n))),
-        _ => Err(format!("'{text}' is not 'auto' or a number from 1 to 64")),
+        _ => Err(ChoiceError(format!(
+            "'{text}' is not 'auto' or a number from 1 to 64"
+        ))),
     }
 }
 
 /// `auto` or a size.
-fn parse_auto_size(text: &str) -> Result<Auto<u64>, String> {
+fn parse_auto_size(text: &str) -> Result<Auto<u64>, ChoiceError> {
     if text == "auto" {
         return Ok(Auto(None));
     }
-    crate::size::parse(text)
+    crate::units::size(text)
         .map(|b| Auto(Some(b)))
-        .map_err(|why| format!("{why}; or 'auto'"))
+        .map_err(|why| ChoiceError(format!("{why}; or 'auto'")))
+}
+
+/// A value that is none of the choices an option takes; the text says which are.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ChoiceError(String);
+
+/// Parses `FIRST-LAST` (or a single port) into a range of at most 1024 ports.
+pub fn parse_port_range(text: &str) -> Result<RangeInclusive<u16>, ChoiceError> {
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
+    let port = |p: &str| p.trim().parse::<u16>().ok().filter(|&p| p > 0);
+    match (port(first), port(last)) {
+        (Some(f), Some(l)) if f <= l && l - f < 1024 => Ok(f..=l),
+        (Some(_), Some(_)) => Err(ChoiceError(format!(
+            "'{text}' is not a range FIRST-LAST with FIRST <= LAST and at most 1024 ports"
+        ))),
+        _ => Err(ChoiceError(format!(
+            "'{text}' is not a port range FIRST-LAST (ports 1 to 65535)"
+        ))),
+    }
 }

@@ -168,7 +168,10 @@ pub fn run(a: DoctorArgs, key: Option<TokenKey>) -> anyhow::Result<i32> {
     } else {
         [1, 10, 30, 100].map(Duration::from_millis).to_vec()
     };
-    let paths: Vec<PathAdvice> = rtts.iter().map(|r| advise(&limits, *r, a.rate)).collect();
+    let paths: Vec<PathAdvice> = rtts
+        .iter()
+        .map(|r| advise(&limits, *r, a.rate.bytes_per_s()))
+        .collect();
     let worst_bdp = paths.iter().map(|p| p.bdp_bytes).max().unwrap_or(0);
     let (_, explicit) = limits.best_window();
     let d = Diagnosis {

@@ -9,7 +9,7 @@ mod gen;
 mod model;
 mod namespace;
 mod relay;
-mod size;
+mod units;
 
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};

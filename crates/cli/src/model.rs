@@ -21,8 +21,12 @@ fn parse_cost(option: &str, text: &str) -> Result<StageCost, TransferError> {
     let (t0, rate) = text
         .split_once(',')
         .ok_or_else(|| bad("expected T0,RATE, e.g. 50us,800MB/s".into()))?;
-    let t0_s = parse_duration(t0).map_err(bad)?;
-    let rate_bytes_per_s = parse_rate(rate).map_err(bad)?;
+    let t0_s = crate::units::duration(t0)
+        .map_err(|e| bad(e.to_string()))?
+        .as_secs_f64();
+    let rate_bytes_per_s = crate::units::Rate::parse(rate)
+        .map_err(|e| bad(e.to_string()))?
+        .bytes_per_s();
     if rate_bytes_per_s <= 0.0 {
         return Err(bad("the rate must be positive".into()));
     }
@@ -30,58 +34,6 @@ fn parse_cost(option: &str, text: &str) -> Result<StageCost, TransferError> {
         t0_s,
         rate_bytes_per_s,
     })
-}
-
-/// Splits `12.5ms` into 12.5 and `ms`.
-fn number_and_unit(text: &str) -> Result<(f64, String), String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let n: f64 = t[..split]
-        .parse()
-        .map_err(|_| format!("'{t}' does not start with a number"))?;
-    if !n.is_finite() || n < 0.0 {
-        return Err(format!("'{t}' is not a non-negative number"));
-    }
-    Ok((n, t[split..].trim().to_ascii_lowercase()))
-}
-
-/// `100ns`, `50us`, `1.5ms`, `2s`.
-pub fn parse_duration(text: &str) -> Result<f64, String> {
-    let (n, unit) = number_and_unit(text)?;
-    let per_second = match unit.as_str() {
-        "ns" => 1e9,
-        "us" | "µs" => 1e6,
-        "ms" => 1e3,
-        "s" | "" => 1.0,
-        other => return Err(format!("unknown time unit '{other}' (ns, us, ms, s)")),
-    };
-    Ok(n / per_second)
-}
-
-/// `800MB/s`, `1.2GB/s`, `512MiB/s`, `10Gbit` (bits per second), in bytes per second.
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let (n, unit) = number_and_unit(text)?;
-    let unit = unit.strip_suffix("/s").unwrap_or(&unit);
-    let scale = match unit {
-        "b" | "" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1048576.0,
-        "gib" => 1073741824.0,
-        "kbit" => 1e3 / 8.0,
-        "mbit" => 1e6 / 8.0,
-        "gbit" => 1e9 / 8.0,
-        other => {
-            return Err(format!(
-                "unknown rate unit '{other}' (MB/s, GB/s, MiB/s, Mbit, Gbit, ...)"
-            ))
-        }
-    };
-    Ok(n * scale)
 }
 
 #[derive(Serialize)]
@@ -251,7 +203,11 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
     let link = a
         .link
         .as_deref()
-        .map(|l| parse_rate(l).map_err(|why| TransferError::Usage(format!("--link '{l}': {why}"))))
+        .map(|l| {
+            crate::units::Rate::parse(l)
+                .map(crate::units::Rate::bytes_per_s)
+                .map_err(|why| TransferError::Usage(format!("--link '{l}': {why}")))
+        })
         .transpose()?;
     let options = crate::options(&a.tuning, None, true);
     options.validate().map_err(TransferError::Usage)?;
@@ -413,14 +369,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_durations_and_rates() {
-        assert_eq!(parse_duration("50us"), Ok(50e-6));
-        assert_eq!(parse_duration("1.5ms"), Ok(1.5e-3));
-        assert_eq!(parse_rate("800MB/s"), Ok(800e6));
-        assert_eq!(parse_rate("10Gbit"), Ok(1.25e9));
-        assert_eq!(parse_rate("1MiB/s"), Ok(1048576.0));
-        assert!(parse_rate("5furlongs").is_err());
-        assert!(parse_duration("-1s").is_err());
+    fn a_cost_is_an_overhead_and_a_rate_each_with_its_unit() {
+        let c = parse_cost("--read", "50us,800MB/s").expect("a valid cost");
+        assert!((c.t0_s - 50e-6).abs() < 1e-12);
+        assert_eq!(c.rate_bytes_per_s, 800e6);
+        let c = parse_cost("--network", "0us,10gbit").expect("a valid cost");
+        assert_eq!(c.rate_bytes_per_s, 1.25e9);
         assert!(parse_cost("--read", "50us").is_err());
+        let no_unit = parse_cost("--write", "50,800MB/s").map_err(|e| e.to_string());
+        assert!(no_unit.is_err_and(|e| e.contains("--write") && e.contains("no unit")));
     }
 }
