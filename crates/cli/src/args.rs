@@ -320,6 +320,17 @@ pub struct Tuning {
     /// layout) or `physical` (by data address from FIEMAP; inode order where not supported).
     #[arg(long, value_name = "ORDER", value_enum, default_value_t = OrderChoice::Inode)]
     pub read_order: OrderChoice,
+    /// How written files appear under their final names: `auto` = an unnamed file (O_TMPFILE)
+    /// linked in once complete, where the destination allows it, else `rename` = a hidden
+    /// temporary name renamed into place. Either way a name appears only for a complete file.
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = PublishArg::Auto)]
+    pub publish: PublishArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PublishArg {
+    Auto,
+    Rename,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -101,7 +101,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
         batch_size: a.batch_size,
         ..TransferOptions::default()
     };
-    options.validate().map_err(TransferError::Usage)?;
+    options.validate()?;
     let report = push_input(
         PushInput::Synthetic(sizes),
         &addr,

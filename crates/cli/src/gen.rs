@@ -18,10 +18,9 @@ pub fn dataset_spec(
         return Err(usage("--files must be at least 1".into()));
     }
     let dist = match (&a.dist, a.size, a.files, a.total) {
-        (Some(d), _, _, _) => SizeDist::parse(d, a.max_size, |t| {
-            crate::units::size(t).map_err(|e| e.to_string())
-        })
-        .map_err(usage)?,
+        (Some(d), _, _, _) => {
+            SizeDist::parse(d, a.max_size, crate::units::size).map_err(|e| usage(e.to_string()))?
+        }
         (None, Some(s), _, _) => SizeDist::Fixed(s),
         (None, None, Some(n), Some(t)) => SizeDist::Fixed(t / n),
         (None, None, _, _) => SizeDist::Fixed(4096),

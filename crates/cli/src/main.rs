@@ -14,7 +14,7 @@ mod units;
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use clap::Parser;
-use sprat_engine::config::{IoBackend, ReadOrder};
+use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder};
 use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
 use std::io::Write;
@@ -108,6 +108,10 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::OrderChoice::Inode => ReadOrder::Scan,
             args::OrderChoice::Physical => ReadOrder::Physical,
         },
+        publish: match t.publish {
+            args::PublishArg::Auto => PublishChoice::Auto,
+            args::PublishArg::Rename => PublishChoice::Rename,
+        },
     }
 }
 
@@ -143,7 +147,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         anyhow::bail!("--no-auth conflicts with the token given; choose one");
     }
     let opts = options(&a.tuning, None, true);
-    opts.validate().map_err(TransferError::Usage)?;
+    opts.validate()?;
     preserve_modes_exactly();
     let config = ServerConfig {
         root: a.root.clone(),

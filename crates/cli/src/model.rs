@@ -210,7 +210,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
         })
         .transpose()?;
     let options = crate::options(&a.tuning, None, true);
-    options.validate().map_err(TransferError::Usage)?;
+    options.validate()?;
     let plan = a
         .run
         .as_deref()

@@ -77,8 +77,8 @@ fn rename_fallback_copies_and_replaces_exactly() {
         // Twice: the second run replaces every file that is already there.
         let out = run_sprat(
             bin(),
-            cp_args(None, &[], &src, &dst),
-            &[("SPRAT_PUBLISH", "rename")],
+            cp_args(None, &["--publish", "rename"], &src, &dst),
+            &[],
         );
         assert_ok(&out, None);
         assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());

@@ -1,6 +1,16 @@
 //! Validated transfer settings with defaults that need no tuning for trees of small files.
 
 pub use sprat_store::batch_read::{IoBackend, ReadOrder};
+pub use sprat_store::write::PublishChoice;
+
+/// An option out of its range: which option, and the whole message (that names it too).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct OptionError {
+    /// The option, as on the command line (`--streams`).
+    pub option: String,
+    pub why: String,
+}
 
 /// How a transfer is shaped: batch sizes, chunking, stream and thread counts.
 #[derive(Debug, Clone)]
@@ -28,6 +38,8 @@ pub struct TransferOptions {
     pub io_backend: IoBackend,
     /// In which order a batch's files are read.
     pub read_order: ReadOrder,
+    /// How written files appear under their final names.
+    pub publish: PublishChoice,
 }
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
@@ -59,6 +71,7 @@ impl Default for TransferOptions {
             durable: false,
             io_backend: IoBackend::Uring,
             read_order: ReadOrder::Scan,
+            publish: PublishChoice::Auto,
         }
     }
 }
@@ -86,8 +99,18 @@ impl TransferOptions {
     }
 
     /// Checks ranges; the error names the option.
-    pub fn validate(&self) -> Result<(), String> {
-        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_string()) };
+    pub fn validate(&self) -> Result<(), OptionError> {
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                let option = what.split_whitespace().next().unwrap_or(what).to_string();
+                Err(OptionError {
+                    option,
+                    why: what.to_string(),
+                })
+            }
+        };
         check(
             self.streams.is_none_or(|n| (1..=64).contains(&n)),
             "--streams must be between 1 and 64",
@@ -124,5 +147,30 @@ impl TransferOptions {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_option_out_of_range_is_named() {
+        let bad = TransferOptions {
+            streams: Some(0),
+            ..TransferOptions::default()
+        };
+        let e = bad.validate().expect_err("0 streams is out of range");
+        assert_eq!(e.option, "--streams");
+        assert_eq!(e.to_string(), "--streams must be between 1 and 64");
+        let threads = TransferOptions {
+            write_threads: 0,
+            ..TransferOptions::default()
+        };
+        assert_eq!(
+            threads.validate().map_err(|e| e.option),
+            Err("--write-threads".to_string())
+        );
+        assert!(TransferOptions::default().validate().is_ok());
     }
 }

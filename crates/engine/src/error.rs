@@ -37,6 +37,12 @@ pub enum TransferError {
     Local(String),
 }
 
+impl From<crate::config::OptionError> for TransferError {
+    fn from(e: crate::config::OptionError) -> TransferError {
+        TransferError::Usage(e.to_string())
+    }
+}
+
 impl TransferError {
     pub fn exit_code(&self) -> i32 {
         match self {

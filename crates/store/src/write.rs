@@ -73,6 +73,16 @@ pub enum Publish {
     RenameTemp = 2,
 }
 
+/// Which publishing scheme a writer may use: the best this destination and process allow
+/// (found by trying it once), or always a temporary name renamed into place (for file
+/// systems where unnamed files misbehave, and to measure what each scheme costs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PublishChoice {
+    #[default]
+    Auto,
+    Rename,
+}
+
 impl Publish {
     fn from_u8(v: u8) -> Publish {
         match v {
@@ -144,16 +154,20 @@ impl TreeWriter {
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
         }
-        .with_publish_probe()
     }
 
-    /// Finds the best publishing scheme this destination and process allow by trying it once
-    /// (an unnamed file linked under a probe name, then removed). `SPRAT_PUBLISH=rename`
-    /// forces the temporary-name scheme (to measure what each costs).
-    fn with_publish_probe(self) -> TreeWriter {
-        if std::env::var_os("SPRAT_PUBLISH").is_some_and(|v| v == "rename") {
-            return self;
+    /// Chooses how files appear under their final names: with [`PublishChoice::Auto`], the
+    /// best scheme this destination and process allow, found by trying it once (an unnamed
+    /// file linked under a probe name, then removed); with [`PublishChoice::Rename`], a
+    /// temporary name renamed into place.
+    pub fn publishing(self, choice: PublishChoice) -> TreeWriter {
+        match choice {
+            PublishChoice::Auto => self.with_publish_probe(),
+            PublishChoice::Rename => self,
         }
+    }
+
+    fn with_publish_probe(self) -> TreeWriter {
         let dir = self.base.fd();
         let Ok(fd) = openat(
             dir,
@@ -745,7 +759,8 @@ mod tests {
     #[test]
     fn files_appear_complete_with_attributes() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .publishing(PublishChoice::Auto);
         let mut c = writer.cursor();
         c.write_file(b"a/b/file", &attrs(0o640), b"hello").unwrap();
         c.make_dir(b"a", &attrs(0o700)).unwrap();
@@ -791,7 +806,8 @@ mod tests {
             std::fs::create_dir(dir.path().join("emptydir")).unwrap();
             std::os::unix::fs::symlink("f", dir.path().join("link")).unwrap();
             let mut writer =
-                TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+                TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                    .publishing(PublishChoice::Auto);
             if rename {
                 writer = writer.force_rename_scheme();
             } else {
@@ -826,7 +842,8 @@ mod tests {
     fn incomplete_large_files_leave_nothing_behind() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+            let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                .publishing(PublishChoice::Auto);
             let mut c = writer.cursor();
             c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap();
             assert_eq!(writer.incomplete_files(), 1);
@@ -839,7 +856,8 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("esc")).unwrap();
-        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .publishing(PublishChoice::Auto);
         let mut c = writer.cursor();
         // The tree says `esc` is a directory: the link is replaced, never followed.
         c.write_file(b"esc/x", &attrs(0o644), b"x").unwrap();

@@ -2,6 +2,7 @@
 //! writer for the destination (the tree, or one file), and what a writer's outcomes mean for
 //! the transfer. Shared by the local copy, the push (its source) and the pull.
 
+use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::sink::BatchOutcome;
@@ -56,7 +57,7 @@ pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
 pub(crate) fn local_writer(
     dst: &Path,
     root_is_dir: bool,
-    durable: bool,
+    options: &TransferOptions,
 ) -> Result<Arc<TreeWriter>, TransferError> {
     let writer = if root_is_dir {
         TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
@@ -76,7 +77,9 @@ pub(crate) fn local_writer(
             })?;
         TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
     };
-    Ok(Arc::new(writer.durable(durable)))
+    Ok(Arc::new(
+        writer.publishing(options.publish).durable(options.durable),
+    ))
 }
 
 /// The error that stops a transfer when writing into local destination `dst` failed fatally.

@@ -74,7 +74,7 @@ pub fn copy(
     key: Option<&TokenKey>,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
-    options.validate().map_err(TransferError::Usage)?;
+    options.validate()?;
     match (src, dst) {
         (Endpoint::Local(s), Endpoint::Local(d)) => super::local::copy(s, d, options, src, dst),
         (Endpoint::Local(s), Endpoint::Remote { addr, path }) => {

@@ -31,7 +31,7 @@ pub(crate) fn copy(
             src.display()
         )));
     }
-    let writer = local_writer(dst, matches!(source, Source::Dir(_)), options.durable)?;
+    let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
     let handle = source::start(source, options)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;

@@ -33,7 +33,7 @@ pub(crate) fn pull(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let (session, control) = session::open(addr, key, Operation::Pull, path, options)?;
-    let writer = local_writer(dst, session.root_is_dir, options.durable)?;
+    let writer = local_writer(dst, session.root_is_dir, options)?;
     let pool = WriterPool::start(
         Some(writer.clone()),
         options.write_threads,

@@ -463,7 +463,10 @@ fn open_session(
                     .map(|r| Some(TreeWriter::for_file(r, name.to_vec(), tag)))
             };
             let writer = match writer {
-                Ok(w) => w.map(|w| Arc::new(w.durable(durable || shared.options.durable))),
+                Ok(w) => w.map(|w| {
+                    let w = w.publishing(shared.options.publish);
+                    Arc::new(w.durable(durable || shared.options.durable))
+                }),
                 Err(e) => return served.refuse_store(&e),
             };
             let pool = WriterPool::start(

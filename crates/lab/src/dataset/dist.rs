@@ -26,40 +26,54 @@ pub enum SizeDist {
     LogUniform { min: u64, max: u64 },
 }
 
+/// Why a distribution could not be made; the message names the option.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DistError {
+    #[error("--dist '{0}': expected loguniform:MIN:MAX")]
+    Shape(String),
+    #[error("--dist: {0}")]
+    Size(String),
+    #[error("--dist '{0}': MAX must be at least MIN (and at most --max-size)")]
+    Order(String),
+    #[error("unknown distribution '{0}' (use gridftp or loguniform:MIN:MAX)")]
+    Unknown(String),
+    #[error("--max-size leaves nothing of the gridftp distribution")]
+    NothingLeft,
+    #[error("bad histogram line '{0}'")]
+    Histogram(String),
+}
+
 impl SizeDist {
     /// Parses `gridftp` or `loguniform:MIN:MAX` (sizes read by `parse_size`); `max_size`
     /// drops the part of the distribution above it (the rest keeps its relative weights).
-    pub fn parse(
+    pub fn parse<E: std::fmt::Display>(
         text: &str,
         max_size: Option<u64>,
-        parse_size: impl Fn(&str) -> Result<u64, String>,
-    ) -> Result<SizeDist, String> {
+        parse_size: impl Fn(&str) -> Result<u64, E>,
+    ) -> Result<SizeDist, DistError> {
+        let parse_size = |t: &str| parse_size(t).map_err(|e| DistError::Size(e.to_string()));
         if text == "gridftp" {
             return SizeDist::gridftp(max_size);
         }
         if let Some(rest) = text.strip_prefix("loguniform:") {
             let (lo, hi) = rest
                 .split_once(':')
-                .ok_or_else(|| format!("--dist '{text}': expected loguniform:MIN:MAX"))?;
+                .ok_or_else(|| DistError::Shape(text.to_string()))?;
             let min = parse_size(lo)?.max(1);
             let mut max = parse_size(hi)?;
             if let Some(cap) = max_size {
                 max = max.min(cap);
             }
             if max < min {
-                return Err(format!(
-                    "--dist '{text}': MAX must be at least MIN (and at most --max-size)"
-                ));
+                return Err(DistError::Order(text.to_string()));
             }
             return Ok(SizeDist::LogUniform { min, max });
         }
-        Err(format!(
-            "unknown distribution '{text}' (use gridftp or loguniform:MIN:MAX)"
-        ))
+        Err(DistError::Unknown(text.to_string()))
     }
 
     /// The GridFTP histogram, cut at `max_size` if given.
-    pub fn gridftp(max_size: Option<u64>) -> Result<SizeDist, String> {
+    pub fn gridftp(max_size: Option<u64>) -> Result<SizeDist, DistError> {
         let mut bins = parse_histogram(GRIDFTP_HISTOGRAM)?;
         if let Some(cap) = max_size {
             bins.retain(|b| b.min <= cap);
@@ -74,7 +88,7 @@ impl SizeDist {
         }
         let total: f64 = bins.iter().map(|b| b.weight).sum();
         if bins.is_empty() || total <= 0.0 {
-            return Err("--max-size leaves nothing of the gridftp distribution".into());
+            return Err(DistError::NothingLeft);
         }
         let mut acc = 0.0;
         let cumulative = bins
@@ -132,14 +146,14 @@ impl SizeDist {
 }
 
 /// Parses the tab-separated histogram: `bin min_bytes max_bytes probability`, `#` comments.
-fn parse_histogram(text: &str) -> Result<Vec<Bin>, String> {
+fn parse_histogram(text: &str) -> Result<Vec<Bin>, DistError> {
     let mut bins = Vec::new();
     for line in text.lines() {
         if line.starts_with('#') || line.starts_with("bin") || line.trim().is_empty() {
             continue;
         }
         let f: Vec<&str> = line.split('\t').collect();
-        let bad = || format!("bad histogram line '{line}'");
+        let bad = || DistError::Histogram(line.to_string());
         if f.len() != 4 {
             return Err(bad());
         }
