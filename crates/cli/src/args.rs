@@ -14,6 +14,10 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Print diagnostics on stderr: `-v` sessions, streams and refusals, `-vv` every join,
+    /// adaptation step and commit. `RUST_LOG` (e.g. `RUST_LOG=sprat_engine=debug`) overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]

@@ -23,6 +23,7 @@ use std::path::Path;
 fn main() {
     let cli = Cli::parse();
     raise_open_file_limit();
+    init_diagnostics(cli.verbose);
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -35,6 +36,24 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Diagnostics (`tracing`) go to stderr: none by default, so that what a command prints is
+/// unchanged; `-v` info, `-vv` debug; `RUST_LOG` overrides both.
+fn init_diagnostics(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "off",
+        1 => "sprat=info,sprat_engine=info",
+        _ => "sprat=debug,sprat_engine=debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
 }
 
 /// Raises the soft limit on open files to the hard limit (often 1024 against 500,000 or

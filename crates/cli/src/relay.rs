@@ -22,6 +22,7 @@
 
 use crate::args::RelayArgs;
 use anyhow::Context;
+use sprat_engine::sync::{lock, unpoisoned};
 use sprat_engine::tune::TcpLimits;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -55,7 +56,7 @@ impl Link {
     fn transmit(&self, n: usize) -> Instant {
         let now = Instant::now();
         let Some(rate) = self.rate else { return now };
-        let mut free = self.free_at.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = lock(&self.free_at);
         let done = (*free).max(now) + Duration::from_secs_f64(n as f64 / rate);
         *free = done;
         done
@@ -216,7 +217,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
     let writer_window = window.clone();
     let delay = shape.delay;
     let writer = std::thread::spawn(move || {
-        let (lock, acked) = &*writer_window;
+        let (window_lock, acked) = &*writer_window;
         for (deliver_at, buf) in rx {
             let now = Instant::now();
             if deliver_at > now {
@@ -230,18 +231,18 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
                 let _ = to.shutdown(Shutdown::Both);
                 break;
             }
-            let mut w = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = lock(window_lock);
             w.acks.push_back((Instant::now() + delay, buf.len()));
             acked.notify_all();
         }
         // Unblock a reader waiting for window space after the far side went away.
-        lock.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        lock(window_lock).closed = true;
         acked.notify_all();
     });
-    let (lock, acked) = &*window;
+    let (window_lock, acked) = &*window;
     loop {
         let room = {
-            let mut w = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = lock(window_lock);
             loop {
                 w.settle(Instant::now());
                 if w.closed {
@@ -256,10 +257,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
                     .map_or(Duration::from_millis(100), |&(at, _)| {
                         at.saturating_duration_since(Instant::now())
                     });
-                w = acked
-                    .wait_timeout(w, wait)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                w = unpoisoned(acked.wait_timeout(w, wait)).0;
             }
         };
         if room == 0 {
@@ -269,7 +267,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
         let got = from.read(&mut buf).unwrap_or(0);
         buf.truncate(got);
         let deliver_at = (link.transmit(got) + shape.delay).max(not_before);
-        lock.lock().unwrap_or_else(|p| p.into_inner()).in_flight += got;
+        lock(window_lock).in_flight += got;
         if tx.send((deliver_at, buf)).is_err() || got == 0 {
             break;
         }

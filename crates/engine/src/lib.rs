@@ -13,7 +13,7 @@ pub(crate) mod pipeline;
 pub mod report;
 pub(crate) mod roles;
 pub(crate) mod session;
-pub(crate) mod sync;
+pub mod sync;
 pub mod tune;
 
 pub use config::TransferOptions;

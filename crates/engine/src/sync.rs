@@ -1,25 +1,15 @@
-//! The engine's two small concurrency helpers: [`lock`], and [`Abort`], the first fatal error
-//! of a transfer together with the sockets to shut down so that no thread stays blocked.
-//!
-//! Poisoned locks are not errors here: a thread that panicked while holding one has already
-//! failed the transfer (its scope re-raises the panic), and what the lock guards (counters,
-//! lists of handles) stays meaningful, so the other threads go on with it.
+//! The engine's two small concurrency helpers: [`lock`] (the store's, which ignores poison:
+//! a thread that panicked while holding a lock has already failed the transfer, and what the
+//! lock guards stays meaningful), re-exported for the crates above, and [`Abort`], the first
+//! fatal error of a transfer together with the sockets to shut down so that no thread stays
+//! blocked.
 
 use crate::error::TransferError;
 use crate::net::Conn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{LockResult, Mutex, MutexGuard};
+use std::sync::Mutex;
 
-/// Locks `m`, ignoring poison (see the module page).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    unpoisoned(m.lock())
-}
-
-/// The value of a lock operation (a lock, a condition variable's wait, `into_inner`),
-/// ignoring poison (see the module page).
-pub(crate) fn unpoisoned<T>(r: LockResult<T>) -> T {
-    r.unwrap_or_else(|p| p.into_inner())
-}
+pub use sprat_store::sync::{lock, unpoisoned};
 
 /// A transfer's first fatal error (later ones, often its consequences, are dropped) and the
 /// connections to shut down when it happens.

@@ -11,6 +11,7 @@
 
 use crate::model::{fit_overhead, Fit, Sample, Stages};
 use serde::Serialize;
+use sprat_engine::sync::{lock, unpoisoned};
 use sprat_engine::TransferError;
 use sprat_store::limit::MemEntry;
 use sprat_store::read::DirCursor;
@@ -90,9 +91,7 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
                                 match cursor.read_file(&e.path, None, e.size, &mut buf) {
                                     Ok((n, _)) => mine.bytes += n,
                                     Err(err) => {
-                                        let mut slot = first_error
-                                            .lock()
-                                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                                        let mut slot = lock(first_error);
                                         slot.get_or_insert(err);
                                     }
                                 }
@@ -104,9 +103,7 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
                         }
                     }
                 }
-                let mut c = counts
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut c = lock(counts);
                 c.files += mine.files;
                 c.dirs += mine.dirs;
                 c.symlinks += mine.symlinks;
@@ -114,15 +111,10 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
             });
         }
     });
-    if let Some(err) = first_error
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-    {
+    if let Some(err) = unpoisoned(first_error.into_inner()) {
         return Err(err.into());
     }
-    let counts = counts
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let counts = unpoisoned(counts.into_inner());
     Ok(SubsystemRun::new(
         "read",
         &counts,

@@ -19,6 +19,7 @@ pub mod read;
 pub mod relpath;
 pub mod root;
 pub mod scan;
+pub mod sync;
 mod sys;
 pub mod write;
 

@@ -8,6 +8,7 @@
 use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::root::Root;
+use crate::sync::{lock, unpoisoned};
 use crossbeam_channel::Sender;
 use rustix::fs::{statx, AtFlags, FileType, RawDir, StatxFlags};
 use std::ffi::OsStr;
@@ -106,7 +107,7 @@ fn worker(
     buf.resize(options.dirent_buffer, MaybeUninit::uninit());
     loop {
         let dir = {
-            let mut w = work.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = lock(work);
             loop {
                 if w.stop {
                     return;
@@ -119,12 +120,12 @@ fn worker(
                     ready.notify_all();
                     return;
                 }
-                w = ready.wait(w).unwrap_or_else(|e| e.into_inner());
+                w = unpoisoned(ready.wait(w));
             }
         };
         let (entries, subdirs) = list_dir(root, &dir, &mut buf);
         let sent = out.send(entries).is_ok();
-        let mut w = work.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(work);
         w.active -= 1;
         if !sent {
             w.stop = true;

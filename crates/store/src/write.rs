@@ -17,6 +17,7 @@
 use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::root::{escape_error, Root};
+use crate::sync::{lock, unpoisoned};
 use rustix::fs::{
     fchmod, ftruncate, futimens, linkat, mkdirat, openat, renameat, statx, symlinkat, unlinkat,
     utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
@@ -211,10 +212,7 @@ impl TreeWriter {
 
     /// Number of `syncfs` calls made so far.
     pub fn sync_count(&self) -> u64 {
-        self.syncs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .finished
+        lock(&self.syncs).finished
     }
 
     /// Makes everything written before this call durable (data, names and attributes): waits
@@ -222,7 +220,7 @@ impl TreeWriter {
     /// callers share one sync. `path` names what is being made durable, for the error.
     pub fn sync(&self, path: &[u8]) -> Result<(), StoreError> {
         let fail = |e: Errno| StoreError::new("sync to stable storage", path, e);
-        let mut st = self.syncs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = lock(&self.syncs);
         // Any sync that starts from now on covers our writes.
         let needed = st.started + 1;
         loop {
@@ -233,7 +231,7 @@ impl TreeWriter {
                 return Ok(());
             }
             if st.running {
-                st = self.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = unpoisoned(self.sync_done.wait(st));
                 continue;
             }
             st.running = true;
@@ -241,7 +239,7 @@ impl TreeWriter {
             let number = st.started;
             drop(st);
             let result = rustix::fs::syncfs(self.base.fd());
-            st = self.syncs.lock().unwrap_or_else(|e| e.into_inner());
+            st = lock(&self.syncs);
             st.running = false;
             st.finished = number;
             if let Err(e) = result {
@@ -394,7 +392,7 @@ impl TreeWriter {
 
     /// Applies directory modes and mtimes, deepest first. Returns the errors met.
     pub fn finish(&self) -> Vec<StoreError> {
-        let mut dirs = std::mem::take(&mut *self.dirs.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut dirs = std::mem::take(&mut *lock(&self.dirs));
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Vec::new();
         for (path, attrs) in dirs {
@@ -420,14 +418,14 @@ impl TreeWriter {
 
     /// Number of large files still waiting for chunks.
     pub fn incomplete_files(&self) -> usize {
-        self.large.lock().unwrap_or_else(|e| e.into_inner()).len()
+        lock(&self.large).len()
     }
 }
 
 impl Drop for TreeWriter {
     /// Removes the temporary files of large files that never completed.
     fn drop(&mut self) {
-        let large = std::mem::take(&mut *self.large.lock().unwrap_or_else(|e| e.into_inner()));
+        let large = std::mem::take(&mut *lock(&self.large));
         for (_, file) in large {
             if let Some(temp) = &file.temp {
                 let _ = unlinkat(&file.dir, OsStr::from_bytes(temp), AtFlags::empty());
@@ -547,7 +545,7 @@ impl WriterCursor<'_> {
     ) -> Result<ChunkOutcome, StoreError> {
         let writer = self.writer;
         let file = {
-            let mut large = writer.large.lock().unwrap_or_else(|e| e.into_inner());
+            let mut large = lock(&writer.large);
             match large.get(path) {
                 Some(f) => f.clone(),
                 None => {
@@ -579,8 +577,8 @@ impl WriterCursor<'_> {
             }
         };
         let fail = |e: StoreError| {
-            let mut large = writer.large.lock().unwrap_or_else(|e| e.into_inner());
-            let mut st = file.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut large = lock(&writer.large);
+            let mut st = lock(&file.state);
             if !st.failed {
                 st.failed = true;
                 large.remove(path);
@@ -593,7 +591,7 @@ impl WriterCursor<'_> {
         write_all_at(&file.fd, data, offset)
             .map_err(|e| fail(StoreError::new("write", path, e)))?;
         let done = {
-            let mut st = file.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = lock(&file.state);
             if st.failed {
                 return Err(StoreError::other(
                     "write",
@@ -612,11 +610,7 @@ impl WriterCursor<'_> {
         writer
             .publish(&file.fd, &file.dir, file.temp.as_deref(), &file.name)
             .map_err(|e| fail(StoreError::new("put in place", path, e)))?;
-        writer
-            .large
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(path);
+        lock(&writer.large).remove(path);
         Ok(ChunkOutcome::Completed)
     }
 
@@ -625,11 +619,7 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
-                writer
-                    .dirs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((Vec::new(), *attrs));
+                lock(&writer.dirs).push((Vec::new(), *attrs));
             }
             return Ok(());
         }
@@ -649,11 +639,7 @@ impl WriterCursor<'_> {
             }
             Err(e) => return Err(StoreError::new("create directory", path, e)),
         }
-        writer
-            .dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((target.to_vec(), *attrs));
+        lock(&writer.dirs).push((target.to_vec(), *attrs));
         Ok(())
     }
 

@@ -17,6 +17,7 @@ pub mod relay;
 pub mod report;
 pub mod run;
 pub mod server;
+mod sync;
 pub mod tmpfs;
 pub mod tree;
 

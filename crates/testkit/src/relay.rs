@@ -10,6 +10,7 @@
 //! Listens on 127.0.0.1 only and connects only to the address it is given. Not a network
 //! emulator: no delay, no bandwidth limit.
 
+use crate::sync::lock;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,12 +34,7 @@ struct Shared {
 impl Shared {
     fn cut_all(&self) {
         self.cut.store(true, Ordering::SeqCst);
-        for s in self
-            .streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
+        for s in lock(&self.streams).iter() {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
@@ -73,7 +69,7 @@ fn pump(
             } else {
                 &shared.to_client
             };
-            let mut rec = rec.lock().unwrap_or_else(|p| p.into_inner());
+            let mut rec = lock(rec);
             if rec.len() < RECORD_CAP {
                 rec.extend_from_slice(&buf[..n]);
             }
@@ -146,7 +142,7 @@ impl Relay {
                             continue;
                         };
                         {
-                            let mut streams = sh.streams.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut streams = lock(&sh.streams);
                             streams.push(c3);
                             streams.push(s3);
                         }
@@ -180,20 +176,12 @@ impl Relay {
 
     /// All bytes clients sent towards the server so far.
     pub fn client_to_server(&self) -> Vec<u8> {
-        self.shared
-            .to_server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.shared.to_server).clone()
     }
 
     /// All bytes the server sent towards clients so far.
     pub fn server_to_client(&self) -> Vec<u8> {
-        self.shared
-            .to_client
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.shared.to_client).clone()
     }
 
     /// How many connections the relay has forwarded.

@@ -10,6 +10,7 @@
 //!
 //! Not a readiness guess: no fixed sleeps, the fixture trusts only the `listening on` line.
 
+use crate::sync::lock;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
@@ -134,7 +135,7 @@ fn spawn_stderr_reader<R: Read + Send + 'static>(
             if n == 0 {
                 break;
             }
-            let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+            let mut b = lock(&buf);
             if b.len() < STDERR_CAP {
                 b.extend_from_slice(&chunk[..n]);
             }
@@ -233,9 +234,7 @@ impl Server {
             if let Some(t) = stderr_thread {
                 let _ = t.join();
             }
-            let stderr =
-                String::from_utf8_lossy(&stderr_buf.lock().unwrap_or_else(|p| p.into_inner()))
-                    .into_owned();
+            let stderr = String::from_utf8_lossy(&lock(&stderr_buf)).into_owned();
             StartFailure {
                 status,
                 first_line,
@@ -339,7 +338,7 @@ impl Server {
 
     /// Everything the server has printed on stderr so far.
     pub fn stderr_log(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+        String::from_utf8_lossy(&lock(&self.stderr)).into_owned()
     }
 
     /// True while the server process has not exited.

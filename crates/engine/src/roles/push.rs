@@ -361,6 +361,7 @@ fn start_stream<'s>(
         // it, which goes to the other streams; the transfer goes on without this one. The
         // commit waits (`gate`) until all of it is handed back.
         let held = lock(&receiver_machine).take_held();
+        tracing::info!(%error, batches = held.len(), "stream refused; its batches go on the others");
         for batch in held {
             let _ = push.resend.send(batch);
         }

@@ -545,8 +545,11 @@ fn open_session(
     }
     let _forget = Forget(shared, id, ticket);
     let peer = served.conn.peer.clone();
+    tracing::info!(%peer, ?op, path = %display_path(&path), "session opened");
     if let Err(e) = announce_and_serve(served, &session, true) {
         eprintln!("sprat serve: session for {peer} ended: {e}");
+    } else {
+        tracing::info!(%peer, "session committed");
     }
 }
 

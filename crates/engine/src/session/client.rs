@@ -148,6 +148,14 @@ pub(crate) fn open(
             root_is_dir
         }
     };
+    tracing::info!(
+        server = addr,
+        ?direction,
+        rtt_ms = rtt.as_secs_f64() * 1e3,
+        streams = plan.streams,
+        tcp_buffer = ?plan.tcp_buffer,
+        "session opened"
+    );
     let (gate_open_tx, gate_open) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
@@ -212,6 +220,7 @@ impl Session {
         machine: &Mutex<sprat_proto::session::client::ClientStream>,
     ) -> Result<(), TransferError> {
         self.wait_planned();
+        tracing::debug!(server = self.addr, "commit");
         let commit = lock(machine).commit().map_err(|e| conn.session_error(e))?;
         conn.send(&commit)
     }
@@ -337,7 +346,14 @@ impl Session {
             let rate = delivered as f64 / at.elapsed().as_secs_f64().max(1e-6);
             let bound = (adapter.streams() as u64 * self.plan.window) as f64
                 / self.rtt().as_secs_f64().max(1e-6);
-            match adapter.observe(rate, bound) {
+            let step = adapter.observe(rate, bound);
+            tracing::debug!(
+                rate_mb_s = rate / 1e6,
+                streams = adapter.streams(),
+                ?step,
+                "adapt"
+            );
+            match step {
                 Step::Add(n) => {
                     let joined = self.join(n, |conn| apply(Change::Grow(Box::new(conn))));
                     most = most.max(adapter.streams());
