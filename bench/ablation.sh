@@ -21,7 +21,7 @@
 #   default    the defaults: io_uring batch reads, inode order, O_TMPFILE + link, 4 MiB batches
 #   threads    --io threads         (pread, one batch per reader thread)
 #   physical   --read-order physical (FIEMAP order within a batch)
-#   rename     SPRAT_PUBLISH=rename  (hidden temporary name + rename per file)
+#   rename     --publish rename  (hidden temporary name + rename per file)
 #   batch1m    --batch-size 1MiB --batch-files 256
 #   batch16m   --batch-size 16MiB --batch-files 4096
 #   durable    --durable             (a group-committed syncfs per batch)
@@ -56,7 +56,7 @@ variant_cmd() {
         default) printf '%s\n' "$bin" cp --json "$2" "$3" ;;
         threads) printf '%s\n' "$bin" cp --json --io threads "$2" "$3" ;;
         physical) printf '%s\n' "$bin" cp --json --read-order physical "$2" "$3" ;;
-        rename) printf '%s\n' env SPRAT_PUBLISH=rename "$bin" cp --json "$2" "$3" ;;
+        rename) printf '%s\n' "$bin" cp --json --publish rename "$2" "$3" ;;
         batch1m) printf '%s\n' "$bin" cp --json --batch-size 1MiB --batch-files 256 "$2" "$3" ;;
         batch16m) printf '%s\n' "$bin" cp --json --batch-size 16MiB --batch-files 4096 "$2" "$3" ;;
         durable) printf '%s\n' "$bin" cp --json --durable "$2" "$3" ;;
