@@ -543,6 +543,22 @@ pub struct RelayArgs {
     /// --to address, over the same links (e.g. a GridFTP server's passive data ports).
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_port_range)]
     pub ports: Option<std::ops::RangeInclusive<u16>>,
+    /// Fault: reset each connection once this many bytes went from client to server (both
+    /// sides see the connection break).
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
+    pub reset_after: Option<u64>,
+    /// Fault: forward nothing more in either direction once this many bytes went from client
+    /// to server, but keep the connection open (a stalled path).
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
+    pub stall_after: Option<u64>,
+    /// Fault: flip one bit (the lowest) of the byte at this offset of the client-to-server
+    /// stream.
+    #[arg(long, value_name = "OFFSET", value_parser = crate::units::size)]
+    pub flip_bit_at: Option<u64>,
+    /// Apply the faults to the Nth connection accepted only (1 = the first); without it, to
+    /// every connection.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub fault_connection: Option<u64>,
 }
 
 /// A value the user may leave to sprat (`auto`: `None`).

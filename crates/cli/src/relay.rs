@@ -17,6 +17,11 @@
 //!   by default the largest window one TCP connection reaches under this host's buffer
 //!   limits (see `sprat doctor`).
 //!
+//! - **Faults**, to see a transfer fail safely: `--reset-after BYTES` resets a connection once
+//!   that many bytes went from client to server, `--stall-after BYTES` stops forwarding in both
+//!   directions then (the connection stays open), `--flip-bit-at OFFSET` flips one bit of the
+//!   client-to-server stream; `--fault-connection N` applies them to the Nth connection only.
+//!
 //! Not modelled: loss and congestion control (the queue never drops), and buffer sizes the
 //! endpoints set on their own sockets (the relay's `--window` stands for them).
 
@@ -27,6 +32,7 @@ use sprat_engine::tune::TcpLimits;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +49,55 @@ const PIECE: usize = 64 << 10;
 struct Shape {
     delay: Duration,
     window: usize,
+}
+
+/// Faults injected into the client-to-server direction of a connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Faults {
+    reset_after: Option<u64>,
+    stall_after: Option<u64>,
+    flip_bit_at: Option<u64>,
+}
+
+/// What happens to a connection after the bytes just forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Nothing: go on.
+    None,
+    /// Reset the connection.
+    Reset,
+    /// Forward nothing more, keep the connection open.
+    Stall,
+}
+
+impl Faults {
+    fn any(&self) -> bool {
+        *self != Faults::default()
+    }
+
+    /// Applies the faults to `buf`, the bytes at offset `at` of the client-to-server stream:
+    /// flips the bit if it lies in them, and cuts them where a reset or stall begins.
+    fn apply(&self, at: u64, buf: &mut Vec<u8>) -> Cut {
+        let end = at + buf.len() as u64;
+        if let Some(flip) = self.flip_bit_at.filter(|f| (at..end).contains(f)) {
+            buf[(flip - at) as usize] ^= 1;
+        }
+        let cuts = [
+            (self.reset_after, Cut::Reset),
+            (self.stall_after, Cut::Stall),
+        ];
+        let first = cuts
+            .into_iter()
+            .filter_map(|(limit, cut)| limit.filter(|&l| l <= end).map(|l| (l, cut)))
+            .min_by_key(|&(l, _)| l);
+        match first {
+            Some((limit, cut)) => {
+                buf.truncate(limit.saturating_sub(at) as usize);
+                cut
+            }
+            None => Cut::None,
+        }
+    }
 }
 
 /// One direction of the path: a bottleneck of `rate` bytes/s shared by every connection.
@@ -101,6 +156,13 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
         shape,
         up: link(rate),
         down: link(rate),
+        faults: Faults {
+            reset_after: a.reset_after,
+            stall_after: a.stall_after,
+            flip_bit_at: a.flip_bit_at,
+        },
+        fault_connection: a.fault_connection,
+        accepted: Arc::default(),
     };
     crate::print_quietly(&format!("listening on {}\n", listener.local_addr()?))?;
     eprintln!(
@@ -130,12 +192,16 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The emulated path every forwarded connection shares: its shape and its two links.
+/// The emulated path every forwarded connection shares: its shape, its two links, the faults
+/// to inject and on which connection (`None`: every one), and the connections accepted so far.
 #[derive(Clone)]
 struct Path {
     shape: Shape,
     up: Arc<Link>,
     down: Arc<Link>,
+    faults: Faults,
+    fault_connection: Option<u64>,
+    accepted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Path {
@@ -146,7 +212,18 @@ impl Path {
             if let (Ok(from), Ok(at)) = (client.peer_addr(), client.local_addr()) {
                 eprintln!("sprat relay: {from} -> {at} -> {to}");
             }
-            let Path { shape, up, down } = self.clone();
+            let Path {
+                shape, up, down, ..
+            } = self.clone();
+            let nth = self.accepted.fetch_add(1, Ordering::SeqCst) + 1;
+            let faults = match self.fault_connection {
+                Some(n) if n != nth => Faults::default(),
+                _ => self.faults,
+            };
+            if faults.any() {
+                eprintln!("sprat relay: connection {nth}: injecting {faults:?}");
+            }
+            let stalled = Arc::new(AtomicBool::new(false));
             let accepted = Instant::now();
             std::thread::spawn(move || {
                 // A real connection costs a round trip before the first byte can flow: the
@@ -167,9 +244,17 @@ impl Path {
                 let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                     return;
                 };
+                let up_end = Ends {
+                    faults,
+                    stalled: stalled.clone(),
+                };
                 let forward =
-                    std::thread::spawn(move || pipe(client, server, shape, &up, accepted));
-                pipe(s2, c2, shape, &down, server_first);
+                    std::thread::spawn(move || pipe(client, server, shape, &up, accepted, up_end));
+                let down_end = Ends {
+                    faults: Faults::default(),
+                    stalled,
+                };
+                pipe(s2, c2, shape, &down, server_first, down_end);
                 let _ = forward.join();
             });
         }
@@ -200,10 +285,39 @@ impl Window {
     }
 }
 
+/// The faults one direction of a connection injects, and the connection's stall, which
+/// stops both directions.
+struct Ends {
+    faults: Faults,
+    stalled: Arc<AtomicBool>,
+}
+
+/// Resets a connection: both sockets close without lingering (a reset, not an orderly end).
+fn reset(a: &TcpStream, b: &TcpStream) {
+    for s in [a, b] {
+        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+/// Holds a stalled connection open, forwarding nothing, until the relay ends.
+fn stall_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
 /// Forwards `from` to `to` through `link` with the delay and window of `shape`, delivering
-/// nothing before `not_before`; ends on end of stream.
-fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_before: Instant) {
-    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+/// nothing before `not_before`, with `ends`' faults; ends on end of stream.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shape: Shape,
+    link: &Link,
+    not_before: Instant,
+    ends: Ends,
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>, Cut)>();
     let window = Arc::new((
         Mutex::new(Window {
             cwnd: INITIAL_WINDOW.min(shape.window),
@@ -216,19 +330,37 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
     ));
     let writer_window = window.clone();
     let delay = shape.delay;
+    let Ok(from_handle) = from.try_clone() else {
+        return;
+    };
+    let writer_stalled = ends.stalled.clone();
     let writer = std::thread::spawn(move || {
         let (window_lock, acked) = &*writer_window;
-        for (deliver_at, buf) in rx {
+        for (deliver_at, buf, cut) in rx {
             let now = Instant::now();
             if deliver_at > now {
                 std::thread::sleep(deliver_at - now);
             }
-            if buf.is_empty() {
-                let _ = to.shutdown(Shutdown::Write);
+            if writer_stalled.load(Ordering::SeqCst) {
+                stall_forever();
+            }
+            if !buf.is_empty() && to.write_all(&buf).is_err() {
+                let _ = to.shutdown(Shutdown::Both);
                 break;
             }
-            if to.write_all(&buf).is_err() {
-                let _ = to.shutdown(Shutdown::Both);
+            match cut {
+                Cut::Reset => {
+                    reset(&to, &from_handle);
+                    break;
+                }
+                Cut::Stall => {
+                    writer_stalled.store(true, Ordering::SeqCst);
+                    stall_forever();
+                }
+                Cut::None => {}
+            }
+            if buf.is_empty() {
+                let _ = to.shutdown(Shutdown::Write);
                 break;
             }
             let mut w = lock(window_lock);
@@ -240,6 +372,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
         acked.notify_all();
     });
     let (window_lock, acked) = &*window;
+    let mut forwarded = 0u64;
     loop {
         let room = {
             let mut w = lock(window_lock);
@@ -266,9 +399,12 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
         let mut buf = vec![0u8; room];
         let got = from.read(&mut buf).unwrap_or(0);
         buf.truncate(got);
+        let cut = ends.faults.apply(forwarded, &mut buf);
+        let got = buf.len();
+        forwarded += got as u64;
         let deliver_at = (link.transmit(got) + shape.delay).max(not_before);
         lock(window_lock).in_flight += got;
-        if tx.send((deliver_at, buf)).is_err() || got == 0 {
+        if tx.send((deliver_at, buf, cut)).is_err() || got == 0 || cut != Cut::None {
             break;
         }
     }
@@ -278,6 +414,32 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shape: Shape, link: &Link, not_b
 
 #[cfg(test)]
 mod tests {
+    use super::{Cut, Faults};
+
+    #[test]
+    fn faults_flip_one_bit_and_cut_where_they_begin() {
+        let faults = Faults {
+            reset_after: Some(10),
+            stall_after: None,
+            flip_bit_at: Some(6),
+        };
+        let mut first = vec![0u8; 4];
+        assert_eq!(faults.apply(0, &mut first), Cut::None);
+        assert_eq!(first, [0; 4]);
+        let mut second = vec![0u8; 8];
+        assert_eq!(faults.apply(4, &mut second), Cut::Reset);
+        assert_eq!(second, [0, 0, 1, 0, 0, 0]);
+        let stall_first = Faults {
+            reset_after: Some(20),
+            stall_after: Some(15),
+            flip_bit_at: None,
+        };
+        let mut buf = vec![0u8; 100];
+        assert_eq!(stall_first.apply(0, &mut buf), Cut::Stall);
+        assert_eq!(buf.len(), 15);
+        assert!(!Faults::default().any());
+    }
+
     #[test]
     fn parses_port_ranges() {
         use crate::args::parse_port_range;

@@ -502,3 +502,177 @@ fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &back);
 }
+
+/// What each connection to a [`collector`] sent, and whether it ended, in accept order.
+type Collected = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>;
+
+/// A TCP server that keeps what each connection sent, and whether it ended (end of stream or
+/// reset), by connection in accept order.
+fn collector() -> (SocketAddr, Collected) {
+    use std::sync::{Arc, Mutex};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<(Vec<u8>, bool)>>> = Arc::default();
+    let keep = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let slot = {
+                let mut s = keep.lock().unwrap();
+                s.push((Vec::new(), false));
+                s.len() - 1
+            };
+            let keep = keep.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => keep.lock().unwrap()[slot].0.extend_from_slice(&buf[..k]),
+                    }
+                }
+                keep.lock().unwrap()[slot].1 = true;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Writes `bytes` zero bytes to a new connection through `addr` (stopping quietly if the
+/// connection breaks), then waits up to 2 s for `done`.
+fn write_zeros(addr: SocketAddr, bytes: usize, done: impl Fn() -> bool) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    let _ = c.write_all(&vec![0u8; bytes]);
+    let _ = c.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + Duration::from_secs(2);
+    while !done() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn relay_resets_stalls_and_flips_bits_as_asked() {
+    // A flipped bit, on the second connection only.
+    let (to, seen) = collector();
+    let relay = RelayProc::start(to, &["--flip-bit-at", "1234", "--fault-connection", "2"]);
+    let ended = |n: usize| {
+        let seen = seen.clone();
+        move || seen.lock().unwrap().get(n).is_some_and(|c| c.1)
+    };
+    write_zeros(relay.addr, 5000, ended(0));
+    write_zeros(relay.addr, 5000, ended(1));
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen[0].0,
+            vec![0u8; 5000],
+            "the first connection is untouched"
+        );
+        let flipped: Vec<usize> = (0..seen[1].0.len())
+            .filter(|&i| seen[1].0[i] != 0)
+            .collect();
+        assert_eq!(seen[1].0.len(), 5000);
+        assert_eq!(flipped, [1234], "one bit flipped, at the offset given");
+        assert_eq!(seen[1].0[1234], 1);
+    }
+    drop(relay);
+
+    // A reset: the server gets exactly the bytes before it, then the connection breaks.
+    let (to, seen) = collector();
+    let relay = RelayProc::start(to, &["--reset-after", "1000"]);
+    let done = {
+        let seen = seen.clone();
+        move || seen.lock().unwrap().first().is_some_and(|c| c.1)
+    };
+    write_zeros(relay.addr, 100_000, done);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].0.len(), 1000, "bytes before the reset");
+        assert!(seen[0].1, "the server's side of the connection ended");
+    }
+    drop(relay);
+
+    // A stall: nothing more arrives, and the connection stays open.
+    let (to, seen) = collector();
+    let relay = RelayProc::start(to, &["--stall-after", "500"]);
+    let mut c = TcpStream::connect(relay.addr).unwrap();
+    c.write_all(&[0u8; 5000]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0].0.len(), 500, "bytes before the stall");
+        assert!(!seen[0].1, "a stalled connection stays open");
+    }
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    let still_open = matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut);
+    assert!(still_open, "the client's side neither ends nor breaks");
+}
+
+/// Every regular file under `dst` has the content of the file of the same path under `src`.
+fn no_wrong_file(src: &std::path::Path, dst: &std::path::Path) -> Result<usize, String> {
+    let mut checked = 0;
+    let mut stack = vec![std::path::PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(dst.join(&rel)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let rel = rel.join(e.file_name());
+            let ft = e.file_type().map_err(|e| e.to_string())?;
+            if ft.is_dir() {
+                stack.push(rel);
+            } else if ft.is_file() {
+                let got = std::fs::read(dst.join(&rel)).map_err(|e| e.to_string())?;
+                let want = std::fs::read(src.join(&rel))
+                    .map_err(|e| format!("{}: not in the source ({e})", rel.display()))?;
+                if got != want {
+                    return Err(format!("{} has wrong content", rel.display()));
+                }
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}
+
+#[test]
+fn a_push_through_a_faulty_path_fails_cleanly_and_writes_nothing_wrong() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree::make_many_files(&src.join("small"), 400, 3000, 11);
+    tree::make_file(&src.join("big"), &tree::random_bytes(3 << 20, 5), 0o644);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    // One flipped bit in the control connection's stream, at offsets inside the first
+    // batches (headers and data alike), then a reset of it mid-transfer.
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        ("flip-300".into(), vec!["--flip-bit-at", "300"]),
+        ("flip-5000".into(), vec!["--flip-bit-at", "5000"]),
+        ("flip-70000".into(), vec!["--flip-bit-at", "70000"]),
+        ("reset".into(), vec!["--reset-after", "200KiB"]),
+    ];
+    for (name, faults) in cases {
+        let mut args = vec!["--fault-connection", "1"];
+        args.extend(faults);
+        let relay = RelayProc::start(srv.addr(), &args);
+        let out = cp(&srv, &["--streams", "2"], &src, relay.url(&name));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "{name}: a corrupted or cut transfer must not succeed\n{stderr}"
+        );
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with("sprat: error:") || l.contains("failed")),
+            "{name}: says why\n{stderr}"
+        );
+        match no_wrong_file(&src, &root.join(&name)) {
+            Ok(_) => {}
+            Err(e) => panic!("{name}: {e}\n{stderr}"),
+        }
+    }
+}

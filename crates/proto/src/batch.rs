@@ -1,8 +1,10 @@
 //! Batches: many small files (and chunks of large ones) packed into one frame.
 //!
-//! A batch payload is `[u64 seq][u32 entry count][u32 header length][entry headers][data]`.
-//! Entry headers carry each item's relative path and metadata; the data of files and chunks
-//! follows in the same order. The sender keeps headers and data in two buffers so file bytes
+//! A batch payload is `[u64 seq][u32 entry count][u32 header length][u64 header check]
+//! [entry headers][data]`. Entry headers carry each item's relative path and metadata; the data
+//! of files and chunks follows in the same order. The header check (xxh3-64 of the fixed fields
+//! before it and of the entry headers) catches a path, size or attribute changed in transit;
+//! each file's and chunk's own xxh3-128 covers its data. The sender keeps headers and data in two buffers so file bytes
 //! are read straight into `data` and written to the socket without another copy.
 
 use crate::codec::{put_bytes16, DecodeError, Reader};
@@ -13,7 +15,17 @@ use crate::path::{self, MAX_PATH};
 /// Most entries one batch may carry.
 pub const MAX_ENTRIES: u32 = 1 << 20;
 /// Bytes of the fixed batch fields after the frame header.
-pub const BATCH_FIXED_LEN: usize = 16;
+pub const BATCH_FIXED_LEN: usize = 24;
+
+/// The check of a batch's fixed fields and entry headers (see the module page).
+fn header_check(seq: u64, count: u32, header: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&seq.to_le_bytes());
+    h.update(&count.to_le_bytes());
+    h.update(&(header.len() as u32).to_le_bytes());
+    h.update(header);
+    h.digest()
+}
 
 const ENTRY_FILE: u8 = 1;
 const ENTRY_DIR: u8 = 2;
@@ -162,6 +174,8 @@ impl Batch {
         out[5..13].copy_from_slice(&self.seq.to_le_bytes());
         out[13..17].copy_from_slice(&self.count.to_le_bytes());
         out[17..21].copy_from_slice(&(self.header.len() as u32).to_le_bytes());
+        let check = header_check(self.seq, self.count, &self.header);
+        out[21..29].copy_from_slice(&check.to_le_bytes());
         out
     }
 
@@ -190,7 +204,14 @@ impl<'a> BatchView<'a> {
         let seq = r.u64("batch sequence")?;
         let count = r.u32("entry count")?;
         let header_len = r.u32("header length")? as usize;
+        let check = r.u64("header check")?;
         let header = r.take(header_len, "batch header")?;
+        if header_check(seq, count, header) != check {
+            return Err(DecodeError::Invalid {
+                what: "batch header",
+                why: "its check does not match: corrupted in transit",
+            });
+        }
         let data = r.take(r.remaining(), "batch data")?;
         BatchView::from_parts(seq, count, header, data)
     }
@@ -350,6 +371,24 @@ mod tests {
         out.extend_from_slice(&b.header);
         out.extend_from_slice(&b.data);
         out
+    }
+
+    #[test]
+    fn any_flipped_bit_before_the_data_is_refused() {
+        let b = sample();
+        let good = payload(&b);
+        assert!(BatchView::decode(&good).is_ok());
+        let before_data = BATCH_FIXED_LEN + b.header.len();
+        for byte in 0..before_data {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(
+                    BatchView::decode(&bad).is_err(),
+                    "bit {bit} of byte {byte} flipped and the batch still decoded"
+                );
+            }
+        }
     }
 
     #[test]
