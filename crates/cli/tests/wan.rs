@@ -512,7 +512,7 @@ fn collector() -> (SocketAddr, Collected) {
     use std::sync::{Arc, Mutex};
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let seen: Arc<Mutex<Vec<(Vec<u8>, bool)>>> = Arc::default();
+    let seen: Collected = Arc::default();
     let keep = seen.clone();
     std::thread::spawn(move || {
         for c in l.incoming() {
