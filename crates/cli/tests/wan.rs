@@ -509,7 +509,7 @@ type Collected = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>;
 /// A TCP server that keeps what each connection sent, and whether it ended (end of stream or
 /// reset), by connection in accept order.
 fn collector() -> (SocketAddr, Collected) {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let seen: Collected = Arc::default();
