@@ -274,6 +274,14 @@ pub struct CpArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Skip every file the destination already has, whatever its size and mtime (by default
+    /// a file is skipped when the destination has it with the same size and mtime, and only
+    /// its mode is set if that alone differs).
+    #[arg(long, conflicts_with = "ignore_times")]
+    pub ignore_existing: bool,
+    /// Send every file, even those the destination has with the same size and mtime.
+    #[arg(long, short = 'I')]
+    pub ignore_times: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }

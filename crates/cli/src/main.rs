@@ -14,7 +14,7 @@ mod units;
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use clap::Parser;
-use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder};
+use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
 use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
 use std::io::Write;
@@ -131,6 +131,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Auto => PublishChoice::Auto,
             args::PublishArg::Rename => PublishChoice::Rename,
         },
+        skip: SkipRule::QuickCheck,
     }
 }
 
@@ -192,7 +193,12 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     let dst = Endpoint::parse(&a.dst)?;
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
-    let options = options(&a.tuning, a.streams.0, network);
+    let mut options = options(&a.tuning, a.streams.0, network);
+    options.skip = match (a.ignore_existing, a.ignore_times) {
+        (true, _) => SkipRule::IgnoreExisting,
+        (false, true) => SkipRule::Never,
+        (false, false) => SkipRule::QuickCheck,
+    };
     let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options)?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);

@@ -1,5 +1,6 @@
 //! Validated transfer settings with defaults that need no tuning for trees of small files.
 
+pub use crate::pipeline::skip::SkipRule;
 pub use sprat_store::batch_read::{IoBackend, ReadOrder};
 pub use sprat_store::write::PublishChoice;
 
@@ -40,6 +41,8 @@ pub struct TransferOptions {
     pub read_order: ReadOrder,
     /// How written files appear under their final names.
     pub publish: PublishChoice,
+    /// What of the destination a copy leaves alone (files already there).
+    pub skip: SkipRule,
 }
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
@@ -72,6 +75,7 @@ impl Default for TransferOptions {
             io_backend: IoBackend::Uring,
             read_order: ReadOrder::Scan,
             publish: PublishChoice::Auto,
+            skip: SkipRule::QuickCheck,
         }
     }
 }

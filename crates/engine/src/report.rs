@@ -70,6 +70,13 @@ pub struct Report {
     pub durable: bool,
     /// File system syncs the writing side made.
     pub syncs: u64,
+    /// Files the destination had already (same size and mtime, or `--ignore-existing`): not
+    /// sent.
+    pub up_to_date: u64,
+    /// Files whose content the destination had: only their mode and mtime were set.
+    pub attrs_fixed: u64,
+    /// Bytes of those files, which did not travel.
+    pub bytes_not_sent: u64,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// Network measurements and choices (transfers over the network only).
@@ -84,6 +91,15 @@ impl Report {
     /// Records whether the transfer was durable.
     pub fn with_durable(mut self, durable: bool) -> Report {
         self.durable = durable;
+        self
+    }
+
+    /// Adds what the check against the destination spared (see `pipeline::skip`).
+    pub(crate) fn with_skipped(mut self, counts: &crate::pipeline::skip::SkipCounts) -> Report {
+        let (up_to_date, bytes, fixed) = counts.totals();
+        self.up_to_date = up_to_date;
+        self.attrs_fixed = fixed;
+        self.bytes_not_sent = bytes;
         self
     }
 
@@ -135,6 +151,9 @@ impl Report {
             bottleneck,
             durable: false,
             syncs: counts.syncs,
+            up_to_date: 0,
+            attrs_fixed: 0,
+            bytes_not_sent: 0,
             failures: counts.failures.clone(),
             path: None,
         }
@@ -191,6 +210,15 @@ impl fmt::Display for Report {
             human_bytes(self.bytes),
             self.seconds
         )?;
+        if self.up_to_date > 0 || self.attrs_fixed > 0 {
+            writeln!(
+                f,
+                "  up to date already: {} files, {} of them with mode or mtime fixed ({} not sent)",
+                self.up_to_date + self.attrs_fixed,
+                self.attrs_fixed,
+                human_bytes(self.bytes_not_sent)
+            )?;
+        }
         writeln!(
             f,
             "  {:.1} MB/s, {:.0} files/s over {} stream{}",

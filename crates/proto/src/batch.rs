@@ -32,6 +32,7 @@ const ENTRY_DIR: u8 = 2;
 const ENTRY_SYMLINK: u8 = 3;
 const ENTRY_CHUNK: u8 = 4;
 const ENTRY_FAILED: u8 = 5;
+const ENTRY_ATTRS: u8 = 6;
 
 /// Permission bits and modification time, as copied to the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,6 +70,9 @@ pub enum EntryKind<'a> {
     },
     /// The sender could not read this item; `text` says why.
     Failed { text: &'a [u8] },
+    /// The destination already has this file's content (`size` bytes): only its mode and
+    /// mtime are to be set.
+    Attrs { meta: FileMeta, size: u64 },
 }
 
 /// One decoded entry.
@@ -147,6 +151,13 @@ impl Batch {
         self.header.extend_from_slice(&mtime_sec.to_le_bytes());
         self.header.extend_from_slice(&mtime_nsec.to_le_bytes());
         put_bytes16(&mut self.header, target);
+    }
+
+    /// Records a file whose content the destination already has: set its attributes only.
+    pub fn push_attrs(&mut self, path: &[u8], meta: &FileMeta, size: u64) {
+        self.begin(ENTRY_ATTRS, path);
+        self.put_meta(meta);
+        self.header.extend_from_slice(&size.to_le_bytes());
     }
 
     pub fn push_failed(&mut self, path: &[u8], text: &str) {
@@ -300,6 +311,10 @@ impl<'a> BatchView<'a> {
                 ENTRY_FAILED => EntryKind::Failed {
                     text: r.bytes16("failure text", MAX_MESSAGE_TEXT)?,
                 },
+                ENTRY_ATTRS => EntryKind::Attrs {
+                    meta: read_meta(&mut r)?,
+                    size: r.u64("file size")?,
+                },
                 other => {
                     return Err(DecodeError::Unknown {
                         what: "entry kind",
@@ -363,6 +378,7 @@ mod tests {
         b.push_chunk(b"big", &meta, 10, 8, 2, 9);
         b.push_failed(b"gone", "No such file");
         b.push_file(b"empty", &meta, 0, 0);
+        b.push_attrs(b"same", &meta, 1234);
         b
     }
 
@@ -397,8 +413,12 @@ mod tests {
         let bytes = payload(&b);
         let view = BatchView::decode(&bytes).unwrap();
         assert_eq!(view.seq, 7);
-        assert_eq!(view.entries.len(), 6);
+        assert_eq!(view.entries.len(), 7);
         assert_eq!(view.entries, b.view().unwrap().entries);
+        assert!(matches!(
+            view.entries[6].kind,
+            EntryKind::Attrs { size: 1234, .. }
+        ));
         match &view.entries[0].kind {
             EntryKind::File { data, hash, .. } => {
                 assert_eq!(*data, b"hello");

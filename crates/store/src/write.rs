@@ -534,6 +534,53 @@ impl WriterCursor<'_> {
         result
     }
 
+    /// Sets the mode and mtime of the regular file at `path`, which the destination already
+    /// has with the right content (`size` bytes): opened without following a symlink, and
+    /// refused if it is no longer a regular file of that size.
+    pub fn set_file_attrs(
+        &mut self,
+        path: &[u8],
+        attrs: &Attrs,
+        size: u64,
+    ) -> Result<(), StoreError> {
+        let writer = self.writer;
+        let target = writer.target(path)?;
+        let (dir, name) = self.parent(target)?;
+        let changed = || {
+            StoreError::other(
+                "set attributes of",
+                path,
+                "the destination changed: no longer a regular file of the size it had",
+            )
+        };
+        let is_that_file = |st: &rustix::fs::Statx| {
+            u32::from(st.stx_mode) & 0o170000 == 0o100000 && st.stx_size == size
+        };
+        let wanted = StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::INO;
+        // Looked at before it is opened (nothing else, a device or a FIFO, is ever opened),
+        // and again once open (the same inode).
+        let before = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted)
+            .map_err(|e| StoreError::new("examine", path, e))?;
+        if !is_that_file(&before) {
+            return Err(changed());
+        }
+        let fd = openat(
+            dir,
+            os(name),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| StoreError::new("open", path, e))?;
+        let st = statx(&fd, "", AtFlags::EMPTY_PATH, wanted)
+            .map_err(|e| StoreError::new("examine", path, e))?;
+        if !is_that_file(&st) || st.stx_ino != before.stx_ino {
+            return Err(changed());
+        }
+        fchmod(&fd, Mode::from_raw_mode(attrs.mode))
+            .and_then(|()| futimens(&fd, &timestamps(attrs)))
+            .map_err(|e| StoreError::new("set attributes of", path, e))
+    }
+
     /// Writes one chunk of a large file; the file is renamed into place by its last chunk.
     pub fn write_chunk(
         &mut self,

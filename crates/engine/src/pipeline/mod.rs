@@ -7,4 +7,5 @@ pub(crate) mod plan;
 pub(crate) mod receive;
 pub(crate) mod send;
 pub(crate) mod sink;
+pub(crate) mod skip;
 pub(crate) mod source;

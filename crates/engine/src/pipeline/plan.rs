@@ -26,6 +26,8 @@ pub enum PlanItem {
         path: Vec<u8>,
         text: String,
     },
+    /// A file whose content the destination has: its attributes only.
+    Attrs(ScanEntry),
 }
 
 /// The items of one batch and the bytes of file data it will hold.
@@ -44,7 +46,9 @@ const ENTRY_OVERHEAD: u64 = 64;
 impl PlanItem {
     pub fn path(&self) -> &[u8] {
         match self {
-            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) => &e.path,
+            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) | PlanItem::Attrs(e) => {
+                &e.path
+            }
             PlanItem::Chunk { entry, .. } => &entry.path,
             PlanItem::Failed { path, .. } => path,
         }
@@ -121,6 +125,11 @@ impl Planner {
                 self.add(item, 0, emit)
             }
         }
+    }
+
+    /// Adds a file whose content the destination already has: only its attributes travel.
+    pub fn push_attrs(&mut self, entry: ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
+        self.add(PlanItem::Attrs(entry), 0, emit)
     }
 
     /// `size`, capped at [`OPENING_BATCH_SIZE`] while batch `seq` is an opening batch.

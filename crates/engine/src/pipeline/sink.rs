@@ -40,6 +40,8 @@ pub struct BatchOutcome {
     pub dirs: u64,
     pub symlinks: u64,
     pub bytes: u64,
+    /// Files whose content the destination had already: only their attributes were set.
+    pub attrs_fixed: u64,
     /// Items that failed, with the reason; the transfer goes on.
     pub failures: Vec<(Vec<u8>, String)>,
     /// An error that stops the whole transfer (disk full, malformed batch...).
@@ -232,6 +234,11 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                 }
                 .map(|()| out.symlinks += 1)
             }
+            EntryKind::Attrs { meta, size } => match cursor.as_deref_mut() {
+                Some(c) => c.set_file_attrs(path, &attrs(meta), *size),
+                None => Ok(()),
+            }
+            .map(|()| out.attrs_fixed += 1),
             EntryKind::Failed { text } => {
                 out.failures
                     .push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));

@@ -8,11 +8,13 @@
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
+use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crossbeam_channel::{bounded, Receiver};
 use sprat_proto::{Batch, FileMeta};
 use sprat_store::batch_read::{BatchReader, ReadItem};
 use sprat_store::{Attrs, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,8 +45,25 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
     }
 }
 
+/// What the destination has, for a source to leave out (see [`crate::pipeline::skip`]).
+pub struct Skip {
+    pub index: DestIndex,
+    pub rule: SkipRule,
+    pub counts: Arc<SkipCounts>,
+}
+
 /// Starts scanning and reading `source`.
 pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, TransferError> {
+    start_skipping(source, options, None)
+}
+
+/// Starts scanning and reading `source`, leaving out of a directory's files what `skip` says
+/// the destination has.
+pub fn start_skipping(
+    source: Source,
+    options: &TransferOptions,
+    skip: Option<Skip>,
+) -> Result<SourceHandle, TransferError> {
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
     let root_is_dir = matches!(source, Source::Dir(_));
@@ -83,7 +102,18 @@ pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, 
                                 inner.spawn(move || sprat_store::scan(root, scan_options, scan_tx));
                                 for listing in scan_rx {
                                     for entry in listing {
-                                        planner.push(entry, &mut emit);
+                                        let Some(skip) = &skip else {
+                                            planner.push(entry, &mut emit);
+                                            continue;
+                                        };
+                                        match skip.index.verdict(&entry, skip.rule) {
+                                            Verdict::Send => planner.push(entry, &mut emit),
+                                            Verdict::Skip => skip.counts.skipped(entry.size),
+                                            Verdict::FixAttrs => {
+                                                skip.counts.fixed(entry.size);
+                                                planner.push_attrs(entry, &mut emit)
+                                            }
+                                        }
                                     }
                                     if receivers_gone.get() {
                                         // Nobody reads any more: stop the scan too.
@@ -186,6 +216,7 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
                 batch.push_symlink(&e.path, e.attrs.mtime_sec, e.attrs.mtime_nsec, target)
             }
             PlanItem::Failed { path, text } => batch.push_failed(&path, &text),
+            PlanItem::Attrs(e) => batch.push_attrs(&e.path, &meta(&e.attrs), e.size),
         }
     }
     batch

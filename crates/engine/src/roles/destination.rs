@@ -6,7 +6,11 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::sink::BatchOutcome;
+use crate::pipeline::skip::{DestEntry, DestIndex, SkipRule};
+use crate::pipeline::source::Skip;
 use crate::report::Counts;
+use rustix::io::Errno;
+use sprat_store::{EntryType, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -80,6 +84,56 @@ pub(crate) fn local_writer(
     Ok(Arc::new(
         writer.publishing(options.publish).durable(options.durable),
     ))
+}
+
+/// The destination's files for the quick check (see `pipeline::skip`): a scan of the local
+/// tree `dst`, empty if it is not a directory yet.
+pub(crate) fn local_index(
+    dst: &Path,
+    options: &TransferOptions,
+) -> Result<DestIndex, TransferError> {
+    let mut index = DestIndex::default();
+    let root = match Root::open(dst) {
+        Ok(root) => root,
+        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(index),
+        Err(e) => return Err(e.into()),
+    };
+    let (tx, rx) = crossbeam_channel::bounded(64);
+    let scan_options = ScanOptions {
+        threads: options.scan_threads,
+        ..ScanOptions::default()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| sprat_store::scan(&root, scan_options, tx));
+        for e in rx.iter().flatten().filter(|e| e.error.is_none()) {
+            let entry = DestEntry {
+                is_file: e.kind == EntryType::File,
+                size: e.size,
+                mode: e.attrs.mode,
+                mtime_sec: e.attrs.mtime_sec,
+                mtime_nsec: e.attrs.mtime_nsec,
+            };
+            index.insert(e.path, entry);
+        }
+    });
+    Ok(index)
+}
+
+/// The skip a source gets for a copy into a destination indexed by `index` (none when the
+/// source is a single file or the user asked for everything).
+pub(crate) fn skip_for(
+    source: &Source,
+    options: &TransferOptions,
+    index: impl FnOnce() -> Result<DestIndex, TransferError>,
+) -> Result<Option<Skip>, TransferError> {
+    if !matches!(source, Source::Dir(_)) || options.skip == SkipRule::Never {
+        return Ok(None);
+    }
+    Ok(Some(Skip {
+        index: index()?,
+        rule: options.skip,
+        counts: Arc::default(),
+    }))
 }
 
 /// The error that stops a transfer when writing into local destination `dst` failed fatally.

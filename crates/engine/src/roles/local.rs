@@ -1,7 +1,9 @@
 //! A copy between two local paths: the same scan, read and write stages as over the network,
 //! with batches handed from readers to writers in memory.
 
-use super::destination::{fatal_outcome, finish_dirs, is_inside, local_writer, open_source};
+use super::destination::{
+    fatal_outcome, finish_dirs, is_inside, local_index, local_writer, open_source, skip_for,
+};
 use super::endpoint::Endpoint;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
@@ -31,8 +33,10 @@ pub(crate) fn copy(
             src.display()
         )));
     }
+    let skip = skip_for(&source, options, || local_index(dst, options))?;
+    let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
-    let handle = source::start(source, options)?;
+    let handle = source::start_skipping(source, options, skip)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;
     let (reply_tx, reply_rx) = unbounded();
@@ -78,5 +82,6 @@ pub(crate) fn copy(
         1,
         stages,
     )
-    .with_durable(options.durable))
+    .with_durable(options.durable)
+    .with_skipped(&skipped.unwrap_or_default()))
 }

@@ -9,8 +9,9 @@
 //! stream sent before the server announced it, and hands it back if the server refuses the
 //! stream: the transfer goes on with the streams it has.
 
-use super::destination::open_source;
+use super::destination::{open_source, skip_for};
 use super::endpoint::Endpoint;
+use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::{Conn, Frame, SessionConn};
@@ -112,9 +113,17 @@ pub fn push_input(
             discard: true,
         },
     };
-    // Reading starts before the session opens: the first batches are ready when it is.
+    // What the destination has, from one listing; then reading starts before the session
+    // opens, so the first batches are ready when it is.
+    let mut skipped = Arc::default();
     let handle = match input {
-        PushInput::Source(source) => source::start(source, options)?,
+        PushInput::Source(source) => {
+            let skip = skip_for(&source, options, || remote::index(addr, key, path))?;
+            if let Some(s) = &skip {
+                skipped = s.counts.clone();
+            }
+            source::start_skipping(source, options, skip)?
+        }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
     let (session, control) = match session::open(addr, key, op, path, options) {
@@ -210,6 +219,7 @@ pub fn push_input(
         stages,
     )
     .with_durable(options.durable)
+    .with_skipped(&skipped)
     .with_path(session.report(streams_max, streams_end, &tail)))
 }
 

@@ -74,6 +74,36 @@ pub fn list(
     }
 }
 
+/// The destination's entries under `path` on the server, for the quick check (see
+/// `pipeline::skip`): one recursive listing, streamed in one reply; empty if `path` does not
+/// exist yet.
+pub(crate) fn index(
+    addr: &str,
+    key: Option<&TokenKey>,
+    path: &[u8],
+) -> Result<crate::pipeline::skip::DestIndex, TransferError> {
+    use crate::pipeline::skip::{DestEntry, DestIndex};
+    let mut index = DestIndex::default();
+    let listed = list(addr, key, path, true, |e| {
+        let entry = DestEntry {
+            is_file: e.kind == sprat_proto::namespace::NsKind::File,
+            size: e.size,
+            mode: e.mode,
+            mtime_sec: e.mtime_sec,
+            mtime_nsec: e.mtime_nsec,
+        };
+        index.insert(e.path, entry);
+    });
+    match listed {
+        Ok(()) => Ok(index),
+        Err(TransferError::Remote {
+            code: sprat_proto::ErrorCode::NotFound,
+            ..
+        }) => Ok(DestIndex::default()),
+        Err(e) => Err(e),
+    }
+}
+
 /// `stat`: the entry at `path` (a symlink is described, not followed).
 pub fn stat(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<NsEntry, TransferError> {
     let mut conn = request(

@@ -219,6 +219,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 // 0 asks the sending server to choose (and adapt) its streams itself.
                 streams: (streams > 0).then(|| (streams as usize).min(64)),
                 durable,
+                // A ticket allows the push only, not the listing the quick check needs:
+                // a third-party copy sends everything.
+                skip: crate::config::SkipRule::Never,
                 ..ctx.options.clone()
             };
             let key = TokenKey::from_token(&ticket);

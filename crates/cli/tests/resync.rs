@@ -1,0 +1,121 @@
+//! Copying again into a destination that already holds the tree: files the destination has
+//! with the same size and mtime are not sent (push and local copy), a file whose mode alone
+//! differs has its attributes set without its content, `--ignore-times` sends everything,
+//! `--ignore-existing` leaves every present file alone. Real server, real files.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_ok, cp, cp_local, server, tmp};
+use serde_json::Value;
+use sprat_testkit::{assert_trees_equal, tree};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+fn report(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+fn counts(r: &Value) -> (u64, u64, u64, u64) {
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("no {k} in {r}"));
+    (n("files"), n("up_to_date"), n("attrs_fixed"), n("bytes"))
+}
+
+/// Runs the same scenario for a push and for a local copy: `copy(extra, dst_name)` copies
+/// `src` into the destination named, `dst(dst_name)` is where it lands on disk.
+fn scenario(
+    src: &Path,
+    copy: &dyn Fn(&[&str], &str) -> std::process::Output,
+    dst: &dyn Fn(&str) -> std::path::PathBuf,
+) {
+    tree::make_many_files(&src.join("small"), 300, 2000, 3);
+    tree::make_file(&src.join("big"), &tree::random_bytes(3 << 20, 4), 0o644);
+    let files = 301;
+
+    let first = copy(&["--json"], "d");
+    assert_ok(&first, None);
+    assert_eq!(counts(&report(&first)).0, files);
+
+    // Nothing changed: nothing is sent.
+    let again = copy(&["--json"], "d");
+    assert_ok(&again, None);
+    let (sent, up_to_date, fixed, bytes) = counts(&report(&again));
+    assert_eq!((sent, up_to_date, fixed, bytes), (0, files, 0, 0));
+    assert_trees_equal(src, &dst("d"));
+
+    // A mode change only: that file's attributes are set, its content not sent.
+    let changed = src.join("small/d0/f0000");
+    let changed = if changed.exists() {
+        changed
+    } else {
+        first_file(&src.join("small"))
+    };
+    std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let modes = copy(&["--json"], "d");
+    assert_ok(&modes, None);
+    assert_eq!(counts(&report(&modes)), (0, files - 1, 1, 0));
+    assert_trees_equal(src, &dst("d"));
+
+    // A new content with a new mtime is sent; the rest is not.
+    tree::make_file(&changed, b"new content", 0o600);
+    let content = copy(&["--json"], "d");
+    assert_ok(&content, None);
+    assert_eq!(counts(&report(&content)), (1, files - 1, 0, 11));
+    assert_trees_equal(src, &dst("d"));
+
+    // --ignore-times sends everything again.
+    let all = copy(&["--json", "--ignore-times"], "d");
+    assert_ok(&all, None);
+    let (sent, up_to_date, _, _) = counts(&report(&all));
+    assert_eq!((sent, up_to_date), (files, 0));
+
+    // --ignore-existing leaves a present file alone even when it differs.
+    tree::make_file(&changed, b"newer, longer content", 0o600);
+    let existing = copy(&["--json", "--ignore-existing"], "d");
+    assert_ok(&existing, None);
+    assert_eq!(counts(&report(&existing)).0, 0);
+    let kept = std::fs::read(dst("d").join(changed.strip_prefix(src).unwrap())).unwrap();
+    assert_eq!(kept, b"new content");
+}
+
+fn first_file(dir: &Path) -> std::path::PathBuf {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                return e.path();
+            }
+        }
+    }
+    panic!("no file under {}", dir.display());
+}
+
+#[test]
+fn a_push_again_sends_only_what_changed() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
+    scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &src, url(name)),
+        &|name| root.join(name),
+    );
+}
+
+#[test]
+fn a_local_copy_again_sends_only_what_changed() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let dst = t.path().join("dst");
+    scenario(
+        &src,
+        &|extra, name| cp_local(extra, &src, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
