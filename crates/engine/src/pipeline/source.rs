@@ -47,7 +47,10 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 
 /// What the destination has, for a source to leave out (see [`crate::pipeline::skip`]).
 pub struct Skip {
-    pub index: DestIndex,
+    /// Fetched in parallel with the rest of the start (a listing costs round trips); the
+    /// planner waits for it before its first entry. A destination that cannot be listed is
+    /// taken as empty: everything is sent.
+    pub index: std::thread::JoinHandle<Result<DestIndex, TransferError>>,
     pub rule: SkipRule,
     pub counts: Arc<SkipCounts>,
 }
@@ -98,19 +101,30 @@ pub fn start_skipping(
                                 threads: options.scan_threads,
                                 ..ScanOptions::default()
                             };
+                            let skip = skip.map(|s| {
+                                let index = match s.index.join() {
+                                    Ok(Ok(index)) => index,
+                                    Ok(Err(e)) => {
+                                        tracing::warn!(%e, "cannot list the destination: sending everything");
+                                        DestIndex::default()
+                                    }
+                                    Err(_) => DestIndex::default(),
+                                };
+                                (index, s.rule, s.counts)
+                            });
                             std::thread::scope(|inner| {
                                 inner.spawn(move || sprat_store::scan(root, scan_options, scan_tx));
                                 for listing in scan_rx {
                                     for entry in listing {
-                                        let Some(skip) = &skip else {
+                                        let Some((index, rule, counts)) = &skip else {
                                             planner.push(entry, &mut emit);
                                             continue;
                                         };
-                                        match skip.index.verdict(&entry, skip.rule) {
+                                        match index.verdict(&entry, *rule) {
                                             Verdict::Send => planner.push(entry, &mut emit),
-                                            Verdict::Skip => skip.counts.skipped(entry.size),
+                                            Verdict::Skip => counts.skipped(entry.size),
                                             Verdict::FixAttrs => {
-                                                skip.counts.fixed(entry.size);
+                                                counts.fixed(entry.size);
                                                 planner.push_attrs(entry, &mut emit)
                                             }
                                         }

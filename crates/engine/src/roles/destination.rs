@@ -119,18 +119,23 @@ pub(crate) fn local_index(
     Ok(index)
 }
 
-/// The skip a source gets for a copy into a destination indexed by `index` (none when the
-/// source is a single file or the user asked for everything).
+/// The skip a source gets for a copy into a destination indexed by `index`, which starts at
+/// once on a thread of its own (none when the source is a single file or the user asked for
+/// everything).
 pub(crate) fn skip_for(
     source: &Source,
     options: &TransferOptions,
-    index: impl FnOnce() -> Result<DestIndex, TransferError>,
+    index: impl FnOnce() -> Result<DestIndex, TransferError> + Send + 'static,
 ) -> Result<Option<Skip>, TransferError> {
     if !matches!(source, Source::Dir(_)) || options.skip == SkipRule::Never {
         return Ok(None);
     }
+    let index = std::thread::Builder::new()
+        .name("sprat-dest-index".into())
+        .spawn(index)
+        .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
     Ok(Some(Skip {
-        index: index()?,
+        index,
         rule: options.skip,
         counts: Arc::default(),
     }))

@@ -33,7 +33,12 @@ pub(crate) fn copy(
             src.display()
         )));
     }
-    let skip = skip_for(&source, options, || local_index(dst, options))?;
+    let skip = {
+        let (dst, options) = (dst.to_path_buf(), options.clone());
+        skip_for(&source, &options.clone(), move || {
+            local_index(&dst, &options)
+        })?
+    };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
     let handle = source::start_skipping(source, options, skip)?;

@@ -118,7 +118,8 @@ pub fn push_input(
     let mut skipped = Arc::default();
     let handle = match input {
         PushInput::Source(source) => {
-            let skip = skip_for(&source, options, || remote::index(addr, key, path))?;
+            let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
+            let skip = skip_for(&source, options, move || remote::index(&a, k.as_ref(), &p))?;
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
