@@ -304,13 +304,14 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
             )
         }
     };
-    // Joins may not take the last places: a client dials its joins at the same moment as its
-    // control connection, and they must not crowd it out, nor keep a new client from starting.
-    // A refused join costs a session only that stream (the client sends what went on it
-    // over its other streams).
+    // Only an `Open` may take the last places: a client dials its joins, and the listing of
+    // its destination (a request), at the same moment as its control connection, and they
+    // must not crowd it out, nor keep a new client from starting. A refused join costs a
+    // session only that stream (the client sends what went on it over its other streams); a
+    // refused listing only the check of what the destination has (everything is sent).
     let limit = match event {
-        Event::Join { .. } => shared.max_connections - reserved_for_opens(shared.max_connections),
-        _ => shared.max_connections,
+        Event::Open { .. } => shared.max_connections,
+        _ => shared.max_connections - reserved_for_opens(shared.max_connections),
     };
     if shared.connections.fetch_add(1, Ordering::SeqCst) >= limit {
         shared.connections.fetch_sub(1, Ordering::SeqCst);
