@@ -1,5 +1,5 @@
 //! Copying again into a destination that already holds the tree: files the destination has
-//! with the same size and mtime are not sent (push and local copy), a file whose mode alone
+//! with the same size and mtime are not sent (push, pull and local copy), a file whose mode alone
 //! differs has its attributes set without its content, `--ignore-times` sends everything,
 //! `--ignore-existing` leaves every present file alone. Real server, real files.
 #![allow(clippy::unwrap_used)]
@@ -116,6 +116,21 @@ fn a_local_copy_again_sends_only_what_changed() {
     scenario(
         &src,
         &|extra, name| cp_local(extra, &src, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn a_pull_again_sends_only_what_changed() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("data");
+    let dst = t.path().join("dst");
+    let srv = server(&root);
+    let url = format!("sprat://{}/data", srv.addr());
+    scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
         &|name| dst.join(name),
     );
 }

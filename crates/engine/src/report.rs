@@ -95,10 +95,16 @@ impl Report {
     }
 
     /// Adds what the check against the destination spared (see `pipeline::skip`).
-    pub(crate) fn with_skipped(mut self, counts: &crate::pipeline::skip::SkipCounts) -> Report {
+    pub(crate) fn with_skipped(self, counts: &crate::pipeline::skip::SkipCounts) -> Report {
         let (up_to_date, bytes, fixed) = counts.totals();
+        self.with_not_sent(up_to_date, fixed, bytes)
+    }
+
+    /// Adds what the destination had already: files not sent, files whose attributes alone
+    /// were sent, and the bytes of both.
+    pub(crate) fn with_not_sent(mut self, up_to_date: u64, attrs_fixed: u64, bytes: u64) -> Report {
         self.up_to_date = up_to_date;
-        self.attrs_fixed = fixed;
+        self.attrs_fixed = attrs_fixed;
         self.bytes_not_sent = bytes;
         self
     }

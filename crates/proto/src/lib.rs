@@ -18,7 +18,7 @@ pub mod session;
 pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta};
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
-pub use message::{ErrorCode, Message, Operation, RemoteStats};
+pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
 pub const PROTOCOL_VERSION: u16 = 4;

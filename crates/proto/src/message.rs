@@ -24,8 +24,23 @@ pub enum Operation {
         durable: bool,
         discard: bool,
     },
-    /// The server sends the tree at `path`; the client writes it.
-    Pull,
+    /// The server sends the tree at `path`; the client writes it. With a `check`, the client
+    /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
+    /// and the server leaves out what the check says is there.
+    Pull { check: DestCheck },
+}
+
+/// What a pulling client's destination already has, and how the server uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DestCheck {
+    /// No index follows: send everything.
+    #[default]
+    None,
+    /// Leave out regular files the destination has with the same size and mtime (set only
+    /// the attributes of those whose mode alone differs).
+    QuickCheck,
+    /// Leave out every file the destination has.
+    IgnoreExisting,
 }
 
 /// Error classes a peer reports; they decide the client's exit code.
@@ -88,6 +103,11 @@ pub struct RemoteStats {
     pub write_busy_ns: u64,
     /// File system syncs the writer made (durable pushes sync every batch).
     pub syncs: u64,
+    /// A checked pull: files the client's destination had already (not sent), files whose
+    /// attributes alone were sent, and the bytes of both.
+    pub up_to_date: u64,
+    pub attrs_fixed: u64,
+    pub bytes_not_sent: u64,
 }
 
 /// A control message.
@@ -228,9 +248,13 @@ impl Message {
                             *source_is_dir as u8 | (*durable as u8) << 1 | (*discard as u8) << 2,
                         );
                     }
-                    Operation::Pull => {
+                    Operation::Pull { check } => {
                         out.push(2);
-                        out.push(0);
+                        out.push(match check {
+                            DestCheck::None => 0,
+                            DestCheck::QuickCheck => 1,
+                            DestCheck::IgnoreExisting => 2,
+                        });
                     }
                 }
                 put_bytes16(&mut out, path);
@@ -277,6 +301,9 @@ impl Message {
                     s.network_busy_ns,
                     s.write_busy_ns,
                     s.syncs,
+                    s.up_to_date,
+                    s.attrs_fixed,
+                    s.bytes_not_sent,
                 ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
@@ -375,7 +402,21 @@ impl Message {
                             why: "unknown bits set",
                         })
                     }
-                    (2, 0) => Operation::Pull,
+                    (2, 0) => Operation::Pull {
+                        check: DestCheck::None,
+                    },
+                    (2, 1) => Operation::Pull {
+                        check: DestCheck::QuickCheck,
+                    },
+                    (2, 2) => Operation::Pull {
+                        check: DestCheck::IgnoreExisting,
+                    },
+                    (2, _) => {
+                        return Err(DecodeError::Invalid {
+                            what: "pull check",
+                            why: "unknown value",
+                        })
+                    }
                     (v, _) => {
                         return Err(DecodeError::Unknown {
                             what: "operation",
@@ -440,6 +481,9 @@ impl Message {
                 network_busy_ns: r.u64("network busy")?,
                 write_busy_ns: r.u64("write busy")?,
                 syncs: r.u64("syncs")?,
+                up_to_date: r.u64("up to date")?,
+                attrs_fixed: r.u64("attributes fixed")?,
+                bytes_not_sent: r.u64("bytes not sent")?,
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -546,7 +590,9 @@ mod tests {
         });
         roundtrip(Message::Open {
             session: [7; 16],
-            op: Operation::Pull,
+            op: Operation::Pull {
+                check: DestCheck::QuickCheck,
+            },
             path: Vec::new(),
         });
         roundtrip(Message::Opened { root_is_dir: false });
@@ -571,6 +617,9 @@ mod tests {
             network_busy_ns: 7,
             write_busy_ns: 8,
             syncs: 9,
+            up_to_date: 10,
+            attrs_fixed: 11,
+            bytes_not_sent: 12,
         }));
     }
 
@@ -651,7 +700,9 @@ mod tests {
     fn open_with_escaping_path_is_refused() {
         let mut bytes = Message::Open {
             session: [7; 16],
-            op: Operation::Pull,
+            op: Operation::Pull {
+                check: DestCheck::QuickCheck,
+            },
             path: b"aa/bb".to_vec(),
         }
         .encode();

@@ -7,6 +7,8 @@
 //! nothing and sends everything. Directories and symlinks always travel (they cost no data).
 //! Pure logic, no I/O: the roles build the index.
 
+use sprat_proto::namespace::{NsEntry, NsKind};
+use sprat_proto::DestCheck;
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +56,22 @@ impl DestIndex {
         self.entries.insert(path, entry);
     }
 
+    /// Adds what a listing (or a pulling client's index) says is there.
+    pub fn insert_listed(&mut self, e: NsEntry) {
+        let entry = DestEntry {
+            is_file: e.kind == NsKind::File,
+            size: e.size,
+            mode: e.mode,
+            mtime_sec: e.mtime_sec,
+            mtime_nsec: e.mtime_nsec,
+        };
+        self.entries.insert(e.path, entry);
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Decides for one scanned source entry.
     pub fn verdict(&self, e: &ScanEntry, rule: SkipRule) -> Verdict {
         if e.kind != EntryType::File || e.error.is_some() || rule == SkipRule::Never {
@@ -78,6 +96,26 @@ impl DestIndex {
                     Verdict::FixAttrs
                 }
             }
+        }
+    }
+}
+
+impl SkipRule {
+    /// How a pulling client asks the server for this rule.
+    pub fn as_check(self) -> DestCheck {
+        match self {
+            SkipRule::QuickCheck => DestCheck::QuickCheck,
+            SkipRule::IgnoreExisting => DestCheck::IgnoreExisting,
+            SkipRule::Never => DestCheck::None,
+        }
+    }
+
+    /// The rule a pulling client asked for.
+    pub fn from_check(check: DestCheck) -> SkipRule {
+        match check {
+            DestCheck::QuickCheck => SkipRule::QuickCheck,
+            DestCheck::IgnoreExisting => SkipRule::IgnoreExisting,
+            DestCheck::None => SkipRule::Never,
         }
     }
 }

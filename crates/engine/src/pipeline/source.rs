@@ -47,22 +47,17 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 
 /// What the destination has, for a source to leave out (see [`crate::pipeline::skip`]).
 pub struct Skip {
-    /// Fetched in parallel with the rest of the start (a listing costs round trips); the
-    /// planner waits for it before its first entry. A destination that cannot be listed is
-    /// taken as empty: everything is sent.
-    pub index: std::thread::JoinHandle<Result<DestIndex, TransferError>>,
+    /// Made on the planner's thread when the source starts, in parallel with the rest of the
+    /// start (a listing costs round trips); the planner waits for it before its first entry.
+    /// A destination that cannot be listed is taken as empty: everything is sent.
+    pub index: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>,
     pub rule: SkipRule,
     pub counts: Arc<SkipCounts>,
 }
 
-/// Starts scanning and reading `source`.
-pub fn start(source: Source, options: &TransferOptions) -> Result<SourceHandle, TransferError> {
-    start_skipping(source, options, None)
-}
-
 /// Starts scanning and reading `source`, leaving out of a directory's files what `skip` says
 /// the destination has.
-pub fn start_skipping(
+pub fn start(
     source: Source,
     options: &TransferOptions,
     skip: Option<Skip>,
@@ -102,13 +97,12 @@ pub fn start_skipping(
                                 ..ScanOptions::default()
                             };
                             let skip = skip.map(|s| {
-                                let index = match s.index.join() {
-                                    Ok(Ok(index)) => index,
-                                    Ok(Err(e)) => {
+                                let index = match (s.index)() {
+                                    Ok(index) => index,
+                                    Err(e) => {
                                         tracing::warn!(%e, "cannot list the destination: sending everything");
                                         DestIndex::default()
                                     }
-                                    Err(_) => DestIndex::default(),
                                 };
                                 (index, s.rule, s.counts)
                             });

@@ -10,7 +10,8 @@ use crate::pipeline::skip::{DestEntry, DestIndex, SkipRule};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
-use sprat_store::{EntryType, ScanOptions};
+use sprat_proto::namespace::{NsEntry, NsKind};
+use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -86,16 +87,16 @@ pub(crate) fn local_writer(
     ))
 }
 
-/// The destination's files for the quick check (see `pipeline::skip`): a scan of the local
-/// tree `dst`, empty if it is not a directory yet.
-pub(crate) fn local_index(
+/// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory
+/// yet), scanned in parallel.
+fn scan_local(
     dst: &Path,
     options: &TransferOptions,
-) -> Result<DestIndex, TransferError> {
-    let mut index = DestIndex::default();
+    mut each: impl FnMut(ScanEntry),
+) -> Result<(), TransferError> {
     let root = match Root::open(dst) {
         Ok(root) => root,
-        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(index),
+        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(()),
         Err(e) => return Err(e.into()),
     };
     let (tx, rx) = crossbeam_channel::bounded(64);
@@ -106,39 +107,71 @@ pub(crate) fn local_index(
     std::thread::scope(|s| {
         s.spawn(|| sprat_store::scan(&root, scan_options, tx));
         for e in rx.iter().flatten().filter(|e| e.error.is_none()) {
-            let entry = DestEntry {
-                is_file: e.kind == EntryType::File,
+            each(e);
+        }
+    });
+    Ok(())
+}
+
+/// The destination's files for the quick check (see `pipeline::skip`): a scan of the local
+/// tree `dst`, empty if it is not a directory yet.
+pub(crate) fn local_index(
+    dst: &Path,
+    options: &TransferOptions,
+) -> Result<DestIndex, TransferError> {
+    let mut index = DestIndex::default();
+    scan_local(dst, options, |e| {
+        let entry = DestEntry {
+            is_file: e.kind == EntryType::File,
+            size: e.size,
+            mode: e.attrs.mode,
+            mtime_sec: e.attrs.mtime_sec,
+            mtime_nsec: e.attrs.mtime_nsec,
+        };
+        index.insert(e.path, entry);
+    })?;
+    Ok(index)
+}
+
+/// The local destination's regular files as a pulling client sends them to the server (what
+/// the check needs: path, size, mode, mtime).
+pub(crate) fn local_entries(
+    dst: &Path,
+    options: &TransferOptions,
+) -> Result<Vec<NsEntry>, TransferError> {
+    let mut out = Vec::new();
+    scan_local(dst, options, |e| {
+        if e.kind == EntryType::File {
+            out.push(NsEntry {
+                path: e.path,
+                kind: NsKind::File,
                 size: e.size,
                 mode: e.attrs.mode,
                 mtime_sec: e.attrs.mtime_sec,
                 mtime_nsec: e.attrs.mtime_nsec,
-            };
-            index.insert(e.path, entry);
+                target: Vec::new(),
+            });
         }
-    });
-    Ok(index)
+    })?;
+    Ok(out)
 }
 
-/// The skip a source gets for a copy into a destination indexed by `index`, which starts at
-/// once on a thread of its own (none when the source is a single file or the user asked for
+/// The skip a source gets for a copy into a destination indexed by `index`, which runs as
+/// soon as the source starts (none when the source is a single file or the user asked for
 /// everything).
 pub(crate) fn skip_for(
     source: &Source,
-    options: &TransferOptions,
+    rule: SkipRule,
     index: impl FnOnce() -> Result<DestIndex, TransferError> + Send + 'static,
-) -> Result<Option<Skip>, TransferError> {
-    if !matches!(source, Source::Dir(_)) || options.skip == SkipRule::Never {
-        return Ok(None);
+) -> Option<Skip> {
+    if !matches!(source, Source::Dir(_)) || rule == SkipRule::Never {
+        return None;
     }
-    let index = std::thread::Builder::new()
-        .name("sprat-dest-index".into())
-        .spawn(index)
-        .map_err(|e| TransferError::Local(format!("cannot start a thread: {e}")))?;
-    Ok(Some(Skip {
-        index,
-        rule: options.skip,
+    Some(Skip {
+        index: Box::new(index),
+        rule,
         counts: Arc::default(),
-    }))
+    })
 }
 
 /// The error that stops a transfer when writing into local destination `dst` failed fatally.

@@ -34,14 +34,12 @@ pub(crate) fn copy(
         )));
     }
     let skip = {
-        let (dst, options) = (dst.to_path_buf(), options.clone());
-        skip_for(&source, &options.clone(), move || {
-            local_index(&dst, &options)
-        })?
+        let (dst, opts) = (dst.to_path_buf(), options.clone());
+        skip_for(&source, options.skip, move || local_index(&dst, &opts))
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
-    let handle = source::start_skipping(source, options, skip)?;
+    let handle = source::start(source, options, skip)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;
     let (reply_tx, reply_rx) = unbounded();

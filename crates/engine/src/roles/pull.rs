@@ -2,7 +2,7 @@
 //! receive stage into one writer pool, its state machine checking every frame, and the
 //! control connection commits as soon as its own stream ended.
 
-use super::destination::{fatal_outcome, finish_dirs, local_writer};
+use super::destination::{fatal_outcome, finish_dirs, local_entries, local_writer};
 use super::endpoint::Endpoint;
 use super::push::await_done;
 use crate::config::TransferOptions;
@@ -15,8 +15,9 @@ use crate::session::client::{self as session, Change, Tail};
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{unbounded, Sender};
 use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::NsEntry;
 use sprat_proto::session::client::{ClientStream, Event};
-use sprat_proto::{Message, Operation};
+use sprat_proto::{DestCheck, Message, Operation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +33,27 @@ pub(crate) fn pull(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    let (session, control) = session::open(addr, key, Operation::Pull, path, options)?;
+    // A checked pull sends what the destination has right behind its `Open`; the local scan
+    // runs while the session's connection is dialled.
+    let check = options.skip.as_check();
+    let scan = (check != DestCheck::None).then(|| {
+        let (dst, options) = (dst.to_path_buf(), options.clone());
+        std::thread::spawn(move || local_entries(&dst, &options))
+    });
+    let send_index = |c: &mut SessionConn| -> Result<(), TransferError> {
+        let Some(scan) = scan else { return Ok(()) };
+        let entries = scan
+            .join()
+            .map_err(|_| TransferError::Local("the scan of the destination failed".into()))??;
+        for part in index_parts(entries) {
+            let part = c.machine.index_part(part);
+            c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
+        }
+        let end = c.machine.index_end();
+        c.conn.send(&end.map_err(|e| c.conn.session_error(e))?)
+    };
+    let op = Operation::Pull { check };
+    let (session, control) = session::open(addr, key, op, path, options, send_index)?;
     let writer = local_writer(dst, session.root_is_dir, options)?;
     let pool = WriterPool::start(
         Some(writer.clone()),
@@ -172,7 +193,30 @@ pub(crate) fn pull(
         stages,
     )
     .with_durable(options.durable)
+    .with_not_sent(remote.up_to_date, remote.attrs_fixed, remote.bytes_not_sent)
     .with_path(session.report(streams_max, streams_max, &tail)))
+}
+
+/// Splits a destination's index into `Entries` messages well under the 1 MiB control frame.
+fn index_parts(entries: Vec<NsEntry>) -> Vec<Vec<NsEntry>> {
+    const PART_BYTES: usize = 256 << 10;
+    let mut parts = Vec::new();
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for e in entries {
+        // An entry's encoding is its path and target plus under 64 bytes of fields.
+        let size = e.path.len() + e.target.len() + 64;
+        if bytes + size > PART_BYTES && !part.is_empty() {
+            parts.push(std::mem::take(&mut part));
+            bytes = 0;
+        }
+        bytes += size;
+        part.push(e);
+    }
+    if !part.is_empty() {
+        parts.push(part);
+    }
+    parts
 }
 
 /// What a control message means to a pull stream: its `End`, or the server's refusal.

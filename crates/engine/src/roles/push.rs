@@ -119,15 +119,17 @@ pub fn push_input(
     let handle = match input {
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
-            let skip = skip_for(&source, options, move || remote::index(&a, k.as_ref(), &p))?;
+            let skip = skip_for(&source, options.skip, move || {
+                remote::index(&a, k.as_ref(), &p)
+            });
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
-            source::start_skipping(source, options, skip)?
+            source::start(source, options, skip)?
         }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
-    let (session, control) = match session::open(addr, key, op, path, options) {
+    let (session, control) = match session::open(addr, key, op, path, options, |_| Ok(())) {
         Ok(opened) => opened,
         Err(e) => {
             handle.finish();

@@ -82,18 +82,9 @@ pub(crate) fn index(
     key: Option<&TokenKey>,
     path: &[u8],
 ) -> Result<crate::pipeline::skip::DestIndex, TransferError> {
-    use crate::pipeline::skip::{DestEntry, DestIndex};
+    use crate::pipeline::skip::DestIndex;
     let mut index = DestIndex::default();
-    let listed = list(addr, key, path, true, |e| {
-        let entry = DestEntry {
-            is_file: e.kind == sprat_proto::namespace::NsKind::File,
-            size: e.size,
-            mode: e.mode,
-            mtime_sec: e.mtime_sec,
-            mtime_nsec: e.mtime_nsec,
-        };
-        index.insert(e.path, entry);
-    });
+    let listed = list(addr, key, path, true, |e| index.insert_listed(e));
     match listed {
         Ok(()) => Ok(index),
         Err(TransferError::Remote {

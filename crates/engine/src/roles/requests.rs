@@ -257,6 +257,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 network_busy_ns: ns(report.stages.network_s.unwrap_or(0.0)),
                 write_busy_ns: ns(report.stages.write_s),
                 syncs: report.syncs,
+                ..RemoteStats::default()
             }))?;
         }
     }

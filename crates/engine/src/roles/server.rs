@@ -14,7 +14,8 @@ use crate::net::{self, Conn};
 use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
 use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::{BatchOutcome, WriteJob, WriterPool};
-use crate::pipeline::source::{self, SourceHandle};
+use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule};
+use crate::pipeline::source::{self, Skip, SourceHandle};
 use crate::report::Counts;
 use crate::session::registry::{Registry, SessionId, Taken};
 use crate::sync::{lock, unpoisoned};
@@ -22,7 +23,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, CLIENT_AUTH_TIMEOUT, JOIN_PATIENCE};
-use sprat_proto::{Batch, ErrorCode, Operation, RemoteStats};
+use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -119,6 +120,52 @@ struct PullSession {
     batches: Receiver<Batch>,
     source: Mutex<Option<SourceHandle>>,
     root_is_dir: bool,
+    /// What the client's destination had (a checked pull), reported with `Done`.
+    skipped: Arc<SkipCounts>,
+}
+
+/// Most entries a pulling client's index of its destination may hold (memory for what a peer
+/// sends is bounded: about 100 bytes each).
+const MAX_PULL_INDEX: usize = 4_000_000;
+
+/// Reads a checked pull's index of the client's destination (`Entries` up to `ReplyEnd`,
+/// each read within the handshake's patience).
+fn read_index(served: &mut Served) -> Result<DestIndex, (ErrorCode, String)> {
+    let protocol = |why: String| (ErrorCode::Protocol, why);
+    served
+        .machine
+        .expect_index()
+        .map_err(|e| protocol(e.to_string()))?;
+    let _ = served
+        .conn
+        .stream
+        .set_read_timeout(Some(sprat_proto::session::HANDSHAKE_TIMEOUT));
+    let mut index = DestIndex::default();
+    loop {
+        let msg = served
+            .conn
+            .recv_control_raw()
+            .map_err(|e| (ErrorCode::Io, e.to_string()))?;
+        match served.machine.on_message(msg, Instant::now()) {
+            Ok(Event::IndexPart(entries)) => {
+                if index.len() + entries.len() > MAX_PULL_INDEX {
+                    return Err((
+                        ErrorCode::BadRequest,
+                        format!(
+                            "the destination's index has more than {MAX_PULL_INDEX} files; \
+                             pull with --ignore-times"
+                        ),
+                    ));
+                }
+                entries.into_iter().for_each(|e| index.insert_listed(e));
+            }
+            Ok(Event::IndexEnd) => break,
+            Ok(other) => return Err(protocol(format!("unexpected {other:?} in an index"))),
+            Err(e) => return Err(protocol(e.to_string())),
+        }
+    }
+    let _ = served.conn.stream.set_read_timeout(None);
+    Ok(index)
 }
 
 impl Server {
@@ -490,7 +537,15 @@ fn open_session(
                 root_is_dir: source_is_dir,
             })
         }
-        Operation::Pull => {
+        Operation::Pull { check } => {
+            // A checked pull's index of the client's destination comes right behind the Open.
+            let index = match check {
+                DestCheck::None => None,
+                _ => match read_index(&mut served) {
+                    Ok(index) => Some(index),
+                    Err((code, text)) => return served.refuse(code, text),
+                },
+            };
             let src = match shared.root.source(&path) {
                 Ok(s) => s,
                 // A source below a regular file does not exist either.
@@ -499,7 +554,13 @@ fn open_session(
                 }
                 Err(e) => return served.refuse_store(&e),
             };
-            let handle = match source::start(src, &shared.options) {
+            let counts = Arc::new(SkipCounts::default());
+            let skip = index.map(|index| Skip {
+                index: Box::new(move || Ok(index)),
+                rule: SkipRule::from_check(check),
+                counts: counts.clone(),
+            });
+            let handle = match source::start(src, &shared.options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
@@ -507,6 +568,7 @@ fn open_session(
                 batches: handle.batches.clone(),
                 root_is_dir: handle.root_is_dir,
                 source: Mutex::new(Some(handle)),
+                skipped: counts,
             })
         }
     };
@@ -698,6 +760,7 @@ fn serve_push(
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
         syncs: session.writer.as_ref().map_or(0, |w| w.sync_count()),
+        ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
 }
@@ -762,8 +825,12 @@ fn serve_pull(served: Served, session: &PullSession, control: bool) -> Result<()
         .take()
         .map(|h| h.finish())
         .unwrap_or_default();
+    let (up_to_date, bytes_not_sent, attrs_fixed) = session.skipped.totals();
     let done = machine.done(RemoteStats {
         read_busy_ns: read_busy.as_nanos() as u64,
+        up_to_date,
+        attrs_fixed,
+        bytes_not_sent,
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)

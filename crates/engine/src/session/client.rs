@@ -61,8 +61,8 @@ struct SessionState {
     opened: Option<bool>,
 }
 
-/// Opens a session (`Open` on a control connection) and plans its streams. Returns the
-/// session and the control connection; the transfer starts on it at once and joins the other
+/// Opens a session (`Open` on a control connection, then what `after_open` sends behind it)
+/// and plans its streams. Returns the session and the control connection; the transfer starts on it at once and joins the other
 /// planned streams ([`Session::join_planned`]) while the first data already flows.
 ///
 /// A push does not wait for `Opened` (nor its joining streams for `Joined`): its first
@@ -75,13 +75,14 @@ pub(crate) fn open(
     op: Operation,
     path: &[u8],
     options: &TransferOptions,
+    after_open: impl FnOnce(&mut SessionConn) -> Result<(), TransferError>,
 ) -> Result<(Session, SessionConn), TransferError> {
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
     let direction = match op {
         Operation::Push { .. } => Direction::Push,
-        Operation::Pull => Direction::Pull,
+        Operation::Pull { .. } => Direction::Pull,
     };
     // The streams every session will have join beside the control connection, under the
     // session id chosen here: the server holds their `Join` until it has served the `Open`.
@@ -138,6 +139,8 @@ pub(crate) fn open(
         path: path.to_vec(),
     };
     let mut control = control.authenticate(open)?;
+    // What follows the `Open` before the server answers (a checked pull's index).
+    after_open(&mut control)?;
     let open_sent = Instant::now();
     let rtt_opened = AtomicU64::new(0);
     let root_is_dir = match direction {

@@ -89,6 +89,8 @@ pub struct ClientStream {
     held_bytes: u64,
     /// The server refused the connection before announcing it.
     refused_unannounced: bool,
+    /// A checked pull's index of the destination: sent entirely.
+    index_ended: bool,
     deadline: Option<Instant>,
 }
 
@@ -111,6 +113,7 @@ impl ClientStream {
             held: Vec::new(),
             held_bytes: 0,
             refused_unannounced: false,
+            index_ended: false,
             deadline: Some(now + HANDSHAKE_TIMEOUT),
         };
         (stream, hello)
@@ -329,6 +332,35 @@ impl ClientStream {
         }
     }
 
+    /// A part of a checked pull's index of the destination, sent by the control connection
+    /// right behind its `Open` (before the server announces the session).
+    pub fn index_part(
+        &self,
+        entries: Vec<crate::namespace::NsEntry>,
+    ) -> Result<Message, SessionError> {
+        self.may_index()?;
+        Ok(Message::Entries(entries))
+    }
+
+    /// The end of the index.
+    pub fn index_end(&mut self) -> Result<Message, SessionError> {
+        self.may_index()?;
+        self.index_ended = true;
+        Ok(Message::ReplyEnd)
+    }
+
+    fn may_index(&self) -> Result<(), SessionError> {
+        let ok = self.direction == Direction::Pull
+            && self.role == Role::Control
+            && !self.index_ended
+            && matches!(self.receiving, Receiving::Announcing);
+        if ok {
+            Ok(())
+        } else {
+            Err(self.not_now("send the destination's index"))
+        }
+    }
+
     /// Whether a push connection may send a batch now.
     pub fn may_send_batch(&self) -> bool {
         self.direction == Direction::Push
@@ -497,7 +529,9 @@ mod tests {
         let first = match role {
             Role::Control => Message::Open {
                 session: [3; 16],
-                op: crate::Operation::Pull,
+                op: crate::Operation::Pull {
+                    check: crate::DestCheck::None,
+                },
                 path: Vec::new(),
             },
             Role::Joining => Message::Join { session: [3; 16] },
@@ -631,6 +665,22 @@ mod tests {
             Ok(Event::Done(stats))
         );
         assert!(c.on_message(Message::Done(stats), now).is_err());
+    }
+
+    #[test]
+    fn only_a_pulls_control_connection_sends_an_index_and_only_before_the_announcement() {
+        let (mut c, now) = opened(Direction::Pull, Role::Control);
+        assert!(matches!(c.index_part(Vec::new()), Ok(Message::Entries(_))));
+        assert_eq!(c.index_end(), Ok(Message::ReplyEnd));
+        assert!(c.index_end().is_err(), "the index ends once");
+        let (mut late, _) = opened(Direction::Pull, Role::Control);
+        late.on_message(Message::Opened { root_is_dir: true }, now)
+            .expect("announced");
+        assert!(late.index_part(Vec::new()).is_err());
+        let (push, _) = opened(Direction::Push, Role::Control);
+        assert!(push.index_part(Vec::new()).is_err());
+        let (join, _) = opened(Direction::Pull, Role::Joining);
+        assert!(join.index_part(Vec::new()).is_err());
     }
 
     #[test]

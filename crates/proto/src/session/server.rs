@@ -38,6 +38,10 @@ pub enum Event {
     Commit,
     /// Something that arrived after the server refused or failed the connection: dropped.
     Dropped,
+    /// A part of a checked pull's index of the client's destination.
+    IndexPart(Vec<crate::namespace::NsEntry>),
+    /// The end of the index: the driver decides on the `Open` now.
+    IndexEnd,
 }
 
 #[derive(Debug)]
@@ -50,6 +54,8 @@ enum State {
     First,
     /// `Open` (control) or `Join` arrived; the driver decides.
     Deciding(Role),
+    /// A checked pull's `Open` arrived; the client's index of its destination follows.
+    ReadingIndex,
     Push(Push),
     Pull(Pull),
     /// A connection of namespace requests.
@@ -117,6 +123,7 @@ impl ServerStream {
             State::Proof(_) => "before the client's proof",
             State::First => "before the connection's first message",
             State::Deciding(_) => "while the server decides on the connection",
+            State::ReadingIndex => "while the client sends the index of its destination",
             State::Push(p) if p.ended => "after the end of a push connection",
             State::Push(_) => "on a push connection",
             State::Pull(p) if p.ended => "after the end of a pull connection",
@@ -247,6 +254,20 @@ impl ServerStream {
                     Err(self.unexpected(other.name()))
                 }
             },
+            State::ReadingIndex => match msg {
+                Message::Entries(entries) => {
+                    self.state = State::ReadingIndex;
+                    Ok(Event::IndexPart(entries))
+                }
+                Message::ReplyEnd => {
+                    self.state = State::Deciding(Role::Control);
+                    Ok(Event::IndexEnd)
+                }
+                other => {
+                    self.state = State::ReadingIndex;
+                    Err(self.unexpected(other.name()))
+                }
+            },
             State::Refusing => {
                 self.state = State::Refusing;
                 Ok(match msg {
@@ -271,6 +292,16 @@ impl ServerStream {
             State::Refusing => Ok(()),
             _ => Err(self.unexpected("batch")),
         }
+    }
+
+    /// After a checked pull's `Open`: the client's index of its destination is read next
+    /// ([`Event::IndexPart`] up to [`Event::IndexEnd`]), then the `Open` is decided.
+    pub fn expect_index(&mut self) -> Result<(), SessionError> {
+        if !matches!(self.state, State::Deciding(Role::Control)) {
+            return Err(self.not_now("read an index"));
+        }
+        self.state = State::ReadingIndex;
+        Ok(())
     }
 
     fn accept(
@@ -492,14 +523,18 @@ mod tests {
 
         let (mut pull, _, now) = deciding(Message::Open {
             session: [8; 16],
-            op: Operation::Pull,
+            op: Operation::Pull {
+                check: crate::DestCheck::None,
+            },
             path: Vec::new(),
         });
         pull.accept_open(Direction::Pull, false).expect("opened");
         assert!(pull.on_batch().is_err());
         let (mut pull, _, _) = deciding(Message::Open {
             session: [8; 16],
-            op: Operation::Pull,
+            op: Operation::Pull {
+                check: crate::DestCheck::None,
+            },
             path: Vec::new(),
         });
         pull.accept_open(Direction::Pull, false).expect("opened");
@@ -507,6 +542,42 @@ mod tests {
         assert!(
             pull.on_message(Message::Commit, now).is_err(),
             "Commit before End"
+        );
+    }
+
+    #[test]
+    fn a_checked_pull_reads_the_index_before_it_is_decided() {
+        let (mut s, _, now) = deciding(Message::Open {
+            session: [8; 16],
+            op: Operation::Pull {
+                check: crate::DestCheck::QuickCheck,
+            },
+            path: Vec::new(),
+        });
+        assert!(s.accept_join(Direction::Pull).is_err());
+        s.expect_index()
+            .expect("an Open may be followed by an index");
+        assert!(
+            s.accept_open(Direction::Pull, true).is_err(),
+            "not before its end"
+        );
+        assert_eq!(
+            s.on_message(Message::Entries(Vec::new()), now),
+            Ok(Event::IndexPart(Vec::new()))
+        );
+        assert!(s.on_batch().is_err(), "a batch is not part of an index");
+        let (mut s, _, now) = deciding(Message::Open {
+            session: [8; 16],
+            op: Operation::Pull {
+                check: crate::DestCheck::QuickCheck,
+            },
+            path: Vec::new(),
+        });
+        s.expect_index().expect("index");
+        assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
+        assert_eq!(
+            s.accept_open(Direction::Pull, true),
+            Ok(Message::Opened { root_is_dir: true })
         );
     }
 

@@ -167,7 +167,9 @@ impl SimClient {
                                 durable: false,
                                 discard: false,
                             },
-                            Direction::Pull => Operation::Pull,
+                            Direction::Pull => Operation::Pull {
+                                check: crate::DestCheck::None,
+                            },
                         },
                         path: b"dst".to_vec(),
                     },
@@ -351,7 +353,7 @@ impl SimServer {
             server::Event::Open { session, op, .. } => {
                 let direction = match op {
                     Operation::Push { .. } => Direction::Push,
-                    Operation::Pull => Direction::Pull,
+                    Operation::Pull { .. } => Direction::Pull,
                 };
                 if self.read_only && direction == Direction::Push {
                     let refusal = self.conns[conn]
@@ -406,10 +408,10 @@ impl SimServer {
                     self.waiting.push((conn, session, net.now));
                 }
             }
-            server::Event::Request(_) => {
+            server::Event::Request(_) | server::Event::IndexPart(_) | server::Event::IndexEnd => {
                 return Err(SessionError::Unexpected {
                     state: "in the simulation",
-                    got: "a request",
+                    got: "a request or an index",
                 })
             }
             server::Event::Ended => {
