@@ -1,5 +1,5 @@
 //! Copying again into a destination that already holds the tree: files the destination has
-//! with the same size and mtime are not sent (push, pull and local copy), a file whose mode alone
+//! with the same size and mtime are not sent (push, pull, third-party and local copy), a file whose mode alone
 //! differs has its attributes set without its content, `--ignore-times` sends everything,
 //! `--ignore-existing` leaves every present file alone. Real server, real files.
 #![allow(clippy::unwrap_used)]
@@ -132,5 +132,20 @@ fn a_pull_again_sends_only_what_changed() {
         &src,
         &|extra, name| cp(&srv, extra, &url, dst.join(name)),
         &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn a_third_party_copy_again_sends_only_what_changed() {
+    let t = tmp();
+    let root_a = t.path().join("a");
+    let root_b = t.path().join("b");
+    let src = root_a.join("data");
+    let (a, b) = (server(&root_a), server(&root_b));
+    let from = format!("sprat://{}/data", a.addr());
+    scenario(
+        &src,
+        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
+        &|name| root_b.join(name),
     );
 }

@@ -659,6 +659,7 @@ mod tests {
                 dest: b"d".to_vec(),
                 streams: 4,
                 durable: true,
+                check: crate::DestCheck::IgnoreExisting,
             },
         ] {
             roundtrip(Message::Request(req));

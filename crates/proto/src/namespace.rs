@@ -97,6 +97,9 @@ pub enum Request {
         streams: u16,
         /// Ask the destination to sync every batch before acknowledging it.
         durable: bool,
+        /// What of the destination the source server leaves out (it lists the destination
+        /// with the ticket first).
+        check: crate::DestCheck,
     },
 }
 
@@ -209,6 +212,7 @@ impl Request {
                 dest,
                 streams,
                 durable,
+                check,
             } => {
                 out.push(OP_SEND_TO);
                 put_bytes16(out, path);
@@ -217,6 +221,11 @@ impl Request {
                 put_bytes16(out, dest);
                 out.extend_from_slice(&streams.to_le_bytes());
                 out.push(*durable as u8);
+                out.push(match check {
+                    crate::DestCheck::None => 0,
+                    crate::DestCheck::QuickCheck => 1,
+                    crate::DestCheck::IgnoreExisting => 2,
+                });
             }
         }
     }
@@ -282,6 +291,17 @@ impl Request {
                         })
                     }
                 };
+                let check = match r.u8("destination check")? {
+                    0 => crate::DestCheck::None,
+                    1 => crate::DestCheck::QuickCheck,
+                    2 => crate::DestCheck::IgnoreExisting,
+                    _ => {
+                        return Err(DecodeError::Invalid {
+                            what: "destination check",
+                            why: "not 0, 1 or 2",
+                        })
+                    }
+                };
                 Request::SendTo {
                     path,
                     addr,
@@ -289,6 +309,7 @@ impl Request {
                     dest,
                     streams,
                     durable,
+                    check,
                 }
             }
             other => {

@@ -201,6 +201,7 @@ pub fn third_party(
             dest: dst_path.to_vec(),
             streams: options.streams.map_or(0, |n| n as u16),
             durable: options.durable,
+            check: options.skip.as_check(),
         },
     )?;
     let mut counts = Counts::default();
@@ -236,5 +237,6 @@ pub fn third_party(
         options.expected_streams(),
         stages,
     )
-    .with_durable(options.durable))
+    .with_durable(options.durable)
+    .with_not_sent(stats.up_to_date, stats.attrs_fixed, stats.bytes_not_sent))
 }

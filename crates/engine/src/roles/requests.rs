@@ -213,15 +213,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             dest,
             streams,
             durable,
+            check,
         } => {
             let source = ctx.root.source(&path)?;
             let options = TransferOptions {
                 // 0 asks the sending server to choose (and adapt) its streams itself.
                 streams: (streams > 0).then(|| (streams as usize).min(64)),
                 durable,
-                // A ticket allows the push only, not the listing the quick check needs:
-                // a third-party copy sends everything.
-                skip: crate::config::SkipRule::Never,
+                // The destination is listed with the ticket, which allows that much.
+                skip: crate::pipeline::skip::SkipRule::from_check(check),
                 ..ctx.options.clone()
             };
             let key = TokenKey::from_token(&ticket);
@@ -257,7 +257,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 network_busy_ns: ns(report.stages.network_s.unwrap_or(0.0)),
                 write_busy_ns: ns(report.stages.write_s),
                 syncs: report.syncs,
-                ..RemoteStats::default()
+                up_to_date: report.up_to_date,
+                attrs_fixed: report.attrs_fixed,
+                bytes_not_sent: report.bytes_not_sent,
             }))?;
         }
     }

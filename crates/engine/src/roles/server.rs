@@ -21,6 +21,7 @@ use crate::session::registry::{Registry, SessionId, Taken};
 use crate::sync::{lock, unpoisoned};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
+use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, CLIENT_AUTH_TIMEOUT, JOIN_PATIENCE};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats};
@@ -424,6 +425,12 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
                     Ok(Event::Request(r)) => r,
                     _ => return,
                 };
+                let asked = Event::Request(req);
+                if let Err((code, text)) = ticket_allows(shared, ticket, &asked, false) {
+                    return served.refuse(code, text);
+                }
+                let Event::Request(r) = asked else { return };
+                req = r;
             }
         }
         // The machine hands out nothing else for a first message.
@@ -434,9 +441,10 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
     }
 }
 
-/// What a connection authenticated by `ticket` may send first: an `Open` of a push to the
-/// ticket's path while the ticket is unused, or a `Join` of the session it opened (with
-/// `pending`, also while that session is not open yet). `Ok` without a ticket.
+/// What a connection authenticated by `ticket` may send: an `Open` of a push to the ticket's
+/// path while the ticket is unused, a `Join` of the session it opened (with `pending`, also
+/// while that session is not open yet), or a listing of the ticket's path (every request on
+/// the connection is checked). `Ok` without a ticket.
 fn ticket_allows(
     shared: &Shared,
     ticket: Option<u64>,
@@ -455,6 +463,8 @@ fn ticket_allows(
             ..
         } => t.session.is_none() && *path == t.path,
         Event::Join { session } => t.session == Some(*session) || (pending && t.session.is_none()),
+        // The source server of a third-party copy lists the destination before it pushes.
+        Event::Request(Request::List { path, .. }) => *path == t.path,
         _ => false,
     };
     if allowed {
