@@ -282,6 +282,11 @@ pub struct CpArgs {
     /// Send every file, even those the destination has with the same size and mtime.
     #[arg(long, short = 'I')]
     pub ignore_times: bool,
+    /// Print what a copy would send (`send PATH`) and of which files it would set only the
+    /// mode and mtime (`attrs PATH`), then a summary; change nothing (the two sides are only
+    /// listed). SRC must be a directory.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }

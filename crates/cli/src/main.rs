@@ -199,6 +199,9 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
         (false, true) => SkipRule::Never,
         (false, false) => SkipRule::QuickCheck,
     };
+    if a.dry_run {
+        return dry_run(&src, &dst, key.as_ref(), &options, a.json);
+    }
     let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options)?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);
@@ -218,6 +221,40 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     };
     print_quietly(&text)?;
     Ok(if report.failed > 0 { 1 } else { 0 })
+}
+
+/// `sprat cp --dry-run`: what would be sent and fixed, one line each, then a summary.
+fn dry_run(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let plan = sprat_engine::dry_run(src, dst, key, options)?;
+    let text = if json {
+        serde_json::to_string(&plan)? + "\n"
+    } else {
+        let mut text = String::new();
+        for (path, action) in &plan.files {
+            let verb = match action {
+                sprat_engine::Action::Send => "send",
+                sprat_engine::Action::Attrs => "attrs",
+            };
+            text.push_str(&format!("{verb} {path}\n"));
+        }
+        text.push_str(&format!(
+            "dry run {src} -> {dst}: would send {} files ({}), set the attributes of {}, \
+             leave {} up to date; nothing was changed\n",
+            plan.send,
+            sprat_engine::report::human_bytes(plan.send_bytes),
+            plan.attrs,
+            plan.up_to_date
+        ));
+        text
+    };
+    print_quietly(&text)?;
+    Ok(0)
 }
 
 /// Writes to stdout; a closed pipe (`sprat ... | head`) is not an error.

@@ -1,7 +1,8 @@
 //! Copying again into a destination that already holds the tree: files the destination has
 //! with the same size and mtime are not sent (push, pull, third-party and local copy), a file whose mode alone
 //! differs has its attributes set without its content, `--ignore-times` sends everything,
-//! `--ignore-existing` leaves every present file alone. Real server, real files.
+//! `--ignore-existing` leaves every present file alone, `--dry-run` says what a copy would do
+//! and does nothing. Real server, real files.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -51,6 +52,22 @@ fn scenario(
         first_file(&src.join("small"))
     };
     std::fs::set_permissions(&changed, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A dry run says so and changes nothing.
+    let dry = copy(&["--json", "--dry-run"], "d");
+    assert_ok(&dry, None);
+    let plan = report(&dry);
+    assert_eq!(
+        (
+            plan["send"].as_u64(),
+            plan["attrs"].as_u64(),
+            plan["up_to_date"].as_u64()
+        ),
+        (Some(0), Some(1), Some(files - 1)),
+        "{plan}"
+    );
+    let in_dst = dst("d").join(changed.strip_prefix(src).unwrap());
+    let mode = std::fs::metadata(&in_dst).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o644, "a dry run changed the destination");
     let modes = copy(&["--json"], "d");
     assert_ok(&modes, None);
     assert_eq!(counts(&report(&modes)), (0, files - 1, 1, 0));
@@ -148,4 +165,15 @@ fn a_third_party_copy_again_sends_only_what_changed() {
         &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
         &|name| root_b.join(name),
     );
+}
+
+#[test]
+fn a_dry_run_of_a_single_file_says_it_compares_trees() {
+    let t = tmp();
+    let f = t.path().join("f");
+    tree::make_file(&f, b"x", 0o644);
+    let out = cp_local(&["--dry-run"], &f, t.path().join("g"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dry-run"));
+    assert!(!t.path().join("g").exists(), "a dry run wrote something");
 }

@@ -19,6 +19,7 @@ pub mod tune;
 pub use config::TransferOptions;
 pub use error::TransferError;
 pub use report::Report;
+pub use roles::dry_run::{dry_run, Action, DryRun};
 pub use roles::endpoint::{copy, Endpoint};
 pub use roles::push::{push_input, PushInput};
 pub use roles::remote;

@@ -89,7 +89,7 @@ pub(crate) fn local_writer(
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory
 /// yet), scanned in parallel.
-fn scan_local(
+pub(crate) fn scan_local(
     dst: &Path,
     options: &TransferOptions,
     mut each: impl FnMut(ScanEntry),

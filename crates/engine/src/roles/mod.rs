@@ -6,6 +6,7 @@
 //! copy). [`endpoint`] names the two sides of a copy and picks the role.
 
 pub(crate) mod destination;
+pub(crate) mod dry_run;
 pub(crate) mod endpoint;
 pub(crate) mod local;
 pub(crate) mod pull;

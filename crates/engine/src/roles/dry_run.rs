@@ -1,0 +1,124 @@
+//! `sprat cp --dry-run`: what a copy would send, and of which files it would set only the
+//! attributes, found by comparing two listings (each one streamed reply from a server, or a
+//! scan of a local tree) with the same check a copy makes. Nothing is written anywhere.
+
+use super::destination::{local_index, scan_local};
+use super::endpoint::Endpoint;
+use super::remote;
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use crate::pipeline::skip::Verdict;
+use serde::Serialize;
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::NsKind;
+use sprat_store::{Attrs, EntryType, ScanEntry};
+use std::path::Path;
+
+/// What one file of the source would get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Its content would be sent.
+    Send,
+    /// Only its mode and mtime would be set.
+    Attrs,
+}
+
+/// The outcome of a dry run.
+#[derive(Debug, Default, Serialize)]
+pub struct DryRun {
+    pub dry_run: bool,
+    /// Files to send or to fix, by path relative to the source.
+    pub files: Vec<(String, Action)>,
+    pub send: u64,
+    pub send_bytes: u64,
+    pub attrs: u64,
+    pub up_to_date: u64,
+}
+
+/// Compares `src` with `dst` as `sprat cp` would before copying.
+pub fn dry_run(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<DryRun, TransferError> {
+    let index = match dst {
+        Endpoint::Local(d) => local_index(d, options)?,
+        Endpoint::Remote { addr, path } => remote::index(addr, key, path)?,
+    };
+    let mut out = DryRun {
+        dry_run: true,
+        ..DryRun::default()
+    };
+    let mut each = |e: ScanEntry| {
+        if e.kind != EntryType::File {
+            return;
+        }
+        match index.verdict(&e, options.skip) {
+            Verdict::Send => {
+                out.send += 1;
+                out.send_bytes += e.size;
+                out.files
+                    .push((sprat_store::display_path(&e.path), Action::Send));
+            }
+            Verdict::FixAttrs => {
+                out.attrs += 1;
+                out.files
+                    .push((sprat_store::display_path(&e.path), Action::Attrs));
+            }
+            Verdict::Skip => out.up_to_date += 1,
+        }
+    };
+    match src {
+        Endpoint::Local(s) => {
+            if !is_dir(s)? {
+                return Err(not_a_tree(src));
+            }
+            scan_local(s, options, &mut each)?;
+        }
+        Endpoint::Remote { addr, path } => {
+            let mut root_is_dir = true;
+            remote::list(addr, key, path, true, |n| {
+                if n.path.is_empty() {
+                    root_is_dir = n.kind == NsKind::Dir;
+                }
+                each(ScanEntry {
+                    path: n.path,
+                    kind: match n.kind {
+                        NsKind::File => EntryType::File,
+                        NsKind::Dir => EntryType::Dir,
+                        NsKind::Symlink => EntryType::Symlink,
+                        NsKind::Special => EntryType::Special,
+                    },
+                    size: n.size,
+                    attrs: Attrs {
+                        mode: n.mode,
+                        mtime_sec: n.mtime_sec,
+                        mtime_nsec: n.mtime_nsec,
+                    },
+                    ino: 0,
+                    link_target: None,
+                    error: None,
+                })
+            })?;
+            if !root_is_dir {
+                return Err(not_a_tree(src));
+            }
+        }
+    }
+    out.files.sort();
+    Ok(out)
+}
+
+fn is_dir(path: &Path) -> Result<bool, TransferError> {
+    std::fs::metadata(path)
+        .map(|m| m.is_dir())
+        .map_err(|e| TransferError::Usage(format!("source '{}': {e}", path.display())))
+}
+
+fn not_a_tree(src: &Endpoint) -> TransferError {
+    TransferError::Usage(format!(
+        "--dry-run compares trees, and the source '{src}' is a single file"
+    ))
+}
