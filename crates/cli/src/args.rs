@@ -287,6 +287,11 @@ pub struct CpArgs {
     /// listed). SRC must be a directory.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Remove from the destination what the source does not have, before copying (only inside
+    /// DST; a directory goes with everything below it; symlinks are removed, never followed).
+    /// With --dry-run, list it as `delete PATH`.
+    #[arg(long)]
+    pub delete: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }

@@ -132,6 +132,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Rename => PublishChoice::Rename,
         },
         skip: SkipRule::QuickCheck,
+        delete: false,
     }
 }
 
@@ -199,6 +200,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
         (false, true) => SkipRule::Never,
         (false, false) => SkipRule::QuickCheck,
     };
+    options.delete = a.delete;
     if a.dry_run {
         return dry_run(&src, &dst, key.as_ref(), &options, a.json);
     }
@@ -240,16 +242,22 @@ fn dry_run(
             let verb = match action {
                 sprat_engine::Action::Send => "send",
                 sprat_engine::Action::Attrs => "attrs",
+                sprat_engine::Action::Delete => "delete",
             };
             text.push_str(&format!("{verb} {path}\n"));
         }
         text.push_str(&format!(
             "dry run {src} -> {dst}: would send {} files ({}), set the attributes of {}, \
-             leave {} up to date; nothing was changed\n",
+             leave {} up to date{}; nothing was changed\n",
             plan.send,
             sprat_engine::report::human_bytes(plan.send_bytes),
             plan.attrs,
-            plan.up_to_date
+            plan.up_to_date,
+            if options.delete {
+                format!(", delete {}", plan.delete)
+            } else {
+                String::new()
+            }
         ));
         text
     };

@@ -2,7 +2,7 @@
 //! with the same size and mtime are not sent (push, pull, third-party and local copy), a file whose mode alone
 //! differs has its attributes set without its content, `--ignore-times` sends everything,
 //! `--ignore-existing` leaves every present file alone, `--dry-run` says what a copy would do
-//! and does nothing. Real server, real files.
+//! and does nothing, `--delete` removes what the source does not have. Real server, real files.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -93,6 +93,29 @@ fn scenario(
     assert_eq!(counts(&report(&existing)).0, 0);
     let kept = std::fs::read(dst("d").join(changed.strip_prefix(src).unwrap())).unwrap();
     assert_eq!(kept, b"new content");
+
+    // --delete removes what the source does not have, only inside the destination: a file, a
+    // directory with what is below it, a symlink (not what it points to).
+    assert_ok(&copy(&[], "d"), None);
+    let d = dst("d");
+    let outside = src.parent().unwrap().join("outside");
+    tree::make_file(&outside, b"keep me", 0o644);
+    tree::make_file(&d.join("small/stray"), b"y", 0o644);
+    std::fs::create_dir_all(d.join("extra/sub")).unwrap();
+    tree::make_file(&d.join("extra/sub/f"), b"x", 0o644);
+    std::os::unix::fs::symlink(&outside, d.join("link")).unwrap();
+    let dry = copy(&["--json", "--dry-run", "--delete"], "d");
+    assert_ok(&dry, None);
+    assert_eq!(report(&dry)["delete"].as_u64(), Some(3));
+    assert!(
+        d.join("extra/sub/f").exists(),
+        "a dry run deleted something"
+    );
+    let deleted = copy(&["--json", "--delete"], "d");
+    assert_ok(&deleted, None);
+    assert_eq!(report(&deleted)["deleted"].as_u64(), Some(3));
+    assert_trees_equal(src, &d);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"keep me");
 }
 
 fn first_file(dir: &Path) -> std::path::PathBuf {

@@ -43,6 +43,8 @@ pub struct TransferOptions {
     pub publish: PublishChoice,
     /// What of the destination a copy leaves alone (files already there).
     pub skip: SkipRule,
+    /// Once the copy succeeded, remove what the destination has and the source does not.
+    pub delete: bool,
 }
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
@@ -76,6 +78,7 @@ impl Default for TransferOptions {
             read_order: ReadOrder::Scan,
             publish: PublishChoice::Auto,
             skip: SkipRule::QuickCheck,
+            delete: false,
         }
     }
 }

@@ -77,6 +77,9 @@ pub struct Report {
     pub attrs_fixed: u64,
     /// Bytes of those files, which did not travel.
     pub bytes_not_sent: u64,
+    /// Entries removed from the destination because the source does not have them
+    /// (`--delete`; a directory counts once, with everything below it).
+    pub deleted: u64,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// Network measurements and choices (transfers over the network only).
@@ -107,6 +110,17 @@ impl Report {
         self.attrs_fixed = attrs_fixed;
         self.bytes_not_sent = bytes;
         self
+    }
+
+    /// Records one more failure (listed while under the report's limit).
+    pub(crate) fn add_failure(&mut self, path: &[u8], error: &str) {
+        self.failed += 1;
+        if self.failures.len() < MAX_LISTED_FAILURES {
+            self.failures.push(Failure {
+                path: sprat_store::display_path(path),
+                error: error.to_string(),
+            });
+        }
     }
 
     /// Adds what the session measured and chose on the network.
@@ -160,6 +174,7 @@ impl Report {
             up_to_date: 0,
             attrs_fixed: 0,
             bytes_not_sent: 0,
+            deleted: 0,
             failures: counts.failures.clone(),
             path: None,
         }
@@ -223,6 +238,13 @@ impl fmt::Display for Report {
                 self.up_to_date + self.attrs_fixed,
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)
+            )?;
+        }
+        if self.deleted > 0 {
+            writeln!(
+                f,
+                "  deleted: {} entries the source does not have",
+                self.deleted
             )?;
         }
         writeln!(

@@ -22,6 +22,8 @@ pub enum Action {
     Send,
     /// Only its mode and mtime would be set.
     Attrs,
+    /// It would be removed from the destination (`--delete`): the source does not have it.
+    Delete,
 }
 
 /// The outcome of a dry run.
@@ -34,6 +36,8 @@ pub struct DryRun {
     pub send_bytes: u64,
     pub attrs: u64,
     pub up_to_date: u64,
+    /// Top-most destination entries `--delete` would remove.
+    pub delete: u64,
 }
 
 /// Compares `src` with `dst` as `sprat cp` would before copying.
@@ -105,6 +109,13 @@ pub fn dry_run(
             if !root_is_dir {
                 return Err(not_a_tree(src));
             }
+        }
+    }
+    if options.delete {
+        for rel in super::delete::extras(src, dst, key, options)? {
+            out.delete += 1;
+            out.files
+                .push((sprat_store::display_path(&rel), Action::Delete));
         }
     }
     out.files.sort();

@@ -75,6 +75,27 @@ pub fn copy(
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
     options.validate()?;
+    // Extras go before the copy (only what the source does not have at all), so that the
+    // copy's last pass sets the attributes of the directories they were in.
+    let (deleted, failures) = if options.delete {
+        super::delete::delete_extras(src, dst, key, options)?
+    } else {
+        (0, Vec::new())
+    };
+    let mut report = copy_only(src, dst, key, options)?;
+    report.deleted = deleted;
+    for (path, text) in failures {
+        report.add_failure(&path, &format!("cannot delete: {text}"));
+    }
+    Ok(report)
+}
+
+fn copy_only(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Report, TransferError> {
     match (src, dst) {
         (Endpoint::Local(s), Endpoint::Local(d)) => super::local::copy(s, d, options, src, dst),
         (Endpoint::Local(s), Endpoint::Remote { addr, path }) => {

@@ -5,6 +5,7 @@
 //! connection, answers to requests in [`requests`], and a push of its own for a third-party
 //! copy). [`endpoint`] names the two sides of a copy and picks the role.
 
+pub(crate) mod delete;
 pub(crate) mod destination;
 pub(crate) mod dry_run;
 pub(crate) mod endpoint;

@@ -1,0 +1,146 @@
+//! `--delete`: before a copy, what the destination has and the source does not is removed,
+//! only inside the destination (the copy's last pass then sets the attributes of the
+//! directories they were in): both sides are listed (a server's streamed reply or a
+//! scan of a local tree), and each top-most extra entry is removed with everything below it,
+//! never following a symlink (a local destination through the store's confined operations, a
+//! server's with `Remove` requests, all sent on one connection before the replies are read).
+
+use super::destination::scan_local;
+use super::endpoint::Endpoint;
+use super::remote;
+use crate::config::TransferOptions;
+use crate::error::TransferError;
+use sprat_proto::auth::TokenKey;
+use sprat_proto::namespace::Request;
+use sprat_proto::Message;
+use sprat_store::{relpath, Root};
+use std::collections::HashSet;
+
+/// Every path below `ep` (relative to it; the root itself left out).
+fn paths(
+    ep: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Vec<Vec<u8>>, TransferError> {
+    let mut out = Vec::new();
+    match ep {
+        Endpoint::Local(p) => scan_local(p, options, |e| out.push(e.path))?,
+        Endpoint::Remote { addr, path } => {
+            let listed = remote::list(addr, key, path, true, |e| out.push(e.path));
+            match listed {
+                Ok(()) => {}
+                Err(TransferError::Remote {
+                    code: sprat_proto::ErrorCode::NotFound,
+                    ..
+                }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    Ok(out)
+}
+
+/// The destination's top-most entries that the source does not have (an extra directory
+/// stands for everything below it), sorted.
+pub(crate) fn extras(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Vec<Vec<u8>>, TransferError> {
+    let source: HashSet<Vec<u8>> = paths(src, key, options)?.into_iter().collect();
+    let mut extra: Vec<Vec<u8>> = paths(dst, key, options)?
+        .into_iter()
+        .filter(|p| !source.contains(p))
+        .collect();
+    extra.sort();
+    Ok(top_most(extra))
+}
+
+/// Leaves out of sorted `paths` every one below another of them.
+fn top_most(paths: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for p in paths {
+        let below_last = out
+            .last()
+            .is_some_and(|last| p.starts_with(last) && p.get(last.len()) == Some(&b'/'));
+        if !below_last {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Paths that could not be removed, and why.
+pub(crate) type Failures = Vec<(Vec<u8>, String)>;
+
+/// Removes the extras of `dst`; returns how many top-most entries were removed (a directory
+/// counts once, with everything below it) and the failures.
+pub(crate) fn delete_extras(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<(u64, Failures), TransferError> {
+    let extra = extras(src, dst, key, options)?;
+    let mut removed = 0;
+    let mut failures = Vec::new();
+    if extra.is_empty() {
+        return Ok((0, failures));
+    }
+    match dst {
+        Endpoint::Local(d) => {
+            let root = Root::open(d)?;
+            for rel in extra {
+                match sprat_store::namespace::remove(&root, &rel, true) {
+                    Ok(_) => removed += 1,
+                    Err(e) => failures.push((rel, e.to_string())),
+                }
+            }
+        }
+        Endpoint::Remote { addr, path } => {
+            let remove = |rel: &[u8]| Request::Remove {
+                path: relpath::join(path, rel),
+                recursive: true,
+            };
+            let mut conn = net_request(addr, key, remove(&extra[0]))?;
+            for rel in &extra[1..] {
+                conn.send(&Message::Request(remove(rel)))?;
+            }
+            for rel in extra {
+                match conn.recv_control() {
+                    Ok(Message::ReplyEnd) => removed += 1,
+                    Ok(other) => {
+                        return Err(conn.protocol(format!("unexpected reply {other:?}")));
+                    }
+                    // A request the server refused: the others go on.
+                    Err(TransferError::Remote { text, .. }) => failures.push((rel, text)),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok((removed, failures))
+}
+
+fn net_request(
+    addr: &str,
+    key: Option<&TokenKey>,
+    req: Request,
+) -> Result<crate::net::Conn, TransferError> {
+    crate::net::connect(addr, key, &Message::Request(req))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_extra_directory_stands_for_everything_below_it() {
+        let paths: Vec<Vec<u8>> = ["a", "a/b", "a/b/c", "ab", "b/x", "b/x/y", "c"]
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        let top: Vec<&[u8]> = vec![b"a", b"ab", b"b/x", b"c"];
+        assert_eq!(super::top_most(paths), top);
+    }
+}
