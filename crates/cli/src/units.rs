@@ -57,6 +57,29 @@ fn number_and_unit(
     Ok((n, t[split..].trim().to_ascii_lowercase()))
 }
 
+/// The error for a quantity whose `unit` is missing (a non-zero bare number) or unknown.
+fn bad_unit(
+    text: &str,
+    unit: &str,
+    what: &'static str,
+    accepted: &'static str,
+    example: &'static str,
+) -> UnitError {
+    if unit.is_empty() {
+        UnitError::NoUnit {
+            text: text.to_string(),
+            example,
+        }
+    } else {
+        UnitError::UnknownUnit {
+            text: text.to_string(),
+            unit: unit.to_string(),
+            what,
+            accepted,
+        }
+    }
+}
+
 /// A size in bytes: a whole number, with an optional binary (`KiB`, `MiB`, `GiB`, or `K`,
 /// `M`, `G`) or decimal (`KB`, `MB`, `GB`) unit.
 pub fn size(text: &str) -> Result<u64, UnitError> {
@@ -107,20 +130,7 @@ pub fn duration(text: &str) -> Result<Duration, UnitError> {
         "ms" => 1e3,
         "s" => 1.0,
         "" if n == 0.0 => 1.0,
-        "" => {
-            return Err(UnitError::NoUnit {
-                text: text.to_string(),
-                example: EXAMPLE,
-            })
-        }
-        other => {
-            return Err(UnitError::UnknownUnit {
-                text: text.to_string(),
-                unit: other.to_string(),
-                what: "time",
-                accepted: "ns, us, ms, s",
-            })
-        }
+        other => return Err(bad_unit(text, other, "time", "ns, us, ms, s", EXAMPLE)),
     };
     let secs = n / per_second;
     if secs > MAX_DURATION.as_secs_f64() {
@@ -172,19 +182,9 @@ impl Rate {
             "mbit" => 1e6 / 8.0,
             "gbit" => 1e9 / 8.0,
             "" if n == 0.0 => 1.0,
-            "" => {
-                return Err(UnitError::NoUnit {
-                    text: text.to_string(),
-                    example: EXAMPLE,
-                })
-            }
             other => {
-                return Err(UnitError::UnknownUnit {
-                    text: text.to_string(),
-                    unit: other.to_string(),
-                    what: "rate",
-                    accepted: "MB/s, GB/s, MiB/s, kbit, mbit, gbit, ...",
-                })
+                let accepted = "MB/s, GB/s, MiB/s, kbit, mbit, gbit, ...";
+                return Err(bad_unit(text, other, "rate", accepted, EXAMPLE));
             }
         };
         Ok(Rate::from_bytes_per_s(n * bytes))

@@ -482,7 +482,12 @@ impl Conn {
     /// and drops whatever the client sent until it closes too (it does once it reads the
     /// error) or [`LINGER`] has passed.
     pub fn refuse(&mut self, code: sprat_proto::ErrorCode, text: String) {
-        if self.send(&Message::Error { code, text }).is_err() {
+        self.refuse_with(&Message::Error { code, text })
+    }
+
+    /// [`Conn::refuse`] with the `Error` already made (by a session's state machine).
+    pub fn refuse_with(&mut self, error: &Message) {
+        if self.send(error).is_err() {
             return;
         }
         self.shutdown_write();

@@ -52,8 +52,20 @@ pub struct DestIndex {
 }
 
 impl DestIndex {
-    pub fn insert(&mut self, path: Vec<u8>, entry: DestEntry) {
+    fn insert(&mut self, path: Vec<u8>, entry: DestEntry) {
         self.entries.insert(path, entry);
+    }
+
+    /// Adds an entry of a scan of the destination.
+    pub fn insert_scanned(&mut self, e: ScanEntry) {
+        let entry = DestEntry {
+            is_file: e.kind == EntryType::File,
+            size: e.size,
+            mode: e.attrs.mode,
+            mtime_sec: e.attrs.mtime_sec,
+            mtime_nsec: e.attrs.mtime_nsec,
+        };
+        self.insert(e.path, entry);
     }
 
     /// Adds what a listing (or a pulling client's index) says is there.
@@ -65,7 +77,7 @@ impl DestIndex {
             mtime_sec: e.mtime_sec,
             mtime_nsec: e.mtime_nsec,
         };
-        self.entries.insert(e.path, entry);
+        self.insert(e.path, entry);
     }
 
     pub fn len(&self) -> usize {
@@ -74,7 +86,11 @@ impl DestIndex {
 
     /// Decides for one scanned source entry.
     pub fn verdict(&self, e: &ScanEntry, rule: SkipRule) -> Verdict {
-        if e.kind != EntryType::File || e.error.is_some() || rule == SkipRule::Never {
+        if e.kind != EntryType::File
+            || e.error.is_some()
+            || rule == SkipRule::Never
+            || self.entries.is_empty()
+        {
             return Verdict::Send;
         }
         let Some(d) = self.entries.get(&e.path) else {

@@ -55,6 +55,37 @@ pub struct Skip {
     pub counts: Arc<SkipCounts>,
 }
 
+impl Skip {
+    /// Waits for the index (see [`Skip::index`]).
+    fn resolve(self) -> (DestIndex, SkipRule, Arc<SkipCounts>) {
+        let index = (self.index)().unwrap_or_else(|e| {
+            tracing::warn!(%e, "cannot list the destination: sending everything");
+            DestIndex::default()
+        });
+        (index, self.rule, self.counts)
+    }
+}
+
+/// Plans one scanned entry, leaving out what `skip` says the destination has.
+fn plan_entry(
+    planner: &mut Planner,
+    skip: Option<&(DestIndex, SkipRule, Arc<SkipCounts>)>,
+    entry: sprat_store::ScanEntry,
+    emit: &mut impl FnMut(BatchPlan),
+) {
+    let Some((index, rule, counts)) = skip else {
+        return planner.push(entry, emit);
+    };
+    match index.verdict(&entry, *rule) {
+        Verdict::Send => planner.push(entry, emit),
+        Verdict::Skip => counts.skipped(entry.size),
+        Verdict::FixAttrs => {
+            counts.fixed(entry.size);
+            planner.push_attrs(entry, emit)
+        }
+    }
+}
+
 /// Starts scanning and reading `source`, leaving out of a directory's files what `skip` says
 /// the destination has.
 pub fn start(
@@ -96,32 +127,12 @@ pub fn start(
                                 threads: options.scan_threads,
                                 ..ScanOptions::default()
                             };
-                            let skip = skip.map(|s| {
-                                let index = match (s.index)() {
-                                    Ok(index) => index,
-                                    Err(e) => {
-                                        tracing::warn!(%e, "cannot list the destination: sending everything");
-                                        DestIndex::default()
-                                    }
-                                };
-                                (index, s.rule, s.counts)
-                            });
+                            let skip = skip.map(Skip::resolve);
                             std::thread::scope(|inner| {
                                 inner.spawn(move || sprat_store::scan(root, scan_options, scan_tx));
                                 for listing in scan_rx {
                                     for entry in listing {
-                                        let Some((index, rule, counts)) = &skip else {
-                                            planner.push(entry, &mut emit);
-                                            continue;
-                                        };
-                                        match index.verdict(&entry, *rule) {
-                                            Verdict::Send => planner.push(entry, &mut emit),
-                                            Verdict::Skip => counts.skipped(entry.size),
-                                            Verdict::FixAttrs => {
-                                                counts.fixed(entry.size);
-                                                planner.push_attrs(entry, &mut emit)
-                                            }
-                                        }
+                                        plan_entry(&mut planner, skip.as_ref(), entry, &mut emit);
                                     }
                                     if receivers_gone.get() {
                                         // Nobody reads any more: stop the scan too.

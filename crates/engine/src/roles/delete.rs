@@ -104,7 +104,7 @@ pub(crate) fn delete_extras(
                 path: relpath::join(path, rel),
                 recursive: true,
             };
-            let mut conn = net_request(addr, key, remove(&extra[0]))?;
+            let mut conn = remote::request(addr, key, remove(&extra[0]))?;
             for rel in &extra[1..] {
                 conn.send(&Message::Request(remove(rel)))?;
             }
@@ -122,14 +122,6 @@ pub(crate) fn delete_extras(
         }
     }
     Ok((removed, failures))
-}
-
-fn net_request(
-    addr: &str,
-    key: Option<&TokenKey>,
-    req: Request,
-) -> Result<crate::net::Conn, TransferError> {
-    crate::net::connect(addr, key, &Message::Request(req))
 }
 
 #[cfg(test)]

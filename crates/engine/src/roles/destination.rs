@@ -6,7 +6,7 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::{DestEntry, DestIndex, SkipRule};
+use crate::pipeline::skip::{DestIndex, SkipRule};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
@@ -120,16 +120,7 @@ pub(crate) fn local_index(
     options: &TransferOptions,
 ) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default();
-    scan_local(dst, options, |e| {
-        let entry = DestEntry {
-            is_file: e.kind == EntryType::File,
-            size: e.size,
-            mode: e.attrs.mode,
-            mtime_sec: e.attrs.mtime_sec,
-            mtime_nsec: e.attrs.mtime_nsec,
-        };
-        index.insert(e.path, entry);
-    })?;
+    scan_local(dst, options, |e| index.insert_scanned(e))?;
     Ok(index)
 }
 

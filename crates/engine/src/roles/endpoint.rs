@@ -113,27 +113,22 @@ fn copy_only(
                 addr: dst_addr,
                 path: dst_path,
             },
-        ) if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) => Err(
-            TransferError::Usage(format!("destination '{dst}' is the source or inside it")),
-        ),
-        (
-            Endpoint::Remote {
-                addr: src_addr,
-                path: src_path,
-            },
-            Endpoint::Remote {
-                addr: dst_addr,
-                path: dst_path,
-            },
-        ) => super::remote::third_party(
-            src_addr,
-            src_path,
-            dst_addr,
-            dst_path,
-            key,
-            options,
-            src.to_string(),
-            dst.to_string(),
-        ),
+        ) => {
+            if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) {
+                return Err(TransferError::Usage(format!(
+                    "destination '{dst}' is the source or inside it"
+                )));
+            }
+            super::remote::third_party(
+                src_addr,
+                src_path,
+                dst_addr,
+                dst_path,
+                key,
+                options,
+                src.to_string(),
+                dst.to_string(),
+            )
+        }
     }
 }

@@ -12,7 +12,11 @@ use sprat_proto::Message;
 use std::time::{Duration, Instant};
 
 /// Sends `req` to the server at `addr` and returns the connection to read the reply from.
-fn request(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<Conn, TransferError> {
+pub(crate) fn request(
+    addr: &str,
+    key: Option<&TokenKey>,
+    req: Request,
+) -> Result<Conn, TransferError> {
     net::connect(addr, key, &Message::Request(req))
 }
 

@@ -23,7 +23,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
-use sprat_proto::session::{Direction, CLIENT_AUTH_TIMEOUT, JOIN_PATIENCE};
+use sprat_proto::session::{Direction, JOIN_PATIENCE};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
 use std::net::{SocketAddr, TcpListener};
@@ -243,8 +243,8 @@ impl Served {
     /// Refuses what the connection asked for: the machine drops what still arrives, and the
     /// socket lingers so that the client reads why (see [`Conn::refuse`]).
     fn refuse(&mut self, code: ErrorCode, text: String) {
-        self.machine.refuse(code, text.clone());
-        self.conn.refuse(code, text);
+        let error = self.machine.refuse(code, text);
+        self.conn.refuse_with(&error);
     }
 
     /// Refuses with the error of its store.
@@ -334,11 +334,8 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         }
     };
     let mut served = Served { conn, machine };
-    // The first message travels with the authentication; it says what the connection is for.
-    let _ = served
-        .conn
-        .stream
-        .set_read_timeout(Some(CLIENT_AUTH_TIMEOUT));
+    // The first message travels with the authentication; it says what the connection is for
+    // (read under the machine's deadline, which `accept` set).
     let first = served.conn.recv_control_raw();
     shared.handshaking.fetch_sub(1, Ordering::SeqCst);
     let Ok(first) = first else { return };
