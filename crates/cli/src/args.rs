@@ -292,6 +292,18 @@ pub struct CpArgs {
     /// With --dry-run, list it as `delete PATH`.
     #[arg(long)]
     pub delete: bool,
+    /// A session whose connections move no byte for this long is taken as stalled: its
+    /// connections are closed and the transfer runs again (see --retry-for). `0s`: never.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::units::duration)]
+    pub stall_timeout: std::time::Duration,
+    /// When connections are lost, reset or stalled, or the server goes away (a restart, a
+    /// lost link), run the transfer again, waiting 1 s, 2 s, 4 s ... (at most 60 s) between
+    /// runs, for this long in all; each run sends only what is not at the destination yet
+    /// (complete files are skipped, a large file cut in the middle resumes). Then exit 6.
+    /// `0s`: no retries. A server that cannot be reached at all on the first run is
+    /// reported at once (exit 4).
+    #[arg(long, value_name = "DURATION", default_value = "10min", value_parser = crate::units::long_duration)]
+    pub retry_for: std::time::Duration,
     #[command(flatten)]
     pub tuning: Tuning,
 }

@@ -133,6 +133,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
         },
         skip: SkipRule::QuickCheck,
         delete: false,
+        ..TransferOptions::default()
     }
 }
 
@@ -201,6 +202,8 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
         (false, false) => SkipRule::QuickCheck,
     };
     options.delete = a.delete;
+    options.stall_timeout = a.stall_timeout;
+    options.retry_for = a.retry_for;
     if a.dry_run {
         return dry_run(&src, &dst, key.as_ref(), &options, a.json);
     }

@@ -119,25 +119,47 @@ pub fn size(text: &str) -> Result<u64, UnitError> {
 /// Longest duration any option takes.
 const MAX_DURATION: Duration = Duration::from_secs(3600);
 
-/// A duration with its unit: `ns`, `us` (or `µs`), `ms` or `s`, at most an hour. `0` needs
-/// no unit.
+/// A duration with its unit: `ns`, `us` (or `µs`), `ms`, `s`, `min` or `h`, at most an hour.
+/// `0` needs no unit.
 pub fn duration(text: &str) -> Result<Duration, UnitError> {
-    const EXAMPLE: &str = "100us, 15ms, 2s";
+    duration_within(text, MAX_DURATION, "at most 1 hour")
+}
+
+/// Longest [`long_duration`].
+const MAX_LONG_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A duration as [`duration`], up to 30 days (how long a transfer keeps trying, for one).
+pub fn long_duration(text: &str) -> Result<Duration, UnitError> {
+    duration_within(text, MAX_LONG_DURATION, "at most 30 days")
+}
+
+fn duration_within(text: &str, max: Duration, range: &'static str) -> Result<Duration, UnitError> {
+    const EXAMPLE: &str = "100us, 15ms, 2s, 10min, 2h";
     let (n, unit) = number_and_unit(text, "duration", EXAMPLE)?;
     let per_second = match unit.as_str() {
         "ns" => 1e9,
         "us" | "µs" => 1e6,
         "ms" => 1e3,
         "s" => 1.0,
+        "min" => 1.0 / 60.0,
+        "h" => 1.0 / 3600.0,
         "" if n == 0.0 => 1.0,
-        other => return Err(bad_unit(text, other, "time", "ns, us, ms, s", EXAMPLE)),
+        other => {
+            return Err(bad_unit(
+                text,
+                other,
+                "time",
+                "ns, us, ms, s, min, h",
+                EXAMPLE,
+            ))
+        }
     };
     let secs = n / per_second;
-    if secs > MAX_DURATION.as_secs_f64() {
+    if secs > max.as_secs_f64() {
         return Err(UnitError::OutOfRange {
             text: text.to_string(),
             what: "duration",
-            range: "at most 1 hour",
+            range,
         });
     }
     Ok(Duration::from_secs_f64(secs))
@@ -226,7 +248,14 @@ mod tests {
         assert_eq!(duration("50ns"), Ok(Duration::from_nanos(50)));
         assert_eq!(duration("0"), Ok(Duration::ZERO));
         assert!(matches!(duration("15"), Err(UnitError::NoUnit { .. })));
-        assert!(matches!(duration("5h"), Err(UnitError::UnknownUnit { .. })));
+        assert!(matches!(duration("5d"), Err(UnitError::UnknownUnit { .. })));
+        assert_eq!(duration("10min"), Ok(Duration::from_secs(600)));
+        assert!(matches!(duration("2h"), Err(UnitError::OutOfRange { .. })));
+        assert_eq!(long_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(matches!(
+            long_duration("800h"),
+            Err(UnitError::OutOfRange { .. })
+        ));
         assert!(matches!(
             duration("7200s"),
             Err(UnitError::OutOfRange { .. })
@@ -238,7 +267,7 @@ mod tests {
         let no_unit = duration("15").map_err(|e| e.to_string());
         assert_eq!(
             no_unit,
-            Err("'15' has no unit; say which (e.g. 100us, 15ms, 2s)".to_string())
+            Err("'15' has no unit; say which (e.g. 100us, 15ms, 2s, 10min, 2h)".to_string())
         );
     }
 

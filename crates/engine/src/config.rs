@@ -3,6 +3,7 @@
 pub use crate::pipeline::skip::SkipRule;
 pub use sprat_store::batch_read::{IoBackend, ReadOrder};
 pub use sprat_store::write::PublishChoice;
+use std::time::Duration;
 
 /// An option out of its range: which option, and the whole message (that names it too).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +46,17 @@ pub struct TransferOptions {
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
     pub delete: bool,
+    /// A session whose connections move no byte for this long is failed as stalled (zero:
+    /// never).
+    pub stall_timeout: Duration,
+    /// How long a transfer that lost its connection keeps trying again (zero: no retries).
+    pub retry_for: Duration,
 }
+
+/// Default of [`TransferOptions::stall_timeout`].
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of [`TransferOptions::retry_for`].
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(600);
 
 /// Upper bound on batch and chunk sizes (keeps every frame below the protocol's limit).
 pub const MAX_BATCH_SIZE: u64 = 64 << 20;
@@ -79,6 +90,8 @@ impl Default for TransferOptions {
             publish: PublishChoice::Auto,
             skip: SkipRule::QuickCheck,
             delete: false,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            retry_for: DEFAULT_RETRY_FOR,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! Exit codes (documented in the README): 0 everything arrived and verified; 1 the transfer
 //! finished but some files failed; 2 usage or bad input (missing source, bad option); 3
 //! authentication failed; 4 connection error (no server, connection lost, protocol violation);
-//! 5 fatal I/O error (destination unwritable, disk full, read-only server).
+//! 5 fatal I/O error (destination unwritable, disk full, read-only server); 6 the transfer
+//! kept failing on connection errors and gave up after `--retry-for`.
 
 use sprat_proto::ErrorCode;
 use sprat_store::StoreError;
@@ -23,6 +24,17 @@ pub enum TransferError {
     },
     #[error("connection to {peer} lost: {why}")]
     ConnectionLost { peer: String, why: String },
+    #[error("no progress from {peer} for {} s (--stall-timeout)", .after.as_secs())]
+    Stalled {
+        peer: String,
+        after: std::time::Duration,
+    },
+    #[error("gave up after {attempts} attempts in {} s (--retry-for): {last}", .after.as_secs())]
+    GaveUp {
+        attempts: u32,
+        after: std::time::Duration,
+        last: Box<TransferError>,
+    },
     #[error("protocol error from {peer}: {why}")]
     Protocol { peer: String, why: String },
     #[error("server {peer}: {text}")]
@@ -50,7 +62,9 @@ impl TransferError {
             TransferError::Auth { .. } => 3,
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
+            | TransferError::Stalled { .. }
             | TransferError::Protocol { .. } => 4,
+            TransferError::GaveUp { .. } => 6,
             TransferError::Remote { code, .. } => match code {
                 ErrorCode::AuthFailed => 3,
                 ErrorCode::NotFound | ErrorCode::BadRequest => 2,
@@ -59,6 +73,22 @@ impl TransferError {
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
             TransferError::Store(_) | TransferError::Local(_) => 5,
+        }
+    }
+
+    /// Whether running the transfer again may succeed: the connection was lost, stalled,
+    /// refused or corrupted on the way. Refusals by the server (authentication, a read-only
+    /// root, a full disk) and local errors are not retried.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            TransferError::Connect { .. }
+            | TransferError::ConnectionLost { .. }
+            | TransferError::Stalled { .. }
+            | TransferError::Protocol { .. } => true,
+            TransferError::Remote { code, .. } => {
+                matches!(code, ErrorCode::Protocol | ErrorCode::UnknownSession)
+            }
+            _ => false,
         }
     }
 }

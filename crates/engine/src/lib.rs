@@ -20,9 +20,10 @@ pub use config::TransferOptions;
 pub use error::TransferError;
 pub use report::Report;
 pub use roles::dry_run::{dry_run, Action, DryRun};
-pub use roles::endpoint::{copy, Endpoint};
+pub use roles::endpoint::{copy, copy_retrying, Endpoint};
 pub use roles::push::{push_input, PushInput};
 pub use roles::remote;
+pub use roles::retry::Notice as RetryNotice;
 pub use roles::server::{Server, ServerConfig};
 
 // What the cli and the measurement tools need from the layers below, so that they import the

@@ -14,6 +14,8 @@ use sprat_proto::session::{
 use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
 use std::io::{IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 /// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
 /// cannot send faster does not take more batches into its socket while other streams could
@@ -35,6 +37,36 @@ pub struct Conn {
     pub peer: String,
     /// Round trip estimated from the handshake (client side; `None` elsewhere), see [`dial`].
     pub rtt: Option<Duration>,
+    /// Bytes read and written on this socket so far, by every handle on it: what the stall
+    /// watchdog (`session::stall`) looks at, counted per system call so that a slow link
+    /// still shows progress within a large batch.
+    moved: Arc<AtomicU64>,
+}
+
+/// A socket read or written through, counting the bytes moved.
+struct Metered<'a> {
+    stream: &'a TcpStream,
+    moved: &'a AtomicU64,
+}
+
+impl Read for Metered<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.stream).read(buf)?;
+        self.moved.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+impl Write for Metered<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.stream).write(buf)?;
+        self.moved.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Conn {
@@ -44,6 +76,19 @@ impl Conn {
             stream,
             peer,
             rtt: None,
+            moved: Arc::default(),
+        }
+    }
+
+    /// Bytes read and written on this socket so far (by every handle on it).
+    pub fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    fn metered(&self) -> Metered<'_> {
+        Metered {
+            stream: &self.stream,
+            moved: &self.moved,
         }
     }
 
@@ -53,6 +98,7 @@ impl Conn {
             stream: self.stream.try_clone().map_err(|e| self.lost(e))?,
             peer: self.peer.clone(),
             rtt: self.rtt,
+            moved: self.moved.clone(),
         })
     }
 
@@ -96,7 +142,7 @@ impl Conn {
 
     pub fn send(&mut self, msg: &Message) -> Result<(), TransferError> {
         let bytes = msg.encode();
-        self.stream.write_all(&bytes).map_err(|e| self.lost(e))
+        self.metered().write_all(&bytes).map_err(|e| self.lost(e))
     }
 
     /// Sends a batch frame: prefix, entry headers and data, without joining them in memory.
@@ -111,7 +157,10 @@ impl Conn {
         while !slices.is_empty() {
             match self.stream.write_vectored(slices) {
                 Ok(0) => return Err(self.lost(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Ok(n) => {
+                    self.moved.fetch_add(n as u64, Ordering::Relaxed);
+                    IoSlice::advance_slices(&mut slices, n)
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.lost(e)),
             }
@@ -127,7 +176,7 @@ impl Conn {
 
     fn recv_frame(&mut self, allow_batch: bool) -> Result<Frame, TransferError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        self.stream
+        self.metered()
             .read_exact(&mut header)
             .map_err(|e| self.lost(e))?;
         let started = Instant::now();
@@ -136,7 +185,7 @@ impl Conn {
             return Err(self.protocol("unexpected batch".into()));
         }
         let mut payload = Vec::with_capacity(header.len as usize);
-        (&mut self.stream)
+        self.metered()
             .take(header.len as u64)
             .read_to_end(&mut payload)
             .map_err(|e| self.lost(e))?;
@@ -163,7 +212,7 @@ impl Conn {
     /// Sends several messages in one write.
     pub fn send_all(&mut self, msgs: &[Message]) -> Result<(), TransferError> {
         let bytes: Vec<u8> = msgs.iter().flat_map(|m| m.encode()).collect();
-        self.stream.write_all(&bytes).map_err(|e| self.lost(e))
+        self.metered().write_all(&bytes).map_err(|e| self.lost(e))
     }
 
     /// Reads the next frame, which must be a control message (an `Error` becomes an error).

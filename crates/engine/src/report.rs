@@ -80,6 +80,10 @@ pub struct Report {
     /// Entries removed from the destination because the source does not have them
     /// (`--delete`; a directory counts once, with everything below it).
     pub deleted: u64,
+    /// Runs of the transfer it took (more than 1 when connections were lost and the transfer
+    /// was started again, see `--retry-for`); the counts are those of the last run, in which
+    /// what earlier runs wrote counts as up to date.
+    pub attempts: u32,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// Network measurements and choices (transfers over the network only).
@@ -175,6 +179,7 @@ impl Report {
             attrs_fixed: 0,
             bytes_not_sent: 0,
             deleted: 0,
+            attempts: 1,
             failures: counts.failures.clone(),
             path: None,
         }
@@ -238,6 +243,13 @@ impl fmt::Display for Report {
                 self.up_to_date + self.attrs_fixed,
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)
+            )?;
+        }
+        if self.attempts > 1 {
+            writeln!(
+                f,
+                "  completed on attempt {} (connections were lost and the transfer resumed)",
+                self.attempts
             )?;
         }
         if self.deleted > 0 {

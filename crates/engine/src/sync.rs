@@ -45,6 +45,11 @@ impl Abort {
         lock(&self.error).take()
     }
 
+    /// Bytes moved so far on every registered connection (see `session::stall`).
+    pub(crate) fn moved(&self) -> u64 {
+        lock(&self.conns).iter().map(Conn::moved).sum()
+    }
+
     /// Adds a handle on `conn` to those a failure shuts down.
     pub(crate) fn watch(&self, conn: &Conn) {
         if let Ok(c) = conn.try_clone() {

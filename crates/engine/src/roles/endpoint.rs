@@ -74,7 +74,33 @@ pub fn copy(
     key: Option<&TokenKey>,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
+    copy_retrying(src, dst, key, options, &mut |notice| {
+        eprintln!("sprat: {notice}")
+    })
+}
+
+/// [`copy`], telling `notify` of each failed attempt that is followed by another (see
+/// [`super::retry`]).
+pub fn copy_retrying(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+    notify: &mut dyn FnMut(&super::retry::Notice),
+) -> Result<Report, TransferError> {
     options.validate()?;
+    super::retry::retrying(options.retry_for, notify, || {
+        copy_once(src, dst, key, options)
+    })
+}
+
+/// One attempt of a copy.
+fn copy_once(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: Option<&TokenKey>,
+    options: &TransferOptions,
+) -> Result<Report, TransferError> {
     // Extras go before the copy (only what the source does not have at all), so that the
     // copy's last pass sets the attributes of the directories they were in.
     let (deleted, failures) = if options.delete {

@@ -14,4 +14,5 @@ pub(crate) mod pull;
 pub(crate) mod push;
 pub mod remote;
 pub(crate) mod requests;
+pub mod retry;
 pub(crate) mod server;
