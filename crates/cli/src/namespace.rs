@@ -31,6 +31,7 @@ fn kind_name(k: NsKind) -> &'static str {
         NsKind::Dir => "directory",
         NsKind::Symlink => "symlink",
         NsKind::Special => "special",
+        NsKind::Partial => "partial",
     }
 }
 
@@ -42,6 +43,7 @@ fn mode_string(e: &NsEntry) -> String {
         NsKind::Symlink => 'l',
         NsKind::File => '-',
         NsKind::Special => '?',
+        NsKind::Partial => 'p',
     });
     let m = e.mode;
     for (shift, special, lower, upper) in [

@@ -279,6 +279,15 @@ fn kill_server_once_data_flows(srv: &mut Server, client: &mut SpratChild, watch:
 /// (it had the chance to clean up; a SIGKILLed server had not).
 fn leftover_failures(src: &Path, dst: &Path, writer_survived: bool) -> Vec<String> {
     let (mut failures, strays) = partial_copy_violations(src, dst);
+    // Partial large files and their journals stay, under hidden names, for the next run to
+    // resume (`sprat_store::partial`); nothing else may.
+    let strays: Vec<_> = strays
+        .into_iter()
+        .filter(|s| {
+            let s = format!("{s:?}");
+            !(s.contains(".sprat-part\"") || s.contains(".sprat-part.log\""))
+        })
+        .collect();
     if !strays.is_empty() {
         let msg = format!(
             "{} entries under names not in the source were left in {dst:?}, e.g. {:?}",
@@ -342,7 +351,12 @@ fn push_when_server_dies_mid_transfer_exits_4() {
     let root = t.path().join("root");
     let mut srv = server(&root);
     let peer = srv.addr().to_string();
-    let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &[], &src, srv.url("dst")), &[]);
+    let no_retry = ["--retry-for", "0s"];
+    let mut client = spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &no_retry, &src, srv.url("dst")),
+        &[],
+    );
     kill_server_once_data_flows(&mut srv, &mut client, &root);
     let out = client.wait_or_panic(Duration::from_secs(30));
     let failures = dropped_connection_failures(&out, &peer, &src, &root.join("dst"), false);
@@ -365,7 +379,12 @@ fn pull_when_server_dies_mid_transfer_exits_4() {
     let mut srv = server(&root);
     let peer = srv.addr().to_string();
     let dst = t.path().join("dst");
-    let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &[], srv.url("src"), &dst), &[]);
+    let no_retry = ["--retry-for", "0s"];
+    let mut client = spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &no_retry, srv.url("src"), &dst),
+        &[],
+    );
     kill_server_once_data_flows(&mut srv, &mut client, &dst);
     let out = client.wait_or_panic(Duration::from_secs(30));
     let failures = dropped_connection_failures(&out, &peer, &src, &dst, true);
@@ -392,10 +411,11 @@ fn cut_then_rerun(pull: bool) {
     let mut srv = server(&root);
     let relay = Relay::start_cutting_after(srv.addr(), 4 << 20);
     let peer = relay.addr().to_string();
+    let no_retry = ["--retry-for", "0s"];
     let args = if pull {
-        cp_args(Some(&srv), &[], relay.url("src"), &dst)
+        cp_args(Some(&srv), &no_retry, relay.url("src"), &dst)
     } else {
-        cp_args(Some(&srv), &[], &src, relay.url("dst"))
+        cp_args(Some(&srv), &no_retry, &src, relay.url("dst"))
     };
     let out = run_sprat(bin(), args, &[]);
     assert!(

@@ -110,7 +110,15 @@ pub enum NsKind {
     Dir,
     Symlink,
     Special,
+    /// A large file an interrupted transfer left incomplete, kept (under hidden names) for
+    /// the next run to resume: `path` is the file's final path, `size`, `mtime_*` are the
+    /// source file's it is a copy of, and `target` holds the byte ranges present (pairs of
+    /// little-endian u64 offset and length, at most [`MAX_PARTIAL_RANGES`]).
+    Partial,
 }
+
+/// Most ranges a [`NsKind::Partial`] entry lists.
+pub const MAX_PARTIAL_RANGES: usize = 256;
 
 /// One entry of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,6 +337,7 @@ impl NsKind {
             NsKind::Dir => 2,
             NsKind::Symlink => 3,
             NsKind::Special => 4,
+            NsKind::Partial => 5,
         }
     }
     fn from_u8(v: u8) -> Result<NsKind, DecodeError> {
@@ -337,6 +346,7 @@ impl NsKind {
             2 => Ok(NsKind::Dir),
             3 => Ok(NsKind::Symlink),
             4 => Ok(NsKind::Special),
+            5 => Ok(NsKind::Partial),
             other => Err(DecodeError::Unknown {
                 what: "entry type",
                 value: other as u64,

@@ -15,6 +15,7 @@ pub mod compare;
 pub mod error;
 pub mod limit;
 pub mod namespace;
+pub mod partial;
 pub mod read;
 pub mod relpath;
 pub mod root;

@@ -16,6 +16,7 @@
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
+use crate::partial::{self, Coverage, Identity, Record};
 use crate::root::{escape_error, Root};
 use crate::sync::{lock, unpoisoned};
 use rustix::fs::{
@@ -106,19 +107,26 @@ fn umask_is_zero() -> bool {
         .unwrap_or(false)
 }
 
-/// A large file being assembled from chunks.
+/// A large file being assembled from chunks, in its partial file (see [`crate::partial`]).
 struct LargeFile {
     dir: OwnedFd,
-    /// The hidden name while it is written (`None`: an unnamed `O_TMPFILE` inode).
-    temp: Option<Vec<u8>>,
+    /// The partial file's hidden name, and its journal's.
+    part: Vec<u8>,
+    log_name: Vec<u8>,
     name: Vec<u8>,
     fd: OwnedFd,
+    /// The journal, opened for appending.
+    log: OwnedFd,
+    size: u64,
     state: Mutex<LargeState>,
 }
 
 struct LargeState {
-    remaining: u64,
+    /// The ranges written (or found written and verified) so far.
+    coverage: Coverage,
     failed: bool,
+    /// A chunk has completed the file (it is being, or has been, put in place).
+    published: bool,
 }
 
 /// What a chunk write achieved.
@@ -416,21 +424,15 @@ impl TreeWriter {
         errors
     }
 
-    /// Number of large files still waiting for chunks.
+    /// Number of large files still waiting for chunks (their partial files stay, for a
+    /// later run to resume).
     pub fn incomplete_files(&self) -> usize {
         lock(&self.large).len()
     }
-}
 
-impl Drop for TreeWriter {
-    /// Removes the temporary files of large files that never completed.
-    fn drop(&mut self) {
-        let large = std::mem::take(&mut *lock(&self.large));
-        for (_, file) in large {
-            if let Some(temp) = &file.temp {
-                let _ = unlinkat(&file.dir, OsStr::from_bytes(temp), AtFlags::empty());
-            }
-        }
+    /// The paths of the large files still waiting for chunks.
+    pub fn incomplete_paths(&self) -> Vec<Vec<u8>> {
+        lock(&self.large).keys().cloned().collect()
     }
 }
 
@@ -581,7 +583,11 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
 
-    /// Writes one chunk of a large file; the file is renamed into place by its last chunk.
+    /// Writes one chunk of a large file (`hash`: the xxh3-128 of `data`, already verified),
+    /// into the file's partial file, and records it in the journal; the chunk that completes
+    /// the file (with those found in a partial file left by an earlier run) renames it into
+    /// place; so does the first chunk of a file an earlier run wrote whole but did not put
+    /// in place.
     pub fn write_chunk(
         &mut self,
         path: &[u8],
@@ -589,54 +595,56 @@ impl WriterCursor<'_> {
         file_size: u64,
         offset: u64,
         data: &[u8],
+        hash: u128,
     ) -> Result<ChunkOutcome, StoreError> {
         let writer = self.writer;
+        let len = data.len() as u64;
+        if offset.checked_add(len).is_none_or(|end| end > file_size) {
+            return Err(StoreError::other(
+                "write",
+                path,
+                "a chunk reaches beyond the file's size",
+            ));
+        }
         let file = {
             let mut large = lock(&writer.large);
             match large.get(path) {
-                Some(f) => f.clone(),
+                Some(f) if f.size == file_size => f.clone(),
+                Some(_) => {
+                    return Err(StoreError::other(
+                        "write",
+                        path,
+                        "chunks of one file disagree on its size",
+                    ))
+                }
                 None => {
                     let target = writer.target(path)?;
                     let (dir, name) = self.parent(target)?;
-                    let (fd, temp) = writer.create_pending(dir, name, path, 0o600)?;
-                    let dir = dir
-                        .try_clone()
-                        .map_err(|e| StoreError::new("open directory", path, e))?;
-                    let f = Arc::new(LargeFile {
-                        dir,
-                        temp,
-                        name: name.to_vec(),
-                        fd,
-                        state: Mutex::new(LargeState {
-                            remaining: file_size,
-                            failed: false,
-                        }),
-                    });
-                    if let Err(e) = preallocate(&f.fd, file_size) {
-                        if let Some(temp) = &f.temp {
-                            let _ = unlinkat(&f.dir, os(temp), AtFlags::empty());
-                        }
-                        return Err(StoreError::new("allocate", path, e));
-                    }
+                    let id = Identity {
+                        size: file_size,
+                        mtime_sec: attrs.mtime_sec,
+                        mtime_nsec: attrs.mtime_nsec,
+                    };
+                    let f = Arc::new(open_large(dir, name, path, id)?);
                     large.insert(path.to_vec(), f.clone());
                     f
                 }
             }
         };
         let fail = |e: StoreError| {
-            let mut large = lock(&writer.large);
-            let mut st = lock(&file.state);
-            if !st.failed {
-                st.failed = true;
-                large.remove(path);
-                if let Some(temp) = &file.temp {
-                    let _ = unlinkat(&file.dir, os(temp), AtFlags::empty());
-                }
-            }
+            // The partial file and its journal stay: what they record was verified, and a
+            // later run resumes from there (a full disk, a lost connection).
+            lock(&file.state).failed = true;
+            lock(&writer.large).remove(path);
             e
         };
-        write_all_at(&file.fd, data, offset)
-            .map_err(|e| fail(StoreError::new("write", path, e)))?;
+        if len > 0 {
+            write_all_at(&file.fd, data, offset)
+                .map_err(|e| fail(StoreError::new("write", path, e)))?;
+            let record = partial::encode_record(&Record { offset, len, hash });
+            write_all(&file.log, &record)
+                .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;
+        }
         let done = {
             let mut st = lock(&file.state);
             if st.failed {
@@ -646,17 +654,20 @@ impl WriterCursor<'_> {
                     "an earlier chunk of this file failed",
                 ));
             }
-            st.remaining = st.remaining.saturating_sub(data.len() as u64);
-            st.remaining == 0
+            st.coverage.add(offset, len);
+            // Only one chunk completes the file.
+            let done = !st.published && st.coverage.is_complete(file_size);
+            st.published |= done;
+            done
         };
         if !done {
             return Ok(ChunkOutcome::Partial);
         }
         finish_file(&file.fd, attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        writer
-            .publish(&file.fd, &file.dir, file.temp.as_deref(), &file.name)
+        rename_into_place(&file.dir, &file.part, &file.name)
             .map_err(|e| fail(StoreError::new("put in place", path, e)))?;
+        let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
         Ok(ChunkOutcome::Completed)
     }
@@ -744,6 +755,126 @@ fn preallocate(fd: &OwnedFd, size: u64) -> Result<(), Errno> {
     }
 }
 
+/// Opens the partial file of `name` in `dir` for a file of identity `id`: the one an earlier
+/// run left, with the ranges its journal records and that still hash as recorded, if its
+/// journal is for the same file at the source; a new one otherwise.
+fn open_large(
+    dir: &OwnedFd,
+    name: &[u8],
+    path: &[u8],
+    id: Identity,
+) -> Result<LargeFile, StoreError> {
+    let part = partial::part_name(name);
+    let log_name = partial::log_name(name);
+    let opened = partial::read_log(dir, &log_name)
+        .filter(|(found, _)| *found == id)
+        .and_then(|(_, records)| {
+            let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = openat(dir, os(&part), flags, Mode::empty()).ok()?;
+            let st = rustix::fs::fstat(&fd).ok()?;
+            let ok = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                && st.st_size as u64 == id.size;
+            if !ok {
+                return None;
+            }
+            let log_flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let log = openat(dir, os(&log_name), log_flags, Mode::empty()).ok()?;
+            let (good, coverage) = verified(&records, &fd);
+            if good.len() < records.len() {
+                // Records whose bytes no longer hash as recorded are dropped from the journal,
+                // so that the next listing does not offer them as present.
+                let mut fresh = partial::encode_header(&id);
+                for r in &good {
+                    fresh.extend_from_slice(&partial::encode_record(r));
+                }
+                ftruncate(&log, 0).ok()?;
+                write_all(&log, &fresh).ok()?;
+            }
+            Some((fd, log, coverage))
+        });
+    let (fd, log, coverage) = match opened {
+        Some(found) => found,
+        None => {
+            for stale in [&part, &log_name] {
+                let _ = unlinkat(dir, os(stale), AtFlags::empty());
+            }
+            let create =
+                OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = openat(dir, os(&part), create, Mode::from_raw_mode(0o600))
+                .map_err(|e| StoreError::new("create", path, e))?;
+            let cleanup = || {
+                let _ = unlinkat(dir, os(&part), AtFlags::empty());
+                let _ = unlinkat(dir, os(&log_name), AtFlags::empty());
+            };
+            preallocate(&fd, id.size)
+                .map_err(|e| StoreError::new("allocate", path, e))
+                .inspect_err(|_| cleanup())?;
+            let log_flags = OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC;
+            let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
+                .and_then(|log| write_all(&log, &partial::encode_header(&id)).map(|()| log))
+                .map_err(|e| StoreError::new("create the journal of", path, e))
+                .inspect_err(|_| cleanup())?;
+            (fd, log, Coverage::default())
+        }
+    };
+    let dir = dir
+        .try_clone()
+        .map_err(|e| StoreError::new("open directory", path, e))?;
+    Ok(LargeFile {
+        dir,
+        part,
+        log_name,
+        name: name.to_vec(),
+        fd,
+        log,
+        size: id.size,
+        state: Mutex::new(LargeState {
+            coverage,
+            failed: false,
+            published: false,
+        }),
+    })
+}
+
+/// The records whose bytes in `fd` still hash as recorded, and the ranges they cover: what
+/// a resumed file keeps (a range damaged since, or never flushed before a crash, is written
+/// again).
+fn verified(records: &[Record], fd: &OwnedFd) -> (Vec<Record>, Coverage) {
+    let mut coverage = Coverage::default();
+    let mut good = Vec::with_capacity(records.len());
+    let mut buf = Vec::new();
+    for r in records {
+        let Ok(len) = usize::try_from(r.len) else {
+            continue;
+        };
+        buf.resize(len, 0);
+        let read = rustix::io::pread(fd, &mut buf[..], r.offset);
+        if read.is_ok_and(|n| n == len) && crate::attrs::checksum(&buf) == r.hash {
+            coverage.add(r.offset, r.len);
+            good.push(*r);
+        }
+    }
+    (good, coverage)
+}
+
+/// Appends `data` to `fd` (opened with `O_APPEND`).
+fn write_all(fd: &OwnedFd, mut data: &[u8]) -> Result<(), Errno> {
+    while !data.is_empty() {
+        match rustix::io::write(fd, data) {
+            Ok(0) => return Err(Errno::NOSPC),
+            Ok(n) => data = &data[n..],
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
     fchmod(fd, Mode::from_raw_mode(attrs.mode))?;
     futimens(fd, &timestamps(attrs))
@@ -800,11 +931,27 @@ mod tests {
         c.make_symlink(b"a/link", b"../nowhere", &attrs(0o777))
             .unwrap();
         assert_eq!(
-            c.write_chunk(b"big", &attrs(0o600), 6, 3, b"def").unwrap(),
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                6,
+                3,
+                b"def",
+                crate::attrs::checksum(b"def")
+            )
+            .unwrap(),
             ChunkOutcome::Partial
         );
         assert_eq!(
-            c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap(),
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                6,
+                0,
+                b"abc",
+                crate::attrs::checksum(b"abc")
+            )
+            .unwrap(),
             ChunkOutcome::Completed
         );
         assert!(writer.finish().is_empty());
@@ -852,7 +999,15 @@ mod tests {
             c.write_file(b"emptydir", &attrs(0o644), b"was a dir")
                 .unwrap();
             c.write_file(b"link", &attrs(0o644), b"was a link").unwrap();
-            c.write_chunk(b"f2", &attrs(0o600), 2, 0, b"ab").unwrap();
+            c.write_chunk(
+                b"f2",
+                &attrs(0o600),
+                2,
+                0,
+                b"ab",
+                crate::attrs::checksum(b"ab"),
+            )
+            .unwrap();
             assert!(writer.finish().is_empty());
             assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"new");
             assert_eq!(
@@ -872,16 +1027,61 @@ mod tests {
     }
 
     #[test]
-    fn incomplete_large_files_leave_nothing_behind() {
+    fn an_incomplete_large_file_is_kept_hidden_and_resumed_by_the_next_writer() {
         let dir = tempfile::tempdir().unwrap();
+        let new_writer = || {
+            TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                .publishing(PublishChoice::Auto)
+        };
+        let sum = crate::attrs::checksum;
         {
-            let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
-                .publishing(PublishChoice::Auto);
+            let writer = new_writer();
             let mut c = writer.cursor();
-            c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap();
+            c.write_chunk(b"big", &attrs(0o600), 9, 0, b"abc", sum(b"abc"))
+                .unwrap();
             assert_eq!(writer.incomplete_files(), 1);
         }
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [".big.sprat-part", ".big.sprat-part.log"],
+            "no final name"
+        );
+        // The next run sends only the rest: the file completes with the kept range.
+        let writer = new_writer();
+        let mut c = writer.cursor();
+        assert_eq!(
+            c.write_chunk(b"big", &attrs(0o600), 9, 6, b"ghi", sum(b"ghi"))
+                .unwrap(),
+            ChunkOutcome::Partial
+        );
+        assert_eq!(
+            c.write_chunk(b"big", &attrs(0o600), 9, 3, b"def", sum(b"def"))
+                .unwrap(),
+            ChunkOutcome::Completed
+        );
+        assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcdefghi");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        // A kept range whose bytes changed since is not trusted: the file stays incomplete.
+        {
+            let writer = new_writer();
+            let mut c = writer.cursor();
+            c.write_chunk(b"b2", &attrs(0o600), 6, 0, b"abc", sum(b"abc"))
+                .unwrap();
+        }
+        std::fs::write(dir.path().join(".b2.sprat-part"), b"xbc\0\0\0").unwrap();
+        let writer = new_writer();
+        let mut c = writer.cursor();
+        assert_eq!(
+            c.write_chunk(b"b2", &attrs(0o600), 6, 3, b"def", sum(b"def"))
+                .unwrap(),
+            ChunkOutcome::Partial
+        );
     }
 
     #[test]

@@ -127,6 +127,44 @@ impl Planner {
         }
     }
 
+    /// Adds a large file the destination has part of (`present`, in a partial file of this
+    /// very source file): only the missing ranges travel, in chunks. When nothing is missing
+    /// its last byte travels again, so that the destination opens the partial file, verifies
+    /// it and puts it in place. Returns the bytes not sent.
+    pub fn push_resumed(
+        &mut self,
+        entry: ScanEntry,
+        present: &sprat_store::partial::Coverage,
+        emit: &mut impl FnMut(BatchPlan),
+    ) -> u64 {
+        let size = entry.size;
+        if size <= self.threshold || size == 0 {
+            self.push(entry, emit);
+            return 0;
+        }
+        let mut missing = present.missing(size);
+        if missing.is_empty() {
+            missing.push((size - 1, 1));
+        }
+        let sent: u64 = missing.iter().map(|&(_, len)| len).sum();
+        let entry = Arc::new(entry);
+        for (start, len) in missing {
+            let end = start + len;
+            let mut offset = start;
+            while offset < end {
+                let len = self.chunk_size_now().min(end - offset);
+                let item = PlanItem::Chunk {
+                    entry: entry.clone(),
+                    offset,
+                    len,
+                };
+                self.add(item, len, emit);
+                offset += len;
+            }
+        }
+        size - sent
+    }
+
     /// Adds a file whose content the destination already has: only its attributes travel.
     pub fn push_attrs(&mut self, entry: ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
         self.add(PlanItem::Attrs(entry), 0, emit)

@@ -199,7 +199,7 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                     continue;
                 }
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_chunk(path, &attrs(meta), *file_size, *offset, data),
+                    Some(c) => c.write_chunk(path, &attrs(meta), *file_size, *offset, data, *hash),
                     // Discarding: the chunk that ends the file counts it.
                     None if *offset + data.len() as u64 >= *file_size => {
                         Ok(ChunkOutcome::Completed)

@@ -7,8 +7,9 @@
 //! nothing and sends everything. Directories and symlinks always travel (they cost no data).
 //! Pure logic, no I/O: the roles build the index.
 
-use sprat_proto::namespace::{NsEntry, NsKind};
+use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
 use sprat_proto::DestCheck;
+use sprat_store::partial::{Coverage, Identity};
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,19 +37,46 @@ pub struct DestEntry {
 }
 
 /// What to do with one source entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Send,
     /// The destination has it already: send nothing.
     Skip,
     /// The destination has its content: set its mode and mtime only.
     FixAttrs,
+    /// The destination has part of it (a partial file an interrupted run left, of the same
+    /// size and mtime): send only the missing ranges.
+    Resume(Coverage),
+}
+
+/// A partial file at the destination: the source file it is a copy of, and what it has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialEntry {
+    pub id: Identity,
+    pub present: Coverage,
+}
+
+impl PartialEntry {
+    /// As a listing entry for `path` (the file's final path).
+    pub fn to_listed(&self, path: Vec<u8>) -> NsEntry {
+        NsEntry {
+            path,
+            kind: NsKind::Partial,
+            size: self.id.size,
+            mode: 0,
+            mtime_sec: self.id.mtime_sec,
+            mtime_nsec: self.id.mtime_nsec,
+            target: self.present.encode(MAX_PARTIAL_RANGES),
+        }
+    }
 }
 
 /// The destination's entries by path (relative to the copy's root).
 #[derive(Debug, Default)]
 pub struct DestIndex {
     entries: HashMap<Vec<u8>, DestEntry>,
+    /// Partial files by the final path of their file.
+    partials: HashMap<Vec<u8>, PartialEntry>,
 }
 
 impl DestIndex {
@@ -68,8 +96,24 @@ impl DestIndex {
         self.insert(e.path, entry);
     }
 
+    /// Adds a partial file of the file at `path`.
+    pub fn insert_partial(&mut self, path: Vec<u8>, partial: PartialEntry) {
+        self.partials.insert(path, partial);
+    }
+
     /// Adds what a listing (or a pulling client's index) says is there.
     pub fn insert_listed(&mut self, e: NsEntry) {
+        if e.kind == NsKind::Partial {
+            if let Some(present) = Coverage::decode(&e.target) {
+                let id = Identity {
+                    size: e.size,
+                    mtime_sec: e.mtime_sec,
+                    mtime_nsec: e.mtime_nsec,
+                };
+                self.insert_partial(e.path, PartialEntry { id, present });
+            }
+            return;
+        }
         let entry = DestEntry {
             is_file: e.kind == NsKind::File,
             size: e.size,
@@ -81,7 +125,7 @@ impl DestIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.partials.len()
     }
 
     /// Decides for one scanned source entry.
@@ -89,12 +133,12 @@ impl DestIndex {
         if e.kind != EntryType::File
             || e.error.is_some()
             || rule == SkipRule::Never
-            || self.entries.is_empty()
+            || (self.entries.is_empty() && self.partials.is_empty())
         {
             return Verdict::Send;
         }
         let Some(d) = self.entries.get(&e.path) else {
-            return Verdict::Send;
+            return self.resume(e);
         };
         match rule {
             SkipRule::IgnoreExisting => Verdict::Skip,
@@ -105,13 +149,28 @@ impl DestIndex {
                     && d.mtime_sec == e.attrs.mtime_sec
                     && d.mtime_nsec == e.attrs.mtime_nsec;
                 if !same_content {
-                    Verdict::Send
+                    self.resume(e)
                 } else if d.mode & 0o7777 == e.attrs.mode & 0o7777 {
                     Verdict::Skip
                 } else {
                     Verdict::FixAttrs
                 }
             }
+        }
+    }
+}
+
+impl DestIndex {
+    /// Resume from a partial file of this very source file, if there is one.
+    fn resume(&self, e: &ScanEntry) -> Verdict {
+        let id = Identity {
+            size: e.size,
+            mtime_sec: e.attrs.mtime_sec,
+            mtime_nsec: e.attrs.mtime_nsec,
+        };
+        match self.partials.get(&e.path) {
+            Some(p) if p.id == id && p.present.bytes() > 0 => Verdict::Resume(p.present.clone()),
+            _ => Verdict::Send,
         }
     }
 }
@@ -147,6 +206,12 @@ pub struct SkipCounts {
 impl SkipCounts {
     pub fn skipped(&self, bytes: u64) {
         self.files.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of a file being resumed that the destination had already (counted in the
+    /// bytes not sent).
+    pub fn resumed(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 

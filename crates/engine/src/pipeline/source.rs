@@ -83,6 +83,10 @@ fn plan_entry(
             counts.fixed(entry.size);
             planner.push_attrs(entry, emit)
         }
+        Verdict::Resume(present) => {
+            let kept = planner.push_resumed(entry, &present, emit);
+            counts.resumed(kept);
+        }
     }
 }
 

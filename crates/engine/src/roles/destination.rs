@@ -6,11 +6,12 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::{DestIndex, SkipRule};
+use crate::pipeline::skip::{DestIndex, PartialEntry, SkipRule};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
 use sprat_proto::namespace::{NsEntry, NsKind};
+use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
 use std::os::unix::ffi::OsStringExt;
@@ -120,7 +121,16 @@ pub(crate) fn local_index(
     options: &TransferOptions,
 ) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default();
-    scan_local(dst, options, |e| index.insert_scanned(e))?;
+    let mut logs = Vec::new();
+    scan_local(dst, options, |e| {
+        if is_partial_log(&e) {
+            logs.push(e.path.clone());
+        }
+        index.insert_scanned(e)
+    })?;
+    for (path, partial) in local_partials(dst, logs) {
+        index.insert_partial(path, partial);
+    }
     Ok(index)
 }
 
@@ -131,7 +141,11 @@ pub(crate) fn local_entries(
     options: &TransferOptions,
 ) -> Result<Vec<NsEntry>, TransferError> {
     let mut out = Vec::new();
+    let mut logs = Vec::new();
     scan_local(dst, options, |e| {
+        if is_partial_log(&e) {
+            logs.push(e.path.clone());
+        }
         if e.kind == EntryType::File {
             out.push(NsEntry {
                 path: e.path,
@@ -144,7 +158,32 @@ pub(crate) fn local_entries(
             });
         }
     })?;
+    out.extend(
+        local_partials(dst, logs)
+            .into_iter()
+            .map(|(path, p)| p.to_listed(path)),
+    );
     Ok(out)
+}
+
+/// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).
+fn is_partial_log(e: &ScanEntry) -> bool {
+    e.kind == EntryType::File
+        && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some()
+}
+
+/// The partial files whose journals are at `logs` below the local tree `dst`.
+fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)> {
+    if logs.is_empty() {
+        return Vec::new();
+    }
+    let Ok(root) = Root::open(dst) else {
+        return Vec::new();
+    };
+    logs.iter()
+        .filter_map(|log| partial::describe(&root, log))
+        .map(|(path, id, present)| (path, PartialEntry { id, present }))
+        .collect()
 }
 
 /// The skip a source gets for a copy into a destination indexed by `index`, which runs as

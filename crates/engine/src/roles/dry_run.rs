@@ -71,6 +71,12 @@ pub fn dry_run(
                 out.files
                     .push((sprat_store::display_path(&e.path), Action::Attrs));
             }
+            Verdict::Resume(present) => {
+                out.send += 1;
+                out.send_bytes += e.size.saturating_sub(present.bytes());
+                out.files
+                    .push((sprat_store::display_path(&e.path), Action::Send));
+            }
             Verdict::Skip => out.up_to_date += 1,
         }
     };
@@ -87,13 +93,17 @@ pub fn dry_run(
                 if n.path.is_empty() {
                     root_is_dir = n.kind == NsKind::Dir;
                 }
+                if n.kind == NsKind::Partial {
+                    // A partial file at the source is not a file of the source.
+                    return;
+                }
                 each(ScanEntry {
                     path: n.path,
                     kind: match n.kind {
                         NsKind::File => EntryType::File,
                         NsKind::Dir => EntryType::Dir,
                         NsKind::Symlink => EntryType::Symlink,
-                        NsKind::Special => EntryType::Special,
+                        NsKind::Special | NsKind::Partial => EntryType::Special,
                     },
                     size: n.size,
                     attrs: Attrs {

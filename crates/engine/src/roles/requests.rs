@@ -6,12 +6,14 @@ use super::push::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;
+use crate::pipeline::skip::PartialEntry;
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{
     entry_wire_size, DiskUsage, NsEntry, NsKind, PathDigest, Request, SumAlgo, REPLY_FRAME_TARGET,
 };
 use sprat_proto::{ErrorCode, Message, RemoteStats};
 use sprat_store::namespace::{self as ns, Digest};
+use sprat_store::partial;
 use sprat_store::{display_path, EntryType, Root, ScanEntry, StoreError};
 use std::time::Duration;
 
@@ -123,12 +125,30 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 bytes: 0,
                 wrap: Message::Entries,
             };
+            let mut logs = Vec::new();
             ns::walk(ctx.root, &path, recursive, |e| {
+                let log = e.kind == EntryType::File
+                    && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some();
+                if log {
+                    logs.push(e.path.clone());
+                }
                 let e = ns_entry(e);
                 let size = entry_wire_size(&e);
                 out.push(e, size)
                     .map_err(|Refusal(_, t)| StoreError::other("list", &path, &t))
             })?;
+            // Partial files an interrupted transfer left, for a copy to resume.
+            if !logs.is_empty() {
+                let listed = ctx.root.sub_root(&path)?;
+                for log in logs {
+                    if let Some((file, id, present)) = partial::describe(&listed, &log) {
+                        let e = PartialEntry { id, present }.to_listed(file);
+                        let size = entry_wire_size(&e);
+                        out.push(e, size)
+                            .map_err(|Refusal(_, t)| StoreError::other("list", &path, &t))?;
+                    }
+                }
+            }
             out.flush()?;
             out.conn.send(&Message::ReplyEnd)?;
         }

@@ -1,0 +1,335 @@
+//! Partial large files, kept across runs so that a transfer cut in the middle resumes.
+//!
+//! A large file (one that travels in chunks) is written under a hidden name beside its final
+//! one, `.NAME.sprat-part`, and each chunk, once written, is recorded in a journal beside it,
+//! `.NAME.sprat-part.log`: the file's identity at the source (size and mtime) in a header,
+//! then one record per chunk (offset, length, xxh3-128 of its bytes, as the source computed
+//! and the receiver verified them). Neither name can be mistaken for the file: the final name
+//! appears only once every byte is there, by a rename. A later run into the same tree finds
+//! the journal (a listing, or a scan), leaves out the ranges it records, and the writer
+//! re-reads and re-hashes those ranges before it counts them, so a resumed file is checked
+//! end to end like any other. A journal whose header does not match what is sent now (the
+//! source changed) is discarded with its partial file.
+//!
+//! Pure encoding and range arithmetic, plus reading a journal from a directory.
+
+use rustix::fs::{openat, Mode, OFlags};
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+
+/// Suffix of a partial file's hidden name.
+pub const PART_SUFFIX: &[u8] = b".sprat-part";
+/// Suffix of its journal's name.
+pub const LOG_SUFFIX: &[u8] = b".sprat-part.log";
+const MAGIC: &[u8; 8] = b"SPRATPT1";
+const HEADER_LEN: usize = 8 + 8 + 8 + 4;
+const RECORD_LEN: usize = 8 + 8 + 16;
+/// Largest journal read (about 2 million records): a larger one is ignored.
+const MAX_LOG_BYTES: u64 = 64 << 20;
+
+/// Names longer than this (with the prefix and suffixes) are hashed.
+const NAME_MAX: usize = 255;
+
+/// The hidden name of the partial file for `name` (a single path component).
+pub fn part_name(name: &[u8]) -> Vec<u8> {
+    hidden(name, PART_SUFFIX)
+}
+
+/// The name of the journal of the partial file for `name`.
+pub fn log_name(name: &[u8]) -> Vec<u8> {
+    hidden(name, LOG_SUFFIX)
+}
+
+fn hidden(name: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + suffix.len() + 1);
+    out.push(b'.');
+    if name.len() + LOG_SUFFIX.len() < NAME_MAX {
+        out.extend_from_slice(name);
+    } else {
+        out.extend_from_slice(format!("~{:032x}~", crate::attrs::checksum(name)).as_bytes());
+    }
+    out.extend_from_slice(suffix);
+    out
+}
+
+/// The final name a journal name stands for, when it can be told from the name alone (names
+/// too long to keep are hashed, and are not resumed).
+pub fn final_name_of_log(log: &[u8]) -> Option<&[u8]> {
+    let inner = log.strip_prefix(b".")?.strip_suffix(LOG_SUFFIX)?;
+    let hashed = inner.len() == 34 && inner.starts_with(b"~") && inner.ends_with(b"~");
+    (!inner.is_empty() && !hashed && log_name(inner) == log).then_some(inner)
+}
+
+/// Whether `name` is a partial file or a journal (kept for resuming; never a temporary).
+pub fn is_partial_name(name: &[u8]) -> bool {
+    name.starts_with(b".") && (name.ends_with(PART_SUFFIX) || name.ends_with(LOG_SUFFIX))
+}
+
+/// What a large file is at its source: a partial file is resumed only for the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub size: u64,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+}
+
+/// One chunk recorded in a journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    pub offset: u64,
+    pub len: u64,
+    pub hash: u128,
+}
+
+/// The header that starts a journal.
+pub fn encode_header(id: &Identity) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&id.size.to_le_bytes());
+    out.extend_from_slice(&id.mtime_sec.to_le_bytes());
+    out.extend_from_slice(&id.mtime_nsec.to_le_bytes());
+    out
+}
+
+/// One record, appended once its chunk is written.
+pub fn encode_record(r: &Record) -> [u8; RECORD_LEN] {
+    let mut out = [0u8; RECORD_LEN];
+    out[..8].copy_from_slice(&r.offset.to_le_bytes());
+    out[8..16].copy_from_slice(&r.len.to_le_bytes());
+    out[16..].copy_from_slice(&r.hash.to_le_bytes());
+    out
+}
+
+/// A journal's identity and records; a torn last record (a crash while it was appended) and
+/// records outside the file are left out. `None` if it is not a journal.
+pub fn decode(bytes: &[u8]) -> Option<(Identity, Vec<Record>)> {
+    let header = bytes.get(..HEADER_LEN)?;
+    if &header[..8] != MAGIC {
+        return None;
+    }
+    let u64_at = |b: &[u8], i: usize| {
+        b.get(i..i + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    let id = Identity {
+        size: u64_at(header, 8)?,
+        mtime_sec: u64_at(header, 16)? as i64,
+        mtime_nsec: u32::from_le_bytes(header[24..28].try_into().ok()?),
+    };
+    let records = bytes[HEADER_LEN..]
+        .chunks_exact(RECORD_LEN)
+        .filter_map(|r| {
+            let rec = Record {
+                offset: u64_at(r, 0)?,
+                len: u64_at(r, 8)?,
+                hash: u128::from_le_bytes(r[16..].try_into().ok()?),
+            };
+            let inside = rec.len > 0
+                && rec
+                    .offset
+                    .checked_add(rec.len)
+                    .is_some_and(|end| end <= id.size);
+            inside.then_some(rec)
+        })
+        .collect();
+    Some((id, records))
+}
+
+/// Reads the journal `log` in directory `dir` (never following a symlink).
+pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<(Identity, Vec<Record>)> {
+    let fd = openat(
+        dir,
+        std::os::unix::ffi::OsStrExt::from_bytes(log) as &std::ffi::OsStr,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    let is_file =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+    if !is_file || st.st_size as u64 > MAX_LOG_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(st.st_size as usize);
+    let mut file = std::fs::File::from(fd);
+    std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+    decode(&bytes)
+}
+
+/// A partial file found by a listing or scan: `log_path` (relative to `root`) names a
+/// journal. Returns the final path of its file, the source identity, and the ranges its
+/// journal records (the writer verifies them again before it trusts them).
+pub fn describe(root: &crate::Root, log_path: &[u8]) -> Option<(Vec<u8>, Identity, Coverage)> {
+    let (dir, log) = crate::relpath::split_parent(log_path);
+    let name = final_name_of_log(log)?;
+    let dir_fd = root.open_dir_nofollow(dir).ok()?;
+    let (id, records) = read_log(&dir_fd, log)?;
+    let mut present = Coverage::default();
+    for r in &records {
+        present.add(r.offset, r.len);
+    }
+    Some((crate::relpath::join(dir, name), id, present))
+}
+
+/// The byte ranges of a file that are present, merged: `[start, end)` by start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl Coverage {
+    /// Adds `[offset, offset + len)`.
+    pub fn add(&mut self, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let mut start = offset;
+        let mut end = offset.saturating_add(len);
+        // Merge with a range that starts before and reaches `start`.
+        if let Some((&s, &e)) = self.ranges.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
+                self.ranges.remove(&s);
+            }
+        }
+        // And with every range that starts inside the new one.
+        let inside: Vec<(u64, u64)> = self
+            .ranges
+            .range(start..=end)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in inside {
+            end = end.max(e);
+            self.ranges.remove(&s);
+        }
+        self.ranges.insert(start, end);
+    }
+
+    /// Whether `[0, size)` is all present.
+    pub fn is_complete(&self, size: u64) -> bool {
+        size == 0 || self.ranges.get(&0).is_some_and(|&end| end >= size)
+    }
+
+    /// Bytes present.
+    pub fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|(s, e)| e - s).sum()
+    }
+
+    /// The present ranges as `(offset, len)`, by offset.
+    pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.ranges.iter().map(|(&s, &e)| (s, e - s))
+    }
+
+    /// The ranges of `[0, size)` that are missing, as `(offset, len)`, by offset.
+    pub fn missing(&self, size: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for (&s, &e) in &self.ranges {
+            if s >= size {
+                break;
+            }
+            if s > at {
+                out.push((at, s - at));
+            }
+            at = at.max(e);
+        }
+        if at < size {
+            out.push((at, size - at));
+        }
+        out
+    }
+
+    /// The ranges as bytes (pairs of little-endian u64 offset and length), at most
+    /// `max_ranges` of them (a shorter list only means more is sent again).
+    pub fn encode(&self, max_ranges: usize) -> Vec<u8> {
+        self.ranges()
+            .take(max_ranges)
+            .flat_map(|(o, l)| o.to_le_bytes().into_iter().chain(l.to_le_bytes()))
+            .collect()
+    }
+
+    /// Ranges as [`Coverage::encode`] wrote them; `None` if malformed.
+    pub fn decode(bytes: &[u8]) -> Option<Coverage> {
+        if bytes.len() % 16 != 0 {
+            return None;
+        }
+        let mut c = Coverage::default();
+        for pair in bytes.chunks_exact(16) {
+            let o = u64::from_le_bytes(pair[..8].try_into().ok()?);
+            let l = u64::from_le_bytes(pair[8..].try_into().ok()?);
+            o.checked_add(l)?;
+            c.add(o, l);
+        }
+        Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_merges_overlapping_and_touching_ranges() {
+        let mut c = Coverage::default();
+        c.add(10, 10);
+        c.add(30, 5);
+        assert_eq!(c.missing(40), [(0, 10), (20, 10), (35, 5)]);
+        c.add(0, 10);
+        c.add(15, 20);
+        assert_eq!(c.ranges().collect::<Vec<_>>(), [(0, 35)]);
+        assert!(!c.is_complete(40));
+        c.add(35, 5);
+        assert!(c.is_complete(40));
+        assert_eq!(c.bytes(), 40);
+        // The same chunk twice counts once (a repeated chunk is not a second piece).
+        let mut d = Coverage::default();
+        d.add(0, 8);
+        d.add(0, 8);
+        assert!(!d.is_complete(16));
+        assert_eq!(Coverage::decode(&c.encode(10)), Some(c));
+        assert_eq!(Coverage::decode(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn journals_round_trip_and_drop_torn_or_outside_records() {
+        let id = Identity {
+            size: 100,
+            mtime_sec: -5,
+            mtime_nsec: 7,
+        };
+        let mut bytes = encode_header(&id);
+        let good = Record {
+            offset: 0,
+            len: 50,
+            hash: 99,
+        };
+        bytes.extend_from_slice(&encode_record(&good));
+        let outside = Record {
+            offset: 90,
+            len: 20,
+            hash: 1,
+        };
+        bytes.extend_from_slice(&encode_record(&outside));
+        bytes.extend_from_slice(&encode_record(&good)[..10]);
+        assert_eq!(decode(&bytes), Some((id, vec![good])));
+        assert_eq!(decode(b"not a journal at all, no"), None);
+    }
+
+    #[test]
+    fn names_are_hidden_and_map_back() {
+        assert_eq!(part_name(b"big.iso"), b".big.iso.sprat-part");
+        assert_eq!(log_name(b"big.iso"), b".big.iso.sprat-part.log");
+        assert_eq!(
+            final_name_of_log(b".big.iso.sprat-part.log"),
+            Some(&b"big.iso"[..])
+        );
+        assert_eq!(final_name_of_log(b"big.iso.sprat-part.log"), None);
+        let long = vec![b'x'; 250];
+        assert!(log_name(&long).len() <= 255);
+        assert_eq!(final_name_of_log(&log_name(&long)), None);
+        assert!(is_partial_name(&part_name(b"a")) && is_partial_name(&log_name(b"a")));
+        assert!(!is_partial_name(b".a.sprat-0123abcd"));
+    }
+}
