@@ -394,6 +394,20 @@ fn refused_hello(addr: &str, reply: &Message) -> Option<TransferError> {
     }
 }
 
+/// Handshakes in this process in which a sprat server proved who it is: a retry (see
+/// `roles::retry`) waits for a server that went away only if one was once there.
+static SERVERS_PROVED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one handshake in which the server proved itself.
+pub(crate) fn server_proved() {
+    SERVERS_PROVED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many servers have proved themselves in this process so far (see [`SERVERS_PROVED`]).
+pub fn servers_proved() -> u64 {
+    SERVERS_PROVED.load(Ordering::Relaxed)
+}
+
 /// Connects to `addr`, says hello and checks the server's answer (the first half of
 /// [`connect_with`]), for a connection of namespace requests. The connection's `rtt` is half
 /// the time from `connect` to that answer: two round trips on a real path (the TCP handshake,
@@ -411,6 +425,7 @@ pub fn dial(
     let proof = handshake
         .on_message(reply)
         .map_err(|e| conn.session_error(e.into()))?;
+    server_proved();
     conn.rtt = Some(started.elapsed() / 2);
     Ok(Dialed { conn, proof })
 }
@@ -456,7 +471,9 @@ pub fn dial_session(
         return Err(e);
     }
     match machine.on_message(reply, Instant::now()) {
-        Ok(client_session::Event::ServerProved) => {}
+        Ok(client_session::Event::ServerProved) => {
+            server_proved();
+        }
         Ok(other) => return Err(conn.protocol(format!("unexpected {other:?} in the handshake"))),
         Err(e) => return Err(conn.session_error(e)),
     }

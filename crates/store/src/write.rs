@@ -665,8 +665,13 @@ impl WriterCursor<'_> {
         }
         finish_file(&file.fd, attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        rename_into_place(&file.dir, &file.part, &file.name)
-            .map_err(|e| fail(StoreError::new("put in place", path, e)))?;
+        match rename_into_place(&file.dir, &file.part, &file.name) {
+            Ok(()) => {}
+            // Another writer of the same file (a concurrent transfer of the same source)
+            // completed it first: its copy is this one.
+            Err(Errno::NOENT) if is_complete_copy(&file.dir, &file.name, file_size, attrs) => {}
+            Err(e) => return Err(fail(StoreError::new("put in place", path, e))),
+        }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
         Ok(ChunkOutcome::Completed)
@@ -800,8 +805,12 @@ fn open_large(
             }
             let create =
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = openat(dir, os(&part), create, Mode::from_raw_mode(0o600))
-                .map_err(|e| StoreError::new("create", path, e))?;
+            let fd = match openat(dir, os(&part), create, Mode::from_raw_mode(0o600)) {
+                // Another writer of the same file created it a moment ago: share it (both
+                // write the same bytes, and append to the same journal).
+                Err(Errno::EXIST) => return join_large(dir, name, path, id, part, log_name),
+                other => other.map_err(|e| StoreError::new("create", path, e))?,
+            };
             let cleanup = || {
                 let _ = unlinkat(dir, os(&part), AtFlags::empty());
                 let _ = unlinkat(dir, os(&log_name), AtFlags::empty());
@@ -838,6 +847,57 @@ fn open_large(
             failed: false,
             published: false,
         }),
+    })
+}
+
+/// Opens the partial file another writer is creating right now, without its ranges.
+fn join_large(
+    dir: &OwnedFd,
+    name: &[u8],
+    path: &[u8],
+    id: Identity,
+    part: Vec<u8>,
+    log_name: Vec<u8>,
+) -> Result<LargeFile, StoreError> {
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = openat(dir, os(&part), flags, Mode::empty())
+        .map_err(|e| StoreError::new("open", path, e))?;
+    let log_flags =
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
+        .map_err(|e| StoreError::new("open the journal of", path, e))?;
+    let dir = dir
+        .try_clone()
+        .map_err(|e| StoreError::new("open directory", path, e))?;
+    Ok(LargeFile {
+        dir,
+        part,
+        log_name,
+        name: name.to_vec(),
+        fd,
+        log,
+        size: id.size,
+        state: Mutex::new(LargeState {
+            coverage: Coverage::default(),
+            failed: false,
+            published: false,
+        }),
+    })
+}
+
+/// Whether `name` in `dir` is a regular file of `size` bytes with the mtime of `attrs`.
+fn is_complete_copy(dir: &OwnedFd, name: &[u8], size: u64, attrs: &Attrs) -> bool {
+    statx(
+        dir,
+        os(name),
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::MTIME,
+    )
+    .is_ok_and(|st| {
+        u32::from(st.stx_mode) & 0o170000 == 0o100000
+            && st.stx_size == size
+            && st.stx_mtime.tv_sec == attrs.mtime_sec
+            && st.stx_mtime.tv_nsec == attrs.mtime_nsec
     })
 }
 

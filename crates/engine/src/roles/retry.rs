@@ -51,9 +51,10 @@ fn backoff(attempt: u32) -> Duration {
 
 /// Runs `run` until it succeeds, fails in a way another run cannot fix, or `retry_for` has
 /// passed since the first run started (then [`TransferError::GaveUp`], with the last error).
-/// A first run that cannot connect at all is not retried: a wrong address or a server that is
-/// not there is reported at once, as any tool would; once a run has connected, the server
-/// going away (a restart, a lost link) is waited for.
+/// A first run that never completed a handshake with a sprat server is not retried: a wrong
+/// address, a server that is not there or a peer that is not sprat is reported at once, as
+/// any tool would; once a server has proved itself, its going away (a restart, a lost link)
+/// is waited for.
 pub(crate) fn retrying(
     retry_for: Duration,
     notify: &mut dyn FnMut(&Notice),
@@ -61,6 +62,7 @@ pub(crate) fn retrying(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let mut attempt = 1;
+    let proved_before = crate::net::servers_proved();
     loop {
         let error = match run() {
             Ok(mut report) => {
@@ -69,7 +71,7 @@ pub(crate) fn retrying(
             }
             Err(e) => e,
         };
-        let never_connected = attempt == 1 && matches!(error, TransferError::Connect { .. });
+        let never_connected = attempt == 1 && crate::net::servers_proved() == proved_before;
         if retry_for.is_zero() || !error.is_retryable() || never_connected {
             return Err(error);
         }
@@ -148,7 +150,11 @@ mod tests {
         let out = retrying(
             Duration::from_millis(1500),
             &mut |n| notices.push(n.to_string()),
-            || Err(lost()),
+            || {
+                // A server was there: its going away is waited for.
+                crate::net::server_proved();
+                Err(lost())
+            },
         );
         match out {
             Err(TransferError::GaveUp { attempts, last, .. }) => {
