@@ -5,6 +5,8 @@
 //! client can retry it), and asserts the exit code, that no file carries wrong content under
 //! its final name, and that the destination ends exactly equal to the source.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::*;
