@@ -16,13 +16,17 @@ const GROUP: usize = 32;
 /// One result: the item and its file's digest (`None`: the file could not be read).
 pub type Digested<T> = (T, Option<u128>);
 
+/// What the caller's thread digests with when the pool has no threads: a cursor, a buffer
+/// and how to find an item's path.
+type Inline<'r, T> = (DirCursor<'r>, Vec<u8>, fn(&T) -> &[u8]);
+
 /// The caller's side of a running pool (see [`with_pool`]).
 pub struct Pool<'r, T> {
     jobs: Option<Sender<Vec<T>>>,
     done: Receiver<Digested<T>>,
     group: Vec<T>,
     /// With no threads, digests are computed on the caller's thread.
-    inline: Option<(DirCursor<'r>, Vec<u8>, fn(&T) -> &[u8])>,
+    inline: Option<Inline<'r, T>>,
     inline_done: Vec<Digested<T>>,
 }
 
