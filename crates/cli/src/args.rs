@@ -282,6 +282,14 @@ pub struct CpArgs {
     /// Send every file, even those the destination has with the same size and mtime.
     #[arg(long, short = 'I')]
     pub ignore_times: bool,
+    /// Compare content, not mtimes (like rsync -c): a file the destination has with the same
+    /// size is compared by XXH3-128 digests, each computed where its copy lives (a server
+    /// reads its own files, several at a time) and only the digests cross the network; a
+    /// match is not sent (only its mode and mtime are set if they differ), a mismatch is
+    /// sent, a file of another size is sent without reading it first. Reads every such
+    /// file on both sides. Not with --ignore-times or --ignore-existing.
+    #[arg(long, short = 'c', conflicts_with_all = ["ignore_times", "ignore_existing"])]
+    pub checksum: bool,
     /// Print what a copy would send (`send PATH`) and of which files it would set only the
     /// mode and mtime (`attrs PATH`), then a summary; change nothing (the two sides are only
     /// listed). SRC must be a directory.

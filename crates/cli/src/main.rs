@@ -196,10 +196,11 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     let mut options = options(&a.tuning, a.streams.0, network);
-    options.skip = match (a.ignore_existing, a.ignore_times) {
-        (true, _) => SkipRule::IgnoreExisting,
-        (false, true) => SkipRule::Never,
-        (false, false) => SkipRule::QuickCheck,
+    options.skip = match (a.checksum, a.ignore_existing, a.ignore_times) {
+        (true, _, _) => SkipRule::Checksum,
+        (_, true, _) => SkipRule::IgnoreExisting,
+        (_, false, true) => SkipRule::Never,
+        (_, false, false) => SkipRule::QuickCheck,
     };
     options.delete = a.delete;
     options.stall_timeout = a.stall_timeout;

@@ -2,7 +2,8 @@
 //! with the same size and mtime are not sent (push, pull, third-party and local copy), a file whose mode alone
 //! differs has its attributes set without its content, `--ignore-times` sends everything,
 //! `--ignore-existing` leaves every present file alone, `--dry-run` says what a copy would do
-//! and does nothing, `--delete` removes what the source does not have. Real server, real files.
+//! and does nothing, `--delete` removes what the source does not have, `--checksum` compares
+//! content where size and mtime would not tell. Real server, real files.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,6 +13,7 @@ use serde_json::Value;
 use sprat_testkit::{assert_trees_equal, tree};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 fn report(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("a JSON report")
@@ -118,6 +120,108 @@ fn scenario(
     assert_eq!(std::fs::read(&outside).unwrap(), b"keep me");
 }
 
+/// Gives `path` the mtime `t` (to the nanosecond).
+fn set_mtime(path: &Path, t: SystemTime) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(t).unwrap();
+}
+
+/// Changes `path`'s content without changing its size or mtime: a change the quick check
+/// cannot see.
+fn rewrite_keeping_size_and_mtime(path: &Path) {
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    let mut data = std::fs::read(path).unwrap();
+    for b in data.iter_mut().take(64) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(path, &data).unwrap();
+    set_mtime(path, mtime);
+}
+
+/// `--checksum`, in the same four directions: a content change the quick check misses (same
+/// size, same mtime) is sent, nothing else; a file of the same content with another mtime
+/// only has its attributes set; nothing changed sends nothing.
+fn checksum_scenario(
+    src: &Path,
+    copy: &dyn Fn(&[&str], &str) -> std::process::Output,
+    dst: &dyn Fn(&str) -> std::path::PathBuf,
+) {
+    // Every small file has the same size: each one is compared by its digest.
+    tree::make_many_files(&src.join("small"), 250, 3000, 5);
+    // Larger than a chunk: travels in chunks when sent.
+    tree::make_file(&src.join("big"), &tree::random_bytes(5 << 20, 6), 0o644);
+    let files = 251;
+    let total = 250 * 3000 + (5 << 20);
+    assert_ok(&copy(&["--json"], "d"), None);
+
+    // Nothing changed: --checksum sends nothing.
+    let again = copy(&["--json", "--checksum"], "d");
+    assert_ok(&again, None);
+    assert_eq!(counts(&report(&again)), (0, files, 0, 0));
+    assert_eq!(report(&again)["bytes_not_sent"].as_u64(), Some(total));
+    assert_trees_equal(src, &dst("d"));
+
+    // Content changed, size and mtime kept, in a small file and in the chunked one.
+    let small = first_file(&src.join("small"));
+    let big = src.join("big");
+    rewrite_keeping_size_and_mtime(&small);
+    rewrite_keeping_size_and_mtime(&big);
+    let in_dst = |p: &Path| dst("d").join(p.strip_prefix(src).unwrap());
+    // The quick check does not see it.
+    let quick = copy(&["--json"], "d");
+    assert_ok(&quick, None);
+    assert_eq!(counts(&report(&quick)), (0, files, 0, 0));
+    assert_ne!(
+        std::fs::read(in_dst(&small)).unwrap(),
+        std::fs::read(&small).unwrap()
+    );
+    // A dry run with --checksum does, and changes nothing.
+    let dry = copy(&["--json", "--dry-run", "--checksum"], "d");
+    assert_ok(&dry, None);
+    let plan = report(&dry);
+    assert_eq!(
+        (
+            plan["send"].as_u64(),
+            plan["attrs"].as_u64(),
+            plan["up_to_date"].as_u64()
+        ),
+        (Some(2), Some(0), Some(files - 2)),
+        "{plan}"
+    );
+    assert_ne!(
+        std::fs::read(in_dst(&small)).unwrap(),
+        std::fs::read(&small).unwrap()
+    );
+    // --checksum sends those two files, nothing else.
+    let summed = copy(&["--json", "-c"], "d");
+    assert_ok(&summed, None);
+    assert_eq!(
+        counts(&report(&summed)),
+        (2, files - 2, 0, 3000 + (5 << 20))
+    );
+    assert_trees_equal(src, &dst("d"));
+
+    // Same content, another mtime: only the attributes are set (its bytes are not sent).
+    let touched = src.join("small/d001/f00100.bin");
+    set_mtime(
+        &touched,
+        SystemTime::UNIX_EPOCH + Duration::new(1_500_000_000, 123_456_789),
+    );
+    let dry = copy(&["--json", "--dry-run", "--checksum"], "d");
+    assert_ok(&dry, None);
+    let plan = report(&dry);
+    assert_eq!(
+        (plan["send"].as_u64(), plan["attrs"].as_u64()),
+        (Some(0), Some(1)),
+        "{plan}"
+    );
+    let fixed = copy(&["--json", "--checksum"], "d");
+    assert_ok(&fixed, None);
+    assert_eq!(counts(&report(&fixed)), (0, files - 1, 1, 0));
+    assert_eq!(report(&fixed)["bytes_not_sent"].as_u64(), Some(total));
+    assert_trees_equal(src, &dst("d"));
+}
+
 fn first_file(dir: &Path) -> std::path::PathBuf {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -199,4 +303,82 @@ fn a_dry_run_of_a_single_file_says_it_compares_trees() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dry-run"));
     assert!(!t.path().join("g").exists(), "a dry run wrote something");
+}
+
+#[test]
+fn a_push_with_checksum_sends_what_the_quick_check_misses() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
+    checksum_scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &src, url(name)),
+        &|name| root.join(name),
+    );
+}
+
+#[test]
+fn a_local_copy_with_checksum_sends_what_the_quick_check_misses() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let dst = t.path().join("dst");
+    checksum_scenario(
+        &src,
+        &|extra, name| cp_local(extra, &src, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn a_pull_with_checksum_sends_what_the_quick_check_misses() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("data");
+    let dst = t.path().join("dst");
+    let srv = server(&root);
+    let url = format!("sprat://{}/data", srv.addr());
+    checksum_scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn a_third_party_copy_with_checksum_sends_what_the_quick_check_misses() {
+    let t = tmp();
+    let root_a = t.path().join("a");
+    let root_b = t.path().join("b");
+    let src = root_a.join("data");
+    let (a, b) = (server(&root_a), server(&root_b));
+    let from = format!("sprat://{}/data", a.addr());
+    checksum_scenario(
+        &src,
+        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
+        &|name| root_b.join(name),
+    );
+}
+
+#[test]
+fn checksum_with_ignore_times_or_ignore_existing_is_a_usage_error() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    tree::make_file(&src.join("f"), b"x", 0o644);
+    for (other, name) in [
+        ("--ignore-times", "--ignore-times"),
+        ("-I", "--ignore-times"),
+        ("--ignore-existing", "--ignore-existing"),
+    ] {
+        let out = cp_local(&["--checksum", other], &src, t.path().join("d"));
+        assert_eq!(out.status.code(), Some(2), "{other}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--checksum") && err.contains(name), "{err}");
+        assert!(
+            !t.path().join("d").exists(),
+            "{other}: something was copied"
+        );
+    }
 }

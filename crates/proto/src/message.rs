@@ -41,6 +41,33 @@ pub enum DestCheck {
     QuickCheck,
     /// Leave out every file the destination has.
     IgnoreExisting,
+    /// Leave out regular files the destination has with the same size and the same content
+    /// (XXH3-128 digests): the index carries the digests of the destination's files as `Sums`
+    /// frames besides its `Entries` (setting only the attributes of those whose mode or mtime
+    /// differs).
+    Checksum,
+}
+
+impl DestCheck {
+    /// The byte of a pull's `Open` and of `SendTo` that says which check.
+    pub(crate) fn to_u8(self) -> u8 {
+        match self {
+            DestCheck::None => 0,
+            DestCheck::QuickCheck => 1,
+            DestCheck::IgnoreExisting => 2,
+            DestCheck::Checksum => 3,
+        }
+    }
+
+    pub(crate) fn from_u8(v: u8) -> Option<DestCheck> {
+        Some(match v {
+            0 => DestCheck::None,
+            1 => DestCheck::QuickCheck,
+            2 => DestCheck::IgnoreExisting,
+            3 => DestCheck::Checksum,
+            _ => return None,
+        })
+    }
 }
 
 /// Error classes a peer reports; they decide the client's exit code.
@@ -250,11 +277,7 @@ impl Message {
                     }
                     Operation::Pull { check } => {
                         out.push(2);
-                        out.push(match check {
-                            DestCheck::None => 0,
-                            DestCheck::QuickCheck => 1,
-                            DestCheck::IgnoreExisting => 2,
-                        });
+                        out.push(check.to_u8());
                     }
                 }
                 put_bytes16(&mut out, path);
@@ -402,21 +425,12 @@ impl Message {
                             why: "unknown bits set",
                         })
                     }
-                    (2, 0) => Operation::Pull {
-                        check: DestCheck::None,
-                    },
-                    (2, 1) => Operation::Pull {
-                        check: DestCheck::QuickCheck,
-                    },
-                    (2, 2) => Operation::Pull {
-                        check: DestCheck::IgnoreExisting,
-                    },
-                    (2, _) => {
-                        return Err(DecodeError::Invalid {
+                    (2, check) => Operation::Pull {
+                        check: DestCheck::from_u8(check).ok_or(DecodeError::Invalid {
                             what: "pull check",
                             why: "unknown value",
-                        })
-                    }
+                        })?,
+                    },
                     (v, _) => {
                         return Err(DecodeError::Unknown {
                             what: "operation",
@@ -631,6 +645,17 @@ mod tests {
             Request::List {
                 path: path.clone(),
                 recursive: true,
+                digests: false,
+            },
+            Request::List {
+                path: path.clone(),
+                recursive: true,
+                digests: true,
+            },
+            Request::List {
+                path: path.clone(),
+                recursive: false,
+                digests: true,
             },
             Request::Stat { path: Vec::new() },
             Request::Du { path: path.clone() },
@@ -661,6 +686,15 @@ mod tests {
                 durable: true,
                 check: crate::DestCheck::IgnoreExisting,
             },
+            Request::SendTo {
+                path: path.clone(),
+                addr: "127.0.0.1:9".into(),
+                ticket: [5; 32],
+                dest: b"d".to_vec(),
+                streams: 0,
+                durable: false,
+                check: crate::DestCheck::Checksum,
+            },
         ] {
             roundtrip(Message::Request(req));
         }
@@ -685,6 +719,46 @@ mod tests {
             ticket: [9; 32],
             expires_in_s: 60,
         });
+    }
+
+    #[test]
+    fn checked_pulls_roundtrip_and_unknown_checks_or_list_flags_are_refused() {
+        for check in [
+            DestCheck::None,
+            DestCheck::QuickCheck,
+            DestCheck::IgnoreExisting,
+            DestCheck::Checksum,
+        ] {
+            roundtrip(Message::Open {
+                session: [3; 16],
+                op: Operation::Pull { check },
+                path: b"p".to_vec(),
+            });
+        }
+        let mut open = Message::Open {
+            session: [3; 16],
+            op: Operation::Pull {
+                check: DestCheck::Checksum,
+            },
+            path: b"p".to_vec(),
+        }
+        .encode();
+        // The check byte follows the id and the operation.
+        open[FRAME_HEADER_LEN + 17] = 4;
+        assert!(Message::decode(kind::OPEN, &open[FRAME_HEADER_LEN..]).is_err());
+        let mut list = Message::Request(Request::List {
+            path: b"p".to_vec(),
+            recursive: true,
+            digests: true,
+        })
+        .encode();
+        assert_eq!(
+            list[FRAME_HEADER_LEN + 1],
+            3,
+            "bit 0 recursive, bit 1 digests"
+        );
+        list[FRAME_HEADER_LEN + 1] = 4;
+        assert!(Message::decode(kind::REQUEST, &list[FRAME_HEADER_LEN..]).is_err());
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub enum Request {
     List {
         path: Vec<u8>,
         recursive: bool,
+        /// Also send the XXH3-128 digest of every regular file listed, as `Sums` frames
+        /// among the `Entries` (`--checksum`'s index of a destination).
+        digests: bool,
     },
     Stat {
         path: Vec<u8>,
@@ -153,6 +156,10 @@ const OP_SUM: u8 = 7;
 const OP_DELEGATE: u8 = 8;
 const OP_SEND_TO: u8 = 9;
 
+/// `List` flags: bit 0 recursive, bit 1 with digests.
+const LIST_RECURSIVE: u8 = 1;
+const LIST_DIGESTS: u8 = 2;
+
 fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
     match r.u8(what)? {
         0 => Ok(false),
@@ -171,9 +178,13 @@ fn rel_path(r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
 impl Request {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Request::List { path, recursive } => {
+            Request::List {
+                path,
+                recursive,
+                digests,
+            } => {
                 out.push(OP_LIST);
-                out.push(*recursive as u8);
+                out.push(*recursive as u8 | (*digests as u8) << 1);
                 put_bytes16(out, path);
             }
             Request::Stat { path } => {
@@ -229,11 +240,7 @@ impl Request {
                 put_bytes16(out, dest);
                 out.extend_from_slice(&streams.to_le_bytes());
                 out.push(*durable as u8);
-                out.push(match check {
-                    crate::DestCheck::None => 0,
-                    crate::DestCheck::QuickCheck => 1,
-                    crate::DestCheck::IgnoreExisting => 2,
-                });
+                out.push(check.to_u8());
             }
         }
     }
@@ -241,9 +248,16 @@ impl Request {
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Request, DecodeError> {
         Ok(match r.u8("request")? {
             OP_LIST => {
-                let recursive = flag(r, "recursive flag")?;
+                let flags = r.u8("list flags")?;
+                if flags & !(LIST_RECURSIVE | LIST_DIGESTS) != 0 {
+                    return Err(DecodeError::Invalid {
+                        what: "list flags",
+                        why: "unknown bits set",
+                    });
+                }
                 Request::List {
-                    recursive,
+                    recursive: flags & LIST_RECURSIVE != 0,
+                    digests: flags & LIST_DIGESTS != 0,
                     path: rel_path(r)?,
                 }
             }
@@ -299,17 +313,12 @@ impl Request {
                         })
                     }
                 };
-                let check = match r.u8("destination check")? {
-                    0 => crate::DestCheck::None,
-                    1 => crate::DestCheck::QuickCheck,
-                    2 => crate::DestCheck::IgnoreExisting,
-                    _ => {
-                        return Err(DecodeError::Invalid {
-                            what: "destination check",
-                            why: "not 0, 1 or 2",
-                        })
-                    }
-                };
+                let check = crate::DestCheck::from_u8(r.u8("destination check")?).ok_or(
+                    DecodeError::Invalid {
+                        what: "destination check",
+                        why: "not 0, 1, 2 or 3",
+                    },
+                )?;
                 Request::SendTo {
                     path,
                     addr,

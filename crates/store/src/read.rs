@@ -113,7 +113,46 @@ impl<'r> DirCursor<'r> {
         }
         Ok(crate::attrs::checksum(&buf[start..]))
     }
+
+    /// The XXH3-128 of the regular file at `path` as it is now, read to its end through
+    /// `buf` (a scratch buffer, grown to [`DIGEST_READ_SIZE`] once and reused): what
+    /// `--checksum` compares. Never through a symlink; a file that became a FIFO or device
+    /// since it was scanned is refused, not waited on.
+    pub fn digest_file(&mut self, path: &[u8], buf: &mut Vec<u8>) -> Result<u128, StoreError> {
+        let (dir, name) = crate::relpath::split_parent(path);
+        let dir_fd = self.dir_fd(dir, path)?;
+        let fd = openat(
+            dir_fd,
+            OsStr::from_bytes(name),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(|e| StoreError::new("open", path, e))?;
+        let is_file = rustix::fs::fstat(&fd)
+            .map(|st| {
+                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+            })
+            .map_err(|e| StoreError::new("stat", path, e))?;
+        if !is_file {
+            return Err(StoreError::other("checksum", path, "not a regular file"));
+        }
+        if buf.len() < DIGEST_READ_SIZE {
+            buf.resize(DIGEST_READ_SIZE, 0);
+        }
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        loop {
+            match rustix::io::read(&fd, &mut buf[..]) {
+                Ok(0) => return Ok(hasher.digest128()),
+                Ok(n) => hasher.update(&buf[..n]),
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(StoreError::new("read", path, e)),
+            }
+        }
+    }
 }
+
+/// Bytes read at a time by [`DirCursor::digest_file`].
+pub const DIGEST_READ_SIZE: usize = 256 << 10;
 
 /// Appends up to `size` bytes to `buf` by calling `read(buf, bytes_so_far)` until `size` bytes
 /// arrived or it returns 0; returns the number of bytes appended.
@@ -138,4 +177,40 @@ fn fill(
     }
     buf.truncate(target);
     Ok((buf.len() - start) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_file_hashes_the_whole_content_and_refuses_links_and_fifos() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big: Vec<u8> = (0..DIGEST_READ_SIZE * 2 + 17).map(|i| i as u8).collect();
+        std::fs::create_dir(dir.path().join("d")).expect("mkdir");
+        std::fs::write(dir.path().join("d/big"), &big).expect("write");
+        std::fs::write(dir.path().join("d/empty"), b"").expect("write");
+        std::os::unix::fs::symlink("big", dir.path().join("d/link")).expect("symlink");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            dir.path().join("d/fifo").as_path(),
+            Mode::from_raw_mode(0o600),
+        )
+        .expect("mkfifo");
+        let root = Root::open(dir.path()).expect("root");
+        let mut cursor = DirCursor::new(&root);
+        let mut buf = Vec::new();
+        let digest = |c: &mut DirCursor<'_>, p: &[u8], b: &mut Vec<u8>| c.digest_file(p, b);
+        assert_eq!(
+            digest(&mut cursor, b"d/big", &mut buf).expect("big"),
+            crate::attrs::checksum(&big)
+        );
+        assert_eq!(
+            digest(&mut cursor, b"d/empty", &mut buf).expect("empty"),
+            crate::attrs::checksum(b"")
+        );
+        assert!(digest(&mut cursor, b"d/link", &mut buf).is_err());
+        assert!(digest(&mut cursor, b"d/fifo", &mut buf).is_err());
+        assert!(digest(&mut cursor, b"d/absent", &mut buf).is_err());
+    }
 }

@@ -2,7 +2,10 @@
 //! `scan -> plan -> read` ([`source`]), then either the network ([`send`] on one side,
 //! [`receive`] on the other) or a memory hand-off, then `write` ([`sink`]). The roles
 //! (`crate::roles`) compose them; nothing here knows about sessions or who is client.
+//! [`skip`] decides what the destination already has, [`digest`] computes the content digests
+//! `--checksum` compares.
 
+pub(crate) mod digest;
 pub(crate) mod plan;
 pub(crate) mod receive;
 pub(crate) mod send;

@@ -4,8 +4,12 @@
 //! quick check does: a file of the same size and mtime (to the nanosecond where the file
 //! system keeps it) is not sent; if only its mode differs, just its attributes are set.
 //! `--ignore-existing` skips every file the destination has at all; `--ignore-times` checks
-//! nothing and sends everything. Directories and symlinks always travel (they cost no data).
-//! Pure logic, no I/O: the roles build the index.
+//! nothing and sends everything. `--checksum` compares content: the index then holds the
+//! XXH3-128 digest of each of the destination's files (computed where the destination lives),
+//! a source file of the same size gets [`Verdict::Compare`] and, once its own digest is
+//! computed (on the source's side, many at once: `pipeline::digest`), [`DestIndex::compared`]
+//! decides; files of another size are sent without a digest. Directories and symlinks always
+//! travel (they cost no data). Pure logic, no I/O: the roles build the index.
 
 use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
 use sprat_proto::DestCheck;
@@ -22,6 +26,10 @@ pub enum SkipRule {
     QuickCheck,
     /// Skip every file the destination has, whatever its size and mtime.
     IgnoreExisting,
+    /// Skip regular files of the same size and the same content (XXH3-128 digests of both
+    /// copies, like `rsync --checksum`); set the attributes of those whose mode or mtime
+    /// differs.
+    Checksum,
     /// Send everything.
     Never,
 }
@@ -34,6 +42,9 @@ pub struct DestEntry {
     pub mode: u32,
     pub mtime_sec: i64,
     pub mtime_nsec: u32,
+    /// XXH3-128 of its content, when the index was made for `--checksum` and the file could
+    /// be read.
+    pub digest: Option<u128>,
 }
 
 /// What to do with one source entry.
@@ -47,6 +58,9 @@ pub enum Verdict {
     /// The destination has part of it (a partial file an interrupted run left, of the same
     /// size and mtime): send only the missing ranges.
     Resume(Coverage),
+    /// `--checksum`: the destination has a file of this size and knows its digest; the
+    /// source's digest decides ([`DestIndex::compared`]).
+    Compare,
 }
 
 /// A partial file at the destination: the source file it is a copy of, and what it has.
@@ -71,6 +85,16 @@ impl PartialEntry {
     }
 }
 
+/// A digest as `Sums` carry it (the 16 bytes of XXH3-128, big-endian, as `sprat sum` prints).
+pub fn digest_bytes(digest: u128) -> Vec<u8> {
+    digest.to_be_bytes().to_vec()
+}
+
+/// The XXH3-128 digest of `Sums` bytes (`None` unless 16 bytes).
+pub fn digest_from_bytes(bytes: &[u8]) -> Option<u128> {
+    Some(u128::from_be_bytes(bytes.try_into().ok()?))
+}
+
 /// The destination's entries by path (relative to the copy's root).
 #[derive(Debug, Default)]
 pub struct DestIndex {
@@ -92,6 +116,7 @@ impl DestIndex {
             mode: e.attrs.mode,
             mtime_sec: e.attrs.mtime_sec,
             mtime_nsec: e.attrs.mtime_nsec,
+            digest: None,
         };
         self.insert(e.path, entry);
     }
@@ -99,6 +124,14 @@ impl DestIndex {
     /// Adds a partial file of the file at `path`.
     pub fn insert_partial(&mut self, path: Vec<u8>, partial: PartialEntry) {
         self.partials.insert(path, partial);
+    }
+
+    /// Records the digest of a regular file already in the index (a digest of anything else
+    /// is dropped: it cannot make the index larger than its listing).
+    pub fn set_digest(&mut self, path: &[u8], digest: u128) {
+        if let Some(d) = self.entries.get_mut(path).filter(|d| d.is_file) {
+            d.digest = Some(digest);
+        }
     }
 
     /// Adds what a listing (or a pulling client's index) says is there.
@@ -120,6 +153,7 @@ impl DestIndex {
             mode: e.mode,
             mtime_sec: e.mtime_sec,
             mtime_nsec: e.mtime_nsec,
+            digest: None,
         };
         self.insert(e.path, entry);
     }
@@ -148,15 +182,49 @@ impl DestIndex {
                     && d.size == e.size
                     && d.mtime_sec == e.attrs.mtime_sec
                     && d.mtime_nsec == e.attrs.mtime_nsec;
-                if !same_content {
-                    self.resume(e)
-                } else if d.mode & 0o7777 == e.attrs.mode & 0o7777 {
-                    Verdict::Skip
+                if same_content {
+                    attrs_verdict(d, e)
                 } else {
-                    Verdict::FixAttrs
+                    self.resume(e)
+                }
+            }
+            SkipRule::Checksum => {
+                if d.is_file && d.size == e.size && d.digest.is_some() {
+                    Verdict::Compare
+                } else {
+                    Verdict::Send
                 }
             }
         }
+    }
+
+    /// Decides for a source file that got [`Verdict::Compare`], from its own digest (`None`:
+    /// it could not be read, and is sent, where its error will be reported).
+    pub fn compared(&self, e: &ScanEntry, source_digest: Option<u128>) -> Verdict {
+        match self.entries.get(&e.path) {
+            Some(d)
+                if d.is_file
+                    && d.size == e.size
+                    && d.digest.is_some()
+                    && d.digest == source_digest =>
+            {
+                attrs_verdict(d, e)
+            }
+            _ => Verdict::Send,
+        }
+    }
+}
+
+/// For a file whose content the destination has: nothing to do if its mode and mtime are the
+/// same too, else only they are set.
+fn attrs_verdict(d: &DestEntry, e: &ScanEntry) -> Verdict {
+    let same = d.mode & 0o7777 == e.attrs.mode & 0o7777
+        && d.mtime_sec == e.attrs.mtime_sec
+        && d.mtime_nsec == e.attrs.mtime_nsec;
+    if same {
+        Verdict::Skip
+    } else {
+        Verdict::FixAttrs
     }
 }
 
@@ -181,6 +249,7 @@ impl SkipRule {
         match self {
             SkipRule::QuickCheck => DestCheck::QuickCheck,
             SkipRule::IgnoreExisting => DestCheck::IgnoreExisting,
+            SkipRule::Checksum => DestCheck::Checksum,
             SkipRule::Never => DestCheck::None,
         }
     }
@@ -190,6 +259,7 @@ impl SkipRule {
         match check {
             DestCheck::QuickCheck => SkipRule::QuickCheck,
             DestCheck::IgnoreExisting => SkipRule::IgnoreExisting,
+            DestCheck::Checksum => SkipRule::Checksum,
             DestCheck::None => SkipRule::Never,
         }
     }
@@ -260,6 +330,7 @@ mod tests {
             mode,
             mtime_sec: sec,
             mtime_nsec: nsec,
+            digest: None,
         };
         i.insert(b"same".to_vec(), d(10, 0o644, 5, 7));
         i.insert(b"mode".to_vec(), d(10, 0o600, 5, 7));
@@ -305,5 +376,83 @@ mod tests {
         assert_eq!(i.verdict(&newer, SkipRule::Never), Verdict::Send);
         let same = file(b"same", 10, 0o644, 5, 7);
         assert_eq!(i.verdict(&same, SkipRule::Never), Verdict::Send);
+    }
+
+    /// The destination of the `--checksum` tests: digests 0xAB.. of content "same".
+    fn summed() -> DestIndex {
+        let mut i = DestIndex::default();
+        let d = |size, mode, sec| DestEntry {
+            is_file: true,
+            size,
+            mode,
+            mtime_sec: sec,
+            mtime_nsec: 0,
+            digest: None,
+        };
+        for (path, entry) in [
+            (&b"same"[..], d(10, 0o644, 5)),
+            (b"touched", d(10, 0o644, 9)),
+            (b"mode", d(10, 0o600, 5)),
+            (b"changed", d(10, 0o644, 5)),
+            (b"shorter", d(4, 0o644, 5)),
+            (b"unread", d(10, 0o644, 5)),
+        ] {
+            i.insert(path.to_vec(), entry);
+            if path != b"unread" {
+                i.set_digest(path, 0xAB);
+            }
+        }
+        i
+    }
+
+    #[test]
+    fn checksum_compares_digests_of_files_of_the_same_size_only() {
+        let i = summed();
+        let c = SkipRule::Checksum;
+        let src = |path: &[u8], size| file(path, size, 0o644, 5, 0);
+        // Same size: the source's digest decides, whatever the mtimes say.
+        for path in [&b"same"[..], b"touched", b"mode", b"changed"] {
+            assert_eq!(i.verdict(&src(path, 10), c), Verdict::Compare, "{path:?}");
+        }
+        // Another size, no digest at the destination, absent, not a file: sent unread.
+        assert_eq!(i.verdict(&src(b"shorter", 10), c), Verdict::Send);
+        assert_eq!(i.verdict(&src(b"unread", 10), c), Verdict::Send);
+        assert_eq!(i.verdict(&src(b"absent", 10), c), Verdict::Send);
+        assert_eq!(index().verdict(&src(b"dir", 10), c), Verdict::Send);
+
+        // Same content, same attributes: nothing to do.
+        assert_eq!(i.compared(&src(b"same", 10), Some(0xAB)), Verdict::Skip);
+        // Same content, another mtime or mode: only the attributes are set.
+        assert_eq!(
+            i.compared(&src(b"touched", 10), Some(0xAB)),
+            Verdict::FixAttrs
+        );
+        assert_eq!(i.compared(&src(b"mode", 10), Some(0xAB)), Verdict::FixAttrs);
+        // Another content (the same size and mtime that fool the quick check), or a source
+        // file that could not be read: sent.
+        assert_eq!(i.compared(&src(b"changed", 10), Some(0xCD)), Verdict::Send);
+        assert_eq!(i.compared(&src(b"same", 10), None), Verdict::Send);
+        assert_eq!(i.compared(&src(b"unread", 10), None), Verdict::Send);
+        assert_eq!(
+            i.verdict(&src(b"changed", 10), SkipRule::QuickCheck),
+            Verdict::Skip,
+            "the quick check alone misses it"
+        );
+    }
+
+    #[test]
+    fn digests_of_what_the_index_lacks_are_dropped_and_bytes_roundtrip() {
+        let mut i = index();
+        i.set_digest(b"absent", 1);
+        i.set_digest(b"dir", 1);
+        assert_eq!(i.len(), 5);
+        assert_eq!(i.entries[&b"dir"[..]].digest, None);
+        let d = 0x0123_4567_89ab_cdef_0011_2233_4455_6677u128;
+        assert_eq!(digest_from_bytes(&digest_bytes(d)), Some(d));
+        assert_eq!(digest_from_bytes(&[1; 32]), None);
+        assert_eq!(
+            SkipRule::from_check(SkipRule::Checksum.as_check()),
+            SkipRule::Checksum
+        );
     }
 }

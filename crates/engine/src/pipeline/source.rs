@@ -7,6 +7,7 @@
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crossbeam_channel::{bounded, Receiver};
@@ -66,18 +67,53 @@ impl Skip {
     }
 }
 
-/// Plans one scanned entry, leaving out what `skip` says the destination has.
+/// A source's resolved skip: the index, the rule and what it spared.
+type Resolved = (DestIndex, SkipRule, Arc<SkipCounts>);
+
+/// Plans one scanned entry, leaving out what `skip` says the destination has; a file whose
+/// content must be compared (`--checksum`) goes to the digest pool instead, and is planned
+/// once its digest is back ([`plan_compared`]).
 fn plan_entry(
     planner: &mut Planner,
-    skip: Option<&(DestIndex, SkipRule, Arc<SkipCounts>)>,
+    skip: Option<&Resolved>,
     entry: sprat_store::ScanEntry,
     emit: &mut impl FnMut(BatchPlan),
+    digests: &mut digest::Pool<'_, sprat_store::ScanEntry>,
 ) {
     let Some((index, rule, counts)) = skip else {
         return planner.push(entry, emit);
     };
     match index.verdict(&entry, *rule) {
-        Verdict::Send => planner.push(entry, emit),
+        Verdict::Compare => digests.submit(entry),
+        verdict => apply(planner, counts, verdict, entry, emit),
+    }
+}
+
+/// Plans a file whose digest came back from the pool.
+fn plan_compared(
+    planner: &mut Planner,
+    skip: Option<&Resolved>,
+    (entry, digest): digest::Digested<sprat_store::ScanEntry>,
+    emit: &mut impl FnMut(BatchPlan),
+) {
+    match skip {
+        Some((index, _, counts)) => {
+            let verdict = index.compared(&entry, digest);
+            apply(planner, counts, verdict, entry, emit)
+        }
+        None => planner.push(entry, emit),
+    }
+}
+
+fn apply(
+    planner: &mut Planner,
+    counts: &SkipCounts,
+    verdict: Verdict,
+    entry: sprat_store::ScanEntry,
+    emit: &mut impl FnMut(BatchPlan),
+) {
+    match verdict {
+        Verdict::Send | Verdict::Compare => planner.push(entry, emit),
         Verdict::Skip => counts.skipped(entry.size),
         Verdict::FixAttrs => {
             counts.fixed(entry.size);
@@ -132,17 +168,45 @@ pub fn start(
                                 ..ScanOptions::default()
                             };
                             let skip = skip.map(Skip::resolve);
+                            // `--checksum`: the source's digests of files the destination has
+                            // with the same size, computed by threads of their own while the
+                            // scan and the planning go on.
+                            let digest_threads = match &skip {
+                                Some((_, SkipRule::Checksum, _)) => options.read_threads,
+                                _ => 0,
+                            };
                             std::thread::scope(|inner| {
                                 inner.spawn(move || sprat_store::scan(root, scan_options, scan_tx));
-                                for listing in scan_rx {
-                                    for entry in listing {
-                                        plan_entry(&mut planner, skip.as_ref(), entry, &mut emit);
-                                    }
-                                    if receivers_gone.get() {
-                                        // Nobody reads any more: stop the scan too.
-                                        break;
-                                    }
-                                }
+                                digest::with_pool(
+                                    root,
+                                    digest_threads,
+                                    digest::scanned_path,
+                                    |mut digests| {
+                                        let skip = skip.as_ref();
+                                        for listing in scan_rx {
+                                            for entry in listing {
+                                                plan_entry(
+                                                    &mut planner,
+                                                    skip,
+                                                    entry,
+                                                    &mut emit,
+                                                    &mut digests,
+                                                );
+                                            }
+                                            digests.flush();
+                                            for done in digests.ready() {
+                                                plan_compared(&mut planner, skip, done, &mut emit);
+                                            }
+                                            if receivers_gone.get() {
+                                                // Nobody reads any more: stop the scan too.
+                                                return;
+                                            }
+                                        }
+                                        for done in digests.finish() {
+                                            plan_compared(&mut planner, skip, done, &mut emit);
+                                        }
+                                    },
+                                );
                             });
                         }
                     }

@@ -5,12 +5,13 @@
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net;
+use crate::pipeline::digest;
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::{DestIndex, PartialEntry, SkipRule};
+use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipRule};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
-use sprat_proto::namespace::{NsEntry, NsKind};
+use sprat_proto::namespace::{NsEntry, NsKind, PathDigest};
 use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
@@ -93,11 +94,27 @@ pub(crate) fn local_writer(
 pub(crate) fn scan_local(
     dst: &Path,
     options: &TransferOptions,
-    mut each: impl FnMut(ScanEntry),
+    each: impl FnMut(ScanEntry),
 ) -> Result<(), TransferError> {
+    scan_local_summed(dst, options, false, each).map(|_| ())
+}
+
+fn file_path(p: &Vec<u8>) -> &[u8] {
+    p
+}
+
+/// [`scan_local`], and with `digests` the XXH3-128 of every regular file too, computed by a
+/// pool of threads while the scan goes on (`--checksum`); returned at the end, by path (a
+/// file that cannot be read has none).
+pub(crate) fn scan_local_summed(
+    dst: &Path,
+    options: &TransferOptions,
+    digests: bool,
+    mut each: impl FnMut(ScanEntry),
+) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
     let root = match Root::open(dst) {
         Ok(root) => root,
-        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(()),
+        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let (tx, rx) = crossbeam_channel::bounded(64);
@@ -105,29 +122,45 @@ pub(crate) fn scan_local(
         threads: options.scan_threads,
         ..ScanOptions::default()
     };
+    let threads = if digests { options.read_threads } else { 0 };
+    let mut summed = Vec::new();
     std::thread::scope(|s| {
         s.spawn(|| sprat_store::scan(&root, scan_options, tx));
-        for e in rx.iter().flatten().filter(|e| e.error.is_none()) {
-            each(e);
-        }
+        digest::with_pool(&root, threads, file_path, |mut pool| {
+            for listing in rx {
+                for e in listing.into_iter().filter(|e| e.error.is_none()) {
+                    if digests && e.kind == EntryType::File {
+                        pool.submit(e.path.clone());
+                    }
+                    each(e);
+                }
+                pool.flush();
+                summed.extend(pool.ready().filter_map(|(p, d)| Some((p, d?))));
+            }
+            summed.extend(pool.finish().filter_map(|(p, d)| Some((p, d?))));
+        });
     });
-    Ok(())
+    Ok(summed)
 }
 
-/// The destination's files for the quick check (see `pipeline::skip`): a scan of the local
-/// tree `dst`, empty if it is not a directory yet.
+/// The destination's files for the check (see `pipeline::skip`): a scan of the local tree
+/// `dst`, empty if it is not a directory yet; with `--checksum`, with their digests.
 pub(crate) fn local_index(
     dst: &Path,
     options: &TransferOptions,
 ) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default();
+    let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
-    scan_local(dst, options, |e| {
+    let summed = scan_local_summed(dst, options, digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }
         index.insert_scanned(e)
     })?;
+    for (path, digest) in summed {
+        index.set_digest(&path, digest);
+    }
     for (path, partial) in local_partials(dst, logs) {
         index.insert_partial(path, partial);
     }
@@ -135,14 +168,15 @@ pub(crate) fn local_index(
 }
 
 /// The local destination's regular files as a pulling client sends them to the server (what
-/// the check needs: path, size, mode, mtime).
+/// the check needs: path, size, mode, mtime), and with `--checksum` their digests.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
-) -> Result<Vec<NsEntry>, TransferError> {
+) -> Result<(Vec<NsEntry>, Vec<PathDigest>), TransferError> {
     let mut out = Vec::new();
+    let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
-    scan_local(dst, options, |e| {
+    let summed = scan_local_summed(dst, options, digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }
@@ -163,7 +197,11 @@ pub(crate) fn local_entries(
             .into_iter()
             .map(|(path, p)| p.to_listed(path)),
     );
-    Ok(out)
+    let sums = summed
+        .into_iter()
+        .map(|(path, d)| (path, digest_bytes(d)))
+        .collect();
+    Ok((out, sums))
 }
 
 /// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).

@@ -5,13 +5,16 @@
 use super::destination::{local_index, scan_local};
 use super::endpoint::Endpoint;
 use super::remote;
+use crate::config::SkipRule;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::pipeline::digest;
 use crate::pipeline::skip::Verdict;
 use serde::Serialize;
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::NsKind;
 use sprat_store::{Attrs, EntryType, ScanEntry};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What one file of the source would get.
@@ -47,37 +50,25 @@ pub fn dry_run(
     key: Option<&TokenKey>,
     options: &TransferOptions,
 ) -> Result<DryRun, TransferError> {
+    let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,
-        Endpoint::Remote { addr, path } => remote::index(addr, key, path)?,
+        Endpoint::Remote { addr, path } => remote::index(addr, key, path, checksum)?,
     };
     let mut out = DryRun {
         dry_run: true,
         ..DryRun::default()
     };
+    // `--checksum`: files of the same size as at the destination, decided once the source's
+    // digests are known.
+    let mut compare = Vec::new();
     let mut each = |e: ScanEntry| {
         if e.kind != EntryType::File {
             return;
         }
         match index.verdict(&e, options.skip) {
-            Verdict::Send => {
-                out.send += 1;
-                out.send_bytes += e.size;
-                out.files
-                    .push((sprat_store::display_path(&e.path), Action::Send));
-            }
-            Verdict::FixAttrs => {
-                out.attrs += 1;
-                out.files
-                    .push((sprat_store::display_path(&e.path), Action::Attrs));
-            }
-            Verdict::Resume(present) => {
-                out.send += 1;
-                out.send_bytes += e.size.saturating_sub(present.bytes());
-                out.files
-                    .push((sprat_store::display_path(&e.path), Action::Send));
-            }
-            Verdict::Skip => out.up_to_date += 1,
+            Verdict::Compare => compare.push(e),
+            verdict => out.record(verdict, &e),
         }
     };
     match src {
@@ -86,10 +77,27 @@ pub fn dry_run(
                 return Err(not_a_tree(src));
             }
             scan_local(s, options, &mut each)?;
+            if !compare.is_empty() {
+                // The source's digests, many at once where the source lives.
+                let root = sprat_store::Root::open(s)?;
+                let threads = options.read_threads.max(1);
+                digest::with_pool(&root, threads, digest::scanned_path, |mut pool| {
+                    compare.drain(..).for_each(|e| pool.submit(e));
+                    for (e, d) in pool.finish() {
+                        out.record(index.compared(&e, d), &e);
+                    }
+                });
+            }
         }
         Endpoint::Remote { addr, path } => {
             let mut root_is_dir = true;
-            remote::list(addr, key, path, true, |n| {
+            // The source's server sends its files' digests with its listing.
+            let mut digests = HashMap::new();
+            let mut keep = |p, d| {
+                digests.insert(p, d);
+            };
+            let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
+            remote::list_summed(addr, key, path, true, keep, |n| {
                 if n.path.is_empty() {
                     root_is_dir = n.kind == NsKind::Dir;
                 }
@@ -119,6 +127,10 @@ pub fn dry_run(
             if !root_is_dir {
                 return Err(not_a_tree(src));
             }
+            for e in compare {
+                let d = digests.get(&e.path).copied();
+                out.record(index.compared(&e, d), &e);
+            }
         }
     }
     if options.delete {
@@ -130,6 +142,31 @@ pub fn dry_run(
     }
     out.files.sort();
     Ok(out)
+}
+
+impl DryRun {
+    fn record(&mut self, verdict: Verdict, e: &ScanEntry) {
+        match verdict {
+            Verdict::Send | Verdict::Compare => {
+                self.send += 1;
+                self.send_bytes += e.size;
+                self.files
+                    .push((sprat_store::display_path(&e.path), Action::Send));
+            }
+            Verdict::FixAttrs => {
+                self.attrs += 1;
+                self.files
+                    .push((sprat_store::display_path(&e.path), Action::Attrs));
+            }
+            Verdict::Resume(present) => {
+                self.send += 1;
+                self.send_bytes += e.size.saturating_sub(present.bytes());
+                self.files
+                    .push((sprat_store::display_path(&e.path), Action::Send));
+            }
+            Verdict::Skip => self.up_to_date += 1,
+        }
+    }
 }
 
 fn is_dir(path: &Path) -> Result<bool, TransferError> {

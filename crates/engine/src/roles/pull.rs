@@ -16,7 +16,6 @@ use crate::session::stall;
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{unbounded, Sender};
 use sprat_proto::auth::TokenKey;
-use sprat_proto::namespace::NsEntry;
 use sprat_proto::session::client::{ClientStream, Event};
 use sprat_proto::{DestCheck, Message, Operation};
 use std::path::Path;
@@ -43,11 +42,16 @@ pub(crate) fn pull(
     });
     let send_index = |c: &mut SessionConn| -> Result<(), TransferError> {
         let Some(scan) = scan else { return Ok(()) };
-        let entries = scan
+        let (entries, sums) = scan
             .join()
             .map_err(|_| TransferError::Local("the scan of the destination failed".into()))??;
-        for part in index_parts(entries) {
+        for part in index_parts(entries, |e| e.path.len() + e.target.len() + 64) {
             let part = c.machine.index_part(part);
+            c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
+        }
+        // `--checksum`: the digests of those files, behind them in the same index.
+        for part in index_parts(sums, |(path, digest)| path.len() + digest.len() + 8) {
+            let part = c.machine.index_sums(part);
             c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
         }
         let end = c.machine.index_end();
@@ -201,14 +205,15 @@ pub(crate) fn pull(
 }
 
 /// Splits a destination's index into `Entries` messages well under the 1 MiB control frame.
-fn index_parts(entries: Vec<NsEntry>) -> Vec<Vec<NsEntry>> {
+fn index_parts<T>(entries: Vec<T>, encoded_size: fn(&T) -> usize) -> Vec<Vec<T>> {
     const PART_BYTES: usize = 256 << 10;
     let mut parts = Vec::new();
     let mut part = Vec::new();
     let mut bytes = 0;
     for e in entries {
-        // An entry's encoding is its path and target plus under 64 bytes of fields.
-        let size = e.path.len() + e.target.len() + 64;
+        // At least its encoding (an entry's is its path and target plus under 64 bytes of
+        // fields): a part stays well within a frame's count and size limits.
+        let size = encoded_size(&e);
         if bytes + size > PART_BYTES && !part.is_empty() {
             parts.push(std::mem::take(&mut part));
             bytes = 0;

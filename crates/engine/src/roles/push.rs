@@ -120,8 +120,9 @@ pub fn push_input(
     let handle = match input {
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
+            let digests = options.skip == crate::config::SkipRule::Checksum;
             let skip = skip_for(&source, options.skip, move || {
-                remote::index(&a, k.as_ref(), &p)
+                remote::index(&a, k.as_ref(), &p, digests)
             });
             if let Some(s) = &skip {
                 skipped = s.counts.clone();

@@ -5,6 +5,7 @@
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::{self, Conn};
+use crate::pipeline::skip::{digest_from_bytes, DestIndex};
 use crate::report::{Counts, Report, Stages};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{DiskUsage, NsEntry, Request, SumAlgo};
@@ -59,6 +60,20 @@ pub fn list(
     key: Option<&TokenKey>,
     path: &[u8],
     recursive: bool,
+    each: impl FnMut(NsEntry),
+) -> Result<(), TransferError> {
+    list_summed(addr, key, path, recursive, None, each)
+}
+
+/// [`list`], and with `digests` the XXH3-128 of every regular file listed, computed by the
+/// server and streamed in the same reply (`Sums` among the `Entries`), each given to
+/// `digests` (a file the server could not read has none).
+pub(crate) fn list_summed(
+    addr: &str,
+    key: Option<&TokenKey>,
+    path: &[u8],
+    recursive: bool,
+    mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
     let mut conn = request(
@@ -67,30 +82,48 @@ pub fn list(
         Request::List {
             path: path.to_vec(),
             recursive,
+            digests: digests.is_some(),
         },
     )?;
     loop {
-        match conn.recv_control()? {
-            Message::Entries(entries) => entries.into_iter().for_each(&mut each),
-            Message::ReplyEnd => return Ok(()),
-            m => return Err(unexpected(&conn, m)),
+        match (conn.recv_control()?, &mut digests) {
+            (Message::Entries(entries), _) => entries.into_iter().for_each(&mut each),
+            (Message::Sums(sums), Some(digests)) => {
+                for (path, bytes) in sums {
+                    let digest = digest_from_bytes(&bytes).ok_or_else(|| {
+                        conn.protocol(format!("a digest of {} bytes, not 16", bytes.len()))
+                    })?;
+                    digests(path, digest);
+                }
+            }
+            (Message::ReplyEnd, _) => return Ok(()),
+            (m, _) => return Err(unexpected(&conn, m)),
         }
     }
 }
 
-/// The destination's entries under `path` on the server, for the quick check (see
-/// `pipeline::skip`): one recursive listing, streamed in one reply; empty if `path` does not
-/// exist yet.
+/// The destination's entries under `path` on the server, for the check (see
+/// `pipeline::skip`): one recursive listing, streamed in one reply, with the digests of its
+/// files when `digests` (`--checksum`); empty if `path` does not exist yet.
 pub(crate) fn index(
     addr: &str,
     key: Option<&TokenKey>,
     path: &[u8],
-) -> Result<crate::pipeline::skip::DestIndex, TransferError> {
-    use crate::pipeline::skip::DestIndex;
+    digests: bool,
+) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default();
-    let listed = list(addr, key, path, true, |e| index.insert_listed(e));
+    // Digests may come before or after their entries: set once the listing is complete.
+    let mut summed = Vec::new();
+    let mut keep = |path, digest| summed.push((path, digest));
+    let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
+    let listed = list_summed(addr, key, path, true, keep, |e| index.insert_listed(e));
     match listed {
-        Ok(()) => Ok(index),
+        Ok(()) => {
+            for (path, digest) in summed {
+                index.set_digest(&path, digest);
+            }
+            Ok(index)
+        }
         Err(TransferError::Remote {
             code: sprat_proto::ErrorCode::NotFound,
             ..

@@ -6,7 +6,8 @@ use super::push::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;
-use crate::pipeline::skip::PartialEntry;
+use crate::pipeline::digest;
+use crate::pipeline::skip::{digest_bytes, PartialEntry};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{
     entry_wire_size, DiskUsage, NsEntry, NsKind, PathDigest, Request, SumAlgo, REPLY_FRAME_TARGET,
@@ -90,68 +91,127 @@ fn ns_entry(e: ScanEntry) -> NsEntry {
 }
 
 /// Sends items in frames of about [`REPLY_FRAME_TARGET`] bytes.
-struct Batcher<'c, T> {
-    conn: &'c mut Conn,
+struct Batcher<T> {
     items: Vec<T>,
     bytes: usize,
     wrap: fn(Vec<T>) -> Message,
 }
 
-impl<T> Batcher<'_, T> {
-    fn push(&mut self, item: T, size: usize) -> Result<(), Refusal> {
+impl<T> Batcher<T> {
+    fn new(wrap: fn(Vec<T>) -> Message) -> Batcher<T> {
+        Batcher {
+            items: Vec::new(),
+            bytes: 0,
+            wrap,
+        }
+    }
+    fn push(&mut self, conn: &mut Conn, item: T, size: usize) -> Result<(), Refusal> {
         self.items.push(item);
         self.bytes += size;
         if self.bytes >= REPLY_FRAME_TARGET || self.items.len() >= 16384 {
-            self.flush()?;
+            self.flush(conn)?;
         }
         Ok(())
     }
-    fn flush(&mut self) -> Result<(), Refusal> {
+    fn flush(&mut self, conn: &mut Conn) -> Result<(), Refusal> {
         if !self.items.is_empty() {
             let msg = (self.wrap)(std::mem::take(&mut self.items));
             self.bytes = 0;
-            self.conn.send(&msg)?;
+            conn.send(&msg)?;
         }
         Ok(())
     }
 }
 
-fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refusal> {
-    match req {
-        Request::List { path, recursive } => {
-            let mut out = Batcher {
-                conn,
-                items: Vec::new(),
-                bytes: 0,
-                wrap: Message::Entries,
-            };
-            let mut logs = Vec::new();
-            ns::walk(ctx.root, &path, recursive, |e| {
-                let log = e.kind == EntryType::File
-                    && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some();
-                if log {
-                    logs.push(e.path.clone());
-                }
-                let e = ns_entry(e);
-                let size = entry_wire_size(&e);
-                out.push(e, size)
-                    .map_err(|Refusal(_, t)| StoreError::other("list", &path, &t))
-            })?;
-            // Partial files an interrupted transfer left, for a copy to resume.
-            if !logs.is_empty() {
-                let listed = ctx.root.sub_root(&path)?;
-                for log in logs {
-                    if let Some((file, id, present)) = partial::describe(&listed, &log) {
-                        let e = PartialEntry { id, present }.to_listed(file);
-                        let size = entry_wire_size(&e);
-                        out.push(e, size)
-                            .map_err(|Refusal(_, t)| StoreError::other("list", &path, &t))?;
-                    }
+/// A file of a listing with digests: its path below the root, and in the listing.
+type Listed = (Vec<u8>, Vec<u8>);
+
+fn full_path(l: &Listed) -> &[u8] {
+    &l.0
+}
+
+/// Adds the digest of a listed file (if it could be read) to the reply.
+fn push_digest(
+    sums: &mut Batcher<PathDigest>,
+    conn: &mut Conn,
+    ((_, rel), digest): digest::Digested<Listed>,
+) -> Result<(), Refusal> {
+    match digest {
+        Some(d) => {
+            let size = rel.len() + 20;
+            sums.push(conn, (rel, digest_bytes(d)), size)
+        }
+        None => Ok(()),
+    }
+}
+
+/// `List`: the entries at `path`, and with `digests` the XXH3-128 of every regular file
+/// (computed by a pool of threads while the walk goes on, sent as `Sums` as they are done,
+/// among the `Entries`; a file that cannot be read gets none).
+fn list(
+    ctx: &Context<'_>,
+    conn: &mut Conn,
+    path: &[u8],
+    recursive: bool,
+    digests: bool,
+) -> Result<(), Refusal> {
+    let mut entries = Batcher::new(Message::Entries);
+    let mut sums = Batcher::new(Message::Sums);
+    let threads = if digests {
+        ctx.options.read_threads.max(1)
+    } else {
+        0
+    };
+    let failed = |t: String| StoreError::other("list", path, &t);
+    let mut logs = Vec::new();
+    digest::with_pool(ctx.root, threads, full_path, |mut pool| {
+        ns::walk(ctx.root, path, recursive, |e| {
+            let log = e.kind == EntryType::File
+                && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some();
+            if log {
+                logs.push(e.path.clone());
+            }
+            if digests && e.kind == EntryType::File {
+                pool.submit((sprat_store::join(path, &e.path), e.path.clone()));
+            }
+            let e = ns_entry(e);
+            let size = entry_wire_size(&e);
+            entries
+                .push(conn, e, size)
+                .map_err(|Refusal(_, t)| failed(t))?;
+            for done in pool.ready() {
+                push_digest(&mut sums, conn, done).map_err(|Refusal(_, t)| failed(t))?;
+            }
+            Ok(())
+        })?;
+        // Partial files an interrupted transfer left, for a copy to resume.
+        if !logs.is_empty() {
+            let listed = ctx.root.sub_root(path)?;
+            for log in &logs {
+                if let Some((file, id, present)) = partial::describe(&listed, log) {
+                    let e = PartialEntry { id, present }.to_listed(file);
+                    let size = entry_wire_size(&e);
+                    entries.push(conn, e, size)?;
                 }
             }
-            out.flush()?;
-            out.conn.send(&Message::ReplyEnd)?;
         }
+        entries.flush(conn)?;
+        for done in pool.finish() {
+            push_digest(&mut sums, conn, done)?;
+        }
+        sums.flush(conn)
+    })?;
+    conn.send(&Message::ReplyEnd)?;
+    Ok(())
+}
+
+fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refusal> {
+    match req {
+        Request::List {
+            path,
+            recursive,
+            digests,
+        } => list(ctx, conn, &path, recursive, digests)?,
         Request::Stat { path } => {
             let mut e = ns_entry(sprat_store::stat_path(ctx.root, &path)?);
             e.path.clear();
@@ -199,12 +259,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 SumAlgo::Sha256 => Digest::Sha256,
                 SumAlgo::Md5 => Digest::Md5,
             };
-            let mut out: Batcher<'_, PathDigest> = Batcher {
-                conn,
-                items: Vec::new(),
-                bytes: 0,
-                wrap: Message::Sums,
-            };
+            let mut out = Batcher::new(Message::Sums);
             ns::walk(ctx.root, &path, true, |e| {
                 if e.kind != EntryType::File {
                     return Ok(());
@@ -212,11 +267,11 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 let full = sprat_store::join(&path, &e.path);
                 let d = ns::checksum_file(ctx.root, &full, digest)?;
                 let size = e.path.len() + d.len() + 4;
-                out.push((e.path, d), size)
+                out.push(conn, (e.path, d), size)
                     .map_err(|Refusal(_, t)| StoreError::other("checksum", &full, &t))
             })?;
-            out.flush()?;
-            out.conn.send(&Message::ReplyEnd)?;
+            out.flush(conn)?;
+            conn.send(&Message::ReplyEnd)?;
         }
         Request::Delegate { path } => {
             writable(ctx, &path)?;

@@ -14,7 +14,7 @@ use crate::net::{self, Conn};
 use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
 use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::{BatchOutcome, WriteJob, WriterPool};
-use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule};
+use crate::pipeline::skip::{digest_from_bytes, DestIndex, SkipCounts, SkipRule};
 use crate::pipeline::source::{self, Skip, SourceHandle};
 use crate::report::Counts;
 use crate::session::registry::{Registry, SessionId, Taken};
@@ -131,17 +131,18 @@ const MAX_PULL_INDEX: usize = 4_000_000;
 
 /// Reads a checked pull's index of the client's destination (`Entries` up to `ReplyEnd`,
 /// each read within the handshake's patience).
-fn read_index(served: &mut Served) -> Result<DestIndex, (ErrorCode, String)> {
+fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (ErrorCode, String)> {
     let protocol = |why: String| (ErrorCode::Protocol, why);
     served
         .machine
-        .expect_index()
+        .expect_index(check == DestCheck::Checksum)
         .map_err(|e| protocol(e.to_string()))?;
     let _ = served
         .conn
         .stream
         .set_read_timeout(Some(sprat_proto::session::HANDSHAKE_TIMEOUT));
     let mut index = DestIndex::default();
+    let mut summed = Vec::new();
     loop {
         let msg = served
             .conn
@@ -160,12 +161,31 @@ fn read_index(served: &mut Served) -> Result<DestIndex, (ErrorCode, String)> {
                 }
                 entries.into_iter().for_each(|e| index.insert_listed(e));
             }
+            // `--checksum`: digests of the files listed (before or after them); one of a path
+            // not (yet) listed is kept until the end, within the same bound.
+            Ok(Event::IndexSums(sums)) => {
+                if summed.len() + sums.len() > MAX_PULL_INDEX {
+                    return Err((
+                        ErrorCode::BadRequest,
+                        format!("the destination's index has more than {MAX_PULL_INDEX} digests"),
+                    ));
+                }
+                for (path, bytes) in sums {
+                    let digest = digest_from_bytes(&bytes).ok_or_else(|| {
+                        protocol(format!("a digest of {} bytes, not 16", bytes.len()))
+                    })?;
+                    summed.push((path, digest));
+                }
+            }
             Ok(Event::IndexEnd) => break,
             Ok(other) => return Err(protocol(format!("unexpected {other:?} in an index"))),
             Err(e) => return Err(protocol(e.to_string())),
         }
     }
     let _ = served.conn.stream.set_read_timeout(None);
+    for (path, digest) in summed {
+        index.set_digest(&path, digest);
+    }
     Ok(index)
 }
 
@@ -548,7 +568,7 @@ fn open_session(
             // A checked pull's index of the client's destination comes right behind the Open.
             let index = match check {
                 DestCheck::None => None,
-                _ => match read_index(&mut served) {
+                _ => match read_index(&mut served, check) {
                     Ok(index) => Some(index),
                     Err((code, text)) => return served.refuse(code, text),
                 },

@@ -342,6 +342,15 @@ impl ClientStream {
         Ok(Message::Entries(entries))
     }
 
+    /// Digests of files of the index (a pull checked by content), among its parts.
+    pub fn index_sums(
+        &self,
+        sums: Vec<crate::namespace::PathDigest>,
+    ) -> Result<Message, SessionError> {
+        self.may_index()?;
+        Ok(Message::Sums(sums))
+    }
+
     /// The end of the index.
     pub fn index_end(&mut self) -> Result<Message, SessionError> {
         self.may_index()?;
@@ -671,7 +680,9 @@ mod tests {
     fn only_a_pulls_control_connection_sends_an_index_and_only_before_the_announcement() {
         let (mut c, now) = opened(Direction::Pull, Role::Control);
         assert!(matches!(c.index_part(Vec::new()), Ok(Message::Entries(_))));
+        assert!(matches!(c.index_sums(Vec::new()), Ok(Message::Sums(_))));
         assert_eq!(c.index_end(), Ok(Message::ReplyEnd));
+        assert!(c.index_sums(Vec::new()).is_err(), "not after the end");
         assert!(c.index_end().is_err(), "the index ends once");
         let (mut late, _) = opened(Direction::Pull, Role::Control);
         late.on_message(Message::Opened { root_is_dir: true }, now)

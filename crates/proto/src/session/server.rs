@@ -40,6 +40,8 @@ pub enum Event {
     Dropped,
     /// A part of a checked pull's index of the client's destination.
     IndexPart(Vec<crate::namespace::NsEntry>),
+    /// Digests of files of the index (a pull checked by content, `DestCheck::Checksum`).
+    IndexSums(Vec<crate::namespace::PathDigest>),
     /// The end of the index: the driver decides on the `Open` now.
     IndexEnd,
 }
@@ -54,8 +56,11 @@ enum State {
     First,
     /// `Open` (control) or `Join` arrived; the driver decides.
     Deciding(Role),
-    /// A checked pull's `Open` arrived; the client's index of its destination follows.
-    ReadingIndex,
+    /// A checked pull's `Open` arrived; the client's index of its destination follows
+    /// (with digests: a pull checked by content).
+    ReadingIndex {
+        digests: bool,
+    },
     Push(Push),
     Pull(Pull),
     /// A connection of namespace requests.
@@ -123,7 +128,7 @@ impl ServerStream {
             State::Proof(_) => "before the client's proof",
             State::First => "before the connection's first message",
             State::Deciding(_) => "while the server decides on the connection",
-            State::ReadingIndex => "while the client sends the index of its destination",
+            State::ReadingIndex { .. } => "while the client sends the index of its destination",
             State::Push(p) if p.ended => "after the end of a push connection",
             State::Push(_) => "on a push connection",
             State::Pull(p) if p.ended => "after the end of a pull connection",
@@ -254,17 +259,21 @@ impl ServerStream {
                     Err(self.unexpected(other.name()))
                 }
             },
-            State::ReadingIndex => match msg {
+            State::ReadingIndex { digests } => match msg {
                 Message::Entries(entries) => {
-                    self.state = State::ReadingIndex;
+                    self.state = State::ReadingIndex { digests };
                     Ok(Event::IndexPart(entries))
+                }
+                Message::Sums(sums) if digests => {
+                    self.state = State::ReadingIndex { digests };
+                    Ok(Event::IndexSums(sums))
                 }
                 Message::ReplyEnd => {
                     self.state = State::Deciding(Role::Control);
                     Ok(Event::IndexEnd)
                 }
                 other => {
-                    self.state = State::ReadingIndex;
+                    self.state = State::ReadingIndex { digests };
                     Err(self.unexpected(other.name()))
                 }
             },
@@ -295,12 +304,13 @@ impl ServerStream {
     }
 
     /// After a checked pull's `Open`: the client's index of its destination is read next
-    /// ([`Event::IndexPart`] up to [`Event::IndexEnd`]), then the `Open` is decided.
-    pub fn expect_index(&mut self) -> Result<(), SessionError> {
+    /// ([`Event::IndexPart`] up to [`Event::IndexEnd`], and with `digests`
+    /// [`Event::IndexSums`] among them), then the `Open` is decided.
+    pub fn expect_index(&mut self, digests: bool) -> Result<(), SessionError> {
         if !matches!(self.state, State::Deciding(Role::Control)) {
             return Err(self.not_now("read an index"));
         }
-        self.state = State::ReadingIndex;
+        self.state = State::ReadingIndex { digests };
         Ok(())
     }
 
@@ -555,7 +565,7 @@ mod tests {
             path: Vec::new(),
         });
         assert!(s.accept_join(Direction::Pull).is_err());
-        s.expect_index()
+        s.expect_index(false)
             .expect("an Open may be followed by an index");
         assert!(
             s.accept_open(Direction::Pull, true).is_err(),
@@ -573,12 +583,34 @@ mod tests {
             },
             path: Vec::new(),
         });
-        s.expect_index().expect("index");
+        s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
         assert_eq!(
             s.accept_open(Direction::Pull, true),
             Ok(Message::Opened { root_is_dir: true })
         );
+    }
+
+    #[test]
+    fn digests_are_part_of_an_index_only_of_a_pull_checked_by_content() {
+        let open = Message::Open {
+            session: [9; 16],
+            op: Operation::Pull {
+                check: crate::DestCheck::Checksum,
+            },
+            path: Vec::new(),
+        };
+        let sums = || Message::Sums(vec![(b"f".to_vec(), vec![0; 16])]);
+        let (mut s, _, now) = deciding(open.clone());
+        s.expect_index(true).expect("index");
+        assert!(matches!(
+            s.on_message(sums(), now),
+            Ok(Event::IndexSums(v)) if v.len() == 1
+        ));
+        assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
+        let (mut s, _, now) = deciding(open);
+        s.expect_index(false).expect("index");
+        assert!(s.on_message(sums(), now).is_err());
     }
 
     #[test]

@@ -408,7 +408,10 @@ impl SimServer {
                     self.waiting.push((conn, session, net.now));
                 }
             }
-            server::Event::Request(_) | server::Event::IndexPart(_) | server::Event::IndexEnd => {
+            server::Event::Request(_)
+            | server::Event::IndexPart(_)
+            | server::Event::IndexSums(_)
+            | server::Event::IndexEnd => {
                 return Err(SessionError::Unexpected {
                     state: "in the simulation",
                     got: "a request or an index",
