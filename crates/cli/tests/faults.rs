@@ -13,53 +13,9 @@ use common::*;
 use sprat_testkit::run::{run_sprat, spawn_sprat};
 use sprat_testkit::server::{Server, ServerOptions};
 use sprat_testkit::{assert_trees_equal, tree};
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-/// A `sprat relay` process in front of a server, with the given faults.
-struct Relay {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Relay {
-    fn start(to: SocketAddr, args: &[&str]) -> Relay {
-        let mut cmd = sprat_testkit::run::command(
-            bin(),
-            ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
-                .iter()
-                .chain(args),
-            &[],
-        );
-        cmd.stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("relay printed {line:?}"))
-            .parse()
-            .unwrap();
-        Relay { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("sprat://{}/{path}", self.addr)
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// About 20 MiB: a 12 MiB file (chunks of 1 MiB), 300 small files, an empty directory, a
 /// symlink.
@@ -77,33 +33,6 @@ fn make_source(dir: &Path, seed: u64) {
 
 /// Options every faulty copy gets: 1 MiB chunks, quick retries.
 const COPY: &[&str] = &["--chunk-size", "1MiB", "--stall-timeout", "3s", "--json"];
-
-/// Every regular file under `dst` has the content of the same path under `src` (partial
-/// files, under their hidden names, are not files of the tree and are left out).
-fn no_wrong_file(src: &Path, dst: &Path) -> Result<(), String> {
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(dst.join(&rel)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let rel = rel.join(e.file_name());
-            let name = e.file_name().to_string_lossy().into_owned();
-            let ft = e.file_type().map_err(|e| e.to_string())?;
-            if ft.is_dir() {
-                stack.push(rel);
-            } else if ft.is_file() && !name.contains(".sprat-part") {
-                let got = std::fs::read(dst.join(&rel)).map_err(|e| e.to_string())?;
-                let want = std::fs::read(src.join(&rel))
-                    .map_err(|e| format!("{}: not in the source ({e})", rel.display()))?;
-                if got != want {
-                    return Err(format!("{} has wrong content", rel.display()));
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
 fn report(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -138,7 +67,7 @@ fn survives(dir: Dir, faults: &[&str], seed: u64) {
     };
     make_source(&src, seed);
     let srv = server(&root);
-    let relay = Relay::start(srv.addr(), faults);
+    let relay = RelayProc::start(srv.addr(), faults);
     let out = match dir {
         Dir::Push => cp(&srv, COPY, &src, relay.url("dst")),
         Dir::Pull => cp(&srv, COPY, relay.url("src"), &dst),
@@ -204,7 +133,7 @@ fn flipped_bit_is_caught(dir: Dir, at: &str, seed: u64) {
     };
     make_source(&src, seed);
     let srv = server(&root);
-    let relay = Relay::start(
+    let relay = RelayProc::start(
         srv.addr(),
         &["--flip-bit-at", at, "--fault-connection", "2"],
     );
@@ -317,7 +246,7 @@ fn server_killed_and_restarted(dir: Dir, seed: u64) {
     let mut srv = server(&root);
     let port = srv.port();
     // A rate-limited path, so that the kill lands in the middle.
-    let relay = Relay::start(srv.addr(), &["--rate", "100mbit"]);
+    let relay = RelayProc::start(srv.addr(), &["--rate", "100mbit"]);
     let args = match dir {
         Dir::Push => cp_args(Some(&srv), COPY, &src, relay.url("dst")),
         Dir::Pull => cp_args(Some(&srv), COPY, relay.url("src"), &dst),
@@ -377,7 +306,7 @@ fn client_killed(dir: Dir, seed: u64) {
     );
     let total = 24u64 << 20;
     let srv = server(&root);
-    let relay = Relay::start(srv.addr(), &["--rate", "100mbit"]);
+    let relay = RelayProc::start(srv.addr(), &["--rate", "100mbit"]);
     let args = match dir {
         Dir::Push => cp_args(Some(&srv), COPY, &src, relay.url("dst")),
         Dir::Pull => cp_args(Some(&srv), COPY, relay.url("src"), &dst),
@@ -442,7 +371,7 @@ fn a_transfer_that_keeps_failing_gives_up_after_retry_for_with_exit_6() {
     let root = t.path().join("root");
     let srv = server(&root);
     // Every connection is reset: no run can succeed.
-    let relay = Relay::start(srv.addr(), &["--reset-after", "64KiB"]);
+    let relay = RelayProc::start(srv.addr(), &["--reset-after", "64KiB"]);
     let started = Instant::now();
     let out = run_sprat(
         bin(),

@@ -6,55 +6,12 @@
 
 mod common;
 
-use common::{assert_ok, bin, cp, server, tmp};
+use common::{assert_ok, bin, cp, no_wrong_file, server, tmp, RelayProc};
 use serde_json::Value;
 use sprat_testkit::{assert_trees_equal, run_sprat, tree};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// A running `sprat relay`; killed by its PID when dropped.
-struct RelayProc {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RelayProc {
-    fn start(to: SocketAddr, args: &[&str]) -> RelayProc {
-        let mut cmd = sprat_testkit::run::command(
-            bin(),
-            ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
-                .iter()
-                .chain(args),
-            &[],
-        );
-        cmd.stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("relay printed {line:?}"))
-            .parse()
-            .unwrap();
-        RelayProc { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("sprat://{}/{path}", self.addr)
-    }
-}
-
-impl Drop for RelayProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A TCP sink that reads every connection to its end and sends back what it counted.
 fn sink() -> SocketAddr {
@@ -608,34 +565,6 @@ fn relay_resets_stalls_and_flips_bits_as_asked() {
     let mut b = [0u8; 1];
     let still_open = matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut);
     assert!(still_open, "the client's side neither ends nor breaks");
-}
-
-/// Every regular file under `dst` has the content of the file of the same path under `src`.
-fn no_wrong_file(src: &std::path::Path, dst: &std::path::Path) -> Result<usize, String> {
-    let mut checked = 0;
-    let mut stack = vec![std::path::PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(dst.join(&rel)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let rel = rel.join(e.file_name());
-            let ft = e.file_type().map_err(|e| e.to_string())?;
-            if ft.is_dir() {
-                stack.push(rel);
-            } else if ft.is_file() && !e.file_name().to_string_lossy().contains(".sprat-part") {
-                // (A partial large file and its journal stay, hidden, for a later run.)
-                let got = std::fs::read(dst.join(&rel)).map_err(|e| e.to_string())?;
-                let want = std::fs::read(src.join(&rel))
-                    .map_err(|e| format!("{}: not in the source ({e})", rel.display()))?;
-                if got != want {
-                    return Err(format!("{} has wrong content", rel.display()));
-                }
-                checked += 1;
-            }
-        }
-    }
-    Ok(checked)
 }
 
 #[test]

@@ -60,6 +60,11 @@ pub fn final_name_of_log(log: &[u8]) -> Option<&[u8]> {
     (!inner.is_empty() && !hashed && log_name(inner) == log).then_some(inner)
 }
 
+/// Whether `path` (a relative path of a scanned or listed regular file) is a journal.
+pub fn is_log_path(path: &[u8]) -> bool {
+    final_name_of_log(crate::relpath::split_parent(path).1).is_some()
+}
+
 /// Whether `name` is a partial file or a journal (kept for resuming; never a temporary).
 pub fn is_partial_name(name: &[u8]) -> bool {
     name.starts_with(b".") && (name.ends_with(PART_SUFFIX) || name.ends_with(LOG_SUFFIX))

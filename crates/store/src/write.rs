@@ -121,6 +121,38 @@ struct LargeFile {
     state: Mutex<LargeState>,
 }
 
+impl LargeFile {
+    /// A large file being written in `dir` as `names` (its partial file and journal), open
+    /// as `fds` (the same two), with the ranges `coverage` present already.
+    fn new(
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+        id: Identity,
+        (part, log_name): (Vec<u8>, Vec<u8>),
+        (fd, log): (OwnedFd, OwnedFd),
+        coverage: Coverage,
+    ) -> Result<LargeFile, StoreError> {
+        let dir = dir
+            .try_clone()
+            .map_err(|e| StoreError::new("open directory", path, e))?;
+        Ok(LargeFile {
+            dir,
+            part,
+            log_name,
+            name: name.to_vec(),
+            fd,
+            log,
+            size: id.size,
+            state: Mutex::new(LargeState {
+                coverage,
+                failed: false,
+                published: false,
+            }),
+        })
+    }
+}
+
 struct LargeState {
     /// The ranges written (or found written and verified) so far.
     coverage: Coverage,
@@ -831,23 +863,7 @@ fn open_large(
             (fd, log, Coverage::default())
         }
     };
-    let dir = dir
-        .try_clone()
-        .map_err(|e| StoreError::new("open directory", path, e))?;
-    Ok(LargeFile {
-        dir,
-        part,
-        log_name,
-        name: name.to_vec(),
-        fd,
-        log,
-        size: id.size,
-        state: Mutex::new(LargeState {
-            coverage,
-            failed: false,
-            published: false,
-        }),
-    })
+    LargeFile::new(dir, name, path, id, (part, log_name), (fd, log), coverage)
 }
 
 /// Opens the partial file another writer is creating right now, without its ranges.
@@ -866,23 +882,8 @@ fn join_large(
         OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
         .map_err(|e| StoreError::new("open the journal of", path, e))?;
-    let dir = dir
-        .try_clone()
-        .map_err(|e| StoreError::new("open directory", path, e))?;
-    Ok(LargeFile {
-        dir,
-        part,
-        log_name,
-        name: name.to_vec(),
-        fd,
-        log,
-        size: id.size,
-        state: Mutex::new(LargeState {
-            coverage: Coverage::default(),
-            failed: false,
-            published: false,
-        }),
-    })
+    let names = (part, log_name);
+    LargeFile::new(dir, name, path, id, names, (fd, log), Coverage::default())
 }
 
 /// Whether `name` in `dir` is a regular file of `size` bytes with the mtime of `attrs`.

@@ -289,3 +289,77 @@ pub fn check_special_files_outcome(out: &Output, src: &Path, dst: &Path, server:
     failures.extend(missing_regular_files(src, dst, &[]));
     assert_no_failures(&failures, out, server);
 }
+
+/// A running `sprat relay`; killed by its PID when dropped.
+pub struct RelayProc {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl RelayProc {
+    pub fn start(to: std::net::SocketAddr, args: &[&str]) -> RelayProc {
+        let mut cmd = sprat_testkit::run::command(
+            bin(),
+            ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
+                .iter()
+                .chain(args),
+            &[],
+        );
+        cmd.stderr(std::process::Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("relay printed {line:?}"))
+            .parse()
+            .unwrap();
+        RelayProc { child, addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("sprat://{}/{path}", self.addr)
+    }
+}
+
+impl Drop for RelayProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every regular file under `dst` has the content of the file of the same path under `src`
+/// (partial large files, kept under hidden names for a later run, are not files of the tree);
+/// returns how many were checked.
+pub fn no_wrong_file(src: &Path, dst: &Path) -> Result<usize, String> {
+    let mut checked = 0;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(dst.join(&rel)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let rel = rel.join(e.file_name());
+            let ft = e.file_type().map_err(|e| e.to_string())?;
+            if ft.is_dir() {
+                stack.push(rel);
+            } else if ft.is_file() && !e.file_name().to_string_lossy().contains(".sprat-part") {
+                // (A partial large file and its journal stay, hidden, for a later run.)
+                let got = std::fs::read(dst.join(&rel)).map_err(|e| e.to_string())?;
+                let want = std::fs::read(src.join(&rel))
+                    .map_err(|e| format!("{}: not in the source ({e})", rel.display()))?;
+                if got != want {
+                    return Err(format!("{} has wrong content", rel.display()));
+                }
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}

@@ -98,18 +98,7 @@ impl Planner {
         match entry.kind {
             EntryType::File if entry.size > self.threshold => {
                 let size = entry.size;
-                let entry = Arc::new(entry);
-                let mut offset = 0;
-                while offset < size {
-                    let len = self.chunk_size_now().min(size - offset);
-                    let item = PlanItem::Chunk {
-                        entry: entry.clone(),
-                        offset,
-                        len,
-                    };
-                    self.add(item, len, emit);
-                    offset += len;
-                }
+                self.push_chunks(&Arc::new(entry), 0, size, emit);
             }
             EntryType::File => {
                 let size = entry.size;
@@ -149,20 +138,30 @@ impl Planner {
         let sent: u64 = missing.iter().map(|&(_, len)| len).sum();
         let entry = Arc::new(entry);
         for (start, len) in missing {
-            let end = start + len;
-            let mut offset = start;
-            while offset < end {
-                let len = self.chunk_size_now().min(end - offset);
-                let item = PlanItem::Chunk {
-                    entry: entry.clone(),
-                    offset,
-                    len,
-                };
-                self.add(item, len, emit);
-                offset += len;
-            }
+            self.push_chunks(&entry, start, start + len, emit);
         }
         size - sent
+    }
+
+    /// Adds the bytes `[start, end)` of a large file as chunks.
+    fn push_chunks(
+        &mut self,
+        entry: &Arc<ScanEntry>,
+        start: u64,
+        end: u64,
+        emit: &mut impl FnMut(BatchPlan),
+    ) {
+        let mut offset = start;
+        while offset < end {
+            let len = self.chunk_size_now().min(end - offset);
+            let item = PlanItem::Chunk {
+                entry: entry.clone(),
+                offset,
+                len,
+            };
+            self.add(item, len, emit);
+            offset += len;
+        }
     }
 
     /// Adds a file whose content the destination already has: only its attributes travel.

@@ -206,8 +206,7 @@ pub(crate) fn local_entries(
 
 /// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).
 fn is_partial_log(e: &ScanEntry) -> bool {
-    e.kind == EntryType::File
-        && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some()
+    e.kind == EntryType::File && partial::is_log_path(&e.path)
 }
 
 /// The partial files whose journals are at `logs` below the local tree `dst`.

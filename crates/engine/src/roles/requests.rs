@@ -166,9 +166,7 @@ fn list(
     let mut logs = Vec::new();
     digest::with_pool(ctx.root, threads, full_path, |mut pool| {
         ns::walk(ctx.root, path, recursive, |e| {
-            let log = e.kind == EntryType::File
-                && partial::final_name_of_log(sprat_store::split_parent(&e.path).1).is_some();
-            if log {
+            if e.kind == EntryType::File && partial::is_log_path(&e.path) {
                 logs.push(e.path.clone());
             }
             if digests && e.kind == EntryType::File {
