@@ -50,10 +50,17 @@ impl Abort {
         lock(&self.conns).iter().map(Conn::moved).sum()
     }
 
-    /// Adds a handle on `conn` to those a failure shuts down.
+    /// Adds a handle on `conn` to those a failure shuts down; a connection added after the
+    /// failure (a join dialled meanwhile) is shut down at once, so no thread waits on it.
     pub(crate) fn watch(&self, conn: &Conn) {
         if let Ok(c) = conn.try_clone() {
-            lock(&self.conns).push(c);
+            let mut conns = lock(&self.conns);
+            // Checked under the lock `fail` takes to shut the list down: either `fail` sees
+            // this connection, or this sees the failure.
+            if self.is_set() {
+                c.shutdown();
+            }
+            conns.push(c);
         }
     }
 }
