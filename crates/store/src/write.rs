@@ -23,7 +23,7 @@ use rustix::fs::{
     utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
 };
 use rustix::io::Errno;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +40,10 @@ pub struct TreeWriter {
     temp_tag: String,
     dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
+    /// Large files given up (a chunk the sender could not read, or one that failed here):
+    /// their later chunks are dropped, never assembled into a file. Guarded with `large`'s
+    /// lock held first.
+    dropped: Mutex<HashSet<Vec<u8>>>,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
@@ -128,6 +132,8 @@ pub enum ChunkOutcome {
     Partial,
     /// This chunk completed the file, which is now in place.
     Completed,
+    /// The file was given up (see [`TreeWriter::drop_large`]): the chunk was not written.
+    Dropped,
 }
 
 impl TreeWriter {
@@ -149,6 +155,7 @@ impl TreeWriter {
             temp_tag,
             dirs: Mutex::new(Vec::new()),
             large: Mutex::new(HashMap::new()),
+            dropped: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
@@ -420,6 +427,42 @@ impl TreeWriter {
     pub fn incomplete_files(&self) -> usize {
         lock(&self.large).len()
     }
+
+    /// Gives up the large file at transfer path `path`, which the sender could not read
+    /// whole (it failed, or changed while it was read): what arrived of it is removed and
+    /// its chunks still to come are dropped, so no file under its name is ever made of them.
+    /// Harmless for a path that is no large file.
+    pub fn drop_large(&self, path: &[u8]) {
+        let mut large = lock(&self.large);
+        lock(&self.dropped).insert(path.to_vec());
+        if let Some(file) = large.remove(path) {
+            let mut st = lock(&file.state);
+            st.failed = true;
+            if let Some(temp) = &file.temp {
+                let _ = unlinkat(&file.dir, os(temp), AtFlags::empty());
+            }
+        }
+    }
+
+    /// Removes what arrived of every large file still waiting for chunks (the transfer is
+    /// over: they never will) and returns their transfer paths with the bytes they lacked,
+    /// sorted.
+    pub fn abandon_incomplete(&self) -> Vec<(Vec<u8>, u64)> {
+        let mut large = lock(&self.large);
+        let mut dropped = lock(&self.dropped);
+        let mut out = Vec::new();
+        for (path, file) in large.drain() {
+            let mut st = lock(&file.state);
+            st.failed = true;
+            if let Some(temp) = &file.temp {
+                let _ = unlinkat(&file.dir, os(temp), AtFlags::empty());
+            }
+            out.push((path.clone(), st.remaining));
+            dropped.insert(path);
+        }
+        out.sort();
+        out
+    }
 }
 
 impl Drop for TreeWriter {
@@ -593,6 +636,9 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let file = {
             let mut large = lock(&writer.large);
+            if lock(&writer.dropped).contains(path) {
+                return Ok(ChunkOutcome::Dropped);
+            }
             match large.get(path) {
                 Some(f) => f.clone(),
                 None => {
@@ -629,6 +675,8 @@ impl WriterCursor<'_> {
             if !st.failed {
                 st.failed = true;
                 large.remove(path);
+                // Its later chunks are dropped, not assembled into a new file.
+                lock(&writer.dropped).insert(path.to_vec());
                 if let Some(temp) = &file.temp {
                     let _ = unlinkat(&file.dir, os(temp), AtFlags::empty());
                 }
@@ -640,11 +688,8 @@ impl WriterCursor<'_> {
         let done = {
             let mut st = lock(&file.state);
             if st.failed {
-                return Err(StoreError::other(
-                    "write",
-                    path,
-                    "an earlier chunk of this file failed",
-                ));
+                // Given up meanwhile (its failure is reported once, where it happened).
+                return Ok(ChunkOutcome::Dropped);
             }
             st.remaining = st.remaining.saturating_sub(data.len() as u64);
             st.remaining == 0
@@ -723,6 +768,33 @@ impl WriterCursor<'_> {
         }
         result
     }
+}
+
+/// Whether `name` (one path component) is a temporary name a writer left behind when its
+/// process was killed: `.NAME.sprat-XXXXXXXX` (8 lowercase hex digits, the writer's tag; see
+/// `TreeWriter::temp_name`), its long form `.sprat-XXXXXXXX.<16 hex>`, or the publishing
+/// probe `.sprat-probe-sprat-XXXXXXXX`. Names ending in `.sprat-part` or `.sprat-part.log`
+/// (resumable partial files) are not.
+pub fn is_leftover_temp(name: &[u8]) -> bool {
+    fn hex(b: &[u8], n: usize) -> bool {
+        b.len() == n && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    }
+    const TAG: &[u8] = b".sprat-";
+    const PROBE: &[u8] = b".sprat-probe-sprat-";
+    if let Some(tag) = name.strip_prefix(PROBE) {
+        return hex(tag, 8);
+    }
+    // Long form: `.sprat-` 8 hex `.` 16 hex.
+    if let Some(rest) = name.strip_prefix(TAG) {
+        if rest.len() == 25 && rest[8] == b'.' && hex(&rest[..8], 8) && hex(&rest[9..], 16) {
+            return true;
+        }
+    }
+    // `.NAME.sprat-` 8 hex, with a non-empty NAME.
+    name.len() > 1 + 1 + TAG.len() + 8
+        && name[0] == b'.'
+        && name[name.len() - 8 - TAG.len()..name.len() - 8] == *TAG
+        && hex(&name[name.len() - 8..], 8)
 }
 
 /// `statfs` magic of tmpfs (`linux/magic.h`).
@@ -881,6 +953,82 @@ mod tests {
             c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap();
             assert_eq!(writer.incomplete_files(), 1);
         }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn leftover_temporary_names_are_recognised() {
+        let writer = TreeWriter::for_dir(
+            Root::open(tempfile::tempdir().unwrap().path()).unwrap(),
+            false,
+            "sprat-0123abcd".into(),
+        );
+        let long = vec![b'x'; 250];
+        for name in [&b"f"[..], b"data.bin", &long] {
+            let temp = writer.temp_name(name);
+            assert!(
+                is_leftover_temp(&temp),
+                "{}",
+                String::from_utf8_lossy(&temp)
+            );
+        }
+        assert!(is_leftover_temp(b".sprat-probe-sprat-0123abcd"));
+        for name in [
+            &b"f"[..],
+            b".f",
+            b".sprat-0123abcd",
+            b"f.sprat-0123abcd",
+            b".f.sprat-0123ABCD",
+            b".f.sprat-0123abc",
+            b".f.sprat-part",
+            b".f.sprat-part.log",
+            b"f.sprat-part",
+            b".sprat-probe-sprat-0123abcz",
+            b".sprat-0123abcd.0123456789abcdeg",
+        ] {
+            assert!(!is_leftover_temp(name), "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn a_dropped_large_file_never_appears() {
+        for rename in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("big"), b"old").unwrap();
+            let mut writer =
+                TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                    .publishing(PublishChoice::Auto);
+            if rename {
+                writer = writer.force_rename_scheme();
+            }
+            let mut c = writer.cursor();
+            c.write_chunk(b"big", &attrs(0o600), 6, 0, b"abc").unwrap();
+            // The sender could not read the chunk at offset 3 whole: it sends `Failed`.
+            writer.drop_large(b"big");
+            // A chunk that completes the file later (from another stream) is dropped.
+            assert_eq!(
+                c.write_chunk(b"big", &attrs(0o600), 6, 3, b"def").unwrap(),
+                ChunkOutcome::Dropped
+            );
+            assert_eq!(writer.incomplete_files(), 0);
+            assert!(writer.abandon_incomplete().is_empty());
+            assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"old");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                1,
+                "rename={rename}"
+            );
+        }
+    }
+
+    #[test]
+    fn incomplete_large_files_are_named_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .force_rename_scheme();
+        let mut c = writer.cursor();
+        c.write_chunk(b"big", &attrs(0o600), 10, 0, b"abc").unwrap();
+        assert_eq!(writer.abandon_incomplete(), vec![(b"big".to_vec(), 7)]);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
