@@ -791,7 +791,7 @@ pub fn is_leftover_temp(name: &[u8]) -> bool {
         }
     }
     // `.NAME.sprat-` 8 hex, with a non-empty NAME.
-    name.len() > 1 + 1 + TAG.len() + 8
+    name.len() >= 1 + 1 + TAG.len() + 8
         && name[0] == b'.'
         && name[name.len() - 8 - TAG.len()..name.len() - 8] == *TAG
         && hex(&name[name.len() - 8..], 8)
