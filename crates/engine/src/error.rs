@@ -47,6 +47,9 @@ pub enum TransferError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Local(String),
+    /// What arrived is not what the sender said it sent (the receiver's check of the totals).
+    #[error("{0}")]
+    Incomplete(String),
 }
 
 impl From<crate::config::OptionError> for TransferError {
@@ -72,7 +75,7 @@ impl TransferError {
                 _ => 5,
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
-            TransferError::Store(_) | TransferError::Local(_) => 5,
+            TransferError::Store(_) | TransferError::Local(_) | TransferError::Incomplete(_) => 5,
         }
     }
 

@@ -196,6 +196,9 @@ pub struct Counts {
     pub failed: u64,
     pub failures: Vec<Failure>,
     pub syncs: u64,
+    /// What the written batches held (whatever became of each entry), for the check
+    /// against the sender's totals.
+    pub received: sprat_proto::Totals,
 }
 
 impl Counts {
@@ -214,6 +217,7 @@ impl Counts {
         self.dirs += o.dirs;
         self.symlinks += o.symlinks;
         self.bytes += o.bytes;
+        self.received.add(&o.got);
         for (p, e) in &o.failures {
             self.add_failure(p, e);
         }

@@ -83,6 +83,75 @@ pub struct Entry<'a> {
     pub kind: EntryKind<'a>,
 }
 
+/// What a sender sent, summed over batches: the receiver checks what it received against it
+/// before it reports success (a push's `Commit`, a pull's `Done`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Entries of every kind.
+    pub entries: u64,
+    /// `File` entries and their data bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// `Chunk` entries and their data bytes.
+    pub chunks: u64,
+    pub chunk_bytes: u64,
+    /// `Failed` entries (what the sender could not read).
+    pub failed: u64,
+}
+
+impl Totals {
+    /// Adds `other` to these totals (wrapping never happens in practice: u64 counters).
+    pub fn add(&mut self, other: &Totals) {
+        self.entries = self.entries.saturating_add(other.entries);
+        self.files = self.files.saturating_add(other.files);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.chunks = self.chunks.saturating_add(other.chunks);
+        self.chunk_bytes = self.chunk_bytes.saturating_add(other.chunk_bytes);
+        self.failed = self.failed.saturating_add(other.failed);
+    }
+
+    /// The fields in wire order.
+    pub fn fields(&self) -> [u64; 6] {
+        [
+            self.entries,
+            self.files,
+            self.bytes,
+            self.chunks,
+            self.chunk_bytes,
+            self.failed,
+        ]
+    }
+
+    /// Reads the six fields in wire order.
+    pub(crate) fn decode(r: &mut crate::codec::Reader<'_>) -> Result<Totals, DecodeError> {
+        Ok(Totals {
+            entries: r.u64("entries sent")?,
+            files: r.u64("files sent")?,
+            bytes: r.u64("bytes sent")?,
+            chunks: r.u64("chunks sent")?,
+            chunk_bytes: r.u64("chunk bytes sent")?,
+            failed: r.u64("failures sent")?,
+        })
+    }
+
+    /// Appends the six fields in wire order.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        for v in self.fields() {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+impl std::fmt::Display for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} entries: {} files of {} bytes, {} chunks of {} bytes, {} unreadable",
+            self.entries, self.files, self.bytes, self.chunks, self.chunk_bytes, self.failed
+        )
+    }
+}
+
 /// A batch being built by a sender: entry headers and file data in separate buffers.
 #[derive(Debug, Default, Clone)]
 pub struct Batch {
@@ -90,6 +159,8 @@ pub struct Batch {
     pub count: u32,
     pub header: Vec<u8>,
     pub data: Vec<u8>,
+    /// What the batch holds, counted as entries are pushed.
+    pub totals: Totals,
 }
 
 impl Batch {
@@ -99,11 +170,13 @@ impl Batch {
             count: 0,
             header: Vec::with_capacity(4096),
             data: Vec::with_capacity(data_capacity),
+            totals: Totals::default(),
         }
     }
 
     fn begin(&mut self, entry: u8, path: &[u8]) {
         self.count += 1;
+        self.totals.entries += 1;
         self.header.push(entry);
         put_bytes16(&mut self.header, path);
     }
@@ -118,6 +191,8 @@ impl Batch {
     /// Records a file whose `len` bytes were just appended to `data`.
     pub fn push_file(&mut self, path: &[u8], meta: &FileMeta, len: u64, hash: u128) {
         self.begin(ENTRY_FILE, path);
+        self.totals.files += 1;
+        self.totals.bytes += len;
         self.put_meta(meta);
         self.header.extend_from_slice(&len.to_le_bytes());
         self.header.extend_from_slice(&hash.to_le_bytes());
@@ -134,6 +209,8 @@ impl Batch {
         hash: u128,
     ) {
         self.begin(ENTRY_CHUNK, path);
+        self.totals.chunks += 1;
+        self.totals.chunk_bytes += len;
         self.put_meta(meta);
         self.header.extend_from_slice(&file_size.to_le_bytes());
         self.header.extend_from_slice(&offset.to_le_bytes());
@@ -162,6 +239,7 @@ impl Batch {
 
     pub fn push_failed(&mut self, path: &[u8], text: &str) {
         self.begin(ENTRY_FAILED, path);
+        self.totals.failed += 1;
         let mut end = text.len().min(MAX_MESSAGE_TEXT);
         while !text.is_char_boundary(end) {
             end -= 1;
@@ -209,6 +287,29 @@ pub struct BatchView<'a> {
 }
 
 impl<'a> BatchView<'a> {
+    /// What this batch holds, counted as a sender counts it (see [`Batch::totals`]).
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals {
+            entries: self.entries.len() as u64,
+            ..Totals::default()
+        };
+        for e in &self.entries {
+            match &e.kind {
+                EntryKind::File { data, .. } => {
+                    t.files += 1;
+                    t.bytes += data.len() as u64;
+                }
+                EntryKind::Chunk { data, .. } => {
+                    t.chunks += 1;
+                    t.chunk_bytes += data.len() as u64;
+                }
+                EntryKind::Failed { .. } => t.failed += 1,
+                _ => {}
+            }
+        }
+        t
+    }
+
     /// Decodes a batch frame's payload.
     pub fn decode(payload: &'a [u8]) -> Result<BatchView<'a>, DecodeError> {
         let mut r = Reader::new(payload);

@@ -15,7 +15,7 @@ pub mod namespace;
 pub mod path;
 pub mod session;
 
-pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta};
+pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta, Totals};
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};

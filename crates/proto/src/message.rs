@@ -3,6 +3,7 @@
 //! Batches are encoded by [`crate::batch`] because their payload is written and read in two parts
 //! (entry headers, then file data) without being copied into one buffer.
 
+use crate::batch::Totals;
 use crate::codec::{put_bytes16, DecodeError, Reader};
 use crate::frame::{kind, FrameHeader, MAX_CONTROL_PAYLOAD};
 use crate::namespace::{self, DiskUsage, NsEntry, PathDigest, Request};
@@ -135,6 +136,9 @@ pub struct RemoteStats {
     pub up_to_date: u64,
     pub attrs_fixed: u64,
     pub bytes_not_sent: u64,
+    /// A pull: what the server's source sent, which the client checks against what it
+    /// received. A push: what the server received (and checked against the `Commit`).
+    pub totals: Totals,
 }
 
 /// A control message.
@@ -183,7 +187,8 @@ pub enum Message {
     },
     End,
     EndAck,
-    Commit,
+    /// Ends a session; a push's carries what the client sent in all (a pull's is zero).
+    Commit(Totals),
     Done(RemoteStats),
     /// A namespace request (see [`crate::namespace`]).
     Request(Request),
@@ -216,7 +221,7 @@ impl Message {
             Message::BatchAck { .. } => "BatchAck",
             Message::End => "End",
             Message::EndAck => "EndAck",
-            Message::Commit => "Commit",
+            Message::Commit(_) => "Commit",
             Message::Done(_) => "Done",
             Message::Request(_) => "a request",
             Message::Entries(_) => "Entries",
@@ -312,7 +317,10 @@ impl Message {
             }
             Message::End => kind::END,
             Message::EndAck => kind::END_ACK,
-            Message::Commit => kind::COMMIT,
+            Message::Commit(totals) => {
+                totals.encode(&mut out);
+                kind::COMMIT
+            }
             Message::Done(s) => {
                 for v in [
                     s.files,
@@ -330,6 +338,7 @@ impl Message {
                 ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
+                s.totals.encode(&mut out);
                 kind::DONE
             }
             Message::Request(req) => {
@@ -484,7 +493,7 @@ impl Message {
             }
             kind::END => Message::End,
             kind::END_ACK => Message::EndAck,
-            kind::COMMIT => Message::Commit,
+            kind::COMMIT => Message::Commit(Totals::decode(&mut r)?),
             kind::DONE => Message::Done(RemoteStats {
                 files: r.u64("files")?,
                 dirs: r.u64("dirs")?,
@@ -498,6 +507,7 @@ impl Message {
                 up_to_date: r.u64("up to date")?,
                 attrs_fixed: r.u64("attributes fixed")?,
                 bytes_not_sent: r.u64("bytes not sent")?,
+                totals: Totals::decode(&mut r)?,
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -620,7 +630,16 @@ mod tests {
         });
         roundtrip(Message::End);
         roundtrip(Message::EndAck);
-        roundtrip(Message::Commit);
+        let totals = Totals {
+            entries: 13,
+            files: 14,
+            bytes: 15,
+            chunks: 16,
+            chunk_bytes: 17,
+            failed: 18,
+        };
+        roundtrip(Message::Commit(totals));
+        roundtrip(Message::Commit(Totals::default()));
         roundtrip(Message::Done(RemoteStats {
             files: 1,
             dirs: 2,
@@ -634,7 +653,25 @@ mod tests {
             up_to_date: 10,
             attrs_fixed: 11,
             bytes_not_sent: 12,
+            totals,
         }));
+    }
+
+    #[test]
+    fn a_commit_or_done_cut_short_is_refused() {
+        for msg in [
+            Message::Commit(Totals::default()),
+            Message::Done(RemoteStats::default()),
+        ] {
+            let frame = msg.encode();
+            let payload = &frame[crate::frame::FRAME_HEADER_LEN..];
+            let k = frame[4];
+            assert!(Message::decode(k, &payload[..payload.len() - 1]).is_err());
+            let mut longer = payload.to_vec();
+            longer.push(0);
+            assert!(Message::decode(k, &longer).is_err());
+            assert!(Message::decode(k, &[]).is_err());
+        }
     }
 
     #[test]

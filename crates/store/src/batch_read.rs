@@ -37,15 +37,34 @@ pub enum ReadOrder {
     Physical,
 }
 
-/// One item of a batch to read: `len` bytes from `offset`. A whole file (`whole`) may have
-/// shrunk since it was scanned and is copied as it is now; a chunk must be complete.
+/// One item of a batch to read: `len` bytes from `offset` of a file the scan saw with
+/// `scanned` size and mtime (`len` is that size for a whole file, `whole`). After its data is
+/// read, the open file is examined again (`statx` on its descriptor): a file whose size or
+/// mtime is no longer what the scan saw changed while it was read, and its data is refused
+/// (a chunk of a large file is checked the same way, so every chunk of a copied large file
+/// was read from the one version the scan saw). A file gone before it could be opened
+/// vanished.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadItem<'p> {
     pub path: &'p [u8],
     pub offset: u64,
     pub len: u64,
     pub whole: bool,
+    pub scanned: Scanned,
 }
+
+/// What the scan saw of a file: its size and mtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scanned {
+    pub size: u64,
+    pub mtime_sec: i64,
+    pub mtime_nsec: u32,
+}
+
+/// The text of the error of a file that changed between its scan and the end of its read.
+pub const CHANGED: &str = "changed while being read";
+/// The text of the error of a file that was gone when it was to be read.
+pub const VANISHED: &str = "vanished before it could be read";
 
 /// What reading one item gave: its length and checksum, or why it failed.
 pub type ItemResult = Result<(u64, u128), StoreError>;
@@ -125,6 +144,7 @@ impl<'r> BatchReader<'r> {
             results: (0..items.len()).map(|_| None).collect(),
             got: vec![0; items.len()],
             errors: vec![None; items.len()],
+            changed: vec![false; items.len()],
         };
         let with_data: Vec<usize> = (0..items.len()).filter(|&i| items[i].len > 0).collect();
         for window in with_data.chunks(self.max_open) {
@@ -134,6 +154,7 @@ impl<'r> BatchReader<'r> {
             mut results,
             got,
             errors,
+            changed,
         } = state;
         // Results in item order; data moved down over the gaps of failed and short items.
         let mut write_at = start;
@@ -145,12 +166,9 @@ impl<'r> BatchReader<'r> {
                 Ok((0, crate::attrs::checksum(&[])))
             } else if let Some(e) = errors[i] {
                 Err(StoreError::new("read", item.path, e))
-            } else if !item.whole && (got[i] as u64) < item.len {
-                Err(StoreError::other(
-                    "read",
-                    item.path,
-                    "file shrank while it was being copied",
-                ))
+            } else if changed[i] || (got[i] as u64) < item.len {
+                // A short read is a file that shrank: never data written as good.
+                Err(StoreError::other("read", item.path, CHANGED))
             } else {
                 let n = got[i];
                 if slots[i] != write_at {
@@ -188,6 +206,9 @@ impl<'r> BatchReader<'r> {
                 .open_file(items[i].path, self.name_override.as_deref())
             {
                 Ok(fd) => opened.push((i, fd)),
+                Err(e) if e.errno() == Some(Errno::NOENT) => {
+                    state.results[i] = Some(Err(StoreError::other("read", items[i].path, VANISHED)))
+                }
                 Err(e) => state.results[i] = Some(Err(e)),
             }
         }
@@ -254,7 +275,31 @@ impl<'r> BatchReader<'r> {
             }
             state.got[*i] = r.done;
             state.errors[*i] = r.error;
+            // Examined after its data was read: what was read is the version the scan saw
+            // only if the file still has that size and mtime now.
+            if r.error.is_none() {
+                state.changed[*i] = !unchanged(fd, &items[*i].scanned);
+            }
         }
+    }
+}
+
+/// Whether the open file `fd` still has the size and mtime the scan saw (an error examining
+/// it counts as a change).
+fn unchanged(fd: &OwnedFd, scanned: &Scanned) -> bool {
+    use rustix::fs::{statx, AtFlags, StatxFlags};
+    match statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::SIZE | StatxFlags::MTIME,
+    ) {
+        Ok(st) => {
+            st.stx_size == scanned.size
+                && st.stx_mtime.tv_sec == scanned.mtime_sec
+                && st.stx_mtime.tv_nsec == scanned.mtime_nsec
+        }
+        Err(_) => false,
     }
 }
 
@@ -263,6 +308,8 @@ struct WindowState {
     results: Vec<Option<ItemResult>>,
     got: Vec<usize>,
     errors: Vec<Option<Errno>>,
+    /// Items whose file no longer had the scanned size and mtime after the read.
+    changed: Vec<bool>,
 }
 
 /// Reads one request with `pread` until it is complete, the file ends or it fails.
@@ -284,6 +331,12 @@ fn pread_request(fd: &OwnedFd, r: &mut ReadRequest, buf: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const UNKNOWN: Scanned = Scanned {
+        size: 0,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+    };
 
     /// Every back end and order must give the same bytes and results.
     #[test]
@@ -308,6 +361,7 @@ mod tests {
                 offset: 0,
                 len: e.len() as u64,
                 whole: true,
+                scanned: UNKNOWN,
             })
             .collect();
         // A missing file, a file that shrank since the scan, and chunks of a large file.
@@ -318,6 +372,7 @@ mod tests {
                 offset: 0,
                 len: 10,
                 whole: true,
+                scanned: UNKNOWN,
             },
         );
         items.insert(
@@ -327,6 +382,7 @@ mod tests {
                 offset: 0,
                 len: 1_000_000,
                 whole: true,
+                scanned: UNKNOWN,
             },
         );
         items.push(ReadItem {
@@ -334,13 +390,28 @@ mod tests {
             offset: 100_000,
             len: 150_000,
             whole: false,
+            scanned: UNKNOWN,
         });
         items.push(ReadItem {
             path: b"big",
             offset: 290_000,
             len: 20_000,
             whole: false,
+            scanned: UNKNOWN,
         });
+        for item in &mut items {
+            let m = std::fs::metadata(dir.path().join(std::str::from_utf8(item.path).unwrap()));
+            if let Ok(m) = m {
+                use std::os::unix::fs::MetadataExt;
+                item.scanned = Scanned {
+                    size: m.len(),
+                    mtime_sec: m.mtime(),
+                    mtime_nsec: m.mtime_nsec() as u32,
+                };
+            }
+        }
+        // d/f5 was scanned larger than it is now: it shrank.
+        items[7].scanned.size = 1_000_000;
         for backend in [IoBackend::Threads, IoBackend::Uring] {
             for order in [ReadOrder::Scan, ReadOrder::Physical] {
                 let mut reader = BatchReader::new(&root, None, order, backend);
@@ -355,11 +426,16 @@ mod tests {
                     );
                     match item.path {
                         b"d/missing" => {
-                            assert_eq!(result.as_ref().unwrap_err().errno(), Some(Errno::NOENT))
+                            let err = result.as_ref().unwrap_err().to_string();
+                            assert!(err.contains(VANISHED), "{what}: {err}");
                         }
                         b"big" if item.offset == 290_000 => {
                             let err = result.as_ref().unwrap_err().to_string();
-                            assert!(err.contains("shrank"), "{what}: {err}");
+                            assert!(err.contains(CHANGED), "{what}: {err}");
+                        }
+                        b"d/f5" if item.len == 1_000_000 => {
+                            let err = result.as_ref().unwrap_err().to_string();
+                            assert!(err.contains(CHANGED), "{what}: {err}");
                         }
                         _ => {
                             let data = if item.path == b"big" {

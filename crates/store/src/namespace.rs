@@ -61,6 +61,13 @@ pub fn make_dir(root: &Root, rel: &[u8], parents: bool) -> Result<(), StoreError
 pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreError> {
     not_root("remove", rel)?;
     let (dir, name) = parent_of(root, "remove", rel)?;
+    if crate::write::is_live_temp(name) {
+        return Err(StoreError::other(
+            "remove",
+            rel,
+            "is being written by a running transfer",
+        ));
+    }
     let st = statx(&dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
         .map_err(|e| StoreError::new("remove", rel, e))?;
     if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {

@@ -24,7 +24,7 @@ use rustix::fs::{
     utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
 };
 use rustix::io::Errno;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -41,6 +41,10 @@ pub struct TreeWriter {
     temp_tag: String,
     dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
+    /// Large files given up (a chunk the sender could not read, or one that failed here):
+    /// their later chunks are dropped, never assembled into a file. Guarded with `large`'s
+    /// lock held first.
+    dropped: Mutex<HashSet<Vec<u8>>>,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
@@ -168,6 +172,8 @@ pub enum ChunkOutcome {
     Partial,
     /// This chunk completed the file, which is now in place.
     Completed,
+    /// The file was given up (see [`TreeWriter::drop_large`]): the chunk was not written.
+    Dropped,
 }
 
 impl TreeWriter {
@@ -182,6 +188,7 @@ impl TreeWriter {
     }
 
     fn new(base: Root, file_name: Option<Vec<u8>>, set_root_attrs: bool, temp_tag: String) -> Self {
+        live_tags::register(&temp_tag);
         TreeWriter {
             base,
             file_name,
@@ -189,6 +196,7 @@ impl TreeWriter {
             temp_tag,
             dirs: Mutex::new(Vec::new()),
             large: Mutex::new(HashMap::new()),
+            dropped: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
@@ -462,9 +470,35 @@ impl TreeWriter {
         lock(&self.large).len()
     }
 
-    /// The paths of the large files still waiting for chunks.
-    pub fn incomplete_paths(&self) -> Vec<Vec<u8>> {
-        lock(&self.large).keys().cloned().collect()
+    /// Gives up the large file at transfer path `path`, which the sender could not read
+    /// whole (it failed, or changed while it was read): its partial file and journal are
+    /// removed (they hold another version of the file) and its chunks still to come are
+    /// dropped, so no file under its name is ever made of them. Harmless for a path that
+    /// is no large file.
+    pub fn drop_large(&self, path: &[u8]) {
+        let mut large = lock(&self.large);
+        lock(&self.dropped).insert(path.to_vec());
+        if let Some(file) = large.remove(path) {
+            let mut st = lock(&file.state);
+            st.failed = true;
+            let _ = unlinkat(&file.dir, os(&file.part), AtFlags::empty());
+            let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
+        }
+    }
+
+    /// The large files still waiting for chunks once the transfer is over (they never will
+    /// get them in this run), with the bytes each lacks, sorted; the writer forgets them.
+    /// Their partial files stay: what they hold was verified, and a later run resumes them.
+    pub fn take_incomplete(&self) -> Vec<(Vec<u8>, u64)> {
+        let mut large = lock(&self.large);
+        let mut out = Vec::new();
+        for (path, file) in large.drain() {
+            let mut st = lock(&file.state);
+            st.failed = true;
+            out.push((path, file.size - st.coverage.bytes().min(file.size)));
+        }
+        out.sort();
+        out
     }
 }
 
@@ -640,6 +674,9 @@ impl WriterCursor<'_> {
         }
         let file = {
             let mut large = lock(&writer.large);
+            if lock(&writer.dropped).contains(path) {
+                return Ok(ChunkOutcome::Dropped);
+            }
             match large.get(path) {
                 Some(f) if f.size == file_size => f.clone(),
                 Some(_) => {
@@ -680,11 +717,8 @@ impl WriterCursor<'_> {
         let done = {
             let mut st = lock(&file.state);
             if st.failed {
-                return Err(StoreError::other(
-                    "write",
-                    path,
-                    "an earlier chunk of this file failed",
-                ));
+                // Given up meanwhile (its failure is reported once, where it happened).
+                return Ok(ChunkOutcome::Dropped);
             }
             st.coverage.add(offset, len);
             // Only one chunk completes the file.
@@ -770,6 +804,93 @@ impl WriterCursor<'_> {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
         result
+    }
+}
+
+/// Whether `name` (one path component) is a temporary name a writer left behind when its
+/// process was killed: `.NAME.sprat-XXXXXXXX` (8 lowercase hex digits, the writer's tag; see
+/// `TreeWriter::temp_name`), its long form `.sprat-XXXXXXXX.<16 hex>`, or the publishing
+/// probe `.sprat-probe-sprat-XXXXXXXX`, whose tag is not that of a writer alive in this
+/// process (a session still writing into the same tree keeps its temporary names). Names
+/// ending in `.sprat-part` or `.sprat-part.log` (resumable partial files) are not.
+pub fn is_leftover_temp(name: &[u8]) -> bool {
+    temp_tag_of(name).is_some_and(|tag| !live_tags::contains(tag))
+}
+
+/// Whether `name` is the temporary name of a writer alive in this process (a file being
+/// written right now, not to be removed).
+pub fn is_live_temp(name: &[u8]) -> bool {
+    temp_tag_of(name).is_some_and(live_tags::contains)
+}
+
+/// The 8 hex digits of the writer's tag in a temporary name (see [`is_leftover_temp`]).
+fn temp_tag_of(name: &[u8]) -> Option<&[u8]> {
+    fn hex(b: &[u8], n: usize) -> bool {
+        b.len() == n && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    }
+    const TAG: &[u8] = b".sprat-";
+    const PROBE: &[u8] = b".sprat-probe-sprat-";
+    if let Some(tag) = name.strip_prefix(PROBE) {
+        return hex(tag, 8).then_some(tag);
+    }
+    // Long form: `.sprat-` 8 hex `.` 16 hex.
+    if let Some(rest) = name.strip_prefix(TAG) {
+        if rest.len() == 25 && rest[8] == b'.' && hex(&rest[..8], 8) && hex(&rest[9..], 16) {
+            return Some(&rest[..8]);
+        }
+    }
+    // `.NAME.sprat-` 8 hex, with a non-empty NAME.
+    let short = name.len() >= 1 + 1 + TAG.len() + 8
+        && name[0] == b'.'
+        && name[name.len() - 8 - TAG.len()..name.len() - 8] == *TAG
+        && hex(&name[name.len() - 8..], 8);
+    short.then(|| &name[name.len() - 8..])
+}
+
+/// The tags of the tree writers alive in this process, so that the temporary names of a
+/// session still writing are never taken for a killed writer's leftovers.
+mod live_tags {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    static LIVE: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
+
+    /// The hex digits of a writer's tag (`sprat-XXXXXXXX`); other tags (tests) have none.
+    fn digits(tag: &str) -> &[u8] {
+        tag.as_bytes().strip_prefix(b"sprat-").unwrap_or(b"")
+    }
+
+    pub(super) fn register(tag: &str) {
+        let mut live = super::lock(&LIVE);
+        *live
+            .get_or_insert_with(HashMap::new)
+            .entry(digits(tag).to_vec())
+            .or_default() += 1;
+    }
+
+    pub(super) fn release(tag: &str) {
+        let mut live = super::lock(&LIVE);
+        if let Some(map) = live.as_mut() {
+            let key = digits(tag);
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+
+    pub(super) fn contains(digits: &[u8]) -> bool {
+        super::lock(&LIVE)
+            .as_ref()
+            .is_some_and(|m| m.contains_key(digits))
+    }
+}
+
+impl Drop for TreeWriter {
+    fn drop(&mut self) {
+        live_tags::release(&self.temp_tag);
     }
 }
 
@@ -1094,12 +1215,18 @@ mod tests {
             TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
                 .publishing(PublishChoice::Auto)
         };
-        let sum = crate::attrs::checksum;
         {
             let writer = new_writer();
             let mut c = writer.cursor();
-            c.write_chunk(b"big", &attrs(0o600), 9, 0, b"abc", sum(b"abc"))
-                .unwrap();
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                9,
+                0,
+                b"abc",
+                crate::attrs::checksum(b"abc"),
+            )
+            .unwrap();
             assert_eq!(writer.incomplete_files(), 1);
         }
         let mut names: Vec<_> = std::fs::read_dir(dir.path())
@@ -1116,13 +1243,27 @@ mod tests {
         let writer = new_writer();
         let mut c = writer.cursor();
         assert_eq!(
-            c.write_chunk(b"big", &attrs(0o600), 9, 6, b"ghi", sum(b"ghi"))
-                .unwrap(),
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                9,
+                6,
+                b"ghi",
+                crate::attrs::checksum(b"ghi")
+            )
+            .unwrap(),
             ChunkOutcome::Partial
         );
         assert_eq!(
-            c.write_chunk(b"big", &attrs(0o600), 9, 3, b"def", sum(b"def"))
-                .unwrap(),
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                9,
+                3,
+                b"def",
+                crate::attrs::checksum(b"def")
+            )
+            .unwrap(),
             ChunkOutcome::Completed
         );
         assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcdefghi");
@@ -1132,17 +1273,164 @@ mod tests {
         {
             let writer = new_writer();
             let mut c = writer.cursor();
-            c.write_chunk(b"b2", &attrs(0o600), 6, 0, b"abc", sum(b"abc"))
-                .unwrap();
+            c.write_chunk(
+                b"b2",
+                &attrs(0o600),
+                6,
+                0,
+                b"abc",
+                crate::attrs::checksum(b"abc"),
+            )
+            .unwrap();
         }
         std::fs::write(dir.path().join(".b2.sprat-part"), b"xbc\0\0\0").unwrap();
         let writer = new_writer();
         let mut c = writer.cursor();
         assert_eq!(
-            c.write_chunk(b"b2", &attrs(0o600), 6, 3, b"def", sum(b"def"))
-                .unwrap(),
+            c.write_chunk(
+                b"b2",
+                &attrs(0o600),
+                6,
+                3,
+                b"def",
+                crate::attrs::checksum(b"def")
+            )
+            .unwrap(),
             ChunkOutcome::Partial
         );
+    }
+
+    #[test]
+    fn leftover_temporary_names_are_recognised() {
+        let writer = TreeWriter::for_dir(
+            Root::open(tempfile::tempdir().unwrap().path()).unwrap(),
+            false,
+            "sprat-0123abcd".into(),
+        );
+        let long = vec![b'x'; 250];
+        let temps: Vec<_> = [&b"f"[..], b"data.bin", &long]
+            .into_iter()
+            .map(|name| writer.temp_name(name))
+            .collect();
+        // The writer was killed.
+        drop(writer);
+        for temp in temps {
+            assert!(
+                is_leftover_temp(&temp),
+                "{}",
+                String::from_utf8_lossy(&temp)
+            );
+        }
+        assert!(is_leftover_temp(b".sprat-probe-sprat-0123abcd"));
+        for name in [
+            &b"f"[..],
+            b".f",
+            b".sprat-0123abcd",
+            b"f.sprat-0123abcd",
+            b".f.sprat-0123ABCD",
+            b".f.sprat-0123abc",
+            b".f.sprat-part",
+            b".f.sprat-part.log",
+            b"f.sprat-part",
+            b".sprat-probe-sprat-0123abcz",
+            b".sprat-0123abcd.0123456789abcdeg",
+        ] {
+            assert!(!is_leftover_temp(name), "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn a_live_writers_temporary_names_are_no_leftovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = b".f.sprat-5eed0a11";
+        assert!(is_leftover_temp(name));
+        let writer = TreeWriter::for_dir(
+            Root::open(dir.path()).unwrap(),
+            false,
+            "sprat-5eed0a11".into(),
+        );
+        assert!(!is_leftover_temp(name));
+        assert!(!is_leftover_temp(b".sprat-probe-sprat-5eed0a11"));
+        assert!(is_live_temp(name));
+        std::fs::write(dir.path().join(".f.sprat-5eed0a11"), b"x").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let refused = crate::namespace::remove(&root, name, false).unwrap_err();
+        assert!(
+            refused.to_string().contains("running transfer"),
+            "{refused}"
+        );
+        drop(writer);
+        assert!(is_leftover_temp(name));
+        crate::namespace::remove(&root, name, false).unwrap();
+    }
+
+    #[test]
+    fn a_dropped_large_file_never_appears() {
+        for rename in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("big"), b"old").unwrap();
+            let mut writer =
+                TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                    .publishing(PublishChoice::Auto);
+            if rename {
+                writer = writer.force_rename_scheme();
+            }
+            let mut c = writer.cursor();
+            c.write_chunk(
+                b"big",
+                &attrs(0o600),
+                6,
+                0,
+                b"abc",
+                crate::attrs::checksum(b"abc"),
+            )
+            .unwrap();
+            // The sender could not read the chunk at offset 3 whole: it sends `Failed`.
+            writer.drop_large(b"big");
+            // A chunk that completes the file later (from another stream) is dropped.
+            assert_eq!(
+                c.write_chunk(
+                    b"big",
+                    &attrs(0o600),
+                    6,
+                    3,
+                    b"def",
+                    crate::attrs::checksum(b"def")
+                )
+                .unwrap(),
+                ChunkOutcome::Dropped
+            );
+            assert_eq!(writer.incomplete_files(), 0);
+            assert!(writer.take_incomplete().is_empty());
+            assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"old");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                1,
+                "rename={rename}"
+            );
+        }
+    }
+
+    #[test]
+    fn incomplete_large_files_are_named_and_kept_for_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .force_rename_scheme();
+        let mut c = writer.cursor();
+        c.write_chunk(
+            b"big",
+            &attrs(0o600),
+            10,
+            0,
+            b"abc",
+            crate::attrs::checksum(b"abc"),
+        )
+        .unwrap();
+        assert_eq!(writer.take_incomplete(), vec![(b"big".to_vec(), 7)]);
+        assert!(writer.take_incomplete().is_empty());
+        assert!(!dir.path().join("big").exists());
+        assert!(dir.path().join(".big.sprat-part").exists());
+        assert!(dir.path().join(".big.sprat-part.log").exists());
     }
 
     #[test]

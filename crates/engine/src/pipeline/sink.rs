@@ -10,7 +10,7 @@
 use crate::error::TransferError;
 use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
-use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta};
+use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, Totals};
 use sprat_store::write::ChunkOutcome;
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +46,8 @@ pub struct BatchOutcome {
     pub failures: Vec<(Vec<u8>, String)>,
     /// An error that stops the whole transfer (disk full, malformed batch...).
     pub fatal: Option<(ErrorCode, String)>,
+    /// What the batch held (whatever became of it), for the check against the sender's totals.
+    pub got: Totals,
 }
 
 /// A running pool of writer threads.
@@ -161,6 +163,7 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
     };
     let mut out = BatchOutcome {
         seq: view.seq,
+        got: view.totals(),
         ..BatchOutcome::default()
     };
     let last_path = view.entries.last().map(|e| e.path).unwrap_or_default();
@@ -206,11 +209,13 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                     }
                     None => Ok(ChunkOutcome::Partial),
                 }
-                .map(|done| {
-                    out.bytes += data.len() as u64;
-                    if done == ChunkOutcome::Completed {
+                .map(|done| match done {
+                    ChunkOutcome::Partial => out.bytes += data.len() as u64,
+                    ChunkOutcome::Completed => {
+                        out.bytes += data.len() as u64;
                         out.files += 1;
                     }
+                    ChunkOutcome::Dropped => {}
                 })
             }
             EntryKind::Dir { meta } => match cursor.as_deref_mut() {
@@ -240,6 +245,11 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
             }
             .map(|()| out.attrs_fixed += 1),
             EntryKind::Failed { text } => {
+                // A large file of which a chunk could not be read (or changed while it was)
+                // is dropped: its other chunks never make a file under its name.
+                if let Some(c) = cursor.as_deref_mut() {
+                    c.tree().drop_large(path);
+                }
                 out.failures
                     .push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));
                 continue;

@@ -101,11 +101,26 @@ pub struct DestIndex {
     entries: HashMap<Vec<u8>, DestEntry>,
     /// Partial files by the final path of their file.
     partials: HashMap<Vec<u8>, PartialEntry>,
+    /// Temporary names left by a writer that was killed (see
+    /// [`sprat_store::write::is_leftover_temp`]): not entries, but debris to remove.
+    leftovers: Vec<Vec<u8>>,
 }
 
 impl DestIndex {
     fn insert(&mut self, path: Vec<u8>, entry: DestEntry) {
+        if is_leftover(&path) {
+            self.leftovers.push(path);
+            return;
+        }
         self.entries.insert(path, entry);
+    }
+
+    /// The leftover temporary names found (paths relative to the copy's root), sorted; the
+    /// index forgets them.
+    pub fn take_leftovers(&mut self) -> Vec<Vec<u8>> {
+        let mut out = std::mem::take(&mut self.leftovers);
+        out.sort();
+        out
     }
 
     /// Adds an entry of a scan of the destination.
@@ -241,6 +256,11 @@ impl DestIndex {
             _ => Verdict::Send,
         }
     }
+}
+
+/// Whether the last component of `path` is a temporary name left by a killed writer.
+pub fn is_leftover(path: &[u8]) -> bool {
+    sprat_store::write::is_leftover_temp(sprat_store::split_parent(path).1)
 }
 
 impl SkipRule {

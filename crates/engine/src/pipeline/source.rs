@@ -10,12 +10,13 @@ use crate::error::TransferError;
 use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
+use crate::sync::lock;
 use crossbeam_channel::{bounded, Receiver};
-use sprat_proto::{Batch, FileMeta};
-use sprat_store::batch_read::{BatchReader, ReadItem};
+use sprat_proto::{Batch, FileMeta, Totals};
+use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::{Attrs, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,26 @@ pub struct SourceHandle {
     pub batches: Receiver<Batch>,
     /// Whether the source root is a directory (false: a single file).
     pub root_is_dir: bool,
+    /// What the batches handed to `batches` held, summed; final once `batches` is
+    /// disconnected (every batch made was queued before the last sender went away).
+    pub totals: SentTotals,
     join: JoinHandle<Duration>,
+}
+
+/// A source's running totals, shared with whoever ends the stream (see [`SourceHandle::totals`]).
+#[derive(Clone, Default)]
+pub struct SentTotals(Arc<Mutex<Totals>>);
+
+impl SentTotals {
+    /// Counts a batch about to be queued.
+    pub fn count(&self, batch: &Batch) {
+        lock(&self.0).add(&batch.totals);
+    }
+
+    /// What was counted so far.
+    pub fn get(&self) -> Totals {
+        *lock(&self.0)
+    }
 }
 
 impl SourceHandle {
@@ -136,6 +156,8 @@ pub fn start(
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
     let root_is_dir = matches!(source, Source::Dir(_));
+    let totals = SentTotals::default();
+    let counted = totals.clone();
     let join = std::thread::Builder::new()
         .name("sprat-source".into())
         .spawn(move || {
@@ -216,6 +238,7 @@ pub fn start(
                     let plan_rx = plan_rx.clone();
                     let batch_tx = batch_tx.clone();
                     let busy_ns = &busy_ns;
+                    let counted = &counted;
                     s.spawn(move || {
                         let mut reader = BatchReader::new(
                             root,
@@ -229,6 +252,7 @@ pub fn start(
                             let batch = read_batch(&mut reader, plan);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            counted.count(&batch);
                             if batch_tx.send(batch).is_err() {
                                 break;
                             }
@@ -246,8 +270,18 @@ pub fn start(
     Ok(SourceHandle {
         batches,
         root_is_dir,
+        totals,
         join,
     })
+}
+
+/// What the scan saw of a file, for the reader's check that it did not change.
+fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
+    Scanned {
+        size: e.size,
+        mtime_sec: e.attrs.mtime_sec,
+        mtime_nsec: e.attrs.mtime_nsec,
+    }
 }
 
 /// Reads every item of `plan` into one batch (all its data read together by the batch
@@ -263,12 +297,14 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
                 offset: 0,
                 len: e.size,
                 whole: true,
+                scanned: scanned(e),
             }),
             PlanItem::Chunk { entry, offset, len } => Some(ReadItem {
                 path: &entry.path,
                 offset: *offset,
                 len: *len,
                 whole: false,
+                scanned: scanned(entry),
             }),
             _ => None,
         })
@@ -320,6 +356,8 @@ pub fn synthetic(
     use rand::{RngCore, SeedableRng};
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
+    let totals = SentTotals::default();
+    let counted = totals.clone();
     let join = std::thread::Builder::new()
         .name("sprat-synthetic".into())
         .spawn(move || {
@@ -334,9 +372,11 @@ pub fn synthetic(
                 for (k, part) in sizes.chunks(per_thread).enumerate() {
                     let (pool, next_seq, busy_ns, options) = (&pool, &next_seq, &busy_ns, &options);
                     let batch_tx = batch_tx.clone();
+                    let counted = &counted;
                     s.spawn(move || {
                         let started = Instant::now();
                         let mut maker = SyntheticBatches {
+                            counted,
                             pool,
                             options,
                             next_seq,
@@ -363,12 +403,14 @@ pub fn synthetic(
     Ok(SourceHandle {
         batches,
         root_is_dir: true,
+        totals,
         join,
     })
 }
 
 /// One thread's batches of synthetic files.
 struct SyntheticBatches<'a> {
+    counted: &'a SentTotals,
     pool: &'a [u8],
     options: &'a TransferOptions,
     next_seq: &'a AtomicU64,
@@ -379,13 +421,16 @@ struct SyntheticBatches<'a> {
 }
 
 impl SyntheticBatches<'_> {
+    /// The batch made so far (counted as queued), replaced by a new one.
     fn take(&mut self) -> Batch {
         self.entries = 0;
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        std::mem::replace(
+        let batch = std::mem::replace(
             &mut self.batch,
             Batch::new(seq, self.options.batch_size as usize),
-        )
+        );
+        self.counted.count(&batch);
+        batch
     }
 
     /// Adds file number `i` of `size` bytes (as chunks when large); false when nobody

@@ -167,8 +167,41 @@ pub(crate) fn local_index(
     Ok(index)
 }
 
+/// The local destination's index for a copy into it: as [`local_index`], and the temporary
+/// names a killed writer left in it are removed (see [`remove_local_leftovers`]).
+pub(crate) fn local_index_cleaned(
+    dst: &Path,
+    options: &TransferOptions,
+) -> Result<DestIndex, TransferError> {
+    let mut index = local_index(dst, options)?;
+    remove_local_leftovers(dst, &index.take_leftovers());
+    Ok(index)
+}
+
+/// Removes `leftovers` (temporary names a killed writer left, relative to `dst`) from the
+/// local destination `dst`, confined to it and never following a symlink; what cannot be
+/// removed is logged and left (the copy does not depend on it).
+pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
+    if leftovers.is_empty() {
+        return;
+    }
+    let root = match Root::open(dst) {
+        Ok(root) => root,
+        Err(e) => return tracing::warn!(%e, "cannot remove leftover temporary files"),
+    };
+    for rel in leftovers {
+        match sprat_store::namespace::remove(&root, rel, false) {
+            Ok(_) => {
+                tracing::info!(path = %sprat_store::display_path(rel), "removed a leftover temporary file")
+            }
+            Err(e) => tracing::warn!(%e, "cannot remove a leftover temporary file"),
+        }
+    }
+}
+
 /// The local destination's regular files as a pulling client sends them to the server (what
-/// the check needs: path, size, mode, mtime), and with `--checksum` their digests.
+/// the check needs: path, size, mode, mtime), its partial files, and with `--checksum`
+/// their digests. Temporary names a killed writer left are removed, not listed.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
@@ -176,11 +209,14 @@ pub(crate) fn local_entries(
     let mut out = Vec::new();
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
+    let mut leftovers = Vec::new();
     let summed = scan_local_summed(dst, options, digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }
-        if e.kind == EntryType::File {
+        if crate::pipeline::skip::is_leftover(&e.path) {
+            leftovers.push(e.path);
+        } else if e.kind == EntryType::File {
             out.push(NsEntry {
                 path: e.path,
                 kind: NsKind::File,
@@ -192,6 +228,7 @@ pub(crate) fn local_entries(
             });
         }
     })?;
+    remove_local_leftovers(dst, &leftovers);
     out.extend(
         local_partials(dst, logs)
             .into_iter()
@@ -246,6 +283,22 @@ pub(crate) fn fatal_outcome(o: &BatchOutcome, dst: &Path) -> Option<TransferErro
     o.fatal
         .as_ref()
         .map(|(_, text)| TransferError::Local(format!("{}: {text}", dst.display())))
+}
+
+/// Once every batch is written: a large file still waiting for chunks never gets them in
+/// this run (it is counted as failed, by name; its partial file stays for a later run to
+/// resume), and what arrived must be what the sender said
+/// it sent (`sent`; `peer` names the sender for the error).
+pub(crate) fn check_complete(
+    writer: &TreeWriter,
+    counts: &mut Counts,
+    sent: &sprat_proto::Totals,
+    peer: &str,
+) -> Result<(), TransferError> {
+    for (path, missing) in writer.take_incomplete() {
+        counts.add_failure(&path, &super::server::incomplete_text(&path, missing));
+    }
+    super::push::check_totals(sent, &counts.received, peer)
 }
 
 /// Applies directory attributes once every batch is written, counting what failed.

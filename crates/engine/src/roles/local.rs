@@ -2,7 +2,8 @@
 //! with batches handed from readers to writers in memory.
 
 use super::destination::{
-    fatal_outcome, finish_dirs, is_inside, local_index, local_writer, open_source, skip_for,
+    check_complete, fatal_outcome, finish_dirs, is_inside, local_index_cleaned, local_writer,
+    open_source, skip_for,
 };
 use super::endpoint::Endpoint;
 use crate::config::TransferOptions;
@@ -35,7 +36,9 @@ pub(crate) fn copy(
     }
     let skip = {
         let (dst, opts) = (dst.to_path_buf(), options.clone());
-        skip_for(&source, options.skip, move || local_index(&dst, &opts))
+        skip_for(&source, options.skip, move || {
+            local_index_cleaned(&dst, &opts)
+        })
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
@@ -61,6 +64,7 @@ pub(crate) fn copy(
     }
     drop((jobs, reply_tx));
     let write_busy = pool.finish();
+    let sent = handle.totals.clone();
     let read_busy = handle.finish();
     for o in reply_rx.iter() {
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
@@ -69,6 +73,7 @@ pub(crate) fn copy(
     if let Some(e) = fatal {
         return Err(e);
     }
+    check_complete(&writer, &mut counts, &sent.get(), "the local source")?;
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
     let stages = Stages {

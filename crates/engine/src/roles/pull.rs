@@ -2,7 +2,7 @@
 //! receive stage into one writer pool, its state machine checking every frame, and the
 //! control connection commits as soon as its own stream ended.
 
-use super::destination::{fatal_outcome, finish_dirs, local_entries, local_writer};
+use super::destination::{check_complete, fatal_outcome, finish_dirs, local_entries, local_writer};
 use super::endpoint::Endpoint;
 use super::push::await_done;
 use crate::config::TransferOptions;
@@ -116,7 +116,8 @@ pub(crate) fn pull(
                             drained.store(true, Ordering::SeqCst);
                             tail.record();
                             if control && !abort.is_set() {
-                                if let Err(e) = session.commit(&mut rx, &machine) {
+                                let nothing_sent = sprat_proto::Totals::default();
+                                if let Err(e) = session.commit(&mut rx, &machine, nothing_sent) {
                                     abort.fail(e);
                                 }
                             }
@@ -178,10 +179,14 @@ pub(crate) fn pull(
     if let Some(e) = abort.take() {
         return Err(e);
     }
-    finish_dirs(&writer, &mut counts);
-    counts.syncs = writer.sync_count();
     let mut control_conn = control_conn;
     let remote = await_done(&mut control_conn, &control_machine, &mut counts)?;
+    // `Done` says what the server's source sent: all of it must have arrived here. (Before
+    // the directories' attributes: removing what arrived of an incomplete file changes its
+    // directory.)
+    check_complete(&writer, &mut counts, &remote.totals, &control_conn.peer)?;
+    finish_dirs(&writer, &mut counts);
+    counts.syncs = writer.sync_count();
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(

@@ -67,6 +67,8 @@ struct Push<'a> {
     session: &'a Session,
     /// Batches from the source's readers.
     batches: &'a Receiver<Batch>,
+    /// What the source queued in all: final once `batches` is drained, sent with `Commit`.
+    sent: source::SentTotals,
     /// Batches of refused streams, to be sent again by the others.
     again: Receiver<Batch>,
     resend: Sender<Batch>,
@@ -122,7 +124,9 @@ pub fn push_input(
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let skip = skip_for(&source, options.skip, move || {
-                remote::index(&a, k.as_ref(), &p, digests)
+                let mut index = remote::index(&a, k.as_ref(), &p, digests)?;
+                remote::remove_leftovers(&a, k.as_ref(), &p, &index.take_leftovers());
+                Ok(index)
             });
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
@@ -144,6 +148,7 @@ pub fn push_input(
     let push = Push {
         session: &session,
         batches: &batches,
+        sent: handle.totals.clone(),
         again,
         resend,
         cancel,
@@ -204,6 +209,9 @@ pub fn push_input(
         ));
     };
     let remote = await_done(&mut control, &machine, &mut counts)?;
+    // The server checked what it received against the `Commit`; its answer says what that
+    // was, which must be what was sent.
+    check_totals(&handle.totals.get(), &remote.totals, &control.peer)?;
     // The server's totals are authoritative for what it wrote.
     counts.files = remote.files;
     counts.dirs = remote.dirs;
@@ -257,6 +265,20 @@ pub(crate) fn await_done(
             other => return Err(control.protocol(format!("unexpected {other:?}"))),
         }
     }
+}
+
+/// An error unless `received` is what was `sent` (`peer`: the other side, for the error).
+pub(crate) fn check_totals(
+    sent: &sprat_proto::Totals,
+    received: &sprat_proto::Totals,
+    peer: &str,
+) -> Result<(), TransferError> {
+    if sent == received {
+        return Ok(());
+    }
+    Err(TransferError::Incomplete(format!(
+        "the transfer is incomplete: {sent} sent, {received} received (with {peer})"
+    )))
 }
 
 /// Why a stream stopped sending.
@@ -346,7 +368,8 @@ fn start_stream<'s>(
         match sent {
             Ok(Ended::Drained) => {
                 push.drained.store(true, Ordering::SeqCst);
-                if control && session.commit(&mut tx, &sender_machine).is_err() {
+                let sent = push.sent.get();
+                if control && session.commit(&mut tx, &sender_machine, sent).is_err() {
                     tx.shutdown_write();
                 }
             }

@@ -132,6 +132,46 @@ pub(crate) fn index(
     }
 }
 
+/// Removes `leftovers` (temporary names a killed writer left, relative to `path`) on the
+/// server, with `Remove` requests all sent on one connection before the replies are read (a
+/// third-party copy's ticket allows exactly these); what cannot be removed is logged and left.
+pub(crate) fn remove_leftovers(
+    addr: &str,
+    key: Option<&TokenKey>,
+    path: &[u8],
+    leftovers: &[Vec<u8>],
+) {
+    let Some((first, rest)) = leftovers.split_first() else {
+        return;
+    };
+    let remove = |rel: &[u8]| Request::Remove {
+        path: sprat_store::relpath::join(path, rel),
+        recursive: false,
+    };
+    let removed = (|| -> Result<(), TransferError> {
+        let mut conn = request(addr, key, remove(first))?;
+        for rel in rest {
+            conn.send(&Message::Request(remove(rel)))?;
+        }
+        for rel in leftovers {
+            match conn.recv_control() {
+                Ok(Message::ReplyEnd) => {
+                    tracing::info!(path = %sprat_store::display_path(rel), "removed a leftover temporary file")
+                }
+                Ok(other) => return Err(conn.protocol(format!("unexpected reply {other:?}"))),
+                Err(TransferError::Remote { text, .. }) => {
+                    tracing::warn!(%text, "cannot remove a leftover temporary file")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = removed {
+        tracing::warn!(%e, "cannot remove leftover temporary files");
+    }
+}
+
 /// `stat`: the entry at `path` (a symlink is described, not followed).
 pub fn stat(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<NsEntry, TransferError> {
     let mut conn = request(

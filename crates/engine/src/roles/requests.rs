@@ -331,6 +331,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 write_busy_ns: ns(report.stages.write_s),
                 syncs: report.syncs,
                 up_to_date: report.up_to_date,
+                // Checked between the two servers (the destination against this push's
+                // `Commit`, this server against the destination's `Done`).
+                totals: sprat_proto::Totals::default(),
                 attrs_fixed: report.attrs_fixed,
                 bytes_not_sent: report.bytes_not_sent,
             }))?;

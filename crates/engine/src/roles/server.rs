@@ -24,7 +24,7 @@ use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, JOIN_PATIENCE};
-use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats};
+use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -76,6 +76,8 @@ struct PushSession {
     jobs: Mutex<Option<Sender<WriteJob>>>,
     pool: Mutex<Option<WriterPool>>,
     counts: Mutex<Counts>,
+    /// What the written batches held, checked against the `Commit`'s totals.
+    received: Box<Mutex<Totals>>,
     network_ns: AtomicU64,
     connections: AtomicUsize,
     receiving: Receiving,
@@ -480,8 +482,17 @@ fn ticket_allows(
             ..
         } => t.session.is_none() && *path == t.path,
         Event::Join { session } => t.session == Some(*session) || (pending && t.session.is_none()),
-        // The source server of a third-party copy lists the destination before it pushes.
+        // The source server of a third-party copy lists the destination before it pushes,
+        // and removes the temporary names a killed writer left below it (nothing else).
         Event::Request(Request::List { path, .. }) => *path == t.path,
+        Event::Request(Request::Remove {
+            path,
+            recursive: false,
+        }) => {
+            let below = t.path.is_empty()
+                || (path.starts_with(&t.path) && path.get(t.path.len()) == Some(&b'/'));
+            below && crate::pipeline::skip::is_leftover(path)
+        }
         _ => false,
     };
     if allowed {
@@ -558,6 +569,7 @@ fn open_session(
                 jobs: Mutex::new(Some(pool.sender())),
                 pool: Mutex::new(Some(pool)),
                 counts: Mutex::new(Counts::default()),
+                received: Box::default(),
                 network_ns: AtomicU64::new(0),
                 connections: AtomicUsize::new(0),
                 receiving: Receiving::default(),
@@ -690,7 +702,7 @@ fn serve_push(
     let mut ack_conn = conn.try_clone()?;
     let received = AtomicU64::new(0);
     let acker = std::thread::scope(|s| {
-        let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, &session.counts));
+        let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, session));
         // Cloned in a statement of its own: a guard in a `match` scrutinee would hold the
         // session's lock for the whole loop, and the session's streams would take turns.
         let jobs = lock(&session.jobs).clone();
@@ -744,10 +756,10 @@ fn serve_push(
     }
     let commit = conn.recv_control_raw()?;
     let event = lock(&machine).on_message(commit, Instant::now());
-    match event.map_err(|e| conn.session_error(e))? {
-        Event::Commit => {}
+    let sent = match event.map_err(|e| conn.session_error(e))? {
+        Event::Commit(sent) => sent,
         other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
-    }
+    };
     // The other streams' last batches may still be on their way (or their acknowledgements
     // being counted): the totals are final once all have ended.
     session.receiving.wait_until_none();
@@ -756,6 +768,13 @@ fn serve_push(
         .take()
         .map(|p| p.finish())
         .unwrap_or_default();
+    // Every batch is written: a large file still waiting for chunks never gets them in this
+    // session (its partial file stays, for a later one to resume).
+    let incomplete = session
+        .writer
+        .as_ref()
+        .map(|w| w.take_incomplete())
+        .unwrap_or_default();
     let dir_errors = session
         .writer
         .as_ref()
@@ -763,10 +782,24 @@ fn serve_push(
         .unwrap_or_default();
     let mut counts = lock(&session.counts).clone();
     let mut machine = unpoisoned(machine.into_inner());
-    if !dir_errors.is_empty() {
+    let received = *lock(&session.received);
+    if received != sent {
+        // Something the client sent never arrived here (or more did): no success.
+        let text = format!(
+            "the transfer is incomplete: the client sent {sent}, the server received {received}"
+        );
+        let error = machine.refuse(ErrorCode::Io, text.clone());
+        let _ = conn.send(&error);
+        return Err(TransferError::Incomplete(text));
+    }
+    if !dir_errors.is_empty() || !incomplete.is_empty() {
         let failures: Vec<(Vec<u8>, String)> = dir_errors
             .iter()
             .map(|e| (e.path.clone().into_bytes(), e.to_string()))
+            .chain(incomplete.into_iter().map(|(path, missing)| {
+                let text = incomplete_text(&path, missing);
+                (path, text)
+            }))
             .collect();
         for (p, t) in &failures {
             counts.add_failure(p, t);
@@ -787,9 +820,18 @@ fn serve_push(
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
         syncs: session.writer.as_ref().map_or(0, |w| w.sync_count()),
+        totals: received,
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
+}
+
+/// The failure of a large file left incomplete when its transfer ended.
+pub(crate) fn incomplete_text(path: &[u8], missing: u64) -> String {
+    format!(
+        "'{}': incomplete, {missing} bytes never arrived: not put in place (kept to resume)",
+        display_path(path)
+    )
 }
 
 /// Sends one acknowledgement per written batch, then `EndAck`; a fatal outcome ends the
@@ -798,7 +840,7 @@ fn acknowledge(
     conn: &mut Conn,
     machine: &Mutex<ServerStream>,
     outcomes: Receiver<BatchOutcome>,
-    counts: &Mutex<Counts>,
+    session: &PushSession,
 ) -> Result<(), TransferError> {
     for o in outcomes {
         if let Some((code, text)) = o.fatal {
@@ -813,7 +855,8 @@ fn acknowledge(
                 text,
             });
         }
-        lock(counts).add_outcome(&o);
+        lock(&session.counts).add_outcome(&o);
+        lock(&session.received).add(&o.got);
         let ack = lock(machine).ack(o.seq, o.files as u32, o.bytes, o.failures);
         conn.send(&ack.map_err(|e| conn.session_error(e))?)?;
     }
@@ -845,19 +888,20 @@ fn serve_pull(served: Served, session: &PullSession, control: bool) -> Result<()
         .on_message(commit, Instant::now())
         .map_err(|e| conn.session_error(e))?
     {
-        Event::Commit => {}
+        Event::Commit(_) => {}
         other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
     }
-    let read_busy = lock(&session.source)
-        .take()
-        .map(|h| h.finish())
-        .unwrap_or_default();
+    let source = lock(&session.source).take();
+    // Final: every connection took its last batch from the source before its `End`.
+    let totals = source.as_ref().map(|h| h.totals.get()).unwrap_or_default();
+    let read_busy = source.map(|h| h.finish()).unwrap_or_default();
     let (up_to_date, bytes_not_sent, attrs_fixed) = session.skipped.totals();
     let done = machine.done(RemoteStats {
         read_busy_ns: read_busy.as_nanos() as u64,
         up_to_date,
         attrs_fixed,
         bytes_not_sent,
+        totals,
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)

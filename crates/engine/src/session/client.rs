@@ -216,15 +216,19 @@ impl Session {
     /// Sends `Commit` on the control connection (`conn` and its machine) as soon as its own
     /// stream has ended, while the other streams finish: the server's totals then come back
     /// without a round trip of their own. Waits for the commit gate first: the server forgets
-    /// the session once it answers, and a join after that would fail.
+    /// the session once it answers, and a join after that would fail. `totals` is what the
+    /// client sent in all (a push's; zero for a pull), which the server checks.
     pub fn commit(
         &self,
         conn: &mut net::Conn,
         machine: &Mutex<sprat_proto::session::client::ClientStream>,
+        totals: sprat_proto::Totals,
     ) -> Result<(), TransferError> {
         self.wait_planned();
         tracing::debug!(server = self.addr, "commit");
-        let commit = lock(machine).commit().map_err(|e| conn.session_error(e))?;
+        let commit = lock(machine)
+            .commit(totals)
+            .map_err(|e| conn.session_error(e))?;
         conn.send(&commit)
     }
 

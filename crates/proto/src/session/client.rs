@@ -449,13 +449,14 @@ impl ClientStream {
             }
     }
 
-    /// The control connection's `Commit`; `Done` is due after it.
-    pub fn commit(&mut self) -> Result<Message, SessionError> {
+    /// The control connection's `Commit`, telling what the client sent in all (a push's
+    /// source totals; zero on a pull); `Done` is due after it.
+    pub fn commit(&mut self, totals: crate::Totals) -> Result<Message, SessionError> {
         if !self.may_commit() {
             return Err(self.not_now("send Commit"));
         }
         self.sending = Sending::Committed;
-        Ok(Message::Commit)
+        Ok(Message::Commit(totals))
     }
 
     /// Batches sent on this connection and not acknowledged, in the order sent.
@@ -613,7 +614,7 @@ mod tests {
         assert!(matches!(c.on_message(ack(1), now), Ok(Event::Acked { .. })));
         assert_eq!(c.on_message(Message::EndAck, now), Ok(Event::EndAcked));
         // A joining stream never commits.
-        assert!(c.commit().is_err());
+        assert!(c.commit(crate::Totals::default()).is_err());
     }
 
     #[test]
@@ -664,10 +665,13 @@ mod tests {
         );
         assert!(c2.on_batch().is_ok());
         assert!(!c2.may_commit());
-        assert!(c2.commit().is_err());
+        assert!(c2.commit(crate::Totals::default()).is_err());
         assert_eq!(c2.on_message(Message::End, now), Ok(Event::Ended));
         c = c2;
-        assert_eq!(c.commit(), Ok(Message::Commit));
+        assert_eq!(
+            c.commit(crate::Totals::default()),
+            Ok(Message::Commit(crate::Totals::default()))
+        );
         let stats = RemoteStats::default();
         assert_eq!(
             c.on_message(Message::Done(stats), now),

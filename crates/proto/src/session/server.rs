@@ -33,9 +33,9 @@ pub enum Event {
     Request(Request),
     /// A push connection's last batch arrived.
     Ended,
-    /// The control connection's `Commit`: answer with [`ServerStream::done`] once every
-    /// connection of the session has ended.
-    Commit,
+    /// The control connection's `Commit`, with what the client sent in all: answer with
+    /// [`ServerStream::done`] once every connection of the session has ended.
+    Commit(crate::Totals),
     /// Something that arrived after the server refused or failed the connection: dropped.
     Dropped,
     /// A part of a checked pull's index of the client's destination.
@@ -238,10 +238,10 @@ impl ServerStream {
                     self.state = State::Push(p);
                     Ok(Event::Ended)
                 }
-                Message::Commit if p.role == Role::Control && p.ended && !p.committed => {
+                Message::Commit(totals) if p.role == Role::Control && p.ended && !p.committed => {
                     p.committed = true;
                     self.state = State::Push(p);
-                    Ok(Event::Commit)
+                    Ok(Event::Commit(totals))
                 }
                 other => {
                     self.state = State::Push(p);
@@ -249,10 +249,10 @@ impl ServerStream {
                 }
             },
             State::Pull(mut p) => match msg {
-                Message::Commit if p.role == Role::Control && p.ended && !p.committed => {
+                Message::Commit(totals) if p.role == Role::Control && p.ended && !p.committed => {
                     p.committed = true;
                     self.state = State::Pull(p);
-                    Ok(Event::Commit)
+                    Ok(Event::Commit(totals))
                 }
                 other => {
                     self.state = State::Pull(p);
@@ -517,7 +517,10 @@ mod tests {
         );
         assert!(s.done(RemoteStats::default()).is_err(), "no Commit yet");
         assert_eq!(s.end_ack(), Ok(Message::EndAck));
-        assert_eq!(s.on_message(Message::Commit, now), Ok(Event::Commit));
+        assert_eq!(
+            s.on_message(Message::Commit(crate::Totals::default()), now),
+            Ok(Event::Commit(crate::Totals::default()))
+        );
         assert!(s.dir_failures(Vec::new()).is_ok());
         assert!(s.done(RemoteStats::default()).is_ok());
     }
@@ -529,7 +532,9 @@ mod tests {
         assert!(join.accept_open(Direction::Push, true).is_err());
         assert_eq!(join.accept_join(Direction::Push), Ok(Message::Joined));
         join.on_message(Message::End, now).expect("end");
-        assert!(join.on_message(Message::Commit, now).is_err());
+        assert!(join
+            .on_message(Message::Commit(crate::Totals::default()), now)
+            .is_err());
 
         let (mut pull, _, now) = deciding(Message::Open {
             session: [8; 16],
@@ -550,7 +555,8 @@ mod tests {
         pull.accept_open(Direction::Pull, false).expect("opened");
         assert!(pull.may_send_batch());
         assert!(
-            pull.on_message(Message::Commit, now).is_err(),
+            pull.on_message(Message::Commit(crate::Totals::default()), now)
+                .is_err(),
             "Commit before End"
         );
     }
@@ -619,7 +625,10 @@ mod tests {
         let error = s.refuse(ErrorCode::UnknownSession, "no such session".into());
         assert!(matches!(error, Message::Error { .. }));
         assert!(s.on_batch().is_ok());
-        assert_eq!(s.on_message(Message::Commit, now), Ok(Event::Dropped));
+        assert_eq!(
+            s.on_message(Message::Commit(crate::Totals::default()), now),
+            Ok(Event::Dropped)
+        );
         assert_eq!(s.on_message(Message::End, now), Ok(Event::Ended));
     }
 
@@ -635,7 +644,7 @@ mod tests {
         s.on_message(client.on_message(reply).expect("proof"), now)
             .expect("authenticated");
         assert_eq!(
-            s.on_message(Message::Commit, now),
+            s.on_message(Message::Commit(crate::Totals::default()), now),
             Err(SessionError::Unexpected {
                 state: "before the connection's first message",
                 got: "Commit",

@@ -231,7 +231,11 @@ impl SimClient {
                 }
             }
             if stream.may_commit() && self.gate.open() && self.committed_at.is_none() {
-                net.send(i, To::Server, Frame::Msg(stream.commit()?));
+                net.send(
+                    i,
+                    To::Server,
+                    Frame::Msg(stream.commit(crate::Totals::default())?),
+                );
                 self.committed_at = Some(net.now);
             }
         }
@@ -430,7 +434,7 @@ impl SimServer {
                     }
                 }
             }
-            server::Event::Commit => {
+            server::Event::Commit(_) => {
                 let Some(id) = self.conns[conn].session else {
                     return Ok(());
                 };
