@@ -235,7 +235,14 @@ fn push_of_a_large_file_changed_in_place_while_read_fails_it_alone() {
         &dst,
         move || overwrite_in_place(&big),
         || {
-            let opts = ["--chunk-size", "1MiB", "--publish", "rename", "--retry-for", "0s"];
+            let opts = [
+                "--chunk-size",
+                "1MiB",
+                "--publish",
+                "rename",
+                "--retry-for",
+                "0s",
+            ];
             cp(&srv, &opts, &src, relay.url("dst"))
         },
     );
@@ -256,7 +263,14 @@ fn push_of_a_large_file_that_vanishes_while_read_fails_it_alone() {
         &dst,
         move || fs::remove_file(&big).unwrap(),
         || {
-            let opts = ["--chunk-size", "1MiB", "--publish", "rename", "--retry-for", "0s"];
+            let opts = [
+                "--chunk-size",
+                "1MiB",
+                "--publish",
+                "rename",
+                "--retry-for",
+                "0s",
+            ];
             cp(&srv, &opts, &src, relay.url("dst"))
         },
     );
@@ -278,7 +292,14 @@ fn pull_of_a_large_file_that_grows_while_read_fails_it_alone() {
         &dst,
         move || append(&big),
         || {
-            let opts = ["--chunk-size", "1MiB", "--publish", "rename", "--retry-for", "0s"];
+            let opts = [
+                "--chunk-size",
+                "1MiB",
+                "--publish",
+                "rename",
+                "--retry-for",
+                "0s",
+            ];
             cp(&srv, &opts, relay.url("src"), &dst)
         },
     );
@@ -300,7 +321,14 @@ fn third_party_copy_of_a_large_file_changed_while_read_fails_it_alone() {
         &dst,
         move || overwrite_in_place(&big),
         || {
-            let opts = ["--chunk-size", "1MiB", "--publish", "rename", "--retry-for", "0s"];
+            let opts = [
+                "--chunk-size",
+                "1MiB",
+                "--publish",
+                "rename",
+                "--retry-for",
+                "0s",
+            ];
             cp(&a, &opts, a.url("src"), relay.url("dst"))
         },
     );
@@ -357,7 +385,10 @@ fn plant_leftovers(dst: &Path) -> Vec<PathBuf> {
     // A partial file of a file the source does not have: kept for a later run.
     fs::write(dst.join(".gone.sprat-part"), b"resumable").unwrap();
     fs::write(dst.join(".gone.sprat-part.log"), b"resumable log").unwrap();
-    vec![dst.join(".gone.sprat-part"), dst.join(".gone.sprat-part.log")]
+    vec![
+        dst.join(".gone.sprat-part"),
+        dst.join(".gone.sprat-part.log"),
+    ]
 }
 
 /// The leftovers are gone, the partial files of `big` used up, the others kept, and apart
@@ -440,7 +471,14 @@ fn a_push_after_a_killed_server_leaves_no_temporary_names() {
         }
         false
     });
-    let opts = ["--chunk-size", "1MiB", "--publish", "rename", "--retry-for", "0s"];
+    let opts = [
+        "--chunk-size",
+        "1MiB",
+        "--publish",
+        "rename",
+        "--retry-for",
+        "0s",
+    ];
     let out = cp(&first, &opts, &src, relay.url("dst"));
     done.store(true, Ordering::SeqCst);
     assert!(killer.join().unwrap(), "never saw big being written");

@@ -51,6 +51,8 @@ pub struct TransferOptions {
     pub stall_timeout: Duration,
     /// How long a transfer that lost its connection keeps trying again (zero: no retries).
     pub retry_for: Duration,
+    /// Set from outside to stop the transfer's session.
+    pub cancel: crate::sync::Cancel,
 }
 
 /// Default of [`TransferOptions::stall_timeout`].
@@ -92,6 +94,7 @@ impl Default for TransferOptions {
             delete: false,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,
+            cancel: crate::sync::Cancel::default(),
         }
     }
 }

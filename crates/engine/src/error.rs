@@ -71,7 +71,7 @@ impl TransferError {
             TransferError::Remote { code, .. } => match code {
                 ErrorCode::AuthFailed => 3,
                 ErrorCode::NotFound | ErrorCode::BadRequest => 2,
-                ErrorCode::Protocol | ErrorCode::UnknownSession => 4,
+                ErrorCode::Protocol | ErrorCode::UnknownSession | ErrorCode::PeerUnavailable => 4,
                 _ => 5,
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
@@ -89,7 +89,10 @@ impl TransferError {
             | TransferError::Stalled { .. }
             | TransferError::Protocol { .. } => true,
             TransferError::Remote { code, .. } => {
-                matches!(code, ErrorCode::Protocol | ErrorCode::UnknownSession)
+                matches!(
+                    code,
+                    ErrorCode::Protocol | ErrorCode::UnknownSession | ErrorCode::PeerUnavailable
+                )
             }
             _ => false,
         }

@@ -617,3 +617,38 @@ pub fn accept(
         }
     }
 }
+
+/// Runs `body` and, if the peer of `conn` hangs up meanwhile (closes or resets its side of
+/// the connection), sets `cancel`. Reads nothing from `conn`: a request the peer sent
+/// meanwhile stays for whoever reads next.
+pub(crate) fn cancel_on_hangup<T>(
+    conn: &Conn,
+    cancel: &crate::sync::Cancel,
+    body: impl FnOnce() -> T,
+) -> T {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    const TICK: Duration = Duration::from_millis(250);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let tick = Timespec {
+                tv_sec: 0,
+                tv_nsec: TICK.as_nanos() as _,
+            };
+            let hangup = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut fds = [PollFd::new(&conn.stream, PollFlags::RDHUP)];
+                match poll(&mut fds, Some(&tick)) {
+                    Ok(_) if fds[0].revents().intersects(hangup) => return cancel.cancel(),
+                    // Data waiting (a next request): not a hangup; look again later.
+                    Ok(n) if n > 0 => std::thread::sleep(TICK),
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        let out = body();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        out
+    })
+}

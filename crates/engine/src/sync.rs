@@ -2,14 +2,31 @@
 //! a thread that panicked while holding a lock has already failed the transfer, and what the
 //! lock guards stays meaningful), re-exported for the crates above, and [`Abort`], the first
 //! fatal error of a transfer together with the sockets to shut down so that no thread stays
-//! blocked.
+//! blocked; and [`Cancel`], a transfer's stop signal from outside it.
 
 use crate::error::TransferError;
 use crate::net::Conn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use sprat_store::sync::{lock, unpoisoned};
+
+/// A stop signal given to a transfer from outside (a third-party copy whose client went
+/// away): the session's watchdog (see `session::stall`) fails the transfer once it is set.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    /// Asks the transfer to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the transfer was asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
 
 /// A transfer's first fatal error (later ones, often its consequences, are dropped) and the
 /// connections to shut down when it happens.

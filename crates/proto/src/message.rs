@@ -83,6 +83,9 @@ pub enum ErrorCode {
     NoSpace,
     Protocol,
     UnknownSession,
+    /// The server's own connections to another server (a third-party copy) were lost,
+    /// stalled or could not be made: the request may succeed if made again.
+    PeerUnavailable,
     Other(u16),
 }
 
@@ -98,6 +101,7 @@ impl ErrorCode {
             ErrorCode::NoSpace => 7,
             ErrorCode::Protocol => 8,
             ErrorCode::UnknownSession => 9,
+            ErrorCode::PeerUnavailable => 10,
             ErrorCode::Other(v) => v,
         }
     }
@@ -112,6 +116,7 @@ impl ErrorCode {
             7 => ErrorCode::NoSpace,
             8 => ErrorCode::Protocol,
             9 => ErrorCode::UnknownSession,
+            10 => ErrorCode::PeerUnavailable,
             other => ErrorCode::Other(other),
         }
     }
@@ -722,6 +727,7 @@ mod tests {
                 streams: 4,
                 durable: true,
                 check: crate::DestCheck::IgnoreExisting,
+                stall_timeout_ms: 60_000,
             },
             Request::SendTo {
                 path: path.clone(),
@@ -731,6 +737,7 @@ mod tests {
                 streams: 0,
                 durable: false,
                 check: crate::DestCheck::Checksum,
+                stall_timeout_ms: 0,
             },
         ] {
             roundtrip(Message::Request(req));

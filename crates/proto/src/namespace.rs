@@ -103,6 +103,9 @@ pub enum Request {
         /// What of the destination the source server leaves out (it lists the destination
         /// with the ticket first).
         check: crate::DestCheck,
+        /// The client's stall timeout for the source server's session, in milliseconds (0:
+        /// none; the source server bounds it by its own).
+        stall_timeout_ms: u32,
     },
 }
 
@@ -232,6 +235,7 @@ impl Request {
                 streams,
                 durable,
                 check,
+                stall_timeout_ms,
             } => {
                 out.push(OP_SEND_TO);
                 put_bytes16(out, path);
@@ -241,6 +245,7 @@ impl Request {
                 out.extend_from_slice(&streams.to_le_bytes());
                 out.push(*durable as u8);
                 out.push(check.to_u8());
+                out.extend_from_slice(&stall_timeout_ms.to_le_bytes());
             }
         }
     }
@@ -319,6 +324,7 @@ impl Request {
                         why: "not 0, 1, 2 or 3",
                     },
                 )?;
+                let stall_timeout_ms = r.u32("stall timeout")?;
                 Request::SendTo {
                     path,
                     addr,
@@ -327,6 +333,7 @@ impl Request {
                     streams,
                     durable,
                     check,
+                    stall_timeout_ms,
                 }
             }
             other => {

@@ -54,6 +54,16 @@ impl Tmpfs {
         )
     }
 
+    /// Changes the size to `size` (as [`Tmpfs::mount`] takes it); returns false if that failed.
+    pub fn resize(&self, size: &str) -> bool {
+        run_quiet(
+            Command::new("mount")
+                .arg("-o")
+                .arg(format!("remount,size={size}"))
+                .arg(self.dir.path()),
+        )
+    }
+
     /// Bytes still free on the file system.
     pub fn available_bytes(&self) -> u64 {
         rustix::fs::statvfs(self.dir.path())

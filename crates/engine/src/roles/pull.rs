@@ -78,103 +78,109 @@ pub(crate) fn pull(
         machine: control_machine,
     } = control;
     let control_machine = Arc::new(Mutex::new(control_machine));
-    stall::watched(&abort, options.stall_timeout, addr, || {
-        std::thread::scope(|s| {
-            // The control connection commits as soon as its own stream ended: the server's
-            // totals then come back while the other streams and the writes finish.
-            let start = |conn: &Conn,
-                         machine: Arc<Mutex<ClientStream>>,
-                         reply: Sender<BatchOutcome>,
-                         control: bool| {
-                abort.watch(conn);
-                let Ok(mut rx) = conn.try_clone() else {
-                    abort.fail(conn.protocol("cannot duplicate the socket".into()));
-                    return;
-                };
-                let lane = ReceiveLane {
-                    jobs: pool.sender(),
-                    reply,
-                    network_ns: &network_ns,
-                    received: &received,
-                };
-                let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
-                s.spawn(move || {
-                    let received = receive::receive(
-                        &mut rx,
-                        &lane,
-                        |conn| {
-                            let checked = lock(&machine).on_batch();
-                            checked
-                                .map(|()| Take::Write)
-                                .map_err(|e| conn.session_error(e))
-                        },
-                        |conn, msg| on_control(conn, &machine, msg),
-                        |conn| conn.protocol("the writers stopped".into()),
-                    );
-                    match received {
-                        Ok(()) => {
-                            drained.store(true, Ordering::SeqCst);
-                            tail.record();
-                            if control && !abort.is_set() {
-                                let nothing_sent = sprat_proto::Totals::default();
-                                if let Err(e) = session.commit(&mut rx, &machine, nothing_sent) {
-                                    abort.fail(e);
+    stall::watched(
+        &abort,
+        (options.stall_timeout, &options.cancel),
+        addr,
+        || {
+            std::thread::scope(|s| {
+                // The control connection commits as soon as its own stream ended: the server's
+                // totals then come back while the other streams and the writes finish.
+                let start = |conn: &Conn,
+                             machine: Arc<Mutex<ClientStream>>,
+                             reply: Sender<BatchOutcome>,
+                             control: bool| {
+                    abort.watch(conn);
+                    let Ok(mut rx) = conn.try_clone() else {
+                        abort.fail(conn.protocol("cannot duplicate the socket".into()));
+                        return;
+                    };
+                    let lane = ReceiveLane {
+                        jobs: pool.sender(),
+                        reply,
+                        network_ns: &network_ns,
+                        received: &received,
+                    };
+                    let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
+                    s.spawn(move || {
+                        let received = receive::receive(
+                            &mut rx,
+                            &lane,
+                            |conn| {
+                                let checked = lock(&machine).on_batch();
+                                checked
+                                    .map(|()| Take::Write)
+                                    .map_err(|e| conn.session_error(e))
+                            },
+                            |conn, msg| on_control(conn, &machine, msg),
+                            |conn| conn.protocol("the writers stopped".into()),
+                        );
+                        match received {
+                            Ok(()) => {
+                                drained.store(true, Ordering::SeqCst);
+                                tail.record();
+                                if control && !abort.is_set() {
+                                    let nothing_sent = sprat_proto::Totals::default();
+                                    if let Err(e) = session.commit(&mut rx, &machine, nothing_sent)
+                                    {
+                                        abort.fail(e);
+                                    }
                                 }
                             }
+                            // After our own abort the socket is shut down: that is not a new error.
+                            Err(_) if abort.is_set() => {}
+                            Err(e) => abort.fail(e),
                         }
-                        // After our own abort the socket is shut down: that is not a new error.
-                        Err(_) if abort.is_set() => {}
-                        Err(e) => abort.fail(e),
-                    }
-                });
-            };
-            start(
-                &control_conn,
-                control_machine.clone(),
-                reply_tx.clone(),
-                true,
-            );
-            let start_joined = |c: SessionConn| {
-                let SessionConn { conn, machine } = c;
+                    });
+                };
                 start(
-                    &conn,
-                    Arc::new(Mutex::new(machine)),
+                    &control_conn,
+                    control_machine.clone(),
                     reply_tx.clone(),
-                    false,
+                    true,
                 );
-            };
-            // The server already sends on the control connection while the others join. A join
-            // the server refused (a full server) received nothing: the pull goes on without it.
-            // Any other failure may have lost a batch the server sent on it after `Joined`.
-            match session.join_planned(start_joined) {
-                Ok(()) | Err(TransferError::Remote { .. }) => {}
-                Err(e) => abort.fail(e),
-            }
-            // Collect outcomes as they come so that a fatal local error stops the transfer at once.
-            let collector = s.spawn(|| {
-                let mut counts = Counts::default();
-                for o in reply_rx.iter() {
-                    if let Some(e) = fatal_outcome(&o, dst) {
-                        abort.fail(e);
-                    }
-                    counts.add_outcome(&o);
+                let start_joined = |c: SessionConn| {
+                    let SessionConn { conn, machine } = c;
+                    start(
+                        &conn,
+                        Arc::new(Mutex::new(machine)),
+                        reply_tx.clone(),
+                        false,
+                    );
+                };
+                // The server already sends on the control connection while the others join. A join
+                // the server refused (a full server) received nothing: the pull goes on without it.
+                // Any other failure may have lost a batch the server sent on it after `Joined`.
+                match session.join_planned(start_joined) {
+                    Ok(()) | Err(TransferError::Remote { .. }) => {}
+                    Err(e) => abort.fail(e),
                 }
-                counts
-            });
-            if session.auto {
-                let finished = || drained.load(Ordering::SeqCst) || abort.is_set();
-                // A pulling client cannot ask the server to stop one stream early: a growth
-                // that did not pay stays.
-                streams_max = session.adapt(&received, finished, |change| {
-                    if let Change::Grow(new) = change {
-                        start_joined(*new);
+                // Collect outcomes as they come so that a fatal local error stops the transfer at once.
+                let collector = s.spawn(|| {
+                    let mut counts = Counts::default();
+                    for o in reply_rx.iter() {
+                        if let Some(e) = fatal_outcome(&o, dst) {
+                            abort.fail(e);
+                        }
+                        counts.add_outcome(&o);
                     }
+                    counts
                 });
-            }
-            drop(reply_tx);
-            counts = collector.join().unwrap_or_default();
-        })
-    });
+                if session.auto {
+                    let finished = || drained.load(Ordering::SeqCst) || abort.is_set();
+                    // A pulling client cannot ask the server to stop one stream early: a growth
+                    // that did not pay stays.
+                    streams_max = session.adapt(&received, finished, |change| {
+                        if let Change::Grow(new) = change {
+                            start_joined(*new);
+                        }
+                    });
+                }
+                drop(reply_tx);
+                counts = collector.join().unwrap_or_default();
+            })
+        },
+    );
     let write_busy = pool.finish();
     if let Some(e) = abort.take() {
         return Err(e);

@@ -163,30 +163,36 @@ pub fn push_input(
     let mut retirements = Vec::new();
     let mut streams_max = session.plan.streams;
     let mut control_end = None;
-    stall::watched(&push.abort, options.stall_timeout, addr, || {
-        std::thread::scope(|s| {
-            let (retire, control_conn, control_machine) = start_stream(s, &push, control, true);
-            retirements.push(retire);
-            control_end = Some((control_conn, control_machine));
-            // The control connection already carries data while the others join. A stream that
-            // could not join carried nothing: the transfer goes on with the streams it has (the
-            // control connection reports what is wrong with the server itself).
-            let _ = session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
-            if session.auto {
-                let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
-                let mut added = Vec::new();
-                streams_max = session.adapt(&push.acked, finished, |change| match change {
-                    Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
-                    Change::Retire(n) => {
-                        for _ in 0..n {
-                            drop(added.pop());
+    stall::watched(
+        &push.abort,
+        (options.stall_timeout, &options.cancel),
+        addr,
+        || {
+            std::thread::scope(|s| {
+                let (retire, control_conn, control_machine) = start_stream(s, &push, control, true);
+                retirements.push(retire);
+                control_end = Some((control_conn, control_machine));
+                // The control connection already carries data while the others join. A stream that
+                // could not join carried nothing: the transfer goes on with the streams it has (the
+                // control connection reports what is wrong with the server itself).
+                let _ =
+                    session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
+                if session.auto {
+                    let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
+                    let mut added = Vec::new();
+                    streams_max = session.adapt(&push.acked, finished, |change| match change {
+                        Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
+                        Change::Retire(n) => {
+                            for _ in 0..n {
+                                drop(added.pop());
+                            }
                         }
-                    }
-                });
-                retirements.extend(added);
-            }
-        })
-    });
+                    });
+                    retirements.extend(added);
+                }
+            })
+        },
+    );
     let streams_end = retirements.len() - push.refused_streams.load(Ordering::SeqCst);
     drop(retirements);
     // The source's readers end once every handle on their queue is gone.

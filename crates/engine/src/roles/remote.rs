@@ -279,6 +279,7 @@ pub fn third_party(
             streams: options.streams.map_or(0, |n| n as u16),
             durable: options.durable,
             check: options.skip.as_check(),
+            stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
         },
     )?;
     let mut counts = Counts::default();

@@ -41,6 +41,8 @@ impl From<TransferError> for Refusal {
         let code = match &e {
             TransferError::Remote { code, .. } => *code,
             TransferError::Auth { .. } => ErrorCode::AuthFailed,
+            // This server's own transfer to another one (`SendTo`) lost it: worth retrying.
+            e if e.is_retryable() => ErrorCode::PeerUnavailable,
             _ => ErrorCode::Io,
         };
         Refusal(code, e.to_string())
@@ -287,26 +289,41 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             streams,
             durable,
             check,
+            stall_timeout_ms,
         } => {
             let source = ctx.root.source(&path)?;
+            // The client's stall timeout, within the server's own (0 on either side: none).
+            let stall_timeout = match (
+                Duration::from_millis(stall_timeout_ms.into()),
+                ctx.options.stall_timeout,
+            ) {
+                (asked, own) if asked.is_zero() || own.is_zero() => asked.max(own),
+                (asked, own) => asked.min(own),
+            };
             let options = TransferOptions {
                 // 0 asks the sending server to choose (and adapt) its streams itself.
                 streams: (streams > 0).then(|| (streams as usize).min(64)),
                 durable,
                 // The destination is listed with the ticket, which allows that much.
                 skip: crate::pipeline::skip::SkipRule::from_check(check),
+                stall_timeout,
+                // This copy's own: stopping it stops no other.
+                cancel: crate::sync::Cancel::default(),
                 ..ctx.options.clone()
             };
             let key = TokenKey::from_token(&ticket);
-            let report = push_input(
-                PushInput::Source(source),
-                &addr,
-                &dest,
-                Some(&key),
-                &options,
-                display_path(&path),
-                format!("sprat://{addr}/{}", display_path(&dest)),
-            )?;
+            // A client that goes away (Ctrl-C) stops the copy it asked for.
+            let report = crate::net::cancel_on_hangup(conn, &options.cancel, || {
+                push_input(
+                    PushInput::Source(source),
+                    &addr,
+                    &dest,
+                    Some(&key),
+                    &options,
+                    display_path(&path),
+                    format!("sprat://{addr}/{}", display_path(&dest)),
+                )
+            })?;
             if !report.failures.is_empty() {
                 conn.send(&Message::BatchAck {
                     seq: 0,

@@ -3,74 +3,90 @@
 //! failed with [`TransferError::Stalled`], which shuts its sockets down so that no thread
 //! stays blocked on a connection that neither breaks nor delivers. A retry (see
 //! `roles::retry`) then starts the transfer again. Not for detecting a slow link: any byte of
-//! progress resets the clock.
+//! progress resets the clock. The same watchdog stops a session asked to stop from outside
+//! (see [`Cancel`]).
 
 use crate::error::TransferError;
-use crate::sync::Abort;
+use crate::sync::{Abort, Cancel};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 /// Runs `body` with a watchdog on the bytes moved by the connections `abort` watches: if
 /// none moves for `timeout` (and the transfer has not failed already), `abort` fails with a
-/// stall naming `peer`. The watchdog ends when `body` returns. A zero `timeout` turns it off.
+/// stall naming `peer`; once `cancel` is set, `abort` fails at once. The watchdog ends when
+/// `body` returns. A zero `timeout` turns the stall check off.
 pub(crate) fn watched<T>(
     abort: &Abort,
-    timeout: Duration,
+    (timeout, cancel): (Duration, &Cancel),
     peer: &str,
     body: impl FnOnce() -> T,
 ) -> T {
-    watched_by(&|| abort.moved(), abort, timeout, peer, body)
+    let watchdog = Watchdog {
+        progress: &|| abort.moved(),
+        abort,
+        timeout,
+        cancel,
+        peer,
+    };
+    watchdog.run(body)
 }
 
-/// [`watched`], with progress read from `progress`.
-fn watched_by<T>(
-    progress: &(dyn Fn() -> u64 + Sync),
-    abort: &Abort,
+/// What the watchdog watches, and what it fails.
+struct Watchdog<'a> {
+    progress: &'a (dyn Fn() -> u64 + Sync),
+    abort: &'a Abort,
     timeout: Duration,
-    peer: &str,
-    body: impl FnOnce() -> T,
-) -> T {
-    if timeout.is_zero() {
-        return body();
+    cancel: &'a Cancel,
+    peer: &'a str,
+}
+
+impl Watchdog<'_> {
+    fn run<T>(&self, body: impl FnOnce() -> T) -> T {
+        std::thread::scope(|s| {
+            let (stop_tx, stop) = bounded::<()>(0);
+            s.spawn(move || self.watch(&stop));
+            let out = body();
+            drop::<Sender<()>>(stop_tx);
+            out
+        })
     }
-    std::thread::scope(|s| {
-        let (stop_tx, stop) = bounded::<()>(0);
-        s.spawn(move || watch(&stop, progress, abort, timeout, peer));
-        let out = body();
-        drop::<Sender<()>>(stop_tx);
-        out
-    })
-}
 
-fn watch(
-    stop: &Receiver<()>,
-    progress: &(dyn Fn() -> u64 + Sync),
-    abort: &Abort,
-    timeout: Duration,
-    peer: &str,
-) {
-    let tick = (timeout / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let mut last = progress();
-    let mut since = Instant::now();
-    loop {
-        match stop.recv_timeout(tick) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-        if abort.is_set() {
-            return;
-        }
-        let now = progress();
-        if now != last {
-            last = now;
-            since = Instant::now();
-        } else if since.elapsed() >= timeout {
-            tracing::info!(peer, ?timeout, "no progress: stalled");
-            abort.fail(TransferError::Stalled {
-                peer: peer.to_string(),
-                after: timeout,
-            });
-            return;
+    fn watch(&self, stop: &Receiver<()>) {
+        let tick = if self.timeout.is_zero() {
+            Duration::from_millis(250)
+        } else {
+            (self.timeout / 8).clamp(Duration::from_millis(10), Duration::from_millis(250))
+        };
+        let mut last = (self.progress)();
+        let mut since = Instant::now();
+        loop {
+            match stop.recv_timeout(tick) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+            if self.abort.is_set() {
+                return;
+            }
+            if self.cancel.is_cancelled() {
+                tracing::info!(peer = self.peer, "asked to stop");
+                return self.abort.fail(TransferError::Local(
+                    "the transfer was stopped: its client went away".into(),
+                ));
+            }
+            if self.timeout.is_zero() {
+                continue;
+            }
+            let now = (self.progress)();
+            if now != last {
+                last = now;
+                since = Instant::now();
+            } else if since.elapsed() >= self.timeout {
+                tracing::info!(peer = self.peer, timeout = ?self.timeout, "no progress: stalled");
+                return self.abort.fail(TransferError::Stalled {
+                    peer: self.peer.to_string(),
+                    after: self.timeout,
+                });
+            }
         }
     }
 }
@@ -85,19 +101,47 @@ mod tests {
         let counter = AtomicU64::new(0);
         let progress = || counter.load(Ordering::Relaxed);
         let abort = Abort::default();
-        watched_by(&progress, &abort, Duration::from_millis(50), "p", || {
+        let cancel = Cancel::default();
+        let watchdog = Watchdog {
+            progress: &progress,
+            abort: &abort,
+            timeout: Duration::from_millis(50),
+            cancel: &cancel,
+            peer: "p",
+        };
+        watchdog.run(|| {
             for _ in 0..20 {
                 counter.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
         assert!(!abort.is_set(), "progress every 10 ms is not a stall");
-        watched_by(&progress, &abort, Duration::from_millis(50), "p", || {
+        watchdog.run(|| {
             let until = Instant::now() + Duration::from_secs(5);
             while !abort.is_set() && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
         assert!(matches!(abort.take(), Some(TransferError::Stalled { .. })));
+    }
+
+    #[test]
+    fn a_cancelled_transfer_fails_even_without_a_stall_timeout() {
+        let (abort, cancel) = (Abort::default(), Cancel::default());
+        let watchdog = Watchdog {
+            progress: &|| 0,
+            abort: &abort,
+            timeout: Duration::ZERO,
+            cancel: &cancel,
+            peer: "p",
+        };
+        watchdog.run(|| {
+            cancel.cancel();
+            let until = Instant::now() + Duration::from_secs(5);
+            while !abort.is_set() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        assert!(matches!(abort.take(), Some(TransferError::Local(_))));
     }
 }
