@@ -32,7 +32,8 @@ pub enum Command {
     ///
     /// Exit codes: 0 all files arrived and verified; 1 some files failed (listed on stderr);
     /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
-    /// 5 fatal I/O error (destination unwritable, disk full, read-only server).
+    /// 5 fatal I/O error (destination unwritable, disk full, read-only server); 6 gave up after
+    /// --retry-for (the connection kept failing).
     Cp(CpArgs),
     /// List a directory on a server (one request however large): `ls [-l] [-R] URL`.
     Ls(LsArgs),

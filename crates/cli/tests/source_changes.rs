@@ -14,62 +14,19 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{bin, cp, cp_local, server, server_with, tmp};
+use common::{cp, cp_local, server, server_with, tmp, RelayProc};
 use sprat_testkit::{assert_no_panic, assert_trees_equal, describe, Server, ServerOptions};
 
 const BIG: usize = 64 << 20;
 const OLD: &[u8] = b"the old, complete content of big";
-
-/// A running `sprat relay`; killed by its PID when dropped.
-struct RelayProc {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl RelayProc {
-    fn start(to: SocketAddr, args: &[&str]) -> RelayProc {
-        let mut cmd = sprat_testkit::run::command(
-            bin(),
-            ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
-                .iter()
-                .chain(args),
-            &[],
-        );
-        cmd.stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("relay printed {line:?}"))
-            .parse()
-            .unwrap();
-        RelayProc { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("sprat://{}/{path}", self.addr)
-    }
-}
-
-impl Drop for RelayProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A server that writes under temporary names renamed into place (`--publish rename`).
 fn renaming_server(root: &Path) -> Server {
@@ -220,119 +177,116 @@ fn assert_no_temp_names(root: &Path) {
     assert!(left.is_empty(), "temporary names left: {left:?}");
 }
 
-#[test]
-fn push_of_a_large_file_changed_in_place_while_read_fails_it_alone() {
+#[derive(Clone, Copy, Debug)]
+enum Dir {
+    Push,
+    Pull,
+    ThirdParty,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// 4 KiB in the middle rewritten, size kept.
+    InPlace,
+    /// A few bytes appended.
+    Grow,
+    /// Removed.
+    Vanish,
+}
+
+/// A copy in direction `dir` (through the slow relay in front of the destination's server, or
+/// the pull's) during which the source's `big` undergoes `change`: `big` alone fails, named.
+fn big_changes_while_read(dir: Dir, change: Change) {
     let t = tmp();
-    let src = t.path().join("src");
+    let (src_root, dst_root) = (t.path().join("a"), t.path().join("b"));
+    let src = src_root.join("src");
     make_source(&src);
-    let srv = renaming_server(&t.path().join("root"));
-    let dst = t.path().join("root/dst");
+    let (source_srv, dest_srv) = (server(&src_root), renaming_server(&dst_root));
+    let (dst, relay) = match dir {
+        Dir::Push | Dir::ThirdParty => (dst_root.join("dst"), slow_relay(&dest_srv)),
+        Dir::Pull => (t.path().join("dst"), slow_relay(&source_srv)),
+    };
     fs::create_dir_all(&dst).unwrap();
-    fs::write(dst.join("big"), OLD).unwrap();
-    let relay = slow_relay(&srv);
+    if !matches!(change, Change::Vanish) {
+        fs::write(dst.join("big"), OLD).unwrap();
+    }
     let big = src.join("big");
+    let opts = [
+        "--chunk-size",
+        "1MiB",
+        "--publish",
+        "rename",
+        "--retry-for",
+        "0s",
+    ];
     let out = copy_while_changing(
         &dst,
-        move || overwrite_in_place(&big),
-        || {
-            let opts = [
-                "--chunk-size",
-                "1MiB",
-                "--publish",
-                "rename",
-                "--retry-for",
-                "0s",
-            ];
-            cp(&srv, &opts, &src, relay.url("dst"))
+        move || match change {
+            Change::InPlace => overwrite_in_place(&big),
+            Change::Grow => append(&big),
+            Change::Vanish => fs::remove_file(&big).unwrap(),
+        },
+        || match dir {
+            Dir::Push => cp(&dest_srv, &opts, &src, relay.url("dst")),
+            Dir::Pull => cp(&source_srv, &opts, relay.url("src"), &dst),
+            Dir::ThirdParty => cp(&source_srv, &opts, source_srv.url("src"), relay.url("dst")),
         },
     );
-    assert_big_failed(&out, "changed while being read", &dst, Some(&srv));
+    let why = match change {
+        Change::Vanish => "vanished",
+        _ => "changed while being read",
+    };
+    let writer = match dir {
+        Dir::Pull => None,
+        _ => Some(&dest_srv),
+    };
+    assert_big_failed(&out, why, &dst, writer);
+    // Nothing of it is kept to resume: it was another version of the file.
+    assert!(!dst.join(".big.sprat-part").exists());
+    assert!(!dst.join(".big.sprat-part.log").exists());
+    // Run again with the source still: the destination ends equal to it.
+    let again = match dir {
+        Dir::Push => cp(&dest_srv, &opts, &src, dest_srv.url("dst")),
+        Dir::Pull => cp(&source_srv, &opts, source_srv.url("src"), &dst),
+        Dir::ThirdParty => cp(
+            &source_srv,
+            &opts,
+            source_srv.url("src"),
+            dest_srv.url("dst"),
+        ),
+    };
+    common::assert_ok(&again, writer);
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn push_of_a_large_file_changed_in_place_while_read_fails_it_alone() {
+    big_changes_while_read(Dir::Push, Change::InPlace);
 }
 
 #[test]
 fn push_of_a_large_file_that_vanishes_while_read_fails_it_alone() {
-    let t = tmp();
-    let src = t.path().join("src");
-    make_source(&src);
-    let srv = renaming_server(&t.path().join("root"));
-    let dst = t.path().join("root/dst");
-    fs::create_dir_all(&dst).unwrap();
-    let relay = slow_relay(&srv);
-    let big = src.join("big");
-    let out = copy_while_changing(
-        &dst,
-        move || fs::remove_file(&big).unwrap(),
-        || {
-            let opts = [
-                "--chunk-size",
-                "1MiB",
-                "--publish",
-                "rename",
-                "--retry-for",
-                "0s",
-            ];
-            cp(&srv, &opts, &src, relay.url("dst"))
-        },
-    );
-    assert_big_failed(&out, "vanished", &dst, Some(&srv));
+    big_changes_while_read(Dir::Push, Change::Vanish);
 }
 
 #[test]
 fn pull_of_a_large_file_that_grows_while_read_fails_it_alone() {
-    let t = tmp();
-    let root = t.path().join("root");
-    make_source(&root.join("src"));
-    let srv = server(&root);
-    let dst = t.path().join("dst");
-    fs::create_dir_all(&dst).unwrap();
-    fs::write(dst.join("big"), OLD).unwrap();
-    let relay = slow_relay(&srv);
-    let big = root.join("src/big");
-    let out = copy_while_changing(
-        &dst,
-        move || append(&big),
-        || {
-            let opts = [
-                "--chunk-size",
-                "1MiB",
-                "--publish",
-                "rename",
-                "--retry-for",
-                "0s",
-            ];
-            cp(&srv, &opts, relay.url("src"), &dst)
-        },
-    );
-    assert_big_failed(&out, "changed while being read", &dst, Some(&srv));
+    big_changes_while_read(Dir::Pull, Change::Grow);
+}
+
+#[test]
+fn pull_of_a_large_file_that_vanishes_while_read_fails_it_alone() {
+    big_changes_while_read(Dir::Pull, Change::Vanish);
 }
 
 #[test]
 fn third_party_copy_of_a_large_file_changed_while_read_fails_it_alone() {
-    let t = tmp();
-    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
-    make_source(&root_a.join("src"));
-    let (a, b) = (server(&root_a), renaming_server(&root_b));
-    let dst = root_b.join("dst");
-    fs::create_dir_all(&dst).unwrap();
-    // The source server pushes to the destination through the slow relay.
-    let relay = slow_relay(&b);
-    let big = root_a.join("src/big");
-    let out = copy_while_changing(
-        &dst,
-        move || overwrite_in_place(&big),
-        || {
-            let opts = [
-                "--chunk-size",
-                "1MiB",
-                "--publish",
-                "rename",
-                "--retry-for",
-                "0s",
-            ];
-            cp(&a, &opts, a.url("src"), relay.url("dst"))
-        },
-    );
-    assert_big_failed(&out, "changed while being read", &dst, Some(&b));
+    big_changes_while_read(Dir::ThirdParty, Change::InPlace);
+}
+
+#[test]
+fn third_party_copy_of_a_large_file_that_vanishes_while_read_fails_it_alone() {
+    big_changes_while_read(Dir::ThirdParty, Change::Vanish);
 }
 
 /// A local copy has no network to slow down: the file grows all the while the copy runs
