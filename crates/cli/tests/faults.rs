@@ -113,13 +113,26 @@ impl Cell {
 
     /// The arguments of the copy, reaching `srv` through `via` (its own address or a relay's).
     fn args(&self, via: SocketAddr, opts: &[&str]) -> Vec<std::ffi::OsString> {
+        self.args_of(via, opts, None)
+    }
+
+    /// [`Cell::args`] for the copy of the source's file `file` alone: the destination is then
+    /// the file `dst`.
+    fn args_of(
+        &self,
+        via: SocketAddr,
+        opts: &[&str],
+        file: Option<&str>,
+    ) -> Vec<std::ffi::OsString> {
         let url = |p: &str| format!("sprat://{via}/{p}");
+        let rel = file.map_or_else(|| "src".to_string(), |f| format!("src/{f}"));
+        let local_src = file.map_or_else(|| self.src.clone(), |f| self.src.join(f));
         match self.dir {
-            Dir::Push => cp_args(Some(&self.srv), opts, &self.src, url("dst")),
-            Dir::Pull => cp_args(Some(&self.srv), opts, url("src"), &self.dst),
+            Dir::Push => cp_args(Some(&self.srv), opts, local_src, url("dst")),
+            Dir::Pull => cp_args(Some(&self.srv), opts, url(&rel), &self.dst),
             Dir::ThirdParty => {
                 let a = self.source_srv.as_ref().unwrap();
-                cp_args(Some(&self.srv), opts, a.url("src"), url("dst"))
+                cp_args(Some(&self.srv), opts, a.url(&rel), url("dst"))
             }
         }
     }
@@ -392,6 +405,75 @@ fn client_killed(dir: Dir, seed: u64) {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers.len(), 1, "partial files left: {leftovers:?}");
+}
+
+/// A single file copied on its own (SRC a file, DST the file `dst`), the client killed with
+/// SIGKILL half way: nothing under the final name, and the same command run again sends
+/// only what is missing.
+fn single_file_client_killed(dir: Dir, seed: u64) {
+    let total = 24u64 << 20;
+    let cell = Cell::new(dir, |src| {
+        std::fs::create_dir_all(src).unwrap();
+        tree::make_file(
+            &src.join("large.bin"),
+            &tree::random_bytes(total as usize, seed),
+            0o600,
+        );
+    });
+    let log = cell.dst.parent().unwrap().join(".dst.sprat-part.log");
+    let relay = RelayProc::start(cell.srv.addr(), &["--rate", "100mbit"]);
+    let file = Some("large.bin");
+    let mut client = spawn_sprat(bin(), cell.args_of(relay.addr, COPY, file), &[]);
+    let until = Instant::now() + Duration::from_secs(30);
+    while journal_bytes(&log) < total / 2 {
+        assert!(Instant::now() < until, "half the file never arrived");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.kill();
+    let _ = client.wait_timeout(Duration::from_secs(10));
+    // Let the server write what it had received (see `client_killed`).
+    let mut last = journal_bytes(&log);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = journal_bytes(&log);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(!cell.dst.exists(), "an incomplete file has its final name");
+    let out = run_sprat(bin(), cell.args_of(cell.srv.addr(), COPY, file), &[]);
+    let why = format!("{dir:?}\n{}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert_eq!(
+        std::fs::read(&cell.dst).unwrap(),
+        std::fs::read(cell.src.join("large.bin")).unwrap()
+    );
+    assert!(!log.exists(), "the journal stayed");
+    let not_sent = report(&out)["bytes_not_sent"].as_u64().unwrap();
+    assert!(
+        not_sent >= total * 2 / 5 && total - not_sent < total * 3 / 5,
+        "the re-run sent {} of {total} bytes: {why}",
+        total - not_sent
+    );
+    // Once more: the file is up to date, nothing is sent.
+    let out = run_sprat(bin(), cell.args_of(cell.srv.addr(), COPY, file), &[]);
+    assert_eq!(
+        report(&out)["up_to_date"].as_u64(),
+        Some(1),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_single_file_push_killed_half_way_resumes() {
+    single_file_client_killed(Dir::Push, 61);
+}
+
+#[test]
+fn a_single_file_pull_killed_half_way_resumes() {
+    single_file_client_killed(Dir::Pull, 62);
 }
 
 #[test]

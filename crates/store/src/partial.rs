@@ -177,6 +177,17 @@ pub fn describe(root: &crate::Root, log_path: &[u8]) -> Option<(Vec<u8>, Identit
     Some((crate::relpath::join(dir, name), id, present))
 }
 
+/// The partial file of the file at `file_path` (relative to `root`; a single file copied on
+/// its own), if one lies beside it: its source identity and the ranges its journal records.
+pub fn describe_file(root: &crate::Root, file_path: &[u8]) -> Option<(Identity, Coverage)> {
+    let (dir, name) = crate::relpath::split_parent(file_path);
+    if name.is_empty() {
+        return None;
+    }
+    let log = crate::relpath::join(dir, &log_name(name));
+    describe(root, &log).map(|(_, id, present)| (id, present))
+}
+
 /// The byte ranges of a file that are present, merged: `[start, end)` by start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Coverage {

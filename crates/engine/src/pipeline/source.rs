@@ -181,7 +181,17 @@ pub fn start(
                     };
                     match file_name {
                         Some(name) => {
-                            planner.push(sprat_store::stat_root_file(root, name), &mut emit)
+                            let entry = sprat_store::stat_root_file(root, name);
+                            match skip.map(Skip::resolve) {
+                                Some((index, rule, counts)) => match index.verdict(&entry, rule) {
+                                    // `--checksum` on a single file sends it (no digests).
+                                    Verdict::Compare => planner.push(entry, &mut emit),
+                                    verdict => {
+                                        apply(&mut planner, &counts, verdict, entry, &mut emit)
+                                    }
+                                },
+                                None => planner.push(entry, &mut emit),
+                            }
                         }
                         None => {
                             let (scan_tx, scan_rx) = bounded(64);

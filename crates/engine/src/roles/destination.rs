@@ -114,7 +114,13 @@ pub(crate) fn scan_local_summed(
 ) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
     let root = match Root::open(dst) {
         Ok(root) => root,
-        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => return Ok(Vec::new()),
+        Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => {
+            // A single file's destination: the file there is the root entry.
+            if let Some(file) = single_file(dst) {
+                each(file);
+            }
+            return Ok(Vec::new());
+        }
         Err(e) => return Err(e.into()),
     };
     let (tx, rx) = crossbeam_channel::bounded(64);
@@ -246,8 +252,34 @@ fn is_partial_log(e: &ScanEntry) -> bool {
     e.kind == EntryType::File && partial::is_log_path(&e.path)
 }
 
-/// The partial files whose journals are at `logs` below the local tree `dst`.
+/// The parent of local path `dst` open as a root, and `dst`'s name in it.
+fn parent_and_name(dst: &Path) -> Option<(Root, &[u8])> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = dst.file_name()?.as_bytes();
+    let parent = match dst.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some((Root::open(parent).ok()?, name))
+}
+
+/// The regular file at `dst` (a single file's destination), as a root entry (empty path).
+fn single_file(dst: &Path) -> Option<ScanEntry> {
+    let (parent, name) = parent_and_name(dst)?;
+    let e = sprat_store::stat_root_file(&parent, name);
+    (e.error.is_none() && e.kind == EntryType::File).then_some(e)
+}
+
+/// The partial files whose journals are at `logs` below the local tree `dst`; for a `dst`
+/// that is no directory (a single file's destination), the partial file beside it.
 fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)> {
+    if !dst.is_dir() {
+        return parent_and_name(dst)
+            .and_then(|(parent, name)| partial::describe_file(&parent, name))
+            .map(|(id, present)| (Vec::new(), PartialEntry { id, present }))
+            .into_iter()
+            .collect();
+    }
     if logs.is_empty() {
         return Vec::new();
     }
@@ -261,14 +293,13 @@ fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)
 }
 
 /// The skip a source gets for a copy into a destination indexed by `index`, which runs as
-/// soon as the source starts (none when the source is a single file or the user asked for
-/// everything).
+/// soon as the source starts (none when the user asked for everything). For a single file
+/// the index holds the file at the destination and its partial file as the root entry.
 pub(crate) fn skip_for(
-    source: &Source,
     rule: SkipRule,
     index: impl FnOnce() -> Result<DestIndex, TransferError> + Send + 'static,
 ) -> Option<Skip> {
-    if !matches!(source, Source::Dir(_)) || rule == SkipRule::Never {
+    if rule == SkipRule::Never {
         return None;
     }
     Some(Skip {

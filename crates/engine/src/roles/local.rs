@@ -36,9 +36,7 @@ pub(crate) fn copy(
     }
     let skip = {
         let (dst, opts) = (dst.to_path_buf(), options.clone());
-        skip_for(&source, options.skip, move || {
-            local_index_cleaned(&dst, &opts)
-        })
+        skip_for(options.skip, move || local_index_cleaned(&dst, &opts))
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;

@@ -123,7 +123,7 @@ pub fn push_input(
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
-            let skip = skip_for(&source, options.skip, move || {
+            let skip = skip_for(options.skip, move || {
                 let mut index = remote::index(&a, k.as_ref(), &p, digests)?;
                 remote::remove_leftovers(&a, k.as_ref(), &p, &index.take_leftovers());
                 Ok(index)

@@ -166,8 +166,14 @@ fn list(
     };
     let failed = |t: String| StoreError::other("list", path, &t);
     let mut logs = Vec::new();
+    // A single file's partial file lies beside it (or instead of it), outside the walk.
+    let beside = partial::describe_file(ctx.root, path);
+    let mut listed_a_dir = false;
     digest::with_pool(ctx.root, threads, full_path, |mut pool| {
-        ns::walk(ctx.root, path, recursive, |e| {
+        let walked = ns::walk(ctx.root, path, recursive, |e| {
+            if e.path.is_empty() && e.kind == EntryType::Dir {
+                listed_a_dir = true;
+            }
             if e.kind == EntryType::File && partial::is_log_path(&e.path) {
                 logs.push(e.path.clone());
             }
@@ -183,7 +189,17 @@ fn list(
                 push_digest(&mut sums, conn, done).map_err(|Refusal(_, t)| failed(t))?;
             }
             Ok(())
-        })?;
+        });
+        match walked {
+            // No file, but what an interrupted copy of it left.
+            Err(e) if beside.is_some() && e.errno() == Some(rustix::io::Errno::NOENT) => {}
+            other => other?,
+        }
+        if let Some((id, present)) = beside.filter(|_| !listed_a_dir) {
+            let e = PartialEntry { id, present }.to_listed(Vec::new());
+            let size = entry_wire_size(&e);
+            entries.push(conn, e, size)?;
+        }
         // Partial files an interrupted transfer left, for a copy to resume.
         if !logs.is_empty() {
             let listed = ctx.root.sub_root(path)?;
