@@ -202,10 +202,12 @@ fn big_changes_while_read(dir: Dir, change: Change) {
     let src = src_root.join("src");
     make_source(&src);
     let (source_srv, dest_srv) = (server(&src_root), renaming_server(&dst_root));
-    let (dst, relay) = match dir {
-        Dir::Push | Dir::ThirdParty => (dst_root.join("dst"), slow_relay(&dest_srv)),
-        Dir::Pull => (t.path().join("dst"), slow_relay(&source_srv)),
+    // The server the copy reaches over the network (behind the relay in the faulty run).
+    let (dst, reached) = match dir {
+        Dir::Push | Dir::ThirdParty => (dst_root.join("dst"), &dest_srv),
+        Dir::Pull => (t.path().join("dst"), &source_srv),
     };
+    let relay = slow_relay(reached);
     fs::create_dir_all(&dst).unwrap();
     if !matches!(change, Change::Vanish) {
         fs::write(dst.join("big"), OLD).unwrap();
@@ -219,6 +221,12 @@ fn big_changes_while_read(dir: Dir, change: Change) {
         "--retry-for",
         "0s",
     ];
+    // The copy, reaching the server with `url`.
+    let copy = |url: &dyn Fn(&str) -> String| match dir {
+        Dir::Push => cp(&dest_srv, &opts, &src, url("dst")),
+        Dir::Pull => cp(&source_srv, &opts, url("src"), &dst),
+        Dir::ThirdParty => cp(&source_srv, &opts, source_srv.url("src"), url("dst")),
+    };
     let out = copy_while_changing(
         &dst,
         move || match change {
@@ -226,11 +234,7 @@ fn big_changes_while_read(dir: Dir, change: Change) {
             Change::Grow => append(&big),
             Change::Vanish => fs::remove_file(&big).unwrap(),
         },
-        || match dir {
-            Dir::Push => cp(&dest_srv, &opts, &src, relay.url("dst")),
-            Dir::Pull => cp(&source_srv, &opts, relay.url("src"), &dst),
-            Dir::ThirdParty => cp(&source_srv, &opts, source_srv.url("src"), relay.url("dst")),
-        },
+        || copy(&|p| relay.url(p)),
     );
     let why = match change {
         Change::Vanish => "vanished",
@@ -245,16 +249,7 @@ fn big_changes_while_read(dir: Dir, change: Change) {
     assert!(!dst.join(".big.sprat-part").exists());
     assert!(!dst.join(".big.sprat-part.log").exists());
     // Run again with the source still: the destination ends equal to it.
-    let again = match dir {
-        Dir::Push => cp(&dest_srv, &opts, &src, dest_srv.url("dst")),
-        Dir::Pull => cp(&source_srv, &opts, source_srv.url("src"), &dst),
-        Dir::ThirdParty => cp(
-            &source_srv,
-            &opts,
-            source_srv.url("src"),
-            dest_srv.url("dst"),
-        ),
-    };
+    let again = copy(&|p| reached.url(p));
     common::assert_ok(&again, writer);
     assert_trees_equal(&src, &dst);
 }
