@@ -29,7 +29,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// Writes one transfer's tree below a destination directory.
 pub struct TreeWriter {
@@ -45,6 +45,9 @@ pub struct TreeWriter {
     /// their later chunks are dropped, never assembled into a file. Guarded with `large`'s
     /// lock held first.
     dropped: Mutex<HashSet<Vec<u8>>>,
+    /// Large files this writer counted complete: a chunk of one arriving later (another
+    /// session's copy of it was put in place first) is not written.
+    completed: Mutex<HashSet<Vec<u8>>>,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
@@ -53,6 +56,8 @@ pub struct TreeWriter {
     durable: bool,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
+    /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Group commit of `syncfs` calls.
@@ -113,6 +118,11 @@ fn umask_is_zero() -> bool {
 
 /// A large file being assembled from chunks, in its partial file (see [`crate::partial`]).
 struct LargeFile {
+    /// The source file's identity the partial file is for.
+    id: Identity,
+    /// Held (shared) while a chunk is written, and exclusively while the file is put in place:
+    /// no byte lands in a file after its mtime was set.
+    publishing: RwLock<()>,
     dir: OwnedFd,
     /// The partial file's hidden name, and its journal's.
     part: Vec<u8>,
@@ -141,6 +151,8 @@ impl LargeFile {
             .try_clone()
             .map_err(|e| StoreError::new("open directory", path, e))?;
         Ok(LargeFile {
+            id,
+            publishing: RwLock::new(()),
             dir,
             part,
             log_name,
@@ -172,7 +184,9 @@ pub enum ChunkOutcome {
     Partial,
     /// This chunk completed the file, which is now in place.
     Completed,
-    /// The file was given up (see [`TreeWriter::drop_large`]): the chunk was not written.
+    /// The chunk was not written: the file was given up (see [`TreeWriter::drop_large`]), or
+    /// this writer counted it complete already (a late chunk of a file another session put
+    /// in place).
     Dropped,
 }
 
@@ -197,12 +211,21 @@ impl TreeWriter {
             dirs: Mutex::new(Vec::new()),
             large: Mutex::new(HashMap::new()),
             dropped: Mutex::new(HashSet::new()),
+            completed: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
+            _held: None,
         }
+    }
+
+    /// The same writer, keeping `held` alive until the writer itself is dropped, that is
+    /// until every thread writing through it is done (a server's claim on the tree).
+    pub fn holding(mut self, held: Box<dyn std::any::Any + Send + Sync>) -> TreeWriter {
+        self._held = Some(held);
+        self
     }
 
     /// Chooses how files appear under their final names: with [`PublishChoice::Auto`], the
@@ -489,12 +512,20 @@ impl TreeWriter {
     /// The large files still waiting for chunks once the transfer is over (they never will
     /// get them in this run), with the bytes each lacks, sorted; the writer forgets them.
     /// Their partial files stay: what they hold was verified, and a later run resumes them.
+    /// A file whose final name meanwhile holds this very version whole (another session
+    /// finished it after this one's sender had planned to resume it) is not incomplete: the
+    /// partial file this session started is removed.
     pub fn take_incomplete(&self) -> Vec<(Vec<u8>, u64)> {
         let mut large = lock(&self.large);
         let mut out = Vec::new();
         for (path, file) in large.drain() {
             let mut st = lock(&file.state);
             st.failed = true;
+            if is_complete_version(&file.dir, &file.name, &file.id) {
+                let _ = unlinkat(&file.dir, os(&file.part), AtFlags::empty());
+                let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
+                continue;
+            }
             out.push((path, file.size - st.coverage.bytes().min(file.size)));
         }
         out.sort();
@@ -674,7 +705,7 @@ impl WriterCursor<'_> {
         }
         let file = {
             let mut large = lock(&writer.large);
-            if lock(&writer.dropped).contains(path) {
+            if lock(&writer.dropped).contains(path) || lock(&writer.completed).contains(path) {
                 return Ok(ChunkOutcome::Dropped);
             }
             match large.get(path) {
@@ -694,7 +725,9 @@ impl WriterCursor<'_> {
                         mtime_sec: attrs.mtime_sec,
                         mtime_nsec: attrs.mtime_nsec,
                     };
-                    let f = Arc::new(open_large(dir, name, path, id)?);
+                    let f = open_files::get_or_open(dir, name, id, || {
+                        open_large(dir, name, path, id).map(Arc::new)
+                    })?;
                     large.insert(path.to_vec(), f.clone());
                     f
                 }
@@ -707,14 +740,27 @@ impl WriterCursor<'_> {
             lock(&writer.large).remove(path);
             e
         };
-        if len > 0 {
-            write_all_at(&file.fd, data, offset)
-                .map_err(|e| fail(StoreError::new("write", path, e)))?;
-            let record = partial::encode_record(&Record { offset, len, hash });
-            write_all(&file.log, &record)
-                .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;
-        }
         let done = {
+            let _writing = file.publishing.read().unwrap_or_else(|p| p.into_inner());
+            if lock(&file.state).published {
+                // Another session writing the same file (a re-run while the interrupted one
+                // still drains) put it in place: this session counts it once, and writes
+                // nothing into it any more.
+                let mine = lock(&writer.large).remove(path).is_some();
+                lock(&writer.completed).insert(path.to_vec());
+                return Ok(if mine {
+                    ChunkOutcome::Completed
+                } else {
+                    ChunkOutcome::Dropped
+                });
+            }
+            if len > 0 {
+                write_all_at(&file.fd, data, offset)
+                    .map_err(|e| fail(StoreError::new("write", path, e)))?;
+                let record = partial::encode_record(&Record { offset, len, hash });
+                write_all(&file.log, &record)
+                    .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;
+            }
             let mut st = lock(&file.state);
             if st.failed {
                 // Given up meanwhile (its failure is reported once, where it happened).
@@ -729,6 +775,8 @@ impl WriterCursor<'_> {
         if !done {
             return Ok(ChunkOutcome::Partial);
         }
+        // Every write under way into the file ends before its attributes are set.
+        let _publishing = file.publishing.write().unwrap_or_else(|p| p.into_inner());
         finish_file(&file.fd, attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
         match rename_into_place(&file.dir, &file.part, &file.name) {
@@ -740,6 +788,7 @@ impl WriterCursor<'_> {
         }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
+        lock(&writer.completed).insert(path.to_vec());
         Ok(ChunkOutcome::Completed)
     }
 
@@ -845,6 +894,48 @@ fn temp_tag_of(name: &[u8]) -> Option<&[u8]> {
         && name[name.len() - 8 - TAG.len()..name.len() - 8] == *TAG
         && hex(&name[name.len() - 8..], 8);
     short.then(|| &name[name.len() - 8..])
+}
+
+/// The large files being written in this process, by directory and name: a second session
+/// writing the same file (the same command run again while the interrupted session still
+/// writes what it had received) shares the first one's partial file, coverage and
+/// publication instead of opening it a second time, so that neither writes into the file
+/// after the other put it in place.
+mod open_files {
+    use super::{lock, LargeFile};
+    use crate::error::StoreError;
+    use crate::partial::Identity;
+    use std::collections::HashMap;
+    use std::os::fd::OwnedFd;
+    use std::sync::{Arc, Mutex, Weak};
+
+    type Key = (u64, u64, Vec<u8>);
+    static OPEN: Mutex<Option<HashMap<Key, Weak<LargeFile>>>> = Mutex::new(None);
+
+    /// The large file `name` in `dir` for source identity `id`: the one another session has
+    /// open, or a new one from `open`.
+    pub(super) fn get_or_open(
+        dir: &OwnedFd,
+        name: &[u8],
+        id: Identity,
+        open: impl FnOnce() -> Result<Arc<LargeFile>, StoreError>,
+    ) -> Result<Arc<LargeFile>, StoreError> {
+        let Ok(st) = rustix::fs::fstat(dir) else {
+            return open();
+        };
+        let key = (st.st_dev, st.st_ino, name.to_vec());
+        let mut guard = lock(&OPEN);
+        let map = guard.get_or_insert_with(HashMap::new);
+        map.retain(|_, f| f.strong_count() > 0);
+        if let Some(f) = map.get(&key).and_then(Weak::upgrade) {
+            if f.id == id && !lock(&f.state).failed {
+                return Ok(f);
+            }
+        }
+        let f = open()?;
+        map.insert(key, Arc::downgrade(&f));
+        Ok(f)
+    }
 }
 
 /// The tags of the tree writers alive in this process, so that the temporary names of a
@@ -1009,6 +1100,16 @@ fn join_large(
 
 /// Whether `name` in `dir` is a regular file of `size` bytes with the mtime of `attrs`.
 fn is_complete_copy(dir: &OwnedFd, name: &[u8], size: u64, attrs: &Attrs) -> bool {
+    let id = Identity {
+        size,
+        mtime_sec: attrs.mtime_sec,
+        mtime_nsec: attrs.mtime_nsec,
+    };
+    is_complete_version(dir, name, &id)
+}
+
+/// Whether `name` in `dir` is a regular file of the size and mtime of `id`.
+fn is_complete_version(dir: &OwnedFd, name: &[u8], id: &Identity) -> bool {
     statx(
         dir,
         os(name),
@@ -1017,9 +1118,9 @@ fn is_complete_copy(dir: &OwnedFd, name: &[u8], size: u64, attrs: &Attrs) -> boo
     )
     .is_ok_and(|st| {
         u32::from(st.stx_mode) & 0o170000 == 0o100000
-            && st.stx_size == size
-            && st.stx_mtime.tv_sec == attrs.mtime_sec
-            && st.stx_mtime.tv_nsec == attrs.mtime_nsec
+            && st.stx_size == id.size
+            && st.stx_mtime.tv_sec == id.mtime_sec
+            && st.stx_mtime.tv_nsec == id.mtime_nsec
     })
 }
 
@@ -1337,6 +1438,48 @@ mod tests {
         ] {
             assert!(!is_leftover_temp(name), "{}", String::from_utf8_lossy(name));
         }
+    }
+
+    #[test]
+    fn two_sessions_writing_one_large_file_share_it_and_count_it_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let new = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let sum = crate::attrs::checksum;
+        let a = attrs(0o640);
+        let (mut o, mut n) = (old.cursor(), new.cursor());
+        // The interrupted session had written the first chunk; the re-run sends the rest.
+        o.write_chunk(b"big", &a, 9, 0, b"abc", sum(b"abc"))
+            .unwrap();
+        n.write_chunk(b"big", &a, 9, 3, b"def", sum(b"def"))
+            .unwrap();
+        assert_eq!(
+            n.write_chunk(b"big", &a, 9, 6, b"ghi", sum(b"ghi"))
+                .unwrap(),
+            ChunkOutcome::Completed
+        );
+        let path = dir.path().join("big");
+        let placed = std::fs::metadata(&path).unwrap().modified().unwrap();
+        // The interrupted session's late chunk: nothing written into the placed file, which
+        // that session counts as complete once.
+        assert_eq!(
+            o.write_chunk(b"big", &a, 9, 3, b"XYZ", sum(b"XYZ"))
+                .unwrap(),
+            ChunkOutcome::Completed
+        );
+        assert_eq!(
+            o.write_chunk(b"big", &a, 9, 6, b"ghi", sum(b"ghi"))
+                .unwrap(),
+            ChunkOutcome::Dropped
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcdefghi");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().modified().unwrap(),
+            placed
+        );
+        assert!(old.take_incomplete().is_empty());
+        assert!(new.take_incomplete().is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -65,9 +65,19 @@ impl WriterPool {
         threads: usize,
         abort: Arc<AtomicBool>,
     ) -> Result<WriterPool, TransferError> {
+        Self::start_busy(writer, threads, abort, Arc::default())
+    }
+
+    /// [`WriterPool::start`], adding the nanoseconds the writers are busy to `busy_ns` after
+    /// every batch (an observer sees the pool's progress there).
+    pub fn start_busy(
+        writer: Option<Arc<TreeWriter>>,
+        threads: usize,
+        abort: Arc<AtomicBool>,
+        busy_ns: Arc<AtomicU64>,
+    ) -> Result<WriterPool, TransferError> {
         let threads = threads.max(1);
         let (jobs, rx) = bounded::<WriteJob>(threads * 2);
-        let busy_ns = Arc::new(AtomicU64::new(0));
         // The first fatal error, which batches refused after it carry too: every stream of a
         // transfer then reports the cause (e.g. disk full, with the path), whichever the client
         // reads first.
@@ -100,8 +110,9 @@ impl WriterPool {
                             if let Some(f) = &outcome.fatal {
                                 lock(&cause).get_or_insert_with(|| f.clone());
                             }
-                            busy_ns
-                                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            // At least 1: every batch shows as progress.
+                            let busy = (started.elapsed().as_nanos() as u64).max(1);
+                            busy_ns.fetch_add(busy, Ordering::Relaxed);
                             drop(job.incoming);
                             let _ = job.reply.send(outcome);
                             // Only after the reply: on a shared reply channel the cause (e.g.

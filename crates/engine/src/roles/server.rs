@@ -56,6 +56,8 @@ struct Shared {
     read_only: bool,
     options: TransferOptions,
     sessions: Registry<Session>,
+    /// The trees push sessions are writing.
+    claims: Arc<crate::session::claims::Claims>,
     max_connections: usize,
     /// Authenticated connections being served.
     connections: AtomicUsize,
@@ -206,6 +208,7 @@ impl Server {
                 read_only: config.read_only,
                 options: config.options,
                 sessions: Registry::default(),
+                claims: Arc::default(),
                 max_connections: config.max_connections,
                 connections: AtomicUsize::new(0),
                 handshaking: AtomicUsize::new(0),
@@ -529,6 +532,12 @@ fn open_session(
                 );
             }
             let tag = format!("sprat-{:08x}", u32::from_le_bytes(net::random()));
+            // Held by the writer, so until every write of this session is over.
+            let progress = crate::session::claims::Progress::default();
+            let claim = (!discard).then(|| {
+                let patience = crate::session::claims::CLAIM_PATIENCE;
+                shared.claims.claim(&path, progress.clone(), patience)
+            });
             let writer = if discard {
                 Ok(None)
             } else if source_is_dir {
@@ -550,15 +559,21 @@ fn open_session(
             };
             let writer = match writer {
                 Ok(w) => w.map(|w| {
+                    let w = match claim {
+                        Some(claim) => w.holding(Box::new(claim)),
+                        None => w,
+                    };
                     let w = w.publishing(shared.options.publish);
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
                 Err(e) => return served.refuse_store(&e),
             };
-            let pool = WriterPool::start(
+            // The pool's busy time grows with every batch written: the claim's progress.
+            let pool = WriterPool::start_busy(
                 writer.clone(),
                 shared.options.write_threads,
                 Arc::new(AtomicBool::new(false)),
+                progress,
             );
             let pool = match pool {
                 Ok(p) => p,

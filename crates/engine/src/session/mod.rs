@@ -2,8 +2,10 @@
 //! (`sprat_proto::session`) over real sockets. [`client`] opens a client's session, joins
 //! and adapts its streams and keeps the session-wide rules (the commit gate); [`registry`] is
 //! the server's table of open sessions, where early joins wait for their `Open`; [`stall`]
-//! fails a session whose progress stops.
+//! fails a session whose progress stops; [`claims`] keeps two push sessions from writing one
+//! tree at once.
 
+pub(crate) mod claims;
 pub(crate) mod client;
 pub(crate) mod registry;
 pub(crate) mod stall;
