@@ -160,7 +160,10 @@ pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
     entry
 }
 
-/// Lists one directory; returns its entries (by inode) and its subdirectories to visit.
+/// Lists one directory; returns its entries (by inode) and its subdirectories to visit. An
+/// entry removed between the listing and its `statx` (a writer's short-lived name, a file
+/// deleted meanwhile), or a directory removed before it is opened, is left out: the scan
+/// sees the tree as it is when each entry is examined.
 fn list_dir(
     root: &Root,
     dir: &[u8],
@@ -168,6 +171,7 @@ fn list_dir(
 ) -> (Vec<ScanEntry>, Vec<Vec<u8>>) {
     let fd: OwnedFd = match root.open_dir(dir) {
         Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) if !dir.is_empty() => return (Vec::new(), Vec::new()),
         Err(e) => {
             let err = StoreError::new("open directory", dir, crate::root::escape_error(e));
             return (vec![failed(dir.to_vec(), err)], Vec::new());
@@ -194,12 +198,12 @@ fn list_dir(
     let mut subdirs = Vec::new();
     for (_, name) in names {
         let path = crate::relpath::join(dir, &name);
-        let entry = stat_entry(
-            &fd,
-            OsStr::from_bytes(&name),
-            path,
-            AtFlags::SYMLINK_NOFOLLOW,
-        );
+        let flags = AtFlags::SYMLINK_NOFOLLOW;
+        let entry = match try_stat_entry(&fd, OsStr::from_bytes(&name), path.clone(), flags) {
+            Ok(entry) => entry,
+            Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => continue,
+            Err(e) => failed(path, e),
+        };
         if entry.kind == EntryType::Dir && entry.error.is_none() {
             subdirs.push(entry.path.clone());
         }
