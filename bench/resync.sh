@@ -705,6 +705,12 @@ b_run() {
     log "B $tag: at the destination: $cf complete files ($cb B), $pf partial files ($pb B verified)," \
         "missing $mb B, $other other names"
 
+    # Keep the journals, for a look afterwards (the destination goes to the trash).
+    if ((pf > 0)); then
+        mkdir -p "$LOGS/B-$tag-journals"
+        find "$dst" -name '.*.sprat-part.log' -exec cp --parents -t "$LOGS/B-$tag-journals" {} + 2>/dev/null || true
+    fi
+
     # The re-run: the same command, default options.
     b_prepare_cache "$src"
     rc=0
@@ -731,6 +737,10 @@ b_run() {
         sprat_report "$LOGS/B-$tag-rerun.out"
     fi
     R[wire_bytes]=$(diff_or_empty "$w0" "$w")
+    if ((pb > 0)) && [[ ${R[report_not_sent]:-0} == 0 ]]; then
+        detail+=" the re-run resumed nothing although the journals recorded $pb bytes;"
+        log "B $tag: WARNING: the re-run resumed nothing although the journals recorded $pb bytes"
+    fi
 
     # Untimed: is the destination the source?
     v=$(verify_tree "$META/$name.json" "$dst" "$VERIFY") || v=$'FAIL\t0\t0\tverifier crashed'
