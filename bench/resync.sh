@@ -40,6 +40,12 @@
 #   B_BIG       B's big set: one file of this size [4GiB; QUICK: 256MiB]
 #   TOUCH_PCT   percent of A's source files rewritten before each touch round [1]
 #   KILL_AT     percent of a full copy's loopback bytes at which B kills [50]
+#   CHECK_PARTIAL 1: before B's re-run, compare the ranges journals record with
+#               the source, byte for byte (untimed; reads them twice) [1]
+#   SPRAT_LOG   RUST_LOG of every sprat process: warnings on stderr, kept in
+#               the logs (sprat's default, off, hides e.g. a failed listing of
+#               the destination, after which a push silently sends everything)
+#               [sprat=warn,sprat_engine=warn]
 #   SEED        `sprat gen --seed` [1]
 #   VERIFY      count | full: the checks of whole destinations [full]
 #   NETNS       1: run in a network namespace of its own (`unshare -n`; needs
@@ -86,6 +92,9 @@ B_FILES=${B_FILES:-100000}
 B_BIG=${B_BIG:-4GiB}
 TOUCH_PCT=${TOUCH_PCT:-1}
 KILL_AT=${KILL_AT:-50}
+export CHECK_PARTIAL=${CHECK_PARTIAL:-1}
+SPRAT_LOG=${SPRAT_LOG:-sprat=warn,sprat_engine=warn}
+export RUST_LOG=$SPRAT_LOG
 SEED=${SEED:-1}
 VERIFY=${VERIFY:-full}
 NETNS=${NETNS:-1}
@@ -348,15 +357,18 @@ PY
 # that is not, the ranges recorded in its journal `.NAME.sprat-part.log`
 # (header: "SPRATPT1", size u64, mtime s i64, ns u32; then records: offset
 # u64, length u64, xxh3-128), when the header matches the source, count as
-# present. Prints, tab-separated: complete_files complete_bytes partial_files
-# partial_bytes missing_bytes other_names (names at DST the source does not
-# have, partial files and journals excepted) example_other.
+# present; the bytes of those ranges in the partial file `.NAME.sprat-part`
+# are compared with the source's. Prints, tab-separated: complete_files
+# complete_bytes partial_files partial_bytes missing_bytes bad_ranges bad_bytes
+# (recorded ranges whose bytes differ from the source) other_names (names at
+# DST the source does not have, partial files and journals excepted)
+# example_other.
 resume_state() {
     python3 - "$@" <<'PY'
 import json, os, struct, sys
 src, man, dst = sys.argv[1:4]
 tree = json.load(open(man))
-cf = cb = pf = pb = total = 0
+cf = cb = pf = pb = total = bad_ranges = bad_bytes = 0
 for k, v in tree.items():
     if v[0] != "f":
         continue
@@ -396,13 +408,34 @@ for k, v in tree.items():
             end = b
     pf += 1
     pb += have
+    # Do the recorded ranges of the partial file hold the source's bytes?
+    if os.environ.get("CHECK_PARTIAL", "1") != "1":
+        continue
+    try:
+        with open(os.path.join(src, k), "rb") as fs, \
+                open(os.path.join(dst, head, "." + name + ".sprat-part"), "rb") as fp:
+            for a, b in ranges:
+                fs.seek(a)
+                fp.seek(a)
+                at = a
+                while at < b:
+                    n = min(b - at, 8 << 20)
+                    if fs.read(n) != fp.read(n):
+                        bad_ranges += 1
+                        bad_bytes += b - a
+                        break
+                    at += n
+    except OSError:
+        bad_ranges += len(ranges)
+        bad_bytes += have
 others = []
 for dirpath, dirnames, filenames in os.walk(dst):
     for n in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
         rel = os.path.relpath(os.path.join(dirpath, n), dst)
         if rel not in tree and not (n.startswith(".") and (n.endswith(".sprat-part") or n.endswith(".sprat-part.log"))):
             others.append(rel)
-print("%d\t%d\t%d\t%d\t%d\t%d\t%s" % (cf, cb, pf, pb, total - cb - pb, len(others), others[0] if others else ""))
+print("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s" % (cf, cb, pf, pb, total - cb - pb, bad_ranges, bad_bytes,
+                                          len(others), others[0] if others else ""))
 PY
 }
 
@@ -647,12 +680,14 @@ b_run() {
         if [[ -n $target_w ]]; then
             lo_bytes w
             if ((w >= target_w)); then
+                ss -Htn state established >"$LOGS/B-$tag-ss.txt" 2>/dev/null || true
                 kill -KILL "$victim" 2>/dev/null || true
                 break
             fi
         else
             mono_us t
             if ((t >= target_t)); then
+                ss -Htn state established >"$LOGS/B-$tag-ss.txt" 2>/dev/null || true
                 kill -KILL "$victim" 2>/dev/null || true
                 break
             fi
@@ -693,15 +728,29 @@ b_run() {
             R[first_exit]=$rc
         fi
     fi
+    # Bytes queued in the kernel's socket buffers just before the kill (ss, a
+    # few ms before it): received by the server's sockets but not yet read by
+    # sprat serve (Recv-Q), and not yet sent by the client's (Send-Q).
+    if [[ -s $LOGS/B-$tag-ss.txt ]]; then
+        detail+=" $(awk -v p=":$SPRAT_PORT" '
+            { if (substr($3, length($3) - length(p) + 1) == p) rq += $1;
+              if (substr($4, length($4) - length(p) + 1) == p) sq += $2 }
+            END { printf "at the kill: server sockets Recv-Q %d B, client sockets Send-Q %d B;", rq, sq }' \
+            "$LOGS/B-$tag-ss.txt")"
+    fi
     log "B $tag: killed the $([[ $var == client ]] && echo client || echo server) at ${R[kill_at_s]} s," \
         "${R[kill_at_wire]:-n/a} bytes on lo (full copy: ${FULL_S[$set]} s, ${FULL_WIRE[$set]:-n/a} bytes)"
 
     # What is at the destination now.
-    state=$(resume_state "$src" "$META/$name.json" "$dst") || state=$'0\t0\t0\t0\t0\t0\tscan failed'
-    local cf cb pf pb mb other other_eg
-    IFS=$'\t' read -r cf cb pf pb mb other other_eg <<<"$state"
+    state=$(resume_state "$src" "$META/$name.json" "$dst") || state=$'0\t0\t0\t0\t0\t0\t0\t0\tscan failed'
+    local cf cb pf pb mb badr badb other other_eg
+    IFS=$'\t' read -r cf cb pf pb mb badr badb other other_eg <<<"$state"
     R[complete_bytes]=$cb R[partial_bytes]=$pb R[missing_bytes]=$mb
     detail+=" before the re-run: $cf complete files, $pf partial files, $other other names${other_eg:+ (e.g. $other_eg)};"
+    if ((badr > 0)); then
+        detail+=" $badr journal-recorded ranges ($badb B) of partial files differ from the source;"
+        log "B $tag: WARNING: $badr ranges ($badb B) that journals record differ from the source"
+    fi
     log "B $tag: at the destination: $cf complete files ($cb B), $pf partial files ($pb B verified)," \
         "missing $mb B, $other other names"
 
@@ -737,6 +786,9 @@ b_run() {
         sprat_report "$LOGS/B-$tag-rerun.out"
     fi
     R[wire_bytes]=$(diff_or_empty "$w0" "$w")
+    local warned
+    warned=$(grep -h -m 1 'WARN' "$LOGS/B-$tag-rerun.err" "$LOGS/B-$tag-first.err" 2>/dev/null | head -n 1 || true)
+    [[ -z $warned ]] || detail+=" sprat warned: ${warned#* WARN };"
     if ((pb > 0)) && [[ ${R[report_not_sent]:-0} == 0 ]]; then
         detail+=" the re-run resumed nothing although the journals recorded $pb bytes;"
         log "B $tag: WARNING: the re-run resumed nothing although the journals recorded $pb bytes"
