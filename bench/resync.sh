@@ -787,7 +787,10 @@ b_run() {
     fi
     R[wire_bytes]=$(diff_or_empty "$w0" "$w")
     local warned
-    warned=$(grep -h -m 1 'WARN' "$LOGS/B-$tag-rerun.err" "$LOGS/B-$tag-first.err" 2>/dev/null | head -n 1 || true)
+    # (A retrying client's attempts while the server is down warn that they
+    # cannot list the destination: "Connection refused"; those are left out.)
+    warned=$(grep -h 'WARN' "$LOGS/B-$tag-rerun.err" "$LOGS/B-$tag-first.err" 2>/dev/null |
+        grep -v 'Connection refused' | head -n 1 || true)
     [[ -z $warned ]] || detail+=" sprat warned: ${warned#* WARN };"
     if ((pb > 0)) && [[ ${R[report_not_sent]:-0} == 0 ]]; then
         detail+=" the re-run resumed nothing although the journals recorded $pb bytes;"
