@@ -537,33 +537,48 @@ fs_is_ram() {
 # Shared by bench/loopback.sh and bench/peers.sh. They read the caller's
 # globals: TMP (private scratch dir), LOGS (log dir), ROOT (exported root),
 # SPRAT (binary), RSYNC_CHROOT (yes|no), NC (OpenBSD netcat), RUN_TIMEOUT.
-# start_sprat sets SPRAT_PORT and exports SPRAT_TOKEN; start_rsyncd sets
+# start_sprat sets SPRAT_PORT, SPRAT_PID and exports SPRAT_TOKEN; start_rsyncd sets
 # RSYNC_PORT (module "mod" = ROOT); run_tarnc sets R_RC and R_SECS.
 
 SPRAT_PORT=""
+SPRAT_PID=""
+SPRAT_SERVES=0
 RSYNC_PORT=""
 
+# start_sprat [PORT]: `sprat serve` on 127.0.0.1:PORT (default 0: a free
+# port). The token ($TMP/token) is made by the first call and kept by later
+# ones, so a server restarted on the same port (`start_sprat "$SPRAT_PORT"`,
+# e.g. after it was killed) admits the clients of the one before, retrying
+# ones too. The first server logs to $LOGS/sprat-serve.{out,err}, the Nth to
+# $LOGS/sprat-serve-N.{out,err}.
 # shellcheck disable=SC2034 # the ports, R_RC and R_SECS are read by the caller
 start_sprat() {
-    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
-    chmod 600 "$TMP/token"
+    local port=${1:-0} out
+    if [[ ! -s $TMP/token ]]; then
+        head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
+        chmod 600 "$TMP/token"
+    fi
     SPRAT_TOKEN=$(cat "$TMP/token")
     export SPRAT_TOKEN
-    setsid "$SPRAT" serve --root "$ROOT" --listen 127.0.0.1:0 --token-file "$TMP/token" \
-        >"$LOGS/sprat-serve.out" 2>"$LOGS/sprat-serve.err" </dev/null &
+    SPRAT_SERVES=$((SPRAT_SERVES + 1))
+    out=$LOGS/sprat-serve
+    ((SPRAT_SERVES == 1)) || out+=-$SPRAT_SERVES
+    setsid "$SPRAT" serve --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$TMP/token" \
+        >"$out.out" 2>"$out.err" </dev/null &
     local pid=$! i line=""
     bg_register "$pid"
     for ((i = 0; i < 3000; i++)); do
-        line=$(head -n 1 "$LOGS/sprat-serve.out" 2>/dev/null || true)
+        line=$(head -n 1 "$out.out" 2>/dev/null || true)
         [[ $line == "listening on "* ]] && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.01
     done
     if [[ $line != "listening on "* ]]; then
-        cat "$LOGS/sprat-serve.err" >&2
+        cat "$out.err" >&2
         die "sprat serve did not start (first stdout line: '$line')"
     fi
     SPRAT_PORT=${line##*:}
+    SPRAT_PID=$pid
     log "sprat serve pid $pid on 127.0.0.1:$SPRAT_PORT, root $ROOT"
 }
 
