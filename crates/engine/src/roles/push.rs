@@ -17,6 +17,7 @@ use crate::error::TransferError;
 use crate::net::{Conn, Frame, SessionConn};
 use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::BatchOutcome;
+use crate::pipeline::skip::DestIndex;
 use crate::pipeline::source;
 use crate::report::{Counts, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
@@ -124,7 +125,7 @@ pub fn push_input(
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let skip = skip_for(options.skip, move || {
-                let mut index = remote::index(&a, k.as_ref(), &p, digests)?;
+                let mut index = index_patiently(|| remote::index(&a, k.as_ref(), &p, digests))?;
                 remote::remove_leftovers(&a, k.as_ref(), &p, &index.take_leftovers());
                 Ok(index)
             });
@@ -242,6 +243,27 @@ pub fn push_input(
     .with_durable(options.durable)
     .with_skipped(&skipped)
     .with_path(session.report(streams_max, streams_end, &tail)))
+}
+
+/// The destination's listing from `list`, asked again (up to 4 times, 1 s apart) while it
+/// fails on its connection once a server has proved itself in this process (a retry): a
+/// server coming back after a restart must not find a push that took its destination for
+/// empty and sends everything. If the server stays away, the session cannot open either and
+/// the transfer fails (and is retried) anyway; a first run fails at once.
+fn index_patiently(
+    mut list: impl FnMut() -> Result<DestIndex, TransferError>,
+) -> Result<DestIndex, TransferError> {
+    let mut attempts = 1;
+    loop {
+        match list() {
+            Err(e) if e.is_retryable() && crate::net::servers_proved() > 0 && attempts < 5 => {
+                tracing::info!(%e, "cannot list the destination yet: trying again");
+                std::thread::sleep(Duration::from_secs(1));
+                attempts += 1;
+            }
+            listed => return listed,
+        }
+    }
 }
 
 /// The server's totals, which end a session: they answer the `Commit` the control
