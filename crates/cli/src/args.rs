@@ -275,6 +275,18 @@ pub struct CpArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Show live progress on stderr (files and bytes done of the total, MB/s, files/s, time
+    /// elapsed and left) even when the output is not a terminal; by default it is shown when
+    /// stdout and stderr are both terminals (and not with --quiet or --json).
+    #[arg(long)]
+    pub progress: bool,
+    /// Write progress as JSON lines on stdout, about once a second: {"event":"progress",
+    /// "elapsed_s", "files_done", "files_total", "bytes_done", "bytes_total", "mb_per_s",
+    /// "files_per_s", "eta_s"} (totals and eta_s null until known), then one
+    /// {"event":"failed","path","error"} per failed file, and the final report (as with
+    /// --json) last.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub json_events: bool,
     /// Skip every file the destination already has, whatever its size and mtime (by default
     /// a file is skipped when the destination has it with the same size and mtime, and only
     /// its mode is set if that alone differs).

@@ -8,6 +8,7 @@ mod doctor;
 mod gen;
 mod model;
 mod namespace;
+mod progress;
 mod relay;
 mod units;
 
@@ -208,9 +209,32 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     if a.dry_run {
         return dry_run(&src, &dst, key.as_ref(), &options, a.json);
     }
-    let report = sprat_engine::copy(&src, &dst, key.as_ref(), &options)?;
+    let shown = || {
+        use std::io::IsTerminal;
+        a.progress
+            || (!a.quiet
+                && !a.json
+                && std::io::stdout().is_terminal()
+                && std::io::stderr().is_terminal())
+    };
+    let mode = if a.json_events {
+        Some(progress::Mode::Json)
+    } else {
+        shown().then_some(progress::Mode::Terminal)
+    };
+    let reporter =
+        mode.map(|m| progress::start(m, options.progress.clone(), src.clone(), key.clone()));
+    let copied = sprat_engine::copy(&src, &dst, key.as_ref(), &options);
+    if let Some(r) = reporter {
+        r.finish();
+    }
+    let report = copied?;
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);
+        if a.json_events {
+            let event = serde_json::json!({"event": "failed", "path": f.path, "error": f.error});
+            print_quietly(&format!("{event}\n"))?;
+        }
     }
     if report.failed as usize > report.failures.len() {
         eprintln!(
@@ -218,7 +242,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
             report.failed as usize - report.failures.len()
         );
     }
-    let text = if a.json {
+    let text = if a.json || a.json_events {
         serde_json::to_string(&report)? + "\n"
     } else if a.quiet {
         String::new()

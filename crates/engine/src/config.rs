@@ -53,6 +53,8 @@ pub struct TransferOptions {
     pub retry_for: Duration,
     /// Set from outside to stop the transfer's session.
     pub cancel: crate::sync::Cancel,
+    /// Counts what is done as the transfer goes, for a live display.
+    pub progress: crate::measurement::progress::Progress,
 }
 
 /// Default of [`TransferOptions::stall_timeout`].
@@ -95,6 +97,7 @@ impl Default for TransferOptions {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,
             cancel: crate::sync::Cancel::default(),
+            progress: Default::default(),
         }
     }
 }

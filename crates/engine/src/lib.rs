@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod error;
+pub mod measurement;
 pub(crate) mod net;
 pub(crate) mod pipeline;
 pub mod report;

@@ -11,6 +11,7 @@
 //! decides; files of another size are sent without a digest. Directories and symlinks always
 //! travel (they cost no data). Pure logic, no I/O: the roles build the index.
 
+use crate::measurement::progress::Progress;
 use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
 use sprat_proto::DestCheck;
 use sprat_store::partial::{Coverage, Identity};
@@ -285,29 +286,50 @@ impl SkipRule {
     }
 }
 
-/// What the check spared a copy (counted on the sending side).
+/// What the check spared a copy (counted on the sending side); also counted as done in the
+/// transfer's progress, if it has one.
 #[derive(Debug, Default)]
 pub struct SkipCounts {
     files: AtomicU64,
     bytes: AtomicU64,
     attrs_fixed: AtomicU64,
+    progress: Option<Progress>,
 }
 
 impl SkipCounts {
+    /// Counts that also add to `progress`.
+    pub fn with_progress(progress: Progress) -> SkipCounts {
+        SkipCounts {
+            progress: Some(progress),
+            ..SkipCounts::default()
+        }
+    }
+
+    fn done(&self, files: u64, bytes: u64) {
+        if let Some(p) = &self.progress {
+            p.add(files, bytes);
+        }
+    }
+
     pub fn skipped(&self, bytes: u64) {
         self.files.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.done(1, bytes);
     }
 
     /// Bytes of a file being resumed that the destination had already (counted in the
     /// bytes not sent).
     pub fn resumed(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.done(0, bytes);
     }
 
+    /// A file whose attributes alone are set: the write counts it as a file done, its
+    /// bytes are done here.
     pub fn fixed(&self, bytes: u64) {
         self.attrs_fixed.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.done(0, bytes);
     }
 
     /// (files not sent because up to date, their bytes plus those of fixed files, files whose

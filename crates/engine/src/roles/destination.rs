@@ -7,7 +7,7 @@ use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::digest;
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipRule};
+use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipCounts, SkipRule};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
@@ -296,16 +296,16 @@ fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)
 /// soon as the source starts (none when the user asked for everything). For a single file
 /// the index holds the file at the destination and its partial file as the root entry.
 pub(crate) fn skip_for(
-    rule: SkipRule,
+    options: &TransferOptions,
     index: impl FnOnce() -> Result<DestIndex, TransferError> + Send + 'static,
 ) -> Option<Skip> {
-    if rule == SkipRule::Never {
+    if options.skip == SkipRule::Never {
         return None;
     }
     Some(Skip {
         index: Box::new(index),
-        rule,
-        counts: Arc::default(),
+        rule: options.skip,
+        counts: Arc::new(SkipCounts::with_progress(options.progress.clone())),
     })
 }
 

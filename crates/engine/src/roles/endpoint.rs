@@ -90,6 +90,7 @@ pub fn copy_retrying(
 ) -> Result<Report, TransferError> {
     options.validate()?;
     super::retry::retrying(options.retry_for, notify, || {
+        options.progress.restart();
         copy_once(src, dst, key, options)
     })
 }

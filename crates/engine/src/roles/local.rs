@@ -36,7 +36,7 @@ pub(crate) fn copy(
     }
     let skip = {
         let (dst, opts) = (dst.to_path_buf(), options.clone());
-        skip_for(options.skip, move || local_index_cleaned(&dst, &opts))
+        skip_for(options, move || local_index_cleaned(&dst, &opts))
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
@@ -58,6 +58,7 @@ pub(crate) fn copy(
         for o in reply_rx.try_iter() {
             fatal = fatal.or_else(|| fatal_outcome(&o, dst));
             counts.add_outcome(&o);
+            options.progress.add(o.files, o.bytes);
         }
     }
     drop((jobs, reply_tx));
@@ -67,6 +68,7 @@ pub(crate) fn copy(
     for o in reply_rx.iter() {
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
         counts.add_outcome(&o);
+        options.progress.add(o.files, o.bytes);
     }
     if let Some(e) = fatal {
         return Err(e);

@@ -163,6 +163,7 @@ pub(crate) fn pull(
                             abort.fail(e);
                         }
                         counts.add_outcome(&o);
+                        options.progress.add(o.files, o.bytes);
                     }
                     counts
                 });

@@ -66,6 +66,8 @@ pub enum PushInput {
 /// What the streams of one push share.
 struct Push<'a> {
     session: &'a Session,
+    /// The transfer's live counters (see `measurement::progress`).
+    progress: &'a crate::measurement::progress::Progress,
     /// Batches from the source's readers.
     batches: &'a Receiver<Batch>,
     /// What the source queued in all: final once `batches` is drained, sent with `Commit`.
@@ -124,7 +126,7 @@ pub fn push_input(
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
-            let skip = skip_for(options.skip, move || {
+            let skip = skip_for(options, move || {
                 let mut index = index_patiently(|| remote::index(&a, k.as_ref(), &p, digests))?;
                 remote::remove_leftovers(&a, k.as_ref(), &p, &index.take_leftovers());
                 Ok(index)
@@ -148,6 +150,7 @@ pub fn push_input(
     let batches = handle.batches.clone();
     let push = Push {
         session: &session,
+        progress: &options.progress,
         batches: &batches,
         sent: handle.totals.clone(),
         again,
@@ -581,6 +584,7 @@ fn receive_acks(
                 failures,
             } => {
                 push.acked.fetch_add(bytes, Ordering::Relaxed);
+                push.progress.add(files as u64, bytes);
                 let o = BatchOutcome {
                     seq,
                     files: files as u64,

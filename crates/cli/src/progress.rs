@@ -1,0 +1,252 @@
+//! `sprat cp`'s live progress: one line on the terminal (stderr), rewritten a few times a
+//! second, or with `--json-events` one JSON object per line on stdout about once a second.
+//! The totals come from a count of the source running beside the copy; the time left is
+//! predicted from this run's own per-file overhead and rate, `T = N * t0 + B / R` fitted to
+//! the files and bytes done so far (see [`Eta`]), not from bytes alone.
+
+use sprat_engine::measurement::progress::{count_source, Progress, Snapshot};
+use sprat_engine::{Endpoint, TokenKey};
+use std::io::Write;
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where progress goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A line on stderr, rewritten in place.
+    Terminal,
+    /// JSON lines on stdout.
+    Json,
+}
+
+/// A running progress reporter; [`Reporter::finish`] stops it.
+pub struct Reporter {
+    stop: Sender<()>,
+    ticker: JoinHandle<()>,
+}
+
+/// Starts counting `src` (for the totals) and reporting `progress` in `mode`.
+pub fn start(mode: Mode, progress: Progress, src: Endpoint, key: Option<TokenKey>) -> Reporter {
+    let counted = progress.clone();
+    // Detached: a count that is still running when the copy ends is not waited for.
+    std::thread::spawn(move || match count_source(&src, key.as_ref()) {
+        Ok((files, bytes)) => counted.set_totals(files, bytes),
+        Err(e) => tracing::info!(%e, "cannot count the source: no totals"),
+    });
+    let (stop, stopped) = channel::<()>();
+    let tick = match mode {
+        Mode::Terminal => Duration::from_millis(250),
+        Mode::Json => Duration::from_secs(1),
+    };
+    let ticker = std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut eta = Eta::default();
+        let mut last_sample = Instant::now();
+        while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+            let now = progress.snapshot();
+            let elapsed = started.elapsed().as_secs_f64();
+            if last_sample.elapsed() >= Duration::from_millis(900) {
+                eta.sample(elapsed, &now);
+                last_sample = Instant::now();
+            }
+            let left = eta.remaining(&now);
+            match mode {
+                Mode::Terminal => {
+                    let line = terminal_line(elapsed, &now, left);
+                    let _ = write!(std::io::stderr(), "\r\x1b[2K{line}");
+                }
+                Mode::Json => {
+                    let event = json_event(elapsed, &now, left);
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{event}").and_then(|()| out.flush());
+                }
+            }
+        }
+        if mode == Mode::Terminal {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    });
+    Reporter { stop, ticker }
+}
+
+impl Reporter {
+    /// Stops reporting (a terminal's line is cleared).
+    pub fn finish(self) {
+        drop(self.stop);
+        let _ = self.ticker.join();
+    }
+}
+
+fn json_event(elapsed: f64, s: &Snapshot, left: Option<f64>) -> serde_json::Value {
+    let rate = |n: u64| {
+        if elapsed > 0.0 {
+            n as f64 / elapsed
+        } else {
+            0.0
+        }
+    };
+    serde_json::json!({
+        "event": "progress",
+        "elapsed_s": round3(elapsed),
+        "files_done": s.files_done,
+        "files_total": s.files_total,
+        "bytes_done": s.bytes_done,
+        "bytes_total": s.bytes_total,
+        "mb_per_s": round3(rate(s.bytes_done) / 1e6),
+        "files_per_s": round3(rate(s.files_done)),
+        "eta_s": left.map(round3),
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn terminal_line(elapsed: f64, s: &Snapshot, left: Option<f64>) -> String {
+    let of = |done: String, total: Option<String>| match total {
+        Some(t) => format!("{done}/{t}"),
+        None => done,
+    };
+    let files = of(
+        s.files_done.to_string(),
+        s.files_total.map(|n| n.to_string()),
+    );
+    let bytes = of(megabytes(s.bytes_done), s.bytes_total.map(megabytes));
+    let rate = |n: u64| {
+        if elapsed > 0.0 {
+            n as f64 / elapsed
+        } else {
+            0.0
+        }
+    };
+    let eta = left.map_or_else(|| "-".to_string(), clock);
+    format!(
+        "{files} files  {bytes} MB  {:.1} MB/s  {:.0} files/s  {}  ETA {eta}",
+        rate(s.bytes_done) / 1e6,
+        rate(s.files_done),
+        clock(elapsed),
+    )
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1e6)
+}
+
+/// `H:MM:SS` or `M:SS`.
+fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// The time left, from this run's own costs: the elapsed time at each sample is fitted as
+/// `t = t0 * files_done + bytes_done / R` (least squares, both terms non-negative), and the
+/// time left is `t0 * files_left + bytes_left / R`. While the files and bytes done grew in
+/// proportion (one kind of file so far) the two costs cannot be told apart, and the time
+/// left is the mean of what the files and what the bytes alone predict.
+#[derive(Default)]
+pub struct Eta {
+    // Sums over the samples of f*f, b*b, f*b, t*f, t*b (f, b: files and MB done; t: seconds).
+    ff: f64,
+    bb: f64,
+    fb: f64,
+    tf: f64,
+    tb: f64,
+    last: Option<(f64, f64, f64)>,
+}
+
+impl Eta {
+    pub fn sample(&mut self, elapsed: f64, s: &Snapshot) {
+        let (f, b) = (s.files_done as f64, s.bytes_done as f64 / 1e6);
+        if f == 0.0 && b == 0.0 {
+            return;
+        }
+        self.ff += f * f;
+        self.bb += b * b;
+        self.fb += f * b;
+        self.tf += elapsed * f;
+        self.tb += elapsed * b;
+        self.last = Some((elapsed, f, b));
+    }
+
+    /// Seconds left, once the totals are known and something is done.
+    pub fn remaining(&self, s: &Snapshot) -> Option<f64> {
+        let (files_total, bytes_total) = (s.files_total?, s.bytes_total?);
+        let (t, f, b) = self.last?;
+        let files_left = files_total.saturating_sub(s.files_done) as f64;
+        let mb_left = bytes_total.saturating_sub(s.bytes_done) as f64 / 1e6;
+        if files_left == 0.0 && mb_left == 0.0 {
+            return Some(0.0);
+        }
+        let det = self.ff * self.bb - self.fb * self.fb;
+        if det > 1e-6 * self.ff * self.bb {
+            let per_file = (self.tf * self.bb - self.tb * self.fb) / det;
+            let per_mb = (self.tb * self.ff - self.tf * self.fb) / det;
+            if per_file >= 0.0 && per_mb >= 0.0 {
+                return Some(per_file * files_left + per_mb * mb_left);
+            }
+        }
+        let by_files = (f > 0.0).then(|| t * files_left / f);
+        let by_bytes = (b > 0.0).then(|| t * mb_left / b);
+        match (by_files, by_bytes) {
+            (Some(x), Some(y)) => Some((x + y) / 2.0),
+            (x, y) => x.or(y),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(files_done: u64, bytes_done: u64, files: u64, bytes: u64) -> Snapshot {
+        Snapshot {
+            files_done,
+            bytes_done,
+            files_total: Some(files),
+            bytes_total: Some(bytes),
+        }
+    }
+
+    #[test]
+    fn the_fit_separates_per_file_cost_from_rate() {
+        // 1 ms per file and 100 MB/s: 1,000 small files (1 KB) take 1.01 s; then a 1 GB file
+        // runs at 100 MB/s.
+        let mut eta = Eta::default();
+        let (files, bytes) = (1001u64, 1_001_000_000u64);
+        for (f, b) in [(500u64, 500_000u64), (1000, 1_000_000)] {
+            let t = f as f64 * 0.001 + b as f64 / 1e8;
+            eta.sample(t, &snap(f, b, files, bytes));
+        }
+        for mb in [100u64, 300] {
+            let b = 1_000_000 + mb * 1_000_000;
+            let t = 1000.0 * 0.001 + b as f64 / 1e8;
+            eta.sample(t, &snap(1000, b, files, bytes));
+        }
+        let now = snap(1000, 301_000_000, files, bytes);
+        let left = eta.remaining(&now).unwrap();
+        // 700 MB at 100 MB/s and one file: 7.001 s.
+        assert!((left - 7.001).abs() < 0.01, "{left}");
+    }
+
+    #[test]
+    fn no_eta_without_totals_and_zero_when_done() {
+        let mut eta = Eta::default();
+        let mut s = snap(10, 1000, 10, 1000);
+        eta.sample(1.0, &s);
+        assert_eq!(eta.remaining(&s), Some(0.0));
+        s.files_total = None;
+        assert_eq!(eta.remaining(&s), None);
+    }
+
+    #[test]
+    fn clock_reads_like_a_clock() {
+        assert_eq!(clock(5.4), "0:05");
+        assert_eq!(clock(3725.0), "1:02:05");
+    }
+}

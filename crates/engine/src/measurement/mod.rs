@@ -1,0 +1,3 @@
+//! What a transfer measures about itself while it runs: [`progress`], its live counters.
+
+pub mod progress;
