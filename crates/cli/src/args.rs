@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// sprat moves trees of many small files fast: packed batches, a pipelined read/network/write,
 /// several streams, every file checksummed.
 #[derive(Debug, Parser)]
-#[command(name = "sprat", version, about, long_about = None)]
+#[command(name = "sprat", version = VERSION, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -19,6 +19,9 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
+
+/// The version `--version` prints: the package's, and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SPRAT_COMMIT"), ")");
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -78,6 +81,15 @@ pub enum Command {
     /// Measure one storage subsystem on its own (the limits a copy is judged against).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Print a shell completion script: `sprat completions bash > /etc/bash_completion.d/sprat`
+    /// (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Write the manual pages, made from the same definitions as `--help`: `sprat.1` and one
+    /// `sprat-COMMAND.1` per command, into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]

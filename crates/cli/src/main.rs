@@ -99,6 +99,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Gen(a) => gen::run(a),
         Command::Bench(c) => bench::run(c),
         Command::Model(a) => model::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "sprat", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man { dir } => man_pages(&dir),
     }
 }
 
@@ -318,4 +324,24 @@ fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// `sprat man DIR`: `sprat.1` and `sprat-COMMAND.1` for each command, from the command
+/// definitions (clap_mangen).
+fn man_pages(dir: &Path) -> anyhow::Result<i32> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let write = |name: &str, page: clap::Command| -> anyhow::Result<()> {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page).render(&mut out)?;
+        std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))
+    };
+    for sub in cmd.get_subcommands() {
+        let name = format!("sprat-{}", sub.get_name());
+        let bin = format!("sprat {}", sub.get_name());
+        write(&name, sub.clone().display_name(name.clone()).bin_name(bin))?;
+    }
+    write("sprat", cmd)?;
+    Ok(0)
 }
