@@ -836,3 +836,59 @@ fn unauthenticated_idle_connections_cannot_lock_out_clients() {
     assert_trees_equal(&src, &root.join("dst"));
     drop(idle);
 }
+
+/// Resident memory of process `pid`, in bytes (from /proc).
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+#[test]
+fn a_thousand_silent_connections_from_one_address_do_not_lock_out_another() {
+    // 1,100 connections from 127.0.0.2 that never speak (more than the 1,024 the server lets
+    // authenticate at once): at most 256 of them wait in the handshake (the rest are closed at
+    // once), and a client from 127.0.0.1 is served at once.
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let silent: Vec<socket2::Socket> = (0..1100)
+        .filter_map(|_| {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+            s.bind(
+                &"127.0.0.2:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )
+            .ok()?;
+            s.connect(&srv.addr().into()).ok()?;
+            Some(s)
+        })
+        .collect();
+    assert!(
+        silent.len() >= 1050,
+        "only {} connections made",
+        silent.len()
+    );
+    let src = t.path().join("src");
+    make_many_files(&src, 200, 1000, 15);
+    let started = std::time::Instant::now();
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+    // Served without waiting for the silent ones' handshake timeout.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let rss = resident_bytes(srv.pid());
+    eprintln!(
+        "server resident memory with 1,100 silent connections: {} MiB",
+        rss >> 20
+    );
+    assert!(rss < 128 << 20, "{} MiB", rss >> 20);
+    drop(silent);
+}

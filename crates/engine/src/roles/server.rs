@@ -26,7 +26,8 @@ use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, JOIN_PATIENCE};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals};
 use sprat_store::{display_path, Root, StoreError, TreeWriter};
-use std::net::{SocketAddr, TcpListener};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -62,7 +63,7 @@ struct Shared {
     /// Authenticated connections being served.
     connections: AtomicUsize,
     /// Connections still in the handshake.
-    handshaking: AtomicUsize,
+    handshaking: Mutex<Handshaking>,
     tickets: Mutex<Vec<Ticket>>,
     next_ticket: AtomicU64,
 }
@@ -211,7 +212,7 @@ impl Server {
                 claims: Arc::default(),
                 max_connections: config.max_connections,
                 connections: AtomicUsize::new(0),
-                handshaking: AtomicUsize::new(0),
+                handshaking: Mutex::default(),
                 tickets: Mutex::new(Vec::new()),
                 next_ticket: AtomicU64::new(1),
             }),
@@ -235,22 +236,23 @@ impl Server {
                     continue;
                 }
             };
-            let peer = stream
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|_| "unknown peer".into());
+            let addr = stream.peer_addr().ok();
+            let peer = addr.map_or_else(|| "unknown peer".into(), |a| a.to_string());
+            let ip = addr.map(|a| a.ip());
             let shared = self.shared.clone();
             // Connections still authenticating are bounded separately (and must finish within
-            // a few seconds), so idle strangers cannot take the places of real clients.
-            if shared.handshaking.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKING {
-                shared.handshaking.fetch_sub(1, Ordering::SeqCst);
-                eprintln!("sprat serve: refusing {peer}: too many unauthenticated connections");
+            // a few seconds), in all and per client address, so idle strangers cannot take the
+            // places of real clients.
+            let admitted = lock(&shared.handshaking).admit(ip);
+            if let Err(why) = admitted {
+                eprintln!("sprat serve: refusing {peer}: {why}");
                 continue;
             }
             let spawned = std::thread::Builder::new()
                 .name("sprat-conn".into())
-                .spawn(move || handle_connection(&shared, Conn::new(stream, peer)));
+                .spawn(move || handle_connection(&shared, Conn::new(stream, peer), ip));
             if let Err(e) = spawned {
+                lock(&self.shared.handshaking).end(ip);
                 eprintln!("sprat serve: cannot start a connection thread: {e}");
             }
         }
@@ -285,6 +287,47 @@ fn reserved_for_opens(max: usize) -> usize {
 
 /// Most connections authenticating at once.
 const MAX_HANDSHAKING: usize = 1024;
+/// Most connections authenticating at once from one client address (a client opens up to 64
+/// streams at once, and several clients may share a host or a NAT).
+const MAX_HANDSHAKING_PER_ADDRESS: usize = 256;
+
+/// The connections still authenticating, in all and by client address.
+#[derive(Default)]
+struct Handshaking {
+    all: usize,
+    by_addr: HashMap<IpAddr, usize>,
+}
+
+impl Handshaking {
+    /// Counts a new connection from `ip` in, unless a limit is reached.
+    fn admit(&mut self, ip: Option<IpAddr>) -> Result<(), &'static str> {
+        if self.all >= MAX_HANDSHAKING {
+            return Err("too many unauthenticated connections");
+        }
+        if let Some(ip) = ip {
+            let n = self.by_addr.entry(ip).or_default();
+            if *n >= MAX_HANDSHAKING_PER_ADDRESS {
+                return Err("too many unauthenticated connections from this address");
+            }
+            *n += 1;
+        }
+        self.all += 1;
+        Ok(())
+    }
+
+    /// Counts a connection from `ip` out (authenticated, or gone).
+    fn end(&mut self, ip: Option<IpAddr>) {
+        self.all -= 1;
+        if let Some(ip) = ip {
+            if let Some(n) = self.by_addr.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.by_addr.remove(&ip);
+                }
+            }
+        }
+    }
+}
 
 /// Holds one place among the authenticated connections while it lives.
 struct Admitted<'a>(&'a AtomicUsize);
@@ -337,7 +380,7 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>) -> ([u8; 32], Duration) {
     (secret, TICKET_LIFETIME)
 }
 
-fn handle_connection(shared: &Shared, mut conn: Conn) {
+fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
     let (ids, keys): (Vec<u64>, Vec<TokenKey>) = {
         let now = Instant::now();
         let mut tickets = lock(&shared.tickets);
@@ -353,7 +396,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
         Ok((m, Credential::Token)) => (m, Access::Full),
         Ok((m, Credential::Ticket(i))) => (m, Access::Ticket(ids[i])),
         Err(e) => {
-            shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+            lock(&shared.handshaking).end(ip);
             eprintln!("sprat serve: {e}");
             return;
         }
@@ -362,7 +405,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn) {
     // The first message travels with the authentication; it says what the connection is for
     // (read under the machine's deadline, which `accept` set).
     let first = served.conn.recv_control_raw();
-    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    lock(&shared.handshaking).end(ip);
     let Ok(first) = first else { return };
     let _ = served.conn.stream.set_read_timeout(None);
     let event = match served.machine.on_message(first, Instant::now()) {
