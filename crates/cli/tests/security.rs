@@ -8,11 +8,11 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
     assert_exit, assert_failed, assert_ok, bin, cp, cp_args, entries_below, s, server, server_with,
@@ -891,4 +891,51 @@ fn a_thousand_silent_connections_from_one_address_do_not_lock_out_another() {
     );
     assert!(rss < 128 << 20, "{} MiB", rss >> 20);
     drop(silent);
+}
+
+#[test]
+fn a_client_dripping_its_hello_one_byte_a_second_is_cut_off_and_others_are_served() {
+    // A connection that sends a well-formed ClientHello frame one byte a second (66 bytes of
+    // payload: it would take 71 s) is closed at the hello's deadline (5 s for the whole
+    // message, not for each read; before, each byte restarted the clock), and a well-behaved
+    // client is served meanwhile.
+    let t = tmp();
+    let root = t.path().join("root");
+    let mut srv = server(&root);
+    let addr = srv.addr();
+    let drip = std::thread::spawn(move || {
+        let mut hello = 66u32.to_le_bytes().to_vec();
+        hello.push(3); // ClientHello
+        hello.extend_from_slice(&6u16.to_le_bytes());
+        hello.extend_from_slice(&[7; 64]);
+        let started = Instant::now();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(1000)))
+            .unwrap();
+        let mut sink = [0u8; 512];
+        for b in hello {
+            if c.write_all(&[b]).is_err() {
+                return started.elapsed();
+            }
+            match c.read(&mut sink) {
+                Ok(0) => return started.elapsed(),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => return started.elapsed(),
+            }
+        }
+        started.elapsed()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let src = t.path().join("src");
+    make_many_files(&src, 50, 1000, 16);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+    let cut_after = drip.join().unwrap();
+    assert!(
+        cut_after > Duration::from_secs(4) && cut_after < Duration::from_secs(15),
+        "the dripping client was cut off after {cut_after:?}"
+    );
+    assert!(srv.is_running());
 }

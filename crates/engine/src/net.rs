@@ -41,16 +41,27 @@ pub struct Conn {
     /// watchdog (`session::stall`) looks at, counted per system call so that a slow link
     /// still shows progress within a large batch.
     moved: Arc<AtomicU64>,
+    /// When reads give up (see [`Conn::read_until`]): a deadline for a whole message, not
+    /// for each read, so that a peer dripping a byte at a time cannot hold a handshake open.
+    deadline: Option<Instant>,
 }
 
 /// A socket read or written through, counting the bytes moved.
 struct Metered<'a> {
     stream: &'a TcpStream,
     moved: &'a AtomicU64,
+    deadline: Option<Instant>,
 }
 
 impl Read for Metered<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
         let n = (&mut &*self.stream).read(buf)?;
         self.moved.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
@@ -77,6 +88,7 @@ impl Conn {
             peer,
             rtt: None,
             moved: Arc::default(),
+            deadline: None,
         }
     }
 
@@ -89,6 +101,7 @@ impl Conn {
         Metered {
             stream: &self.stream,
             moved: &self.moved,
+            deadline: self.deadline,
         }
     }
 
@@ -99,11 +112,13 @@ impl Conn {
             peer: self.peer.clone(),
             rtt: self.rtt,
             moved: self.moved.clone(),
+            deadline: self.deadline,
         })
     }
 
-    /// Reads from now on give up at `deadline` (`None`: never).
-    pub fn read_until(&self, deadline: Option<Instant>) {
+    /// Reads from now on give up at `deadline` (`None`: never), however the bytes trickle in.
+    pub fn read_until(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
         let timeout = deadline.map(|d| {
             d.saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1))
@@ -231,7 +246,7 @@ impl Conn {
     /// Reads a small control message (the handshake): anything larger is refused unread.
     pub fn recv_small(&mut self) -> Result<Message, TransferError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
-        self.stream
+        self.metered()
             .read_exact(&mut header)
             .map_err(|e| self.lost(e))?;
         let header = FrameHeader::decode(&header).map_err(|e| self.protocol(e.to_string()))?;
@@ -239,7 +254,7 @@ impl Conn {
             return Err(self.protocol("oversized frame during the handshake".into()));
         }
         let mut payload = vec![0u8; header.len as usize];
-        self.stream
+        self.metered()
             .read_exact(&mut payload)
             .map_err(|e| self.lost(e))?;
         Message::decode(header.kind, &payload).map_err(|e| self.protocol(e.to_string()))
@@ -437,7 +452,7 @@ impl Dialed {
     pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
         let Dialed { mut conn, proof } = self;
         conn.send_all(&[proof, first.clone()])?;
-        let _ = conn.stream.set_read_timeout(None);
+        conn.read_until(None);
         Ok(conn)
     }
 }

@@ -187,7 +187,7 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
             Err(e) => return Err(protocol(e.to_string())),
         }
     }
-    let _ = served.conn.stream.set_read_timeout(None);
+    served.conn.read_until(None);
     for (path, digest) in summed {
         index.set_digest(&path, digest);
     }
@@ -407,7 +407,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
     let first = served.conn.recv_control_raw();
     lock(&shared.handshaking).end(ip);
     let Ok(first) = first else { return };
-    let _ = served.conn.stream.set_read_timeout(None);
+    served.conn.read_until(None);
     let event = match served.machine.on_message(first, Instant::now()) {
         Ok(event) => event,
         Err(_) => {
