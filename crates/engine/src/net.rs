@@ -43,19 +43,47 @@ pub struct Conn {
     moved: Arc<AtomicU64>,
     /// When reads give up (see [`Conn::read_until`]): a deadline for a whole message, not
     /// for each read, so that a peer dripping a byte at a time cannot hold a handshake open.
-    deadline: Option<Instant>,
+    /// Shared by every handle on the socket, like the socket's own read timeout.
+    deadline: Arc<Deadline>,
+}
+
+/// A read deadline shared by the handles on one socket: nanoseconds after [`epoch`], plus
+/// one (0: none).
+#[derive(Default)]
+struct Deadline(AtomicU64);
+
+/// The instant deadlines are counted from.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Deadline {
+    fn set(&self, at: Option<Instant>) {
+        let n = at.map_or(0, |at| {
+            at.saturating_duration_since(epoch()).as_nanos() as u64 + 1
+        });
+        self.0.store(n, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(epoch() + Duration::from_nanos(n - 1)),
+        }
+    }
 }
 
 /// A socket read or written through, counting the bytes moved.
 struct Metered<'a> {
     stream: &'a TcpStream,
     moved: &'a AtomicU64,
-    deadline: Option<Instant>,
+    deadline: &'a Deadline,
 }
 
 impl Read for Metered<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let Some(deadline) = self.deadline {
+        if let Some(deadline) = self.deadline.get() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(std::io::ErrorKind::TimedOut.into());
@@ -88,7 +116,7 @@ impl Conn {
             peer,
             rtt: None,
             moved: Arc::default(),
-            deadline: None,
+            deadline: Arc::default(),
         }
     }
 
@@ -101,7 +129,7 @@ impl Conn {
         Metered {
             stream: &self.stream,
             moved: &self.moved,
-            deadline: self.deadline,
+            deadline: &self.deadline,
         }
     }
 
@@ -112,13 +140,13 @@ impl Conn {
             peer: self.peer.clone(),
             rtt: self.rtt,
             moved: self.moved.clone(),
-            deadline: self.deadline,
+            deadline: self.deadline.clone(),
         })
     }
 
     /// Reads from now on give up at `deadline` (`None`: never), however the bytes trickle in.
-    pub fn read_until(&mut self, deadline: Option<Instant>) {
-        self.deadline = deadline;
+    pub fn read_until(&self, deadline: Option<Instant>) {
+        self.deadline.set(deadline);
         let timeout = deadline.map(|d| {
             d.saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1))
