@@ -839,10 +839,20 @@ fn unauthenticated_idle_connections_cannot_lock_out_clients() {
 
 /// Resident memory of process `pid`, in bytes (from /proc).
 fn resident_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmRSS:")
+}
+
+/// The largest resident memory process `pid` had so far, in bytes.
+fn peak_resident_bytes(pid: u32) -> u64 {
+    proc_status_bytes(pid, "VmHWM:")
+}
+
+/// A size field of `/proc/PID/status`, in bytes.
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kib * 1024
@@ -938,4 +948,50 @@ fn a_client_dripping_its_hello_one_byte_a_second_is_cut_off_and_others_are_serve
         "the dripping client was cut off after {cut_after:?}"
     );
     assert!(srv.is_running());
+}
+
+#[test]
+fn thirty_two_clients_pushing_and_pulling_at_once_are_all_served() {
+    // 16 pushes and 16 pulls at the same time against one server: every copy is exact, the
+    // server stays up, and its peak resident memory stays bounded.
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 4096, 17);
+    let mut srv = server(&root);
+    let out = cp(&srv, &[], &src, srv.url("shared"));
+    assert_ok(&out, Some(&srv));
+    let outs: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                let (src, srv, t) = (&src, &srv, &t);
+                s.spawn(move || {
+                    if i % 2 == 0 {
+                        let out = cp(srv, &[], src, srv.url(&format!("push-{i}")));
+                        (out, root_path(srv, &format!("push-{i}")))
+                    } else {
+                        let dst = t.path().join(format!("pull-{i}"));
+                        (cp(srv, &[], srv.url("shared"), &dst), dst)
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (out, dst) in &outs {
+        assert_ok(out, Some(&srv));
+        assert_trees_equal(&src, dst);
+    }
+    assert!(srv.is_running());
+    let peak = peak_resident_bytes(srv.pid());
+    eprintln!(
+        "server peak resident memory, 32 copies at once: {} MiB",
+        peak >> 20
+    );
+    assert!(peak < 512 << 20, "{} MiB", peak >> 20);
+}
+
+/// Where a server keeps `rel`.
+fn root_path(srv: &Server, rel: &str) -> PathBuf {
+    srv.root().join(rel)
 }
