@@ -230,7 +230,15 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     };
     let reporter =
         mode.map(|m| progress::start(m, options.progress.clone(), src.clone(), key.clone()));
-    let copied = sprat_engine::copy(&src, &dst, key.as_ref(), &options);
+    // A failed attempt's line starts on a line of its own, not behind the progress line.
+    let clear = if mode == Some(progress::Mode::Terminal) {
+        "\r\x1b[2K"
+    } else {
+        ""
+    };
+    let copied = sprat_engine::copy_retrying(&src, &dst, key.as_ref(), &options, &mut |n| {
+        eprintln!("{clear}sprat: {n}")
+    });
     if let Some(r) = reporter {
         r.finish();
     }
