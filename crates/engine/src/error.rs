@@ -71,7 +71,10 @@ impl TransferError {
             TransferError::Remote { code, .. } => match code {
                 ErrorCode::AuthFailed => 3,
                 ErrorCode::NotFound | ErrorCode::BadRequest => 2,
-                ErrorCode::Protocol | ErrorCode::UnknownSession | ErrorCode::PeerUnavailable => 4,
+                ErrorCode::Protocol
+                | ErrorCode::UnknownSession
+                | ErrorCode::PeerUnavailable
+                | ErrorCode::Busy => 4,
                 _ => 5,
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
@@ -91,7 +94,10 @@ impl TransferError {
             TransferError::Remote { code, .. } => {
                 matches!(
                     code,
-                    ErrorCode::Protocol | ErrorCode::UnknownSession | ErrorCode::PeerUnavailable
+                    ErrorCode::Protocol
+                        | ErrorCode::UnknownSession
+                        | ErrorCode::PeerUnavailable
+                        | ErrorCode::Busy
                 )
             }
             _ => false,

@@ -86,6 +86,8 @@ pub enum ErrorCode {
     /// The server's own connections to another server (a third-party copy) were lost,
     /// stalled or could not be made: the request may succeed if made again.
     PeerUnavailable,
+    /// The server has no room for another connection now: the request may succeed later.
+    Busy,
     Other(u16),
 }
 
@@ -102,6 +104,7 @@ impl ErrorCode {
             ErrorCode::Protocol => 8,
             ErrorCode::UnknownSession => 9,
             ErrorCode::PeerUnavailable => 10,
+            ErrorCode::Busy => 11,
             ErrorCode::Other(v) => v,
         }
     }
@@ -117,6 +120,7 @@ impl ErrorCode {
             8 => ErrorCode::Protocol,
             9 => ErrorCode::UnknownSession,
             10 => ErrorCode::PeerUnavailable,
+            11 => ErrorCode::Busy,
             other => ErrorCode::Other(other),
         }
     }

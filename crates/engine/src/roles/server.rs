@@ -437,7 +437,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
         if let Event::Open { session, .. } = &event {
             shared.sessions.abandon(session);
         }
-        return served.refuse(ErrorCode::Io, text);
+        return served.refuse(ErrorCode::Busy, text);
     }
     let _admitted = Admitted(&shared.connections);
     let ticket = match access {
