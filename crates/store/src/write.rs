@@ -41,13 +41,11 @@ pub struct TreeWriter {
     temp_tag: String,
     dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
-    /// Large files given up (a chunk the sender could not read, or one that failed here):
-    /// their later chunks are dropped, never assembled into a file. Guarded with `large`'s
-    /// lock held first.
-    dropped: Mutex<HashSet<Vec<u8>>>,
-    /// Large files this writer counted complete: a chunk of one arriving later (another
-    /// session's copy of it was put in place first) is not written.
-    completed: Mutex<HashSet<Vec<u8>>>,
+    /// Large files this writer is done with: given up (a chunk the sender could not read)
+    /// or counted complete (perhaps put in place by another session first). Their later
+    /// chunks are not written, so never assembled into a file. Guarded with `large`'s lock
+    /// held first.
+    settled: Mutex<HashSet<Vec<u8>>>,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
@@ -131,7 +129,6 @@ struct LargeFile {
     fd: OwnedFd,
     /// The journal, opened for appending.
     log: OwnedFd,
-    size: u64,
     state: Mutex<LargeState>,
 }
 
@@ -159,13 +156,19 @@ impl LargeFile {
             name: name.to_vec(),
             fd,
             log,
-            size: id.size,
             state: Mutex::new(LargeState {
                 coverage,
                 failed: false,
                 published: false,
             }),
         })
+    }
+
+    /// Removes the partial file and its journal (another version of the file, or no longer
+    /// needed).
+    fn remove_partial(&self) {
+        let _ = unlinkat(&self.dir, os(&self.part), AtFlags::empty());
+        let _ = unlinkat(&self.dir, os(&self.log_name), AtFlags::empty());
     }
 }
 
@@ -210,8 +213,7 @@ impl TreeWriter {
             temp_tag,
             dirs: Mutex::new(Vec::new()),
             large: Mutex::new(HashMap::new()),
-            dropped: Mutex::new(HashSet::new()),
-            completed: Mutex::new(HashSet::new()),
+            settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
@@ -500,12 +502,10 @@ impl TreeWriter {
     /// is no large file.
     pub fn drop_large(&self, path: &[u8]) {
         let mut large = lock(&self.large);
-        lock(&self.dropped).insert(path.to_vec());
+        lock(&self.settled).insert(path.to_vec());
         if let Some(file) = large.remove(path) {
-            let mut st = lock(&file.state);
-            st.failed = true;
-            let _ = unlinkat(&file.dir, os(&file.part), AtFlags::empty());
-            let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
+            lock(&file.state).failed = true;
+            file.remove_partial();
         }
     }
 
@@ -522,11 +522,11 @@ impl TreeWriter {
             let mut st = lock(&file.state);
             st.failed = true;
             if is_complete_version(&file.dir, &file.name, &file.id) {
-                let _ = unlinkat(&file.dir, os(&file.part), AtFlags::empty());
-                let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
+                file.remove_partial();
                 continue;
             }
-            out.push((path, file.size - st.coverage.bytes().min(file.size)));
+            let size = file.id.size;
+            out.push((path, size - st.coverage.bytes().min(size)));
         }
         out.sort();
         out
@@ -705,11 +705,11 @@ impl WriterCursor<'_> {
         }
         let file = {
             let mut large = lock(&writer.large);
-            if lock(&writer.dropped).contains(path) || lock(&writer.completed).contains(path) {
+            if lock(&writer.settled).contains(path) {
                 return Ok(ChunkOutcome::Dropped);
             }
             match large.get(path) {
-                Some(f) if f.size == file_size => f.clone(),
+                Some(f) if f.id.size == file_size => f.clone(),
                 Some(_) => {
                     return Err(StoreError::other(
                         "write",
@@ -747,7 +747,7 @@ impl WriterCursor<'_> {
                 // still drains) put it in place: this session counts it once, and writes
                 // nothing into it any more.
                 let mine = lock(&writer.large).remove(path).is_some();
-                lock(&writer.completed).insert(path.to_vec());
+                lock(&writer.settled).insert(path.to_vec());
                 return Ok(if mine {
                     ChunkOutcome::Completed
                 } else {
@@ -783,12 +783,12 @@ impl WriterCursor<'_> {
             Ok(()) => {}
             // Another writer of the same file (a concurrent transfer of the same source)
             // completed it first: its copy is this one.
-            Err(Errno::NOENT) if is_complete_copy(&file.dir, &file.name, file_size, attrs) => {}
+            Err(Errno::NOENT) if is_complete_version(&file.dir, &file.name, &file.id) => {}
             Err(e) => return Err(fail(StoreError::new("put in place", path, e))),
         }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
-        lock(&writer.completed).insert(path.to_vec());
+        lock(&writer.settled).insert(path.to_vec());
         Ok(ChunkOutcome::Completed)
     }
 
@@ -907,10 +907,10 @@ mod open_files {
     use crate::partial::Identity;
     use std::collections::HashMap;
     use std::os::fd::OwnedFd;
-    use std::sync::{Arc, Mutex, Weak};
+    use std::sync::{Arc, LazyLock, Mutex, Weak};
 
     type Key = (u64, u64, Vec<u8>);
-    static OPEN: Mutex<Option<HashMap<Key, Weak<LargeFile>>>> = Mutex::new(None);
+    static OPEN: LazyLock<Mutex<HashMap<Key, Weak<LargeFile>>>> = LazyLock::new(Mutex::default);
 
     /// The large file `name` in `dir` for source identity `id`: the one another session has
     /// open, or a new one from `open`.
@@ -924,8 +924,7 @@ mod open_files {
             return open();
         };
         let key = (st.st_dev, st.st_ino, name.to_vec());
-        let mut guard = lock(&OPEN);
-        let map = guard.get_or_insert_with(HashMap::new);
+        let mut map = lock(&OPEN);
         map.retain(|_, f| f.strong_count() > 0);
         if let Some(f) = map.get(&key).and_then(Weak::upgrade) {
             if f.id == id && !lock(&f.state).failed {
@@ -942,9 +941,9 @@ mod open_files {
 /// session still writing are never taken for a killed writer's leftovers.
 mod live_tags {
     use std::collections::HashMap;
-    use std::sync::Mutex;
+    use std::sync::{LazyLock, Mutex};
 
-    static LIVE: Mutex<Option<HashMap<Vec<u8>, usize>>> = Mutex::new(None);
+    static LIVE: LazyLock<Mutex<HashMap<Vec<u8>, usize>>> = LazyLock::new(Mutex::default);
 
     /// The hex digits of a writer's tag (`sprat-XXXXXXXX`); other tags (tests) have none.
     fn digits(tag: &str) -> &[u8] {
@@ -952,30 +951,22 @@ mod live_tags {
     }
 
     pub(super) fn register(tag: &str) {
-        let mut live = super::lock(&LIVE);
-        *live
-            .get_or_insert_with(HashMap::new)
-            .entry(digits(tag).to_vec())
-            .or_default() += 1;
+        *super::lock(&LIVE).entry(digits(tag).to_vec()).or_default() += 1;
     }
 
     pub(super) fn release(tag: &str) {
         let mut live = super::lock(&LIVE);
-        if let Some(map) = live.as_mut() {
-            let key = digits(tag);
-            if let Some(n) = map.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(key);
-                }
+        let key = digits(tag);
+        if let Some(n) = live.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(key);
             }
         }
     }
 
     pub(super) fn contains(digits: &[u8]) -> bool {
-        super::lock(&LIVE)
-            .as_ref()
-            .is_some_and(|m| m.contains_key(digits))
+        super::lock(&LIVE).contains_key(digits)
     }
 }
 
@@ -1096,16 +1087,6 @@ fn join_large(
         .map_err(|e| StoreError::new("open the journal of", path, e))?;
     let names = (part, log_name);
     LargeFile::new(dir, name, path, id, names, (fd, log), Coverage::default())
-}
-
-/// Whether `name` in `dir` is a regular file of `size` bytes with the mtime of `attrs`.
-fn is_complete_copy(dir: &OwnedFd, name: &[u8], size: u64, attrs: &Attrs) -> bool {
-    let id = Identity {
-        size,
-        mtime_sec: attrs.mtime_sec,
-        mtime_nsec: attrs.mtime_nsec,
-    };
-    is_complete_version(dir, name, &id)
 }
 
 /// Whether `name` in `dir` is a regular file of the size and mtime of `id`.

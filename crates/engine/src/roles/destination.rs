@@ -19,6 +19,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// A new writer's tag for its temporary names, `sprat-` and 8 hex digits (the form
+/// `sprat_store::write::is_leftover_temp` recognises).
 pub(crate) fn temp_tag() -> String {
     format!("sprat-{:08x}", u32::from_le_bytes(net::random()))
 }
@@ -69,10 +71,7 @@ pub(crate) fn local_writer(
     let writer = if root_is_dir {
         TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
     } else {
-        let parent = match dst.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
+        let parent = parent_dir(dst);
         let name = dst
             .file_name()
             .map(|n| n.to_os_string().into_vec())
@@ -256,11 +255,15 @@ fn is_partial_log(e: &ScanEntry) -> bool {
 fn parent_and_name(dst: &Path) -> Option<(Root, &[u8])> {
     use std::os::unix::ffi::OsStrExt;
     let name = dst.file_name()?.as_bytes();
-    let parent = match dst.parent() {
+    Some((Root::open(parent_dir(dst)).ok()?, name))
+}
+
+/// The directory a local path `dst` names an entry of (`.` for a bare name).
+fn parent_dir(dst: &Path) -> &Path {
+    match dst.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
-    };
-    Some((Root::open(parent).ok()?, name))
+    }
 }
 
 /// The regular file at `dst` (a single file's destination), as a root entry (empty path).

@@ -574,7 +574,8 @@ fn open_session(
                     ),
                 );
             }
-            let tag = format!("sprat-{:08x}", u32::from_le_bytes(net::random()));
+            // The same form as every writer's (its leftovers are recognised by it).
+            let tag = super::destination::temp_tag();
             // Held by the writer, so until every write of this session is over.
             let progress = crate::session::claims::Progress::default();
             let claim = (!discard).then(|| {
