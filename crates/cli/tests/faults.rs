@@ -350,12 +350,15 @@ fn pull_resumes_after_the_server_is_killed_and_restarted() {
 
 /// The client is killed with SIGKILL in the middle of a large file: nothing carries the large
 /// file's final name, and the same command run again sends only what is missing.
-/// A third-party copy's data is in the socket buffers between the two servers (up to about
-/// 10 MiB on loopback) when its client is killed: it gets a larger file, killed earlier.
+/// What a killed pushing client had written to its socket still reaches the server, as does
+/// a third-party copy's data in the buffers between the two servers (up to about 10 MiB on
+/// loopback, more on a loaded host): those get a larger file, killed earlier, so that what
+/// was in flight cannot complete it.
 fn client_killed(dir: Dir, seed: u64) {
     let (total, kill_at) = match dir {
         Dir::ThirdParty => (64u64 << 20, 16u64 << 20),
-        _ => (24 << 20, 12 << 20),
+        Dir::Push => (48 << 20, 12 << 20),
+        Dir::Pull => (24 << 20, 12 << 20),
     };
     let cell = Cell::new(dir, |src| {
         std::fs::create_dir_all(src.join("big")).unwrap();
