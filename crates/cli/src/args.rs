@@ -129,9 +129,8 @@ pub struct ModelArgs {
     /// the copy as to the prediction.
     #[arg(long, num_args = 2, value_names = ["SRC", "DST"])]
     pub run: Option<Vec<OsString>>,
-    /// With --run to a server: file holding the shared token (otherwise SPRAT_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "run")]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// A link to fill (e.g. 100Gbit, 10GB/s): print the transfer nodes it needs.
     #[arg(long, value_name = "RATE")]
     pub link: Option<String>,
@@ -196,7 +195,7 @@ pub struct BenchNetworkArgs {
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = crate::units::size)]
     pub batch_size: u64,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -249,12 +248,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub root: PathBuf,
     /// Address to listen on; port 0 picks a free port. The first line on stdout is
-    /// `listening on HOST:PORT`.
+    /// `listening on HOST:PORT`, the second `fingerprint SHA256:...` (the server's key).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: SocketAddr,
     /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// The server's private key, created (mode 0600) if missing; its fingerprint is the
+    /// second line on stdout, `fingerprint SHA256:...`, which clients pin. Default:
+    /// $XDG_STATE_HOME/sprat/server.key or ~/.local/state/sprat/server.key.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Also accept clients connecting without TLS (their --no-encryption), for trusted
+    /// networks only: their data, paths and requests cross the network in the clear.
+    #[arg(long)]
+    pub no_encryption: bool,
     /// Refuse every write (pushes); pulls still work.
     #[arg(long)]
     pub read_only: bool,
@@ -277,9 +285,8 @@ pub struct CpArgs {
     /// Print the final report as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
-    /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
     /// Parallel TCP connections: a number, or `auto` to size them from the measured round
     /// trip and the host's TCP buffer limits and add more while throughput grows.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
@@ -474,12 +481,26 @@ pub struct SizeSpecArgs {
     pub seed: u64,
 }
 
-/// The token option shared by every command that talks to a server.
+/// How every command that talks to a server proves itself and recognises the server.
 #[derive(Debug, Args)]
-pub struct TokenArg {
+pub struct ConnectArgs {
     /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Where servers' keys are pinned on first use, like ssh's known_hosts (default
+    /// $XDG_CONFIG_HOME/sprat/known_servers or ~/.config/sprat/known_servers). A server whose
+    /// key changed is refused.
+    #[arg(long, value_name = "FILE")]
+    pub known_servers: Option<PathBuf>,
+    /// Accept only a server presenting this key (`SHA256:...`, as `sprat serve` prints on its
+    /// second line); the known-servers file is then neither read nor written. Repeat for a
+    /// copy between two servers.
+    #[arg(long, value_name = "SHA256:...")]
+    pub server_fingerprint: Vec<String>,
+    /// Connect without TLS: data, paths and requests cross the network in the clear, for
+    /// trusted networks only (the server must allow it with its own --no-encryption).
+    #[arg(long)]
+    pub no_encryption: bool,
 }
 
 #[derive(Debug, Args)]
@@ -496,7 +517,7 @@ pub struct LsArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -507,7 +528,7 @@ pub struct StatArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -518,7 +539,7 @@ pub struct DuArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -529,7 +550,7 @@ pub struct MkdirArgs {
     #[arg(short = 'p')]
     pub parents: bool,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -540,7 +561,7 @@ pub struct RmArgs {
     #[arg(short = 'r')]
     pub recursive: bool,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -550,7 +571,7 @@ pub struct MvArgs {
     /// sprat://HOST:PORT/TO (same server)
     pub to: OsString,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -564,7 +585,7 @@ pub struct SumArgs {
     #[arg(long, value_name = "ALGO", default_value = "xxh3")]
     pub algo: String,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -578,7 +599,7 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "RATE", default_value = "10gbit", value_parser = crate::units::Rate::parse)]
     pub rate: crate::units::Rate,
     #[command(flatten)]
-    pub token: TokenArg,
+    pub connect: ConnectArgs,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,

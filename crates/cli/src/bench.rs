@@ -86,7 +86,7 @@ fn drop_caches_io() -> std::io::Result<()> {
 }
 
 fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
-    let key = crate::token(a.token.token_file.as_deref())?;
+    let key = crate::credentials(&a.connect)?;
     let Endpoint::Remote { addr, path } = Endpoint::parse(&a.url)? else {
         return Err(TransferError::Usage(format!(
             "'{}' is not a server URL (sprat://HOST:PORT/)",
@@ -106,7 +106,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
         PushInput::Synthetic(sizes),
         &addr,
         &path,
-        key.as_ref(),
+        &key,
         &options,
         "memory (synthetic files)".into(),
         format!("{} (verified and dropped)", a.url.to_string_lossy()),

@@ -5,7 +5,7 @@
 use crate::args::DemoArgs;
 use anyhow::{bail, Context};
 use rand::{Rng, RngCore, SeedableRng};
-use sprat_engine::TokenKey;
+use sprat_engine::{Credentials, Fingerprint, TokenKey, Trust};
 use sprat_engine::{Endpoint, TransferOptions};
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
@@ -68,40 +68,47 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
         .arg(&server_root)
         .args(["--listen", "127.0.0.1:0", "--token-file"])
         .arg(&token_file)
+        .arg("--key-file")
+        .arg(base.join("server.key"))
         .stdout(Stdio::piped())
         .spawn()
         .context("cannot start sprat serve")?;
     let mut server = ServerProcess(child);
     let stdout = server.0.stdout.take().context("no server stdout")?;
+    let mut stdout = BufReader::new(stdout);
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    stdout.read_line(&mut line)?;
     let addr = line
         .trim()
         .strip_prefix("listening on ")
         .with_context(|| format!("unexpected server output '{}'", line.trim()))?
         .to_string();
-    println!("started sprat serve on {addr} (pid {})\n", server.0.id());
+    line.clear();
+    stdout.read_line(&mut line)?;
+    let fingerprint = line
+        .trim()
+        .strip_prefix("fingerprint ")
+        .and_then(|f| Fingerprint::parse(f).ok())
+        .with_context(|| format!("unexpected server output '{}'", line.trim()))?;
+    println!(
+        "started sprat serve on {addr} (pid {}), key {fingerprint}\n",
+        server.0.id()
+    );
 
     crate::preserve_modes_exactly();
-    let key = TokenKey::from_token(token.as_bytes());
+    // The demo knows its server's key from the server itself: pinned, nothing to remember.
+    let key = Credentials::new(
+        Some(TokenKey::from_token(token.as_bytes())),
+        Trust::pinned(fingerprint),
+    );
     let options = TransferOptions::default();
     let remote = Endpoint::Remote {
         addr: addr.clone(),
         path: b"demo".to_vec(),
     };
-    let push = sprat_engine::copy(
-        &Endpoint::Local(data.clone()),
-        &remote,
-        Some(&key),
-        &options,
-    )?;
+    let push = sprat_engine::copy(&Endpoint::Local(data.clone()), &remote, &key, &options)?;
     print!("{push}");
-    let pull = sprat_engine::copy(
-        &remote,
-        &Endpoint::Local(pulled.clone()),
-        Some(&key),
-        &options,
-    )?;
+    let pull = sprat_engine::copy(&remote, &Endpoint::Local(pulled.clone()), &key, &options)?;
     print!("{pull}");
     drop(server);
 

@@ -6,8 +6,8 @@ use crate::args::DoctorArgs;
 use serde::Serialize;
 use sprat_engine::report::human_bytes;
 use sprat_engine::tune::{self, TcpLimits};
+use sprat_engine::Credentials;
 use sprat_engine::Endpoint;
-use sprat_engine::TokenKey;
 use sprat_engine::TransferError;
 use std::time::Duration;
 
@@ -144,7 +144,7 @@ fn qdisc_change(limits: &TcpLimits) -> Option<Change> {
     })
 }
 
-fn measure(url: &std::ffi::OsStr, key: Option<&TokenKey>) -> anyhow::Result<Vec<Duration>> {
+fn measure(url: &std::ffi::OsStr, key: &Credentials) -> anyhow::Result<Vec<Duration>> {
     let Endpoint::Remote { addr, .. } = Endpoint::parse(url)? else {
         return Err(TransferError::Usage(format!(
             "'{}' is not a server URL (sprat://HOST:PORT/)",
@@ -155,10 +155,10 @@ fn measure(url: &std::ffi::OsStr, key: Option<&TokenKey>) -> anyhow::Result<Vec<
     Ok(sprat_engine::remote::probe_rtt(&addr, key, 5)?)
 }
 
-pub fn run(a: DoctorArgs, key: Option<TokenKey>) -> anyhow::Result<i32> {
+pub fn run(a: DoctorArgs, key: Credentials) -> anyhow::Result<i32> {
     let limits = TcpLimits::read();
     let measured = match &a.url {
-        Some(url) => measure(url, key.as_ref())?,
+        Some(url) => measure(url, &key)?,
         None => Vec::new(),
     };
     let rtts: Vec<Duration> = if let Some(rtt) = a.rtt {

@@ -16,7 +16,9 @@ use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use clap::Parser;
 use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
-use sprat_engine::TokenKey;
+use sprat_engine::{
+    Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
+};
 use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
 use std::io::Write;
 use std::path::Path;
@@ -85,16 +87,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Verify(a) => verify(a),
         Command::Relay(a) => relay::run(a),
         Command::Doctor(a) => {
-            let key = token(a.token.token_file.as_deref())?;
+            let key = credentials(&a.connect)?;
             doctor::run(a, key)
         }
-        Command::Ls(a) => namespace::ls(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Stat(a) => namespace::stat(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Du(a) => namespace::du(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Mkdir(a) => namespace::mkdir(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Rm(a) => namespace::rm(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Mv(a) => namespace::mv(&a, token(a.token.token_file.as_deref())?.as_ref()),
-        Command::Sum(a) => namespace::sum(&a, token(a.token.token_file.as_deref())?.as_ref()),
+        Command::Ls(a) => namespace::ls(&a, &credentials(&a.connect)?),
+        Command::Stat(a) => namespace::stat(&a, &credentials(&a.connect)?),
+        Command::Du(a) => namespace::du(&a, &credentials(&a.connect)?),
+        Command::Mkdir(a) => namespace::mkdir(&a, &credentials(&a.connect)?),
+        Command::Rm(a) => namespace::rm(&a, &credentials(&a.connect)?),
+        Command::Mv(a) => namespace::mv(&a, &credentials(&a.connect)?),
+        Command::Sum(a) => namespace::sum(&a, &credentials(&a.connect)?),
         Command::Demo(a) => demo::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Bench(c) => bench::run(c),
@@ -144,6 +146,30 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
     }
 }
 
+/// What a client brings to its connections: the token (see [`token`]) and how it
+/// recognises servers (`--known-servers`, `--server-fingerprint`, `--no-encryption`).
+pub fn credentials(c: &crate::args::ConnectArgs) -> anyhow::Result<Credentials> {
+    let token = token(c.token_file.as_deref())?;
+    let pins = c
+        .server_fingerprint
+        .iter()
+        .map(|f| {
+            Fingerprint::parse(f).map_err(|why| anyhow::anyhow!("--server-fingerprint: {why}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let known = c
+        .known_servers
+        .clone()
+        .or_else(KnownServers::default_path)
+        .map(|p| std::sync::Arc::new(KnownServers::new(p)));
+    let trust = Trust {
+        encrypt: !c.no_encryption,
+        pins,
+        known,
+    };
+    Ok(Credentials::new(token, trust))
+}
+
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
 pub fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     let raw = match file {
@@ -177,11 +203,19 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     }
     let opts = options(&a.tuning, None, true);
     opts.validate()?;
+    let key_file = match &a.key_file {
+        Some(f) => f.clone(),
+        None => ServerIdentity::default_path()?,
+    };
+    let identity = ServerIdentity::load_or_create(&key_file)?;
+    let tls = ServerTls::new(&identity, a.no_encryption)
+        .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
     let config = ServerConfig {
         root: a.root.clone(),
         key,
         read_only: a.read_only,
+        tls,
         options: opts,
         max_connections: a.max_connections.max(1),
     };
@@ -190,6 +224,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on {addr}")?;
+    writeln!(out, "fingerprint {}", identity.fingerprint)?;
     out.flush()?;
     drop(out);
     server.run()?;
@@ -197,7 +232,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 }
 
 fn cp(a: CpArgs) -> anyhow::Result<i32> {
-    let key = token(a.token_file.as_deref())?;
+    let key = credentials(&a.connect)?;
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
     preserve_modes_exactly();
@@ -213,7 +248,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
     if a.dry_run {
-        return dry_run(&src, &dst, key.as_ref(), &options, a.json);
+        return dry_run(&src, &dst, &key, &options, a.json);
     }
     let shown = || {
         use std::io::IsTerminal;
@@ -236,7 +271,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     } else {
         ""
     };
-    let copied = sprat_engine::copy_retrying(&src, &dst, key.as_ref(), &options, &mut |n| {
+    let copied = sprat_engine::copy_retrying(&src, &dst, &key, &options, &mut |n| {
         eprintln!("{clear}sprat: {n}")
     });
     if let Some(r) = reporter {
@@ -271,7 +306,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
 fn dry_run(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     json: bool,
 ) -> anyhow::Result<i32> {

@@ -6,9 +6,9 @@
 use crate::args::ModelArgs;
 use serde::Serialize;
 use sprat_engine::remote;
+use sprat_engine::Credentials;
 use sprat_engine::ErrorCode;
 use sprat_engine::NsKind;
-use sprat_engine::TokenKey;
 use sprat_engine::{Endpoint, TransferError};
 use sprat_lab::model::{nodes_for_link, StageCost, Stages};
 use std::ffi::OsString;
@@ -93,12 +93,12 @@ struct Measured {
 struct RunPlan {
     src: Endpoint,
     dst: Endpoint,
-    key: Option<TokenKey>,
+    key: Credentials,
     files: u64,
     bytes: u64,
 }
 
-fn plan_run(pair: &[OsString], token_file: Option<&Path>) -> anyhow::Result<RunPlan> {
+fn plan_run(pair: &[OsString], connect: &crate::args::ConnectArgs) -> anyhow::Result<RunPlan> {
     let [src_arg, dst_arg] = pair else {
         return Err(TransferError::Usage("--run takes two arguments: SRC DST".into()).into());
     };
@@ -110,7 +110,7 @@ fn plan_run(pair: &[OsString], token_file: Option<&Path>) -> anyhow::Result<RunP
         ))
         .into());
     };
-    let key = crate::token(token_file)?;
+    let key = crate::credentials(connect)?;
     let counts = sprat_lab::bench::count_tree(src_path)
         .map_err(|e| TransferError::Usage(format!("--run SRC '{}': {e}", src_path.display())))?;
     if counts.files == 0 {
@@ -122,7 +122,7 @@ fn plan_run(pair: &[OsString], token_file: Option<&Path>) -> anyhow::Result<RunP
     }
     match &dst {
         Endpoint::Local(d) => refuse_nonempty_local(d)?,
-        Endpoint::Remote { addr, path } => refuse_nonempty_remote(addr, path, key.as_ref(), &dst)?,
+        Endpoint::Remote { addr, path } => refuse_nonempty_remote(addr, path, &key, &dst)?,
     }
     Ok(RunPlan {
         src,
@@ -162,7 +162,7 @@ fn refuse_nonempty_local(d: &Path) -> anyhow::Result<()> {
 fn refuse_nonempty_remote(
     addr: &str,
     path: &[u8],
-    key: Option<&TokenKey>,
+    key: &Credentials,
     dst: &Endpoint,
 ) -> anyhow::Result<()> {
     let refuse = |why: &str| -> anyhow::Result<()> {
@@ -214,7 +214,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<i32> {
     let plan = a
         .run
         .as_deref()
-        .map(|pair| plan_run(pair, a.token_file.as_deref()))
+        .map(|pair| plan_run(pair, &a.connect))
         .transpose()?;
     let (n_files, n_bytes) = match &plan {
         Some(p) => (p.files, p.bytes),
@@ -341,7 +341,7 @@ fn measure(
 ) -> anyhow::Result<Measured> {
     crate::preserve_modes_exactly();
     let started = Instant::now();
-    let report = sprat_engine::copy(&plan.src, &plan.dst, plan.key.as_ref(), options)?;
+    let report = sprat_engine::copy(&plan.src, &plan.dst, &plan.key, options)?;
     let measured_seconds = started.elapsed().as_secs_f64();
     for f in &report.failures {
         eprintln!("sprat: failed: {}: {}", f.path, f.error);

@@ -4,7 +4,7 @@
 use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
 use anyhow::bail;
 use serde_json::json;
-use sprat_engine::TokenKey;
+use sprat_engine::Credentials;
 use sprat_engine::{remote, Endpoint, TransferError};
 use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
 use std::ffi::OsStr;
@@ -113,7 +113,7 @@ fn long_line(e: &NsEntry, name: &str) -> String {
     line
 }
 
-pub fn ls(a: &LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn ls(a: &LsArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let mut entries = Vec::new();
     remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))?;
@@ -141,7 +141,7 @@ pub fn ls(a: &LsArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn stat(a: &StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let mut e = remote::stat(&addr, key, &path)?;
     e.path = path.clone();
@@ -167,7 +167,7 @@ pub fn stat(a: &StatArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn du(a: &DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn du(a: &DuArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let u = remote::du(&addr, key, &path)?;
     let out = if a.json {
@@ -189,7 +189,7 @@ pub fn du(a: &DuArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mkdir(a: &MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn mkdir(a: &MkdirArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     remote::simple(
         &addr,
@@ -202,7 +202,7 @@ pub fn mkdir(a: &MkdirArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn rm(a: &RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn rm(a: &RmArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     remote::simple(
         &addr,
@@ -215,7 +215,7 @@ pub fn rm(a: &RmArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mv(a: &MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn mv(a: &MvArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, from) = remote_url(&a.from)?;
     let (to_addr, to) = remote_url(&a.to)?;
     if addr != to_addr {
@@ -227,7 +227,7 @@ pub fn mv(a: &MvArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn sum(a: &SumArgs, key: Option<&TokenKey>) -> anyhow::Result<i32> {
+pub fn sum(a: &SumArgs, key: &Credentials) -> anyhow::Result<i32> {
     let (addr, path) = remote_url(&a.url)?;
     let algo = match a.algo.as_str() {
         "xxh3" => SumAlgo::Xxh3,

@@ -5,7 +5,7 @@
 //! the files and bytes done so far (see [`Eta`]), not from bytes alone.
 
 use sprat_engine::measurement::progress::{count_source, Progress, Snapshot};
-use sprat_engine::{Endpoint, TokenKey};
+use sprat_engine::{Credentials, Endpoint};
 use std::io::Write;
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -27,10 +27,10 @@ pub struct Reporter {
 }
 
 /// Starts counting `src` (for the totals) and reporting `progress` in `mode`.
-pub fn start(mode: Mode, progress: Progress, src: Endpoint, key: Option<TokenKey>) -> Reporter {
+pub fn start(mode: Mode, progress: Progress, src: Endpoint, key: Credentials) -> Reporter {
     let counted = progress.clone();
     // Detached: a count that is still running when the copy ends is not waited for.
-    std::thread::spawn(move || match count_source(&src, key.as_ref()) {
+    std::thread::spawn(move || match count_source(&src, &key) {
         Ok((files, bytes)) => counted.set_totals(files, bytes),
         Err(e) => tracing::info!(%e, "cannot count the source: no totals"),
     });

@@ -16,6 +16,9 @@ pub enum TransferError {
     Usage(String),
     #[error("authentication with {peer} failed: {why}")]
     Auth { peer: String, why: String },
+    /// The server's key is not the one expected (pinned, or given on the command line).
+    #[error("refusing {peer}: {why}")]
+    Identity { peer: String, why: String },
     #[error("cannot connect to {peer}: {source}")]
     Connect {
         peer: String,
@@ -62,14 +65,14 @@ impl TransferError {
     pub fn exit_code(&self) -> i32 {
         match self {
             TransferError::Usage(_) => 2,
-            TransferError::Auth { .. } => 3,
+            TransferError::Auth { .. } | TransferError::Identity { .. } => 3,
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
             | TransferError::Stalled { .. }
             | TransferError::Protocol { .. } => 4,
             TransferError::GaveUp { .. } => 6,
             TransferError::Remote { code, .. } => match code {
-                ErrorCode::AuthFailed => 3,
+                ErrorCode::AuthFailed | ErrorCode::EncryptionRequired => 3,
                 ErrorCode::NotFound | ErrorCode::BadRequest => 2,
                 ErrorCode::Protocol
                 | ErrorCode::UnknownSession

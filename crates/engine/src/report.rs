@@ -86,6 +86,10 @@ pub struct Report {
     pub attempts: u32,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
+    /// How the connections were protected (transfers over the network only): `TLS 1.3
+    /// (SUITE)` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
     /// Network measurements and choices (transfers over the network only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathReport>,
@@ -181,6 +185,7 @@ impl Report {
             deleted: 0,
             attempts: 1,
             failures: counts.failures.clone(),
+            encryption: None,
             path: None,
         }
     }
@@ -315,6 +320,14 @@ impl fmt::Display for Report {
                  streams idle {:.2} s on average",
                 p.tail_s, p.tail_idle_s
             )?;
+        }
+        if let Some(e) = &self.encryption {
+            let e = if e == "none" {
+                "none (plain TCP, --no-encryption): anyone on the path can read and change the data"
+            } else {
+                e
+            };
+            writeln!(f, "  encryption: {e}")?;
         }
         if self.durable {
             writeln!(

@@ -273,8 +273,8 @@ pub fn overhead(
     mut progress: impl FnMut(&SubsystemRun),
 ) -> Result<OverheadReport, TransferError> {
     use crate::dataset::{self, DatasetSpec, SizeDist};
-    use sprat_engine::TokenKey;
     use sprat_engine::{push_input, PushInput};
+    use sprat_engine::{Credentials, ServerIdentity, ServerTls, TokenKey, Trust};
     use sprat_engine::{Server, ServerConfig};
     if plan.points.len() < 2 {
         return Err(TransferError::Usage(
@@ -286,11 +286,15 @@ pub fn overhead(
         TransferError::Local(format!("cannot create '{}': {e}", srv_root.display()))
     })?;
     let token: [u8; 32] = rand::random();
+    let identity = ServerIdentity::ephemeral().map_err(|e| TransferError::Local(e.to_string()))?;
+    let tls = ServerTls::new(&identity, false)
+        .map_err(|e| TransferError::Local(format!("cannot set up TLS: {e}")))?;
     let server = Server::bind(
         ServerConfig {
             root: srv_root.clone(),
             key: Some(TokenKey::from_token(&token)),
             read_only: false,
+            tls,
             options: plan.options.clone(),
             max_connections: 64,
         },
@@ -301,7 +305,10 @@ pub fn overhead(
         .name("sprat-bench-server".into())
         .spawn(move || server.run())
         .map_err(|e| TransferError::Local(format!("cannot start the server: {e}")))?;
-    let key = TokenKey::from_token(&token);
+    let key = Credentials::new(
+        Some(TokenKey::from_token(&token)),
+        Trust::pinned(identity.fingerprint),
+    );
     let cold = || plan.drop_caches.map_or(Ok(()), |f| f());
     let cold = || cold().map_err(|e| TransferError::Local(format!("cannot drop caches: {e}")));
     let remove = |p: &Path| {
@@ -343,7 +350,7 @@ pub fn overhead(
             PushInput::Synthetic(sizes),
             &addr,
             b"",
-            Some(&key),
+            &key,
             &plan.options,
             "memory".into(),
             "memory".into(),
@@ -356,7 +363,7 @@ pub fn overhead(
             PushInput::Source(source),
             &addr,
             dest.as_bytes(),
-            Some(&key),
+            &key,
             &plan.options,
             set.display().to_string(),
             dest.clone(),

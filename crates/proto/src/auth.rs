@@ -34,6 +34,13 @@ impl TokenKey {
         h.finalize()
     }
 
+    /// This key bound to one channel: `channel` is a value both ends derive from the channel
+    /// itself (the TLS session's exporter; zeros on plain TCP), so that a proof made on one
+    /// channel does not verify on another and a machine in the middle cannot relay it.
+    pub fn bound_to(&self, channel: &[u8; 32]) -> TokenKey {
+        TokenKey(*self.mac(&[b"channel", channel]).as_bytes())
+    }
+
     /// Tells the server which key the client holds, without proving it (it can be replayed).
     fn hint(&self, client_nonce: &[u8; 32]) -> blake3::Hash {
         self.mac(&[b"hint", client_nonce])

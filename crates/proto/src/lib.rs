@@ -21,4 +21,4 @@ pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 6;
+pub const PROTOCOL_VERSION: u16 = 7;

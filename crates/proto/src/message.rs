@@ -88,6 +88,8 @@ pub enum ErrorCode {
     PeerUnavailable,
     /// The server has no room for another connection now: the request may succeed later.
     Busy,
+    /// The server accepts only encrypted (TLS) connections and the client came without.
+    EncryptionRequired,
     Other(u16),
 }
 
@@ -105,6 +107,7 @@ impl ErrorCode {
             ErrorCode::UnknownSession => 9,
             ErrorCode::PeerUnavailable => 10,
             ErrorCode::Busy => 11,
+            ErrorCode::EncryptionRequired => 12,
             ErrorCode::Other(v) => v,
         }
     }
@@ -121,6 +124,7 @@ impl ErrorCode {
             9 => ErrorCode::UnknownSession,
             10 => ErrorCode::PeerUnavailable,
             11 => ErrorCode::Busy,
+            12 => ErrorCode::EncryptionRequired,
             other => ErrorCode::Other(other),
         }
     }
@@ -732,6 +736,7 @@ mod tests {
                 durable: true,
                 check: crate::DestCheck::IgnoreExisting,
                 stall_timeout_ms: 60_000,
+                dest_key: [7; 32],
             },
             Request::SendTo {
                 path: path.clone(),
@@ -742,6 +747,7 @@ mod tests {
                 durable: false,
                 check: crate::DestCheck::Checksum,
                 stall_timeout_ms: 0,
+                dest_key: [0; 32],
             },
         ] {
             roundtrip(Message::Request(req));

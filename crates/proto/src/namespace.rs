@@ -106,6 +106,10 @@ pub enum Request {
         /// The client's stall timeout for the source server's session, in milliseconds (0:
         /// none; the source server bounds it by its own).
         stall_timeout_ms: u32,
+        /// The fingerprint (SHA-256 of the public key) the destination server must present,
+        /// as the client knows it; all zeros: connect without TLS (the client's
+        /// `--no-encryption`).
+        dest_key: [u8; 32],
     },
 }
 
@@ -236,6 +240,7 @@ impl Request {
                 durable,
                 check,
                 stall_timeout_ms,
+                dest_key,
             } => {
                 out.push(OP_SEND_TO);
                 put_bytes16(out, path);
@@ -246,6 +251,7 @@ impl Request {
                 out.push(*durable as u8);
                 out.push(check.to_u8());
                 out.extend_from_slice(&stall_timeout_ms.to_le_bytes());
+                out.extend_from_slice(dest_key);
             }
         }
     }
@@ -325,6 +331,7 @@ impl Request {
                     },
                 )?;
                 let stall_timeout_ms = r.u32("stall timeout")?;
+                let dest_key = r.array("destination key")?;
                 Request::SendTo {
                     path,
                     addr,
@@ -334,6 +341,7 @@ impl Request {
                     durable,
                     check,
                     stall_timeout_ms,
+                    dest_key,
                 }
             }
             other => {

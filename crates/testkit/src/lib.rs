@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod compare;
+pub mod mitm;
 pub mod relay;
 pub mod report;
 pub mod run;

@@ -34,6 +34,23 @@ pub(crate) fn kill_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Gives `cmd` this test process's private configuration and state directories
+/// (`XDG_CONFIG_HOME`, `XDG_STATE_HOME`): a test neither reads nor writes the developer's own
+/// known-servers file or server key, and every server one test process starts has the same key,
+/// so a server restarted on the same port is still the one its clients pinned. Tests that
+/// need other keys pass `--key-file`; the caller's own `env` entries override these.
+pub fn isolate(cmd: &mut Command) {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let home = HOME.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("sprat-test-home-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("tempdir for the test's home: {e}"))
+    });
+    cmd.env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"));
+}
+
 /// Builds a command for `bin` with `args` and `env`, stdin closed, stdout and stderr piped.
 pub fn command<I, S>(bin: &Path, args: I, env: &[(&str, &str)]) -> Command
 where
@@ -47,6 +64,7 @@ where
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    isolate(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -119,6 +119,8 @@ pub struct Server {
     root: PathBuf,
     token: Option<String>,
     token_file: Option<PathBuf>,
+    /// `SHA256:...`, the server's key as its second stdout line gives it.
+    fingerprint: String,
     stderr: Arc<Mutex<Vec<u8>>>,
     _token_dir: tempfile::TempDir,
 }
@@ -174,6 +176,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        crate::run::isolate(&mut cmd);
         let mut token_file = None;
         if let Some(token) = &opts.token {
             // Written the way a user would: `echo TOKEN > file`, private to the owner.
@@ -207,8 +210,12 @@ impl Server {
         if let Some(out) = child.stdout.take() {
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(out);
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) > 0 {
+                // `listening on HOST:PORT`, then `fingerprint SHA256:...`.
+                for _ in 0..2 {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
                     let _ = tx.send(line);
                 }
                 drop(tx);
@@ -281,12 +288,27 @@ impl Server {
                 format!("`listening on` names an unexpected address {addr}"),
             ));
         }
+        let second = rx.recv_timeout(opts.ready_timeout).unwrap_or_default();
+        let Some(fingerprint) = second
+            .trim_end()
+            .strip_prefix("fingerprint ")
+            .filter(|f| f.starts_with("SHA256:"))
+            .map(str::to_string)
+        else {
+            let _ = child.kill();
+            return Err(fail(
+                child,
+                Some(line.clone()),
+                format!("second stdout line is not `fingerprint SHA256:...`: {second:?}"),
+            ));
+        };
         Ok(Server {
             child,
             addr,
             root: root.to_path_buf(),
             token: opts.token.clone(),
             token_file,
+            fingerprint,
             stderr: stderr_buf,
             _token_dir: token_dir,
         })
@@ -316,6 +338,11 @@ impl Server {
     /// leading `/` is kept, giving `sprat://HOST:PORT//...`).
     pub fn url(&self, path: &str) -> String {
         format!("sprat://{}/{}", self.addr, path)
+    }
+
+    /// The server's key fingerprint (`SHA256:...`), as `sprat serve` printed it.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The token the server was started with.

@@ -4,8 +4,8 @@
 //! counts of what is done again (each run is a re-sync of the whole tree).
 
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::roles::endpoint::Endpoint;
-use sprat_proto::auth::TokenKey;
 use sprat_store::{EntryType, Root, ScanOptions, Source};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,7 +68,7 @@ impl Progress {
 
 /// The regular files below `src` and their bytes: a parallel scan of a local source, one
 /// `du` request (counted on the server) for a remote one.
-pub fn count_source(src: &Endpoint, key: Option<&TokenKey>) -> Result<(u64, u64), TransferError> {
+pub fn count_source(src: &Endpoint, key: &Credentials) -> Result<(u64, u64), TransferError> {
     match src {
         Endpoint::Remote { addr, path } => {
             let du = crate::roles::remote::du(addr, key, path)?;

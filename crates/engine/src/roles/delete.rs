@@ -10,7 +10,7 @@ use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use sprat_proto::auth::TokenKey;
+use crate::net::Credentials;
 use sprat_proto::namespace::Request;
 use sprat_proto::Message;
 use sprat_store::{relpath, Root};
@@ -19,7 +19,7 @@ use std::collections::HashSet;
 /// Every path below `ep` (relative to it; the root itself left out).
 fn paths(
     ep: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
     let mut out = Vec::new();
@@ -46,7 +46,7 @@ fn paths(
 pub(crate) fn extras(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
     let source: HashSet<Vec<u8>> = paths(src, key, options)?.into_iter().collect();
@@ -80,7 +80,7 @@ pub(crate) type Failures = Vec<(Vec<u8>, String)>;
 pub(crate) fn delete_extras(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<(u64, Failures), TransferError> {
     let extra = extras(src, dst, key, options)?;

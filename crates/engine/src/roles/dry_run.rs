@@ -8,10 +8,10 @@ use super::remote;
 use crate::config::SkipRule;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::pipeline::digest;
 use crate::pipeline::skip::Verdict;
 use serde::Serialize;
-use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::NsKind;
 use sprat_store::{Attrs, EntryType, ScanEntry};
 use std::collections::HashMap;
@@ -47,7 +47,7 @@ pub struct DryRun {
 pub fn dry_run(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<DryRun, TransferError> {
     let checksum = options.skip == SkipRule::Checksum;

@@ -4,8 +4,8 @@
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::report::Report;
-use sprat_proto::auth::TokenKey;
 use sprat_proto::path as wire_path;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -71,7 +71,7 @@ impl fmt::Display for Endpoint {
 pub fn copy(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
     copy_retrying(src, dst, key, options, &mut |notice| {
@@ -84,7 +84,7 @@ pub fn copy(
 pub fn copy_retrying(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     notify: &mut dyn FnMut(&super::retry::Notice),
 ) -> Result<Report, TransferError> {
@@ -99,7 +99,7 @@ pub fn copy_retrying(
 fn copy_once(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
     // Extras go before the copy (only what the source does not have at all), so that the
@@ -111,6 +111,9 @@ fn copy_once(
     };
     let mut report = copy_only(src, dst, key, options)?;
     report.deleted = deleted;
+    if !matches!((src, dst), (Endpoint::Local(_), Endpoint::Local(_))) {
+        report.encryption = Some(crate::net::tls::observed().describe());
+    }
     for (path, text) in failures {
         report.add_failure(&path, &format!("cannot delete: {text}"));
     }
@@ -120,7 +123,7 @@ fn copy_once(
 fn copy_only(
     src: &Endpoint,
     dst: &Endpoint,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
     match (src, dst) {

@@ -7,6 +7,7 @@ use super::endpoint::Endpoint;
 use super::push::await_done;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::net::{Conn, SessionConn};
 use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
 use crate::pipeline::sink::{BatchOutcome, WriterPool};
@@ -15,7 +16,6 @@ use crate::session::client::{self as session, Change, Tail};
 use crate::session::stall;
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{unbounded, Sender};
-use sprat_proto::auth::TokenKey;
 use sprat_proto::session::client::{ClientStream, Event};
 use sprat_proto::{DestCheck, Message, Operation};
 use std::path::Path;
@@ -27,7 +27,7 @@ pub(crate) fn pull(
     addr: &str,
     path: &[u8],
     dst: &Path,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     src_ep: &Endpoint,
     dst_ep: &Endpoint,

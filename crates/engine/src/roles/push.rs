@@ -14,6 +14,7 @@ use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::net::{Conn, Frame, SessionConn};
 use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::BatchOutcome;
@@ -24,7 +25,6 @@ use crate::session::client::{self as session, Change, Session, Tail};
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
-use sprat_proto::auth::TokenKey;
 use sprat_proto::session::client::{ClientStream, Event};
 use sprat_proto::{Batch, Operation, RemoteStats};
 use sprat_store::Source;
@@ -37,7 +37,7 @@ pub(crate) fn push(
     src: &Path,
     addr: &str,
     path: &[u8],
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     src_ep: &Endpoint,
     dst_ep: &Endpoint,
@@ -101,7 +101,7 @@ pub fn push_input(
     input: PushInput,
     addr: &str,
     path: &[u8],
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     src_label: String,
     dst_label: String,
@@ -124,11 +124,11 @@ pub fn push_input(
     let mut skipped = Arc::default();
     let handle = match input {
         PushInput::Source(source) => {
-            let (a, k, p) = (addr.to_string(), key.cloned(), path.to_vec());
+            let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let skip = skip_for(options, move || {
-                let mut index = index_patiently(|| remote::index(&a, k.as_ref(), &p, digests))?;
-                remote::remove_leftovers(&a, k.as_ref(), &p, &index.take_leftovers());
+                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests))?;
+                remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
             if let Some(s) = &skip {

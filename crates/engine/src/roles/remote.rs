@@ -4,20 +4,16 @@
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::net::{self, Conn};
 use crate::pipeline::skip::{digest_from_bytes, DestIndex};
 use crate::report::{Counts, Report, Stages};
-use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{DiskUsage, NsEntry, Request, SumAlgo};
 use sprat_proto::Message;
 use std::time::{Duration, Instant};
 
 /// Sends `req` to the server at `addr` and returns the connection to read the reply from.
-pub(crate) fn request(
-    addr: &str,
-    key: Option<&TokenKey>,
-    req: Request,
-) -> Result<Conn, TransferError> {
+pub(crate) fn request(addr: &str, key: &Credentials, req: Request) -> Result<Conn, TransferError> {
     net::connect(addr, key, &Message::Request(req))
 }
 
@@ -25,7 +21,7 @@ pub(crate) fn request(
 /// `requests` small requests (`stat` of the root) one after another on it.
 pub fn probe_rtt(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     requests: usize,
 ) -> Result<Vec<Duration>, TransferError> {
     let stat = || Request::Stat { path: Vec::new() };
@@ -57,7 +53,7 @@ fn unexpected(conn: &Conn, m: Message) -> TransferError {
 /// and every entry below it, as the server streams them.
 pub fn list(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     path: &[u8],
     recursive: bool,
     each: impl FnMut(NsEntry),
@@ -70,7 +66,7 @@ pub fn list(
 /// `digests` (a file the server could not read has none).
 pub(crate) fn list_summed(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     path: &[u8],
     recursive: bool,
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
@@ -107,7 +103,7 @@ pub(crate) fn list_summed(
 /// files when `digests` (`--checksum`); empty if `path` does not exist yet.
 pub(crate) fn index(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     path: &[u8],
     digests: bool,
 ) -> Result<DestIndex, TransferError> {
@@ -135,12 +131,7 @@ pub(crate) fn index(
 /// Removes `leftovers` (temporary names a killed writer left, relative to `path`) on the
 /// server, with `Remove` requests all sent on one connection before the replies are read (a
 /// third-party copy's ticket allows exactly these); what cannot be removed is logged and left.
-pub(crate) fn remove_leftovers(
-    addr: &str,
-    key: Option<&TokenKey>,
-    path: &[u8],
-    leftovers: &[Vec<u8>],
-) {
+pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], leftovers: &[Vec<u8>]) {
     let Some((first, rest)) = leftovers.split_first() else {
         return;
     };
@@ -173,7 +164,7 @@ pub(crate) fn remove_leftovers(
 }
 
 /// `stat`: the entry at `path` (a symlink is described, not followed).
-pub fn stat(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<NsEntry, TransferError> {
+pub fn stat(addr: &str, key: &Credentials, path: &[u8]) -> Result<NsEntry, TransferError> {
     let mut conn = request(
         addr,
         key,
@@ -192,7 +183,7 @@ pub fn stat(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<NsEntry, 
 }
 
 /// `du`: totals under `path`, computed on the server.
-pub fn du(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<DiskUsage, TransferError> {
+pub fn du(addr: &str, key: &Credentials, path: &[u8]) -> Result<DiskUsage, TransferError> {
     let mut conn = request(
         addr,
         key,
@@ -207,7 +198,7 @@ pub fn du(addr: &str, key: Option<&TokenKey>, path: &[u8]) -> Result<DiskUsage, 
 }
 
 /// Runs a request whose only reply is `ReplyEnd` (mkdir, rm, mv).
-pub fn simple(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<(), TransferError> {
+pub fn simple(addr: &str, key: &Credentials, req: Request) -> Result<(), TransferError> {
     let mut conn = request(addr, key, req)?;
     match conn.recv_control()? {
         Message::ReplyEnd => Ok(()),
@@ -218,7 +209,7 @@ pub fn simple(addr: &str, key: Option<&TokenKey>, req: Request) -> Result<(), Tr
 /// `sum`: digests computed on the server; `each(path relative to `path`, digest)`.
 pub fn sum(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     path: &[u8],
     recursive: bool,
     algo: SumAlgo,
@@ -251,7 +242,7 @@ pub fn third_party(
     src_path: &[u8],
     dst_addr: &str,
     dst_path: &[u8],
-    key: Option<&TokenKey>,
+    key: &Credentials,
     options: &TransferOptions,
     src_label: String,
     dst_label: String,
@@ -280,6 +271,8 @@ pub fn third_party(
             durable: options.durable,
             check: options.skip.as_check(),
             stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
+            // The source server must find the destination this client checked.
+            dest_key: dst.server_key().map_or([0; 32], |k| k.0),
         },
     )?;
     let mut counts = Counts::default();

@@ -6,6 +6,7 @@ use super::push::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;
+use crate::net::{Credentials, Fingerprint, Trust};
 use crate::pipeline::digest;
 use crate::pipeline::skip::{digest_bytes, PartialEntry};
 use sprat_proto::auth::TokenKey;
@@ -306,6 +307,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             durable,
             check,
             stall_timeout_ms,
+            dest_key,
         } => {
             let source = ctx.root.source(&path)?;
             // The client's stall timeout, within the server's own (0 on either side: none).
@@ -327,14 +329,21 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 cancel: crate::sync::Cancel::default(),
                 ..ctx.options.clone()
             };
-            let key = TokenKey::from_token(&ticket);
+            // The destination is trusted as the client found it: with the key it presented to
+            // the client, or without encryption if the client used none.
+            let trust = if dest_key == [0; 32] {
+                Trust::plain()
+            } else {
+                Trust::pinned(Fingerprint(dest_key))
+            };
+            let key = Credentials::new(Some(TokenKey::from_token(&ticket)), trust);
             // A client that goes away (Ctrl-C) stops the copy it asked for.
             let report = crate::net::cancel_on_hangup(conn, &options.cancel, || {
                 push_input(
                     PushInput::Source(source),
                     &addr,
                     &dest,
-                    Some(&key),
+                    &key,
                     &options,
                     display_path(&path),
                     format!("sprat://{addr}/{}", display_path(&dest)),

@@ -39,6 +39,8 @@ pub struct ServerConfig {
     /// `None` only when the operator chose `--no-auth`.
     pub key: Option<TokenKey>,
     pub read_only: bool,
+    /// The server's key and whether plain (unencrypted) connections are allowed too.
+    pub tls: net::ServerTls,
     pub options: TransferOptions,
     /// Most authenticated connections served at once; more are refused (each may hold a
     /// batch in memory).
@@ -55,6 +57,7 @@ struct Shared {
     root: Root,
     key: Option<TokenKey>,
     read_only: bool,
+    tls: net::ServerTls,
     options: TransferOptions,
     sessions: Registry<Session>,
     /// The trees push sessions are writing.
@@ -207,6 +210,7 @@ impl Server {
                 root,
                 key: config.key,
                 read_only: config.read_only,
+                tls: config.tls,
                 options: config.options,
                 sessions: Registry::default(),
                 claims: Arc::default(),
@@ -391,7 +395,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             .map(|t| (t.id, t.key.clone()))
             .unzip()
     };
-    let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys);
+    let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys, &shared.tls);
     let (machine, access) = match authenticated {
         Ok((m, Credential::Token)) => (m, Access::Full),
         Ok((m, Credential::Ticket(i))) => (m, Access::Ticket(ids[i])),

@@ -12,12 +12,12 @@
 
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::net::Credentials;
 use crate::net::{self, SessionConn};
 use crate::report::PathReport;
 use crate::sync::{lock, unpoisoned};
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use sprat_proto::auth::TokenKey;
 use sprat_proto::session::client::CommitGate;
 use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 /// An open session: what it needs to join more streams and what it measured.
 pub(crate) struct Session {
     addr: String,
-    key: Option<TokenKey>,
+    key: Credentials,
     id: [u8; 16],
     direction: Direction,
     /// Whether the source is a directory (a pull's `Opened` says; false for a push).
@@ -71,7 +71,7 @@ struct SessionState {
 /// `Opened`, which says what the source is.
 pub(crate) fn open(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     op: Operation,
     path: &[u8],
     options: &TransferOptions,
@@ -89,9 +89,9 @@ pub(crate) fn open(
     // A push's joins send at once; a pull's wait for `Joined` before they count.
     let id: [u8; 16] = net::random();
     let join_beside = || {
-        let (addr, key) = (addr.to_string(), key.cloned());
+        let (addr, key) = (addr.to_string(), key.clone());
         let wait = direction == Direction::Pull;
-        std::thread::spawn(move || join_one(&addr, key.as_ref(), id, buffer, direction, wait))
+        std::thread::spawn(move || join_one(&addr, &key, id, buffer, direction, wait))
     };
     let ahead = options
         .streams
@@ -100,12 +100,12 @@ pub(crate) fn open(
     let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
     let (dialled_tx, dialled) = bounded(1);
     {
-        let (addr, key) = (addr.to_string(), key.cloned());
+        let (addr, key) = (addr.to_string(), key.clone());
         std::thread::spawn(move || {
             // The receiver is gone only if `open` returned already; nothing to tell then.
             let _ = dialled_tx.send(net::dial_session(
                 &addr,
-                key.as_ref(),
+                &key,
                 buffer,
                 direction,
                 Role::Control,
@@ -162,7 +162,7 @@ pub(crate) fn open(
     let (gate_open_tx, gate_open) = bounded(0);
     let session = Session {
         addr: addr.to_string(),
-        key: key.cloned(),
+        key: key.clone(),
         id,
         direction,
         root_is_dir,
@@ -304,7 +304,7 @@ impl Session {
                     // session ended must fail before it takes any data.
                     let _ = done_tx.send(join_one(
                         &self.addr,
-                        self.key.as_ref(),
+                        &self.key,
                         self.id,
                         self.plan.tcp_buffer,
                         self.direction,
@@ -406,7 +406,7 @@ const OPENED_PATIENCE: Duration = Duration::from_secs(30);
 /// reads `Joined`, else leaves it to be read (its machine is not announced yet).
 fn join_one(
     addr: &str,
-    key: Option<&TokenKey>,
+    key: &Credentials,
     id: [u8; 16],
     tcp_buffer: Option<u64>,
     direction: Direction,

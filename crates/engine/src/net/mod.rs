@@ -2,6 +2,17 @@
 //! handshakes run over them by feeding the protocol's state machines (`sprat_proto::auth`,
 //! `sprat_proto::session`) what arrives and sending what they return. All parsing, validation
 //! and session rules live in the protocol crate; this module owns sockets and timeouts.
+//! Connections are encrypted with TLS 1.3 unless both sides allow plain TCP (see `tls`); the
+//! server's identity and how a client trusts it live in `identity`, `known_servers`, `trust`.
+
+pub mod identity;
+pub mod known_servers;
+pub mod tls;
+pub mod trust;
+
+pub use identity::{Fingerprint, ServerIdentity};
+pub use tls::ServerTls;
+pub use trust::{Credentials, Trust};
 
 use crate::error::TransferError;
 use sprat_proto::auth::{ClientHandshake, Credential, TokenKey};
@@ -17,6 +28,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tls::{HandshakeError, Tls};
 /// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
 /// cannot send faster does not take more batches into its socket while other streams could
 /// carry them.
@@ -45,6 +57,8 @@ pub struct Conn {
     /// for each read, so that a peer dripping a byte at a time cannot hold a handshake open.
     /// Shared by every handle on the socket, like the socket's own read timeout.
     deadline: Arc<Deadline>,
+    /// The TLS session on this socket, shared by every handle (`None`: plain TCP).
+    tls: Option<Arc<Tls>>,
 }
 
 /// A read deadline shared by the handles on one socket: nanoseconds after [`epoch`], plus
@@ -79,10 +93,14 @@ struct Metered<'a> {
     stream: &'a TcpStream,
     moved: &'a AtomicU64,
     deadline: &'a Deadline,
+    tls: Option<&'a Tls>,
 }
 
 impl Read for Metered<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(tls) = self.tls {
+            return tls.read(buf, self.deadline.get(), self.moved);
+        }
         if let Some(deadline) = self.deadline.get() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -98,6 +116,10 @@ impl Read for Metered<'_> {
 
 impl Write for Metered<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(tls) = self.tls {
+            tls.write_all(&[IoSlice::new(buf)], self.moved)?;
+            return Ok(buf.len());
+        }
         let n = (&mut &*self.stream).write(buf)?;
         self.moved.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
@@ -117,6 +139,46 @@ impl Conn {
             rtt: None,
             moved: Arc::default(),
             deadline: Arc::default(),
+            tls: None,
+        }
+    }
+
+    /// The key the server presented (client side of an encrypted connection).
+    pub fn server_key(&self) -> Option<Fingerprint> {
+        self.tls.as_deref().and_then(|t| t.server_key)
+    }
+
+    /// The value the token handshake binds its proofs to: the TLS session's exporter, or
+    /// zeros on a plain connection.
+    fn binding(&self) -> [u8; 32] {
+        self.tls.as_deref().map_or([0; 32], Tls::binding)
+    }
+
+    /// Runs the client side of a TLS handshake and checks the server's key with `credentials`
+    /// before anything else is sent.
+    fn start_tls_client(&mut self, credentials: &Credentials) -> Result<(), TransferError> {
+        let tls = Tls::connect(&self.stream, self.deadline.get(), &self.moved)
+            .map_err(|e| self.handshake_failed(e))?;
+        credentials.check_server(&self.peer, tls.server_key)?;
+        self.tls = Some(Arc::new(tls));
+        Ok(())
+    }
+
+    /// Runs the server side of a TLS handshake.
+    fn start_tls_server(&mut self, config: &ServerTls) -> Result<(), TransferError> {
+        let tls = Tls::accept(&self.stream, config, self.deadline.get(), &self.moved)
+            .map_err(|e| self.handshake_failed(e))?;
+        self.tls = Some(Arc::new(tls));
+        Ok(())
+    }
+
+    fn handshake_failed(&self, e: HandshakeError) -> TransferError {
+        match e {
+            HandshakeError::Io(e) => self.lost(e),
+            HandshakeError::Tls(e) => TransferError::Auth {
+                peer: self.peer.clone(),
+                why: format!("TLS handshake failed: {e}"),
+            },
         }
     }
 
@@ -130,6 +192,7 @@ impl Conn {
             stream: &self.stream,
             moved: &self.moved,
             deadline: &self.deadline,
+            tls: self.tls.as_deref(),
         }
     }
 
@@ -141,6 +204,7 @@ impl Conn {
             rtt: self.rtt,
             moved: self.moved.clone(),
             deadline: self.deadline.clone(),
+            tls: self.tls.clone(),
         })
     }
 
@@ -196,6 +260,11 @@ impl Conn {
             IoSlice::new(&batch.header),
             IoSlice::new(&batch.data),
         ];
+        if let Some(tls) = &self.tls {
+            return tls
+                .write_all(&slices, &self.moved)
+                .map_err(|e| self.lost(e));
+        }
         let mut slices = &mut slices[..];
         while !slices.is_empty() {
             match self.stream.write_vectored(slices) {
@@ -297,6 +366,9 @@ impl Conn {
 
     /// Stops sending (the peer sees end of stream) but keeps reading.
     pub fn shutdown_write(&self) {
+        if let Some(tls) = &self.tls {
+            tls.close(Some(Instant::now() + LINGER), &self.moved);
+        }
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
     }
 
@@ -326,8 +398,12 @@ pub fn random<const N: usize>() -> [u8; N] {
 /// opening message). `first` travels together with the authentication answer, so that a
 /// request costs one round trip after the server's hello; the server reads it only once the
 /// client is authenticated.
-pub fn connect(addr: &str, key: Option<&TokenKey>, first: &Message) -> Result<Conn, TransferError> {
-    connect_with(addr, key, first, None)
+pub fn connect(
+    addr: &str,
+    credentials: &Credentials,
+    first: &Message,
+) -> Result<Conn, TransferError> {
+    connect_with(addr, credentials, first, None)
 }
 
 /// Opens a TCP connection, with send and receive buffers of `tcp_buffer` bytes set before
@@ -391,11 +467,11 @@ fn tcp_socket(
 /// [`connect`] with explicit socket buffers (`None`: kernel autotuning).
 pub fn connect_with(
     addr: &str,
-    key: Option<&TokenKey>,
+    credentials: &Credentials,
     first: &Message,
     tcp_buffer: Option<u64>,
 ) -> Result<Conn, TransferError> {
-    dial(addr, key, tcp_buffer)?.authenticate(first)
+    dial(addr, credentials, tcp_buffer)?.authenticate(first)
 }
 
 /// A connection whose server has answered the client's hello and proved the key; the
@@ -406,20 +482,37 @@ pub struct Dialed {
     proof: Message,
 }
 
-/// Connects to `addr`, sends `hello` and reads the server's answer (small, under the
-/// handshake's timeout). Returns the connection, the answer and when the dialling began.
-fn greet(
+/// Connects to `addr` and, unless `credentials` say not to, runs a TLS handshake and checks the
+/// server's key, all under the handshake's timeout. Returns the connection, the key the token
+/// handshake is to use on it (bound to this channel) and when the dialling began.
+fn open(
     addr: &str,
+    credentials: &Credentials,
     tcp_buffer: Option<u64>,
-    hello: &Message,
-) -> Result<(Conn, Message, Instant), TransferError> {
+) -> Result<(Conn, Option<TokenKey>, Instant), TransferError> {
     let started = Instant::now();
     let stream = open_tcp(addr, tcp_buffer)?;
     let mut conn = Conn::new(stream, addr.to_string());
-    let _ = conn.stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
+    if credentials.trust.encrypt {
+        conn.start_tls_client(credentials)?;
+    }
+    tls::note_connection(conn.tls.as_deref());
+    let key = credentials.token().map(|k| k.bound_to(&conn.binding()));
+    Ok((conn, key, started))
+}
+
+/// Sends `hello` and reads the server's answer (small, under the handshake's timeout).
+fn greet(conn: &mut Conn, hello: &Message) -> Result<Message, TransferError> {
     conn.send(hello)?;
-    let reply = conn.recv_small()?;
-    Ok((conn, reply, started))
+    conn.recv_small()
+}
+
+/// The round trip estimated from dialling: the time from `connect` to the server's hello is
+/// two round trips on a real path (the TCP handshake, then the hellos), three with TLS.
+fn estimated_rtt(conn: &Conn, started: Instant) -> Duration {
+    let trips = if conn.tls.is_some() { 3 } else { 2 };
+    started.elapsed() / trips
 }
 
 /// A server's refusal of the hello for another reason than the key (for example a busy or
@@ -452,16 +545,16 @@ pub fn servers_proved() -> u64 {
 }
 
 /// Connects to `addr`, says hello and checks the server's answer (the first half of
-/// [`connect_with`]), for a connection of namespace requests. The connection's `rtt` is half
-/// the time from `connect` to that answer: two round trips on a real path (the TCP handshake,
-/// then the hellos).
+/// [`connect_with`]), for a connection of namespace requests. The connection's `rtt` is
+/// estimated from the time this took (see [`estimated_rtt`]).
 pub fn dial(
     addr: &str,
-    key: Option<&TokenKey>,
+    credentials: &Credentials,
     tcp_buffer: Option<u64>,
 ) -> Result<Dialed, TransferError> {
-    let (handshake, hello) = ClientHandshake::new(key.cloned(), random());
-    let (mut conn, reply, started) = greet(addr, tcp_buffer, &hello)?;
+    let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    let (handshake, hello) = ClientHandshake::new(key, random());
+    let reply = greet(&mut conn, &hello)?;
     if let Some(e) = refused_hello(addr, &reply) {
         return Err(e);
     }
@@ -469,7 +562,7 @@ pub fn dial(
         .on_message(reply)
         .map_err(|e| conn.session_error(e.into()))?;
     server_proved();
-    conn.rtt = Some(started.elapsed() / 2);
+    conn.rtt = Some(estimated_rtt(&conn, started));
     Ok(Dialed { conn, proof })
 }
 
@@ -502,14 +595,14 @@ pub struct SessionConn {
 /// [`dial`] for one connection of a session moving batches `direction`, in `role`.
 pub fn dial_session(
     addr: &str,
-    key: Option<&TokenKey>,
+    credentials: &Credentials,
     tcp_buffer: Option<u64>,
     direction: Direction,
     role: Role,
 ) -> Result<DialedSession, TransferError> {
-    let (mut machine, hello) =
-        ClientStream::new(direction, role, key.cloned(), random(), Instant::now());
-    let (mut conn, reply, started) = greet(addr, tcp_buffer, &hello)?;
+    let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    let (mut machine, hello) = ClientStream::new(direction, role, key, random(), Instant::now());
+    let reply = greet(&mut conn, &hello)?;
     if let Some(e) = refused_hello(addr, &reply) {
         return Err(e);
     }
@@ -520,7 +613,7 @@ pub fn dial_session(
         Ok(other) => return Err(conn.protocol(format!("unexpected {other:?} in the handshake"))),
         Err(e) => return Err(conn.session_error(e)),
     }
-    conn.rtt = Some(started.elapsed() / 2);
+    conn.rtt = Some(estimated_rtt(&conn, started));
     Ok(DialedSession { conn, machine })
 }
 
@@ -600,17 +693,9 @@ impl Conn {
             return;
         }
         self.shutdown_write();
-        let deadline = Instant::now() + LINGER;
+        self.read_until(Some(Instant::now() + LINGER));
         let mut sink = [0u8; 16 << 10];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            if left.is_zero() || self.stream.set_read_timeout(Some(left)).is_err() {
-                break;
-            }
-            match self.stream.read(&mut sink) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
+        while let Ok(1..) = self.metered().read(&mut sink) {}
     }
 }
 
@@ -622,17 +707,18 @@ pub fn accept(
     conn: &mut Conn,
     key: Option<&TokenKey>,
     tickets: Vec<TokenKey>,
+    tls: &ServerTls,
 ) -> Result<(ServerStream, Credential), TransferError> {
-    let mut machine = ServerStream::new(key.cloned(), tickets, random(), Instant::now());
+    let started = Instant::now();
     let auth_error = |conn: &Conn, why: String| TransferError::Auth {
         peer: conn.peer.clone(),
         why,
     };
-    // A client of this protocol says hello as soon as it is connected; one of version 2 or
-    // older waits for the server to speak first, and is told why nothing happens.
-    conn.read_until(machine.deadline());
-    if conn.stream.peek(&mut [0u8; 1]).is_err() {
-        let _ = machine.on_timeout(Instant::now());
+    // A client of this protocol speaks first (a TLS hello, or a sprat hello on a plain
+    // connection); one of version 2 or older waits for the server, and is told why nothing
+    // happens.
+    conn.read_until(Some(started + CLIENT_HELLO_PATIENCE));
+    let Some(encrypted) = client_starts_tls(conn) else {
         let text = format!(
             "no hello within {} s: this server speaks sprat protocol {}, where the client \
              speaks first (upgrade the client)",
@@ -641,7 +727,21 @@ pub fn accept(
         );
         conn.refuse(sprat_proto::ErrorCode::Protocol, text.clone());
         return Err(auth_error(conn, text));
+    };
+    if encrypted {
+        conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
+        conn.start_tls_server(tls)?;
+    } else if !tls.allow_plain {
+        let text = "this server accepts only encrypted connections: connect without \
+                    --no-encryption (or run the server with --no-encryption)"
+            .to_string();
+        conn.refuse(sprat_proto::ErrorCode::EncryptionRequired, text.clone());
+        return Err(auth_error(conn, text));
     }
+    let binding = conn.binding();
+    let key = key.map(|k| k.bound_to(&binding));
+    let tickets = tickets.iter().map(|t| t.bound_to(&binding)).collect();
+    let mut machine = ServerStream::new(key, tickets, random(), Instant::now());
     loop {
         conn.read_until(machine.deadline());
         let msg = conn.recv_small()?;
@@ -657,6 +757,27 @@ pub fn accept(
                 return Err(auth_error(conn, e.to_string()));
             }
             Err(e) => return Err(conn.session_error(e)),
+        }
+    }
+}
+
+/// Whether the client's first bytes open a TLS handshake (a TLS record of type handshake,
+/// `16 03 ..`; a sprat frame starts with a little-endian length whose second byte is 0 for a
+/// hello). `None` if it sent nothing before the read deadline.
+fn client_starts_tls(conn: &Conn) -> Option<bool> {
+    let mut first = [0u8; 2];
+    loop {
+        match conn.stream.peek(&mut first) {
+            Ok(0) | Err(_) => return None,
+            Ok(2..) => return Some(first == [0x16, 0x03]),
+            Ok(_) if first[0] != 0x16 => return Some(false),
+            Ok(_) => {
+                // One byte so far: wait a little for the second, within the deadline.
+                if conn.deadline.get().is_some_and(|d| Instant::now() >= d) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 }
