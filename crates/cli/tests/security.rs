@@ -905,48 +905,63 @@ fn a_thousand_silent_connections_from_one_address_do_not_lock_out_another() {
 
 #[test]
 fn a_client_dripping_its_hello_one_byte_a_second_is_cut_off_and_others_are_served() {
-    // A connection that sends a well-formed ClientHello frame one byte a second (66 bytes of
-    // payload: it would take 71 s) is closed at the hello's deadline (5 s for the whole
-    // message, not for each read; before, each byte restarted the clock), and a well-behaved
-    // client is served meanwhile.
+    // Two connections send their first message one byte a second: a well-formed sprat
+    // ClientHello frame on a plain connection (66 bytes of payload: it would take 71 s), and
+    // the start of a TLS ClientHello. Each is closed at its deadline (5 s for the plain hello,
+    // 10 s for a whole TLS handshake; for the whole message, not for each read: before, each
+    // byte restarted the clock), and a well-behaved client is served meanwhile.
     let t = tmp();
     let root = t.path().join("root");
-    let mut srv = server(&root);
+    let opts = ServerOptions {
+        extra_args: vec!["--no-encryption".into()],
+        ..ServerOptions::default()
+    };
+    let mut srv = server_with(&root, &opts);
     let addr = srv.addr();
-    let drip = std::thread::spawn(move || {
-        let mut hello = 66u32.to_le_bytes().to_vec();
-        hello.push(3); // ClientHello
-        hello.extend_from_slice(&6u16.to_le_bytes());
-        hello.extend_from_slice(&[7; 64]);
-        let started = Instant::now();
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(1000)))
-            .unwrap();
-        let mut sink = [0u8; 512];
-        for b in hello {
-            if c.write_all(&[b]).is_err() {
-                return started.elapsed();
+    let drip = |first: Vec<u8>| {
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(1000)))
+                .unwrap();
+            let mut sink = [0u8; 512];
+            for b in first {
+                if c.write_all(&[b]).is_err() {
+                    return started.elapsed();
+                }
+                match c.read(&mut sink) {
+                    Ok(0) => return started.elapsed(),
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => return started.elapsed(),
+                }
             }
-            match c.read(&mut sink) {
-                Ok(0) => return started.elapsed(),
-                Ok(_) => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-                Err(_) => return started.elapsed(),
-            }
-        }
-        started.elapsed()
-    });
+            started.elapsed()
+        })
+    };
+    let mut hello = 66u32.to_le_bytes().to_vec();
+    hello.push(3); // ClientHello
+    hello.extend_from_slice(&7u16.to_le_bytes());
+    hello.extend_from_slice(&[7; 64]);
+    let plain = drip(hello);
+    // A TLS record header (handshake, TLS 1.0 record version, 512 bytes) and a ClientHello's
+    // start: 30 bytes of a message that would take minutes at this rate.
+    let mut tls = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    tls.extend_from_slice(&[9; 19]);
+    let encrypted = drip(tls);
     std::thread::sleep(Duration::from_secs(1));
     let src = t.path().join("src");
     make_many_files(&src, 50, 1000, 16);
     let out = cp(&srv, &[], &src, srv.url("dst"));
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &root.join("dst"));
-    let cut_after = drip.join().unwrap();
-    assert!(
-        cut_after > Duration::from_secs(4) && cut_after < Duration::from_secs(15),
-        "the dripping client was cut off after {cut_after:?}"
-    );
+    for (what, drip, lo, hi) in [("plain", plain, 4, 9), ("TLS", encrypted, 9, 16)] {
+        let cut_after = drip.join().unwrap();
+        assert!(
+            cut_after > Duration::from_secs(lo) && cut_after < Duration::from_secs(hi),
+            "the dripping {what} client was cut off after {cut_after:?}"
+        );
+    }
     assert!(srv.is_running());
 }
 

@@ -33,6 +33,10 @@ use tls::{HandshakeError, Tls};
 /// cannot send faster does not take more batches into its socket while other streams could
 /// carry them.
 const NOTSENT_LOWAT: u32 = 128 << 10;
+/// How long a client has for its whole TLS handshake on the server: about a dozen round trips
+/// of the slowest paths sprat serves, while a client dripping its hello holds a handshake slot
+/// no longer.
+const TLS_HANDSHAKE_PATIENCE: Duration = Duration::from_secs(10);
 /// Largest frame accepted before authentication.
 const MAX_UNAUTHENTICATED_FRAME: u32 = 4096;
 
@@ -729,7 +733,7 @@ pub fn accept(
         return Err(auth_error(conn, text));
     };
     if encrypted {
-        conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
+        conn.read_until(Some(started + TLS_HANDSHAKE_PATIENCE));
         conn.start_tls_server(tls)?;
     } else if !tls.allow_plain {
         let text = "this server accepts only encrypted connections: connect without \
