@@ -363,3 +363,37 @@ fn the_server_prints_its_fingerprint_and_keeps_its_key() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["chmod 600"]);
 }
+
+#[test]
+fn a_peer_that_does_not_speak_tls_is_named_as_such() {
+    // What an older sprat server answers a TLS hello with: a plain `Error` frame.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        if let Ok((mut c, _)) = listener.accept() {
+            let mut first = [0u8; 16];
+            let _ = c.read(&mut first);
+            let text = b"oversized frame during the handshake";
+            let mut frame = ((text.len() + 4) as u32).to_le_bytes().to_vec();
+            frame.push(4);
+            frame.extend_from_slice(&8u16.to_le_bytes());
+            frame.extend_from_slice(&(text.len() as u16).to_le_bytes());
+            frame.extend_from_slice(text);
+            let _ = c.write_all(&frame);
+        }
+    });
+    let t = tmp();
+    let out = run_sprat(
+        bin(),
+        [
+            OsString::from("ls"),
+            "--known-servers".into(),
+            t.path().join("k").into(),
+            format!("sprat://{addr}/").into(),
+        ],
+        &[],
+    );
+    assert_exit(&out, 3);
+    assert_error_names(&out, &["does not speak TLS"]);
+}

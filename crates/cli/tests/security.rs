@@ -946,7 +946,9 @@ fn a_client_dripping_its_hello_one_byte_a_second_is_cut_off_and_others_are_serve
     let plain = drip(hello);
     // A TLS record header (handshake, TLS 1.0 record version, 512 bytes) and a ClientHello's
     // start: 30 bytes of a message that would take minutes at this rate.
-    let mut tls = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    let mut tls = vec![
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ];
     tls.extend_from_slice(&[9; 19]);
     let encrypted = drip(tls);
     std::thread::sleep(Duration::from_secs(1));

@@ -179,10 +179,18 @@ impl Conn {
     fn handshake_failed(&self, e: HandshakeError) -> TransferError {
         match e {
             HandshakeError::Io(e) => self.lost(e),
-            HandshakeError::Tls(e) => TransferError::Auth {
-                peer: self.peer.clone(),
-                why: format!("TLS handshake failed: {e}"),
-            },
+            HandshakeError::Tls(e) => {
+                let hint = match e {
+                    rustls::Error::InvalidMessage(_) => {
+                        " (the peer does not speak TLS: an older sprat, or not sprat at all)"
+                    }
+                    _ => "",
+                };
+                TransferError::Auth {
+                    peer: self.peer.clone(),
+                    why: format!("TLS handshake failed: {e}{hint}"),
+                }
+            }
         }
     }
 

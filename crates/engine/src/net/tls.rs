@@ -27,8 +27,11 @@ use std::time::Instant;
 
 /// The label of the exporter both sides bind their token proofs to.
 const BINDING_LABEL: &[u8] = b"EXPORTER-sprat-token-binding";
-/// Ciphertext read from the socket per system call at most.
+/// Ciphertext read from the socket per system call at most, once the handshake is done.
 const INBOX: usize = 64 << 10;
+/// The same during the handshake: a stranger's connection costs little memory until it has
+/// proved it speaks TLS.
+const HANDSHAKE_INBOX: usize = 4 << 10;
 /// Ciphertext rustls may hold unsent before a writer waits for the socket.
 const OUTBOX: usize = 256 << 10;
 
@@ -301,7 +304,7 @@ impl Tls {
         conn.set_buffer_limit(Some(OUTBOX));
         let mut state = State {
             conn,
-            inbox: vec![0; INBOX],
+            inbox: vec![0; HANDSHAKE_INBOX],
             start: 0,
             end: 0,
             eof: false,
@@ -332,6 +335,12 @@ impl Tls {
                     });
                 }
             }
+        }
+        if state.start == state.end {
+            state.inbox = vec![0; INBOX];
+            (state.start, state.end) = (0, 0);
+        } else {
+            state.inbox.resize(INBOX.max(state.end), 0);
         }
         let mut binding = [0u8; 32];
         let binding = state
