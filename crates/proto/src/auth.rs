@@ -80,16 +80,35 @@ pub enum AuthError {
 /// Which credential a client proved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
-    /// The server's own token (or no token on a server run with `--no-auth`).
-    Token,
+    /// None: the server runs with `--no-auth`.
+    Open,
+    /// The server's token at this index of its [`ServerKeys::Tokens`] (0 with one token).
+    Token(usize),
     /// The one-time ticket at this index of the list given to [`ServerHandshake::new`].
     Ticket(usize),
+}
+
+/// The tokens a server accepts (besides one-time tickets).
+#[derive(Debug, Clone)]
+pub enum ServerKeys {
+    /// Anyone, without a token (`--no-auth`).
+    Open,
+    /// The keys of the server's tokens (one, or one per distinct token of its exports); the
+    /// client's hint names the one it holds, and [`Credential::Token`] says which it proved.
+    Tokens(Vec<TokenKey>),
+}
+
+impl From<Option<TokenKey>> for ServerKeys {
+    /// One token, or none at all (`--no-auth`).
+    fn from(key: Option<TokenKey>) -> ServerKeys {
+        key.map_or(ServerKeys::Open, |k| ServerKeys::Tokens(vec![k]))
+    }
 }
 
 /// Server side, waiting for the client's hello.
 #[derive(Debug)]
 pub struct ServerHandshake {
-    key: Option<TokenKey>,
+    keys: ServerKeys,
     tickets: Vec<TokenKey>,
     nonce: [u8; 32],
 }
@@ -102,11 +121,16 @@ pub struct ServerAwaitingProof {
 }
 
 impl ServerHandshake {
-    /// `key` is `None` on a server run with `--no-auth`; `tickets` are one-time keys that grant
+    /// `keys`: the server's tokens ([`ServerKeys`], or an `Option<TokenKey>`: one token, or
+    /// `None` on a server run with `--no-auth`); `tickets` are one-time keys that grant
     /// narrower rights.
-    pub fn new(key: Option<TokenKey>, tickets: Vec<TokenKey>, nonce: [u8; 32]) -> ServerHandshake {
+    pub fn new(
+        keys: impl Into<ServerKeys>,
+        tickets: Vec<TokenKey>,
+        nonce: [u8; 32],
+    ) -> ServerHandshake {
         ServerHandshake {
-            key,
+            keys: keys.into(),
             tickets,
             nonce,
         }
@@ -126,7 +150,7 @@ impl ServerHandshake {
         if version != PROTOCOL_VERSION {
             return Err(AuthError::Version(version));
         }
-        let Some(key) = &self.key else {
+        let ServerKeys::Tokens(tokens) = &self.keys else {
             let hello = Message::ServerHello {
                 version: PROTOCOL_VERSION,
                 auth_required: false,
@@ -137,13 +161,14 @@ impl ServerHandshake {
         };
         let hint = blake3::Hash::from_bytes(hint);
         // blake3::Hash compares in constant time.
-        let matched = std::iter::once(key)
+        let matched = tokens
+            .iter()
             .chain(self.tickets.iter())
             .position(|k| k.hint(&client_nonce) == hint)
             .ok_or(AuthError::WrongToken)?;
-        let (used, credential) = match matched {
-            0 => (key, Credential::Token),
-            i => (&self.tickets[i - 1], Credential::Ticket(i - 1)),
+        let (used, credential) = match matched.checked_sub(tokens.len()) {
+            None => (&tokens[matched], Credential::Token(matched)),
+            Some(i) => (&self.tickets[i], Credential::Ticket(i)),
         };
         let hello = Message::ServerHello {
             version: PROTOCOL_VERSION,
@@ -169,7 +194,7 @@ impl ServerAwaitingProof {
             return Err(AuthError::Unexpected);
         };
         match self.expected {
-            None => Ok(Credential::Token),
+            None => Ok(Credential::Open),
             Some((expected, credential)) if expected == blake3::Hash::from_bytes(mac) => {
                 Ok(credential)
             }
@@ -272,7 +297,7 @@ mod tests {
     fn same_token_authenticates_both_ways() {
         assert_eq!(
             run(Some(b"secret"), &[], Some(b"secret")),
-            Ok(Credential::Token)
+            Ok(Credential::Token(0))
         );
     }
 
@@ -290,7 +315,7 @@ mod tests {
 
     #[test]
     fn open_server_accepts_clients_without_a_token() {
-        assert_eq!(run(None, &[], None), Ok(Credential::Token));
+        assert_eq!(run(None, &[], None), Ok(Credential::Open));
     }
 
     #[test]
@@ -308,6 +333,25 @@ mod tests {
             run(Some(b"secret"), &[b"t1", b"t2"], Some(b"t2")),
             Ok(Credential::Ticket(1))
         );
+    }
+
+    #[test]
+    fn a_server_with_several_tokens_says_which_one_was_proved() {
+        let keys = |tokens: &[&[u8]]| tokens.iter().map(|t| TokenKey::from_token(t)).collect();
+        let tokens: &[&[u8]] = &[b"export-a", b"export-b", b"export-c"];
+        let prove = |token: &[u8]| {
+            let server =
+                ServerHandshake::new(ServerKeys::Tokens(keys(tokens)), keys(&[b"t"]), [1; 32]);
+            let (client, hello) = ClientHandshake::new(Some(TokenKey::from_token(token)), [2; 32]);
+            let (server, reply) = server.on_message(hello)?;
+            server.on_message(client.on_message(reply)?)
+        };
+        for (i, token) in tokens.iter().enumerate() {
+            assert_eq!(prove(token), Ok(Credential::Token(i)));
+        }
+        // Tickets are counted apart from the tokens.
+        assert_eq!(prove(b"t"), Ok(Credential::Ticket(0)));
+        assert_eq!(prove(b"other"), Err(AuthError::WrongToken));
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! read why).
 
 use super::{Direction, Role, SessionError, CLIENT_AUTH_TIMEOUT, CLIENT_HELLO_PATIENCE};
-use crate::auth::{AuthError, Credential, ServerAwaitingProof, ServerHandshake, TokenKey};
+use crate::auth::{
+    AuthError, Credential, ServerAwaitingProof, ServerHandshake, ServerKeys, TokenKey,
+};
 use crate::namespace::Request;
 use crate::{ErrorCode, Message, Operation, RemoteStats};
 use std::time::Instant;
@@ -107,16 +109,17 @@ pub fn refusal_code(e: &AuthError) -> ErrorCode {
 }
 
 impl ServerStream {
-    /// A new connection at `now`: `key` is `None` on a server run with `--no-auth`; `tickets`
-    /// are one-time keys also accepted.
+    /// A new connection at `now`: `keys` are the server's tokens (see [`ServerHandshake::new`]:
+    /// an `Option<TokenKey>` is one token, or `None` on a server run with `--no-auth`);
+    /// `tickets` are one-time keys also accepted.
     pub fn new(
-        key: Option<TokenKey>,
+        keys: impl Into<ServerKeys>,
         tickets: Vec<TokenKey>,
         nonce: [u8; 32],
         now: Instant,
     ) -> ServerStream {
         ServerStream {
-            state: State::Hello(ServerHandshake::new(key, tickets, nonce)),
+            state: State::Hello(ServerHandshake::new(keys, tickets, nonce)),
             deadline: Some(now + CLIENT_HELLO_PATIENCE),
         }
     }
@@ -469,7 +472,7 @@ mod tests {
         let proof = client.on_message(reply).expect("server proves the key");
         assert_eq!(
             s.on_message(proof, now),
-            Ok(Event::Authenticated(Credential::Token))
+            Ok(Event::Authenticated(Credential::Token(0)))
         );
         let event = s.on_message(first, now).expect("first message");
         (s, event, now)
