@@ -242,15 +242,50 @@ pub struct BenchCommon {
     pub json: bool,
 }
 
+/// The configuration file of `sprat serve --config`, shown by `sprat serve --help`.
+const SERVE_CONFIG_HELP: &str = "\
+Named exports (--config FILE, a TOML file): each export has a name, a root and its own tokens;
+URLs name the export first, sprat://HOST:PORT/EXPORT/PATH, and a token reaches only the
+exports that list it (`sprat ls sprat://HOST:PORT/` lists them). Relative paths in the file
+are relative to the file's directory. The flags --listen and --max-connections override the
+file's keys.
+
+    listen = \"0.0.0.0:7400\"           # required here or as --listen
+    max_connections = 64                 # optional (default 64)
+
+    [[export]]
+    name = \"runs\"                       # one path component: no '/', not '.' or '..'
+    root = \"/data/runs\"                 # an existing directory
+    token_files = [\"/etc/sprat/runs.token\"]   # files of one token each, and/or:
+    tokens = [\"kq3Xb6...\"]               # tokens inline (keep the file private)
+
+    [[export]]
+    name = \"public\"
+    root = \"/data/public\"
+    tokens = [\"9f2c71...\"]
+    read_only = true                     # refuse every write (default false)
+";
+
 #[derive(Debug, Args)]
+#[command(after_help = SERVE_CONFIG_HELP)]
 pub struct ServeArgs {
-    /// Directory to export; clients cannot reach outside it.
-    #[arg(long, value_name = "DIR")]
-    pub root: PathBuf,
+    /// Directory to export (the default export: URL paths are relative to it); clients
+    /// cannot reach outside it. Or --config for named exports.
+    #[arg(long, value_name = "DIR", required_unless_present = "config")]
+    pub root: Option<PathBuf>,
+    /// TOML file declaring named exports, each with its root, tokens and read_only, and the
+    /// listen address (see below). Not with --root, --token-file, --read-only or --no-auth.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["root", "token_file", "read_only", "no_auth"]
+    )]
+    pub config: Option<PathBuf>,
     /// Address to listen on; port 0 picks a free port. The first line on stdout is
-    /// `listening on HOST:PORT`, the second `fingerprint SHA256:...` (the server's key).
-    #[arg(long, value_name = "HOST:PORT")]
-    pub listen: SocketAddr,
+    /// `listening on HOST:PORT`, the second `fingerprint SHA256:...` (the server's key). With
+    /// --config, overrides the file's `listen`.
+    #[arg(long, value_name = "HOST:PORT", required_unless_present = "config")]
+    pub listen: Option<SocketAddr>,
     /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -269,9 +304,10 @@ pub struct ServeArgs {
     /// Accept clients without a token. Anyone who can connect can then read and write the root.
     #[arg(long)]
     pub no_auth: bool,
-    /// Most client connections served at once (each may hold one batch in memory).
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub max_connections: usize,
+    /// Most client connections served at once (each may hold one batch in memory); default
+    /// 64. With --config, overrides the file's `max_connections`.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
     #[command(flatten)]
     pub tuning: Tuning,
 }

@@ -10,6 +10,7 @@ mod model;
 mod namespace;
 mod progress;
 mod relay;
+mod serve_config;
 mod units;
 
 use anyhow::Context;
@@ -19,7 +20,7 @@ use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
 use sprat_engine::{
     Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
 };
-use sprat_engine::{Endpoint, Server, ServerConfig, TransferError, TransferOptions};
+use sprat_engine::{Endpoint, ExportsConfig, Server, ServerConfig, TransferError, TransferOptions};
 use std::io::Write;
 use std::path::Path;
 
@@ -191,18 +192,49 @@ pub fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     Ok(Some(TokenKey::from_token(trimmed)))
 }
 
+/// Most connections a server serves at once unless told otherwise.
+const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
 fn serve(a: ServeArgs) -> anyhow::Result<i32> {
-    let key = token(a.token_file.as_deref())?;
-    if key.is_none() && !a.no_auth {
-        anyhow::bail!(
-            "no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let anyone in)"
-        );
-    }
-    if key.is_some() && a.no_auth {
-        anyhow::bail!("--no-auth conflicts with the token given; choose one");
-    }
     let opts = options(&a.tuning, None, true);
     opts.validate()?;
+    // What is exported, where to listen and what errors name it as.
+    let (exports, listen, max_connections, what) = match &a.config {
+        Some(file) => {
+            let c = serve_config::read(file)?;
+            let listen = a.listen.or(c.listen).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "config '{}': no address to listen on: set key 'listen' or give --listen",
+                    file.display()
+                )
+            })?;
+            let max = a.max_connections.or(c.max_connections);
+            let what = format!("the exports of config '{}'", file.display());
+            (ExportsConfig::Named(c.exports), listen, max, what)
+        }
+        None => {
+            let (Some(root), Some(listen)) = (&a.root, a.listen) else {
+                anyhow::bail!("give --root DIR and --listen HOST:PORT, or --config FILE");
+            };
+            let key = token(a.token_file.as_deref())?;
+            if key.is_none() && !a.no_auth {
+                anyhow::bail!(
+                    "no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let \
+                     anyone in)"
+                );
+            }
+            if key.is_some() && a.no_auth {
+                anyhow::bail!("--no-auth conflicts with the token given; choose one");
+            }
+            let exports = ExportsConfig::Default {
+                root: root.clone(),
+                read_only: a.read_only,
+                key,
+            };
+            let what = format!("'{}'", root.display());
+            (exports, listen, a.max_connections, what)
+        }
+    };
     let key_file = match &a.key_file {
         Some(f) => f.clone(),
         None => ServerIdentity::default_path()?,
@@ -212,15 +244,13 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
     let config = ServerConfig {
-        root: a.root.clone(),
-        key,
-        read_only: a.read_only,
+        exports,
         tls,
         options: opts,
-        max_connections: a.max_connections.max(1),
+        max_connections: max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
     };
-    let server = Server::bind(config, &a.listen.to_string())
-        .with_context(|| format!("cannot serve '{}'", a.root.display()))?;
+    let server = Server::bind(config, &listen.to_string())
+        .with_context(|| format!("cannot serve {what}"))?;
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on {addr}")?;

@@ -275,7 +275,7 @@ pub fn overhead(
     use crate::dataset::{self, DatasetSpec, SizeDist};
     use sprat_engine::{push_input, PushInput};
     use sprat_engine::{Credentials, ServerIdentity, ServerTls, TokenKey, Trust};
-    use sprat_engine::{Server, ServerConfig};
+    use sprat_engine::{ExportsConfig, Server, ServerConfig};
     if plan.points.len() < 2 {
         return Err(TransferError::Usage(
             "--points needs at least two numbers of files to fit".into(),
@@ -291,9 +291,11 @@ pub fn overhead(
         .map_err(|e| TransferError::Local(format!("cannot set up TLS: {e}")))?;
     let server = Server::bind(
         ServerConfig {
-            root: srv_root.clone(),
-            key: Some(TokenKey::from_token(&token)),
-            read_only: false,
+            exports: ExportsConfig::Default {
+                root: srv_root.clone(),
+                read_only: false,
+                key: Some(TokenKey::from_token(&token)),
+            },
             tls,
             options: plan.options.clone(),
             max_connections: 64,

@@ -98,6 +98,18 @@ pub enum ServerKeys {
     Tokens(Vec<TokenKey>),
 }
 
+impl ServerKeys {
+    /// These keys bound to one channel (see [`TokenKey::bound_to`]).
+    pub fn bound_to(&self, channel: &[u8; 32]) -> ServerKeys {
+        match self {
+            ServerKeys::Open => ServerKeys::Open,
+            ServerKeys::Tokens(keys) => {
+                ServerKeys::Tokens(keys.iter().map(|k| k.bound_to(channel)).collect())
+            }
+        }
+    }
+}
+
 impl From<Option<TokenKey>> for ServerKeys {
     /// One token, or none at all (`--no-auth`).
     fn from(key: Option<TokenKey>) -> ServerKeys {

@@ -15,7 +15,7 @@ pub use tls::ServerTls;
 pub use trust::{Credentials, Trust};
 
 use crate::error::TransferError;
-use sprat_proto::auth::{ClientHandshake, Credential, TokenKey};
+use sprat_proto::auth::{ClientHandshake, Credential, ServerKeys, TokenKey};
 use sprat_proto::frame::kind;
 use sprat_proto::session::client::{self as client_session, ClientStream};
 use sprat_proto::session::server::{self as server_session, ServerStream};
@@ -712,12 +712,12 @@ impl Conn {
 }
 
 /// Runs the server side of the handshake on a new connection (feeding a
-/// [`ServerStream`]); `tickets` are one-time keys also accepted. Returns the connection's
-/// machine, now waiting for its first message, and the credential the client proved; a
-/// client that failed is refused (with `Error`) here.
+/// [`ServerStream`]); `keys` are the server's tokens, `tickets` one-time keys also accepted.
+/// Returns the connection's machine, now waiting for its first message, and the credential
+/// the client proved; a client that failed is refused (with `Error`) here.
 pub fn accept(
     conn: &mut Conn,
-    key: Option<&TokenKey>,
+    keys: &ServerKeys,
     tickets: Vec<TokenKey>,
     tls: &ServerTls,
 ) -> Result<(ServerStream, Credential), TransferError> {
@@ -751,9 +751,9 @@ pub fn accept(
         return Err(auth_error(conn, text));
     }
     let binding = conn.binding();
-    let key = key.map(|k| k.bound_to(&binding));
+    let keys = keys.bound_to(&binding);
     let tickets = tickets.iter().map(|t| t.bound_to(&binding)).collect();
-    let mut machine = ServerStream::new(key, tickets, random(), Instant::now());
+    let mut machine = ServerStream::new(keys, tickets, random(), Instant::now());
     loop {
         conn.read_until(machine.deadline());
         let msg = conn.recv_small()?;

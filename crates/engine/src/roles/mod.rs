@@ -9,6 +9,7 @@ pub(crate) mod delete;
 pub(crate) mod destination;
 pub(crate) mod dry_run;
 pub(crate) mod endpoint;
+pub(crate) mod exports;
 pub(crate) mod local;
 pub(crate) mod pull;
 pub(crate) mod push;

@@ -1,7 +1,10 @@
 //! The server's answers to namespace requests: one request in, one (possibly streamed) reply
 //! out, however large the tree. Listings and checksums are sent in frames of about 512 KiB as
-//! they are produced, so memory stays bounded.
+//! they are produced, so memory stays bounded. Every path is placed in an export the
+//! connection reaches first (see [`super::exports`]); the server's root above named exports
+//! can be listed, described and counted, nothing else.
 
+use super::exports::{Export, Exports, Place, Reach};
 use super::push::{push_input, PushInput};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
@@ -21,15 +24,42 @@ use std::time::Duration;
 
 /// What answering needs from the server.
 pub(crate) struct Context<'a> {
-    pub root: &'a Root,
-    pub read_only: bool,
+    pub exports: &'a Exports,
+    /// The exports the connection's credential reaches.
+    pub reach: &'a Reach,
     pub options: &'a TransferOptions,
-    /// Issues a one-time ticket for pushing to a path; returns it and its lifetime.
-    pub issue_ticket: &'a dyn Fn(Vec<u8>) -> ([u8; 32], Duration),
+    /// Issues a one-time ticket for pushing to a path (as the client named it) in the export
+    /// of that index; returns it and its lifetime.
+    pub issue_ticket: &'a dyn Fn(Vec<u8>, usize) -> ([u8; 32], Duration),
+}
+
+impl Context<'_> {
+    fn place(&self, path: &[u8]) -> Result<Place<'_>, Refusal> {
+        Ok(self.exports.place(self.reach, path)?)
+    }
+
+    /// The export `path` lies in and the path below its root; `what` names the operation
+    /// refused on the server's root.
+    fn in_export(&self, path: &[u8], what: &str) -> Result<(&Export, usize, Vec<u8>), Refusal> {
+        Ok(self.exports.place_in_export(self.reach, path, what)?)
+    }
+
+    /// [`Context::in_export`] for a change, refused in a read-only export.
+    fn writable(&self, path: &[u8], what: &str) -> Result<(&Export, usize, Vec<u8>), Refusal> {
+        let (export, index, rel) = self.in_export(path, what)?;
+        export.writable("change", &rel)?;
+        Ok((export, index, rel))
+    }
 }
 
 /// Failure of a request, already in the form sent to the client.
 struct Refusal(ErrorCode, String);
+
+impl From<(ErrorCode, String)> for Refusal {
+    fn from((code, text): (ErrorCode, String)) -> Refusal {
+        Refusal(code, text)
+    }
+}
 
 impl From<StoreError> for Refusal {
     fn from(e: StoreError) -> Refusal {
@@ -61,19 +91,6 @@ pub(crate) fn answer(
         Ok(()) => Ok(()),
         Err(Refusal(code, text)) => conn.send(&Message::Error { code, text }),
     }
-}
-
-fn writable(ctx: &Context<'_>, path: &[u8]) -> Result<(), Refusal> {
-    if ctx.read_only {
-        return Err(Refusal(
-            ErrorCode::ReadOnly,
-            format!(
-                "the server is read-only: refusing to change '{}'",
-                display_path(path)
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn ns_entry(e: ScanEntry) -> NsEntry {
@@ -154,6 +171,7 @@ fn push_digest(
 fn list(
     ctx: &Context<'_>,
     conn: &mut Conn,
+    root: &Root,
     path: &[u8],
     recursive: bool,
     digests: bool,
@@ -168,10 +186,10 @@ fn list(
     let failed = |t: String| StoreError::other("list", path, &t);
     let mut logs = Vec::new();
     // A single file's partial file lies beside it (or instead of it), outside the walk.
-    let beside = partial::describe_file(ctx.root, path);
+    let beside = partial::describe_file(root, path);
     let mut listed_a_dir = false;
-    digest::with_pool(ctx.root, threads, full_path, |mut pool| {
-        let walked = ns::walk(ctx.root, path, recursive, |e| {
+    digest::with_pool(root, threads, full_path, |mut pool| {
+        let walked = ns::walk(root, path, recursive, |e| {
             if e.path.is_empty() && e.kind == EntryType::Dir {
                 listed_a_dir = true;
             }
@@ -203,7 +221,7 @@ fn list(
         }
         // Partial files an interrupted transfer left, for a copy to resume.
         if !logs.is_empty() {
-            let listed = ctx.root.sub_root(path)?;
+            let listed = root.sub_root(path)?;
             for log in &logs {
                 if let Some((file, id, present)) = partial::describe(&listed, log) {
                     let e = PartialEntry { id, present }.to_listed(file);
@@ -222,41 +240,119 @@ fn list(
     Ok(())
 }
 
+/// The server's root above named exports, as listed and described: a directory that cannot
+/// be written.
+fn server_root_entry() -> NsEntry {
+    NsEntry {
+        kind: NsKind::Dir,
+        size: 0,
+        mode: 0o555,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        target: Vec::new(),
+        path: Vec::new(),
+    }
+}
+
+/// `List` of the server's root above named exports: the root itself, then each export the
+/// connection reaches as a directory named after it (and, `recursive`, everything below it,
+/// paths beginning with the export's name).
+fn list_exports(ctx: &Context<'_>, conn: &mut Conn, recursive: bool) -> Result<(), Refusal> {
+    let mut entries = Batcher::new(Message::Entries);
+    let root = server_root_entry();
+    let size = entry_wire_size(&root);
+    entries.push(conn, root, size)?;
+    for export in ctx.exports.reachable(ctx.reach) {
+        let name = export.name.as_bytes();
+        if !recursive {
+            let mut e = ns_entry(sprat_store::stat_path(&export.root, b"")?);
+            e.path = name.to_vec();
+            let size = entry_wire_size(&e);
+            entries.push(conn, e, size)?;
+            continue;
+        }
+        let failed = |t: String| StoreError::other("list", name, &t);
+        ns::walk(&export.root, b"", true, |e| {
+            let mut e = ns_entry(e);
+            e.path = sprat_store::join(name, &e.path);
+            let size = entry_wire_size(&e);
+            entries
+                .push(conn, e, size)
+                .map_err(|Refusal(_, t)| failed(t))
+        })?;
+    }
+    entries.flush(conn)?;
+    conn.send(&Message::ReplyEnd)?;
+    Ok(())
+}
+
 fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refusal> {
     match req {
         Request::List {
             path,
             recursive,
             digests,
-        } => list(ctx, conn, &path, recursive, digests)?,
+        } => match ctx.place(&path)? {
+            Place::ServerRoot => list_exports(ctx, conn, recursive)?,
+            Place::In { export, rel, .. } => {
+                list(ctx, conn, &export.root, &rel, recursive, digests)?
+            }
+        },
         Request::Stat { path } => {
-            let mut e = ns_entry(sprat_store::stat_path(ctx.root, &path)?);
+            let mut e = match ctx.place(&path)? {
+                Place::ServerRoot => server_root_entry(),
+                Place::In { export, rel, .. } => {
+                    ns_entry(sprat_store::stat_path(&export.root, &rel)?)
+                }
+            };
             e.path.clear();
             conn.send(&Message::Entries(vec![e]))?;
             conn.send(&Message::ReplyEnd)?;
         }
         Request::Du { path } => {
-            let u = ns::usage(ctx.root, &path)?;
-            conn.send(&Message::Usage(DiskUsage {
-                files: u.files,
-                dirs: u.dirs,
-                symlinks: u.symlinks,
-                bytes: u.bytes,
-            }))?;
+            let mut total = DiskUsage::default();
+            let mut add = |root: &Root, rel: &[u8]| -> Result<(), Refusal> {
+                let u = ns::usage(root, rel)?;
+                total.files += u.files;
+                total.dirs += u.dirs;
+                total.symlinks += u.symlinks;
+                total.bytes += u.bytes;
+                Ok(())
+            };
+            match ctx.place(&path)? {
+                Place::ServerRoot => {
+                    for export in ctx.exports.reachable(ctx.reach) {
+                        add(&export.root, b"")?;
+                    }
+                }
+                Place::In { export, rel, .. } => add(&export.root, &rel)?,
+            }
+            conn.send(&Message::Usage(total))?;
         }
         Request::Mkdir { path, parents } => {
-            writable(ctx, &path)?;
-            ns::make_dir(ctx.root, &path, parents)?;
+            let (export, _, rel) = ctx.writable(&path, "make a directory in")?;
+            ns::make_dir(&export.root, &rel, parents)?;
             conn.send(&Message::ReplyEnd)?;
         }
         Request::Remove { path, recursive } => {
-            writable(ctx, &path)?;
-            ns::remove(ctx.root, &path, recursive)?;
+            let (export, _, rel) = ctx.writable(&path, "remove")?;
+            ns::remove(&export.root, &rel, recursive)?;
             conn.send(&Message::ReplyEnd)?;
         }
         Request::Rename { from, to } => {
-            writable(ctx, &from)?;
-            ns::rename(ctx.root, &from, &to)?;
+            let (export, index, from) = ctx.writable(&from, "move")?;
+            let (other, other_index, to) = ctx.in_export(&to, "move into")?;
+            if index != other_index {
+                return Err(Refusal(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "cannot move from export '{}' to export '{}': a move stays within one \
+                         export (copy, then remove)",
+                        export.name, other.name
+                    ),
+                ));
+            }
+            ns::rename(&export.root, &from, &to)?;
             conn.send(&Message::ReplyEnd)?;
         }
         Request::Sum {
@@ -264,7 +360,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             recursive,
             algo,
         } => {
-            let top = sprat_store::stat_path(ctx.root, &path)?;
+            let (export, _, rel) = ctx.in_export(&path, "checksum")?;
+            let (root, path) = (&export.root, rel);
+            let top = sprat_store::stat_path(root, &path)?;
             if top.kind == EntryType::Dir && !recursive {
                 return Err(Refusal(
                     ErrorCode::BadRequest,
@@ -277,12 +375,12 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 SumAlgo::Md5 => Digest::Md5,
             };
             let mut out = Batcher::new(Message::Sums);
-            ns::walk(ctx.root, &path, true, |e| {
+            ns::walk(root, &path, true, |e| {
                 if e.kind != EntryType::File {
                     return Ok(());
                 }
                 let full = sprat_store::join(&path, &e.path);
-                let d = ns::checksum_file(ctx.root, &full, digest)?;
+                let d = ns::checksum_file(root, &full, digest)?;
                 let size = e.path.len() + d.len() + 4;
                 out.push(conn, (e.path, d), size)
                     .map_err(|Refusal(_, t)| StoreError::other("checksum", &full, &t))
@@ -291,8 +389,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             conn.send(&Message::ReplyEnd)?;
         }
         Request::Delegate { path } => {
-            writable(ctx, &path)?;
-            let (ticket, lifetime) = (ctx.issue_ticket)(path);
+            let (_, index, _) = ctx.writable(&path, "push to")?;
+            let (ticket, lifetime) = (ctx.issue_ticket)(path, index);
             conn.send(&Message::Ticket {
                 ticket,
                 expires_in_s: lifetime.as_secs() as u32,
@@ -309,7 +407,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             stall_timeout_ms,
             dest_key,
         } => {
-            let source = ctx.root.source(&path)?;
+            let (export, _, rel) = ctx.in_export(&path, "send")?;
+            let source = export.root.source(&rel)?;
             // The client's stall timeout, within the server's own (0 on either side: none).
             let stall_timeout = match (
                 Duration::from_millis(stall_timeout_ms.into()),

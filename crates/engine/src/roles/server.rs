@@ -1,5 +1,5 @@
 //! `sprat serve`: accepts connections, authenticates them, and runs push and pull sessions
-//! confined to the exported root.
+//! confined to the exports the client's credential reaches (see [`super::exports`]).
 //!
 //! A session is opened by one connection (the control connection) and joined by the others of
 //! the same client; all of them carry batches. Push: each connection's batches go to one
@@ -7,6 +7,7 @@
 //! applies directory attributes and returns the totals. Pull: every connection takes batches
 //! from one source pipeline until it is drained, then sends `End`.
 
+use super::exports::{Exports, ExportsConfig, Reach};
 use super::requests;
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
@@ -25,20 +26,17 @@ use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, JOIN_PATIENCE};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals};
-use sprat_store::{display_path, Root, StoreError, TreeWriter};
+use sprat_store::{display_path, StoreError, TreeWriter};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Settings of a server.
 pub struct ServerConfig {
-    pub root: PathBuf,
-    /// `None` only when the operator chose `--no-auth`.
-    pub key: Option<TokenKey>,
-    pub read_only: bool,
+    /// What it exports, and to which tokens.
+    pub exports: ExportsConfig,
     /// The server's key and whether plain (unencrypted) connections are allowed too.
     pub tls: net::ServerTls,
     pub options: TransferOptions,
@@ -54,9 +52,7 @@ pub struct Server {
 }
 
 struct Shared {
-    root: Root,
-    key: Option<TokenKey>,
-    read_only: bool,
+    exports: Exports,
     tls: net::ServerTls,
     options: TransferOptions,
     sessions: Registry<Session>,
@@ -198,18 +194,16 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
 }
 
 impl Server {
-    /// Opens the root and binds the listening socket.
+    /// Opens the exports' roots and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
-        let root = Root::open(&config.root)?;
+        let exports = Exports::open(config.exports)?;
         let (_, buffer) = crate::tune::TcpLimits::read().buffers(config.options.tcp_buffer);
         let listener = net::listen(addr, buffer)
             .map_err(|e| TransferError::Local(format!("cannot listen on {addr}: {e}")))?;
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
-                root,
-                key: config.key,
-                read_only: config.read_only,
+                exports,
                 tls: config.tls,
                 options: config.options,
                 sessions: Registry::default(),
@@ -346,7 +340,10 @@ impl Drop for Admitted<'_> {
 struct Ticket {
     id: u64,
     key: TokenKey,
+    /// As the client named it (with the export's name, if the server has named exports).
     path: Vec<u8>,
+    /// The export `path` lies in (the only one the ticket reaches).
+    export: usize,
     expires: Instant,
     /// The push session opened with it; the ticket dies with that session.
     session: Option<[u8; 16]>,
@@ -357,16 +354,14 @@ const TICKET_LIFETIME: Duration = Duration::from_secs(60);
 /// Most tickets outstanding at once.
 const MAX_TICKETS: usize = 256;
 
-/// What an authenticated connection may do.
-#[derive(Clone, Copy)]
-enum Access {
-    /// Everything the server allows (the token, or `--no-auth`).
-    Full,
-    /// Only the push the ticket was issued for.
-    Ticket(u64),
+/// What an authenticated connection may do: name the exports its credential reaches, and
+/// with a ticket only what the ticket was issued for (see [`ticket_allows`]).
+struct Access {
+    reach: Reach,
+    ticket: Option<u64>,
 }
 
-fn issue_ticket(shared: &Shared, path: Vec<u8>) -> ([u8; 32], Duration) {
+fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Duration) {
     let secret: [u8; 32] = net::random();
     let mut tickets = lock(&shared.tickets);
     let now = Instant::now();
@@ -378,6 +373,7 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>) -> ([u8; 32], Duration) {
         id: shared.next_ticket.fetch_add(1, Ordering::Relaxed),
         key: TokenKey::from_token(&secret),
         path,
+        export,
         expires: now + TICKET_LIFETIME,
         session: None,
     });
@@ -385,20 +381,36 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>) -> ([u8; 32], Duration) {
 }
 
 fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
-    let (ids, keys): (Vec<u64>, Vec<TokenKey>) = {
+    let (ids, keys): (Vec<(u64, usize)>, Vec<TokenKey>) = {
         let now = Instant::now();
         let mut tickets = lock(&shared.tickets);
         tickets.retain(|t| t.session.is_some() || t.expires > now);
         tickets
             .iter()
             .filter(|t| t.expires > now || t.session.is_some())
-            .map(|t| (t.id, t.key.clone()))
+            .map(|t| ((t.id, t.export), t.key.clone()))
             .unzip()
     };
-    let authenticated = net::accept(&mut conn, shared.key.as_ref(), keys, &shared.tls);
+    let authenticated = net::accept(&mut conn, &shared.exports.keys, keys, &shared.tls);
     let (machine, access) = match authenticated {
-        Ok((m, Credential::Token)) => (m, Access::Full),
-        Ok((m, Credential::Ticket(i))) => (m, Access::Ticket(ids[i])),
+        Ok((m, Credential::Ticket(i))) => {
+            let Some(&(id, export)) = ids.get(i) else {
+                lock(&shared.handshaking).end(ip);
+                return;
+            };
+            let access = Access {
+                reach: Reach::one(export),
+                ticket: Some(id),
+            };
+            (m, access)
+        }
+        Ok((m, credential)) => {
+            let access = Access {
+                reach: shared.exports.reach_of(credential),
+                ticket: None,
+            };
+            (m, access)
+        }
         Err(e) => {
             lock(&shared.handshaking).end(ip);
             eprintln!("sprat serve: {e}");
@@ -444,10 +456,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
         return served.refuse(ErrorCode::Busy, text);
     }
     let _admitted = Admitted(&shared.connections);
-    let ticket = match access {
-        Access::Full => None,
-        Access::Ticket(id) => Some(id),
-    };
+    let ticket = access.ticket;
     // A join may arrive before the `Open` of its session has been served (the client sends
     // both at once): it waits for the session, and a ticket's join is checked again then.
     if let Err((code, text)) = ticket_allows(shared, ticket, &event, true) {
@@ -458,7 +467,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
     }
     match event {
         Event::Open { session, op, path } => {
-            open_session(shared, served, session, op, path, ticket);
+            open_session(shared, served, session, op, path, &access);
             // Joins waiting for a session that could not be opened fail now.
             shared.sessions.abandon(&session);
         }
@@ -474,10 +483,10 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             let _ = announce_and_serve(served, &found, false);
         }
         Event::Request(mut req) => {
-            let issue = |path: Vec<u8>| issue_ticket(shared, path);
+            let issue = |path: Vec<u8>, export: usize| issue_ticket(shared, path, export);
             let ctx = requests::Context {
-                root: &shared.root,
-                read_only: shared.read_only,
+                exports: &shared.exports,
+                reach: &access.reach,
                 options: &shared.options,
                 issue_ticket: &issue,
             };
@@ -561,23 +570,36 @@ fn open_session(
     id: SessionId,
     op: Operation,
     path: Vec<u8>,
-    ticket: Option<u64>,
+    access: &Access,
 ) {
+    let ticket = access.ticket;
+    // The export and the path below its root; a discarding push writes nothing anywhere, so
+    // it needs none.
+    let what = match op {
+        Operation::Push { discard: true, .. } => None,
+        Operation::Push { .. } => Some("push to"),
+        Operation::Pull { .. } => Some("pull"),
+    };
+    let place = match what.map(|w| shared.exports.place_in_export(&access.reach, &path, w)) {
+        None => None,
+        Some(Ok(place)) => Some(place),
+        Some(Err((code, text))) => return served.refuse(code, text),
+    };
     let session = match op {
         Operation::Push {
             source_is_dir,
             durable,
             discard,
         } => {
-            if shared.read_only && !discard {
-                return served.refuse(
-                    ErrorCode::ReadOnly,
-                    format!(
-                        "the server is read-only: refusing to write '{}'",
-                        display_path(&path)
-                    ),
-                );
-            }
+            let (root, rel) = match &place {
+                Some((export, _, rel)) => {
+                    if let Err((code, text)) = export.writable("write", rel) {
+                        return served.refuse(code, text);
+                    }
+                    (Some(*export), rel.as_slice())
+                }
+                None => (None, &[][..]),
+            };
             // The same form as every writer's (its leftovers are recognised by it).
             let tag = super::destination::temp_tag();
             // Held by the writer, so until every write of this session is over.
@@ -586,24 +608,25 @@ fn open_session(
                 let patience = crate::session::claims::CLAIM_PATIENCE;
                 shared.claims.claim(&path, progress.clone(), patience)
             });
-            let writer = if discard {
-                Ok(None)
-            } else if source_is_dir {
-                shared
+            let writer = match root {
+                None => Ok(None),
+                Some(export) if source_is_dir => export
                     .root
-                    .mkdir_all(&path)
-                    .map(|r| Some(TreeWriter::for_dir(r, !path.is_empty(), tag)))
-            } else if path.is_empty() {
-                return served.refuse(
-                    ErrorCode::BadRequest,
-                    "a single file cannot replace the server's root directory".into(),
-                );
-            } else {
-                let (parent, name) = sprat_store::split_parent(&path);
-                shared
-                    .root
-                    .mkdir_all(parent)
-                    .map(|r| Some(TreeWriter::for_file(r, name.to_vec(), tag)))
+                    .mkdir_all(rel)
+                    .map(|r| Some(TreeWriter::for_dir(r, !rel.is_empty(), tag))),
+                Some(root) if rel.is_empty() => {
+                    return served.refuse(
+                        ErrorCode::BadRequest,
+                        format!("a single file cannot replace {}", root.describe()),
+                    )
+                }
+                Some(export) => {
+                    let (parent, name) = sprat_store::split_parent(rel);
+                    export
+                        .root
+                        .mkdir_all(parent)
+                        .map(|r| Some(TreeWriter::for_file(r, name.to_vec(), tag)))
+                }
             };
             let writer = match writer {
                 Ok(w) => w.map(|w| {
@@ -648,7 +671,10 @@ fn open_session(
                     Err((code, text)) => return served.refuse(code, text),
                 },
             };
-            let src = match shared.root.source(&path) {
+            let Some((export, _, rel)) = &place else {
+                return served.refuse(ErrorCode::BadRequest, "a pull needs an export".into());
+            };
+            let src = match export.root.source(rel) {
                 Ok(s) => s,
                 // A source below a regular file does not exist either.
                 Err(e) if e.errno() == Some(rustix::io::Errno::NOTDIR) => {

@@ -1,0 +1,251 @@
+//! `sprat serve --config FILE`: the TOML file that declares a server's named exports (each a
+//! name, a root, its tokens and whether it is read-only) and the server-wide settings that are
+//! otherwise flags (`listen`, `max_connections`). Read and checked here, at the binary's edge,
+//! into the engine's [`ExportSpec`]s; every mistake is one line naming the file, the export
+//! and the key. The format is shown by `sprat serve --help` (`args::SERVE_CONFIG_HELP`).
+//!
+//! Not here: what exports mean to the server (`sprat_engine`'s `exports` module).
+
+use serde::Deserialize;
+use sprat_engine::{check_export_name, ExportSpec};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// A configuration as read and checked.
+#[derive(Debug)]
+pub struct ServeConfig {
+    pub listen: Option<SocketAddr>,
+    pub max_connections: Option<usize>,
+    pub exports: Vec<ExportSpec>,
+}
+
+/// A mistake in the file, in one line: `config 'FILE': [export 'NAME': ][key 'KEY': ]what`.
+#[derive(Debug, thiserror::Error)]
+#[error("config '{}': {what}", file.display())]
+pub struct ConfigError {
+    file: PathBuf,
+    what: String,
+}
+
+/// The file's top level.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    listen: Option<String>,
+    max_connections: Option<usize>,
+    /// Each `[[export]]` table, read on its own so that its mistakes name it.
+    #[serde(default)]
+    export: Vec<toml::Table>,
+}
+
+/// One `[[export]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExport {
+    name: String,
+    root: PathBuf,
+    #[serde(default)]
+    tokens: Vec<String>,
+    #[serde(default)]
+    token_files: Vec<PathBuf>,
+    #[serde(default)]
+    read_only: bool,
+}
+
+/// A serde error of a table in one line, in the file's words (keys, not fields): toml says
+/// which key on a line of its own.
+fn one_line(e: &toml::de::Error) -> String {
+    e.to_string()
+        .trim_end()
+        .replace("\nin ", ", in key ")
+        .replace("unknown field", "unknown key")
+        .replace("missing field", "missing key")
+}
+
+/// Reads and checks `file`.
+pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
+    let fail = |what: String| ConfigError {
+        file: file.to_path_buf(),
+        what,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    // Syntax first (with the line), then the keys of the top level.
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map_or(0, |s| text[..s.start].lines().count().max(1));
+        fail(format!("line {line}: {}", e.message()))
+    })?;
+    let raw = RawFile::deserialize(toml::Value::Table(table)).map_err(|e| fail(one_line(&e)))?;
+    let listen = raw
+        .listen
+        .map(|l| {
+            l.parse::<SocketAddr>()
+                .map_err(|e| fail(format!("key 'listen': '{l}': {e} (expected HOST:PORT)")))
+        })
+        .transpose()?;
+    if raw.export.is_empty() {
+        return Err(fail(
+            "no [[export]] table: declare at least one export (name, root, tokens)".into(),
+        ));
+    }
+    // Relative paths in the file are relative to its directory.
+    let base = file.parent().unwrap_or(Path::new("."));
+    let mut exports: Vec<ExportSpec> = Vec::with_capacity(raw.export.len());
+    for (i, table) in raw.export.into_iter().enumerate() {
+        // Named by its name if it has one, else by its place in the file.
+        let label = match table.get("name").and_then(|n| n.as_str()) {
+            Some(name) => format!("export '{name}'"),
+            None => format!("export #{}", i + 1),
+        };
+        let fail_in = |what: String| fail(format!("{label}: {what}"));
+        let raw =
+            RawExport::deserialize(toml::Value::Table(table)).map_err(|e| fail_in(one_line(&e)))?;
+        check_export_name(&raw.name)
+            .map_err(|why| fail_in(format!("key 'name': the name {why}")))?;
+        if exports.iter().any(|e| e.name == raw.name) {
+            return Err(fail_in(
+                "key 'name': another export has this name already".into(),
+            ));
+        }
+        let root = base.join(&raw.root);
+        match std::fs::metadata(&root) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(fail_in(format!(
+                    "key 'root': '{}' is not a directory",
+                    root.display()
+                )))
+            }
+            Err(e) => return Err(fail_in(format!("key 'root': '{}': {e}", root.display()))),
+        }
+        let mut tokens = Vec::new();
+        for token in &raw.tokens {
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(fail_in("key 'tokens': an empty token".into()));
+            }
+            tokens.push(token.as_bytes().to_vec());
+        }
+        for token_file in &raw.token_files {
+            let path = base.join(token_file);
+            let bytes = std::fs::read(&path).map_err(|e| {
+                fail_in(format!(
+                    "key 'token_files': cannot read '{}': {e}",
+                    path.display()
+                ))
+            })?;
+            let token = bytes.trim_ascii();
+            if token.is_empty() {
+                return Err(fail_in(format!(
+                    "key 'token_files': '{}' is empty",
+                    path.display()
+                )));
+            }
+            tokens.push(token.to_vec());
+        }
+        if tokens.is_empty() {
+            return Err(fail_in(
+                "no token: give 'tokens' or 'token_files' (an export is never open to anyone)"
+                    .into(),
+            ));
+        }
+        exports.push(ExportSpec {
+            name: raw.name,
+            root,
+            read_only: raw.read_only,
+            tokens,
+        });
+    }
+    Ok(ServeConfig {
+        listen,
+        max_connections: raw.max_connections,
+        exports,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `text` as a config file in a fresh directory (with a directory `data` and a
+    /// token file `t`), and reads it.
+    fn read_text(text: &str) -> (tempfile::TempDir, Result<ServeConfig, ConfigError>) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(dir.path().join("t"), "file-token\n").unwrap();
+        let file = dir.path().join("sprat.toml");
+        std::fs::write(&file, text).unwrap();
+        let read = read(&file);
+        (dir, read)
+    }
+
+    #[test]
+    fn a_good_file_gives_its_exports_with_paths_relative_to_it() {
+        let (dir, read) = read_text(
+            "listen = \"127.0.0.1:0\"\nmax_connections = 8\n\
+             [[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\" inline \"]\n\
+             token_files = [\"t\"]\n\
+             [[export]]\nname = \"b\"\nroot = \"data\"\ntokens = [\"x\"]\nread_only = true\n",
+        );
+        let c = read.unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.max_connections, Some(8));
+        assert_eq!(c.exports.len(), 2);
+        assert_eq!(c.exports[0].root, dir.path().join("data"));
+        assert_eq!(
+            c.exports[0].tokens,
+            [b"inline".to_vec(), b"file-token".to_vec()]
+        );
+        assert!(!c.exports[0].read_only && c.exports[1].read_only);
+    }
+
+    #[test]
+    fn each_mistake_is_one_line_naming_the_export_and_the_key() {
+        let export = |body: &str| format!("[[export]]\nname = \"a\"\n{body}\n");
+        let cases = [
+            (
+                export("root = \"data\"\ntokens = [\"t\"]\nroots = 1"),
+                "`roots`",
+            ),
+            (export("tokens = [\"t\"]"), "`root`"),
+            (export("root = 5\ntokens = [\"t\"]"), "key `root`"),
+            (export("root = \"nowhere\"\ntokens = [\"t\"]"), "key 'root'"),
+            (export("root = \"t\"\ntokens = [\"t\"]"), "not a directory"),
+            (export("root = \"data\""), "no token"),
+            (export("root = \"data\"\ntokens = [\" \"]"), "key 'tokens'"),
+            (
+                export("root = \"data\"\ntoken_files = [\"missing\"]"),
+                "key 'token_files'",
+            ),
+            ("listen = \"nohost\"\n".into(), "key 'listen'"),
+            ("lissen = 1\n".into(), "`lissen`"),
+            ("[[export]\n".into(), "line 1"),
+            ("".into(), "no [[export]]"),
+        ];
+        for (text, names) in cases {
+            let (_dir, read) = read_text(&text);
+            let line = read.unwrap_err().to_string();
+            assert!(!line.contains('\n'), "{line:?}");
+            assert!(line.starts_with("config '"), "{line}");
+            assert!(line.contains(names), "{line:?} does not name {names}");
+            if text.contains("name = \"a\"") {
+                assert!(line.contains("export 'a'"), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_must_be_one_component_and_unique() {
+        for name in ["a/b", "..", "."] {
+            let (_dir, read) = read_text(&format!(
+                "[[export]]\nname = \"{name}\"\nroot = \"data\"\ntokens = [\"t\"]\n"
+            ));
+            let line = read.unwrap_err().to_string();
+            assert!(line.contains("key 'name'"), "{line}");
+        }
+        let one = "[[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\"t\"]\n";
+        let (_dir, read) = read_text(&format!("{one}{one}"));
+        assert!(read.unwrap_err().to_string().contains("another export"));
+    }
+}
