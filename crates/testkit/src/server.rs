@@ -1,6 +1,6 @@
 //! A fixture that runs the real `sprat serve` on loopback for one test.
 //!
-//! [`Server::start`] spawns `sprat serve --root ROOT --listen 127.0.0.1:0` (or another loopback
+//! [`Server::start`] spawns `sprat serve --root ROOT --listen 127.0.0.1:0` (or `--config FILE`; or another loopback
 //! address) with a token written to a private token file (or passed in `SPRAT_TOKEN`, or none at
 //! all), waits, with a time limit, for the first stdout line `listening on 127.0.0.1:PORT`, and
 //! from then on hands out
@@ -41,6 +41,10 @@ pub struct ServerOptions {
     pub listen: String,
     /// More arguments after the fixture's own.
     pub extra_args: Vec<OsString>,
+    /// Start with `--config FILE` (named exports, their roots and tokens in the file) instead
+    /// of `--root`; the root given to [`Server::start`] is then only what [`Server::root`]
+    /// returns. Set `token` to `None` unless the test wants `--token-file` too.
+    pub config: Option<PathBuf>,
     /// How long to wait for the `listening on` line.
     pub ready_timeout: Duration,
 }
@@ -54,6 +58,7 @@ impl Default for ServerOptions {
             no_auth: false,
             listen: "127.0.0.1:0".to_string(),
             extra_args: Vec::new(),
+            config: None,
             ready_timeout: Duration::from_secs(30),
         }
     }
@@ -166,10 +171,12 @@ impl Server {
             .tempdir()
             .unwrap_or_else(|e| panic!("tempdir for token: {e}"));
         let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .arg("--root")
-            .arg(root)
-            .arg("--listen")
+        cmd.arg("serve");
+        match &opts.config {
+            Some(config) => cmd.arg("--config").arg(config),
+            None => cmd.arg("--root").arg(root),
+        };
+        cmd.arg("--listen")
             .arg(&opts.listen)
             .env_remove("SPRAT_TOKEN")
             .env("RUST_BACKTRACE", "1")
