@@ -3,7 +3,8 @@
 //! ([`pull`]: receive stages into the writer pool), namespace requests and third-party copies
 //! from the client side ([`remote`]), and the server ([`server`]: receive or send stages per
 //! connection, answers to requests in [`requests`], and a push of its own for a third-party
-//! copy). [`endpoint`] names the two sides of a copy and picks the role.
+//! copy; what it exports and to which tokens in [`exports`]). [`endpoint`] names the two sides
+//! of a copy and picks the role.
 
 pub(crate) mod delete;
 pub(crate) mod destination;
