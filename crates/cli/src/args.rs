@@ -243,28 +243,27 @@ pub struct BenchCommon {
 }
 
 /// The configuration file of `sprat serve --config`, shown by `sprat serve --help`.
-const SERVE_CONFIG_HELP: &str = "\
-Named exports (--config FILE, a TOML file): each export has a name, a root and its own tokens;
+const SERVE_CONFIG_HELP: &str = r#"Named exports (--config FILE, a TOML file): each export has a name, a root and its own tokens;
 URLs name the export first, sprat://HOST:PORT/EXPORT/PATH, and a token reaches only the
 exports that list it (`sprat ls sprat://HOST:PORT/` lists them). Relative paths in the file
 are relative to the file's directory. The flags --listen and --max-connections override the
 file's keys.
 
-    listen = \"0.0.0.0:7400\"           # required here or as --listen
-    max_connections = 64                 # optional (default 64)
+    listen = "0.0.0.0:7400"                   # required here or as --listen
+    max_connections = 64                      # optional (default 64)
 
     [[export]]
-    name = \"runs\"                       # one path component: no '/', not '.' or '..'
-    root = \"/data/runs\"                 # an existing directory
-    token_files = [\"/etc/sprat/runs.token\"]   # files of one token each, and/or:
-    tokens = [\"kq3Xb6...\"]               # tokens inline (keep the file private)
+    name = "runs"                             # one path component: no '/', not '.' or '..'
+    root = "/data/runs"                       # an existing directory
+    token_files = ["/etc/sprat/runs.token"]   # one token per file, and/or
+    tokens = ["kq3Xb6..."]                    # inline (keep the file private)
 
     [[export]]
-    name = \"public\"
-    root = \"/data/public\"
-    tokens = [\"9f2c71...\"]
-    read_only = true                     # refuse every write (default false)
-";
+    name = "public"
+    root = "/data/public"
+    tokens = ["9f2c71..."]
+    read_only = true                          # refuse every write (default false)
+"#;
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_CONFIG_HELP)]

@@ -573,3 +573,26 @@ fn each_mistake_in_the_config_file_is_one_line_naming_file_export_and_key() {
         assert!(out.stdout.is_empty(), "{what}: {}", describe(&out));
     }
 }
+
+#[test]
+fn serve_help_shows_the_config_file_format() {
+    let out = run_sprat(bin(), ["serve", "--help"], &[]);
+    assert_exit(&out, 0);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--config <FILE>",
+        "sprat://HOST:PORT/EXPORT/PATH",
+        "[[export]]",
+        "name = ",
+        "root = ",
+        "tokens = [",
+        "token_files = [",
+        "read_only = true",
+        "listen = ",
+    ] {
+        assert!(
+            help.contains(needle),
+            "serve --help lacks {needle:?}:\n{help}"
+        );
+    }
+}
