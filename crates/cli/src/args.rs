@@ -246,11 +246,12 @@ pub struct BenchCommon {
 const SERVE_CONFIG_HELP: &str = r#"Named exports (--config FILE, a TOML file): each export has a name, a root and its own tokens;
 URLs name the export first, sprat://HOST:PORT/EXPORT/PATH, and a token reaches only the
 exports that list it (`sprat ls sprat://HOST:PORT/` lists them). Relative paths in the file
-are relative to the file's directory. The flags --listen and --max-connections override the
-file's keys.
+are relative to the file's directory. The flags --listen, --max-connections and --key-file
+override the file's keys.
 
     listen = "0.0.0.0:7400"                   # required here or as --listen
     max_connections = 64                      # optional (default 64)
+    key_file = "/etc/sprat/server.key"        # optional, as --key-file
 
     [[export]]
     name = "runs"                             # one path component: no '/', not '.' or '..'

@@ -199,7 +199,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let opts = options(&a.tuning, None, true);
     opts.validate()?;
     // What is exported, where to listen and what errors name it as.
-    let (exports, listen, max_connections, what) = match &a.config {
+    let (exports, listen, max_connections, key_file, what) = match &a.config {
         Some(file) => {
             let c = serve_config::read(file)?;
             let listen = a.listen.or(c.listen).ok_or_else(|| {
@@ -209,8 +209,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
                 )
             })?;
             let max = a.max_connections.or(c.max_connections);
+            let key_file = a.key_file.clone().or(c.key_file);
             let what = format!("the exports of config '{}'", file.display());
-            (ExportsConfig::Named(c.exports), listen, max, what)
+            (ExportsConfig::Named(c.exports), listen, max, key_file, what)
         }
         None => {
             let (Some(root), Some(listen)) = (&a.root, a.listen) else {
@@ -232,11 +233,11 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
                 key,
             };
             let what = format!("'{}'", root.display());
-            (exports, listen, a.max_connections, what)
+            (exports, listen, a.max_connections, a.key_file.clone(), what)
         }
     };
-    let key_file = match &a.key_file {
-        Some(f) => f.clone(),
+    let key_file = match key_file {
+        Some(f) => f,
         None => ServerIdentity::default_path()?,
     };
     let identity = ServerIdentity::load_or_create(&key_file)?;

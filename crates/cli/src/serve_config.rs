@@ -1,6 +1,6 @@
 //! `sprat serve --config FILE`: the TOML file that declares a server's named exports (each a
 //! name, a root, its tokens and whether it is read-only) and the server-wide settings that are
-//! otherwise flags (`listen`, `max_connections`). Read and checked here, at the binary's edge,
+//! otherwise flags (`listen`, `max_connections`, `key_file`). Read and checked here, at the binary's edge,
 //! into the engine's [`ExportSpec`]s; every mistake is one line naming the file, the export
 //! and the key. The format is shown by `sprat serve --help` (`args::SERVE_CONFIG_HELP`).
 //!
@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 pub struct ServeConfig {
     pub listen: Option<SocketAddr>,
     pub max_connections: Option<usize>,
+    /// The server's TLS key (as `--key-file`), relative to the file's directory.
+    pub key_file: Option<PathBuf>,
     pub exports: Vec<ExportSpec>,
 }
 
@@ -33,6 +35,7 @@ pub struct ConfigError {
 struct RawFile {
     listen: Option<String>,
     max_connections: Option<usize>,
+    key_file: Option<PathBuf>,
     /// Each `[[export]]` table, read on its own so that its mistakes name it.
     #[serde(default)]
     export: Vec<toml::Table>,
@@ -160,6 +163,7 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
     Ok(ServeConfig {
         listen,
         max_connections: raw.max_connections,
+        key_file: raw.key_file.map(|k| base.join(k)),
         exports,
     })
 }
@@ -183,7 +187,7 @@ mod tests {
     #[test]
     fn a_good_file_gives_its_exports_with_paths_relative_to_it() {
         let (dir, read) = read_text(
-            "listen = \"127.0.0.1:0\"\nmax_connections = 8\n\
+            "listen = \"127.0.0.1:0\"\nmax_connections = 8\nkey_file = \"k\"\n\
              [[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\" inline \"]\n\
              token_files = [\"t\"]\n\
              [[export]]\nname = \"b\"\nroot = \"data\"\ntokens = [\"x\"]\nread_only = true\n",
@@ -191,6 +195,7 @@ mod tests {
         let c = read.unwrap();
         assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!(c.max_connections, Some(8));
+        assert_eq!(c.key_file, Some(dir.path().join("k")));
         assert_eq!(c.exports.len(), 2);
         assert_eq!(c.exports[0].root, dir.path().join("data"));
         assert_eq!(

@@ -34,7 +34,8 @@ const SECRET: &[u8] = b"SECRET-OUTSIDE-EVERY-EXPORT-a93c";
 
 /// A server with two exports: `alpha` (root `alpha/`, token A from a token file, and the
 /// shared token) and `beta` (root `beta/`, token B inline, and the shared token), and a
-/// directory `outside/` that no export holds. Client token files are in `client/`.
+/// directory `outside/` that no export holds; its key in `server.key`. Client token files
+/// are in `client/`.
 struct Site {
     t: tempfile::TempDir,
     srv: Server,
@@ -65,6 +66,7 @@ impl Site {
         let config = format!(
             "# two exports\n\
              listen = \"127.0.0.1:0\"\n\
+             key_file = \"server.key\"\n\
              [[export]]\n\
              name = \"alpha\"\n\
              root = \"alpha\"\n\
@@ -135,6 +137,9 @@ fn two_exports_each_serve_their_own_token_and_root() {
     let site = Site::start(false);
     let src = site.path("src");
     make_many_files(&src, 30, 2000, 1);
+    // The file's key_file, relative to the file, holds the server's key.
+    let key = fs::read(site.path("server.key")).unwrap();
+    assert!(!key.is_empty());
 
     // Push into each export with its own token: each lands in its own root.
     site.ok("a", &["cp", s(&src), &site.url("alpha/run1")]);
@@ -259,7 +264,7 @@ fn another_exports_token_is_refused_and_nothing_leaks_or_is_written() {
     assert_eq!(snapshot(&site.path("beta")), beta_before, "beta changed");
     assert_eq!(
         fs::read_dir(site.t.path()).unwrap().count(),
-        7,
+        8,
         "something appeared beside the exports"
     );
 }
