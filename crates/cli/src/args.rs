@@ -435,6 +435,14 @@ pub struct Tuning {
     /// temporary name renamed into place. Either way a name appears only for a complete file.
     #[arg(long, value_name = "HOW", value_enum, default_value_t = PublishArg::Auto)]
     pub publish: PublishArg,
+    /// Keep the setuid and setgid bits of regular files whose content comes from the
+    /// network. By default they are cleared, so that a peer cannot create set-user-ID or
+    /// set-group-ID programs owned by the user writing them (a server often runs as root).
+    /// On `serve`: the files clients push; on `cp`: the files a pull writes (what a push
+    /// keeps is the server's choice). A local copy always keeps them, like `cp -a`;
+    /// directories always keep theirs (a setgid directory passes its group on).
+    #[arg(long)]
+    pub keep_setuid: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

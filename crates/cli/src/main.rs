@@ -141,6 +141,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Auto => PublishChoice::Auto,
             args::PublishArg::Rename => PublishChoice::Rename,
         },
+        keep_setid: t.keep_setuid,
         skip: SkipRule::QuickCheck,
         delete: false,
         ..TransferOptions::default()

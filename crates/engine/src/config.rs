@@ -42,6 +42,10 @@ pub struct TransferOptions {
     pub read_order: ReadOrder,
     /// How written files appear under their final names.
     pub publish: PublishChoice,
+    /// Regular files whose content arrived from a network peer keep their setuid and setgid
+    /// bits (a server's pushes, a client's pulls); by default they are cleared. A local copy
+    /// always keeps them.
+    pub keep_setid: bool,
     /// What of the destination a copy leaves alone (files already there).
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
@@ -92,6 +96,7 @@ impl Default for TransferOptions {
             io_backend: IoBackend::Uring,
             read_order: ReadOrder::Scan,
             publish: PublishChoice::Auto,
+            keep_setid: false,
             skip: SkipRule::QuickCheck,
             delete: false,
             stall_timeout: DEFAULT_STALL_TIMEOUT,

@@ -13,6 +13,9 @@
 //! durable as a unit with [`TreeWriter::sync`] (one `syncfs`, shared by the batches of every
 //! writer thread that finished before it started: a group commit).
 //! Several threads share one `TreeWriter`, each through its own [`WriterCursor`].
+//! Regular files lose their setuid and setgid bits unless the writer is told to keep them
+//! ([`TreeWriter::keep_setid`]): files that arrive from a network peer must not become
+//! set-user-ID programs of whoever runs the writer (often root). Directories keep theirs.
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
@@ -48,6 +51,8 @@ pub struct TreeWriter {
     settled: Mutex<HashSet<Vec<u8>>>,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
+    /// Regular files keep their setuid and setgid bits (see [`TreeWriter::keep_setid`]).
+    keep_setid: bool,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
     publish: AtomicU8,
     /// Batches are synced to stable storage before they count as written.
@@ -101,6 +106,9 @@ impl Publish {
         }
     }
 }
+
+/// `S_ISUID | S_ISGID`: what a regular file loses unless the writer keeps them.
+pub const SETID_BITS: u32 = 0o6000;
 
 /// Reads the umask without changing it (Linux 4.7+ reports it in /proc/self/status).
 fn umask_is_zero() -> bool {
@@ -215,6 +223,7 @@ impl TreeWriter {
             large: Mutex::new(HashMap::new()),
             settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
+            keep_setid: false,
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
             syncs: Mutex::new(SyncState::default()),
@@ -271,6 +280,25 @@ impl TreeWriter {
         let _ = unlinkat(dir, probe.as_str(), AtFlags::empty());
         self.publish.store(scheme as u8, Ordering::Relaxed);
         self
+    }
+
+    /// Whether regular files keep the setuid and setgid bits of the mode they are written
+    /// with. By default they are cleared: a peer must not be able to make set-user-ID or
+    /// set-group-ID programs owned by the writing process's user (a server often runs as
+    /// root). A local copy keeps them, as `cp -a` does. Directories always keep theirs (a
+    /// setgid directory passes its group on, which shared project directories rely on).
+    pub fn keep_setid(mut self, keep: bool) -> TreeWriter {
+        self.keep_setid = keep;
+        self
+    }
+
+    /// The mode a regular file is given for the `mode` it was sent with.
+    fn file_mode(&self, mode: u32) -> u32 {
+        if self.keep_setid {
+            mode
+        } else {
+            mode & !SETID_BITS
+        }
     }
 
     /// Makes every batch durable before it counts as written (see [`TreeWriter::sync`]).
@@ -607,9 +635,10 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
+        let mode = writer.file_mode(attrs.mode);
         // With a zero umask the file is created with its final permission bits, saving an fchmod.
-        let exact = writer.exact_create_mode && attrs.mode & 0o7000 == 0;
-        let create_mode = if exact { attrs.mode } else { 0o600 };
+        let exact = writer.exact_create_mode && mode & 0o7000 == 0;
+        let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
         let result = write_all_at(&fd, data, 0)
             .map_err(|e| StoreError::new("write", path, e))
@@ -617,7 +646,7 @@ impl WriterCursor<'_> {
                 let set = if exact {
                     Ok(())
                 } else {
-                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))
+                    fchmod(&fd, Mode::from_raw_mode(mode))
                 };
                 set.and_then(|()| futimens(&fd, &timestamps(attrs)))
                     .map_err(|e| StoreError::new("set attributes of", path, e))
@@ -675,7 +704,7 @@ impl WriterCursor<'_> {
         if !is_that_file(&st) || st.stx_ino != before.stx_ino {
             return Err(changed());
         }
-        fchmod(&fd, Mode::from_raw_mode(attrs.mode))
+        fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode)))
             .and_then(|()| futimens(&fd, &timestamps(attrs)))
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
@@ -777,7 +806,11 @@ impl WriterCursor<'_> {
         }
         // Every write under way into the file ends before its attributes are set.
         let _publishing = file.publishing.write().unwrap_or_else(|p| p.into_inner());
-        finish_file(&file.fd, attrs)
+        let attrs = Attrs {
+            mode: writer.file_mode(attrs.mode),
+            ..*attrs
+        };
+        finish_file(&file.fd, &attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
         match rename_into_place(&file.dir, &file.part, &file.name) {
             Ok(()) => {}
@@ -1555,6 +1588,44 @@ mod tests {
         assert!(!dir.path().join("big").exists());
         assert!(dir.path().join(".big.sprat-part").exists());
         assert!(dir.path().join(".big.sprat-part.log").exists());
+    }
+
+    #[test]
+    fn setuid_and_setgid_bits_of_files_are_cleared_unless_kept() {
+        let mode_of = |p: &std::path::Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        for keep in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("old"), b"same").unwrap();
+            let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                .publishing(PublishChoice::Auto)
+                .keep_setid(keep);
+            let mut c = writer.cursor();
+            c.write_file(b"suid", &attrs(0o4755), b"x").unwrap();
+            c.write_file(b"sgid", &attrs(0o2711), b"x").unwrap();
+            c.write_file(b"sticky", &attrs(0o1644), b"x").unwrap();
+            let sum = crate::attrs::checksum(b"ab");
+            c.write_chunk(b"big", &attrs(0o6750), 2, 0, b"ab", sum)
+                .unwrap();
+            // Only the attributes of a file the destination has already.
+            c.set_file_attrs(b"old", &attrs(0o4711), 4).unwrap();
+            c.make_dir(b"shared", &attrs(0o2775)).unwrap();
+            assert!(writer.finish().is_empty());
+            let want = |m: u32| if keep { m } else { m & !SETID_BITS };
+            for (name, m) in [
+                ("suid", 0o4755),
+                ("sgid", 0o2711),
+                ("sticky", 0o1644),
+                ("big", 0o6750),
+                ("old", 0o4711),
+            ] {
+                assert_eq!(
+                    mode_of(&dir.path().join(name)),
+                    want(m),
+                    "{name} keep={keep}"
+                );
+            }
+            assert_eq!(mode_of(&dir.path().join("shared")), 0o2775, "keep={keep}");
+        }
     }
 
     #[test]

@@ -105,9 +105,21 @@ pub struct DestIndex {
     /// Temporary names left by a writer that was killed (see
     /// [`sprat_store::write::is_leftover_temp`]): not entries, but debris to remove.
     leftovers: Vec<Vec<u8>>,
+    /// The destination is written across the network, where a writer clears the setuid and
+    /// setgid bits of regular files unless told to keep them: a file lacking only those
+    /// bits of its source's mode counts as having the source's mode.
+    setid_cleared: bool,
 }
 
 impl DestIndex {
+    /// This index is of a destination written across the network (a server's tree for a
+    /// push, a pulling client's tree), whose writer may clear setuid and setgid bits: a file
+    /// that lacks only those is not sent its attributes again on every run.
+    pub fn written_by_peer(mut self) -> DestIndex {
+        self.setid_cleared = true;
+        self
+    }
+
     fn insert(&mut self, path: Vec<u8>, entry: DestEntry) {
         if is_leftover(&path) {
             self.leftovers.push(path);
@@ -199,7 +211,7 @@ impl DestIndex {
                     && d.mtime_sec == e.attrs.mtime_sec
                     && d.mtime_nsec == e.attrs.mtime_nsec;
                 if same_content {
-                    attrs_verdict(d, e)
+                    attrs_verdict(d, e, self.setid_cleared)
                 } else {
                     self.resume(e)
                 }
@@ -224,7 +236,7 @@ impl DestIndex {
                     && d.digest.is_some()
                     && d.digest == source_digest =>
             {
-                attrs_verdict(d, e)
+                attrs_verdict(d, e, self.setid_cleared)
             }
             _ => Verdict::Send,
         }
@@ -233,10 +245,11 @@ impl DestIndex {
 
 /// For a file whose content the destination has: nothing to do if its mode and mtime are the
 /// same too, else only they are set.
-fn attrs_verdict(d: &DestEntry, e: &ScanEntry) -> Verdict {
-    let same = d.mode & 0o7777 == e.attrs.mode & 0o7777
-        && d.mtime_sec == e.attrs.mtime_sec
-        && d.mtime_nsec == e.attrs.mtime_nsec;
+fn attrs_verdict(d: &DestEntry, e: &ScanEntry, setid_cleared: bool) -> Verdict {
+    let (had, sent) = (d.mode & 0o7777, e.attrs.mode & 0o7777);
+    let setid = sprat_store::write::SETID_BITS;
+    let same_mode = had == sent || (setid_cleared && had == sent & !setid);
+    let same = same_mode && d.mtime_sec == e.attrs.mtime_sec && d.mtime_nsec == e.attrs.mtime_nsec;
     if same {
         Verdict::Skip
     } else {
@@ -386,6 +399,29 @@ mod tests {
             },
         );
         i
+    }
+
+    #[test]
+    fn setid_bits_a_peer_cleared_are_no_difference_across_the_network() {
+        let q = SkipRule::QuickCheck;
+        let suid = file(b"same", 10, 0o4644, 5, 7);
+        // A local destination keeps them: their absence is a difference to fix.
+        assert_eq!(index().verdict(&suid, q), Verdict::FixAttrs);
+        let remote = index().written_by_peer();
+        assert_eq!(remote.verdict(&suid, q), Verdict::Skip);
+        assert_eq!(
+            remote.verdict(&file(b"same", 10, 0o6644, 5, 7), q),
+            Verdict::Skip
+        );
+        // Any other difference still counts.
+        assert_eq!(
+            remote.verdict(&file(b"same", 10, 0o4640, 5, 7), q),
+            Verdict::FixAttrs
+        );
+        assert_eq!(
+            remote.verdict(&file(b"mode", 10, 0o4644, 5, 7), q),
+            Verdict::FixAttrs
+        );
     }
 
     #[test]

@@ -63,9 +63,12 @@ pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
 }
 
 /// The writer for a local destination: the tree itself, or one file when the source is a file.
+/// `from_peer`: the content comes from a network peer (a pull), whose setuid and setgid bits
+/// are cleared unless `options.keep_setid`; a local copy keeps them.
 pub(crate) fn local_writer(
     dst: &Path,
     root_is_dir: bool,
+    from_peer: bool,
     options: &TransferOptions,
 ) -> Result<Arc<TreeWriter>, TransferError> {
     let writer = if root_is_dir {
@@ -83,8 +86,12 @@ pub(crate) fn local_writer(
             })?;
         TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
     };
+    let keep_setid = !from_peer || options.keep_setid;
     Ok(Arc::new(
-        writer.publishing(options.publish).durable(options.durable),
+        writer
+            .publishing(options.publish)
+            .durable(options.durable)
+            .keep_setid(keep_setid),
     ))
 }
 

@@ -39,7 +39,7 @@ pub(crate) fn copy(
         skip_for(options, move || local_index_cleaned(&dst, &opts))
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
-    let writer = local_writer(dst, matches!(source, Source::Dir(_)), options)?;
+    let writer = local_writer(dst, matches!(source, Source::Dir(_)), false, options)?;
     let handle = source::start(source, options, skip)?;
     let abort = Arc::new(AtomicBool::new(false));
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;

@@ -59,7 +59,7 @@ pub(crate) fn pull(
     };
     let op = Operation::Pull { check };
     let (session, control) = session::open(addr, key, op, path, options, send_index)?;
-    let writer = local_writer(dst, session.root_is_dir, options)?;
+    let writer = local_writer(dst, session.root_is_dir, true, options)?;
     let pool = WriterPool::start(
         Some(writer.clone()),
         options.write_threads,

@@ -107,7 +107,7 @@ pub(crate) fn index(
     path: &[u8],
     digests: bool,
 ) -> Result<DestIndex, TransferError> {
-    let mut index = DestIndex::default();
+    let mut index = DestIndex::default().written_by_peer();
     // Digests may come before or after their entries: set once the listing is complete.
     let mut summed = Vec::new();
     let mut keep = |path, digest| summed.push((path, digest));

@@ -145,7 +145,7 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
         .conn
         .stream
         .set_read_timeout(Some(sprat_proto::session::HANDSHAKE_TIMEOUT));
-    let mut index = DestIndex::default();
+    let mut index = DestIndex::default().written_by_peer();
     let mut summed = Vec::new();
     loop {
         let msg = served
@@ -634,7 +634,9 @@ fn open_session(
                         Some(claim) => w.holding(Box::new(claim)),
                         None => w,
                     };
-                    let w = w.publishing(shared.options.publish);
+                    let w = w
+                        .publishing(shared.options.publish)
+                        .keep_setid(shared.options.keep_setid);
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
                 Err(e) => return served.refuse_store(&e),

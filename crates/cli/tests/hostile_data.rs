@@ -1,0 +1,121 @@
+//! End-to-end checks that what a peer sends cannot hurt the storage side beyond the files it
+//! names: setuid and setgid bits are cleared from files that arrive over the network (unless
+//! `--keep-setuid`), a file that does not fit is refused before anything is allocated, a FIFO
+//! swapped in for a file is reported instead of blocking a pull or `sprat sum`, and `rm -r`
+//! removes a tree far deeper than the stack could recurse into.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::{assert_ok, cp, cp_local, server, server_with, tmp};
+use sprat_testkit::{make_file, parse_json_report, random_bytes, ServerOptions};
+
+// ------------------------------------------------------------------ setuid and setgid bits
+
+/// A tree with set-user-ID and set-group-ID files (a small one and one large enough to
+/// travel in chunks), a sticky file, and a setgid directory.
+fn make_setid_tree(dir: &Path) {
+    fs::create_dir_all(dir.join("shared")).unwrap();
+    make_file(&dir.join("suid"), b"#!/bin/sh\n", 0o4755);
+    make_file(&dir.join("sgid"), b"#!/bin/sh\n", 0o2711);
+    make_file(&dir.join("shared/both"), b"x", 0o6755);
+    make_file(&dir.join("sticky"), b"y", 0o1644);
+    make_file(&dir.join("big"), &random_bytes(3 << 20, 7), 0o4750);
+    fs::set_permissions(dir.join("shared"), fs::Permissions::from_mode(0o2775)).unwrap();
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Checks the modes of a copy of [`make_setid_tree`]: with `kept`, exactly the source's;
+/// otherwise the files without their setuid and setgid bits. The directory keeps its own.
+#[track_caller]
+fn assert_setid(dst: &Path, kept: bool, what: &str) {
+    let want = |m: u32| if kept { m } else { m & !0o6000 };
+    for (name, m) in [
+        ("suid", 0o4755),
+        ("sgid", 0o2711),
+        ("shared/both", 0o6755),
+        ("sticky", 0o1644),
+        ("big", 0o4750),
+    ] {
+        assert_eq!(
+            mode(&dst.join(name)),
+            want(m),
+            "{what}: mode of {name} is {:o}",
+            mode(&dst.join(name))
+        );
+    }
+    assert_eq!(
+        mode(&dst.join("shared")),
+        0o2775,
+        "{what}: the setgid directory"
+    );
+}
+
+#[test]
+fn a_push_cannot_make_setuid_files_on_the_server_unless_it_keeps_them() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_setid_tree(&src);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = cp(&srv, &["--json"], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_setid(&root.join("dst"), false, "push");
+    // Running it again finds everything up to date: the cleared bits are no difference
+    // to set again every time.
+    let again = cp(&srv, &["--json"], &src, srv.url("dst"));
+    assert_ok(&again, Some(&srv));
+    let r = parse_json_report(&again.stdout);
+    assert_eq!(
+        (r.get("up_to_date").as_u64(), r.get("attrs_fixed").as_u64()),
+        (Some(5), Some(0)),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert_setid(&root.join("dst"), false, "push again");
+    // A client asking to keep them does not decide for the server.
+    let asked = cp(&srv, &["--keep-setuid"], &src, srv.url("asked"));
+    assert_ok(&asked, Some(&srv));
+    assert_setid(
+        &root.join("asked"),
+        false,
+        "push with the client's --keep-setuid",
+    );
+
+    let kept_root = t.path().join("kept");
+    let opts = ServerOptions {
+        extra_args: vec!["--keep-setuid".into()],
+        ..ServerOptions::default()
+    };
+    let keeping = server_with(&kept_root, &opts);
+    let out = cp(&keeping, &[], &src, keeping.url("dst"));
+    assert_ok(&out, Some(&keeping));
+    assert_setid(&kept_root.join("dst"), true, "push to serve --keep-setuid");
+}
+
+#[test]
+fn a_pull_clears_setuid_bits_unless_kept_and_a_local_copy_keeps_them() {
+    let t = tmp();
+    let root = t.path().join("root");
+    make_setid_tree(&root.join("src"));
+    let srv = server(&root);
+    let pulled = t.path().join("pulled");
+    let out = cp(&srv, &[], srv.url("src"), &pulled);
+    assert_ok(&out, Some(&srv));
+    assert_setid(&pulled, false, "pull");
+    let kept = t.path().join("kept");
+    let out = cp(&srv, &["--keep-setuid"], srv.url("src"), &kept);
+    assert_ok(&out, Some(&srv));
+    assert_setid(&kept, true, "pull with --keep-setuid");
+    let local = t.path().join("local");
+    let out = cp_local(&[], root.join("src"), &local);
+    assert_ok(&out, None);
+    assert_setid(&local, true, "local copy");
+}
