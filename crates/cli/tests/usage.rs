@@ -25,6 +25,7 @@ fn help_explains_every_documented_option() {
                 "--chunk-size",
                 "--token-file",
                 "SPRAT_TOKEN",
+                "--keep-setuid",
             ],
         ),
         (
@@ -35,6 +36,7 @@ fn help_explains_every_documented_option() {
                 "--token-file",
                 "--read-only",
                 "--no-auth",
+                "--keep-setuid",
             ],
         ),
     ];
