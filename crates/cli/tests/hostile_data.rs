@@ -119,3 +119,69 @@ fn a_pull_clears_setuid_bits_unless_kept_and_a_local_copy_keeps_them() {
     assert_ok(&out, None);
     assert_setid(&local, true, "local copy");
 }
+
+// ------------------------------------------------------------- a file that cannot fit
+
+/// A sparse 16 MiB file (cheap to make) beside small files.
+fn make_too_big_tree(dir: &Path) {
+    fs::create_dir_all(dir).unwrap();
+    let big = fs::File::create(dir.join("huge.img")).unwrap();
+    big.set_len(16 << 20).unwrap();
+    drop(big);
+    for i in 0..5 {
+        make_file(
+            &dir.join(format!("small{i}")),
+            &random_bytes(1000, i),
+            0o644,
+        );
+    }
+}
+
+/// A file larger than the destination's free space is refused before anything is
+/// allocated, by name and as "No space left on device"; the rest of the tree arrives and the
+/// copy exits 1 (one file failed), not 5 (a disk that filled up while writing).
+#[test]
+fn a_file_larger_than_the_free_space_fails_alone_by_name() {
+    use sprat_testkit::Tmpfs;
+    let Some(disk) = Tmpfs::mount("4m") else {
+        eprintln!("skipped: cannot mount tmpfs");
+        return;
+    };
+    let t = tmp();
+    let src = t.path().join("src");
+    make_too_big_tree(&src);
+    for pull in [false, true] {
+        let (out, dst, srv) = if pull {
+            let srv = server(&src);
+            let dst = disk.path().join("pulled");
+            (cp(&srv, &[], srv.url(""), &dst), dst, srv)
+        } else {
+            let srv = server(disk.path());
+            (
+                cp(&srv, &[], &src, srv.url("pushed")),
+                disk.path().join("pushed"),
+                srv,
+            )
+        };
+        let why = format!("pull={pull}\n{}", sprat_testkit::describe(&out));
+        assert_eq!(out.status.code(), Some(1), "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with("sprat: failed: huge.img")
+                    && l.contains("No space left on device")),
+            "{why}"
+        );
+        for i in 0..5 {
+            assert!(dst.join(format!("small{i}")).is_file(), "{why}");
+        }
+        assert!(!dst.join("huge.img").exists(), "{why}");
+        assert!(
+            disk.available_bytes() > 3 << 20,
+            "the refused file took space: {} bytes free\n{why}",
+            disk.available_bytes()
+        );
+        drop(srv);
+    }
+}

@@ -754,9 +754,18 @@ impl WriterCursor<'_> {
                         mtime_sec: attrs.mtime_sec,
                         mtime_nsec: attrs.mtime_nsec,
                     };
-                    let f = open_files::get_or_open(dir, name, id, || {
+                    let opened = open_files::get_or_open(dir, name, id, || {
                         open_large(dir, name, path, id).map(Arc::new)
-                    })?;
+                    });
+                    let f = match opened {
+                        Ok(f) => f,
+                        Err(e) if is_no_room(&e) => {
+                            // Its other chunks are dropped: the file is reported once.
+                            lock(&writer.settled).insert(path.to_vec());
+                            return Err(e);
+                        }
+                        Err(e) => return Err(e),
+                    };
                     large.insert(path.to_vec(), f.clone());
                     f
                 }
@@ -1028,6 +1037,47 @@ fn preallocate(fd: &OwnedFd, size: u64) -> Result<(), Errno> {
     }
 }
 
+/// Whether `e` is [`check_room`]'s refusal.
+fn is_no_room(e: &StoreError) -> bool {
+    e.source.kind() == std::io::ErrorKind::StorageFull && e.source.raw_os_error().is_none()
+}
+
+/// The text of the error of a large file its destination has no room for.
+pub const NO_ROOM: &str = "No space left on device";
+
+/// Refuses a file of `size` bytes (a size a peer declared) that the file system holding
+/// `dir` has no room for, by its free space now (`statvfs`; the blocks reserved for root
+/// count when running as root, as they do for its writes). A file system that does not
+/// tell (no block count) is not checked: the allocation will say.
+fn check_room(dir: &OwnedFd, size: u64, path: &[u8]) -> Result<(), StoreError> {
+    let Ok(st) = rustix::fs::fstatvfs(dir) else {
+        return Ok(());
+    };
+    if st.f_blocks == 0 {
+        return Ok(());
+    }
+    let blocks = if rustix::process::geteuid().is_root() {
+        st.f_bfree
+    } else {
+        st.f_bavail
+    };
+    let free = blocks.saturating_mul(st.f_frsize.max(1));
+    if size <= free {
+        return Ok(());
+    }
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let why = format!(
+        "{NO_ROOM}: the file is {:.1} MiB, its file system has {:.1} MiB free",
+        mib(size),
+        mib(free)
+    );
+    Err(StoreError::new(
+        "allocate",
+        path,
+        std::io::Error::new(std::io::ErrorKind::StorageFull, why),
+    ))
+}
+
 /// Opens the partial file of `name` in `dir` for a file of identity `id`: the one an earlier
 /// run left, with the ranges its journal records and that still hash as recorded, if its
 /// journal is for the same file at the source; a new one otherwise.
@@ -1071,6 +1121,9 @@ fn open_large(
             for stale in [&part, &log_name] {
                 let _ = unlinkat(dir, os(stale), AtFlags::empty());
             }
+            // The size is the peer's word: refused before anything is created or allocated
+            // when the file system has no room for it.
+            check_room(dir, id.size, path)?;
             let create =
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let fd = match openat(dir, os(&part), create, Mode::from_raw_mode(0o600)) {
@@ -1626,6 +1679,74 @@ mod tests {
             }
             assert_eq!(mode_of(&dir.path().join("shared")), 0o2775, "keep={keep}");
         }
+    }
+
+    #[test]
+    fn a_file_is_complete_only_when_its_whole_size_is_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        let (a, sum) = (attrs(0o644), crate::attrs::checksum);
+        // The same chunk twice carries as many bytes as the file has, but covers half of it.
+        for _ in 0..2 {
+            assert_eq!(
+                c.write_chunk(b"big", &a, 6, 0, b"abc", sum(b"abc"))
+                    .unwrap(),
+                ChunkOutcome::Partial
+            );
+        }
+        // Overlapping chunks neither: [0, 3) and [1, 4) leave [4, 6) missing.
+        c.write_chunk(b"big", &a, 6, 1, b"bcd", sum(b"bcd"))
+            .unwrap();
+        assert!(!dir.path().join("big").exists(), "published with a hole");
+        // A chunk outside the declared size is refused, whatever its bytes.
+        let err = c
+            .write_chunk(b"big", &a, 6, 4, b"efg", sum(b"efg"))
+            .unwrap_err();
+        assert!(err.to_string().contains("beyond the file's size"), "{err}");
+        let err = c
+            .write_chunk(b"big", &a, 6, u64::MAX - 1, b"ef", sum(b"ef"))
+            .unwrap_err();
+        assert!(err.to_string().contains("'big'"), "{err}");
+        assert!(!dir.path().join("big").exists());
+        assert_eq!(
+            c.write_chunk(b"big", &a, 6, 4, b"ef", sum(b"ef")).unwrap(),
+            ChunkOutcome::Completed
+        );
+        assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcdef");
+    }
+
+    #[test]
+    fn a_file_larger_than_the_free_space_is_refused_before_anything_is_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = rustix::fs::statvfs(dir.path()).unwrap();
+        let more_than_free = st
+            .f_blocks
+            .saturating_mul(st.f_frsize)
+            .saturating_add(1 << 30);
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        let (a, sum) = (attrs(0o644), crate::attrs::checksum);
+        let err = c
+            .write_chunk(b"d/huge", &a, more_than_free, 0, b"abc", sum(b"abc"))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("'d/huge'") && text.contains(NO_ROOM),
+            "{text}"
+        );
+        // One file's failure: the transfer goes on.
+        assert!(!err.is_fatal());
+        // Nothing was created for it, and its other chunks are dropped, not refused again.
+        assert_eq!(std::fs::read_dir(dir.path().join("d")).unwrap().count(), 0);
+        assert_eq!(
+            c.write_chunk(b"d/huge", &a, more_than_free, 3, b"def", sum(b"def"))
+                .unwrap(),
+            ChunkOutcome::Dropped
+        );
+        assert!(writer.take_incomplete().is_empty());
+        // A file that fits is written as usual.
+        c.write_file(b"d/small", &a, b"fits").unwrap();
     }
 
     #[test]
