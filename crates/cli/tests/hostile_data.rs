@@ -185,3 +185,73 @@ fn a_file_larger_than_the_free_space_fails_alone_by_name() {
         drop(srv);
     }
 }
+
+// ------------------------------------------------------- a FIFO swapped in for a file
+
+/// The server lists a directory of many files, then one of them (the last it will read) is
+/// replaced by a FIFO: the pull reports that file as not a regular file and exits 1, with
+/// every other file copied, instead of a server thread waiting for ever for a writer.
+#[test]
+fn a_fifo_swapped_in_during_a_pull_fails_that_file_instead_of_blocking() {
+    use sprat_testkit::{make_fifo, spawn_sprat};
+    use std::time::{Duration, Instant};
+    let t = tmp();
+    let root = t.path().join("root");
+    let many = root.join("src/many");
+    fs::create_dir_all(&many).unwrap();
+    let content = random_bytes(2000, 9);
+    for i in 0..3000 {
+        fs::write(many.join(format!("f{i:05}")), &content).unwrap();
+    }
+    // Made last: the highest inode number of its directory, so the last file read.
+    let target = many.join("zz-target");
+    fs::write(&target, &content).unwrap();
+    // One reader and small batches: the server reads the files one batch after another.
+    let opts = ServerOptions {
+        extra_args: ["--read-threads", "1", "--batch-files", "50"]
+            .map(std::ffi::OsString::from)
+            .to_vec(),
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    let dst = t.path().join("dst");
+    let args = common::cp_args(Some(&srv), &["--retry-for", "0s"], srv.url("src"), &dst);
+    let mut child = spawn_sprat(common::bin(), args, &[]);
+    // The first file written means the directory was listed (a listing is sent only once
+    // taken): now the target is swapped for a FIFO before the server reads it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fs::read_dir(dst.join("many")).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(Instant::now() < deadline, "the pull wrote nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    fs::remove_file(&target).unwrap();
+    make_fifo(&target);
+    let out = match child.wait_timeout(Duration::from_secs(40)) {
+        Ok(out) => out,
+        Err(timed_out) => {
+            // Let the blocked server thread go before failing.
+            let _writer = fs::OpenOptions::new().read(true).write(true).open(&target);
+            panic!(
+                "the pull hung on the FIFO:\n{}\n--- server ---\n{}",
+                sprat_testkit::describe(&timed_out.output),
+                srv.stderr_log()
+            );
+        }
+    };
+    let why = sprat_testkit::describe(&out);
+    assert_eq!(out.status.code(), Some(1), "{why}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("sprat: failed: many/zz-target")
+                && l.contains("not a regular file")),
+        "{why}"
+    );
+    assert_eq!(
+        fs::read_dir(dst.join("many")).unwrap().count(),
+        3000,
+        "{why}"
+    );
+    assert!(!dst.join("many/zz-target").exists(), "{why}");
+}

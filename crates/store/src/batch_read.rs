@@ -329,7 +329,7 @@ fn pread_request(fd: &OwnedFd, r: &mut ReadRequest, buf: &mut [u8]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const UNKNOWN: Scanned = Scanned {
@@ -337,6 +337,126 @@ mod tests {
         mtime_sec: 0,
         mtime_nsec: 0,
     };
+
+    /// Runs `f` on a thread of its own; panics if it takes more than 20 s, first opening the
+    /// FIFO `fifo` for writing so that a thread blocked opening it for reading can end.
+    pub(crate) fn unblocked<T: Send + 'static>(
+        fifo: &std::path::Path,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(v) => v,
+            Err(_) => {
+                let _writer = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(fifo);
+                panic!("reading blocked on the FIFO {}", fifo.display());
+            }
+        }
+    }
+
+    /// A file the scan saw, then replaced by a FIFO (or a device) before it is read: opening
+    /// it must not wait for a writer, and nothing but a regular file is ever read.
+    #[test]
+    fn a_fifo_or_device_swapped_in_after_the_scan_is_refused_not_read() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        for name in ["fifo", "device", "kept"] {
+            std::fs::write(dir.path().join("d").join(name), b"12345").unwrap();
+        }
+        let root = Root::open(dir.path()).unwrap();
+        let scanned = crate::scan::list_directory(&root, b"d");
+        assert_eq!(scanned.len(), 3);
+        // Swapped after the scan.
+        let fifo = dir.path().join("d/fifo");
+        std::fs::remove_file(&fifo).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let device = dir.path().join("d/device");
+        std::fs::remove_file(&device).unwrap();
+        // /dev/zero: it would give any number of bytes (where this process may make one).
+        let has_device = rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &device,
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            rustix::fs::makedev(1, 5),
+        )
+        .is_ok();
+        assert!(std::fs::metadata(&fifo).unwrap().mode() & 0o170000 == 0o010000);
+        for backend in [IoBackend::Threads, IoBackend::Uring] {
+            let (scanned, top) = (scanned.clone(), dir.path().to_path_buf());
+            let results = unblocked(&fifo, move || {
+                let root = Root::open(&top).unwrap();
+                let items: Vec<ReadItem<'_>> = scanned
+                    .iter()
+                    .map(|e| ReadItem {
+                        path: &e.path,
+                        offset: 0,
+                        len: e.size,
+                        whole: true,
+                        scanned: Scanned {
+                            size: e.size,
+                            mtime_sec: e.attrs.mtime_sec,
+                            mtime_nsec: e.attrs.mtime_nsec,
+                        },
+                    })
+                    .collect();
+                let mut reader = BatchReader::new(&root, None, ReadOrder::Scan, backend);
+                let mut buf = Vec::new();
+                let results = reader.read(&items, &mut buf);
+                let texts: Vec<(Vec<u8>, Result<u64, String>)> = scanned
+                    .iter()
+                    .zip(results)
+                    .map(|(e, r)| (e.path.clone(), r.map(|(n, _)| n).map_err(|e| e.to_string())))
+                    .collect();
+                (texts, buf)
+            });
+            let (texts, buf) = results;
+            for (path, result) in &texts {
+                let what = format!("{backend:?} {}", String::from_utf8_lossy(path));
+                match &path[..] {
+                    b"d/kept" => assert_eq!(result, &Ok(5), "{what}"),
+                    b"d/device" if !has_device => {}
+                    _ => {
+                        let err = result.as_ref().unwrap_err();
+                        assert!(err.contains(crate::read::NOT_REGULAR), "{what}: {err}");
+                        let shown = String::from_utf8_lossy(path).into_owned();
+                        assert!(err.contains(&shown), "{what}: {err}");
+                    }
+                }
+            }
+            assert_eq!(buf, b"12345", "{backend:?}: only the regular file's bytes");
+        }
+        // One file at a time, and a chunk of one, the same way.
+        let top = dir.path().to_path_buf();
+        let (whole, chunk) = unblocked(&fifo, move || {
+            let root = Root::open(&top).unwrap();
+            let mut cursor = DirCursor::new(&root);
+            let mut buf = Vec::new();
+            let whole = cursor.read_file(b"d/fifo", None, 5, &mut buf).map(|_| ());
+            let chunk = cursor
+                .read_chunk(b"d/fifo", None, 0, 5, &mut buf)
+                .map(|_| ());
+            (whole, chunk)
+        });
+        for r in [whole, chunk] {
+            let err = r.unwrap_err().to_string();
+            assert!(err.contains(crate::read::NOT_REGULAR), "{err}");
+        }
+    }
 
     /// Every back end and order must give the same bytes and results.
     #[test]

@@ -132,8 +132,21 @@ fn list(dir: &Path) -> std::io::Result<BTreeMap<Vec<u8>, std::ffi::OsString>> {
     Ok(out)
 }
 
+/// Opens a file to compare: never through a symlink nor waiting on a FIFO, and only if it is
+/// still a regular file (one swapped for a FIFO or a device since it was examined differs).
+fn open_regular(p: &Path) -> Option<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(p)
+        .ok()?;
+    f.metadata().ok()?.is_file().then_some(f)
+}
+
 fn same_content(a: &Path, b: &Path) -> bool {
-    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
+    let (Some(mut fa), Some(mut fb)) = (open_regular(a), open_regular(b)) else {
         return false;
     };
     let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);

@@ -256,16 +256,12 @@ pub enum Digest {
     Md5,
 }
 
-/// Reads file `rel` below `root` (never through a final symlink) and returns its digest.
+/// Reads file `rel` below `root` (never through a final symlink, and only if it is a regular
+/// file) and returns its digest.
 pub fn checksum_file(root: &Root, rel: &[u8], digest: Digest) -> Result<Vec<u8>, StoreError> {
     let (dir, name) = parent_of(root, "checksum", rel)?;
-    let fd = openat(
-        &dir,
-        os(name),
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
-        Mode::empty(),
-    )
-    .map_err(|e| StoreError::new("checksum", rel, e))?;
+    // Never waiting on a FIFO or reading a device swapped in since the walk saw a file.
+    let fd = crate::read::open_regular(&dir, name, rel, "checksum")?;
     let mut file = std::fs::File::from(fd);
     let mut buf = vec![0u8; 1 << 20];
     let mut xxh = xxhash_rust::xxh3::Xxh3::new();
@@ -324,6 +320,43 @@ mod tests {
         assert!(dir.path().join("d/f").exists());
         rename(&root, b"d/f", b"g").unwrap();
         assert!(dir.path().join("g").exists());
+    }
+
+    #[test]
+    fn a_fifo_swapped_in_after_the_walk_is_refused_by_checksum_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t")).unwrap();
+        std::fs::write(dir.path().join("t/f"), b"abc").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let mut files = Vec::new();
+        walk(&root, b"t", true, |e| {
+            if e.kind == EntryType::File {
+                files.push(e.path);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(files, [b"f".to_vec()]);
+        let fifo = dir.path().join("t/f");
+        std::fs::remove_file(&fifo).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let top = dir.path().to_path_buf();
+        let result = crate::batch_read::tests::unblocked(&fifo, move || {
+            let root = Root::open(&top).unwrap();
+            checksum_file(&root, b"t/f", Digest::Sha256).map_err(|e| e.to_string())
+        });
+        let err = result.unwrap_err();
+        assert!(
+            err.contains("'t/f'") && err.contains(crate::read::NOT_REGULAR),
+            "{err}"
+        );
     }
 
     #[test]

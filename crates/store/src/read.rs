@@ -2,14 +2,17 @@
 //!
 //! Files are opened relative to their directory's descriptor (the caller keeps it open for a
 //! run of files in the same directory) and never through a symlink. Empty files are not opened.
+//! A file is opened without blocking (`O_NONBLOCK`: opening a FIFO would wait for a writer)
+//! and examined once open: whatever is not a regular file by then (a FIFO or a device
+//! swapped in since the scan) is refused as [`NOT_REGULAR`], never read.
 
 use crate::error::StoreError;
 use crate::root::Root;
 use rustix::buffer::spare_capacity;
-use rustix::fs::{openat, Mode, OFlags};
+use rustix::fs::{openat, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::ffi::OsStr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 /// Keeps the descriptor of the directory last read from, so a run of files in one directory
@@ -44,6 +47,8 @@ impl<'r> DirCursor<'r> {
             .ok_or_else(|| StoreError::other("open directory", path, "no descriptor"))
     }
 
+    /// Opens the regular file at `path` for reading (see the module's doc): never through a
+    /// symlink, never blocking, and refused unless it is a regular file once open.
     pub(crate) fn open_file(
         &mut self,
         path: &[u8],
@@ -52,13 +57,7 @@ impl<'r> DirCursor<'r> {
         let (dir, name) = crate::relpath::split_parent(path);
         let name = name_override.unwrap_or(name);
         let dir_fd = self.dir_fd(dir, path)?;
-        openat(
-            dir_fd,
-            OsStr::from_bytes(name),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
-            Mode::empty(),
-        )
-        .map_err(|e| StoreError::new("open", path, e))
+        open_regular(dir_fd, name, path, "open")
     }
 
     /// Appends the whole file at `path` (expected to be `size` bytes) to `buf`; returns the
@@ -121,21 +120,7 @@ impl<'r> DirCursor<'r> {
     pub fn digest_file(&mut self, path: &[u8], buf: &mut Vec<u8>) -> Result<u128, StoreError> {
         let (dir, name) = crate::relpath::split_parent(path);
         let dir_fd = self.dir_fd(dir, path)?;
-        let fd = openat(
-            dir_fd,
-            OsStr::from_bytes(name),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
-            Mode::empty(),
-        )
-        .map_err(|e| StoreError::new("open", path, e))?;
-        let is_file = rustix::fs::fstat(&fd)
-            .map(|st| {
-                rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-            })
-            .map_err(|e| StoreError::new("stat", path, e))?;
-        if !is_file {
-            return Err(StoreError::other("checksum", path, "not a regular file"));
-        }
+        let fd = open_regular(dir_fd, name, path, "checksum")?;
         if buf.len() < DIGEST_READ_SIZE {
             buf.resize(DIGEST_READ_SIZE, 0);
         }
@@ -149,6 +134,30 @@ impl<'r> DirCursor<'r> {
             }
         }
     }
+}
+
+/// The text of the error of a path that is not a regular file when it is to be read.
+pub const NOT_REGULAR: &str = "not a regular file";
+
+/// Opens `name` in `dir` for reading, never through a symlink and without waiting (a FIFO
+/// would block `open` until a writer came, a device might), then refuses it unless it is a
+/// regular file: nothing else is ever read. `path` names it in errors, `op` the operation.
+/// `O_NONBLOCK` changes nothing for reading a regular file.
+pub fn open_regular(
+    dir: impl AsFd,
+    name: &[u8],
+    path: &[u8],
+    op: &'static str,
+) -> Result<OwnedFd, StoreError> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let fd = openat(dir, OsStr::from_bytes(name), flags, Mode::empty())
+        .map_err(|e| StoreError::new(op, path, e))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| StoreError::new(op, path, e))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(StoreError::other(op, path, NOT_REGULAR));
+    }
+    Ok(fd)
 }
 
 /// Bytes read at a time by [`DirCursor::digest_file`].
