@@ -255,3 +255,62 @@ fn a_fifo_swapped_in_during_a_pull_fails_that_file_instead_of_blocking() {
     );
     assert!(!dst.join("many/zz-target").exists(), "{why}");
 }
+
+// ------------------------------------------------------------------ rm -r of a deep tree
+
+/// Makes `depth` directories `d`, one inside the other, in `top`: paths far longer than
+/// PATH_MAX, so made by descriptor. A file lies every 1000 levels.
+fn make_deep_chain(top: &Path, depth: usize) {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open(top, dir_flags, Mode::empty()).unwrap();
+    for level in 0..depth {
+        mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
+        fd = openat(&fd, "d", dir_flags, Mode::empty()).unwrap();
+        if level % 1000 == 0 {
+            let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC;
+            openat(&fd, "f", file_flags, Mode::from_raw_mode(0o644)).unwrap();
+        }
+    }
+}
+
+/// Removes a deep tree that a failed test left, with `rm -rf` (the temporary directory's own
+/// removal recurses, and would overflow the test's stack).
+struct RemoveDeep(std::path::PathBuf);
+
+impl Drop for RemoveDeep {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            let _ = std::process::Command::new("rm")
+                .arg("-rf")
+                .arg(&self.0)
+                .status();
+        }
+    }
+}
+
+/// `sprat rm -r` of a tree 100,000 directories deep removes it (the server neither
+/// overflows its stack nor runs out of descriptors) and the server stays up.
+#[test]
+fn rm_r_removes_a_tree_100_000_deep() {
+    // In memory where there is /dev/shm: removing 100,000 directories from a disk mounted
+    // with `discard` takes minutes.
+    let t = tempfile::Builder::new()
+        .prefix("sprat-e2e-")
+        .tempdir_in("/dev/shm")
+        .unwrap_or_else(|_| tmp());
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("deep")).unwrap();
+    fs::write(root.join("keep"), b"x").unwrap();
+    let _cleanup = RemoveDeep(root.join("deep"));
+    make_deep_chain(&root.join("deep"), 100_000);
+    let mut srv = server(&root);
+    let mut args = vec!["rm".into(), "-r".into()];
+    args.extend(srv.client_args());
+    args.push(srv.url("deep").into());
+    let out = sprat_testkit::run_sprat(common::bin(), args, &[]);
+    common::assert_exit(&out, 0);
+    assert!(!root.join("deep").exists());
+    assert!(root.join("keep").exists());
+    assert!(srv.is_running(), "{}", srv.stderr_log());
+}

@@ -91,61 +91,144 @@ pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreErro
 }
 
 /// Removes directory `name` in `parent` and everything below it, descending by descriptor so
-/// that no symlink is ever followed. `path` names it in errors.
+/// that no symlink is ever followed and no path is ever resolved whole (a tree may be deeper
+/// than `PATH_MAX` allows a path to be). `path` names it in errors.
+///
+/// Iterative, however deep the tree: one directory is open at a time, and for each level
+/// above it only its name, its identity (device and inode) and where its listing resumes are
+/// kept. Going back up opens `..` and checks that it is the directory that was come from (a
+/// directory moved meanwhile stops the removal with an error instead of removing elsewhere),
+/// as `fts` does for `rm -r`. A directory's listing resumes after the subdirectory just
+/// removed (its `getdents` cookie), and it is read once more from the start until a read
+/// finds it empty.
 fn remove_tree(
     parent: &OwnedFd,
     name: &[u8],
     path: &mut Vec<u8>,
     buf: &mut [MaybeUninit<u8>],
 ) -> Result<u64, StoreError> {
-    let fd = openat(
-        parent,
-        os(name),
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| StoreError::new("remove", path, e))?;
+    /// A directory being emptied: its name in its parent, its identity, where its listing
+    /// resumes, and whether the current read started at its beginning and found anything.
+    struct Level {
+        name: Vec<u8>,
+        id: (u64, u64),
+        resume: u64,
+        from_start: bool,
+        found: bool,
+        /// `path`'s length without this level's name.
+        path_len: usize,
+    }
+    let identity = |fd: &OwnedFd, path: &[u8]| {
+        rustix::fs::fstat(fd)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|e| StoreError::new("remove", path, e))
+    };
+    let open_dir = |dir: &OwnedFd, name: &[u8], path: &[u8]| {
+        openat(
+            dir,
+            os(name),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| StoreError::new("remove", path, e))
+    };
+    let mut current = open_dir(parent, name, path)?;
+    let mut levels = vec![Level {
+        name: name.to_vec(),
+        id: identity(&current, path)?,
+        resume: 0,
+        from_start: true,
+        found: false,
+        path_len: path.len() - name.len(),
+    }];
     let mut removed = 0;
-    loop {
-        // Read a buffer of names, remove them, and read again until the directory is empty.
-        let mut names = Vec::new();
-        let mut iter = RawDir::new(&fd, &mut *buf);
+    while let Some(level) = levels.last_mut() {
+        rustix::fs::seek(&current, rustix::fs::SeekFrom::Start(level.resume))
+            .map_err(|e| StoreError::new("remove", path, e))?;
+        // Remove what this read lists; stop at the first subdirectory, to go into it.
+        let mut into: Option<Vec<u8>> = None;
+        let mut iter = RawDir::new(&current, &mut *buf);
         while let Some(item) = iter.next() {
             let entry = item.map_err(|e| StoreError::new("remove", path, e))?;
-            let n = entry.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push((n.to_vec(), entry.file_type()));
+            let child = entry.file_name().to_bytes();
+            if child == b"." || child == b".." {
+                continue;
+            }
+            level.found = true;
+            match unlinkat(&current, os(child), AtFlags::empty()) {
+                Ok(()) => removed += 1,
+                // Gone meanwhile.
+                Err(Errno::NOENT) => {}
+                // A directory (Linux says EISDIR; POSIX allows EPERM).
+                Err(Errno::ISDIR | Errno::PERM)
+                    if matches!(entry.file_type(), FileType::Directory | FileType::Unknown) =>
+                {
+                    level.resume = entry.next_entry_cookie();
+                    into = Some(child.to_vec());
+                    break;
+                }
+                Err(e) => {
+                    path.push(b'/');
+                    path.extend_from_slice(child);
+                    return Err(StoreError::new("remove", path, e));
+                }
             }
         }
-        if names.is_empty() {
-            break;
-        }
-        for (child, kind) in names {
-            let len = path.len();
+        if let Some(child) = into {
+            let path_len = path.len();
             path.push(b'/');
             path.extend_from_slice(&child);
-            let result = match unlinkat(&fd, os(&child), AtFlags::empty()) {
-                Ok(()) => Ok(1),
-                Err(Errno::ISDIR) | Err(Errno::PERM) if kind != FileType::RegularFile => {
-                    remove_tree(
-                        &fd,
-                        &child,
-                        path,
-                        &mut vec![MaybeUninit::uninit(); 16 << 10],
-                    )
-                }
-                Err(e) => Err(StoreError::new("remove", path, e)),
-            };
-            path.truncate(len);
-            removed += result?;
+            let fd = open_dir(&current, &child, path)?;
+            let id = identity(&fd, path)?;
+            current = fd;
+            levels.push(Level {
+                name: child,
+                id,
+                resume: 0,
+                from_start: true,
+                found: false,
+                path_len,
+            });
+            continue;
         }
-        rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0))
+        if !(level.from_start && !level.found) {
+            // Read it again from the start, until a read finds it empty.
+            level.resume = 0;
+            level.from_start = true;
+            level.found = false;
+            continue;
+        }
+        // Empty: remove it from its parent, and go on with the parent's listing.
+        let Some(done) = levels.pop() else { break };
+        let above = match levels.last() {
+            None => {
+                drop(current);
+                unlinkat(parent, os(&done.name), AtFlags::REMOVEDIR)
+                    .map_err(|e| StoreError::new("remove", path, e))?;
+                return Ok(removed + 1);
+            }
+            Some(above) => above.id,
+        };
+        let up = open_dir(&current, b"..", path)?;
+        if identity(&up, path)? != above {
+            return Err(StoreError::other(
+                "remove",
+                path,
+                "a directory was moved while it was being removed",
+            ));
+        }
+        drop(std::mem::replace(&mut current, up));
+        unlinkat(&current, os(&done.name), AtFlags::REMOVEDIR)
             .map_err(|e| StoreError::new("remove", path, e))?;
+        removed += 1;
+        path.truncate(done.path_len);
+        if let Some(level) = levels.last_mut() {
+            // The listing resumes behind the removed subdirectory; this read is no longer
+            // one from the start.
+            level.from_start = false;
+        }
     }
-    drop(fd);
-    unlinkat(parent, os(name), AtFlags::REMOVEDIR)
-        .map_err(|e| StoreError::new("remove", path, e))?;
-    Ok(removed + 1)
+    Ok(removed)
 }
 
 /// `mv`: renames `from` to `to`; when `to` is an existing directory, `from` moves into it.
@@ -308,6 +391,95 @@ mod tests {
         assert!(!dir.path().join("t").exists());
         assert!(outside.path().join("keep").exists());
         assert!(remove(&root, b"", true).is_err());
+    }
+
+    /// Makes `depth` directories `d`, one inside the other, below `top` (paths far longer
+    /// than PATH_MAX: made by descriptor), with a file every 1000 levels and a symlink to
+    /// `outside` at the bottom. Returns the number of entries made.
+    fn make_deep_chain(top: &std::path::Path, depth: usize, outside: &std::path::Path) -> u64 {
+        let mut fd = rustix::fs::open(
+            top,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let mut made = 0;
+        for level in 0..depth {
+            mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
+            fd = openat(
+                &fd,
+                "d",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+            made += 1;
+            if level % 1000 == 0 {
+                let f = openat(
+                    &fd,
+                    "file",
+                    OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o644),
+                )
+                .unwrap();
+                rustix::io::write(&f, b"x").unwrap();
+                made += 1;
+            }
+        }
+        rustix::fs::symlinkat(outside, &fd, "out").unwrap();
+        made + 1
+    }
+
+    /// A temporary directory in memory where there is one (`/dev/shm`): removing 100,000
+    /// directories from a disk mounted with `discard` takes minutes, and proves nothing more.
+    fn memory_tempdir() -> tempfile::TempDir {
+        tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap()
+    }
+
+    #[test]
+    fn remove_tree_removes_a_tree_100_000_deep_without_recursing() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"x").unwrap();
+        let dir = memory_tempdir();
+        std::fs::create_dir(dir.path().join("deep")).unwrap();
+        // Should the test fail: the temporary directory's own removal would recurse.
+        struct RemoveDeep(std::path::PathBuf);
+        impl Drop for RemoveDeep {
+            fn drop(&mut self) {
+                if self.0.exists() {
+                    let rm = std::process::Command::new("rm")
+                        .arg("-rf")
+                        .arg(&self.0)
+                        .status();
+                    drop(rm);
+                }
+            }
+        }
+        let _cleanup = RemoveDeep(dir.path().join("deep"));
+        let made = make_deep_chain(&dir.path().join("deep"), 100_000, outside.path());
+        let root = Root::open(dir.path()).unwrap();
+        assert_eq!(remove(&root, b"deep", true).unwrap(), made + 1);
+        assert!(!dir.path().join("deep").exists());
+        assert!(outside.path().join("keep").exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn remove_tree_empties_wide_directories_with_subdirectories_among_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut made = 0;
+        for i in 0..300 {
+            let sub = dir.path().join(format!("w/s{i}"));
+            std::fs::create_dir_all(sub.join("inner")).unwrap();
+            std::fs::write(sub.join("inner/f"), b"x").unwrap();
+            std::fs::write(dir.path().join(format!("w/f{i}")), b"x").unwrap();
+            made += 4;
+        }
+        let root = Root::open(dir.path()).unwrap();
+        assert_eq!(remove(&root, b"w", true).unwrap(), made + 1);
+        assert!(!dir.path().join("w").exists());
     }
 
     #[test]
