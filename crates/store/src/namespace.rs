@@ -281,17 +281,22 @@ pub fn walk(
         let mut me = top;
         me.path.clear();
         each(me)?;
-        for e in crate::scan::list_directory(&sub, b"") {
-            if let Some(err) = &e.error {
-                return Err(StoreError::other(
-                    "list",
-                    &crate::relpath::join(rel, &e.path),
-                    err,
-                ));
-            }
-            each(e)?;
-        }
-        return Ok(());
+        // Piece by piece: a huge directory is never held whole.
+        let mut result = Ok(());
+        crate::scan::list_directory_in_pieces(&sub, b"", |piece| {
+            result = piece.into_iter().try_for_each(|e| {
+                if let Some(err) = &e.error {
+                    return Err(StoreError::other(
+                        "list",
+                        &crate::relpath::join(rel, &e.path),
+                        err,
+                    ));
+                }
+                each(e)
+            });
+            result.is_ok()
+        });
+        return result;
     }
     let (tx, rx) = crossbeam_channel::bounded(16);
     std::thread::scope(|s| {

@@ -1,9 +1,11 @@
 //! Parallel tree scanner: large-buffer `getdents64` and `statx` per entry, several threads
-//! sharing one stack of directories (depth first), results sent one directory at a time over a
-//! bounded channel so memory stays bounded however large the tree.
+//! sharing one stack of directories (depth first), results sent one listing at a time over a
+//! bounded channel so memory stays bounded however large the tree: a listing is a directory's
+//! entries, or a piece of at most [`MAX_LISTING`] of them for a larger directory, so that a
+//! huge (or hostile) directory is never held in memory whole.
 //!
-//! Entries of a directory are sent sorted by inode number, a cheap proxy for where their data
-//! lies on disk. Symlinks are reported with their target and never followed.
+//! Entries of a listing are sorted by inode number, a cheap proxy for where their data lies on
+//! disk. Symlinks are reported with their target and never followed.
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
@@ -58,6 +60,8 @@ pub struct ScanOptions {
     pub threads: usize,
     /// Bytes of the getdents64 buffer per thread.
     pub dirent_buffer: usize,
+    /// Most entries in one listing ([`MAX_LISTING`]).
+    pub max_listing: usize,
 }
 
 impl Default for ScanOptions {
@@ -65,9 +69,16 @@ impl Default for ScanOptions {
         ScanOptions {
             threads: 4,
             dirent_buffer: 256 << 10,
+            max_listing: MAX_LISTING,
         }
     }
 }
+
+/// Most entries in one listing: a larger directory is listed and sent in pieces of this many
+/// (each sorted by inode), so that what one directory pins in memory is bounded (about
+/// 200 bytes an entry: 1.6 MB a piece) however many entries it has. Directories up to this
+/// size are sent whole, as one inode-sorted listing.
+pub const MAX_LISTING: usize = 8192;
 
 struct Work {
     stack: Vec<Vec<u8>>,
@@ -75,8 +86,9 @@ struct Work {
     stop: bool,
 }
 
-/// Scans the tree under `root`, sending each directory's entries as one `Vec` (the root
-/// directory's own entry first). Returns when the whole tree was visited or the receiver hung up.
+/// Scans the tree under `root`, sending each directory's entries as one `Vec` (in pieces of at
+/// most [`MAX_LISTING`]; the root directory's own entry first, a directory's entry before its
+/// own entries). Returns when the whole tree was visited or the receiver hung up.
 pub fn scan(root: &Root, options: ScanOptions, out: Sender<Vec<ScanEntry>>) {
     let root_entry = stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH);
     let is_dir = root_entry.kind == EntryType::Dir;
@@ -123,22 +135,49 @@ fn worker(
                 w = unpoisoned(ready.wait(w));
             }
         };
-        let (entries, subdirs) = list_dir(root, &dir, &mut buf);
-        let sent = out.send(entries).is_ok();
+        // Each piece's subdirectories are there for any thread to take as soon as it is sent.
+        list_dir(
+            root,
+            &dir,
+            &mut buf,
+            options.max_listing,
+            |entries, subdirs| {
+                let sent = out.send(entries).is_ok();
+                let mut w = lock(work);
+                if !sent {
+                    w.stop = true;
+                }
+                w.stack.extend(subdirs.into_iter().rev());
+                ready.notify_all();
+                !w.stop
+            },
+        );
         let mut w = lock(work);
         w.active -= 1;
-        if !sent {
-            w.stop = true;
-        }
-        w.stack.extend(subdirs.into_iter().rev());
         ready.notify_all();
     }
 }
 
-/// Lists the entries of directory `dir` below `root` (not recursive), sorted by inode.
+/// Lists the entries of directory `dir` below `root` (not recursive), sorted by inode. The
+/// whole directory: for one that may be large, see [`list_directory_in_pieces`].
 pub fn list_directory(root: &Root, dir: &[u8]) -> Vec<ScanEntry> {
+    let mut all = Vec::new();
+    list_directory_in_pieces(root, dir, |piece| {
+        all.extend(piece);
+        true
+    });
+    all
+}
+
+/// Lists the entries of directory `dir` below `root` (not recursive), calling `each` with
+/// pieces of at most [`MAX_LISTING`] entries, each sorted by inode, until it returns false.
+pub fn list_directory_in_pieces(
+    root: &Root,
+    dir: &[u8],
+    mut each: impl FnMut(Vec<ScanEntry>) -> bool,
+) {
     let mut buf = vec![MaybeUninit::uninit(); ScanOptions::default().dirent_buffer];
-    list_dir(root, dir, &mut buf).0
+    list_dir(root, dir, &mut buf, MAX_LISTING, |entries, _| each(entries));
 }
 
 /// Examines `rel` below `root` without following a final symlink (`lstat`).
@@ -160,46 +199,74 @@ pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
     entry
 }
 
-/// Lists one directory; returns its entries (by inode) and its subdirectories to visit. An
-/// entry removed between the listing and its `statx` (a writer's short-lived name, a file
-/// deleted meanwhile), or a directory removed before it is opened, is left out: the scan
-/// sees the tree as it is when each entry is examined.
+/// Lists one directory, calling `emit` with its entries (by inode) and its subdirectories to
+/// visit, in pieces of at most `max` entries, until it returns false. An entry removed between
+/// the listing and its `statx` (a writer's short-lived name, a file deleted meanwhile), or a
+/// directory removed before it is opened, is left out: the scan sees the tree as it is when
+/// each entry is examined. A directory that cannot be opened or read gives one failed entry
+/// (after the pieces read before the failure).
 fn list_dir(
     root: &Root,
     dir: &[u8],
     buf: &mut [MaybeUninit<u8>],
-) -> (Vec<ScanEntry>, Vec<Vec<u8>>) {
+    max: usize,
+    mut emit: impl FnMut(Vec<ScanEntry>, Vec<Vec<u8>>) -> bool,
+) {
     let fd: OwnedFd = match root.open_dir(dir) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) if !dir.is_empty() => return (Vec::new(), Vec::new()),
+        Err(rustix::io::Errno::NOENT) if !dir.is_empty() => return,
         Err(e) => {
             let err = StoreError::new("open directory", dir, crate::root::escape_error(e));
-            return (vec![failed(dir.to_vec(), err)], Vec::new());
+            emit(vec![failed(dir.to_vec(), err)], Vec::new());
+            return;
         }
     };
+    let max = max.max(1);
     let mut names: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut iter = RawDir::new(&fd, buf);
-    while let Some(item) = iter.next() {
+    loop {
+        let item = iter.next();
+        let end = item.is_none();
         match item {
-            Ok(entry) => {
+            Some(Ok(entry)) => {
                 let name = entry.file_name().to_bytes();
                 if name != b"." && name != b".." {
                     names.push((entry.ino(), name.to_vec()));
                 }
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 let err = StoreError::new("read directory", dir, e);
-                return (vec![failed(dir.to_vec(), err)], Vec::new());
+                emit(vec![failed(dir.to_vec(), err)], Vec::new());
+                return;
+            }
+            None => {}
+        }
+        if names.len() >= max || (end && !names.is_empty()) {
+            let (entries, subdirs) = examine(&fd, dir, std::mem::take(&mut names));
+            if !emit(entries, subdirs) {
+                return;
             }
         }
+        if end {
+            return;
+        }
     }
+}
+
+/// `statx`es the `names` of directory `dir` (open as `fd`) in inode order; returns their
+/// entries and the subdirectories among them.
+fn examine(
+    fd: &OwnedFd,
+    dir: &[u8],
+    mut names: Vec<(u64, Vec<u8>)>,
+) -> (Vec<ScanEntry>, Vec<Vec<u8>>) {
     names.sort_unstable_by_key(|(ino, _)| *ino);
     let mut entries = Vec::with_capacity(names.len());
     let mut subdirs = Vec::new();
     for (_, name) in names {
         let path = crate::relpath::join(dir, &name);
         let flags = AtFlags::SYMLINK_NOFOLLOW;
-        let entry = match try_stat_entry(&fd, OsStr::from_bytes(&name), path.clone(), flags) {
+        let entry = match try_stat_entry(fd, OsStr::from_bytes(&name), path.clone(), flags) {
             Ok(entry) => entry,
             Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => continue,
             Err(e) => failed(path, e),
@@ -298,6 +365,62 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// A directory larger than a listing is sent in pieces, each sorted by inode, with every
+    /// entry once, and a subdirectory's entry before its own entries.
+    #[test]
+    fn a_large_directory_is_sent_in_pieces_never_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::create_dir(&big).unwrap();
+        let mut expected = BTreeSet::from([String::new(), "big".to_string()]);
+        for i in 0..1000 {
+            if i % 100 == 7 {
+                std::fs::create_dir(big.join(format!("s{i}"))).unwrap();
+                std::fs::write(big.join(format!("s{i}/inner")), b"x").unwrap();
+                expected.insert(format!("big/s{i}"));
+                expected.insert(format!("big/s{i}/inner"));
+            } else {
+                std::fs::write(big.join(format!("f{i}")), b"x").unwrap();
+                expected.insert(format!("big/f{i}"));
+            }
+        }
+        for threads in [1, 3] {
+            let root = Root::open(dir.path()).unwrap();
+            let (tx, rx) = crossbeam_channel::bounded(2);
+            let options = ScanOptions {
+                threads,
+                max_listing: 64,
+                ..ScanOptions::default()
+            };
+            let handle = std::thread::spawn(move || scan(&root, options, tx));
+            let mut seen = BTreeSet::new();
+            let mut pieces = 0;
+            for listing in rx {
+                assert!(listing.len() <= 64, "a listing of {}", listing.len());
+                assert!(listing.windows(2).all(|w| w[0].ino <= w[1].ino));
+                for e in listing {
+                    assert!(e.error.is_none(), "{:?}", e.error);
+                    let parent = String::from_utf8(e.parent().to_vec()).unwrap();
+                    assert!(e.path.is_empty() || seen.contains(&parent), "{parent}");
+                    assert!(seen.insert(String::from_utf8(e.path).unwrap()));
+                }
+                pieces += 1;
+            }
+            handle.join().unwrap();
+            assert_eq!(seen, expected);
+            assert!(pieces >= 1000 / 64, "{pieces} listings");
+        }
+        // The same for one directory listed alone.
+        let root = Root::open(dir.path()).unwrap();
+        let mut sizes = Vec::new();
+        list_directory_in_pieces(&root, b"big", |piece| {
+            sizes.push(piece.len());
+            true
+        });
+        assert_eq!(sizes.iter().sum::<usize>(), 1000);
+        assert!(sizes.iter().all(|&n| n <= MAX_LISTING));
+    }
+
     #[test]
     fn parallel_scan_finds_every_entry_once() {
         let dir = tempfile::tempdir().unwrap();
@@ -325,6 +448,7 @@ mod tests {
                     ScanOptions {
                         threads,
                         dirent_buffer: 4096,
+                        ..ScanOptions::default()
                     },
                     tx,
                 )

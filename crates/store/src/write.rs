@@ -42,7 +42,10 @@ pub struct TreeWriter {
     /// Whether the source root's own attributes are applied to `base`.
     set_root_attrs: bool,
     temp_tag: String,
-    dirs: Mutex<Vec<(Vec<u8>, Attrs)>>,
+    /// The directories made or met, by path, with the attributes [`TreeWriter::finish`]
+    /// gives them: one entry per directory however often a peer sends it, so what this holds
+    /// is bounded by the directories that exist, not by what was sent.
+    dirs: Mutex<HashMap<Vec<u8>, Attrs>>,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
     /// Large files this writer is done with: given up (a chunk the sender could not read)
     /// or counted complete (perhaps put in place by another session first). Their later
@@ -219,7 +222,7 @@ impl TreeWriter {
             file_name,
             set_root_attrs,
             temp_tag,
-            dirs: Mutex::new(Vec::new()),
+            dirs: Mutex::new(HashMap::new()),
             large: Mutex::new(HashMap::new()),
             settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
@@ -493,7 +496,7 @@ impl TreeWriter {
 
     /// Applies directory modes and mtimes, deepest first. Returns the errors met.
     pub fn finish(&self) -> Vec<StoreError> {
-        let mut dirs = std::mem::take(&mut *lock(&self.dirs));
+        let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Vec::new();
         for (path, attrs) in dirs {
@@ -839,7 +842,7 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
-                lock(&writer.dirs).push((Vec::new(), *attrs));
+                lock(&writer.dirs).insert(Vec::new(), *attrs);
             }
             return Ok(());
         }
@@ -859,7 +862,8 @@ impl WriterCursor<'_> {
             }
             Err(e) => return Err(StoreError::new("create directory", path, e)),
         }
-        lock(&writer.dirs).push((target.to_vec(), *attrs));
+        // The last attributes sent for a directory are the ones it gets.
+        lock(&writer.dirs).insert(target.to_vec(), *attrs);
         Ok(())
     }
 
@@ -1747,6 +1751,24 @@ mod tests {
         assert!(writer.take_incomplete().is_empty());
         // A file that fits is written as usual.
         c.write_file(b"d/small", &a, b"fits").unwrap();
+    }
+
+    #[test]
+    fn a_directory_sent_again_and_again_is_remembered_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), true, "t".into());
+        let mut c = writer.cursor();
+        // A peer repeating the same entries: what the writer keeps does not grow with them.
+        for i in 0..100_000u32 {
+            c.make_dir(b"d", &attrs(0o700 + i % 2)).unwrap();
+            c.make_dir(b"", &attrs(0o755)).unwrap();
+        }
+        assert_eq!(lock(&writer.dirs).len(), 2);
+        assert!(writer.finish().is_empty());
+        assert_eq!(
+            std::fs::metadata(dir.path().join("d")).unwrap().mode() & 0o7777,
+            0o701
+        );
     }
 
     #[test]
