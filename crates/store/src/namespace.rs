@@ -191,7 +191,7 @@ fn remove_tree(
             });
             continue;
         }
-        if !(level.from_start && !level.found) {
+        if !level.from_start || level.found {
             // Read it again from the start, until a read finds it empty.
             level.resume = 0;
             level.from_start = true;

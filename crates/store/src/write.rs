@@ -1043,7 +1043,20 @@ fn preallocate(fd: &OwnedFd, size: u64) -> Result<(), Errno> {
 
 /// Whether `e` is [`check_room`]'s refusal.
 fn is_no_room(e: &StoreError) -> bool {
-    e.source.kind() == std::io::ErrorKind::StorageFull && e.source.raw_os_error().is_none()
+    e.source.get_ref().is_some_and(|inner| inner.is::<NoRoom>())
+}
+
+/// [`check_room`]'s refusal: a file of `size` bytes, `free` bytes free. Not an OS error: it
+/// fails that one file, not the whole transfer.
+#[derive(Debug, thiserror::Error)]
+#[error("{NO_ROOM}: the file is {:.1} MiB, its file system has {:.1} MiB free", mib(*.size), mib(*.free))]
+struct NoRoom {
+    size: u64,
+    free: u64,
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
 }
 
 /// The text of the error of a large file its destination has no room for.
@@ -1069,16 +1082,11 @@ fn check_room(dir: &OwnedFd, size: u64, path: &[u8]) -> Result<(), StoreError> {
     if size <= free {
         return Ok(());
     }
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
-    let why = format!(
-        "{NO_ROOM}: the file is {:.1} MiB, its file system has {:.1} MiB free",
-        mib(size),
-        mib(free)
-    );
+    let no_room = NoRoom { size, free };
     Err(StoreError::new(
         "allocate",
         path,
-        std::io::Error::new(std::io::ErrorKind::StorageFull, why),
+        std::io::Error::other(no_room),
     ))
 }
 
