@@ -554,7 +554,19 @@ fn a_third_party_copy_whose_client_is_killed_stops_and_resumes() {
     client_killed(Dir::ThirdParty, 46);
 }
 
-/// The destination's disk fills up (an 8 MiB tmpfs for a 18 MiB source): the copy fails with
+/// A source for [`disk_full`]: 14 MiB of small files and a 2 MiB large file (each file fits
+/// an 8 MiB disk on its own: a large file larger than the free space would be refused before
+/// it is written, by name and without filling the disk, see tests/hostile_data.rs).
+fn make_full_disk_source(dir: &Path, seed: u64) {
+    tree::make_many_files(&dir.join("small"), 700, 20_000, seed);
+    std::fs::create_dir_all(dir.join("big")).unwrap();
+    let content = tree::random_bytes(2 << 20, seed + 1);
+    tree::make_file(&dir.join("big/large.bin"), &content, 0o640);
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    std::os::unix::fs::symlink("small/../big", dir.join("link")).unwrap();
+}
+
+/// The destination's disk fills up (an 8 MiB tmpfs for a 16 MiB source): the copy fails with
 /// exit 5 naming the cause, no file carries wrong content under its final name, and once
 /// space is freed the same command completes the copy, sending less than everything.
 fn disk_full(dir: Dir, seed: u64) {
@@ -562,7 +574,8 @@ fn disk_full(dir: Dir, seed: u64) {
         eprintln!("skipped: cannot mount tmpfs");
         return;
     };
-    let cell = Cell::new_in(dir, |src| make_source(src, seed), Some(disk.path()));
+    let source = |src: &Path| make_full_disk_source(src, seed);
+    let cell = Cell::new_in(dir, source, Some(disk.path()));
     let out = cell.copy_direct(COPY);
     let why = format!("{dir:?}\n{}", describe(&out));
     assert_eq!(out.status.code(), Some(5), "{why}");
