@@ -126,7 +126,7 @@ pub fn read_limit(src: &Path, threads: usize) -> Result<SubsystemRun, TransferEr
 /// Counts the files, directories, symlinks and file bytes of the tree at `src` from a scan
 /// (no file data is read). Fails on the first entry that cannot be examined, naming it.
 pub fn count_tree(src: &Path) -> Result<TreeCounts, TransferError> {
-    let u = sprat_store::namespace::usage(&Root::open(src)?, b"")?;
+    let u = sprat_store::namespace::usage(&Root::open(src)?, b"", &Default::default())?;
     Ok(TreeCounts {
         files: u.files,
         dirs: u.dirs,

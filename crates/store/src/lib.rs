@@ -13,6 +13,7 @@ pub mod attrs;
 pub mod batch_read;
 pub mod compare;
 pub mod error;
+pub mod filter;
 pub mod limit;
 pub mod namespace;
 pub mod partial;
@@ -26,9 +27,10 @@ pub mod write;
 
 pub use attrs::{checksum, Attrs};
 pub use error::StoreError;
+pub use filter::{Filter, FilterError, RuleKind, Selection};
 pub use relpath::{display_path, join, split_parent};
 pub use root::{Root, Source};
 pub use scan::{
-    list_directory, scan, stat_path, stat_root_file, EntryType, ScanEntry, ScanOptions,
+    list_directory, scan, scan_selected, stat_path, stat_root_file, EntryType, ScanEntry, ScanOptions,
 };
 pub use write::{TreeWriter, WriterCursor};

@@ -4,7 +4,8 @@
 
 use crate::error::StoreError;
 use crate::root::{escape_error, Root};
-use crate::scan::{scan, EntryType, ScanEntry, ScanOptions};
+use crate::filter::Selection;
+use crate::scan::{scan_selected, EntryType, ScanEntry, ScanOptions};
 use rustix::fs::{
     mkdirat, openat, renameat, statx, unlinkat, AtFlags, FileType, Mode, OFlags, RawDir, StatxFlags,
 };
@@ -268,6 +269,18 @@ pub fn walk(
     root: &Root,
     rel: &[u8],
     recursive: bool,
+    each: impl FnMut(ScanEntry) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    walk_selected(root, rel, recursive, &Selection::default(), each)
+}
+
+/// [`walk`] of what `selection` selects of a recursive walk (see [`crate::scan_selected`]);
+/// `selection` does not apply to a single entry or a directory listed alone.
+pub fn walk_selected(
+    root: &Root,
+    rel: &[u8],
+    recursive: bool,
+    selection: &Selection,
     mut each: impl FnMut(ScanEntry) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let top = crate::scan::stat_path(root, rel)?;
@@ -301,7 +314,7 @@ pub fn walk(
     let (tx, rx) = crossbeam_channel::bounded(16);
     std::thread::scope(|s| {
         let sub = &sub;
-        s.spawn(move || scan(sub, ScanOptions::default(), tx));
+        s.spawn(move || scan_selected(sub, ScanOptions::default(), selection, tx));
         for listing in rx {
             for e in listing {
                 if let Some(err) = &e.error {
@@ -318,10 +331,10 @@ pub fn walk(
     })
 }
 
-/// `du`: files, directories, symlinks and bytes under `rel`.
-pub fn usage(root: &Root, rel: &[u8]) -> Result<Usage, StoreError> {
+/// `du`: files, directories, symlinks and bytes under `rel` (of what `selection` selects).
+pub fn usage(root: &Root, rel: &[u8], selection: &Selection) -> Result<Usage, StoreError> {
     let mut u = Usage::default();
-    walk(root, rel, true, |e| {
+    walk_selected(root, rel, true, selection, |e| {
         match e.kind {
             EntryType::File => {
                 u.files += 1;

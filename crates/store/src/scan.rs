@@ -6,9 +6,14 @@
 //!
 //! Entries of a listing are sorted by inode number, a cheap proxy for where their data lies on
 //! disk. Symlinks are reported with their target and never followed.
+//!
+//! [`scan_selected`] applies a [`Selection`]: entries its rules exclude are left out and an
+//! excluded directory is neither opened nor descended into; with a list of paths
+//! (`--files-from`) only those paths (and the directories leading to them) are examined.
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
+use crate::filter::{Filter, Selection};
 use crate::root::Root;
 use crate::sync::{lock, unpoisoned};
 use crossbeam_channel::Sender;
@@ -90,6 +95,20 @@ struct Work {
 /// most [`MAX_LISTING`]; the root directory's own entry first, a directory's entry before its
 /// own entries). Returns when the whole tree was visited or the receiver hung up.
 pub fn scan(root: &Root, options: ScanOptions, out: Sender<Vec<ScanEntry>>) {
+    scan_selected(root, options, &Selection::default(), out)
+}
+
+/// [`scan`], leaving out what `selection` does not select (see the module comment).
+pub fn scan_selected(
+    root: &Root,
+    options: ScanOptions,
+    selection: &Selection,
+    out: Sender<Vec<ScanEntry>>,
+) {
+    if let Some(listed) = &selection.files_from {
+        return scan_listed(root, listed, &selection.filter, out);
+    }
+    let filter = &selection.filter;
     let root_entry = stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH);
     let is_dir = root_entry.kind == EntryType::Dir;
     if out.send(vec![root_entry]).is_err() || !is_dir {
@@ -103,7 +122,7 @@ pub fn scan(root: &Root, options: ScanOptions, out: Sender<Vec<ScanEntry>>) {
     let ready = Condvar::new();
     std::thread::scope(|s| {
         for _ in 0..options.threads.max(1) {
-            s.spawn(|| worker(root, options, &work, &ready, &out));
+            s.spawn(|| worker(root, options, filter, &work, &ready, &out));
         }
     });
 }
@@ -111,6 +130,7 @@ pub fn scan(root: &Root, options: ScanOptions, out: Sender<Vec<ScanEntry>>) {
 fn worker(
     root: &Root,
     options: ScanOptions,
+    filter: &Filter,
     work: &Mutex<Work>,
     ready: &Condvar,
     out: &Sender<Vec<ScanEntry>>,
@@ -141,6 +161,7 @@ fn worker(
             &dir,
             &mut buf,
             options.max_listing,
+            filter,
             |entries, subdirs| {
                 let sent = out.send(entries).is_ok();
                 let mut w = lock(work);
@@ -177,7 +198,8 @@ pub fn list_directory_in_pieces(
     mut each: impl FnMut(Vec<ScanEntry>) -> bool,
 ) {
     let mut buf = vec![MaybeUninit::uninit(); ScanOptions::default().dirent_buffer];
-    list_dir(root, dir, &mut buf, MAX_LISTING, |entries, _| each(entries));
+    let all = &Filter::default();
+    list_dir(root, dir, &mut buf, MAX_LISTING, all, |entries, _| each(entries));
 }
 
 /// Examines `rel` below `root` without following a final symlink (`lstat`).
@@ -203,13 +225,15 @@ pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
 /// visit, in pieces of at most `max` entries, until it returns false. An entry removed between
 /// the listing and its `statx` (a writer's short-lived name, a file deleted meanwhile), or a
 /// directory removed before it is opened, is left out: the scan sees the tree as it is when
-/// each entry is examined. A directory that cannot be opened or read gives one failed entry
-/// (after the pieces read before the failure).
+/// each entry is examined. So is an entry `filter` excludes, decided from the directory
+/// entry's type where the file system gives it (without a `statx`). A directory that cannot
+/// be opened or read gives one failed entry (after the pieces read before the failure).
 fn list_dir(
     root: &Root,
     dir: &[u8],
     buf: &mut [MaybeUninit<u8>],
     max: usize,
+    filter: &Filter,
     mut emit: impl FnMut(Vec<ScanEntry>, Vec<Vec<u8>>) -> bool,
 ) {
     let fd: OwnedFd = match root.open_dir(dir) {
@@ -222,7 +246,7 @@ fn list_dir(
         }
     };
     let max = max.max(1);
-    let mut names: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut names: Vec<(u64, Vec<u8>, FileType)> = Vec::new();
     let mut iter = RawDir::new(&fd, buf);
     loop {
         let item = iter.next();
@@ -231,7 +255,7 @@ fn list_dir(
             Some(Ok(entry)) => {
                 let name = entry.file_name().to_bytes();
                 if name != b"." && name != b".." {
-                    names.push((entry.ino(), name.to_vec()));
+                    names.push((entry.ino(), name.to_vec(), entry.file_type()));
                 }
             }
             Some(Err(e)) => {
@@ -242,8 +266,9 @@ fn list_dir(
             None => {}
         }
         if names.len() >= max || (end && !names.is_empty()) {
-            let (entries, subdirs) = examine(&fd, dir, std::mem::take(&mut names));
-            if !emit(entries, subdirs) {
+            let (entries, subdirs) = examine(&fd, dir, std::mem::take(&mut names), filter);
+            // Every entry of the piece excluded: nothing to send.
+            if !entries.is_empty() && !emit(entries, subdirs) {
                 return;
             }
         }
@@ -253,30 +278,88 @@ fn list_dir(
     }
 }
 
-/// `statx`es the `names` of directory `dir` (open as `fd`) in inode order; returns their
-/// entries and the subdirectories among them.
+/// `statx`es the `names` of directory `dir` (open as `fd`) in inode order, leaving out what
+/// `filter` excludes; returns their entries and the subdirectories among them.
 fn examine(
     fd: &OwnedFd,
     dir: &[u8],
-    mut names: Vec<(u64, Vec<u8>)>,
+    mut names: Vec<(u64, Vec<u8>, FileType)>,
+    filter: &Filter,
 ) -> (Vec<ScanEntry>, Vec<Vec<u8>>) {
-    names.sort_unstable_by_key(|(ino, _)| *ino);
+    names.sort_unstable_by_key(|(ino, _, _)| *ino);
     let mut entries = Vec::with_capacity(names.len());
     let mut subdirs = Vec::new();
-    for (_, name) in names {
+    for (_, name, file_type) in names {
         let path = crate::relpath::join(dir, &name);
+        let known = file_type != FileType::Unknown;
+        if known && filter.excluded(&path, file_type == FileType::Directory) {
+            continue;
+        }
         let flags = AtFlags::SYMLINK_NOFOLLOW;
         let entry = match try_stat_entry(fd, OsStr::from_bytes(&name), path.clone(), flags) {
             Ok(entry) => entry,
             Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => continue,
             Err(e) => failed(path, e),
         };
+        if !known && filter.excluded(&entry.path, entry.kind == EntryType::Dir) {
+            continue;
+        }
         if entry.kind == EntryType::Dir && entry.error.is_none() {
             subdirs.push(entry.path.clone());
         }
         entries.push(entry);
     }
     (entries, subdirs)
+}
+
+/// Listed entries sent in one message.
+const LISTED_PER_MESSAGE: usize = 256;
+
+/// The scan of a `--files-from` list: the root, then each listed path (sorted) behind the
+/// directories leading to it, each examined once; `filter` applies to the listed paths (not
+/// to the directories leading to them). A listed path that does not exist is a failed entry.
+fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec<ScanEntry>>) {
+    let root_entry = stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH);
+    let is_dir = root_entry.kind == EntryType::Dir;
+    if out.send(vec![root_entry]).is_err() || !is_dir {
+        return;
+    }
+    let mut seen_dirs: std::collections::HashSet<Vec<u8>> = Default::default();
+    let mut pending = Vec::new();
+    for path in listed {
+        let parents = path
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b == b'/')
+            .map(|(i, _)| &path[..i]);
+        for dir in parents {
+            if seen_dirs.insert(dir.to_vec()) {
+                // A parent that is missing or not a directory: the listed path reports it.
+                if let Ok(e) = stat_path(root, dir) {
+                    if e.kind == EntryType::Dir {
+                        pending.push(e);
+                    }
+                }
+            }
+        }
+        match stat_path(root, path) {
+            Ok(e) if filter.excluded(&e.path, e.kind == EntryType::Dir) => {}
+            Ok(e) if e.kind == EntryType::Dir && !seen_dirs.insert(e.path.clone()) => {}
+            Ok(e) => pending.push(e),
+            Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => {
+                let err = StoreError::other("stat", path, "listed in --files-from, not found");
+                pending.push(failed(path.clone(), err));
+            }
+            Err(e) => pending.push(failed(path.clone(), e)),
+        }
+        if pending.len() >= LISTED_PER_MESSAGE && out.send(std::mem::take(&mut pending)).is_err()
+        {
+            return;
+        }
+    }
+    if !pending.is_empty() {
+        let _ = out.send(pending);
+    }
 }
 
 fn stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
