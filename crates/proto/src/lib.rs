@@ -13,12 +13,14 @@ pub mod frame;
 pub mod message;
 pub mod namespace;
 pub mod path;
+pub mod selection;
 pub mod session;
 
 pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta, Totals};
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};
+pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;

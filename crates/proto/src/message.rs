@@ -184,6 +184,9 @@ pub enum Message {
         session: [u8; 16],
         op: Operation,
         path: Vec<u8>,
+        /// What a pull's server selects of its source (rules, a `--files-from` list); a
+        /// push's must select everything.
+        selection: crate::Selection,
     },
     Opened {
         root_is_dir: bool,
@@ -280,7 +283,12 @@ impl Message {
                 put_bytes16(&mut out, truncate_text(text).as_bytes());
                 kind::ERROR
             }
-            Message::Open { session, op, path } => {
+            Message::Open {
+                session,
+                op,
+                path,
+                selection,
+            } => {
                 out.extend_from_slice(session);
                 match op {
                     Operation::Push {
@@ -299,6 +307,7 @@ impl Message {
                     }
                 }
                 put_bytes16(&mut out, path);
+                selection.encode(&mut out);
                 kind::OPEN
             }
             Message::Opened { root_is_dir } => {
@@ -461,7 +470,19 @@ impl Message {
                     }
                 };
                 let path = path::validate(r.bytes16("path", MAX_PATH)?)?.to_vec();
-                Message::Open { session, op, path }
+                let selection = crate::Selection::decode(&mut r)?;
+                if matches!(op, Operation::Push { .. }) && !selection.is_all() {
+                    return Err(DecodeError::Invalid {
+                        what: "push selection",
+                        why: "a push's source is selected by the client",
+                    });
+                }
+                Message::Open {
+                    session,
+                    op,
+                    path,
+                    selection,
+                }
             }
             kind::OPENED => Message::Opened {
                 root_is_dir: bool_byte(r.u8("root kind")?)?,
@@ -615,6 +636,7 @@ mod tests {
                 discard: true,
             },
             path: b"a/b".to_vec(),
+            selection: Default::default(),
         });
         roundtrip(Message::Open {
             session: [7; 16],
@@ -624,6 +646,7 @@ mod tests {
                 discard: false,
             },
             path: b"a/b".to_vec(),
+            selection: Default::default(),
         });
         roundtrip(Message::Open {
             session: [7; 16],
@@ -631,6 +654,7 @@ mod tests {
                 check: DestCheck::QuickCheck,
             },
             path: Vec::new(),
+            selection: Default::default(),
         });
         roundtrip(Message::Opened { root_is_dir: false });
         roundtrip(Message::Join { session: [9; 16] });
@@ -696,19 +720,25 @@ mod tests {
                 path: path.clone(),
                 recursive: true,
                 digests: false,
+                selection: Default::default(),
             },
             Request::List {
                 path: path.clone(),
                 recursive: true,
                 digests: true,
+                selection: Default::default(),
             },
             Request::List {
                 path: path.clone(),
                 recursive: false,
                 digests: true,
+                selection: Default::default(),
             },
             Request::Stat { path: Vec::new() },
-            Request::Du { path: path.clone() },
+            Request::Du {
+                path: path.clone(),
+                selection: Default::default(),
+            },
             Request::Mkdir {
                 path: path.clone(),
                 parents: true,
@@ -737,6 +767,7 @@ mod tests {
                 check: crate::DestCheck::IgnoreExisting,
                 stall_timeout_ms: 60_000,
                 dest_key: [7; 32],
+                selection: Default::default(),
             },
             Request::SendTo {
                 path: path.clone(),
@@ -748,6 +779,7 @@ mod tests {
                 check: crate::DestCheck::Checksum,
                 stall_timeout_ms: 0,
                 dest_key: [0; 32],
+                selection: Default::default(),
             },
         ] {
             roundtrip(Message::Request(req));
@@ -787,6 +819,7 @@ mod tests {
                 session: [3; 16],
                 op: Operation::Pull { check },
                 path: b"p".to_vec(),
+                selection: Default::default(),
             });
         }
         let mut open = Message::Open {
@@ -795,6 +828,7 @@ mod tests {
                 check: DestCheck::Checksum,
             },
             path: b"p".to_vec(),
+            selection: Default::default(),
         }
         .encode();
         // The check byte follows the id and the operation.
@@ -804,6 +838,7 @@ mod tests {
             path: b"p".to_vec(),
             recursive: true,
             digests: true,
+            selection: Default::default(),
         })
         .encode();
         assert_eq!(
@@ -833,6 +868,7 @@ mod tests {
                 check: DestCheck::QuickCheck,
             },
             path: b"aa/bb".to_vec(),
+            selection: Default::default(),
         }
         .encode();
         let n = bytes.len();

@@ -64,12 +64,16 @@ pub enum Request {
         /// Also send the XXH3-128 digest of every regular file listed, as `Sums` frames
         /// among the `Entries` (`--checksum`'s index of a destination).
         digests: bool,
+        /// What of a recursive listing to list (a source's rules or `--files-from` list).
+        selection: crate::Selection,
     },
     Stat {
         path: Vec<u8>,
     },
     Du {
         path: Vec<u8>,
+        /// What to count (a source's rules or `--files-from` list).
+        selection: crate::Selection,
     },
     Mkdir {
         path: Vec<u8>,
@@ -110,6 +114,8 @@ pub enum Request {
         /// as the client knows it; all zeros: connect without TLS (the client's
         /// `--no-encryption`).
         dest_key: [u8; 32],
+        /// What the source server sends of its tree (rules, a `--files-from` list).
+        selection: crate::Selection,
     },
 }
 
@@ -189,18 +195,21 @@ impl Request {
                 path,
                 recursive,
                 digests,
+                selection,
             } => {
                 out.push(OP_LIST);
                 out.push(*recursive as u8 | (*digests as u8) << 1);
                 put_bytes16(out, path);
+                selection.encode(out);
             }
             Request::Stat { path } => {
                 out.push(OP_STAT);
                 put_bytes16(out, path);
             }
-            Request::Du { path } => {
+            Request::Du { path, selection } => {
                 out.push(OP_DU);
                 put_bytes16(out, path);
+                selection.encode(out);
             }
             Request::Mkdir { path, parents } => {
                 out.push(OP_MKDIR);
@@ -241,6 +250,7 @@ impl Request {
                 check,
                 stall_timeout_ms,
                 dest_key,
+                selection,
             } => {
                 out.push(OP_SEND_TO);
                 put_bytes16(out, path);
@@ -252,6 +262,7 @@ impl Request {
                 out.push(check.to_u8());
                 out.extend_from_slice(&stall_timeout_ms.to_le_bytes());
                 out.extend_from_slice(dest_key);
+                selection.encode(out);
             }
         }
     }
@@ -270,10 +281,14 @@ impl Request {
                     recursive: flags & LIST_RECURSIVE != 0,
                     digests: flags & LIST_DIGESTS != 0,
                     path: rel_path(r)?,
+                    selection: crate::Selection::decode(r)?,
                 }
             }
             OP_STAT => Request::Stat { path: rel_path(r)? },
-            OP_DU => Request::Du { path: rel_path(r)? },
+            OP_DU => Request::Du {
+                path: rel_path(r)?,
+                selection: crate::Selection::decode(r)?,
+            },
             OP_MKDIR => {
                 let parents = flag(r, "parents flag")?;
                 Request::Mkdir {
@@ -332,6 +347,7 @@ impl Request {
                 )?;
                 let stall_timeout_ms = r.u32("stall timeout")?;
                 let dest_key = r.array("destination key")?;
+                let selection = crate::Selection::decode(r)?;
                 Request::SendTo {
                     path,
                     addr,
@@ -342,6 +358,7 @@ impl Request {
                     check,
                     stall_timeout_ms,
                     dest_key,
+                    selection,
                 }
             }
             other => {

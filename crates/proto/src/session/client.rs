@@ -543,6 +543,7 @@ mod tests {
                     check: crate::DestCheck::None,
                 },
                 path: Vec::new(),
+                selection: Default::default(),
             },
             Role::Joining => Message::Join { session: [3; 16] },
         };

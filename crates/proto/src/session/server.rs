@@ -28,6 +28,7 @@ pub enum Event {
         session: [u8; 16],
         op: Operation,
         path: Vec<u8>,
+        selection: crate::Selection,
     },
     /// The client asks to join a session: [`ServerStream::accept_join`] or refuse.
     Join { session: [u8; 16] },
@@ -210,9 +211,19 @@ impl ServerStream {
             State::First => {
                 self.deadline = None;
                 match msg {
-                    Message::Open { session, op, path } => {
+                    Message::Open {
+                        session,
+                        op,
+                        path,
+                        selection,
+                    } => {
                         self.state = State::Deciding(Role::Control);
-                        Ok(Event::Open { session, op, path })
+                        Ok(Event::Open {
+                            session,
+                            op,
+                            path,
+                            selection,
+                        })
                     }
                     Message::Join { session } => {
                         self.state = State::Deciding(Role::Joining);
@@ -488,6 +499,7 @@ mod tests {
             session: [7; 16],
             op,
             path: b"d".to_vec(),
+            selection: Default::default(),
         });
         assert!(matches!(event, Event::Open { session, .. } if session == [7; 16]));
         assert_eq!(
@@ -545,6 +557,7 @@ mod tests {
                 check: crate::DestCheck::None,
             },
             path: Vec::new(),
+            selection: Default::default(),
         });
         pull.accept_open(Direction::Pull, false).expect("opened");
         assert!(pull.on_batch().is_err());
@@ -554,6 +567,7 @@ mod tests {
                 check: crate::DestCheck::None,
             },
             path: Vec::new(),
+            selection: Default::default(),
         });
         pull.accept_open(Direction::Pull, false).expect("opened");
         assert!(pull.may_send_batch());
@@ -572,6 +586,7 @@ mod tests {
                 check: crate::DestCheck::QuickCheck,
             },
             path: Vec::new(),
+            selection: Default::default(),
         });
         assert!(s.accept_join(Direction::Pull).is_err());
         s.expect_index(false)
@@ -591,6 +606,7 @@ mod tests {
                 check: crate::DestCheck::QuickCheck,
             },
             path: Vec::new(),
+            selection: Default::default(),
         });
         s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
@@ -608,6 +624,7 @@ mod tests {
                 check: crate::DestCheck::Checksum,
             },
             path: Vec::new(),
+            selection: Default::default(),
         };
         let sums = || Message::Sums(vec![(b"f".to_vec(), vec![0; 16])]);
         let (mut s, _, now) = deciding(open.clone());

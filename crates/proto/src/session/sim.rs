@@ -172,6 +172,7 @@ impl SimClient {
                             },
                         },
                         path: b"dst".to_vec(),
+                        selection: Default::default(),
                     },
                     Role::Joining => Message::Join {
                         session: self.session,
