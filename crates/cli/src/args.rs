@@ -368,6 +368,34 @@ pub struct CpArgs {
     /// With --dry-run, list it as `delete PATH`.
     #[arg(long)]
     pub delete: bool,
+    /// Leave out what matches PATTERN, as rsync does: rules from --exclude, --include and
+    /// their -from files are tried in the order given and the first that matches decides
+    /// (none: copied). A leading `/` anchors at the root of SRC; a pattern without `/` matches
+    /// the last name at any depth, one with an inner `/` or `**` the end of the path; a
+    /// trailing `/` matches only directories; `*` matches within a name, `**` across `/`,
+    /// `?` one character, `[...]` a class; `dir/***` is dir and everything below. An excluded
+    /// directory is not even scanned (include its parents to reach a file inside). With
+    /// --delete, what is excluded at the destination is kept. Repeatable.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    pub exclude: Vec<OsString>,
+    /// Copy what matches PATTERN even if a later rule excludes it (see --exclude).
+    /// Repeatable.
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true)]
+    pub include: Vec<OsString>,
+    /// Exclude patterns read from FILE (`-`: standard input), one per line; blank lines and
+    /// lines starting with `#` or `;` are ignored, `- PAT` / `+ PAT` name the kind, and a
+    /// line `!` clears the rules so far. Repeatable; in order with --exclude and --include.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+    /// Include patterns read from FILE (as --exclude-from, the kind being include).
+    #[arg(long, value_name = "FILE")]
+    pub include_from: Vec<PathBuf>,
+    /// Copy only the paths listed in FILE (`-`: standard input), one per line, relative to
+    /// SRC (blank lines and `#`/`;` comments ignored); the directories leading to them are
+    /// made, a listed directory is copied without its contents, and a listed path that does
+    /// not exist fails (exit 1). Not with --delete.
+    #[arg(long, value_name = "FILE", conflicts_with = "delete")]
+    pub files_from: Option<PathBuf>,
     /// A session whose connections move no byte for this long is taken as stalled: its
     /// connections are closed and the transfer runs again (see --retry-for). `0s`: never.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::units::duration)]

@@ -10,12 +10,12 @@ mod model;
 mod namespace;
 mod progress;
 mod relay;
+mod selection;
 mod serve_config;
 mod units;
 
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
-use clap::Parser;
 use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
 use sprat_engine::{
     Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
@@ -25,10 +25,13 @@ use std::io::Write;
 use std::path::Path;
 
 fn main() {
-    let cli = Cli::parse();
+    // The raw matches too: `cp`'s rule options are applied in the order they were given.
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     raise_open_file_limit();
     init_diagnostics(cli.verbose);
-    let code = match run(cli) {
+    let code = match run(cli, matches.subcommand_matches("cp")) {
         Ok(code) => code,
         Err(e) => {
             let code = e
@@ -81,10 +84,10 @@ pub fn preserve_modes_exactly() {
     rustix::process::umask(rustix::fs::Mode::empty());
 }
 
-fn run(cli: Cli) -> anyhow::Result<i32> {
+fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Serve(a) => serve(a),
-        Command::Cp(a) => cp(a),
+        Command::Cp(a) => cp(a, cp_matches),
         Command::Verify(a) => verify(a),
         Command::Relay(a) => relay::run(a),
         Command::Doctor(a) => {
@@ -263,7 +266,8 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn cp(a: CpArgs) -> anyhow::Result<i32> {
+fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
+    let selection = selection::selection(&a, matches)?;
     let key = credentials(&a.connect)?;
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
@@ -277,6 +281,7 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
         (_, false, false) => SkipRule::QuickCheck,
     };
     options.delete = a.delete;
+    options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
     if a.dry_run {
@@ -295,8 +300,16 @@ fn cp(a: CpArgs) -> anyhow::Result<i32> {
     } else {
         shown().then_some(progress::Mode::Terminal)
     };
-    let reporter =
-        mode.map(|m| progress::start(m, options.progress.clone(), src.clone(), key.clone()));
+    let reporter = mode.map(|m| {
+        let selection = options.selection.clone();
+        progress::start(
+            m,
+            options.progress.clone(),
+            src.clone(),
+            key.clone(),
+            selection,
+        )
+    });
     // A failed attempt's line starts on a line of its own, not behind the progress line.
     let clear = if mode == Some(progress::Mode::Terminal) {
         "\r\x1b[2K"

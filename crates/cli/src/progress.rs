@@ -4,6 +4,7 @@
 //! predicted from this run's own per-file overhead and rate, `T = N * t0 + B / R` fitted to
 //! the files and bytes done so far (see [`Eta`]), not from bytes alone.
 
+use sprat_engine::config::Selection;
 use sprat_engine::measurement::progress::{count_source, Progress, Snapshot};
 use sprat_engine::{Credentials, Endpoint};
 use std::io::Write;
@@ -26,11 +27,18 @@ pub struct Reporter {
     ticker: JoinHandle<()>,
 }
 
-/// Starts counting `src` (for the totals) and reporting `progress` in `mode`.
-pub fn start(mode: Mode, progress: Progress, src: Endpoint, key: Credentials) -> Reporter {
+/// Starts counting what `selection` selects of `src` (for the totals) and reporting
+/// `progress` in `mode`.
+pub fn start(
+    mode: Mode,
+    progress: Progress,
+    src: Endpoint,
+    key: Credentials,
+    selection: Selection,
+) -> Reporter {
     let counted = progress.clone();
     // Detached: a count that is still running when the copy ends is not waited for.
-    std::thread::spawn(move || match count_source(&src, &key) {
+    std::thread::spawn(move || match count_source(&src, &key, &selection) {
         Ok((files, bytes)) => counted.set_totals(files, bytes),
         Err(e) => tracing::info!(%e, "cannot count the source: no totals"),
     });

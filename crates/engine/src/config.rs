@@ -2,6 +2,7 @@
 
 pub use crate::pipeline::skip::SkipRule;
 pub use sprat_store::batch_read::{IoBackend, ReadOrder};
+pub use sprat_store::filter::{Filter, FilterError, RuleKind, Selection};
 pub use sprat_store::write::PublishChoice;
 use std::time::Duration;
 
@@ -50,6 +51,9 @@ pub struct TransferOptions {
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
     pub delete: bool,
+    /// What of the source is copied (`--exclude`, `--include`, `--files-from`); applied by
+    /// whichever side scans the source, and protecting excluded entries from `delete`.
+    pub selection: Selection,
     /// A session whose connections move no byte for this long is failed as stalled (zero:
     /// never).
     pub stall_timeout: Duration,
@@ -99,6 +103,7 @@ impl Default for TransferOptions {
             keep_setid: false,
             skip: SkipRule::QuickCheck,
             delete: false,
+            selection: Selection::default(),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,
             cancel: crate::sync::Cancel::default(),
@@ -179,6 +184,35 @@ impl TransferOptions {
         }
         Ok(())
     }
+}
+
+/// The wire form of `selection`, for the server that scans the source.
+pub fn wire_selection(selection: &Selection) -> sprat_proto::Selection {
+    sprat_proto::Selection {
+        rules: selection
+            .filter
+            .rules()
+            .map(|(kind, p)| (kind == RuleKind::Include, p.to_vec()))
+            .collect(),
+        files_from: selection.files_from.as_ref().map(|l| l.to_vec()),
+    }
+}
+
+/// A selection received from a peer, compiled (a bad pattern is the peer's bad request).
+pub fn selection_from_wire(wire: sprat_proto::Selection) -> Result<Selection, FilterError> {
+    let kind = |include: bool| match include {
+        true => RuleKind::Include,
+        false => RuleKind::Exclude,
+    };
+    let filter = Filter::new(wire.rules.into_iter().map(|(i, p)| (kind(i), p)))?;
+    let selection = Selection {
+        filter,
+        files_from: None,
+    };
+    Ok(match wire.files_from {
+        Some(list) => selection.with_files(list),
+        None => selection,
+    })
 }
 
 #[cfg(test)]

@@ -122,12 +122,7 @@ impl Filter {
         if self.is_empty() {
             return false;
         }
-        let mut parents = path
-            .iter()
-            .enumerate()
-            .filter(|&(_, &b)| b == b'/')
-            .map(|(i, _)| &path[..i]);
-        parents.any(|dir| self.excluded(dir, true))
+        crate::relpath::ancestors(path).any(|dir| self.excluded(dir, true))
             || self.excluded(path, is_dir)
     }
 }

@@ -31,6 +31,7 @@ pub use filter::{Filter, FilterError, RuleKind, Selection};
 pub use relpath::{display_path, join, split_parent};
 pub use root::{Root, Source};
 pub use scan::{
-    list_directory, scan, scan_selected, stat_path, stat_root_file, EntryType, ScanEntry, ScanOptions,
+    list_directory, scan, scan_selected, stat_path, stat_root_file, EntryType, ScanEntry,
+    ScanOptions,
 };
 pub use write::{TreeWriter, WriterCursor};

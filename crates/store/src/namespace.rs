@@ -3,8 +3,8 @@
 //! symlink (a link is removed, not what it points to).
 
 use crate::error::StoreError;
-use crate::root::{escape_error, Root};
 use crate::filter::Selection;
+use crate::root::{escape_error, Root};
 use crate::scan::{scan_selected, EntryType, ScanEntry, ScanOptions};
 use rustix::fs::{
     mkdirat, openat, renameat, statx, unlinkat, AtFlags, FileType, Mode, OFlags, RawDir, StatxFlags,

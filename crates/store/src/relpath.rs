@@ -30,6 +30,14 @@ pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The directories `rel` lies in, outermost first (`a`, `a/b` for `a/b/c`; none for `c`).
+pub fn ancestors(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
+    rel.iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b'/')
+        .map(move |(i, _)| &rel[..i])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,5 +50,8 @@ mod tests {
         assert_eq!(join(b"a", b""), b"a");
         assert_eq!(join(b"a/b", b"c/d"), b"a/b/c/d");
         assert_eq!(display_path(b""), ".");
+        let up: Vec<&[u8]> = ancestors(b"a/b/c").collect();
+        assert_eq!(up, [&b"a"[..], b"a/b"]);
+        assert_eq!(ancestors(b"c").count(), 0);
     }
 }

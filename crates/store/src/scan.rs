@@ -327,12 +327,7 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
     let mut seen_dirs: std::collections::HashSet<Vec<u8>> = Default::default();
     let mut pending = Vec::new();
     for path in listed {
-        let parents = path
-            .iter()
-            .enumerate()
-            .filter(|&(_, &b)| b == b'/')
-            .map(|(i, _)| &path[..i]);
-        for dir in parents {
+        for dir in crate::relpath::ancestors(path) {
             if seen_dirs.insert(dir.to_vec()) {
                 // A parent that is missing or not a directory: the listed path reports it.
                 if let Ok(e) = stat_path(root, dir) {
@@ -352,8 +347,7 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
             }
             Err(e) => pending.push(failed(path.clone(), e)),
         }
-        if pending.len() >= LISTED_PER_MESSAGE && out.send(std::mem::take(&mut pending)).is_err()
-        {
+        if pending.len() >= LISTED_PER_MESSAGE && out.send(std::mem::take(&mut pending)).is_err() {
             return;
         }
     }

@@ -6,7 +6,7 @@
 use crate::error::TransferError;
 use crate::net::Credentials;
 use crate::roles::endpoint::Endpoint;
-use sprat_store::{EntryType, Root, ScanOptions, Source};
+use sprat_store::{EntryType, Root, ScanOptions, Selection, Source};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -66,12 +66,16 @@ impl Progress {
     }
 }
 
-/// The regular files below `src` and their bytes: a parallel scan of a local source, one
-/// `du` request (counted on the server) for a remote one.
-pub fn count_source(src: &Endpoint, key: &Credentials) -> Result<(u64, u64), TransferError> {
+/// The regular files below `src` that `selection` selects, and their bytes: a parallel scan
+/// of a local source, one `du` request (counted on the server) for a remote one.
+pub fn count_source(
+    src: &Endpoint,
+    key: &Credentials,
+    selection: &Selection,
+) -> Result<(u64, u64), TransferError> {
     match src {
         Endpoint::Remote { addr, path } => {
-            let du = crate::roles::remote::du(addr, key, path)?;
+            let du = crate::roles::remote::du_selected(addr, key, path, selection)?;
             Ok((du.files, du.bytes))
         }
         Endpoint::Local(path) => match Root::open_local_source(path)? {
@@ -83,7 +87,9 @@ pub fn count_source(src: &Endpoint, key: &Credentials) -> Result<(u64, u64), Tra
                 let (tx, rx) = crossbeam_channel::bounded(64);
                 let mut counted = (0, 0);
                 std::thread::scope(|s| {
-                    s.spawn(|| sprat_store::scan(&root, ScanOptions::default(), tx));
+                    s.spawn(|| {
+                        sprat_store::scan_selected(&root, ScanOptions::default(), selection, tx)
+                    });
                     for e in rx.iter().flatten() {
                         if e.kind == EntryType::File && e.error.is_none() {
                             counted.0 += 1;

@@ -146,8 +146,8 @@ fn apply(
     }
 }
 
-/// Starts scanning and reading `source`, leaving out of a directory's files what `skip` says
-/// the destination has.
+/// Starts scanning and reading `source` (what `options.selection` selects of a directory),
+/// leaving out of a directory's files what `skip` says the destination has.
 pub fn start(
     source: Source,
     options: &TransferOptions,
@@ -208,7 +208,15 @@ pub fn start(
                                 _ => 0,
                             };
                             std::thread::scope(|inner| {
-                                inner.spawn(move || sprat_store::scan(root, scan_options, scan_tx));
+                                let selection = &options.selection;
+                                inner.spawn(move || {
+                                    sprat_store::scan_selected(
+                                        root,
+                                        scan_options,
+                                        selection,
+                                        scan_tx,
+                                    )
+                                });
                                 digest::with_pool(
                                     root,
                                     digest_threads,

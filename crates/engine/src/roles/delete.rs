@@ -4,29 +4,46 @@
 //! scan of a local tree), and each top-most extra entry is removed with everything below it,
 //! never following a symlink (a local destination through the store's confined operations, a
 //! server's with `Remove` requests, all sent on one connection before the replies are read).
+//! The source is listed as the copy selects it (`--exclude`...), and an entry of the
+//! destination that the rules exclude, or that is in an excluded directory, is left alone, as
+//! rsync's receiver does without `--delete-excluded`.
 
-use super::destination::scan_local;
+use super::destination::{scan_local, scan_local_source};
 use super::endpoint::Endpoint;
 use super::remote;
+use crate::config::Selection;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::Credentials;
-use sprat_proto::namespace::Request;
+use sprat_proto::namespace::{NsKind, Request};
 use sprat_proto::Message;
-use sprat_store::{relpath, Root};
+use sprat_store::{relpath, EntryType, Root};
 use std::collections::HashSet;
 
-/// Every path below `ep` (relative to it; the root itself left out).
+/// Every path below `ep` (relative to it; the root itself left out), and whether it is a
+/// directory; with `source`, only what the transfer selects.
 fn paths(
     ep: &Endpoint,
     key: &Credentials,
     options: &TransferOptions,
-) -> Result<Vec<Vec<u8>>, TransferError> {
+    source: bool,
+) -> Result<Vec<(Vec<u8>, bool)>, TransferError> {
     let mut out = Vec::new();
+    let selection = match source {
+        true => options.selection.clone(),
+        false => Selection::default(),
+    };
     match ep {
-        Endpoint::Local(p) => scan_local(p, options, |e| out.push(e.path))?,
+        Endpoint::Local(p) if source => {
+            scan_local_source(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
+        }
+        Endpoint::Local(p) => {
+            scan_local(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
+        }
         Endpoint::Remote { addr, path } => {
-            let listed = remote::list(addr, key, path, true, |e| out.push(e.path));
+            let listed = remote::list_summed(addr, key, path, true, &selection, None, |e| {
+                out.push((e.path, e.kind == NsKind::Dir))
+            });
             match listed {
                 Ok(()) => {}
                 Err(TransferError::Remote {
@@ -37,7 +54,7 @@ fn paths(
             }
         }
     }
-    out.retain(|p| !p.is_empty());
+    out.retain(|(p, _)| !p.is_empty());
     Ok(out)
 }
 
@@ -49,10 +66,24 @@ pub(crate) fn extras(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
-    let source: HashSet<Vec<u8>> = paths(src, key, options)?.into_iter().collect();
-    let mut extra: Vec<Vec<u8>> = paths(dst, key, options)?
+    let source: HashSet<Vec<u8>> = paths(src, key, options, true)?
         .into_iter()
-        .filter(|p| !source.contains(p))
+        .map(|(p, _)| p)
+        .collect();
+    let filter = &options.selection.filter;
+    let (protected, mut extra): (Vec<_>, Vec<_>) = paths(dst, key, options, false)?
+        .into_iter()
+        .filter(|(p, _)| !source.contains(p))
+        .partition(|(p, is_dir)| filter.protected(p, *is_dir));
+    // A directory holding a protected entry stays (its other extras go one by one).
+    let holding: HashSet<&[u8]> = protected
+        .iter()
+        .flat_map(|(p, _)| relpath::ancestors(p))
+        .collect();
+    let mut extra: Vec<Vec<u8>> = extra
+        .drain(..)
+        .map(|(p, _)| p)
+        .filter(|p| !holding.contains(p.as_slice()))
         .collect();
     extra.sort();
     Ok(top_most(extra))

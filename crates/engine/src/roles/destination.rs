@@ -2,7 +2,7 @@
 //! writer for the destination (the tree, or one file), and what a writer's outcomes mean for
 //! the transfer. Shared by the local copy, the push (its source) and the pull.
 
-use crate::config::TransferOptions;
+use crate::config::{Selection, TransferOptions};
 use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::digest;
@@ -102,7 +102,16 @@ pub(crate) fn scan_local(
     options: &TransferOptions,
     each: impl FnMut(ScanEntry),
 ) -> Result<(), TransferError> {
-    scan_local_summed(dst, options, false, each).map(|_| ())
+    scan_local_summed(dst, options, &Selection::default(), false, each).map(|_| ())
+}
+
+/// [`scan_local`] of a source: what the transfer's selection selects of it.
+pub(crate) fn scan_local_source(
+    src: &Path,
+    options: &TransferOptions,
+    each: impl FnMut(ScanEntry),
+) -> Result<(), TransferError> {
+    scan_local_summed(src, options, &options.selection, false, each).map(|_| ())
 }
 
 fn file_path(p: &Vec<u8>) -> &[u8] {
@@ -115,6 +124,7 @@ fn file_path(p: &Vec<u8>) -> &[u8] {
 pub(crate) fn scan_local_summed(
     dst: &Path,
     options: &TransferOptions,
+    selection: &Selection,
     digests: bool,
     mut each: impl FnMut(ScanEntry),
 ) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
@@ -137,7 +147,7 @@ pub(crate) fn scan_local_summed(
     let threads = if digests { options.read_threads } else { 0 };
     let mut summed = Vec::new();
     std::thread::scope(|s| {
-        s.spawn(|| sprat_store::scan(&root, scan_options, tx));
+        s.spawn(|| sprat_store::scan_selected(&root, scan_options, selection, tx));
         digest::with_pool(&root, threads, file_path, |mut pool| {
             for listing in rx {
                 for e in listing.into_iter().filter(|e| e.error.is_none()) {
@@ -164,7 +174,7 @@ pub(crate) fn local_index(
     let mut index = DestIndex::default();
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
-    let summed = scan_local_summed(dst, options, digests, |e| {
+    let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }
@@ -222,7 +232,7 @@ pub(crate) fn local_entries(
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
     let mut leftovers = Vec::new();
-    let summed = scan_local_summed(dst, options, digests, |e| {
+    let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }

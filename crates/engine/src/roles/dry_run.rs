@@ -2,7 +2,7 @@
 //! attributes, found by comparing two listings (each one streamed reply from a server, or a
 //! scan of a local tree) with the same check a copy makes. Nothing is written anywhere.
 
-use super::destination::{local_index, scan_local};
+use super::destination::{local_index, scan_local_source};
 use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::SkipRule;
@@ -50,6 +50,7 @@ pub fn dry_run(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<DryRun, TransferError> {
+    super::endpoint::check_selection(src, options)?;
     let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,
@@ -76,7 +77,7 @@ pub fn dry_run(
             if !is_dir(s)? {
                 return Err(not_a_tree(src));
             }
-            scan_local(s, options, &mut each)?;
+            scan_local_source(s, options, &mut each)?;
             if !compare.is_empty() {
                 // The source's digests, many at once where the source lives.
                 let root = sprat_store::Root::open(s)?;
@@ -97,7 +98,7 @@ pub fn dry_run(
                 digests.insert(p, d);
             };
             let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
-            remote::list_summed(addr, key, path, true, keep, |n| {
+            remote::list_summed(addr, key, path, true, &options.selection, keep, |n| {
                 if n.path.is_empty() {
                     root_is_dir = n.kind == NsKind::Dir;
                 }

@@ -89,10 +89,31 @@ pub fn copy_retrying(
     notify: &mut dyn FnMut(&super::retry::Notice),
 ) -> Result<Report, TransferError> {
     options.validate()?;
+    check_selection(src, options)?;
     super::retry::retrying(options.retry_for, notify, || {
         options.progress.restart();
         copy_once(src, dst, key, options)
     })
+}
+
+/// Refuses a selection that cannot be applied: one too large to send to the server that
+/// scans a remote source, or `--delete` with `--files-from` (what would "not in the source"
+/// mean for a list?).
+pub(crate) fn check_selection(
+    src: &Endpoint,
+    options: &TransferOptions,
+) -> Result<(), TransferError> {
+    if options.delete && options.selection.files_from.is_some() {
+        return Err(TransferError::Usage(
+            "--delete cannot be used with --files-from".into(),
+        ));
+    }
+    if matches!(src, Endpoint::Remote { .. }) {
+        crate::config::wire_selection(&options.selection)
+            .check()
+            .map_err(|e| TransferError::Usage(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// One attempt of a copy.

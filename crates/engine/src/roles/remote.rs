@@ -2,7 +2,7 @@
 //! reply on a fresh authenticated connection, and third-party transfers, where this client
 //! directs one server to push a tree straight to another.
 
-use crate::config::TransferOptions;
+use crate::config::{Selection, TransferOptions};
 use crate::error::TransferError;
 use crate::net::Credentials;
 use crate::net::{self, Conn};
@@ -58,17 +58,27 @@ pub fn list(
     recursive: bool,
     each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
-    list_summed(addr, key, path, recursive, None, each)
+    list_summed(
+        addr,
+        key,
+        path,
+        recursive,
+        &Selection::default(),
+        None,
+        each,
+    )
 }
 
-/// [`list`], and with `digests` the XXH3-128 of every regular file listed, computed by the
-/// server and streamed in the same reply (`Sums` among the `Entries`), each given to
-/// `digests` (a file the server could not read has none).
+/// [`list`] of what `selection` selects (applied by the server's scan), and with `digests`
+/// the XXH3-128 of every regular file listed, computed by the server and streamed in the same
+/// reply (`Sums` among the `Entries`), each given to `digests` (a file the server could not
+/// read has none).
 pub(crate) fn list_summed(
     addr: &str,
     key: &Credentials,
     path: &[u8],
     recursive: bool,
+    selection: &Selection,
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
@@ -79,6 +89,7 @@ pub(crate) fn list_summed(
             path: path.to_vec(),
             recursive,
             digests: digests.is_some(),
+            selection: crate::config::wire_selection(selection),
         },
     )?;
     loop {
@@ -112,7 +123,9 @@ pub(crate) fn index(
     let mut summed = Vec::new();
     let mut keep = |path, digest| summed.push((path, digest));
     let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
-    let listed = list_summed(addr, key, path, true, keep, |e| index.insert_listed(e));
+    let listed = list_summed(addr, key, path, true, &Selection::default(), keep, |e| {
+        index.insert_listed(e)
+    });
     match listed {
         Ok(()) => {
             for (path, digest) in summed {
@@ -184,11 +197,22 @@ pub fn stat(addr: &str, key: &Credentials, path: &[u8]) -> Result<NsEntry, Trans
 
 /// `du`: totals under `path`, computed on the server.
 pub fn du(addr: &str, key: &Credentials, path: &[u8]) -> Result<DiskUsage, TransferError> {
+    du_selected(addr, key, path, &Selection::default())
+}
+
+/// [`du`] of what `selection` selects (counted by the server's scan).
+pub fn du_selected(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+    selection: &Selection,
+) -> Result<DiskUsage, TransferError> {
     let mut conn = request(
         addr,
         key,
         Request::Du {
             path: path.to_vec(),
+            selection: crate::config::wire_selection(selection),
         },
     )?;
     match conn.recv_control()? {
@@ -273,6 +297,7 @@ pub fn third_party(
             stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
             // The source server must find the destination this client checked.
             dest_key: dst.server_key().map_or([0; 32], |k| k.0),
+            selection: crate::config::wire_selection(&options.selection),
         },
     )?;
     let mut counts = Counts::default();

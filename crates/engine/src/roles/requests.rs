@@ -6,7 +6,7 @@
 
 use super::exports::{Export, Exports, Place, Reach};
 use super::push::{push_input, PushInput};
-use crate::config::TransferOptions;
+use crate::config::{Selection, TransferOptions};
 use crate::error::{code_for, TransferError};
 use crate::net::Conn;
 use crate::net::{Credentials, Fingerprint, Trust};
@@ -175,6 +175,7 @@ fn list(
     path: &[u8],
     recursive: bool,
     digests: bool,
+    selection: &Selection,
 ) -> Result<(), Refusal> {
     let mut entries = Batcher::new(Message::Entries);
     let mut sums = Batcher::new(Message::Sums);
@@ -189,7 +190,7 @@ fn list(
     let beside = partial::describe_file(root, path);
     let mut listed_a_dir = false;
     digest::with_pool(root, threads, full_path, |mut pool| {
-        let walked = ns::walk(root, path, recursive, |e| {
+        let walked = ns::walk_selected(root, path, recursive, selection, |e| {
             if e.path.is_empty() && e.kind == EntryType::Dir {
                 listed_a_dir = true;
             }
@@ -286,18 +287,45 @@ fn list_exports(ctx: &Context<'_>, conn: &mut Conn, recursive: bool) -> Result<(
     Ok(())
 }
 
+/// A selection a client sent, compiled; a bad pattern is its bad request.
+fn compiled(selection: sprat_proto::Selection) -> Result<Selection, Refusal> {
+    crate::config::selection_from_wire(selection)
+        .map_err(|e| Refusal(ErrorCode::BadRequest, e.to_string()))
+}
+
+/// Refuses a selection for the server's root above named exports: rules are anchored at a
+/// transfer's root, which is inside one export.
+fn within_an_export(selection: &Selection) -> Result<(), Refusal> {
+    if selection.is_all() {
+        return Ok(());
+    }
+    Err(Refusal(
+        ErrorCode::BadRequest,
+        "include/exclude rules and --files-from apply within one export, not to the \
+         server's root"
+            .into(),
+    ))
+}
+
 fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refusal> {
     match req {
         Request::List {
             path,
             recursive,
             digests,
-        } => match ctx.place(&path)? {
-            Place::ServerRoot => list_exports(ctx, conn, recursive)?,
-            Place::In { export, rel, .. } => {
-                list(ctx, conn, &export.root, &rel, recursive, digests)?
+            selection,
+        } => {
+            let selection = compiled(selection)?;
+            match ctx.place(&path)? {
+                Place::ServerRoot => {
+                    within_an_export(&selection)?;
+                    list_exports(ctx, conn, recursive)?
+                }
+                Place::In { export, rel, .. } => {
+                    list(ctx, conn, &export.root, &rel, recursive, digests, &selection)?
+                }
             }
-        },
+        }
         Request::Stat { path } => {
             let mut e = match ctx.place(&path)? {
                 Place::ServerRoot => server_root_entry(),
@@ -309,10 +337,11 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             conn.send(&Message::Entries(vec![e]))?;
             conn.send(&Message::ReplyEnd)?;
         }
-        Request::Du { path } => {
+        Request::Du { path, selection } => {
+            let selection = compiled(selection)?;
             let mut total = DiskUsage::default();
             let mut add = |root: &Root, rel: &[u8]| -> Result<(), Refusal> {
-                let u = ns::usage(root, rel)?;
+                let u = ns::usage(root, rel, &selection)?;
                 total.files += u.files;
                 total.dirs += u.dirs;
                 total.symlinks += u.symlinks;
@@ -321,6 +350,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             };
             match ctx.place(&path)? {
                 Place::ServerRoot => {
+                    within_an_export(&selection)?;
                     for export in ctx.exports.reachable(ctx.reach) {
                         add(&export.root, b"")?;
                     }
@@ -406,7 +436,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             check,
             stall_timeout_ms,
             dest_key,
+            selection,
         } => {
+            let selection = compiled(selection)?;
             let (export, _, rel) = ctx.in_export(&path, "send")?;
             let source = export.root.source(&rel)?;
             // The client's stall timeout, within the server's own (0 on either side: none).
@@ -424,6 +456,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 // The destination is listed with the ticket, which allows that much.
                 skip: crate::pipeline::skip::SkipRule::from_check(check),
                 stall_timeout,
+                selection,
                 // This copy's own: stopping it stops no other.
                 cancel: crate::sync::Cancel::default(),
                 ..ctx.options.clone()

@@ -466,8 +466,13 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
         return served.refuse(code, text);
     }
     match event {
-        Event::Open { session, op, path } => {
-            open_session(shared, served, session, op, path, &access);
+        Event::Open {
+            session,
+            op,
+            path,
+            selection,
+        } => {
+            open_session(shared, served, session, op, path, selection, &access);
             // Joins waiting for a session that could not be opened fail now.
             shared.sessions.abandon(&session);
         }
@@ -570,6 +575,7 @@ fn open_session(
     id: SessionId,
     op: Operation,
     path: Vec<u8>,
+    selection: sprat_proto::Selection,
     access: &Access,
 ) {
     let ticket = access.ticket;
@@ -684,13 +690,21 @@ fn open_session(
                 }
                 Err(e) => return served.refuse_store(&e),
             };
+            let selection = match crate::config::selection_from_wire(selection) {
+                Ok(s) => s,
+                Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
+            };
             let counts = Arc::new(SkipCounts::default());
             let skip = index.map(|index| Skip {
                 index: Box::new(move || Ok(index)),
                 rule: SkipRule::from_check(check),
                 counts: counts.clone(),
             });
-            let handle = match source::start(src, &shared.options, skip) {
+            let options = TransferOptions {
+                selection,
+                ..shared.options.clone()
+            };
+            let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };

@@ -133,10 +133,16 @@ pub(crate) fn open(
     joining.extend((joining.len() + 1..plan.streams).map(|_| join_beside()));
     // Streams that joined early all run, and count as started.
     plan.streams = plan.streams.max(joining.len() + 1);
+    // A pull's server scans the source, so it applies the selection; a push's client did.
+    let selection = match op {
+        Operation::Pull { .. } => crate::config::wire_selection(&options.selection),
+        Operation::Push { .. } => sprat_proto::Selection::default(),
+    };
     let open = Message::Open {
         session: id,
         op,
         path: path.to_vec(),
+        selection,
     };
     let mut control = control.authenticate(open)?;
     // What follows the `Open` before the server answers (a checked pull's index).

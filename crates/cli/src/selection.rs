@@ -1,0 +1,165 @@
+//! `sprat cp`'s file selection options (`--exclude`, `--include`, `--exclude-from`,
+//! `--include-from`, `--files-from`) turned into the engine's [`Selection`]: the rules in the
+//! order given across all four options, rule files and lists read, every pattern checked.
+//! Errors are one line naming the option and the pattern or file (exit 2). What the rules
+//! mean is `sprat_store::filter`'s.
+
+use crate::args::CpArgs;
+use anyhow::{anyhow, bail};
+use clap::ArgMatches;
+use sprat_engine::config::{Filter, RuleKind, Selection};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// One rule as given, with where it came from (for messages).
+struct Given {
+    kind: RuleKind,
+    pattern: Vec<u8>,
+    from: String,
+}
+
+/// The selection `a`'s options make; `matches` are `cp`'s, for the order of the options.
+pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Selection> {
+    // Every rule option's values with their positions on the command line.
+    let at = |id: &str, n: usize| -> Vec<usize> {
+        matches
+            .and_then(|m| m.indices_of(id))
+            .map(|i| i.collect())
+            .unwrap_or_else(|| (0..n).collect())
+    };
+    let mut options: Vec<(usize, Source<'a>)> = Vec::new();
+    let mut add = |id: &str, items: Vec<Source<'a>>| {
+        let positions = at(id, items.len());
+        options.extend(positions.into_iter().zip(items));
+    };
+    add(
+        "exclude",
+        a.exclude
+            .iter()
+            .map(|p| Source::Pattern(RuleKind::Exclude, p))
+            .collect(),
+    );
+    add(
+        "include",
+        a.include
+            .iter()
+            .map(|p| Source::Pattern(RuleKind::Include, p))
+            .collect(),
+    );
+    add(
+        "exclude_from",
+        a.exclude_from
+            .iter()
+            .map(|f| Source::File(RuleKind::Exclude, f))
+            .collect(),
+    );
+    add(
+        "include_from",
+        a.include_from
+            .iter()
+            .map(|f| Source::File(RuleKind::Include, f))
+            .collect(),
+    );
+    options.sort_by_key(|(i, _)| *i);
+    let mut rules: Vec<Given> = Vec::new();
+    for (_, source) in options {
+        match source {
+            Source::Pattern(kind, p) => {
+                let option = match kind {
+                    RuleKind::Exclude => "--exclude",
+                    RuleKind::Include => "--include",
+                };
+                rules.push(Given {
+                    kind,
+                    pattern: p.as_bytes().to_vec(),
+                    from: option.to_string(),
+                });
+            }
+            Source::File(kind, file) => read_rules(kind, file, &mut rules)?,
+        }
+    }
+    // Each pattern alone first, so that an error names where it came from.
+    for r in &rules {
+        Filter::new([(r.kind, &r.pattern)]).map_err(|e| anyhow!("{}: {e}", r.from))?;
+    }
+    let filter =
+        Filter::new(rules.iter().map(|r| (r.kind, &r.pattern))).map_err(|e| anyhow!("{e}"))?;
+    let selection = Selection {
+        filter,
+        files_from: None,
+    };
+    Ok(match &a.files_from {
+        Some(file) => selection.with_files(read_list(file)?),
+        None => selection,
+    })
+}
+
+/// Where rules come from: an option's pattern, or a file of them.
+enum Source<'a> {
+    Pattern(RuleKind, &'a std::ffi::OsString),
+    File(RuleKind, &'a Path),
+}
+
+fn option_of_file(kind: RuleKind) -> &'static str {
+    match kind {
+        RuleKind::Exclude => "--exclude-from",
+        RuleKind::Include => "--include-from",
+    }
+}
+
+/// Reads `file` (`-`: standard input) whole.
+fn read(option: &str, file: &Path) -> anyhow::Result<Vec<u8>> {
+    if file.as_os_str() == OsStr::new("-") {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut out)
+            .map_err(|e| anyhow!("{option} -: cannot read standard input: {e}"))?;
+        return Ok(out);
+    }
+    std::fs::read(file).map_err(|e| anyhow!("{option} '{}': cannot read: {e}", file.display()))
+}
+
+/// The lines of a rule file or list that count: blank lines and whole-line comments (`#`,
+/// `;`) left out, a CR before the LF dropped.
+fn lines(text: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    text.split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with(b"#") && !l.starts_with(b";"))
+}
+
+/// Adds the rules of an `--exclude-from` or `--include-from` file, as rsync reads them: one
+/// pattern per line, taken as the option's kind unless it starts with `- ` (exclude) or `+ `
+/// (include); a line of just `!` clears the rules given so far.
+fn read_rules(kind: RuleKind, file: &Path, rules: &mut Vec<Given>) -> anyhow::Result<()> {
+    let option = option_of_file(kind);
+    let text = read(option, file)?;
+    for (n, line) in lines(&text) {
+        if line == b"!" {
+            rules.clear();
+            continue;
+        }
+        let (kind, pattern) = match line {
+            [b'-', b' ', rest @ ..] => (RuleKind::Exclude, rest),
+            [b'+', b' ', rest @ ..] => (RuleKind::Include, rest),
+            _ => (kind, line),
+        };
+        rules.push(Given {
+            kind,
+            pattern: pattern.to_vec(),
+            from: format!("{option} '{}' line {n}", file.display()),
+        });
+    }
+    Ok(())
+}
+
+/// The paths of a `--files-from` file.
+fn read_list(file: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let text = read("--files-from", file)?;
+    let list: Vec<Vec<u8>> = lines(&text).map(|(_, l)| l.to_vec()).collect();
+    if list.iter().any(|p| p.contains(&0)) {
+        bail!("--files-from '{}': a path holds a NUL byte", file.display());
+    }
+    Ok(list)
+}
