@@ -447,8 +447,7 @@ fn progress_totals_count_only_what_is_selected() {
     let counted = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|e| e["files_total"].is_u64())
-        .last()
+        .rfind(|e| e["files_total"].is_u64())
         .unwrap_or_else(|| panic!("no totals in {out:?}"));
     assert_eq!(counted["files_total"].as_u64(), Some(4), "{counted}");
     assert_eq!(

@@ -163,7 +163,7 @@ impl Rule {
             re.push_str("(?:.*/)?");
         }
         if wild {
-            translate(body, &mut re).map_err(|why| bad(why))?;
+            translate(body, &mut re).map_err(&bad)?;
         } else {
             body.iter().for_each(|&b| literal(&mut re, b));
         }
