@@ -321,9 +321,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     within_an_export(&selection)?;
                     list_exports(ctx, conn, recursive)?
                 }
-                Place::In { export, rel, .. } => {
-                    list(ctx, conn, &export.root, &rel, recursive, digests, &selection)?
-                }
+                Place::In { export, rel, .. } => list(
+                    ctx,
+                    conn,
+                    &export.root,
+                    &rel,
+                    recursive,
+                    digests,
+                    &selection,
+                )?,
             }
         }
         Request::Stat { path } => {
