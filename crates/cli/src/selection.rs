@@ -79,12 +79,10 @@ pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Res
             Source::File(kind, file) => read_rules(kind, file, &mut rules)?,
         }
     }
-    // Each pattern alone first, so that an error names where it came from.
-    for r in &rules {
-        Filter::new([(r.kind, &r.pattern)]).map_err(|e| anyhow!("{}: {e}", r.from))?;
-    }
-    let filter =
-        Filter::new(rules.iter().map(|r| (r.kind, &r.pattern))).map_err(|e| anyhow!("{e}"))?;
+    let filter = Filter::new(rules.iter().map(|r| (r.kind, &r.pattern))).map_err(|e| {
+        let from = rules.get(e.index).map_or("a rule", |r| r.from.as_str());
+        anyhow!("{from}: {e}")
+    })?;
     let selection = Selection {
         filter,
         files_from: None,

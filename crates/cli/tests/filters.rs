@@ -498,3 +498,31 @@ fn bad_patterns_and_unreadable_files_are_one_line_errors() {
     let out = cp_local(&["--files-from", bad_rules, "--delete"], &src, &dst);
     assert_exit(&out, 2);
 }
+
+#[test]
+fn rules_too_large_for_a_server_are_refused_before_connecting_but_fine_locally() {
+    let t = tmp();
+    let root = t.path().join("root");
+    file(&root.join("src/f.txt"), b"x", 0o644);
+    file(&root.join("src/g.tmp"), b"x", 0o644);
+    let srv = server(&root);
+    // 20,000 rules of about 15 encoded bytes: more than the 64 KiB a server accepts.
+    let mut text: String = (0..20_000).map(|i| format!("never-{i:06}\n")).collect();
+    text.push_str("*.tmp\n");
+    let rules = t.path().join("rules");
+    std::fs::write(&rules, text).unwrap();
+    let rules = rules.to_str().unwrap();
+    let out = cp(
+        &srv,
+        &["--exclude-from", rules],
+        srv.url("src"),
+        t.path().join("pulled"),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["rules take"]);
+    // A local source is scanned here: no limit.
+    let local = t.path().join("local");
+    let out = cp_local(&["--exclude-from", rules], root.join("src"), &local);
+    assert_ok(&out, None);
+    assert_eq!(paths_below(&local), set(&["f.txt"]));
+}

@@ -40,11 +40,13 @@ pub enum RuleKind {
     Exclude,
 }
 
-/// A pattern that cannot be compiled: the pattern as given, and why.
+/// A pattern that cannot be compiled: the pattern as given, its place among the rules
+/// (from 0), and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bad pattern '{pattern}': {why}")]
 pub struct FilterError {
     pub pattern: String,
+    pub index: usize,
     pub why: String,
 }
 
@@ -69,7 +71,19 @@ struct Rule {
     dir_only: bool,
     /// A trailing `***`: a directory is matched with a `/` after its path.
     wild3: bool,
-    regex: Regex,
+    matcher: Matcher,
+}
+
+/// How a rule's subject is compared: a pattern without wildcards byte for byte (as rsync
+/// does; a long list of names compiles at once), one with wildcards by a regular expression.
+#[derive(Debug)]
+enum Matcher {
+    /// The subject is `bytes`, or (`tail`) ends with `/` and `bytes`.
+    Literal {
+        bytes: Vec<u8>,
+        tail: bool,
+    },
+    Regex(Regex),
 }
 
 /// An ordered list of include/exclude rules; empty: everything is included. Cheap to clone.
@@ -86,7 +100,8 @@ impl Filter {
     ) -> Result<Filter, FilterError> {
         let rules = rules
             .into_iter()
-            .map(|(kind, p)| Rule::compile(kind, p.as_ref()))
+            .enumerate()
+            .map(|(i, (kind, p))| Rule::compile(kind, p.as_ref(), i))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Filter {
             rules: rules.into(),
@@ -128,9 +143,10 @@ impl Filter {
 }
 
 impl Rule {
-    fn compile(kind: RuleKind, given: &[u8]) -> Result<Rule, FilterError> {
+    fn compile(kind: RuleKind, given: &[u8], index: usize) -> Result<Rule, FilterError> {
         let bad = |why: &str| FilterError {
             pattern: String::from_utf8_lossy(given).into_owned(),
+            index,
             why: why.to_string(),
         };
         if given.is_empty() {
@@ -158,24 +174,27 @@ impl Rule {
         // Where the pattern may start: at the start of its subject, or (unanchored, with an
         // inner slash or `**`) after any `/` in it.
         let tail = !anchored && subject == Subject::Path;
-        let mut re = String::from(r"(?s-u)\A");
-        if tail {
-            re.push_str("(?:.*/)?");
-        }
-        if wild {
+        let matcher = if wild {
+            let mut re = String::from(r"(?s-u)\A");
+            if tail {
+                re.push_str("(?:.*/)?");
+            }
             translate(body, &mut re).map_err(&bad)?;
+            re.push_str(r"\z");
+            Matcher::Regex(Regex::new(&re).map_err(|e| bad(&e.to_string()))?)
         } else {
-            body.iter().for_each(|&b| literal(&mut re, b));
-        }
-        re.push_str(r"\z");
-        let regex = Regex::new(&re).map_err(|e| bad(&e.to_string()))?;
+            Matcher::Literal {
+                bytes: body.to_vec(),
+                tail,
+            }
+        };
         Ok(Rule {
             kind,
             pattern: given.to_vec(),
             subject,
             dir_only,
             wild3,
-            regex,
+            matcher,
         })
     }
 
@@ -199,7 +218,17 @@ impl Rule {
         if is_dir && self.wild3 {
             subject.to_mut().push(b'/');
         }
-        self.regex.is_match(&subject)
+        match &self.matcher {
+            Matcher::Regex(regex) => regex.is_match(&subject),
+            Matcher::Literal { bytes, tail } => {
+                let s: &[u8] = &subject;
+                s == bytes.as_slice()
+                    || (*tail
+                        && s.len() > bytes.len()
+                        && s.ends_with(bytes)
+                        && s[s.len() - bytes.len() - 1] == b'/')
+            }
+        }
     }
 }
 
@@ -482,8 +511,9 @@ mod tests {
             ("x[[:nope:]]", "unknown character class"),
             ("a*\\", "ends with a lone backslash"),
         ] {
-            let e = Filter::new([(RuleKind::Exclude, p)]).unwrap_err();
+            let e = Filter::new([(RuleKind::Include, "ok"), (RuleKind::Exclude, p)]).unwrap_err();
             assert_eq!(e.pattern, p);
+            assert_eq!(e.index, 1);
             assert_eq!(e.why, why, "{p}");
         }
     }
