@@ -199,7 +199,9 @@ pub fn list_directory_in_pieces(
 ) {
     let mut buf = vec![MaybeUninit::uninit(); ScanOptions::default().dirent_buffer];
     let all = &Filter::default();
-    list_dir(root, dir, &mut buf, MAX_LISTING, all, |entries, _| each(entries));
+    list_dir(root, dir, &mut buf, MAX_LISTING, all, |entries, _| {
+        each(entries)
+    });
 }
 
 /// Examines `rel` below `root` without following a final symlink (`lstat`).
