@@ -245,11 +245,32 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let tls = ServerTls::new(&identity, a.no_encryption)
         .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
+    if a.max_client_memory < sprat_engine::MIN_CLIENT_MEMORY {
+        anyhow::bail!(TransferError::Usage(format!(
+            "--max-client-memory must be at least {} MiB (one client may hold half of it, \
+             which must take the largest batch)",
+            sprat_engine::MIN_CLIENT_MEMORY >> 20
+        )));
+    }
+    let max_connections = max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1);
+    let per_address = a
+        .max_connections_per_address
+        .unwrap_or_else(|| sprat_engine::default_connections_per_address(max_connections));
+    if per_address == 0 || per_address > max_connections {
+        anyhow::bail!(TransferError::Usage(format!(
+            "--max-connections-per-address must be between 1 and --max-connections \
+             ({max_connections})"
+        )));
+    }
     let config = ServerConfig {
         exports,
         tls,
         options: opts,
-        max_connections: max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+        max_connections,
+        max_connections_per_address: per_address,
+        max_client_memory: a.max_client_memory,
+        idle_timeout: a.idle_timeout,
+        third_party: !a.no_third_party,
     };
     let server = Server::bind(config, &listen.to_string())
         .with_context(|| format!("cannot serve {what}"))?;

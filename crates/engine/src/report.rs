@@ -226,6 +226,7 @@ impl Counts {
         for (p, e) in &o.failures {
             self.add_failure(p, e);
         }
+        self.failed += o.unlisted;
     }
 }
 

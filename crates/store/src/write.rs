@@ -64,7 +64,20 @@ pub struct TreeWriter {
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Asked before a directory's attributes are remembered (see [`TreeWriter::remembering`]).
+    may_remember: Option<Box<RememberHook>>,
 }
+
+/// Asked with the bytes a directory's record takes until [`TreeWriter::finish`]: `false`
+/// refuses it.
+pub type RememberHook = dyn Fn(usize) -> bool + Send + Sync;
+
+/// Most errors [`TreeWriter::finish`] lists (the others are counted).
+pub const MAX_LISTED_ERRORS: usize = 128;
+
+/// Bytes a remembered directory takes beyond its path (the record, the vector's slot, the
+/// allocation's header).
+pub const DIR_RECORD_COST: usize = 64;
 
 /// Group commit of `syncfs` calls.
 #[derive(Default)]
@@ -232,7 +245,24 @@ impl TreeWriter {
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
+            may_remember: None,
         }
+    }
+
+    /// The same writer, asking `hook` before it remembers a directory's attributes (applied
+    /// by [`TreeWriter::finish`]) with the bytes the record takes: a directory it refuses is
+    /// created but its attributes are not kept (that directory fails), so a receiver's memory
+    /// for them stays bounded however many directories a sender sends.
+    pub fn remembering(mut self, hook: Box<RememberHook>) -> TreeWriter {
+        self.may_remember = Some(hook);
+        self
+    }
+
+    /// Whether a directory record for `path` may be kept.
+    fn may_remember(&self, path: &[u8]) -> bool {
+        self.may_remember
+            .as_ref()
+            .is_none_or(|hook| hook(path.len() + DIR_RECORD_COST))
     }
 
     /// The same writer, keeping `held` alive until the writer itself is dropped, that is
@@ -494,11 +524,20 @@ impl TreeWriter {
         }
     }
 
-    /// Applies directory modes and mtimes, deepest first. Returns the errors met.
-    pub fn finish(&self) -> Vec<StoreError> {
+    /// Applies directory modes and mtimes, deepest first. Returns the first
+    /// [`MAX_LISTED_ERRORS`] errors met and how many more there were.
+    pub fn finish(&self) -> (Vec<StoreError>, u64) {
         let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Vec::new();
+        let mut more = 0u64;
+        let mut record = |e: StoreError| {
+            if errors.len() < MAX_LISTED_ERRORS {
+                errors.push(e);
+            } else {
+                more += 1;
+            }
+        };
         for (path, attrs) in dirs {
             let res = self
                 .base
@@ -509,15 +548,15 @@ impl TreeWriter {
                 })
                 .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)));
             if let Err(e) = res {
-                errors.push(e);
+                record(e);
             }
         }
         if self.durable {
             if let Err(e) = self.sync(b"") {
-                errors.push(e);
+                record(e);
             }
         }
-        errors
+        (errors, more)
     }
 
     /// Number of large files still waiting for chunks (their partial files stay, for a
@@ -840,9 +879,21 @@ impl WriterCursor<'_> {
     /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).
     pub fn make_dir(&mut self, path: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
         let writer = self.writer;
+        let refused = || {
+            StoreError::other(
+                "keep the attributes of directory",
+                path,
+                "no memory left for more directories on this receiver (created, but its mode \
+                 and mtime are not set)",
+            )
+        };
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
-                lock(&writer.dirs).insert(Vec::new(), *attrs);
+                let mut dirs = lock(&writer.dirs);
+                if !dirs.contains_key(&b""[..]) && !writer.may_remember(b"") {
+                    return Err(refused());
+                }
+                dirs.insert(Vec::new(), *attrs);
             }
             return Ok(());
         }
@@ -862,8 +913,13 @@ impl WriterCursor<'_> {
             }
             Err(e) => return Err(StoreError::new("create directory", path, e)),
         }
-        // The last attributes sent for a directory are the ones it gets.
-        lock(&writer.dirs).insert(target.to_vec(), *attrs);
+        // The last attributes sent for a directory are the ones it gets; a new directory's
+        // record is charged first.
+        let mut dirs = lock(&writer.dirs);
+        if !dirs.contains_key(target) && !writer.may_remember(target) {
+            return Err(refused());
+        }
+        dirs.insert(target.to_vec(), *attrs);
         Ok(())
     }
 
@@ -1316,7 +1372,7 @@ mod tests {
             .unwrap(),
             ChunkOutcome::Completed
         );
-        assert!(writer.finish().is_empty());
+        assert!(writer.finish().0.is_empty());
         let f = dir.path().join("a/b/file");
         assert_eq!(std::fs::read(&f).unwrap(), b"hello");
         let m = std::fs::metadata(&f).unwrap();
@@ -1370,7 +1426,7 @@ mod tests {
                 crate::attrs::checksum(b"ab"),
             )
             .unwrap();
-            assert!(writer.finish().is_empty());
+            assert!(writer.finish().0.is_empty());
             assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"new");
             assert_eq!(
                 std::fs::read(dir.path().join("emptydir")).unwrap(),

@@ -344,7 +344,9 @@ pub(crate) fn check_complete(
 
 /// Applies directory attributes once every batch is written, counting what failed.
 pub(crate) fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
-    for e in writer.finish() {
+    let (errors, more) = writer.finish();
+    for e in errors {
         counts.add_failure(e.path.as_bytes(), &e.to_string());
     }
+    counts.failed += more;
 }

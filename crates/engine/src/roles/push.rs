@@ -280,10 +280,11 @@ pub(crate) fn await_done(
         let msg = control.recv_control_raw()?;
         let event = lock(machine).on_message(msg, Instant::now());
         match event.map_err(|e| control.session_error(e))? {
-            Event::DirFailures(failures) => {
+            Event::DirFailures(failures, unlisted) => {
                 for (p, t) in failures {
                     counts.add_failure(&p, &t);
                 }
+                counts.failed += u64::from(unlisted);
             }
             Event::Done(stats) => return Ok(stats),
             Event::Refused { code, text, .. } => {
@@ -582,6 +583,7 @@ fn receive_acks(
                 files,
                 bytes,
                 failures,
+                unlisted,
             } => {
                 push.acked.fetch_add(bytes, Ordering::Relaxed);
                 push.progress.add(files as u64, bytes);
@@ -590,6 +592,7 @@ fn receive_acks(
                     files: files as u64,
                     bytes,
                     failures,
+                    unlisted: unlisted.into(),
                     ..BatchOutcome::default()
                 };
                 lock(&push.counts).add_outcome(&o);

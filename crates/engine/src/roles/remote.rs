@@ -278,10 +278,13 @@ pub fn third_party(
     let mut counts = Counts::default();
     let stats = loop {
         match src.recv_control()? {
-            Message::BatchAck { failures, .. } => {
+            Message::BatchAck {
+                failures, unlisted, ..
+            } => {
                 for (p, t) in failures {
                     counts.add_failure(&p, &t);
                 }
+                counts.failed += u64::from(unlisted);
             }
             Message::Done(stats) => break stats,
             m => return Err(unexpected(&src, m)),
