@@ -22,6 +22,7 @@ pub mod tune;
 pub use config::TransferOptions;
 pub use error::TransferError;
 pub use report::Report;
+pub use roles::bound::MemoryBound;
 pub use roles::dry_run::{dry_run, Action, DryRun};
 pub use roles::endpoint::{copy, copy_retrying, Endpoint};
 pub use roles::exports::{check_export_name, ExportSpec, ExportsConfig};

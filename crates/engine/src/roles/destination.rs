@@ -199,14 +199,18 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
     }
     let root = match Root::open(dst) {
         Ok(root) => root,
-        Err(e) => return tracing::warn!(%e, "cannot remove leftover temporary files"),
+        Err(e) => {
+            return tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove leftover temporary files")
+        }
     };
     for rel in leftovers {
         match sprat_store::namespace::remove(&root, rel, false) {
             Ok(_) => {
-                tracing::info!(path = %sprat_store::display_path(rel), "removed a leftover temporary file")
+                tracing::info!(path = %crate::text::printable(&sprat_store::display_path(rel)), "removed a leftover temporary file")
             }
-            Err(e) => tracing::warn!(%e, "cannot remove a leftover temporary file"),
+            Err(e) => {
+                tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove a leftover temporary file")
+            }
         }
     }
 }

@@ -260,7 +260,7 @@ fn index_patiently(
     loop {
         match list() {
             Err(e) if e.is_retryable() && crate::net::servers_proved() > 0 && attempts < 5 => {
-                tracing::info!(%e, "cannot list the destination yet: trying again");
+                tracing::info!(e = %crate::text::printable(&e.to_string()), "cannot list the destination yet: trying again");
                 std::thread::sleep(Duration::from_secs(1));
                 attempts += 1;
             }
@@ -433,7 +433,7 @@ fn start_stream<'s>(
         // it, which goes to the other streams; the transfer goes on without this one. The
         // commit waits (`gate`) until all of it is handed back.
         let held = lock(&receiver_machine).take_held();
-        tracing::info!(%error, batches = held.len(), "stream refused; its batches go on the others");
+        tracing::info!(error = %crate::text::printable(&error.to_string()), batches = held.len(), "stream refused; its batches go on the others");
         for batch in held {
             let _ = push.resend.send(batch);
         }

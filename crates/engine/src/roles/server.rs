@@ -949,7 +949,7 @@ impl Stream<'_> {
 
 /// Acknowledgements of written batches waiting to be sent, per connection: a client that
 /// does not read them holds up the session's writers, not the server's memory.
-const ACKS_QUEUED: usize = 16;
+pub(crate) const ACKS_QUEUED: usize = 4;
 
 /// Receives batches on one connection of a push session (the receive stage, each frame
 /// checked by the connection's machine) and acknowledges them once written. On the control

@@ -180,9 +180,10 @@ impl Places {
     ) -> Result<Place, Full> {
         let (max, per_address) = match r#for {
             Use::Open => (self.max, self.per_address),
+            // An address with a single place shares it: its requests must be possible too.
             Use::Other => (
                 self.max - reserved_for_opens(self.max),
-                self.per_address - reserved_for_opens(self.per_address),
+                self.per_address - reserved_for_opens(self.per_address).min(self.per_address - 1),
             ),
         };
         let mut count = lock(&self.count);
