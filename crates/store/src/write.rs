@@ -68,16 +68,16 @@ pub struct TreeWriter {
     may_remember: Option<Box<RememberHook>>,
 }
 
-/// Asked with the bytes a directory's record takes until [`TreeWriter::finish`]: `false`
-/// refuses it.
+/// Asked with the bytes a record (a directory's attributes, a large file a writer is done
+/// with) takes for as long as the writer lives: `false` refuses it.
 pub type RememberHook = dyn Fn(usize) -> bool + Send + Sync;
 
 /// Most errors [`TreeWriter::finish`] lists (the others are counted).
 pub const MAX_LISTED_ERRORS: usize = 128;
 
-/// Bytes a remembered directory takes beyond its path (the record, the vector's slot, the
-/// allocation's header).
-pub const DIR_RECORD_COST: usize = 64;
+/// Bytes a remembered record takes beyond its path (the record, its slot in the vector or
+/// set, the allocation's header).
+pub const RECORD_COST: usize = 64;
 
 /// Group commit of `syncfs` calls.
 #[derive(Default)]
@@ -249,20 +249,32 @@ impl TreeWriter {
         }
     }
 
-    /// The same writer, asking `hook` before it remembers a directory's attributes (applied
-    /// by [`TreeWriter::finish`]) with the bytes the record takes: a directory it refuses is
-    /// created but its attributes are not kept (that directory fails), so a receiver's memory
-    /// for them stays bounded however many directories a sender sends.
+    /// The same writer, asking `hook` with the bytes a record takes before it remembers a
+    /// directory's attributes (applied by [`TreeWriter::finish`]) or a large file it is done
+    /// with (given up, or complete): a directory it refuses is created but its attributes
+    /// are not kept (that directory fails), so a receiver's memory for these records stays
+    /// bounded however many entries a sender sends.
     pub fn remembering(mut self, hook: Box<RememberHook>) -> TreeWriter {
         self.may_remember = Some(hook);
         self
     }
 
-    /// Whether a directory record for `path` may be kept.
+    /// Whether a record for `path` (a directory's attributes, a large file this writer is
+    /// done with) may be kept.
     fn may_remember(&self, path: &[u8]) -> bool {
         self.may_remember
             .as_ref()
-            .is_none_or(|hook| hook(path.len() + DIR_RECORD_COST))
+            .is_none_or(|hook| hook(path.len() + RECORD_COST))
+    }
+
+    /// Remembers that this writer is done with the large file at `path`, while the hook
+    /// allows (see [`TreeWriter::remembering`]): a late chunk of a file not remembered can
+    /// only start a partial file that never completes (it is reported incomplete).
+    fn settle(&self, path: &[u8]) {
+        let mut settled = lock(&self.settled);
+        if !settled.contains(path) && self.may_remember(path) {
+            settled.insert(path.to_vec());
+        }
     }
 
     /// The same writer, keeping `held` alive until the writer itself is dropped, that is
@@ -572,7 +584,7 @@ impl TreeWriter {
     /// is no large file.
     pub fn drop_large(&self, path: &[u8]) {
         let mut large = lock(&self.large);
-        lock(&self.settled).insert(path.to_vec());
+        self.settle(path);
         if let Some(file) = large.remove(path) {
             lock(&file.state).failed = true;
             file.remove_partial();
@@ -827,7 +839,7 @@ impl WriterCursor<'_> {
                 // still drains) put it in place: this session counts it once, and writes
                 // nothing into it any more.
                 let mine = lock(&writer.large).remove(path).is_some();
-                lock(&writer.settled).insert(path.to_vec());
+                writer.settle(path);
                 return Ok(if mine {
                     ChunkOutcome::Completed
                 } else {
@@ -872,7 +884,7 @@ impl WriterCursor<'_> {
         }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
-        lock(&writer.settled).insert(path.to_vec());
+        writer.settle(path);
         Ok(ChunkOutcome::Completed)
     }
 
@@ -1336,6 +1348,39 @@ mod tests {
             mtime_sec: 1_600_000_000,
             mtime_nsec: 123_456_789,
         }
+    }
+
+    #[test]
+    fn records_beyond_what_the_hook_allows_are_not_kept_and_their_directories_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = Arc::new(Mutex::new(2 * (1 + RECORD_COST)));
+        let budget = left.clone();
+        let hook = move |bytes: usize| {
+            let mut left = lock(&budget);
+            *left = match left.checked_sub(bytes) {
+                Some(l) => l,
+                None => return false,
+            };
+            true
+        };
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .remembering(Box::new(hook));
+        let mut c = writer.cursor();
+        c.make_dir(b"a", &attrs(0o700)).unwrap();
+        c.make_dir(b"b", &attrs(0o750)).unwrap();
+        let refused = c.make_dir(b"c", &attrs(0o711)).unwrap_err();
+        assert!(!refused.is_fatal(), "{refused}");
+        assert!(refused.to_string().contains("no memory left"), "{refused}");
+        // The same directory again is refused too: each record counts.
+        assert!(c.make_dir(b"a", &attrs(0o700)).is_err());
+        // A large file given up is not remembered either (nothing left), harmlessly.
+        writer.drop_large(b"big");
+        assert_eq!(writer.finish().0.len(), 0);
+        let mode = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().mode() & 0o7777;
+        assert_eq!((mode("a"), mode("b")), (0o700, 0o750));
+        // Created, with the mode it was made with: its own was never kept.
+        assert_eq!(mode("c"), 0o755);
+        assert_eq!(*lock(&left), 0);
     }
 
     #[test]
