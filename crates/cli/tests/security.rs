@@ -1012,3 +1012,200 @@ fn thirty_two_clients_pushing_and_pulling_at_once_are_all_served() {
 fn root_path(srv: &Server, rel: &str) -> PathBuf {
     srv.root().join(rel)
 }
+
+// ---------------------------------------------------- authenticated clients that misbehave
+
+/// Clients made by hand with the server's token, to misbehave once authenticated: speak
+/// from another loopback address, open a session and go silent, stop reading, announce the
+/// largest sizes the protocol allows.
+mod raw {
+    use sprat_proto::auth::{ClientHandshake, TokenKey};
+    use sprat_proto::namespace::Request;
+    use sprat_proto::session::client::{ClientStream, Event};
+    use sprat_proto::session::{Direction, Role};
+    use sprat_proto::{FrameHeader, Message, Operation, FRAME_HEADER_LEN};
+    use sprat_testkit::{Server, DEFAULT_TOKEN};
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::time::Instant;
+
+    fn key() -> TokenKey {
+        TokenKey::from_token(DEFAULT_TOKEN.as_bytes())
+    }
+
+    /// Different bytes at each call (nonces and session ids need not be secret here).
+    fn fresh<const N: usize>() -> [u8; N] {
+        static NEXT: AtomicU8 = AtomicU8::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            .to_le_bytes();
+        std::array::from_fn(|i| t[i % t.len()] ^ n.wrapping_mul(i as u8 + 1))
+    }
+
+    /// A TCP connection to `srv` from the loopback address `from`.
+    pub fn connect(srv: &Server, from: &str) -> TcpStream {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let local: SocketAddr = format!("{from}:0").parse().unwrap();
+        socket.bind(&local.into()).unwrap();
+        socket.connect(&srv.addr().into()).unwrap();
+        socket.into()
+    }
+
+    /// Reads one whole frame as a message.
+    pub fn read_message(s: &mut TcpStream) -> std::io::Result<Message> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        s.read_exact(&mut header)?;
+        let header = FrameHeader::decode(&header).map_err(std::io::Error::other)?;
+        let mut payload = vec![0u8; header.len as usize];
+        s.read_exact(&mut payload)?;
+        Message::decode(header.kind, &payload).map_err(std::io::Error::other)
+    }
+
+    /// A session opened from `from` (`op` on `path`), announced by the server.
+    pub fn open(srv: &Server, from: &str, op: Operation, path: &[u8]) -> TcpStream {
+        let direction = match op {
+            Operation::Push { .. } => Direction::Push,
+            Operation::Pull { .. } => Direction::Pull,
+        };
+        let mut s = connect(srv, from);
+        let now = Instant::now();
+        let (mut machine, hello) =
+            ClientStream::new(direction, Role::Control, Some(key()), fresh(), now);
+        s.write_all(&hello.encode()).unwrap();
+        let reply = read_message(&mut s).unwrap();
+        assert_eq!(machine.on_message(reply, now), Ok(Event::ServerProved));
+        let first = Message::Open {
+            session: fresh(),
+            op,
+            path: path.to_vec(),
+        };
+        for m in machine.open(first, now).unwrap() {
+            s.write_all(&m.encode()).unwrap();
+        }
+        match read_message(&mut s).unwrap() {
+            Message::Opened { .. } => s,
+            other => panic!("the server did not open the session: {other:?}"),
+        }
+    }
+
+    /// A push of a tree to `path`, opened from `from`.
+    pub fn open_push(srv: &Server, from: &str, path: &str) -> TcpStream {
+        let op = Operation::Push {
+            source_is_dir: true,
+            durable: false,
+            discard: false,
+        };
+        open(srv, from, op, path.as_bytes())
+    }
+
+    /// An authenticated connection from `from` whose first request, `req`, is sent.
+    pub fn request(srv: &Server, from: &str, req: Request) -> TcpStream {
+        let mut s = connect(srv, from);
+        let (handshake, hello) = ClientHandshake::new(Some(key()), fresh());
+        s.write_all(&hello.encode()).unwrap();
+        let reply = read_message(&mut s).unwrap();
+        let proof = handshake.on_message(reply).unwrap();
+        s.write_all(&proof.encode()).unwrap();
+        s.write_all(&Message::Request(req).encode()).unwrap();
+        s
+    }
+}
+
+/// Reads `s` until the peer closes it (or `limit` passes: `None`); when it closed, and the
+/// bytes read before.
+fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Option<(Instant, u64)> {
+    let started = Instant::now();
+    let mut got = 0u64;
+    let mut sink = vec![0u8; 1 << 16];
+    loop {
+        let left = limit.checked_sub(started.elapsed())?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match s.read(&mut sink) {
+            Ok(0) => return Some((Instant::now(), got)),
+            Ok(n) => got += n as u64,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return None
+            }
+            Err(_) => return Some((Instant::now(), got)),
+        }
+    }
+}
+
+#[test]
+fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_idle_timeout() {
+    // With --idle-timeout 2s: a push session that sends nothing after it is opened, a
+    // namespace connection that sends no second request, and a pull whose client reads
+    // nothing (the server's writes stop once the socket buffers are full) are each closed
+    // by the server within a few seconds; a copy that keeps moving bytes for longer than
+    // the idle timeout (through a relay limited to 16 Mbit/s) is unaffected. Before, each
+    // held its connection and threads for ever.
+    let t = tmp();
+    let root = t.path().join("root");
+    make_many_files(&root.join("big"), 48, 1 << 20, 21);
+    let opts = ServerOptions {
+        extra_args: vec!["--idle-timeout".into(), "2s".into()],
+        ..ServerOptions::default()
+    };
+    let mut srv = server_with(&root, &opts);
+    let mut silent_push = raw::open_push(&srv, "127.0.0.2", "silent");
+    let push_opened = Instant::now();
+    let stat = sprat_proto::namespace::Request::Stat { path: Vec::new() };
+    let mut silent_requests = raw::request(&srv, "127.0.0.2", stat);
+    let requests_opened = Instant::now();
+    let pull = sprat_proto::Operation::Pull {
+        check: sprat_proto::DestCheck::None,
+    };
+    let mut stuck_pull = raw::open(&srv, "127.0.0.2", pull, b"big");
+    // A well-behaved copy that takes several idle timeouts.
+    let src = t.path().join("src");
+    make_many_files(&src, 40, 256 << 10, 22);
+    let relay = common::RelayProc::start(srv.addr(), &["--rate", "16mbit"]);
+    let mut copy = sprat_testkit::spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &[], &src, relay.url("slow")),
+        &[],
+    );
+    let limit = Duration::from_secs(15);
+    let (closed, _) = read_until_closed(&mut silent_push, limit)
+        .expect("a push session that sends nothing was not closed within 15 s");
+    let push_cut = closed - push_opened;
+    let (closed, _) = read_until_closed(&mut silent_requests, limit)
+        .expect("a namespace connection that sends nothing was not closed within 15 s");
+    let requests_cut = closed - requests_opened;
+    // Nothing read for a while: the server's writes have stalled on the full window.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, pulled) = read_until_closed(&mut stuck_pull, limit)
+        .expect("a pull whose client stopped reading was not cut within 15 s");
+    eprintln!(
+        "silent push closed after {push_cut:?}, silent requests after {requests_cut:?}, \
+         the stuck pull after {pulled} of {} bytes",
+        48u64 << 20
+    );
+    // Not before the idle timeout (a working client pauses too), not long after it.
+    for cut in [push_cut, requests_cut] {
+        assert!(
+            cut > Duration::from_millis(1900) && cut < Duration::from_secs(10),
+            "closed after {cut:?}"
+        );
+    }
+    assert!(
+        pulled < 48 << 20,
+        "the stuck pull was not cut: it got everything"
+    );
+    let out = copy.wait_or_panic(Duration::from_secs(120));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("slow"));
+    assert!(srv.is_running());
+    let log = srv.stderr_log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        log.matches("ended:").count() >= 2,
+        "the server does not say why the sessions ended:\n{log}"
+    );
+}
