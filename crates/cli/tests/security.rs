@@ -1209,3 +1209,133 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
         "the server does not say why the sessions ended:\n{log}"
     );
 }
+
+/// Sends a batch frame announcing the largest payload the protocol allows on a push session
+/// opened from `from`, then all of the payload but its last byte (as far as the server reads
+/// it: the write gives up after 3 s without progress), and keeps the connection open.
+fn announce_the_largest_batch(srv: &Server, from: &str, nth: usize) -> TcpStream {
+    let mut s = raw::open_push(srv, from, &format!("largest-{nth}"));
+    let len = sprat_proto::frame::MAX_BATCH_PAYLOAD;
+    let mut header = len.to_le_bytes().to_vec();
+    header.push(9); // a batch
+    s.write_all(&header).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let piece = vec![0u8; 1 << 20];
+    let mut left = len as usize - 1;
+    while left > 0 {
+        let n = left.min(piece.len());
+        if s.write_all(&piece[..n]).is_err() {
+            break;
+        }
+        left -= n;
+    }
+    s
+}
+
+#[test]
+fn clients_announcing_the_largest_sizes_keep_the_server_within_its_memory_bound() {
+    // From 127.0.0.2: 2 push sessions each send a batch of 65,536 entries (the most a batch
+    // may have) that all fail, and 14 more each announce a batch of 160 MiB (the most a frame
+    // may carry) and send all of it but its last byte. The server refuses nothing it may not,
+    // lists 128 failures of a batch and counts the rest, reads at most what its budget for
+    // clients' data allows (--max-client-memory 512MiB, half of it for one address) and keeps
+    // serving a client from 127.0.0.1, whose push and pull are exact. Its peak resident
+    // memory stays under the bound documented for that load (MemoryBound). Before, it read
+    // every announced batch whole: 14 x 160 MiB.
+    let t = tmp();
+    let root = t.path().join("root");
+    let args = [
+        "--max-connections",
+        "40",
+        "--max-client-memory",
+        "512MiB",
+        "--write-threads",
+        "2",
+        "--idle-timeout",
+        "2min",
+    ];
+    let opts = ServerOptions {
+        extra_args: args.iter().map(Into::into).collect(),
+        ..ServerOptions::default()
+    };
+    let mut srv = server_with(&root, &opts);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = raw::open_push(&srv, "127.0.0.2", &format!("failing-{i}"));
+        let mut batch = sprat_proto::Batch::new(1, 0);
+        let entries = sprat_proto::batch::MAX_ENTRIES;
+        for n in 0..entries {
+            batch.push_failed(
+                format!("f{n}").as_bytes(),
+                "could not be read at the source",
+            );
+        }
+        s.write_all(&batch.frame_prefix()).unwrap();
+        s.write_all(&batch.header).unwrap();
+        s.write_all(&batch.data).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        match raw::read_message(&mut s).unwrap() {
+            sprat_proto::Message::BatchAck {
+                failures, unlisted, ..
+            } => {
+                assert_eq!(failures.len(), 128);
+                assert_eq!(unlisted as usize + failures.len(), entries as usize);
+            }
+            other => panic!("expected the batch's acknowledgement, got {other:?}"),
+        }
+        held.push(s);
+    }
+    let largest: Vec<TcpStream> = std::thread::scope(|scope| {
+        let srv = &srv;
+        let senders: Vec<_> = (0..14)
+            .map(|i| scope.spawn(move || announce_the_largest_batch(srv, "127.0.0.2", i)))
+            .collect();
+        senders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(srv.is_running(), "{}", srv.stderr_log());
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 4096, 23);
+    let out = cp(&srv, &[], &src, srv.url("good"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("good"));
+    let back = t.path().join("back");
+    let out = cp(&srv, &[], srv.url("good"), &back);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &back);
+    let peak = peak_resident_bytes(srv.pid());
+    let config = sprat_engine::ServerConfig {
+        root: root.clone(),
+        key: None,
+        read_only: false,
+        options: sprat_engine::TransferOptions {
+            write_threads: 2,
+            ..sprat_engine::TransferOptions::default()
+        },
+        max_connections: 40,
+        max_connections_per_address: 30,
+        max_client_memory: 512 << 20,
+        idle_timeout: Duration::from_secs(120),
+        third_party: true,
+    };
+    let bound = sprat_engine::MemoryBound::of(&config);
+    // Every place taken; 16 hostile push sessions and the good client's push, and its pull.
+    let limit = bound.for_load(40, 17, 1);
+    eprintln!(
+        "server peak resident memory: {} MiB; bound for this load: {} MiB ({bound:?})",
+        peak >> 20,
+        limit >> 20
+    );
+    assert!(srv.is_running());
+    assert!(
+        !srv.stderr_log().contains("panicked"),
+        "{}",
+        srv.stderr_log()
+    );
+    assert!(
+        peak < limit,
+        "peak {} MiB over the bound {} MiB",
+        peak >> 20,
+        limit >> 20
+    );
+    drop((held, largest));
+}
