@@ -1339,3 +1339,92 @@ fn clients_announcing_the_largest_sizes_keep_the_server_within_its_memory_bound(
     );
     drop((held, largest));
 }
+
+// ------------------------------------------------------------------------ third-party copies
+
+#[test]
+fn a_server_started_with_no_third_party_refuses_to_push_elsewhere() {
+    // `--no-third-party`: the source server refuses a client's SendTo with a clear error and
+    // connects nowhere; the destination gets nothing. Another server (the default) makes the
+    // same copy.
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    make_many_files(&root_a.join("src"), 20, 1000, 24);
+    let opts = ServerOptions {
+        extra_args: vec!["--no-third-party".into()],
+        ..ServerOptions::default()
+    };
+    let a = server_with(&root_a, &opts);
+    let b = server(&root_b);
+    let args = |from: &Server| -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["cp".into()];
+        v.extend(from.client_args());
+        v.push(from.url("src").into());
+        v.push(b.url("dst").into());
+        v
+    };
+    let out = run_sprat(bin(), args(&a), &[]);
+    assert_exit(&out, 5);
+    let line = common::assert_error_names(&out, &["--no-third-party"]);
+    assert!(line.contains("third-party"), "{line}");
+    assert!(
+        entries_below(&root_b).is_empty(),
+        "{:?}",
+        entries_below(&root_b)
+    );
+    let c = server(&root_a);
+    let out = run_sprat(bin(), args(&c), &[]);
+    assert_ok(&out, Some(&c));
+    assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
+}
+
+#[test]
+fn a_third_party_copys_streams_take_places_on_the_source_server() {
+    // The source server A has 3 places (2 for anything but an `Open`). A third-party copy
+    // asked for with 8 streams gets the one place left beside its request's connection (it
+    // completes on one stream), and while it runs A is full: another request is refused as
+    // busy. Before, the copy's streams were counted nowhere: A made 8 connections and still
+    // took requests.
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    make_many_files(&root_a.join("src"), 32, 256 << 10, 25);
+    let opts = ServerOptions {
+        extra_args: vec![
+            "--max-connections".into(),
+            "3".into(),
+            "--max-connections-per-address".into(),
+            "3".into(),
+        ],
+        ..ServerOptions::default()
+    };
+    let a = server_with(&root_a, &opts);
+    let b = server(&root_b);
+    // 8 MiB at 16 Mbit/s: about 4 s.
+    let relay = common::RelayProc::start(b.addr(), &["--rate", "16mbit"]);
+    let mut args: Vec<std::ffi::OsString> = vec!["cp".into()];
+    args.extend(a.client_args());
+    args.extend(["--streams".into(), "8".into(), "--json".into()]);
+    args.push(a.url("src").into());
+    args.push(relay.url("dst").into());
+    let mut copy = sprat_testkit::spawn_sprat(bin(), &args, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
+    ls.extend(a.client_args());
+    ls.push(a.url("").into());
+    let during = run_sprat(bin(), &ls, &[]);
+    assert!(
+        copy.try_status().is_none(),
+        "the copy ended before the check: make it slower"
+    );
+    assert_exit(&during, 4);
+    assert!(
+        stderr_lower(&during).contains("busy"),
+        "{}",
+        describe(&during)
+    );
+    let out = copy.wait_or_panic(Duration::from_secs(120));
+    assert_ok(&out, Some(&a));
+    assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
+    let after = run_sprat(bin(), &ls, &[]);
+    assert_ok(&after, Some(&a));
+}
