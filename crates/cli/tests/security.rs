@@ -10,7 +10,7 @@ mod common;
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -1427,4 +1427,180 @@ fn a_third_party_copys_streams_take_places_on_the_source_server() {
     assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
     let after = run_sprat(bin(), &ls, &[]);
     assert_ok(&after, Some(&a));
+}
+
+// ------------------------------------------------------------ what a peer's text can do to a terminal
+
+/// A file name that would turn a terminal red and start a line of its own.
+const EVIL_NAME: &str = "evil\x1b[31mred\nline.txt";
+/// The same name as sprat prints it.
+const EVIL_SHOWN: &str = "evil\\x1b[31mred\\x0aline.txt";
+
+#[track_caller]
+fn assert_no_raw_controls(what: &str, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    for line in text.lines() {
+        assert!(
+            !line.chars().any(|c| c.is_control() && c != '\t'),
+            "{what} has a raw control character: {line:?}\n--- all ---\n{text}"
+        );
+    }
+    // The name's newline did not start a line of its own.
+    assert!(
+        !text.lines().any(|l| l.starts_with("line.txt")),
+        "{what}:\n{text}"
+    );
+}
+
+#[test]
+fn file_names_from_a_peer_are_printed_with_their_control_characters_escaped() {
+    // A file called "evil ESC[31m red NEWLINE line.txt" is pushed and pulled: wherever sprat
+    // prints it (a listing, a dry run, a failure line, the server's log) it appears as
+    // evil\x1b[31mred\x0aline.txt, and no raw escape or line break reaches the terminal. The
+    // JSON report keeps the exact name.
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    make_file(&src.join(EVIL_NAME), b"red", 0o644);
+    make_file(&src.join("plain.txt"), b"plain", 0o644);
+    let root = t.path().join("root");
+    let opts = ServerOptions {
+        extra_args: vec!["-v".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-l".into()];
+    ls.extend(srv.client_args());
+    ls.push(srv.url("dst").into());
+    let listed = run_sprat(bin(), &ls, &[]);
+    assert_ok(&listed, Some(&srv));
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(EVIL_SHOWN),
+        "{}",
+        describe(&listed)
+    );
+    assert_no_raw_controls("sprat ls", &listed.stdout);
+
+    let fresh = t.path().join("fresh");
+    let dry = cp(&srv, &["--dry-run"], srv.url("dst"), &fresh);
+    assert_ok(&dry, Some(&srv));
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry_out.contains(&format!("send {EVIL_SHOWN}")),
+        "{}",
+        describe(&dry)
+    );
+    assert_no_raw_controls("sprat cp --dry-run", &dry.stdout);
+
+    // A pull where the name is taken by a non-empty directory: that file fails, by name.
+    let back = t.path().join("back");
+    fs::create_dir_all(back.join(EVIL_NAME)).unwrap();
+    make_file(&back.join(EVIL_NAME).join("inside"), b"x", 0o644);
+    let pulled = cp(&srv, &["--json"], srv.url("dst"), &back);
+    assert_exit(&pulled, 1);
+    let stderr = String::from_utf8_lossy(&pulled.stderr);
+    assert!(
+        stderr.contains(&format!("sprat: failed: {EVIL_SHOWN}: ")),
+        "{}",
+        describe(&pulled)
+    );
+    assert_no_raw_controls("the failure line", &pulled.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+    assert_eq!(
+        report["failures"][0]["path"].as_str(),
+        Some(EVIL_NAME),
+        "the JSON report must keep the exact name: {report}"
+    );
+    assert_eq!(fs::read(back.join("plain.txt")).unwrap(), b"plain");
+
+    // The server's diagnostics name the session's path escaped, on one line.
+    let push_to = format!("{}\n{}", srv.url("dst2"), "FAKE LINE");
+    let out = cp(&srv, &[], &src, &push_to);
+    assert_ok(&out, Some(&srv));
+    let log = srv.stderr_log();
+    assert!(log.contains("dst2\\x0aFAKE LINE"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("FAKE LINE")), "{log}");
+}
+
+// ------------------------------------------------------------------------------------ tokens
+
+#[test]
+fn a_server_refuses_a_short_token_naming_where_it_came_from() {
+    // 15 bytes (after the newline is trimmed) is too short, from a file or from SPRAT_TOKEN;
+    // 16 is enough.
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let short = "a".repeat(15);
+    for via_env in [false, true] {
+        let opts = ServerOptions {
+            token: Some(short.clone()),
+            token_via_env: via_env,
+            ..ServerOptions::default()
+        };
+        match Server::try_start(bin(), &root, &opts) {
+            Ok(srv) => panic!("sprat serve started on {} with a 15-byte token", srv.addr()),
+            Err(f) => {
+                assert_eq!(f.status.and_then(|st| st.code()), Some(2), "{f}");
+                let named = if via_env {
+                    "SPRAT_TOKEN"
+                } else {
+                    "--token-file"
+                };
+                assert!(
+                    f.stderr.contains(named),
+                    "the error does not say where:\n{f}"
+                );
+                assert!(f.stderr.contains("15 bytes"), "{f}");
+                assert!(f.stderr.contains("at least 16"), "{f}");
+                assert_eq!(f.stderr.lines().count(), 1, "{f}");
+            }
+        }
+    }
+    let opts = ServerOptions {
+        token: Some("b".repeat(16)),
+        ..ServerOptions::default()
+    };
+    let srv = Server::start(bin(), &root, &opts);
+    assert!(srv.stderr_log().is_empty(), "{}", srv.stderr_log());
+}
+
+#[test]
+fn a_token_file_others_can_read_is_reported_on_both_sides() {
+    // A token file with mode 0644: the server and a client using it each warn on stderr,
+    // naming the file and how to fix it, and work.
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("shared-token");
+    make_file(&token, format!("{DEFAULT_TOKEN}\n").as_bytes(), 0o644);
+    let opts = ServerOptions {
+        token: None,
+        extra_args: vec!["--token-file".into(), token.clone().into()],
+        ..ServerOptions::default()
+    };
+    let srv = Server::start(bin(), &root, &opts);
+    let warned = |stderr: &str| {
+        stderr.contains("warning")
+            && stderr.contains(s(&token))
+            && stderr.contains("chmod 600")
+            && stderr.contains("0644")
+    };
+    assert!(warned(&srv.stderr_log()), "{}", srv.stderr_log());
+    let out = run_sprat(bin(), ["ls", "--token-file", s(&token), &srv.url("")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert!(
+        warned(&String::from_utf8_lossy(&out.stderr)),
+        "{}",
+        describe(&out)
+    );
+    // Private again: no warning.
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = run_sprat(bin(), ["ls", "--token-file", s(&token), &srv.url("")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
 }
