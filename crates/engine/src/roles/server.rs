@@ -279,6 +279,11 @@ fn read_index(
 impl Server {
     /// Opens the exports' roots and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
+        let bound = super::bound::MemoryBound::of(&config);
+        tracing::info!(
+            mib = bound.whole_server() >> 20,
+            "most memory the server holds, whatever its clients send"
+        );
         let exports = Exports::open(config.exports)?;
         let (_, buffer) = crate::tune::TcpLimits::read().buffers(config.options.tcp_buffer);
         let listener = net::listen(addr, buffer)
