@@ -1017,7 +1017,8 @@ fn root_path(srv: &Server, rel: &str) -> PathBuf {
 
 /// Clients made by hand with the server's token, to misbehave once authenticated: speak
 /// from another loopback address, open a session and go silent, stop reading, announce the
-/// largest sizes the protocol allows.
+/// largest sizes the protocol allows. They speak without TLS (a server under test runs with
+/// `--no-encryption`): what they do after the handshake is the same either way.
 mod raw {
     use sprat_proto::auth::{ClientHandshake, TokenKey};
     use sprat_proto::namespace::Request;
@@ -1030,8 +1031,10 @@ mod raw {
     use std::sync::atomic::{AtomicU8, Ordering};
     use std::time::Instant;
 
+    /// The token's key as a plain connection (one without TLS, which a server started with
+    /// `--no-encryption` accepts) binds it: to no channel.
     fn key() -> TokenKey {
-        TokenKey::from_token(DEFAULT_TOKEN.as_bytes())
+        TokenKey::from_token(DEFAULT_TOKEN.as_bytes()).bound_to(&[0; 32])
     }
 
     /// Different bytes at each call (nonces and session ids need not be secret here).
@@ -1149,7 +1152,11 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
     let root = t.path().join("root");
     make_many_files(&root.join("big"), 48, 1 << 20, 21);
     let opts = ServerOptions {
-        extra_args: vec!["--idle-timeout".into(), "2s".into()],
+        extra_args: vec![
+            "--idle-timeout".into(),
+            "2s".into(),
+            "--no-encryption".into(),
+        ],
         ..ServerOptions::default()
     };
     let mut srv = server_with(&root, &opts);
@@ -1253,6 +1260,7 @@ fn clients_announcing_the_largest_sizes_keep_the_server_within_its_memory_bound(
         "2",
         "--idle-timeout",
         "2min",
+        "--no-encryption",
     ];
     let opts = ServerOptions {
         extra_args: args.iter().map(Into::into).collect(),
@@ -1303,21 +1311,11 @@ fn clients_announcing_the_largest_sizes_keep_the_server_within_its_memory_bound(
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &back);
     let peak = peak_resident_bytes(srv.pid());
-    let config = sprat_engine::ServerConfig {
-        root: root.clone(),
-        key: None,
-        read_only: false,
-        options: sprat_engine::TransferOptions {
-            write_threads: 2,
-            ..sprat_engine::TransferOptions::default()
-        },
-        max_connections: 40,
-        max_connections_per_address: 30,
-        max_client_memory: 512 << 20,
-        idle_timeout: Duration::from_secs(120),
-        third_party: true,
+    let options = sprat_engine::TransferOptions {
+        write_threads: 2,
+        ..sprat_engine::TransferOptions::default()
     };
-    let bound = sprat_engine::MemoryBound::of(&config);
+    let bound = sprat_engine::MemoryBound::with(&options, 40, 512 << 20);
     // Every place taken; 16 hostile push sessions and the good client's push, and its pull.
     let limit = bound.for_load(40, 17, 1);
     eprintln!(

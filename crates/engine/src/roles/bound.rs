@@ -69,21 +69,35 @@ const PLANNED_ENTRY: u64 = 512;
 impl MemoryBound {
     /// The bound for a server with `config`.
     pub fn of(config: &ServerConfig) -> MemoryBound {
+        MemoryBound::with(
+            &config.options,
+            config.max_connections,
+            config.max_client_memory,
+        )
+    }
+
+    /// The bound for a server with transfer `options` (its writers' and its pulls' sizes),
+    /// `max_connections` and `max_client_memory`.
+    pub fn with(
+        options: &TransferOptions,
+        max_connections: usize,
+        max_client_memory: u64,
+    ) -> MemoryBound {
         let failure = MAX_PATH as u64 + MAX_MESSAGE_TEXT as u64 + FAILURE_OVERHEAD;
         let outcome = MAX_ACK_FAILURES as u64 * failure + 256;
         let control = MAX_CONTROL_PAYLOAD as u64 * 2 + MAX_ENTRIES_PER_FRAME as u64 * DECODED_ENTRY;
         // The reader, the acknowledger, and on a control connection the watchdog.
         let per_connection =
             control + (super::server::ACKS_QUEUED as u64 + 2) * outcome + 3 * STACK;
-        let writers = config.options.write_threads.max(1) as u64;
+        let writers = options.write_threads.max(1) as u64;
         let per_push_session = writers * (MAX_ENTRIES as u64 * BATCH_ENTRY + outcome + STACK);
         MemoryBound {
             base: BASE,
-            clients: config.max_client_memory,
+            clients: max_client_memory,
             per_connection,
             per_push_session,
-            per_pull_session: pull_session(&config.options),
-            connections: config.max_connections.max(1) as u64,
+            per_pull_session: pull_session(options),
+            connections: max_connections.max(1) as u64,
         }
     }
 
@@ -120,18 +134,8 @@ mod tests {
 
     #[test]
     fn the_default_server_is_bounded_by_a_few_gibibytes() {
-        let config = ServerConfig {
-            root: "/".into(),
-            key: None,
-            read_only: false,
-            options: TransferOptions::default(),
-            max_connections: 64,
-            max_connections_per_address: 48,
-            max_client_memory: super::super::server::DEFAULT_CLIENT_MEMORY,
-            idle_timeout: super::super::server::DEFAULT_IDLE_TIMEOUT,
-            third_party: true,
-        };
-        let bound = MemoryBound::of(&config);
+        let options = TransferOptions::default();
+        let bound = MemoryBound::with(&options, 64, super::super::server::DEFAULT_CLIENT_MEMORY);
         eprintln!("{bound:?}, whole server {} MiB", bound.whole_server() >> 20);
         let mib = |b: u64| b >> 20;
         assert!(mib(bound.per_connection) < 32, "{bound:?}");
