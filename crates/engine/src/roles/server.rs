@@ -9,7 +9,7 @@
 //!
 //! Against hostile or broken clients: places are bounded in all and per client address
 //! (`session::admission`), while authenticating and after; what clients' data takes in memory
-//! is charged to one budget (`crate::budget`, see [`memory_bound`] for the whole server); a
+//! is charged to one budget (`crate::budget`; `super::bound` bounds the whole server); a
 //! session whose connections move no byte for the idle timeout is closed by the stall
 //! watchdog (`session::stall`), and so is a namespace connection that sends no request for as
 //! long; a write that moves nothing for as long fails (the socket's send timeout), and TCP
@@ -56,7 +56,7 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most of those from one client address (at least 1, at most `max_connections`).
     pub max_connections_per_address: usize,
-    /// Most bytes of clients' data held in memory at once (see [`memory_bound`]); at least
+    /// Most bytes of clients' data held in memory at once (see `super::bound`); at least
     /// [`MIN_CLIENT_MEMORY`].
     pub max_client_memory: u64,
     /// A session whose connections move no byte for this long, or a connection of namespace
