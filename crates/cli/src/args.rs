@@ -304,10 +304,30 @@ pub struct ServeArgs {
     /// Accept clients without a token. Anyone who can connect can then read and write the root.
     #[arg(long)]
     pub no_auth: bool,
-    /// Most client connections served at once (each may hold one batch in memory); default
-    /// 64. With --config, overrides the file's `max_connections`.
+    /// Most client connections served at once (each may hold one batch in memory; the
+    /// streams of third-party copies this server makes count too); default 64. With
+    /// --config, overrides the file's `max_connections`.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Most of those from one client address (default: three quarters of
+    /// --max-connections), so that one client host leaves places to the others.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_address: Option<usize>,
+    /// Most memory the data of clients may take at once: received batches waiting to be
+    /// written, pulling clients' indexes, the directories a push must remember until its
+    /// commit. One client address may hold half of it; a batch waits for room (its client is
+    /// slowed down), an index or a directory that finds none fails. At least 320MiB.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = crate::units::size)]
+    pub max_client_memory: u64,
+    /// Close a session whose connections move no byte for this long, and a connection that
+    /// sends no namespace request for this long; a write to a client that reads nothing for
+    /// this long fails. `0s`: never.
+    #[arg(long, value_name = "DURATION", default_value = "5min", value_parser = crate::units::duration)]
+    pub idle_timeout: std::time::Duration,
+    /// Refuse to push to another server when a client asks (third-party copies, `sprat cp
+    /// sprat://A/... sprat://B/...` with this server as A).
+    #[arg(long)]
+    pub no_third_party: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }

@@ -125,6 +125,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
             Err(diffs) => {
                 ok = false;
                 for d in diffs {
+                    let d = sprat_engine::text::printable(&d.to_string()).into_owned();
                     eprintln!("sprat: demo: {what} differs: {d}");
                 }
             }

@@ -17,6 +17,7 @@ mod units;
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
+use sprat_engine::text::printable;
 use sprat_engine::{
     Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
 };
@@ -38,7 +39,8 @@ fn main() {
                 .downcast_ref::<TransferError>()
                 .map(|t| t.exit_code())
                 .unwrap_or(2);
-            eprintln!("sprat: error: {e:#}");
+            // Errors carry peers' texts and file names: shown escaped, on one line.
+            eprintln!("sprat: error: {}", printable(&format!("{e:#}")));
             code
         }
     };
@@ -177,23 +179,64 @@ pub fn credentials(c: &crate::args::ConnectArgs) -> anyhow::Result<Credentials> 
 
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
 pub fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
-    let raw = match file {
+    Ok(read_token(file)?.map(|t| TokenKey::from_token(&t.secret)))
+}
+
+/// Fewest bytes a server's token may have: the token is the only key to the server, and a
+/// short one can be guessed.
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
+
+/// A token and where it came from, in words for messages.
+struct Token {
+    secret: Vec<u8>,
+    from: String,
+}
+
+/// Reads the token (surrounding white space removed) from `--token-file` or `SPRAT_TOKEN`;
+/// `None` when neither is given. A token file that group or others may read is reported on
+/// stderr (the copy is not refused: the file is the operator's).
+fn read_token(file: Option<&Path>) -> anyhow::Result<Option<Token>> {
+    let (raw, from) = match file {
         Some(f) => {
-            std::fs::read(f).with_context(|| format!("cannot read token file '{}'", f.display()))?
+            let shown = printable(&f.display().to_string()).into_owned();
+            let raw =
+                std::fs::read(f).with_context(|| format!("cannot read token file '{shown}'"))?;
+            warn_if_readable_by_others(f, "token file");
+            (raw, format!("token file '{shown}' (--token-file)"))
         }
         None => match std::env::var_os("SPRAT_TOKEN") {
-            Some(v) => std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
+            Some(v) => (
+                std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()).to_vec(),
+                "SPRAT_TOKEN (environment)".to_string(),
+            ),
             None => return Ok(None),
         },
     };
-    let trimmed = raw.trim_ascii();
-    if trimmed.is_empty() {
-        let from = file
-            .map(|f| format!("token file '{}'", f.display()))
-            .unwrap_or_else(|| "SPRAT_TOKEN".into());
-        anyhow::bail!("{from} is empty");
+    let secret = raw.trim_ascii();
+    if secret.is_empty() {
+        anyhow::bail!("the {from} is empty");
     }
-    Ok(Some(TokenKey::from_token(trimmed)))
+    Ok(Some(Token {
+        secret: secret.to_vec(),
+        from,
+    }))
+}
+
+/// Warns on stderr when group or others may read the file at `path`, which holds a token
+/// (`what` names it: "token file", "config file").
+pub(crate) fn warn_if_readable_by_others(path: &Path, what: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o044 != 0 {
+        let shown = printable(&path.display().to_string()).into_owned();
+        eprintln!(
+            "sprat: warning: {what} '{shown}' holds a token and can be read by group or others \
+             (mode {mode:04o}): anyone who reads it can use the server; chmod 600 '{shown}'"
+        );
+    }
 }
 
 /// Most connections a server serves at once unless told otherwise.
@@ -221,7 +264,19 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             let (Some(root), Some(listen)) = (&a.root, a.listen) else {
                 anyhow::bail!("give --root DIR and --listen HOST:PORT, or --config FILE");
             };
-            let key = token(a.token_file.as_deref())?;
+            let token = read_token(a.token_file.as_deref())?;
+            if let Some(t) = &token {
+                if t.secret.len() < MIN_TOKEN_LEN {
+                    anyhow::bail!(
+                        "the {} holds a token of {} bytes: a server's token must have at least \
+                         {MIN_TOKEN_LEN} (make one with `head -c 32 /dev/urandom | base64 > \
+                         token`)",
+                        t.from,
+                        t.secret.len()
+                    );
+                }
+            }
+            let key = token.map(|t| TokenKey::from_token(&t.secret));
             if key.is_none() && !a.no_auth {
                 anyhow::bail!(
                     "no token: pass --token-file FILE or set SPRAT_TOKEN (or --no-auth to let \
@@ -248,11 +303,32 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let tls = ServerTls::new(&identity, a.no_encryption)
         .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
+    if a.max_client_memory < sprat_engine::MIN_CLIENT_MEMORY {
+        anyhow::bail!(TransferError::Usage(format!(
+            "--max-client-memory must be at least {} MiB (one client may hold half of it, \
+             which must take the largest batch)",
+            sprat_engine::MIN_CLIENT_MEMORY >> 20
+        )));
+    }
+    let max_connections = max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1);
+    let per_address = a
+        .max_connections_per_address
+        .unwrap_or_else(|| sprat_engine::default_connections_per_address(max_connections));
+    if per_address == 0 || per_address > max_connections {
+        anyhow::bail!(TransferError::Usage(format!(
+            "--max-connections-per-address must be between 1 and --max-connections \
+             ({max_connections})"
+        )));
+    }
     let config = ServerConfig {
         exports,
         tls,
         options: opts,
-        max_connections: max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS).max(1),
+        max_connections,
+        max_connections_per_address: per_address,
+        max_client_memory: a.max_client_memory,
+        idle_timeout: a.idle_timeout,
+        third_party: !a.no_third_party,
     };
     let server = Server::bind(config, &listen.to_string())
         .with_context(|| format!("cannot serve {what}"))?;
@@ -317,14 +393,18 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
         ""
     };
     let copied = sprat_engine::copy_retrying(&src, &dst, &key, &options, &mut |n| {
-        eprintln!("{clear}sprat: {n}")
+        eprintln!("{clear}sprat: {}", printable(&n.to_string()))
     });
     if let Some(r) = reporter {
         r.finish();
     }
     let report = copied?;
     for f in &report.failures {
-        eprintln!("sprat: failed: {}: {}", f.path, f.error);
+        eprintln!(
+            "sprat: failed: {}: {}",
+            printable(&f.path),
+            printable(&f.error)
+        );
         if a.json_events {
             let event = serde_json::json!({"event": "failed", "path": f.path, "error": f.error});
             print_quietly(&format!("{event}\n"))?;
@@ -366,7 +446,7 @@ fn dry_run(
                 sprat_engine::Action::Attrs => "attrs",
                 sprat_engine::Action::Delete => "delete",
             };
-            text.push_str(&format!("{verb} {path}\n"));
+            text.push_str(&format!("{verb} {}\n", printable(path)));
         }
         text.push_str(&format!(
             "dry run {src} -> {dst}: would send {} files ({}), set the attributes of {}, \
@@ -407,7 +487,7 @@ fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
         }
         Err(diffs) => {
             for d in diffs {
-                eprintln!("sprat: differs: {d}");
+                eprintln!("sprat: differs: {}", printable(&d.to_string()));
             }
             Ok(1)
         }

@@ -344,7 +344,11 @@ fn measure(
     let report = sprat_engine::copy(&plan.src, &plan.dst, &plan.key, options)?;
     let measured_seconds = started.elapsed().as_secs_f64();
     for f in &report.failures {
-        eprintln!("sprat: failed: {}: {}", f.path, f.error);
+        eprintln!(
+            "sprat: failed: {}: {}",
+            sprat_engine::text::printable(&f.path),
+            sprat_engine::text::printable(&f.error)
+        );
     }
     let (predicted_bottleneck, _) = stages.bottleneck(plan.bytes as f64 / plan.files as f64);
     Ok(Measured {

@@ -4,6 +4,7 @@
 use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
 use anyhow::bail;
 use serde_json::json;
+use sprat_engine::text::printable;
 use sprat_engine::Credentials;
 use sprat_engine::{remote, Endpoint, TransferError};
 use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
@@ -21,8 +22,14 @@ fn remote_url(arg: &OsStr) -> anyhow::Result<(String, Vec<u8>)> {
     }
 }
 
+/// A path for JSON output: exact (the encoder escapes it).
 fn shown(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
+}
+
+/// A path for a terminal: its control characters escaped (see `sprat_engine::text`).
+fn printed(path: &[u8]) -> String {
+    printable(&String::from_utf8_lossy(path)).into_owned()
 }
 
 fn kind_name(k: NsKind) -> &'static str {
@@ -108,7 +115,7 @@ fn long_line(e: &NsEntry, name: &str) -> String {
     );
     if e.kind == NsKind::Symlink {
         line.push_str(" -> ");
-        line.push_str(&shown(&e.target));
+        line.push_str(&printed(&e.target));
     }
     line
 }
@@ -132,7 +139,7 @@ pub fn ls(a: &LsArgs, key: &Credentials) -> anyhow::Result<i32> {
         out = serde_json::to_string(&entries.iter().map(entry_json).collect::<Vec<_>>())? + "\n";
     } else {
         for e in &entries {
-            let name = shown(&e.path);
+            let name = printed(&e.path);
             out.push_str(&if a.long { long_line(e, &name) } else { name });
             out.push('\n');
         }
@@ -150,7 +157,7 @@ pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
     } else {
         let mut s = format!(
             "  path: {}\n  type: {}\n  size: {}\n  mode: {:04o} ({})\n mtime: {}.{:09} UTC\n",
-            a.url.to_string_lossy(),
+            printable(&a.url.to_string_lossy()),
             kind_name(e.kind),
             e.size,
             e.mode,
@@ -159,7 +166,7 @@ pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
             e.mtime_nsec
         );
         if e.kind == NsKind::Symlink {
-            s.push_str(&format!("target: {}\n", shown(&e.target)));
+            s.push_str(&format!("target: {}\n", printed(&e.target)));
         }
         s
     };
@@ -182,7 +189,7 @@ pub fn du(a: &DuArgs, key: &Credentials) -> anyhow::Result<i32> {
             u.files,
             u.dirs,
             u.symlinks,
-            a.url.to_string_lossy()
+            printable(&a.url.to_string_lossy())
         )
     };
     crate::print_quietly(&out)?;
@@ -246,7 +253,7 @@ pub fn sum(a: &SumArgs, key: &Credentials) -> anyhow::Result<i32> {
     for (p, d) in sums {
         let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
         let full = sprat_engine::relpath::join(&path, &p);
-        out.push_str(&format!("{hex}  {}\n", shown(&full)));
+        out.push_str(&format!("{hex}  {}\n", printed(&full)));
     }
     crate::print_quietly(&out)?;
     Ok(0)

@@ -40,7 +40,9 @@ pub fn start(
     // Detached: a count that is still running when the copy ends is not waited for.
     std::thread::spawn(move || match count_source(&src, &key, &selection) {
         Ok((files, bytes)) => counted.set_totals(files, bytes),
-        Err(e) => tracing::info!(%e, "cannot count the source: no totals"),
+        Err(e) => {
+            tracing::info!(e = %sprat_engine::text::printable(&e.to_string()), "cannot count the source: no totals")
+        }
     });
     let (stop, stopped) = channel::<()>();
     let tick = match mode {

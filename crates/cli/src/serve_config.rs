@@ -95,6 +95,9 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
     // Relative paths in the file are relative to its directory.
     let base = file.parent().unwrap_or(Path::new("."));
     let mut exports: Vec<ExportSpec> = Vec::with_capacity(raw.export.len());
+    // A token too short to be a key, reported once every other mistake has been looked for.
+    let mut too_short = None;
+    let mut inline_tokens = false;
     for (i, table) in raw.export.into_iter().enumerate() {
         // Named by its name if it has one, else by its place in the file.
         let label = match table.get("name").and_then(|n| n.as_str()) {
@@ -128,6 +131,14 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
             if token.is_empty() {
                 return Err(fail_in("key 'tokens': an empty token".into()));
             }
+            if token.len() < crate::MIN_TOKEN_LEN && too_short.is_none() {
+                too_short = Some(fail_in(format!(
+                    "key 'tokens': a token of {} bytes: a server's token must have at least {}",
+                    token.len(),
+                    crate::MIN_TOKEN_LEN
+                )));
+            }
+            inline_tokens = true;
             tokens.push(token.as_bytes().to_vec());
         }
         for token_file in &raw.token_files {
@@ -145,6 +156,16 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
                     path.display()
                 )));
             }
+            if token.len() < crate::MIN_TOKEN_LEN && too_short.is_none() {
+                too_short = Some(fail_in(format!(
+                    "key 'token_files': '{}' holds a token of {} bytes: a server's token must \
+                     have at least {}",
+                    path.display(),
+                    token.len(),
+                    crate::MIN_TOKEN_LEN
+                )));
+            }
+            crate::warn_if_readable_by_others(&path, "token file");
             tokens.push(token.to_vec());
         }
         if tokens.is_empty() {
@@ -159,6 +180,12 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
             read_only: raw.read_only,
             tokens,
         });
+    }
+    if let Some(e) = too_short {
+        return Err(e);
+    }
+    if inline_tokens {
+        crate::warn_if_readable_by_others(file, "config file");
     }
     Ok(ServeConfig {
         listen,
@@ -177,7 +204,8 @@ mod tests {
     fn read_text(text: &str) -> (tempfile::TempDir, Result<ServeConfig, ConfigError>) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
-        std::fs::write(dir.path().join("t"), "file-token\n").unwrap();
+        std::fs::write(dir.path().join("t"), "a-file-token-0123\n").unwrap();
+        std::fs::write(dir.path().join("short"), "short\n").unwrap();
         let file = dir.path().join("sprat.toml");
         std::fs::write(&file, text).unwrap();
         let read = read(&file);
@@ -188,9 +216,9 @@ mod tests {
     fn a_good_file_gives_its_exports_with_paths_relative_to_it() {
         let (dir, read) = read_text(
             "listen = \"127.0.0.1:0\"\nmax_connections = 8\nkey_file = \"k\"\n\
-             [[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\" inline \"]\n\
+             [[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\" an-inline-token-0123 \"]\n\
              token_files = [\"t\"]\n\
-             [[export]]\nname = \"b\"\nroot = \"data\"\ntokens = [\"x\"]\nread_only = true\n",
+             [[export]]\nname = \"b\"\nroot = \"data\"\ntokens = [\"token-of-export-b\"]\nread_only = true\n",
         );
         let c = read.unwrap();
         assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
@@ -200,7 +228,10 @@ mod tests {
         assert_eq!(c.exports[0].root, dir.path().join("data"));
         assert_eq!(
             c.exports[0].tokens,
-            [b"inline".to_vec(), b"file-token".to_vec()]
+            [
+                b"an-inline-token-0123".to_vec(),
+                b"a-file-token-0123".to_vec()
+            ]
         );
         assert!(!c.exports[0].read_only && c.exports[1].read_only);
     }
@@ -252,5 +283,29 @@ mod tests {
         let one = "[[export]]\nname = \"a\"\nroot = \"data\"\ntokens = [\"t\"]\n";
         let (_dir, read) = read_text(&format!("{one}{one}"));
         assert!(read.unwrap_err().to_string().contains("another export"));
+    }
+
+    #[test]
+    fn a_token_under_16_bytes_is_refused_naming_where_it_is() {
+        let export = |body: &str| format!("[[export]]\nname = \"a\"\nroot = \"data\"\n{body}\n");
+        let (_dir, read) = read_text(&export("tokens = [\"fifteen-bytes!!\"]"));
+        let line = read.unwrap_err().to_string();
+        assert!(
+            line.contains("export 'a'") && line.contains("key 'tokens'"),
+            "{line}"
+        );
+        assert!(
+            line.contains("15 bytes") && line.contains("at least 16"),
+            "{line}"
+        );
+        let (dir, read) = read_text(&export("token_files = [\"short\"]"));
+        let _ = dir;
+        let line = read.unwrap_err().to_string();
+        assert!(
+            line.contains("key 'token_files'") && line.contains("short"),
+            "{line}"
+        );
+        let (_dir, read) = read_text(&export("tokens = [\"sixteen-bytes!!!\"]"));
+        assert!(read.is_ok());
     }
 }

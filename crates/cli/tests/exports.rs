@@ -399,7 +399,7 @@ fn third_party_copy_between_exports_of_two_servers() {
     make_many_files(&dir.join("s1/src/data"), 40, 3000, 5);
     make_file(&dir.join("s2/ro/seed.txt"), b"seed", 0o644);
     make_file(&dir.join("client/t"), b"shared-third-party-token", 0o600);
-    make_file(&dir.join("client/u"), b"other-token", 0o600);
+    make_file(&dir.join("client/u"), b"other-export-token-4b2f", 0o600);
     let export = |name: &str, root: &str, token: &str, ro: bool| {
         format!(
             "[[export]]\nname = \"{name}\"\nroot = \"{}\"\ntokens = [\"{token}\"]\n\
@@ -415,7 +415,7 @@ fn third_party_copy_between_exports_of_two_servers() {
     );
     let c2 = dir.join("s2.toml");
     let text = export("dst", "s2/dst", "shared-third-party-token", false)
-        + &export("other", "s2/other", "other-token", false)
+        + &export("other", "s2/other", "other-export-token-4b2f", false)
         + &export("ro", "s2/ro", "shared-third-party-token", true);
     make_file(&c2, text.as_bytes(), 0o600);
     let (s1, s2) = (config_server(dir, &c1), config_server(dir, &c2));

@@ -10,7 +10,7 @@ mod common;
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -1011,4 +1011,595 @@ fn thirty_two_clients_pushing_and_pulling_at_once_are_all_served() {
 /// Where a server keeps `rel`.
 fn root_path(srv: &Server, rel: &str) -> PathBuf {
     srv.root().join(rel)
+}
+
+// ---------------------------------------------------- authenticated clients that misbehave
+
+/// Clients made by hand with the server's token, to misbehave once authenticated: speak
+/// from another loopback address, open a session and go silent, stop reading, announce the
+/// largest sizes the protocol allows. They speak without TLS (a server under test runs with
+/// `--no-encryption`): what they do after the handshake is the same either way.
+mod raw {
+    use sprat_proto::auth::{ClientHandshake, TokenKey};
+    use sprat_proto::namespace::Request;
+    use sprat_proto::session::client::{ClientStream, Event};
+    use sprat_proto::session::{Direction, Role};
+    use sprat_proto::{FrameHeader, Message, Operation, FRAME_HEADER_LEN};
+    use sprat_testkit::{Server, DEFAULT_TOKEN};
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::time::Instant;
+
+    /// The token's key as a plain connection (one without TLS, which a server started with
+    /// `--no-encryption` accepts) binds it: to no channel.
+    fn key() -> TokenKey {
+        TokenKey::from_token(DEFAULT_TOKEN.as_bytes()).bound_to(&[0; 32])
+    }
+
+    /// Different bytes at each call (nonces and session ids need not be secret here).
+    fn fresh<const N: usize>() -> [u8; N] {
+        static NEXT: AtomicU8 = AtomicU8::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            .to_le_bytes();
+        std::array::from_fn(|i| t[i % t.len()] ^ n.wrapping_mul(i as u8 + 1))
+    }
+
+    /// A TCP connection to `srv` from the loopback address `from`.
+    pub fn connect(srv: &Server, from: &str) -> TcpStream {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let local: SocketAddr = format!("{from}:0").parse().unwrap();
+        socket.bind(&local.into()).unwrap();
+        socket.connect(&srv.addr().into()).unwrap();
+        socket.into()
+    }
+
+    /// Reads one whole frame as a message.
+    pub fn read_message(s: &mut TcpStream) -> std::io::Result<Message> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        s.read_exact(&mut header)?;
+        let header = FrameHeader::decode(&header).map_err(std::io::Error::other)?;
+        let mut payload = vec![0u8; header.len as usize];
+        s.read_exact(&mut payload)?;
+        Message::decode(header.kind, &payload).map_err(std::io::Error::other)
+    }
+
+    /// A session opened from `from` (`op` on `path`), announced by the server.
+    pub fn open(srv: &Server, from: &str, op: Operation, path: &[u8]) -> TcpStream {
+        let direction = match op {
+            Operation::Push { .. } => Direction::Push,
+            Operation::Pull { .. } => Direction::Pull,
+        };
+        let mut s = connect(srv, from);
+        let now = Instant::now();
+        let (mut machine, hello) =
+            ClientStream::new(direction, Role::Control, Some(key()), fresh(), now);
+        s.write_all(&hello.encode()).unwrap();
+        let reply = read_message(&mut s).unwrap();
+        assert_eq!(machine.on_message(reply, now), Ok(Event::ServerProved));
+        let first = Message::Open {
+            session: fresh(),
+            op,
+            path: path.to_vec(),
+            selection: Default::default(),
+        };
+        for m in machine.open(first, now).unwrap() {
+            s.write_all(&m.encode()).unwrap();
+        }
+        match read_message(&mut s).unwrap() {
+            Message::Opened { .. } => s,
+            other => panic!("the server did not open the session: {other:?}"),
+        }
+    }
+
+    /// A push of a tree to `path`, opened from `from`.
+    pub fn open_push(srv: &Server, from: &str, path: &str) -> TcpStream {
+        let op = Operation::Push {
+            source_is_dir: true,
+            durable: false,
+            discard: false,
+        };
+        open(srv, from, op, path.as_bytes())
+    }
+
+    /// An authenticated connection from `from` whose first request, `req`, is sent.
+    pub fn request(srv: &Server, from: &str, req: Request) -> TcpStream {
+        let mut s = connect(srv, from);
+        let (handshake, hello) = ClientHandshake::new(Some(key()), fresh());
+        s.write_all(&hello.encode()).unwrap();
+        let reply = read_message(&mut s).unwrap();
+        let proof = handshake.on_message(reply).unwrap();
+        s.write_all(&proof.encode()).unwrap();
+        s.write_all(&Message::Request(req).encode()).unwrap();
+        s
+    }
+}
+
+/// Reads `s` until the peer closes it (or `limit` passes: `None`); when it closed, and the
+/// bytes read before.
+fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Option<(Instant, u64)> {
+    let started = Instant::now();
+    let mut got = 0u64;
+    let mut sink = vec![0u8; 1 << 16];
+    loop {
+        let left = limit.checked_sub(started.elapsed())?;
+        s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match s.read(&mut sink) {
+            Ok(0) => return Some((Instant::now(), got)),
+            Ok(n) => got += n as u64,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return None
+            }
+            Err(_) => return Some((Instant::now(), got)),
+        }
+    }
+}
+
+#[test]
+fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_idle_timeout() {
+    // With --idle-timeout 2s: a push session that sends nothing after it is opened, a
+    // namespace connection that sends no second request, and a pull whose client reads
+    // nothing (the server's writes stop once the socket buffers are full) are each closed
+    // by the server within a few seconds; a copy that keeps moving bytes for longer than
+    // the idle timeout (through a relay limited to 16 Mbit/s) is unaffected. Before, each
+    // held its connection and threads for ever.
+    let t = tmp();
+    let root = t.path().join("root");
+    make_many_files(&root.join("big"), 48, 1 << 20, 21);
+    let opts = ServerOptions {
+        extra_args: vec![
+            "--idle-timeout".into(),
+            "2s".into(),
+            "--no-encryption".into(),
+        ],
+        ..ServerOptions::default()
+    };
+    let mut srv = server_with(&root, &opts);
+    let mut silent_push = raw::open_push(&srv, "127.0.0.2", "silent");
+    let push_opened = Instant::now();
+    let stat = sprat_proto::namespace::Request::Stat { path: Vec::new() };
+    let mut silent_requests = raw::request(&srv, "127.0.0.2", stat);
+    let requests_opened = Instant::now();
+    let pull = sprat_proto::Operation::Pull {
+        check: sprat_proto::DestCheck::None,
+    };
+    let mut stuck_pull = raw::open(&srv, "127.0.0.2", pull, b"big");
+    // A well-behaved copy that takes several idle timeouts.
+    let src = t.path().join("src");
+    make_many_files(&src, 40, 256 << 10, 22);
+    let relay = common::RelayProc::start(srv.addr(), &["--rate", "16mbit"]);
+    let mut copy = sprat_testkit::spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &[], &src, relay.url("slow")),
+        &[],
+    );
+    let limit = Duration::from_secs(15);
+    let (closed, _) = read_until_closed(&mut silent_push, limit)
+        .expect("a push session that sends nothing was not closed within 15 s");
+    let push_cut = closed - push_opened;
+    let (closed, _) = read_until_closed(&mut silent_requests, limit)
+        .expect("a namespace connection that sends nothing was not closed within 15 s");
+    let requests_cut = closed - requests_opened;
+    // Nothing read for a while: the server's writes have stalled on the full window.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, pulled) = read_until_closed(&mut stuck_pull, limit)
+        .expect("a pull whose client stopped reading was not cut within 15 s");
+    eprintln!(
+        "silent push closed after {push_cut:?}, silent requests after {requests_cut:?}, \
+         the stuck pull after {pulled} of {} bytes",
+        48u64 << 20
+    );
+    // Not before the idle timeout (a working client pauses too), not long after it.
+    for cut in [push_cut, requests_cut] {
+        assert!(
+            cut > Duration::from_millis(1900) && cut < Duration::from_secs(10),
+            "closed after {cut:?}"
+        );
+    }
+    assert!(
+        pulled < 48 << 20,
+        "the stuck pull was not cut: it got everything"
+    );
+    let out = copy.wait_or_panic(Duration::from_secs(120));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("slow"));
+    assert!(srv.is_running());
+    let log = srv.stderr_log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        log.matches("ended:").count() >= 2,
+        "the server does not say why the sessions ended:\n{log}"
+    );
+}
+
+/// Sends a batch frame announcing the largest payload the protocol allows on a push session
+/// opened from `from`, then all of the payload but its last byte (as far as the server reads
+/// it: the write gives up after 3 s without progress), and keeps the connection open.
+fn announce_the_largest_batch(srv: &Server, from: &str, nth: usize) -> TcpStream {
+    let mut s = raw::open_push(srv, from, &format!("largest-{nth}"));
+    let len = sprat_proto::frame::MAX_BATCH_PAYLOAD;
+    let mut header = len.to_le_bytes().to_vec();
+    header.push(9); // a batch
+    s.write_all(&header).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let piece = vec![0u8; 1 << 20];
+    let mut left = len as usize - 1;
+    while left > 0 {
+        let n = left.min(piece.len());
+        if s.write_all(&piece[..n]).is_err() {
+            break;
+        }
+        left -= n;
+    }
+    s
+}
+
+#[test]
+fn clients_announcing_the_largest_sizes_keep_the_server_within_its_memory_bound() {
+    // From 127.0.0.2: 2 push sessions each send a batch of 65,536 entries (the most a batch
+    // may have) that all fail, and 14 more each announce a batch of 160 MiB (the most a frame
+    // may carry) and send all of it but its last byte. The server refuses nothing it may not,
+    // lists 128 failures of a batch and counts the rest, reads at most what its budget for
+    // clients' data allows (--max-client-memory 512MiB, half of it for one address) and keeps
+    // serving a client from 127.0.0.1, whose push and pull are exact. Its peak resident
+    // memory stays under the bound documented for that load (MemoryBound). Before, it read
+    // every announced batch whole: 14 x 160 MiB.
+    let t = tmp();
+    let root = t.path().join("root");
+    let args = [
+        "--max-connections",
+        "40",
+        "--max-client-memory",
+        "512MiB",
+        "--write-threads",
+        "2",
+        "--idle-timeout",
+        "2min",
+        "--no-encryption",
+    ];
+    let opts = ServerOptions {
+        extra_args: args.iter().map(Into::into).collect(),
+        ..ServerOptions::default()
+    };
+    let mut srv = server_with(&root, &opts);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut s = raw::open_push(&srv, "127.0.0.2", &format!("failing-{i}"));
+        let mut batch = sprat_proto::Batch::new(1, 0);
+        let entries = sprat_proto::batch::MAX_ENTRIES;
+        for n in 0..entries {
+            batch.push_failed(
+                format!("f{n}").as_bytes(),
+                "could not be read at the source",
+            );
+        }
+        s.write_all(&batch.frame_prefix()).unwrap();
+        s.write_all(&batch.header).unwrap();
+        s.write_all(&batch.data).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        match raw::read_message(&mut s).unwrap() {
+            sprat_proto::Message::BatchAck {
+                failures, unlisted, ..
+            } => {
+                assert_eq!(failures.len(), 128);
+                assert_eq!(unlisted as usize + failures.len(), entries as usize);
+            }
+            other => panic!("expected the batch's acknowledgement, got {other:?}"),
+        }
+        held.push(s);
+    }
+    let largest: Vec<TcpStream> = std::thread::scope(|scope| {
+        let srv = &srv;
+        let senders: Vec<_> = (0..14)
+            .map(|i| scope.spawn(move || announce_the_largest_batch(srv, "127.0.0.2", i)))
+            .collect();
+        senders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(srv.is_running(), "{}", srv.stderr_log());
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 4096, 23);
+    let out = cp(&srv, &[], &src, srv.url("good"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("good"));
+    let back = t.path().join("back");
+    let out = cp(&srv, &[], srv.url("good"), &back);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &back);
+    let peak = peak_resident_bytes(srv.pid());
+    let options = sprat_engine::TransferOptions {
+        write_threads: 2,
+        ..sprat_engine::TransferOptions::default()
+    };
+    let bound = sprat_engine::MemoryBound::with(&options, 40, 512 << 20);
+    // Every place taken; 16 hostile push sessions and the good client's push, and its pull.
+    let limit = bound.for_load(40, 17, 1);
+    eprintln!(
+        "server peak resident memory: {} MiB; bound for this load: {} MiB ({bound:?})",
+        peak >> 20,
+        limit >> 20
+    );
+    assert!(srv.is_running());
+    assert!(
+        !srv.stderr_log().contains("panicked"),
+        "{}",
+        srv.stderr_log()
+    );
+    assert!(
+        peak < limit,
+        "peak {} MiB over the bound {} MiB",
+        peak >> 20,
+        limit >> 20
+    );
+    drop((held, largest));
+}
+
+// ------------------------------------------------------------------------ third-party copies
+
+#[test]
+fn a_server_started_with_no_third_party_refuses_to_push_elsewhere() {
+    // `--no-third-party`: the source server refuses a client's SendTo with a clear error and
+    // connects nowhere; the destination gets nothing. Another server (the default) makes the
+    // same copy.
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    make_many_files(&root_a.join("src"), 20, 1000, 24);
+    let opts = ServerOptions {
+        extra_args: vec!["--no-third-party".into()],
+        ..ServerOptions::default()
+    };
+    let a = server_with(&root_a, &opts);
+    let b = server(&root_b);
+    let args = |from: &Server| -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["cp".into()];
+        v.extend(from.client_args());
+        v.push(from.url("src").into());
+        v.push(b.url("dst").into());
+        v
+    };
+    let out = run_sprat(bin(), args(&a), &[]);
+    assert_exit(&out, 5);
+    let line = common::assert_error_names(&out, &["--no-third-party"]);
+    assert!(line.contains("third-party"), "{line}");
+    assert!(
+        entries_below(&root_b).is_empty(),
+        "{:?}",
+        entries_below(&root_b)
+    );
+    let c = server(&root_a);
+    let out = run_sprat(bin(), args(&c), &[]);
+    assert_ok(&out, Some(&c));
+    assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
+}
+
+#[test]
+fn a_third_party_copys_streams_take_places_on_the_source_server() {
+    // The source server A has 3 places (2 for anything but an `Open`). A third-party copy
+    // asked for with 8 streams gets the one place left beside its request's connection (it
+    // completes on one stream), and while it runs A is full: another request is refused as
+    // busy. Before, the copy's streams were counted nowhere: A made 8 connections and still
+    // took requests.
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    make_many_files(&root_a.join("src"), 32, 256 << 10, 25);
+    let opts = ServerOptions {
+        extra_args: vec![
+            "--max-connections".into(),
+            "3".into(),
+            "--max-connections-per-address".into(),
+            "3".into(),
+        ],
+        ..ServerOptions::default()
+    };
+    let a = server_with(&root_a, &opts);
+    let b = server(&root_b);
+    // 8 MiB at 16 Mbit/s: about 4 s.
+    let relay = common::RelayProc::start(b.addr(), &["--rate", "16mbit"]);
+    let mut args: Vec<std::ffi::OsString> = vec!["cp".into()];
+    args.extend(a.client_args());
+    args.extend(["--streams".into(), "8".into(), "--json".into()]);
+    args.push(a.url("src").into());
+    args.push(relay.url("dst").into());
+    let mut copy = sprat_testkit::spawn_sprat(bin(), &args, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
+    ls.extend(a.client_args());
+    ls.push(a.url("").into());
+    let during = run_sprat(bin(), &ls, &[]);
+    assert!(
+        copy.try_status().is_none(),
+        "the copy ended before the check: make it slower"
+    );
+    assert_exit(&during, 4);
+    assert!(
+        stderr_lower(&during).contains("busy"),
+        "{}",
+        describe(&during)
+    );
+    let out = copy.wait_or_panic(Duration::from_secs(120));
+    assert_ok(&out, Some(&a));
+    assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
+    let after = run_sprat(bin(), &ls, &[]);
+    assert_ok(&after, Some(&a));
+}
+
+// ------------------------------------------------------------ what a peer's text can do to a terminal
+
+/// A file name that would turn a terminal red and start a line of its own.
+const EVIL_NAME: &str = "evil\x1b[31mred\nline.txt";
+/// The same name as sprat prints it.
+const EVIL_SHOWN: &str = "evil\\x1b[31mred\\x0aline.txt";
+
+#[track_caller]
+fn assert_no_raw_controls(what: &str, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    for line in text.lines() {
+        assert!(
+            !line.chars().any(|c| c.is_control() && c != '\t'),
+            "{what} has a raw control character: {line:?}\n--- all ---\n{text}"
+        );
+    }
+    // The name's newline did not start a line of its own.
+    assert!(
+        !text.lines().any(|l| l.starts_with("line.txt")),
+        "{what}:\n{text}"
+    );
+}
+
+#[test]
+fn file_names_from_a_peer_are_printed_with_their_control_characters_escaped() {
+    // A file called "evil ESC[31m red NEWLINE line.txt" is pushed and pulled: wherever sprat
+    // prints it (a listing, a dry run, a failure line, the server's log) it appears as
+    // evil\x1b[31mred\x0aline.txt, and no raw escape or line break reaches the terminal. The
+    // JSON report keeps the exact name.
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    make_file(&src.join(EVIL_NAME), b"red", 0o644);
+    make_file(&src.join("plain.txt"), b"plain", 0o644);
+    let root = t.path().join("root");
+    let opts = ServerOptions {
+        extra_args: vec!["-v".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    let out = cp(&srv, &[], &src, srv.url("dst"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &root.join("dst"));
+
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-l".into()];
+    ls.extend(srv.client_args());
+    ls.push(srv.url("dst").into());
+    let listed = run_sprat(bin(), &ls, &[]);
+    assert_ok(&listed, Some(&srv));
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(EVIL_SHOWN),
+        "{}",
+        describe(&listed)
+    );
+    assert_no_raw_controls("sprat ls", &listed.stdout);
+
+    let fresh = t.path().join("fresh");
+    let dry = cp(&srv, &["--dry-run"], srv.url("dst"), &fresh);
+    assert_ok(&dry, Some(&srv));
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry_out.contains(&format!("send {EVIL_SHOWN}")),
+        "{}",
+        describe(&dry)
+    );
+    assert_no_raw_controls("sprat cp --dry-run", &dry.stdout);
+
+    // A pull where the name is taken by a non-empty directory: that file fails, by name.
+    let back = t.path().join("back");
+    fs::create_dir_all(back.join(EVIL_NAME)).unwrap();
+    make_file(&back.join(EVIL_NAME).join("inside"), b"x", 0o644);
+    let pulled = cp(&srv, &["--json"], srv.url("dst"), &back);
+    assert_exit(&pulled, 1);
+    let stderr = String::from_utf8_lossy(&pulled.stderr);
+    assert!(
+        stderr.contains(&format!("sprat: failed: {EVIL_SHOWN}: ")),
+        "{}",
+        describe(&pulled)
+    );
+    assert_no_raw_controls("the failure line", &pulled.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&pulled.stdout).unwrap();
+    assert_eq!(
+        report["failures"][0]["path"].as_str(),
+        Some(EVIL_NAME),
+        "the JSON report must keep the exact name: {report}"
+    );
+    assert_eq!(fs::read(back.join("plain.txt")).unwrap(), b"plain");
+
+    // The server's diagnostics name the session's path escaped, on one line.
+    let push_to = format!("{}\n{}", srv.url("dst2"), "FAKE LINE");
+    let out = cp(&srv, &[], &src, &push_to);
+    assert_ok(&out, Some(&srv));
+    let log = srv.stderr_log();
+    assert!(log.contains("dst2\\x0aFAKE LINE"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("FAKE LINE")), "{log}");
+}
+
+// ------------------------------------------------------------------------------------ tokens
+
+#[test]
+fn a_server_refuses_a_short_token_naming_where_it_came_from() {
+    // 15 bytes (after the newline is trimmed) is too short, from a file or from SPRAT_TOKEN;
+    // 16 is enough.
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let short = "a".repeat(15);
+    for via_env in [false, true] {
+        let opts = ServerOptions {
+            token: Some(short.clone()),
+            token_via_env: via_env,
+            ..ServerOptions::default()
+        };
+        match Server::try_start(bin(), &root, &opts) {
+            Ok(srv) => panic!("sprat serve started on {} with a 15-byte token", srv.addr()),
+            Err(f) => {
+                assert_eq!(f.status.and_then(|st| st.code()), Some(2), "{f}");
+                let named = if via_env {
+                    "SPRAT_TOKEN"
+                } else {
+                    "--token-file"
+                };
+                assert!(
+                    f.stderr.contains(named),
+                    "the error does not say where:\n{f}"
+                );
+                assert!(f.stderr.contains("15 bytes"), "{f}");
+                assert!(f.stderr.contains("at least 16"), "{f}");
+                assert_eq!(f.stderr.lines().count(), 1, "{f}");
+            }
+        }
+    }
+    let opts = ServerOptions {
+        token: Some("b".repeat(16)),
+        ..ServerOptions::default()
+    };
+    let srv = Server::start(bin(), &root, &opts);
+    assert!(srv.stderr_log().is_empty(), "{}", srv.stderr_log());
+}
+
+#[test]
+fn a_token_file_others_can_read_is_reported_on_both_sides() {
+    // A token file with mode 0644: the server and a client using it each warn on stderr,
+    // naming the file and how to fix it, and work.
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("shared-token");
+    make_file(&token, format!("{DEFAULT_TOKEN}\n").as_bytes(), 0o644);
+    let opts = ServerOptions {
+        token: None,
+        extra_args: vec!["--token-file".into(), token.clone().into()],
+        ..ServerOptions::default()
+    };
+    let srv = Server::start(bin(), &root, &opts);
+    let warned = |stderr: &str| {
+        stderr.contains("warning")
+            && stderr.contains(s(&token))
+            && stderr.contains("chmod 600")
+            && stderr.contains("0644")
+    };
+    assert!(warned(&srv.stderr_log()), "{}", srv.stderr_log());
+    let out = run_sprat(bin(), ["ls", "--token-file", s(&token), &srv.url("")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert!(
+        warned(&String::from_utf8_lossy(&out.stderr)),
+        "{}",
+        describe(&out)
+    );
+    // Private again: no warning.
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = run_sprat(bin(), ["ls", "--token-file", s(&token), &srv.url("")], &[]);
+    assert_ok(&out, Some(&srv));
+    assert!(out.stderr.is_empty(), "{}", describe(&out));
 }

@@ -37,6 +37,10 @@ fn help_explains_every_documented_option() {
                 "--read-only",
                 "--no-auth",
                 "--keep-setuid",
+                "--max-connections-per-address",
+                "--max-client-memory",
+                "--idle-timeout",
+                "--no-third-party",
             ],
         ),
     ];

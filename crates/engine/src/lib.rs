@@ -6,6 +6,7 @@
 //! It is the only crate that knows both the protocol and the storage layer.
 #![forbid(unsafe_code)]
 
+pub(crate) mod budget;
 pub mod config;
 pub mod error;
 pub mod measurement;
@@ -15,18 +16,23 @@ pub mod report;
 pub(crate) mod roles;
 pub(crate) mod session;
 pub mod sync;
+pub mod text;
 pub mod tune;
 
 pub use config::TransferOptions;
 pub use error::TransferError;
 pub use report::Report;
+pub use roles::bound::MemoryBound;
 pub use roles::dry_run::{dry_run, Action, DryRun};
 pub use roles::endpoint::{copy, copy_retrying, Endpoint};
 pub use roles::exports::{check_export_name, ExportSpec, ExportsConfig};
 pub use roles::push::{push_input, PushInput};
 pub use roles::remote;
 pub use roles::retry::Notice as RetryNotice;
-pub use roles::server::{Server, ServerConfig};
+pub use roles::server::{
+    default_connections_per_address, Server, ServerConfig, DEFAULT_CLIENT_MEMORY,
+    DEFAULT_IDLE_TIMEOUT, MIN_CLIENT_MEMORY,
+};
 
 // What the cli and the measurement tools need from the layers below, so that they import the
 // engine only.

@@ -5,6 +5,7 @@
 //! The network stage is timed by the receiver, from a batch header's arrival to its last byte.
 //! The stage with the largest busy time bounded the run.
 
+use crate::text::printable;
 use serde::Serialize;
 use std::fmt;
 use std::time::Duration;
@@ -226,15 +227,19 @@ impl Counts {
         for (p, e) in &o.failures {
             self.add_failure(p, e);
         }
+        self.failed += o.unlisted;
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Paths as given, or from a peer: shown with their control characters escaped.
         writeln!(
             f,
             "{} {} -> {}",
-            self.direction, self.source, self.destination
+            self.direction,
+            printable(&self.source),
+            printable(&self.destination)
         )?;
         writeln!(
             f,

@@ -299,6 +299,10 @@ pub fn overhead(
             tls,
             options: plan.options.clone(),
             max_connections: 64,
+            max_connections_per_address: 64,
+            max_client_memory: sprat_engine::DEFAULT_CLIENT_MEMORY,
+            idle_timeout: sprat_engine::DEFAULT_IDLE_TIMEOUT,
+            third_party: true,
         },
         "127.0.0.1:0",
     )?;

@@ -12,8 +12,9 @@ use crate::frame::{kind, FrameHeader, FRAME_HEADER_LEN, MAX_BATCH_PAYLOAD};
 use crate::message::MAX_MESSAGE_TEXT;
 use crate::path::{self, MAX_PATH};
 
-/// Most entries one batch may carry.
-pub const MAX_ENTRIES: u32 = 1 << 20;
+/// Most entries one batch may carry (a sender's `--batch-files` goes up to this). It bounds
+/// what decoding one batch costs a receiver beyond the payload: one [`Entry`] each.
+pub const MAX_ENTRIES: u32 = 1 << 16;
 /// Bytes of the fixed batch fields after the frame header.
 pub const BATCH_FIXED_LEN: usize = 24;
 

@@ -195,11 +195,15 @@ pub enum Message {
         session: [u8; 16],
     },
     Joined,
+    /// A written batch (after `Commit`: directories whose attributes could not be set).
+    /// `failures` lists failed paths and why (at most [`MAX_ACK_FAILURES`] travel);
+    /// `unlisted` counts the failures beyond those listed.
     BatchAck {
         seq: u64,
         files: u32,
         bytes: u64,
         failures: Vec<(Vec<u8>, String)>,
+        unlisted: u32,
     },
     End,
     EndAck,
@@ -324,12 +328,14 @@ impl Message {
                 files,
                 bytes,
                 failures,
+                unlisted,
             } => {
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&files.to_le_bytes());
                 out.extend_from_slice(&bytes.to_le_bytes());
                 let listed = &failures[..failures.len().min(MAX_ACK_FAILURES)];
-                out.extend_from_slice(&(failures.len() as u32).to_le_bytes());
+                let total = (failures.len() as u32).saturating_add(*unlisted);
+                out.extend_from_slice(&total.to_le_bytes());
                 out.extend_from_slice(&(listed.len() as u16).to_le_bytes());
                 for (path, text) in listed {
                     put_bytes16(&mut out, path);
@@ -511,18 +517,13 @@ impl Message {
                         .into_owned();
                     failures.push((p, t));
                 }
-                // Failures beyond the listed ones are reported by count only.
-                for _ in listed..total_failures.min(listed + 1) {
-                    failures.push((
-                        Vec::new(),
-                        format!("{} more failures not listed", total_failures - listed),
-                    ));
-                }
                 Message::BatchAck {
                     seq,
                     files,
                     bytes,
                     failures,
+                    // Failures beyond the listed ones are reported by count only.
+                    unlisted: (total_failures - listed) as u32,
                 }
             }
             kind::END => Message::End,
@@ -664,6 +665,7 @@ mod tests {
             files: 3,
             bytes: 100,
             failures: vec![(b"x".to_vec(), "bad".into())],
+            unlisted: 7,
         });
         roundtrip(Message::End);
         roundtrip(Message::EndAck);

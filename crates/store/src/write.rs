@@ -64,7 +64,20 @@ pub struct TreeWriter {
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Asked before a directory's attributes are remembered (see [`TreeWriter::remembering`]).
+    may_remember: Option<Box<RememberHook>>,
 }
+
+/// Asked with the bytes a record (a directory's attributes, a large file a writer is done
+/// with) takes for as long as the writer lives: `false` refuses it.
+pub type RememberHook = dyn Fn(usize) -> bool + Send + Sync;
+
+/// Most errors [`TreeWriter::finish`] lists (the others are counted).
+pub const MAX_LISTED_ERRORS: usize = 128;
+
+/// Bytes a remembered record takes beyond its path (the record, its slot in the vector or
+/// set, the allocation's header).
+pub const RECORD_COST: usize = 64;
 
 /// Group commit of `syncfs` calls.
 #[derive(Default)]
@@ -232,6 +245,35 @@ impl TreeWriter {
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
+            may_remember: None,
+        }
+    }
+
+    /// The same writer, asking `hook` with the bytes a record takes before it remembers a
+    /// directory's attributes (applied by [`TreeWriter::finish`]) or a large file it is done
+    /// with (given up, or complete): a directory it refuses is created but its attributes
+    /// are not kept (that directory fails), so a receiver's memory for these records stays
+    /// bounded however many entries a sender sends.
+    pub fn remembering(mut self, hook: Box<RememberHook>) -> TreeWriter {
+        self.may_remember = Some(hook);
+        self
+    }
+
+    /// Whether a record for `path` (a directory's attributes, a large file this writer is
+    /// done with) may be kept.
+    fn may_remember(&self, path: &[u8]) -> bool {
+        self.may_remember
+            .as_ref()
+            .is_none_or(|hook| hook(path.len() + RECORD_COST))
+    }
+
+    /// Remembers that this writer is done with the large file at `path`, while the hook
+    /// allows (see [`TreeWriter::remembering`]): a late chunk of a file not remembered can
+    /// only start a partial file that never completes (it is reported incomplete).
+    fn settle(&self, path: &[u8]) {
+        let mut settled = lock(&self.settled);
+        if !settled.contains(path) && self.may_remember(path) {
+            settled.insert(path.to_vec());
         }
     }
 
@@ -494,11 +536,20 @@ impl TreeWriter {
         }
     }
 
-    /// Applies directory modes and mtimes, deepest first. Returns the errors met.
-    pub fn finish(&self) -> Vec<StoreError> {
+    /// Applies directory modes and mtimes, deepest first. Returns the first
+    /// [`MAX_LISTED_ERRORS`] errors met and how many more there were.
+    pub fn finish(&self) -> (Vec<StoreError>, u64) {
         let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Vec::new();
+        let mut more = 0u64;
+        let mut record = |e: StoreError| {
+            if errors.len() < MAX_LISTED_ERRORS {
+                errors.push(e);
+            } else {
+                more += 1;
+            }
+        };
         for (path, attrs) in dirs {
             let res = self
                 .base
@@ -509,15 +560,15 @@ impl TreeWriter {
                 })
                 .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)));
             if let Err(e) = res {
-                errors.push(e);
+                record(e);
             }
         }
         if self.durable {
             if let Err(e) = self.sync(b"") {
-                errors.push(e);
+                record(e);
             }
         }
-        errors
+        (errors, more)
     }
 
     /// Number of large files still waiting for chunks (their partial files stay, for a
@@ -533,7 +584,7 @@ impl TreeWriter {
     /// is no large file.
     pub fn drop_large(&self, path: &[u8]) {
         let mut large = lock(&self.large);
-        lock(&self.settled).insert(path.to_vec());
+        self.settle(path);
         if let Some(file) = large.remove(path) {
             lock(&file.state).failed = true;
             file.remove_partial();
@@ -788,7 +839,7 @@ impl WriterCursor<'_> {
                 // still drains) put it in place: this session counts it once, and writes
                 // nothing into it any more.
                 let mine = lock(&writer.large).remove(path).is_some();
-                lock(&writer.settled).insert(path.to_vec());
+                writer.settle(path);
                 return Ok(if mine {
                     ChunkOutcome::Completed
                 } else {
@@ -833,16 +884,28 @@ impl WriterCursor<'_> {
         }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
-        lock(&writer.settled).insert(path.to_vec());
+        writer.settle(path);
         Ok(ChunkOutcome::Completed)
     }
 
     /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).
     pub fn make_dir(&mut self, path: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
         let writer = self.writer;
+        let refused = || {
+            StoreError::other(
+                "keep the attributes of directory",
+                path,
+                "no memory left for more directories on this receiver (created, but its mode \
+                 and mtime are not set)",
+            )
+        };
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
-                lock(&writer.dirs).insert(Vec::new(), *attrs);
+                let mut dirs = lock(&writer.dirs);
+                if !dirs.contains_key(&b""[..]) && !writer.may_remember(b"") {
+                    return Err(refused());
+                }
+                dirs.insert(Vec::new(), *attrs);
             }
             return Ok(());
         }
@@ -862,8 +925,13 @@ impl WriterCursor<'_> {
             }
             Err(e) => return Err(StoreError::new("create directory", path, e)),
         }
-        // The last attributes sent for a directory are the ones it gets.
-        lock(&writer.dirs).insert(target.to_vec(), *attrs);
+        // The last attributes sent for a directory are the ones it gets; a new directory's
+        // record is charged first.
+        let mut dirs = lock(&writer.dirs);
+        if !dirs.contains_key(target) && !writer.may_remember(target) {
+            return Err(refused());
+        }
+        dirs.insert(target.to_vec(), *attrs);
         Ok(())
     }
 
@@ -1283,6 +1351,39 @@ mod tests {
     }
 
     #[test]
+    fn records_beyond_what_the_hook_allows_are_not_kept_and_their_directories_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = Arc::new(Mutex::new(2 * (1 + RECORD_COST)));
+        let budget = left.clone();
+        let hook = move |bytes: usize| {
+            let mut left = lock(&budget);
+            *left = match left.checked_sub(bytes) {
+                Some(l) => l,
+                None => return false,
+            };
+            true
+        };
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .remembering(Box::new(hook));
+        let mut c = writer.cursor();
+        c.make_dir(b"a", &attrs(0o700)).unwrap();
+        c.make_dir(b"b", &attrs(0o750)).unwrap();
+        let refused = c.make_dir(b"c", &attrs(0o711)).unwrap_err();
+        assert!(!refused.is_fatal(), "{refused}");
+        assert!(refused.to_string().contains("no memory left"), "{refused}");
+        // A directory remembered already costs nothing more when it comes again.
+        c.make_dir(b"a", &attrs(0o700)).unwrap();
+        // A large file given up is not remembered either (nothing left), harmlessly.
+        writer.drop_large(b"big");
+        assert_eq!(writer.finish().0.len(), 0);
+        let mode = |name: &str| std::fs::metadata(dir.path().join(name)).unwrap().mode() & 0o7777;
+        assert_eq!((mode("a"), mode("b")), (0o700, 0o750));
+        // Created, with the mode it was made with: its own was never kept.
+        assert_eq!(mode("c"), 0o755);
+        assert_eq!(*lock(&left), 0);
+    }
+
+    #[test]
     fn files_appear_complete_with_attributes() {
         let dir = tempfile::tempdir().unwrap();
         let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
@@ -1316,7 +1417,7 @@ mod tests {
             .unwrap(),
             ChunkOutcome::Completed
         );
-        assert!(writer.finish().is_empty());
+        assert!(writer.finish().0.is_empty());
         let f = dir.path().join("a/b/file");
         assert_eq!(std::fs::read(&f).unwrap(), b"hello");
         let m = std::fs::metadata(&f).unwrap();
@@ -1370,7 +1471,7 @@ mod tests {
                 crate::attrs::checksum(b"ab"),
             )
             .unwrap();
-            assert!(writer.finish().is_empty());
+            assert!(writer.finish().0.is_empty());
             assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"new");
             assert_eq!(
                 std::fs::read(dir.path().join("emptydir")).unwrap(),
@@ -1674,7 +1775,7 @@ mod tests {
             // Only the attributes of a file the destination has already.
             c.set_file_attrs(b"old", &attrs(0o4711), 4).unwrap();
             c.make_dir(b"shared", &attrs(0o2775)).unwrap();
-            assert!(writer.finish().is_empty());
+            assert!(writer.finish().0.is_empty());
             let want = |m: u32| if keep { m } else { m & !SETID_BITS };
             for (name, m) in [
                 ("suid", 0o4755),
@@ -1772,7 +1873,7 @@ mod tests {
             c.make_dir(b"", &attrs(0o755)).unwrap();
         }
         assert_eq!(lock(&writer.dirs).len(), 2);
-        assert!(writer.finish().is_empty());
+        assert!(writer.finish().0.is_empty());
         assert_eq!(
             std::fs::metadata(dir.path().join("d")).unwrap().mode() & 0o7777,
             0o701

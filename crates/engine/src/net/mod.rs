@@ -298,7 +298,30 @@ impl Conn {
         self.recv_frame(true)
     }
 
+    /// [`Conn::recv`], calling `admit` with a batch frame's payload length once its header is
+    /// read and before any of its payload is (a receiver with a memory budget waits there, or
+    /// refuses); what `admit` returns comes back with the batch.
+    pub fn recv_admitted<T>(
+        &mut self,
+        admit: impl FnOnce(&Conn, u32) -> Result<T, TransferError>,
+    ) -> Result<(Frame, Option<T>), TransferError> {
+        let mut admitted = None;
+        let frame = self.recv_frame_admitted(true, |conn, len| {
+            admitted = Some(admit(conn, len)?);
+            Ok(())
+        })?;
+        Ok((frame, admitted))
+    }
+
     fn recv_frame(&mut self, allow_batch: bool) -> Result<Frame, TransferError> {
+        self.recv_frame_admitted(allow_batch, |_, _| Ok(()))
+    }
+
+    fn recv_frame_admitted(
+        &mut self,
+        allow_batch: bool,
+        admit: impl FnOnce(&Conn, u32) -> Result<(), TransferError>,
+    ) -> Result<Frame, TransferError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
         self.metered()
             .read_exact(&mut header)
@@ -307,6 +330,9 @@ impl Conn {
         let header = FrameHeader::decode(&header).map_err(|e| self.protocol(e.to_string()))?;
         if header.kind == kind::BATCH && !allow_batch {
             return Err(self.protocol("unexpected batch".into()));
+        }
+        if header.kind == kind::BATCH {
+            admit(self, header.len)?;
         }
         let mut payload = Vec::with_capacity(header.len as usize);
         self.metered()

@@ -122,7 +122,7 @@ pub fn with_pool<'r, T: Send, R>(
                         let digest = match cursor.digest_file(path(&item), &mut buf) {
                             Ok(d) => Some(d),
                             Err(e) => {
-                                tracing::debug!(%e, "no digest");
+                                tracing::debug!(e = %crate::text::printable(&e.to_string()), "no digest");
                                 None
                             }
                         };

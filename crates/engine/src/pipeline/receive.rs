@@ -2,6 +2,7 @@
 //! connection's rules say its data is over. Shared by a pulling client and a server receiving
 //! a push; what a control message means is the caller's (its session state machine's).
 
+use crate::budget::Charge;
 use crate::error::TransferError;
 use crate::net::{Conn, Frame};
 use crate::pipeline::sink::{BatchOutcome, Incoming, WriteJob};
@@ -19,7 +20,13 @@ pub(crate) struct ReceiveLane<'a> {
     pub network_ns: &'a AtomicU64,
     /// Payload bytes received.
     pub received: &'a AtomicU64,
+    /// Asked with each batch's length before its payload is read: the memory it may take
+    /// (a server's budget for its clients' data waits or refuses here); `None`: no budget.
+    pub admit: Option<&'a Admit<'a>>,
 }
+
+/// What a [`ReceiveLane`] asks before it reads a batch of the given length.
+pub(crate) type Admit<'a> = dyn Fn(&Conn, u32) -> Result<Charge, TransferError> + Sync + 'a;
 
 /// What a control message means to the connection: more batches follow, or its data is over.
 pub(crate) enum Flow {
@@ -44,8 +51,13 @@ pub(crate) fn receive(
     mut on_control: impl FnMut(&Conn, Message) -> Result<Flow, TransferError>,
     closed: impl Fn(&Conn) -> TransferError,
 ) -> Result<(), TransferError> {
+    let admit = |conn: &Conn, len: u32| match lane.admit {
+        Some(admit) => admit(conn, len),
+        None => Ok(Charge::none()),
+    };
     loop {
-        match conn.recv()? {
+        let (frame, charge) = conn.recv_admitted(admit)?;
+        match frame {
             Frame::Batch(payload, took) => {
                 if let Take::Drop = on_batch(conn)? {
                     continue;
@@ -57,6 +69,7 @@ pub(crate) fn receive(
                 let job = WriteJob {
                     incoming: Incoming::Wire(payload),
                     reply: lane.reply.clone(),
+                    charge: charge.unwrap_or_default(),
                 };
                 if lane.jobs.send(job).is_err() {
                     return Err(closed(conn));

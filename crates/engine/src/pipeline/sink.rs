@@ -7,9 +7,11 @@
 //! channel that came with it, which is how a server acknowledges a batch only once it is
 //! written.
 
+use crate::budget::Charge;
 use crate::error::TransferError;
 use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
+use sprat_proto::message::MAX_ACK_FAILURES;
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, Totals};
 use sprat_store::write::ChunkOutcome;
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
@@ -29,6 +31,8 @@ pub enum Incoming {
 pub struct WriteJob {
     pub incoming: Incoming,
     pub reply: Sender<BatchOutcome>,
+    /// The memory the batch holds, given back once it is written (see `crate::budget`).
+    pub charge: Charge,
 }
 
 /// What writing one batch achieved.
@@ -42,12 +46,34 @@ pub struct BatchOutcome {
     pub bytes: u64,
     /// Files whose content the destination had already: only their attributes were set.
     pub attrs_fixed: u64,
-    /// Items that failed, with the reason; the transfer goes on.
+    /// Items that failed, with the reason (the first [`MAX_ACK_FAILURES`]); the transfer
+    /// goes on.
     pub failures: Vec<(Vec<u8>, String)>,
+    /// Failures beyond those listed, counted only: what a batch costs a receiver in memory
+    /// stays bounded however many of its entries fail.
+    pub unlisted: u64,
     /// An error that stops the whole transfer (disk full, malformed batch...).
     pub fatal: Option<(ErrorCode, String)>,
     /// What the batch held (whatever became of it), for the check against the sender's totals.
     pub got: Totals,
+}
+
+impl BatchOutcome {
+    /// Records one failed item: listed while fewer than [`MAX_ACK_FAILURES`] are, counted
+    /// after that.
+    pub fn fail(&mut self, path: &[u8], text: impl Into<String>) {
+        if self.failures.len() < MAX_ACK_FAILURES {
+            self.failures.push((path.to_vec(), text.into()));
+        } else {
+            self.unlisted += 1;
+        }
+    }
+
+    /// The failures as an acknowledgement carries them: those listed, and how many more.
+    pub fn ack_failures(&mut self) -> (Vec<(Vec<u8>, String)>, u32) {
+        let unlisted = self.unlisted.min(u32::MAX as u64) as u32;
+        (std::mem::take(&mut self.failures), unlisted)
+    }
 }
 
 /// A running pool of writer threads.
@@ -113,8 +139,13 @@ impl WriterPool {
                             // At least 1: every batch shows as progress.
                             let busy = (started.elapsed().as_nanos() as u64).max(1);
                             busy_ns.fetch_add(busy, Ordering::Relaxed);
-                            drop(job.incoming);
-                            let _ = job.reply.send(outcome);
+                            let WriteJob {
+                                incoming,
+                                reply,
+                                charge,
+                            } = job;
+                            drop((incoming, charge));
+                            let _ = reply.send(outcome);
                             // Only after the reply: on a shared reply channel the cause (e.g.
                             // disk full) then comes before the "transfer aborted" of others.
                             if fatal {
@@ -183,10 +214,7 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
         let result = match &entry.kind {
             EntryKind::File { meta, hash, data } => {
                 if sprat_store::checksum(data) != *hash {
-                    out.failures.push((
-                        path.to_vec(),
-                        "checksum mismatch: data corrupted in transit".into(),
-                    ));
+                    out.fail(path, "checksum mismatch: data corrupted in transit");
                     continue;
                 }
                 match cursor.as_deref_mut() {
@@ -206,10 +234,13 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                 data,
             } => {
                 if sprat_store::checksum(data) != *hash {
-                    out.failures.push((
-                        path.to_vec(),
-                        format!("checksum mismatch in the chunk at offset {offset}: data corrupted in transit"),
-                    ));
+                    out.fail(
+                        path,
+                        format!(
+                            "checksum mismatch in the chunk at offset {offset}: data corrupted \
+                             in transit"
+                        ),
+                    );
                     continue;
                 }
                 match cursor.as_deref_mut() {
@@ -261,8 +292,7 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                 if let Some(c) = cursor.as_deref_mut() {
                     c.tree().drop_large(path);
                 }
-                out.failures
-                    .push((path.to_vec(), String::from_utf8_lossy(text).into_owned()));
+                out.fail(path, String::from_utf8_lossy(text));
                 continue;
             }
         };
@@ -271,7 +301,7 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                 out.fatal = Some((crate::error::code_for(&e), e.to_string()));
                 return out;
             }
-            out.failures.push((path.to_vec(), e.to_string()));
+            out.fail(path, e.to_string());
         }
     }
     if let Some(writer) = cursor.map(|c| c.tree()) {

@@ -186,6 +186,7 @@ impl DestIndex {
         self.insert(e.path, entry);
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len() + self.partials.len()
     }

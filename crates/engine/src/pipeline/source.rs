@@ -80,7 +80,7 @@ impl Skip {
     /// Waits for the index (see [`Skip::index`]).
     fn resolve(self) -> (DestIndex, SkipRule, Arc<SkipCounts>) {
         let index = (self.index)().unwrap_or_else(|e| {
-            tracing::warn!(%e, "cannot list the destination: sending everything");
+            tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot list the destination: sending everything");
             DestIndex::default()
         });
         (index, self.rule, self.counts)

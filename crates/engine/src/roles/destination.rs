@@ -209,14 +209,18 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
     }
     let root = match Root::open(dst) {
         Ok(root) => root,
-        Err(e) => return tracing::warn!(%e, "cannot remove leftover temporary files"),
+        Err(e) => {
+            return tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove leftover temporary files")
+        }
     };
     for rel in leftovers {
         match sprat_store::namespace::remove(&root, rel, false) {
             Ok(_) => {
-                tracing::info!(path = %sprat_store::display_path(rel), "removed a leftover temporary file")
+                tracing::info!(path = %crate::text::printable(&sprat_store::display_path(rel)), "removed a leftover temporary file")
             }
-            Err(e) => tracing::warn!(%e, "cannot remove a leftover temporary file"),
+            Err(e) => {
+                tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove a leftover temporary file")
+            }
         }
     }
 }
@@ -354,7 +358,9 @@ pub(crate) fn check_complete(
 
 /// Applies directory attributes once every batch is written, counting what failed.
 pub(crate) fn finish_dirs(writer: &TreeWriter, counts: &mut Counts) {
-    for e in writer.finish() {
+    let (errors, more) = writer.finish();
+    for e in errors {
         counts.add_failure(e.path.as_bytes(), &e.to_string());
     }
+    counts.failed += more;
 }

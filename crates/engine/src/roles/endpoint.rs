@@ -75,7 +75,7 @@ pub fn copy(
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
     copy_retrying(src, dst, key, options, &mut |notice| {
-        eprintln!("sprat: {notice}")
+        eprintln!("sprat: {}", crate::text::printable(&notice.to_string()))
     })
 }
 

@@ -51,6 +51,7 @@ pub(crate) fn copy(
         let job = WriteJob {
             incoming: Incoming::Local(batch),
             reply: reply_tx.clone(),
+            charge: crate::budget::Charge::none(),
         };
         if abort.load(Ordering::Relaxed) || jobs.send(job).is_err() {
             break;

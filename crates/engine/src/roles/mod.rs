@@ -3,9 +3,10 @@
 //! ([`pull`]: receive stages into the writer pool), namespace requests and third-party copies
 //! from the client side ([`remote`]), and the server ([`server`]: receive or send stages per
 //! connection, answers to requests in [`requests`], and a push of its own for a third-party
-//! copy; what it exports and to which tokens in [`exports`]). [`endpoint`] names the two sides
-//! of a copy and picks the role.
+//! copy; what it exports and to which tokens in [`exports`]; [`bound`] the most memory it
+//! holds). [`endpoint`] names the two sides of a copy and picks the role.
 
+pub(crate) mod bound;
 pub(crate) mod delete;
 pub(crate) mod destination;
 pub(crate) mod dry_run;

@@ -100,6 +100,7 @@ pub(crate) fn pull(
                         reply,
                         network_ns: &network_ns,
                         received: &received,
+                        admit: None,
                     };
                     let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
                     s.spawn(move || {

@@ -260,7 +260,7 @@ fn index_patiently(
     loop {
         match list() {
             Err(e) if e.is_retryable() && crate::net::servers_proved() > 0 && attempts < 5 => {
-                tracing::info!(%e, "cannot list the destination yet: trying again");
+                tracing::info!(e = %crate::text::printable(&e.to_string()), "cannot list the destination yet: trying again");
                 std::thread::sleep(Duration::from_secs(1));
                 attempts += 1;
             }
@@ -280,10 +280,11 @@ pub(crate) fn await_done(
         let msg = control.recv_control_raw()?;
         let event = lock(machine).on_message(msg, Instant::now());
         match event.map_err(|e| control.session_error(e))? {
-            Event::DirFailures(failures) => {
+            Event::DirFailures(failures, unlisted) => {
                 for (p, t) in failures {
                     counts.add_failure(&p, &t);
                 }
+                counts.failed += u64::from(unlisted);
             }
             Event::Done(stats) => return Ok(stats),
             Event::Refused { code, text, .. } => {
@@ -432,7 +433,7 @@ fn start_stream<'s>(
         // it, which goes to the other streams; the transfer goes on without this one. The
         // commit waits (`gate`) until all of it is handed back.
         let held = lock(&receiver_machine).take_held();
-        tracing::info!(%error, batches = held.len(), "stream refused; its batches go on the others");
+        tracing::info!(error = %crate::text::printable(&error.to_string()), batches = held.len(), "stream refused; its batches go on the others");
         for batch in held {
             let _ = push.resend.send(batch);
         }
@@ -582,6 +583,7 @@ fn receive_acks(
                 files,
                 bytes,
                 failures,
+                unlisted,
             } => {
                 push.acked.fetch_add(bytes, Ordering::Relaxed);
                 push.progress.add(files as u64, bytes);
@@ -590,6 +592,7 @@ fn receive_acks(
                     files: files as u64,
                     bytes,
                     failures,
+                    unlisted: unlisted.into(),
                     ..BatchOutcome::default()
                 };
                 lock(&push.counts).add_outcome(&o);

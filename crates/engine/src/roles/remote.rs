@@ -160,11 +160,11 @@ pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], lefto
         for rel in leftovers {
             match conn.recv_control() {
                 Ok(Message::ReplyEnd) => {
-                    tracing::info!(path = %sprat_store::display_path(rel), "removed a leftover temporary file")
+                    tracing::info!(path = %crate::text::printable(&sprat_store::display_path(rel)), "removed a leftover temporary file")
                 }
                 Ok(other) => return Err(conn.protocol(format!("unexpected reply {other:?}"))),
                 Err(TransferError::Remote { text, .. }) => {
-                    tracing::warn!(%text, "cannot remove a leftover temporary file")
+                    tracing::warn!(text = %crate::text::printable(&text), "cannot remove a leftover temporary file")
                 }
                 Err(e) => return Err(e),
             }
@@ -172,7 +172,7 @@ pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], lefto
         Ok(())
     })();
     if let Err(e) = removed {
-        tracing::warn!(%e, "cannot remove leftover temporary files");
+        tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove leftover temporary files");
     }
 }
 
@@ -303,10 +303,13 @@ pub fn third_party(
     let mut counts = Counts::default();
     let stats = loop {
         match src.recv_control()? {
-            Message::BatchAck { failures, .. } => {
+            Message::BatchAck {
+                failures, unlisted, ..
+            } => {
                 for (p, t) in failures {
                     counts.add_failure(&p, &t);
                 }
+                counts.failed += u64::from(unlisted);
             }
             Message::Done(stats) => break stats,
             m => return Err(unexpected(&src, m)),

@@ -31,6 +31,11 @@ pub(crate) struct Context<'a> {
     /// Issues a one-time ticket for pushing to a path (as the client named it) in the export
     /// of that index; returns it and its lifetime.
     pub issue_ticket: &'a dyn Fn(Vec<u8>, usize) -> ([u8; 32], Duration),
+    /// Whether this server pushes to another one when a client asks (`SendTo`).
+    pub third_party: bool,
+    /// Takes between 1 and the given number of the server's places for the streams of a
+    /// third-party copy (held until the guard is dropped), or says why none is free.
+    pub places: &'a dyn Fn(usize) -> Result<crate::session::admission::Place, String>,
 }
 
 impl Context<'_> {
@@ -444,9 +449,28 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             dest_key,
             selection,
         } => {
+            if !ctx.third_party {
+                return Err(Refusal(
+                    ErrorCode::PermissionDenied,
+                    "this server makes no third-party copies (it runs with --no-third-party): \
+                     copy through the client instead"
+                        .into(),
+                ));
+            }
             let selection = compiled(selection)?;
             let (export, _, rel) = ctx.in_export(&path, "send")?;
             let source = export.root.source(&rel)?;
+            // The copy's streams are the server's connections too: as many as it asked for
+            // (an automatic copy: as many as it may grow to) while places are free.
+            let wanted = match streams {
+                0 => crate::tune::MAX_AUTO_STREAMS,
+                n => (n as usize).min(64),
+            };
+            let places = (ctx.places)(wanted).map_err(|text| Refusal(ErrorCode::Busy, text))?;
+            let streams = match places.len() {
+                n if n < wanted => n,
+                _ => streams.into(),
+            };
             // The client's stall timeout, within the server's own (0 on either side: none).
             let stall_timeout = match (
                 Duration::from_millis(stall_timeout_ms.into()),
@@ -456,8 +480,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 (asked, own) => asked.min(own),
             };
             let options = TransferOptions {
-                // 0 asks the sending server to choose (and adapt) its streams itself.
-                streams: (streams > 0).then(|| (streams as usize).min(64)),
+                // 0 asks the sending server to choose (and adapt) its streams itself, unless it
+                // has fewer places free than an automatic copy may take.
+                streams: (streams > 0).then(|| streams.min(64)),
                 durable,
                 // The destination is listed with the ticket, which allows that much.
                 skip: crate::pipeline::skip::SkipRule::from_check(check),
@@ -497,6 +522,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                         .iter()
                         .map(|f| (f.path.clone().into_bytes(), f.error.clone()))
                         .collect(),
+                    unlisted: 0,
                 })?;
             }
             let ns = |s: f64| (s * 1e9) as u64;

@@ -6,9 +6,18 @@
 //! writer pool and are acknowledged after they are written; `Commit` on the control connection
 //! applies directory attributes and returns the totals. Pull: every connection takes batches
 //! from one source pipeline until it is drained, then sends `End`.
+//!
+//! Against hostile or broken clients: places are bounded in all and per client address
+//! (`session::admission`), while authenticating and after; what clients' data takes in memory
+//! is charged to one budget (`crate::budget`; `super::bound` bounds the whole server); a
+//! session whose connections move no byte for the idle timeout is closed by the stall
+//! watchdog (`session::stall`), and so is a namespace connection that sends no request for as
+//! long; a write that moves nothing for as long fails (the socket's send timeout), and TCP
+//! keepalive finds peers that vanished.
 
 use super::exports::{Exports, ExportsConfig, Reach};
 use super::requests;
+use crate::budget::{Budget, Charge, Refused};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
 use crate::net::{self, Conn};
@@ -18,17 +27,19 @@ use crate::pipeline::sink::{BatchOutcome, WriteJob, WriterPool};
 use crate::pipeline::skip::{digest_from_bytes, DestIndex, SkipCounts, SkipRule};
 use crate::pipeline::source::{self, Skip, SourceHandle};
 use crate::report::Counts;
+use crate::session::admission::{Full, HandshakeSlot, Handshakes, Places, Use};
 use crate::session::registry::{Registry, SessionId, Taken};
-use crate::sync::{lock, unpoisoned};
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crate::session::stall;
+use crate::sync::{lock, unpoisoned, Abort, Cancel};
+use crate::text::printable;
+use crossbeam_channel::{bounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, JOIN_PATIENCE};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals};
 use sprat_store::{display_path, StoreError, TreeWriter};
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -41,8 +52,36 @@ pub struct ServerConfig {
     pub tls: net::ServerTls,
     pub options: TransferOptions,
     /// Most authenticated connections served at once; more are refused (each may hold a
-    /// batch in memory).
+    /// batch in memory). The streams of third-party copies this server makes count too.
     pub max_connections: usize,
+    /// Most of those from one client address (at least 1, at most `max_connections`).
+    pub max_connections_per_address: usize,
+    /// Most bytes of clients' data held in memory at once (see `super::bound`); at least
+    /// [`MIN_CLIENT_MEMORY`].
+    pub max_client_memory: u64,
+    /// A session whose connections move no byte for this long, or a connection of namespace
+    /// requests that sends none for this long, is closed; a write that moves nothing for this
+    /// long fails. Zero: never.
+    pub idle_timeout: Duration,
+    /// Whether clients may ask this server to push to another one (`SendTo`, a third-party
+    /// copy).
+    pub third_party: bool,
+}
+
+/// Default of [`ServerConfig::idle_timeout`]: far beyond any pause of a working client (a
+/// client's own stall timeout is 60 s by default).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default of [`ServerConfig::max_client_memory`].
+pub const DEFAULT_CLIENT_MEMORY: u64 = 1 << 30;
+/// Least [`ServerConfig::max_client_memory`]: one address may hold half of it, which must
+/// take the largest batch frame the protocol allows.
+pub const MIN_CLIENT_MEMORY: u64 = 2 * sprat_proto::frame::MAX_BATCH_PAYLOAD as u64;
+
+/// Default of [`ServerConfig::max_connections_per_address`] for `max_connections`: three
+/// quarters, so that one client host (or all its sessions together) leaves a quarter of the
+/// places to the others.
+pub fn default_connections_per_address(max_connections: usize) -> usize {
+    (max_connections * 3 / 4).max(1)
 }
 
 /// A bound, not yet running server.
@@ -58,16 +97,27 @@ struct Shared {
     sessions: Registry<Session>,
     /// The trees push sessions are writing.
     claims: Arc<crate::session::claims::Claims>,
-    max_connections: usize,
-    /// Authenticated connections being served.
-    connections: AtomicUsize,
+    /// Authenticated connections being served (and third-party copies' streams).
+    places: Places,
     /// Connections still in the handshake.
-    handshaking: Mutex<Handshaking>,
+    handshakes: Handshakes,
+    /// What clients' data may take in memory.
+    budget: Arc<Budget>,
+    idle_timeout: Duration,
+    third_party: bool,
     tickets: Mutex<Vec<Ticket>>,
     next_ticket: AtomicU64,
 }
 
-enum Session {
+/// An open session, registered by the id its client chose.
+struct Session {
+    /// Watches every connection of the session: shuts them all down when the session fails
+    /// or none of them moves a byte for the idle timeout (see `session::stall`).
+    watch: Abort,
+    kind: SessionKind,
+}
+
+enum SessionKind {
     Push(PushSession),
     Pull(PullSession),
 }
@@ -127,15 +177,37 @@ struct PullSession {
     root_is_dir: bool,
     /// What the client's destination had (a checked pull), reported with `Done`.
     skipped: Arc<SkipCounts>,
+    /// The memory its index takes, until the session ends.
+    _index: Charge,
 }
 
-/// Most entries a pulling client's index of its destination may hold (memory for what a peer
-/// sends is bounded: about 100 bytes each).
+/// Most entries a pulling client's index of its destination may hold.
 const MAX_PULL_INDEX: usize = 4_000_000;
+/// Bytes an entry of a pulling client's index takes in memory beyond its path (and a
+/// partial file's ranges), charged to the clients' budget as it arrives.
+const INDEX_ENTRY_COST: u64 = 96;
 
 /// Reads a checked pull's index of the client's destination (`Entries` up to `ReplyEnd`,
-/// each read within the handshake's patience).
-fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (ErrorCode, String)> {
+/// each read within the handshake's patience), charging what it takes to `charge`.
+fn read_index(
+    served: &mut Served,
+    check: DestCheck,
+    charge: &mut Charge,
+) -> Result<DestIndex, (ErrorCode, String)> {
+    let mut charged = |bytes: u64| {
+        charge.try_grow(bytes).map_err(|why| {
+            let code = match why {
+                Refused::Full => ErrorCode::Busy,
+                _ => ErrorCode::BadRequest,
+            };
+            let text = format!(
+                "the server cannot hold the destination's index: {why}; pull with \
+                 --ignore-times"
+            );
+            (code, text)
+        })
+    };
+    let mut listed = 0usize;
     let protocol = |why: String| (ErrorCode::Protocol, why);
     served
         .machine
@@ -154,7 +226,8 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
             .map_err(|e| (ErrorCode::Io, e.to_string()))?;
         match served.machine.on_message(msg, Instant::now()) {
             Ok(Event::IndexPart(entries)) => {
-                if index.len() + entries.len() > MAX_PULL_INDEX {
+                listed += entries.len();
+                if listed > MAX_PULL_INDEX {
                     return Err((
                         ErrorCode::BadRequest,
                         format!(
@@ -163,6 +236,11 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
                         ),
                     ));
                 }
+                let bytes = entries
+                    .iter()
+                    .map(|e| (e.path.len() + e.target.len()) as u64 + INDEX_ENTRY_COST)
+                    .sum();
+                charged(bytes)?;
                 entries.into_iter().for_each(|e| index.insert_listed(e));
             }
             // `--checksum`: digests of the files listed (before or after them); one of a path
@@ -174,6 +252,11 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
                         format!("the destination's index has more than {MAX_PULL_INDEX} digests"),
                     ));
                 }
+                let bytes = sums
+                    .iter()
+                    .map(|(path, _)| path.len() as u64 + INDEX_ENTRY_COST)
+                    .sum();
+                charged(bytes)?;
                 for (path, bytes) in sums {
                     let digest = digest_from_bytes(&bytes).ok_or_else(|| {
                         protocol(format!("a digest of {} bytes, not 16", bytes.len()))
@@ -196,6 +279,11 @@ fn read_index(served: &mut Served, check: DestCheck) -> Result<DestIndex, (Error
 impl Server {
     /// Opens the exports' roots and binds the listening socket.
     pub fn bind(config: ServerConfig, addr: &str) -> Result<Server, TransferError> {
+        let bound = super::bound::MemoryBound::of(&config);
+        tracing::info!(
+            mib = bound.whole_server() >> 20,
+            "most memory the server holds, whatever its clients send"
+        );
         let exports = Exports::open(config.exports)?;
         let (_, buffer) = crate::tune::TcpLimits::read().buffers(config.options.tcp_buffer);
         let listener = net::listen(addr, buffer)
@@ -208,9 +296,14 @@ impl Server {
                 options: config.options,
                 sessions: Registry::default(),
                 claims: Arc::default(),
-                max_connections: config.max_connections,
-                connections: AtomicUsize::new(0),
-                handshaking: Mutex::default(),
+                places: Places::new(
+                    config.max_connections.max(1),
+                    config.max_connections_per_address,
+                ),
+                handshakes: Handshakes::default(),
+                budget: Budget::new(config.max_client_memory.max(MIN_CLIENT_MEMORY)),
+                idle_timeout: config.idle_timeout,
+                third_party: config.third_party,
                 tickets: Mutex::new(Vec::new()),
                 next_ticket: AtomicU64::new(1),
             }),
@@ -237,24 +330,49 @@ impl Server {
             let addr = stream.peer_addr().ok();
             let peer = addr.map_or_else(|| "unknown peer".into(), |a| a.to_string());
             let ip = addr.map(|a| a.ip());
-            let shared = self.shared.clone();
             // Connections still authenticating are bounded separately (and must finish within
             // a few seconds), in all and per client address, so idle strangers cannot take the
-            // places of real clients.
-            let admitted = lock(&shared.handshaking).admit(ip);
-            if let Err(why) = admitted {
-                eprintln!("sprat serve: refusing {peer}: {why}");
-                continue;
-            }
+            // places of real clients. The place is given back when the slot is dropped: by the
+            // connection's thread once authenticated (or failed, or panicked), or here with
+            // the thread's closure if the thread cannot be started.
+            let slot = match self.shared.handshakes.admit(ip) {
+                Ok(slot) => slot,
+                Err(why) => {
+                    eprintln!("sprat serve: refusing {peer}: {why}");
+                    continue;
+                }
+            };
+            guard_socket(&stream, self.shared.idle_timeout);
+            let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("sprat-conn".into())
-                .spawn(move || handle_connection(&shared, Conn::new(stream, peer), ip));
+                .spawn(move || handle_connection(&shared, Conn::new(stream, peer), ip, slot));
             if let Err(e) = spawned {
-                lock(&self.shared.handshaking).end(ip);
                 eprintln!("sprat serve: cannot start a connection thread: {e}");
             }
         }
         Ok(())
+    }
+}
+
+/// How long TCP waits on a silent connection before it probes the peer, between probes, and
+/// how many unanswered probes close it: a peer that vanished (powered off, cable pulled) is
+/// found within about two minutes even where no idle timeout is set.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(60), Duration::from_secs(10), 6);
+
+/// Sets TCP keepalive on an accepted socket, and a send timeout of `idle`: a write that moves
+/// no byte for that long (a client that stopped reading, its window shut) fails instead of
+/// holding its thread for ever.
+fn guard_socket(stream: &TcpStream, idle: Duration) {
+    let socket = socket2::SockRef::from(stream);
+    let (time, interval, retries) = KEEPALIVE;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(time)
+        .with_interval(interval)
+        .with_retries(retries);
+    let _ = socket.set_tcp_keepalive(&keepalive);
+    if !idle.is_zero() {
+        let _ = stream.set_write_timeout(Some(idle));
     }
 }
 
@@ -278,61 +396,18 @@ impl Served {
     }
 }
 
-/// Places among `max` connections that joins may not take (kept for `Open`s and requests).
-fn reserved_for_opens(max: usize) -> usize {
-    max.div_ceil(8).clamp(1, 8).min(max)
-}
-
-/// Most connections authenticating at once.
-const MAX_HANDSHAKING: usize = 1024;
-/// Most connections authenticating at once from one client address (a client opens up to 64
-/// streams at once, and several clients may share a host or a NAT).
-const MAX_HANDSHAKING_PER_ADDRESS: usize = 256;
-
-/// The connections still authenticating, in all and by client address.
-#[derive(Default)]
-struct Handshaking {
-    all: usize,
-    by_addr: HashMap<IpAddr, usize>,
-}
-
-impl Handshaking {
-    /// Counts a new connection from `ip` in, unless a limit is reached.
-    fn admit(&mut self, ip: Option<IpAddr>) -> Result<(), &'static str> {
-        if self.all >= MAX_HANDSHAKING {
-            return Err("too many unauthenticated connections");
-        }
-        if let Some(ip) = ip {
-            let n = self.by_addr.entry(ip).or_default();
-            if *n >= MAX_HANDSHAKING_PER_ADDRESS {
-                return Err("too many unauthenticated connections from this address");
-            }
-            *n += 1;
-        }
-        self.all += 1;
-        Ok(())
-    }
-
-    /// Counts a connection from `ip` out (authenticated, or gone).
-    fn end(&mut self, ip: Option<IpAddr>) {
-        self.all -= 1;
-        if let Some(ip) = ip {
-            if let Some(n) = self.by_addr.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    self.by_addr.remove(&ip);
-                }
-            }
-        }
-    }
-}
-
-/// Holds one place among the authenticated connections while it lives.
-struct Admitted<'a>(&'a AtomicUsize);
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// What a client is told when no place is free for it.
+fn busy_text(places: &Places, full: Full) -> String {
+    match full {
+        Full::Server => format!(
+            "server busy: {} connections already, try again later",
+            places.max()
+        ),
+        Full::Address => format!(
+            "server busy: this client address has {} connections already (sprat serve \
+             --max-connections-per-address), try again later",
+            places.per_address()
+        ),
     }
 }
 
@@ -380,7 +455,9 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Dur
     (secret, TICKET_LIFETIME)
 }
 
-fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
+/// Serves one connection from `ip`, which holds `slot` among those authenticating until it
+/// has said what it is for.
+fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: HandshakeSlot) {
     let (ids, keys): (Vec<(u64, usize)>, Vec<TokenKey>) = {
         let now = Instant::now();
         let mut tickets = lock(&shared.tickets);
@@ -395,7 +472,6 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
     let (machine, access) = match authenticated {
         Ok((m, Credential::Ticket(i))) => {
             let Some(&(id, export)) = ids.get(i) else {
-                lock(&shared.handshaking).end(ip);
                 return;
             };
             let access = Access {
@@ -412,8 +488,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             (m, access)
         }
         Err(e) => {
-            lock(&shared.handshaking).end(ip);
-            eprintln!("sprat serve: {e}");
+            eprintln!("sprat serve: {}", printable(&e.to_string()));
             return;
         }
     };
@@ -421,7 +496,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
     // The first message travels with the authentication; it says what the connection is for
     // (read under the machine's deadline, which `accept` set).
     let first = served.conn.recv_control_raw();
-    lock(&shared.handshaking).end(ip);
+    drop(slot);
     let Ok(first) = first else { return };
     served.conn.read_until(None);
     let event = match served.machine.on_message(first, Instant::now()) {
@@ -433,29 +508,23 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             )
         }
     };
-    // Only an `Open` may take the last places: a client dials its joins, and the listing of
-    // its destination (a request), at the same moment as its control connection, and they
-    // must not crowd it out, nor keep a new client from starting. A refused join costs a
-    // session only that stream (the client sends what went on it over its other streams); a
-    // refused listing only the check of what the destination has (everything is sent).
-    let limit = match event {
-        Event::Open { .. } => shared.max_connections,
-        _ => shared.max_connections - reserved_for_opens(shared.max_connections),
+    // Only an `Open` may take the last places (see `Places::take`).
+    let r#for = match event {
+        Event::Open { .. } => Use::Open,
+        _ => Use::Other,
     };
-    if shared.connections.fetch_add(1, Ordering::SeqCst) >= limit {
-        shared.connections.fetch_sub(1, Ordering::SeqCst);
-        let text = format!(
-            "server busy: {} connections already, try again later",
-            shared.max_connections
-        );
-        eprintln!("sprat serve: refusing {}: {text}", served.conn.peer);
-        // Its joins, which may have been admitted, must not wait for it.
-        if let Event::Open { session, .. } = &event {
-            shared.sessions.abandon(session);
+    let _place = match shared.places.take(ip, 1, r#for) {
+        Ok(place) => place,
+        Err(full) => {
+            let text = busy_text(&shared.places, full);
+            eprintln!("sprat serve: refusing {}: {text}", served.conn.peer);
+            // Its joins, which may have been admitted, must not wait for it.
+            if let Event::Open { session, .. } = &event {
+                shared.sessions.abandon(session);
+            }
+            return served.refuse(ErrorCode::Busy, text);
         }
-        return served.refuse(ErrorCode::Busy, text);
-    }
-    let _admitted = Admitted(&shared.connections);
+    };
     let ticket = access.ticket;
     // A join may arrive before the `Open` of its session has been served (the client sends
     // both at once): it waits for the session, and a ticket's join is checked again then.
@@ -472,7 +541,15 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             path,
             selection,
         } => {
-            open_session(shared, served, session, op, path, selection, &access);
+            let opened = Opened {
+                id: session,
+                op,
+                path,
+                selection,
+                access: &access,
+                ip,
+            };
+            open_session(shared, served, opened);
             // Joins waiting for a session that could not be opened fail now.
             shared.sessions.abandon(&session);
         }
@@ -485,25 +562,43 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>) {
             {
                 return served.refuse(code, text);
             }
-            let _ = announce_and_serve(served, &found, false);
+            let _ = announce_and_serve(shared, served, &found, ip, false);
         }
         Event::Request(mut req) => {
             let issue = |path: Vec<u8>, export: usize| issue_ticket(shared, path, export);
+            // A third-party copy's streams take places too (the client's address's).
+            let places = |wanted: usize| {
+                shared
+                    .places
+                    .take(ip, wanted, Use::Other)
+                    .map_err(|full| busy_text(&shared.places, full))
+            };
             let ctx = requests::Context {
                 exports: &shared.exports,
                 reach: &access.reach,
                 options: &shared.options,
                 issue_ticket: &issue,
+                third_party: shared.third_party,
+                places: &places,
             };
-            // Several requests may follow one another on one connection.
+            let idle = shared.idle_timeout;
+            // Several requests may follow one another on one connection, each within the
+            // idle timeout of the answer to the one before.
             loop {
                 if requests::answer(&ctx, &mut served.conn, req).is_err() {
                     return;
                 }
+                served
+                    .conn
+                    .read_until((!idle.is_zero()).then(|| Instant::now() + idle));
                 let next = match served.conn.recv_control_raw() {
                     Ok(msg) => served.machine.on_message(msg, Instant::now()),
-                    Err(_) => return,
+                    Err(e) => {
+                        tracing::info!(peer = %served.conn.peer, %e, "namespace connection closed");
+                        return;
+                    }
                 };
+                served.conn.read_until(None);
                 req = match next {
                     Ok(Event::Request(r)) => r,
                     _ => return,
@@ -569,15 +664,25 @@ fn ticket_allows(
     }
 }
 
-fn open_session(
-    shared: &Shared,
-    mut served: Served,
+/// What an `Open` asked for, and who asked.
+struct Opened<'a> {
     id: SessionId,
     op: Operation,
     path: Vec<u8>,
     selection: sprat_proto::Selection,
-    access: &Access,
-) {
+    access: &'a Access,
+    ip: Option<IpAddr>,
+}
+
+fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
+    let Opened {
+        id,
+        op,
+        path,
+        selection,
+        access,
+        ip,
+    } = opened;
     let ticket = access.ticket;
     // The export and the path below its root; a discarding push writes nothing anywhere, so
     // it needs none.
@@ -591,7 +696,7 @@ fn open_session(
         Some(Ok(place)) => Some(place),
         Some(Err((code, text))) => return served.refuse(code, text),
     };
-    let session = match op {
+    let kind = match op {
         Operation::Push {
             source_is_dir,
             durable,
@@ -634,6 +739,9 @@ fn open_session(
                         .map(|r| Some(TreeWriter::for_file(r, name.to_vec(), tag)))
                 }
             };
+            // The directories it must remember until the commit take clients' memory.
+            let dirs = Mutex::new(Charge::empty(&shared.budget, ip));
+            let remember = move |bytes: usize| lock(&dirs).try_grow(bytes as u64).is_ok();
             let writer = match writer {
                 Ok(w) => w.map(|w| {
                     let w = match claim {
@@ -643,6 +751,7 @@ fn open_session(
                     let w = w
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid);
+                    let w = w.remembering(Box::new(remember));
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
                 Err(e) => return served.refuse_store(&e),
@@ -658,7 +767,7 @@ fn open_session(
                 Ok(p) => p,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
-            Session::Push(PushSession {
+            SessionKind::Push(PushSession {
                 writer,
                 jobs: Mutex::new(Some(pool.sender())),
                 pool: Mutex::new(Some(pool)),
@@ -672,9 +781,10 @@ fn open_session(
         }
         Operation::Pull { check } => {
             // A checked pull's index of the client's destination comes right behind the Open.
+            let mut charge = Charge::empty(&shared.budget, ip);
             let index = match check {
                 DestCheck::None => None,
-                _ => match read_index(&mut served, check) {
+                _ => match read_index(&mut served, check, &mut charge) {
                     Ok(index) => Some(index),
                     Err((code, text)) => return served.refuse(code, text),
                 },
@@ -708,15 +818,19 @@ fn open_session(
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
-            Session::Pull(PullSession {
+            SessionKind::Pull(PullSession {
                 batches: handle.batches.clone(),
                 root_is_dir: handle.root_is_dir,
                 source: Mutex::new(Some(handle)),
                 skipped: counts,
+                _index: charge,
             })
         }
     };
-    let session = Arc::new(session);
+    let session = Arc::new(Session {
+        watch: Abort::default(),
+        kind,
+    });
     // A ticket is spent on the session it opened. It is bound under the tickets' lock
     // together with the registration, so that a join by ticket, checked under that lock once
     // it sees the session, sees the binding too; and only if the registration succeeds.
@@ -752,9 +866,20 @@ fn open_session(
     }
     let _forget = Forget(shared, id, ticket);
     let peer = served.conn.peer.clone();
-    tracing::info!(%peer, ?op, path = %display_path(&path), "session opened");
-    if let Err(e) = announce_and_serve(served, &session, true) {
-        eprintln!("sprat serve: session for {peer} ended: {e}");
+    let shown = printable(&display_path(&path)).into_owned();
+    tracing::info!(%peer, ?op, path = %shown, "session opened");
+    if let Err(e) = announce_and_serve(shared, served, &session, ip, true) {
+        // Why it failed first (a watchdog's verdict rather than the sockets it shut); and
+        // every other connection of the session is shut down now, so that no thread stays
+        // blocked on one.
+        let e = session.watch.take().unwrap_or(e);
+        session
+            .watch
+            .fail(TransferError::Local("the session is over".into()));
+        eprintln!(
+            "sprat serve: session for {peer} ended: {}",
+            printable(&e.to_string())
+        );
     } else {
         tracing::info!(%peer, "session committed");
     }
@@ -762,15 +887,17 @@ fn open_session(
 
 /// Announces the connection (`Opened` on the control connection, `Joined` on the others) and
 /// serves the session on it. A push stream is counted in before it is announced (see
-/// [`Receiving::enter`]).
+/// [`Receiving::enter`]); every connection is watched by the session's watchdog from then on.
 fn announce_and_serve(
+    shared: &Shared,
     mut served: Served,
     session: &Session,
+    ip: Option<IpAddr>,
     control: bool,
 ) -> Result<(), TransferError> {
-    let (direction, root_is_dir) = match session {
-        Session::Push(p) => (Direction::Push, p.root_is_dir),
-        Session::Pull(p) => (Direction::Pull, p.root_is_dir),
+    let (direction, root_is_dir) = match &session.kind {
+        SessionKind::Push(p) => (Direction::Push, p.root_is_dir),
+        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir),
     };
     let announcement = if control {
         served.machine.accept_open(direction, root_is_dir)
@@ -778,96 +905,160 @@ fn announce_and_serve(
         served.machine.accept_join(direction)
     };
     let announcement = announcement.map_err(|e| served.conn.session_error(e))?;
-    match session {
-        Session::Push(p) => {
+    // A connection joining a session that has failed is shut down at once.
+    session.watch.watch(&served.conn);
+    let stream = Stream {
+        shared,
+        session,
+        ip,
+        control,
+    };
+    match &session.kind {
+        SessionKind::Push(p) => {
             let receiving = p.receiving.enter();
             served.conn.send(&announcement)?;
-            serve_push(served, p, receiving, control)
+            serve_push(&stream, served, p, receiving)
         }
-        Session::Pull(p) => {
+        SessionKind::Pull(p) => {
             served.conn.send(&announcement)?;
-            serve_pull(served, p, control)
+            serve_pull(&stream, served, p)
         }
     }
 }
+
+/// One connection of a session, as its serving needs it.
+struct Stream<'a> {
+    shared: &'a Shared,
+    session: &'a Session,
+    ip: Option<IpAddr>,
+    /// The control connection (the session's first, which commits it).
+    control: bool,
+}
+
+impl Stream<'_> {
+    /// Runs `body`, the part of serving that waits on the client: on the control connection
+    /// under the session's watchdog, which shuts every connection of the session down once
+    /// none has moved a byte for the idle timeout (a client gone silent, or one that stopped
+    /// reading). The other connections run under the control connection's watchdog.
+    fn waiting_on_client<T>(&self, peer: &str, body: impl FnOnce() -> T) -> T {
+        if !self.control {
+            return body();
+        }
+        let never = Cancel::default();
+        let idle = self.shared.idle_timeout;
+        stall::watched(&self.session.watch, (idle, &never), peer, body)
+    }
+
+    /// A batch of `len` bytes about to be read from `conn`: it waits for room in the
+    /// clients' memory budget (the bytes stay in the socket meanwhile, which slows the
+    /// client down), unless the session fails meanwhile.
+    fn admit(&self, conn: &Conn, len: u32) -> Result<Charge, TransferError> {
+        let watch = &self.session.watch;
+        let charged = self
+            .shared
+            .budget
+            .charge(self.ip, len.into(), &|| watch.is_set());
+        charged.map_err(|why| match why {
+            Refused::GaveUp => TransferError::ConnectionLost {
+                peer: conn.peer.clone(),
+                why: "the session was closed".into(),
+            },
+            why => conn.protocol(why.to_string()),
+        })
+    }
+}
+
+/// Acknowledgements of written batches waiting to be sent, per connection: a client that
+/// does not read them holds up the session's writers, not the server's memory.
+pub(crate) const ACKS_QUEUED: usize = 4;
 
 /// Receives batches on one connection of a push session (the receive stage, each frame
 /// checked by the connection's machine) and acknowledges them once written. On the control
 /// connection, then waits for `Commit` and, once every stream has ended, finishes the session.
 fn serve_push(
+    stream: &Stream<'_>,
     served: Served,
     session: &PushSession,
     receiving: ReceivingStream<'_>,
-    control: bool,
 ) -> Result<(), TransferError> {
     let Served { mut conn, machine } = served;
     let machine = Mutex::new(machine);
     session.connections.fetch_add(1, Ordering::Relaxed);
-    let (reply_tx, reply_rx) = unbounded::<BatchOutcome>();
+    let peer = conn.peer.clone();
     let mut ack_conn = conn.try_clone()?;
-    let received = AtomicU64::new(0);
-    let acker = std::thread::scope(|s| {
-        let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, session));
-        // Cloned in a statement of its own: a guard in a `match` scrutinee would hold the
-        // session's lock for the whole loop, and the session's streams would take turns.
-        let jobs = lock(&session.jobs).clone();
-        let result = match jobs {
-            Some(jobs) => {
-                let lane = ReceiveLane {
-                    jobs,
-                    reply: reply_tx,
-                    network_ns: &session.network_ns,
-                    received: &received,
-                };
-                receive::receive(
-                    &mut conn,
-                    &lane,
-                    |conn| {
-                        let mut m = lock(&machine);
-                        m.on_batch().map_err(|e| conn.session_error(e))?;
-                        // After a fatal error on this connection, what still comes is dropped.
-                        Ok(if m.refusing() {
-                            Take::Drop
-                        } else {
-                            Take::Write
-                        })
-                    },
-                    |conn, msg| {
-                        let event = lock(&machine).on_message(msg, Instant::now());
-                        match event.map_err(|e| conn.session_error(e))? {
-                            Event::Ended => Ok(Flow::Over),
-                            Event::Dropped => Ok(Flow::More),
-                            other => Err(conn.protocol(format!("unexpected {other:?}"))),
-                        }
-                    },
-                    |conn| conn.protocol("session already committed".into()),
-                )
+    let sent = stream.waiting_on_client(&peer, || {
+        let (reply_tx, reply_rx) = bounded::<BatchOutcome>(ACKS_QUEUED);
+        let received = AtomicU64::new(0);
+        let admit = |conn: &Conn, len: u32| stream.admit(conn, len);
+        let acker = std::thread::scope(|s| {
+            let acker = s.spawn(|| acknowledge(&mut ack_conn, &machine, reply_rx, session));
+            // Cloned in a statement of its own: a guard in a `match` scrutinee would hold the
+            // session's lock for the whole loop, and the session's streams would take turns.
+            let jobs = lock(&session.jobs).clone();
+            let result = match jobs {
+                Some(jobs) => {
+                    let lane = ReceiveLane {
+                        jobs,
+                        reply: reply_tx,
+                        network_ns: &session.network_ns,
+                        received: &received,
+                        admit: Some(&admit),
+                    };
+                    receive::receive(
+                        &mut conn,
+                        &lane,
+                        |conn| {
+                            let mut m = lock(&machine);
+                            m.on_batch().map_err(|e| conn.session_error(e))?;
+                            // After a fatal error on this connection, what still comes is
+                            // dropped.
+                            Ok(if m.refusing() {
+                                Take::Drop
+                            } else {
+                                Take::Write
+                            })
+                        },
+                        |conn, msg| {
+                            let event = lock(&machine).on_message(msg, Instant::now());
+                            match event.map_err(|e| conn.session_error(e))? {
+                                Event::Ended => Ok(Flow::Over),
+                                Event::Dropped => Ok(Flow::More),
+                                other => Err(conn.protocol(format!("unexpected {other:?}"))),
+                            }
+                        },
+                        |conn| conn.protocol("session already committed".into()),
+                    )
+                }
+                None => {
+                    drop(reply_tx);
+                    Err(conn.protocol("batch after end of stream".into()))
+                }
+            };
+            if result.is_err() {
+                conn.shutdown();
             }
-            None => {
-                drop(reply_tx);
-                Err(conn.protocol("batch after end of stream".into()))
+            let acked = acker.join().unwrap_or(Ok(()));
+            result.and(acked)
+        });
+        drop(receiving);
+        acker?;
+        if !stream.control {
+            return Ok(None);
+        }
+        let commit = conn.recv_control_raw()?;
+        let event = lock(&machine).on_message(commit, Instant::now());
+        let sent = match event.map_err(|e| conn.session_error(e))? {
+            Event::Commit(sent) => sent,
+            other => {
+                return Err(conn.protocol(format!("unexpected {other:?} where Commit was due")))
             }
         };
-        if result.is_err() {
-            conn.shutdown();
-        }
-        let acked = acker.join().unwrap_or(Ok(()));
-        result.and(acked)
-    });
-    drop(receiving);
-    acker?;
-    if !control {
-        return Ok(());
-    }
-    let commit = conn.recv_control_raw()?;
-    let event = lock(&machine).on_message(commit, Instant::now());
-    let sent = match event.map_err(|e| conn.session_error(e))? {
-        Event::Commit(sent) => sent,
-        other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
-    };
-    // The other streams' last batches may still be on their way (or their acknowledgements
-    // being counted): the totals are final once all have ended.
-    session.receiving.wait_until_none();
+        // The other streams' last batches may still be on their way (or their
+        // acknowledgements being counted): the totals are final once all have ended.
+        session.receiving.wait_until_none();
+        Ok(Some(sent))
+    })?;
+    let Some(sent) = sent else { return Ok(()) };
     lock(&session.jobs).take();
     let write_busy = lock(&session.pool)
         .take()
@@ -880,7 +1071,7 @@ fn serve_push(
         .as_ref()
         .map(|w| w.take_incomplete())
         .unwrap_or_default();
-    let dir_errors = session
+    let (dir_errors, more_dir_errors) = session
         .writer
         .as_ref()
         .map(|w| w.finish())
@@ -898,19 +1089,19 @@ fn serve_push(
         return Err(TransferError::Incomplete(text));
     }
     if !dir_errors.is_empty() || !incomplete.is_empty() {
-        let failures: Vec<(Vec<u8>, String)> = dir_errors
-            .iter()
-            .map(|e| (e.path.clone().into_bytes(), e.to_string()))
-            .chain(incomplete.into_iter().map(|(path, missing)| {
-                let text = incomplete_text(&path, missing);
-                (path, text)
-            }))
-            .collect();
-        for (p, t) in &failures {
-            counts.add_failure(p, t);
+        let mut failed = BatchOutcome {
+            unlisted: more_dir_errors,
+            ..BatchOutcome::default()
+        };
+        for e in &dir_errors {
+            failed.fail(e.path.as_bytes(), e.to_string());
         }
+        for (path, missing) in incomplete {
+            failed.fail(&path, incomplete_text(&path, missing));
+        }
+        counts.add_outcome(&failed);
         let reply = machine
-            .dir_failures(failures)
+            .dir_failures(failed.ack_failures())
             .map_err(|e| conn.session_error(e))?;
         conn.send(&reply)?;
     }
@@ -962,7 +1153,8 @@ fn acknowledge(
         }
         lock(&session.counts).add_outcome(&o);
         lock(&session.received).add(&o.got);
-        let ack = lock(machine).ack(o.seq, o.files as u32, o.bytes, o.failures);
+        let mut o = o;
+        let ack = lock(machine).ack(o.seq, o.files as u32, o.bytes, o.ack_failures());
         conn.send(&ack.map_err(|e| conn.session_error(e))?)?;
     }
     let end_ack = lock(machine).end_ack();
@@ -971,30 +1163,40 @@ fn acknowledge(
 
 /// Sends batches from the session's source until it is drained (the send stage); the control
 /// connection then answers `Commit` with the read stage's busy time.
-fn serve_pull(served: Served, session: &PullSession, control: bool) -> Result<(), TransferError> {
+fn serve_pull(
+    stream: &Stream<'_>,
+    served: Served,
+    session: &PullSession,
+) -> Result<(), TransferError> {
     let Served {
         mut conn,
         mut machine,
     } = served;
-    let end = |machine: &mut ServerStream| match machine.end() {
-        Ok(end) => Next::End(end, ()),
-        Err(_) => Next::Stop(()),
-    };
-    let mut next = || match session.batches.recv() {
-        Ok(batch) => Next::Batch(batch),
-        Err(_) => end(&mut machine),
-    };
-    send::send(&mut conn, &mut next, |_, sent| sent.map(|()| None))?;
-    if !control {
+    let peer = conn.peer.clone();
+    let committed = stream.waiting_on_client(&peer, || {
+        let end = |machine: &mut ServerStream| match machine.end() {
+            Ok(end) => Next::End(end, ()),
+            Err(_) => Next::Stop(()),
+        };
+        let mut next = || match session.batches.recv() {
+            Ok(batch) => Next::Batch(batch),
+            Err(_) => end(&mut machine),
+        };
+        send::send(&mut conn, &mut next, |_, sent| sent.map(|()| None))?;
+        if !stream.control {
+            return Ok(false);
+        }
+        let commit = conn.recv_control_raw()?;
+        match machine
+            .on_message(commit, Instant::now())
+            .map_err(|e| conn.session_error(e))?
+        {
+            Event::Commit(_) => Ok(true),
+            other => Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
+        }
+    })?;
+    if !committed {
         return Ok(());
-    }
-    let commit = conn.recv_control_raw()?;
-    match machine
-        .on_message(commit, Instant::now())
-        .map_err(|e| conn.session_error(e))?
-    {
-        Event::Commit(_) => {}
-        other => return Err(conn.protocol(format!("unexpected {other:?} where Commit was due"))),
     }
     let source = lock(&session.source).take();
     // Final: every connection took its last batch from the source before its `End`.

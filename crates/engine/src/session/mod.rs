@@ -3,8 +3,9 @@
 //! and adapts its streams and keeps the session-wide rules (the commit gate); [`registry`] is
 //! the server's table of open sessions, where early joins wait for their `Open`; [`stall`]
 //! fails a session whose progress stops; [`claims`] keeps two push sessions from writing one
-//! tree at once.
+//! tree at once; [`admission`] counts the server's places, while authenticating and after.
 
+pub(crate) mod admission;
 pub(crate) mod claims;
 pub(crate) mod client;
 pub(crate) mod registry;

@@ -21,19 +21,21 @@ pub enum Event {
     /// The server announced the connection (`Opened` on the control connection, with whether
     /// the session's root is a directory; `Joined` on the others).
     Announced { root_is_dir: Option<bool> },
-    /// A batch of this connection is written.
+    /// A batch of this connection is written; `unlisted` failures are counted, not listed.
     Acked {
         seq: u64,
         files: u32,
         bytes: u64,
         failures: Vec<(Vec<u8>, String)>,
+        unlisted: u32,
     },
     /// Every batch of this (push) connection is acknowledged.
     EndAcked,
     /// The last batch of this (pull) connection arrived.
     Ended,
-    /// After `Commit`: directories whose attributes the server could not set.
-    DirFailures(Vec<(Vec<u8>, String)>),
+    /// After `Commit`: directories whose attributes the server could not set (and how many
+    /// more were not listed).
+    DirFailures(Vec<(Vec<u8>, String)>, u32),
     /// The session's totals: the answer to `Commit`, which ends the session.
     Done(RemoteStats),
     /// The server refused the connection or stopped it; `announced` says whether it had
@@ -245,6 +247,7 @@ impl ClientStream {
                             files,
                             bytes,
                             failures,
+                            unlisted,
                         },
                     ) => {
                         let Some(i) = self.in_flight.iter().position(|&s| s == seq) else {
@@ -257,6 +260,7 @@ impl ClientStream {
                             files,
                             bytes,
                             failures,
+                            unlisted,
                         })
                     }
                     (Direction::Push, Message::EndAck) if self.sending != Sending::Open => {
@@ -278,10 +282,10 @@ impl ClientStream {
                 self.receiving = Receiving::Ended;
                 let committed = self.sending == Sending::Committed;
                 match msg {
-                    Message::BatchAck { failures, .. }
-                        if committed && self.direction == Direction::Push =>
-                    {
-                        Ok(Event::DirFailures(failures))
+                    Message::BatchAck {
+                        failures, unlisted, ..
+                    } if committed && self.direction == Direction::Push => {
+                        Ok(Event::DirFailures(failures, unlisted))
                     }
                     Message::Done(stats) if committed => {
                         self.receiving = Receiving::Done;
@@ -569,6 +573,7 @@ mod tests {
             files: 1,
             bytes: 1,
             failures: Vec::new(),
+            unlisted: 0,
         }
     }
 

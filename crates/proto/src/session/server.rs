@@ -382,13 +382,14 @@ impl ServerStream {
         Message::Error { code, text }
     }
 
-    /// The acknowledgement of a written batch of this push connection.
+    /// The acknowledgement of a written batch of this push connection, with its failures
+    /// (those listed, and how many more).
     pub fn ack(
         &mut self,
         seq: u64,
         files: u32,
         bytes: u64,
-        failures: Vec<(Vec<u8>, String)>,
+        (failures, unlisted): (Vec<(Vec<u8>, String)>, u32),
     ) -> Result<Message, SessionError> {
         match &mut self.state {
             State::Push(p) if p.acked < p.received => {
@@ -398,6 +399,7 @@ impl ServerStream {
                     files,
                     bytes,
                     failures,
+                    unlisted,
                 })
             }
             _ => Err(self.not_now("acknowledge a batch")),
@@ -424,10 +426,11 @@ impl ServerStream {
         }
     }
 
-    /// After `Commit` on a push: directories whose attributes could not be set.
+    /// After `Commit` on a push: directories whose attributes could not be set (those
+    /// listed, and how many more).
     pub fn dir_failures(
         &mut self,
-        failures: Vec<(Vec<u8>, String)>,
+        (failures, unlisted): (Vec<(Vec<u8>, String)>, u32),
     ) -> Result<Message, SessionError> {
         if !matches!(self.state, State::Push(_)) || !self.committed() {
             return Err(self.not_now("report directory failures"));
@@ -437,6 +440,7 @@ impl ServerStream {
             files: 0,
             bytes: 0,
             failures,
+            unlisted,
         })
     }
 
@@ -514,7 +518,7 @@ mod tests {
         let (mut s, now) = open_push();
         s.on_batch().expect("batch");
         s.on_batch().expect("batch");
-        assert!(s.ack(1, 1, 1, Vec::new()).is_ok());
+        assert!(s.ack(1, 1, 1, (Vec::new(), 0)).is_ok());
         assert_eq!(s.on_message(Message::End, now), Ok(Event::Ended));
         assert!(s.on_batch().is_err());
     }
@@ -525,9 +529,9 @@ mod tests {
         s.on_batch().expect("batch");
         assert_eq!(s.on_message(Message::End, now), Ok(Event::Ended));
         assert!(s.end_ack().is_err());
-        s.ack(1, 1, 1, Vec::new()).expect("ack");
+        s.ack(1, 1, 1, (Vec::new(), 0)).expect("ack");
         assert!(
-            s.ack(2, 1, 1, Vec::new()).is_err(),
+            s.ack(2, 1, 1, (Vec::new(), 0)).is_err(),
             "more acks than batches"
         );
         assert!(s.done(RemoteStats::default()).is_err(), "no Commit yet");
@@ -536,7 +540,7 @@ mod tests {
             s.on_message(Message::Commit(crate::Totals::default()), now),
             Ok(Event::Commit(crate::Totals::default()))
         );
-        assert!(s.dir_failures(Vec::new()).is_ok());
+        assert!(s.dir_failures((Vec::new(), 0)).is_ok());
         assert!(s.done(RemoteStats::default()).is_ok());
     }
 

@@ -189,7 +189,7 @@ impl SimClient {
                 }
             }
             client::Event::Acked { seq, .. } => self.acked.push(seq),
-            client::Event::EndAcked | client::Event::Ended | client::Event::DirFailures(_) => {}
+            client::Event::EndAcked | client::Event::Ended | client::Event::DirFailures(..) => {}
             client::Event::Done(stats) => self.done = Some(stats),
             client::Event::Refused {
                 code,
@@ -343,9 +343,10 @@ impl SimServer {
                     s.files += 1;
                     s.bytes += b.data.len() as u64;
                 }
-                let ack = self.conns[conn]
-                    .stream
-                    .ack(b.seq, 1, b.data.len() as u64, Vec::new())?;
+                let ack =
+                    self.conns[conn]
+                        .stream
+                        .ack(b.seq, 1, b.data.len() as u64, (Vec::new(), 0))?;
                 net.send(conn, To::Client, Frame::Msg(ack));
                 return Ok(());
             }

@@ -1,0 +1,288 @@
+//! Who gets a place on a server: connections still authenticating, and authenticated ones
+//! (sessions' streams, namespace requests, the streams of third-party copies the server makes
+//! for its clients), each counted in all and per client address.
+//!
+//! Every place is held by a guard that gives it back when dropped, whatever way its holder
+//! ends (returns, fails, panics, or never starts because its thread could not be spawned):
+//! a place is never lost, so a server never fills up with places nobody holds.
+//! Not for what a connection does once admitted (see `roles::server`).
+
+use crate::sync::lock;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+/// Places counted in all and by client address, within limits.
+#[derive(Debug, Default)]
+struct Count {
+    all: usize,
+    by_addr: HashMap<IpAddr, usize>,
+}
+
+impl Count {
+    fn of(&self, ip: Option<IpAddr>) -> usize {
+        ip.and_then(|ip| self.by_addr.get(&ip))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn add(&mut self, ip: Option<IpAddr>, n: usize) {
+        self.all += n;
+        if let Some(ip) = ip {
+            *self.by_addr.entry(ip).or_default() += n;
+        }
+    }
+
+    fn remove(&mut self, ip: Option<IpAddr>, n: usize) {
+        self.all -= n.min(self.all);
+        if let Some(ip) = ip {
+            if let Some(held) = self.by_addr.get_mut(&ip) {
+                *held -= n.min(*held);
+                if *held == 0 {
+                    self.by_addr.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// Most connections authenticating at once.
+pub(crate) const MAX_HANDSHAKING: usize = 1024;
+/// Most connections authenticating at once from one client address (a client opens up to 64
+/// streams at once, and several clients may share a host or a NAT).
+pub(crate) const MAX_HANDSHAKING_PER_ADDRESS: usize = 256;
+
+/// The connections still authenticating, in all and by client address.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Handshakes(Arc<Mutex<Count>>);
+
+/// One connection's place among those authenticating, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct HandshakeSlot {
+    count: Arc<Mutex<Count>>,
+    ip: Option<IpAddr>,
+}
+
+impl Handshakes {
+    /// A place for a new connection from `ip`, unless a limit is reached.
+    pub(crate) fn admit(&self, ip: Option<IpAddr>) -> Result<HandshakeSlot, &'static str> {
+        let mut count = lock(&self.0);
+        if count.all >= MAX_HANDSHAKING {
+            return Err("too many unauthenticated connections");
+        }
+        if ip.is_some() && count.of(ip) >= MAX_HANDSHAKING_PER_ADDRESS {
+            return Err("too many unauthenticated connections from this address");
+        }
+        count.add(ip, 1);
+        Ok(HandshakeSlot {
+            count: self.0.clone(),
+            ip,
+        })
+    }
+
+    /// Connections authenticating now (in all, and from `ip`).
+    #[cfg(test)]
+    fn held(&self, ip: Option<IpAddr>) -> (usize, usize) {
+        let count = lock(&self.0);
+        (count.all, count.of(ip))
+    }
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        lock(&self.count).remove(self.ip, 1);
+    }
+}
+
+/// The authenticated connections a server serves, in all and by client address.
+#[derive(Debug)]
+pub(crate) struct Places {
+    count: Arc<Mutex<Count>>,
+    max: usize,
+    per_address: usize,
+}
+
+/// Places among the authenticated connections, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Place {
+    count: Arc<Mutex<Count>>,
+    ip: Option<IpAddr>,
+    n: usize,
+}
+
+impl Place {
+    /// How many places this holds.
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        lock(&self.count).remove(self.ip, self.n);
+    }
+}
+
+/// What a place is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// Opening a session.
+    Open,
+    /// Anything else: joining one, namespace requests, a third-party copy's streams.
+    Other,
+}
+
+/// Places among `max` that only `Open`s may take: a refused join costs a session only that
+/// stream (the client sends what went on it over its other streams), a refused listing only
+/// the check of what the destination has (everything is sent), a refused `Open` the whole
+/// copy.
+fn reserved_for_opens(max: usize) -> usize {
+    max.div_ceil(8).clamp(1, 8).min(max)
+}
+
+/// Why no place was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// Every place the request may take is held.
+    Server,
+    /// The client's address holds all the places one address may.
+    Address,
+}
+
+impl Places {
+    /// At most `max` places, `per_address` of them for one client address.
+    pub(crate) fn new(max: usize, per_address: usize) -> Places {
+        Places {
+            count: Arc::default(),
+            max,
+            per_address: per_address.clamp(1, max.max(1)),
+        }
+    }
+
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    pub(crate) fn per_address(&self) -> usize {
+        self.per_address
+    }
+
+    /// Between 1 and `wanted` places for `ip` (as many as are free). Only an `Open` (`for`
+    /// [`Use::Open`]) may take the last few places, in all and of its address: a client dials
+    /// its joins, and the listing of its destination, at the same moment as the connection
+    /// that opens its session, and they must not crowd it out, nor keep a new client from
+    /// starting.
+    pub(crate) fn take(
+        &self,
+        ip: Option<IpAddr>,
+        wanted: usize,
+        r#for: Use,
+    ) -> Result<Place, Full> {
+        let (max, per_address) = match r#for {
+            Use::Open => (self.max, self.per_address),
+            // An address with a single place shares it: its requests must be possible too.
+            Use::Other => (
+                self.max - reserved_for_opens(self.max),
+                self.per_address - reserved_for_opens(self.per_address).min(self.per_address - 1),
+            ),
+        };
+        let mut count = lock(&self.count);
+        let free_server = max.saturating_sub(count.all);
+        let free_address = match ip {
+            Some(_) => per_address.saturating_sub(count.of(ip)),
+            None => usize::MAX,
+        };
+        let n = wanted.max(1).min(free_server).min(free_address);
+        if n == 0 {
+            return Err(if free_server == 0 {
+                Full::Server
+            } else {
+                Full::Address
+            });
+        }
+        count.add(ip, n);
+        Ok(Place {
+            count: self.count.clone(),
+            ip,
+            n,
+        })
+    }
+
+    /// Places held now, in all.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        lock(&self.count).all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(n: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([127, 0, 0, n]))
+    }
+
+    #[test]
+    fn a_handshake_slot_is_given_back_however_its_holder_ends() {
+        let handshakes = Handshakes::default();
+        // Returned normally.
+        drop(handshakes.admit(ip(1)).unwrap());
+        assert_eq!(handshakes.held(ip(1)), (0, 0));
+        // Its thread could not be started: the closure that owned it is dropped unrun.
+        let slot = handshakes.admit(ip(1)).unwrap();
+        let never_run = move || drop(slot);
+        drop(never_run);
+        assert_eq!(handshakes.held(ip(1)), (0, 0));
+        // Its thread panicked while it held it.
+        let slot = handshakes.admit(ip(1)).unwrap();
+        let panicked = std::thread::spawn(move || {
+            let _slot = slot;
+            panic!("a connection's thread panicking in the handshake");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert_eq!(handshakes.held(ip(1)), (0, 0));
+    }
+
+    #[test]
+    fn handshakes_are_bounded_in_all_and_per_address() {
+        let handshakes = Handshakes::default();
+        let mine: Vec<_> = (0..MAX_HANDSHAKING_PER_ADDRESS)
+            .map(|_| handshakes.admit(ip(1)).unwrap())
+            .collect();
+        assert!(handshakes.admit(ip(1)).is_err());
+        let others: Vec<_> = (MAX_HANDSHAKING_PER_ADDRESS..MAX_HANDSHAKING)
+            .map(|i| handshakes.admit(ip(2 + (i % 200) as u8)).unwrap())
+            .collect();
+        assert!(handshakes.admit(ip(250)).is_err());
+        drop((mine, others));
+        assert_eq!(handshakes.held(ip(1)), (0, 0));
+    }
+
+    #[test]
+    fn places_are_bounded_in_all_and_per_address_and_given_back() {
+        let places = Places::new(8, 6);
+        let a = places.take(ip(1), 4, Use::Open).unwrap();
+        let b = places.take(ip(1), 4, Use::Open).unwrap();
+        // The address's share is 6: the second got 2 of the 4 it wanted.
+        assert_eq!((a.len(), b.len()), (4, 2));
+        assert_eq!(places.take(ip(1), 1, Use::Open).err(), Some(Full::Address));
+        // Another address gets the rest; only an `Open` the last one.
+        assert_eq!(
+            places.take(ip(2), 4, Use::Other).map(|p| p.len()).ok(),
+            Some(1)
+        );
+        let c = places.take(ip(2), 4, Use::Open).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(places.take(ip(3), 1, Use::Open).err(), Some(Full::Server));
+        drop((a, b, c));
+        assert_eq!(places.held(), 0);
+        // The last place of an address is an `Open`'s too: joins dialled with it cannot take
+        // the place of the connection that opens their session.
+        let joins = places.take(ip(1), 8, Use::Other).unwrap();
+        assert_eq!(joins.len(), 5);
+        assert_eq!(places.take(ip(1), 1, Use::Other).err(), Some(Full::Address));
+        assert!(places.take(ip(1), 1, Use::Open).is_ok());
+    }
+}
