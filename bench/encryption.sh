@@ -185,19 +185,22 @@ done
 # with --no-encryption; each with a relay of its own in front for the relay
 # cells (one path, no delay, the RATE cap).
 
-declare -A port_of relay_of
+declare -A port_of relay_of server_pid relay_pid
 start_sprat 0 --key-file "$TMP/server.key"
-port_of[enc]=$SPRAT_PORT
+port_of[enc]=$SPRAT_PORT server_pid[enc]=$SPRAT_PID
 FINGERPRINT=$SPRAT_FINGERPRINT
 [[ $FINGERPRINT == SHA256:* ]] || die "sprat serve printed no fingerprint (is $SPRAT older than TLS?)"
 start_sprat 0 --key-file "$TMP/server.key" --no-encryption
-port_of[plain]=$SPRAT_PORT
+port_of[plain]=$SPRAT_PORT server_pid[plain]=$SPRAT_PID
 if in_list relay "${modes[@]}"; then
     for e in enc plain; do
         start_relay "${port_of[$e]}" 0 --rate "$RATE"
-        relay_of[$e]=$RELAY_PORT
+        relay_of[$e]=$RELAY_PORT relay_pid[$e]=$RELAY_PID
     done
 fi
+for e in enc plain; do # setsid execs: the PID is the server's own
+    [[ $(cat "/proc/${server_pid[$e]}/comm") == sprat ]] || die "server PID ${server_pid[$e]} is not sprat"
+done
 # client_args WAY: the `sprat cp`/`sprat ls` options of an encrypted or plain client.
 client_args() {
     if [[ $1 == enc ]]; then
@@ -207,9 +210,28 @@ client_args() {
     fi
 }
 
+# ---------------------------------------------------------------- CPU time
+# On a shared machine wall times swing with the other work; the CPU time each
+# side used swings much less, and shows where encryption's cost lands.
+
+HZ=$(getconf CLK_TCK)
+# proc_cpu PID: user + system CPU seconds the process PID (all its threads) used so far.
+proc_cpu() { awk -v hz="$HZ" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$1/stat"; }
+# children_cpu VAR: user + system CPU seconds of this shell's waited-for children
+# so far (`times`, which must run in this shell, not in a subshell).
+children_cpu() {
+    times >"$TMP/times"
+    printf -v "$1" '%s' "$(awk 'NR == 2 {
+        t = 0
+        for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+        printf "%.3f", t }' "$TMP/times")"
+}
+# cpu_delta A B: B - A, 3 decimals.
+cpu_delta() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
 # ---------------------------------------------------------------- one copy
 
-echo "stamp,set,mode,cache,way,round,order,seconds,exit,check,dst_files,dst_bytes,src_files,src_bytes,tool_seconds,encryption,bottleneck,load1,note" >"$CSV"
+echo "stamp,set,mode,cache,way,round,order,seconds,exit,check,dst_files,dst_bytes,src_files,src_bytes,tool_seconds,encryption,bottleneck,client_cpu,server_cpu,relay_cpu,load1,note" >"$CSV"
 
 # run_copy SET MODE CACHE WAY ROUND ORDER: one timed copy into a fresh
 # destination, checked and deleted afterwards (untimed).
@@ -222,8 +244,13 @@ run_copy() {
     out=$LOGS/$tag.out
     err=$LOGS/$tag.err
     mapfile -t cargs < <(client_args "$way")
-    read -r load1 _ </proc/loadavg
+    local t0 t1 t2 c0 c1 s0 s1 r0="" r1=""
+    mono_now t0
     cache_prepare "$cache" "$src"
+    read -r load1 _ </proc/loadavg
+    children_cpu c0
+    s0=$(proc_cpu "${server_pid[$way]}")
+    [[ $mode == relay ]] && r0=$(proc_cpu "${relay_pid[$way]}")
     case $mode in
         push | relay)
             port=${port_of[$way]}
@@ -238,6 +265,10 @@ run_copy() {
                 "sprat://127.0.0.1:${port_of[$way]}/$name" "$dst" >"$out" 2>"$err"
             ;;
     esac
+    children_cpu c1
+    s1=$(proc_cpu "${server_pid[$way]}")
+    [[ $mode == relay ]] && r1=$(proc_cpu "${relay_pid[$way]}")
+    mono_now t1
     local -a report
     mapfile -t report < <(json_fields "$out" seconds encryption bottleneck)
     local tool_secs=${report[0]:-} encryption=${report[1]:-} bottleneck=${report[2]:-}
@@ -245,6 +276,7 @@ run_copy() {
     IFS=$'\t' read -r check dfiles dbytes detail <<<"$v"
     rm -rf -- "$dst"
     sync
+    mono_now t2
     # The report must say the connections were protected as asked.
     if [[ $T_RC == 0 ]]; then
         if [[ $way == enc && $encryption != TLS* ]] || [[ $way == plain && $encryption != none ]]; then
@@ -255,12 +287,18 @@ run_copy() {
         check=FAIL
         detail="exit $T_RC: $(tail -n 3 "$err" 2>/dev/null)${detail:+; $detail}"
     fi
-    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
+    local ccpu scpu rcpu=""
+    ccpu=$(cpu_delta "$c0" "$c1")
+    scpu=$(cpu_delta "$s0" "$s1")
+    [[ $mode == relay ]] && rcpu=$(cpu_delta "$r0" "$r1")
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
         "$STAMP" "$set" "$mode" "$cache" "$way" "$round" "$order" "$T_SECS" "$T_RC" "$check" \
         "$dfiles" "$dbytes" "${set_files[$set]}" "${set_bytes[$set]}" "$tool_secs" \
-        "$(oneline "$encryption")" "$(oneline "$bottleneck")" "$load1" "$(oneline "$detail")" >>"$CSV"
-    log "$(printf '%-5s %-5s %-4s %-5s r%s %8.3f s  %s %s' "$set" "$mode" "$cache" "$way" \
-        "$round" "$T_SECS" "$check" "$(oneline "$detail")")"
+        "$(oneline "$encryption")" "$(oneline "$bottleneck")" "$ccpu" "$scpu" "$rcpu" \
+        "$load1" "$(oneline "$detail")" >>"$CSV"
+    log "$(printf '%-5s %-5s %-4s %-5s r%s %8.3f s  cpu client %s server %s%s  load %s  %s %s  (untimed: %s s)' \
+        "$set" "$mode" "$cache" "$way" "$round" "$T_SECS" "$ccpu" "$scpu" "${rcpu:+ relay $rcpu}" \
+        "$load1" "$check" "$(oneline "$detail")" "$(cpu_delta "$T_SECS" "$(elapsed "$t0" "$t2")")")"
 }
 
 # ---------------------------------------------------------------- copies
@@ -311,7 +349,11 @@ if ((LS_RUNS > 0)); then
             for ((i = 1; i <= CALLS; i++)); do
                 read -r load1 _ </proc/loadavg
                 out=$LOGS/ls-$w-r$r.out
+                children_cpu c0
+                s0=$(proc_cpu "${server_pid[$w]}")
                 timed_cmd 60 "$SPRAT" ls "${cargs[@]}" "sprat://127.0.0.1:${port_of[$w]}/" >"$out" 2>"$LOGS/ls-$w-r$r.err"
+                children_cpu c1
+                s1=$(proc_cpu "${server_pid[$w]}")
                 check=ok detail=""
                 if [[ $T_RC != 0 ]]; then
                     check=FAIL
@@ -320,8 +362,9 @@ if ((LS_RUNS > 0)); then
                     check=FAIL
                     detail="the listing lacks encryption/"
                 fi
-                printf '%s,ls,ls,-,%s,%s,%s,%s,%s,%s,,,,,,,,%s,%s\n' "$STAMP" "$w" "$r" "$i" \
-                    "$T_SECS" "$T_RC" "$check" "$load1" "$(oneline "$detail")" >>"$CSV"
+                printf '%s,ls,ls,-,%s,%s,%s,%s,%s,%s,,,,,,,,%s,%s,,%s,%s\n' "$STAMP" "$w" "$r" "$i" \
+                    "$T_SECS" "$T_RC" "$check" "$(cpu_delta "$c0" "$c1")" "$(cpu_delta "$s0" "$s1")" \
+                    "$load1" "$(oneline "$detail")" >>"$CSV"
             done
             log "ls $w r$r: $CALLS calls, last $T_SECS s"
         done
@@ -382,6 +425,13 @@ def f(x, nd=3):
     return "—" if x is None else "%.*f" % (nd, x)
 
 mode_name = {"push": "push, loopback", "pull": "pull, loopback", "relay": "push, relay %s" % rate}
+
+def cpu(rs, key):
+    return [float(r[key]) for r in rs if r["check"] != "FAIL" and r[key] != ""]
+
+def spread(xs):
+    return "%.2f (%.2f–%.2f)" % (med(xs), min(xs), max(xs)) if xs else "—"
+
 groups = OrderedDict()
 for r in copies:
     groups.setdefault(r["set"], OrderedDict()).setdefault((r["mode"], r["cache"]), []).append(r)
@@ -389,15 +439,17 @@ for s, g in groups.items():
     r0 = next(iter(g.values()))[0]
     files, nbytes = int(r0["src_files"]), int(r0["src_bytes"])
     print("## %s: %d files, %.1f MB\n" % (s, files, nbytes / 1e6))
-    print("| path | cache | enc median s | plain median s | enc / plain | per-round enc / plain: median (min–max) "
-          "| enc MB/s | plain MB/s | enc min–max s | plain min–max s | check | goal |")
-    print("|---|---|--:|--:|--:|---|--:|--:|--:|--:|---|---|")
+    print("| path | cache | enc s: median (min–max) | plain s: median (min–max) | enc / plain | per round: median (min–max) "
+          "| enc MB/s | plain MB/s | CPU s enc: client + server | CPU s plain: client + server | CPU enc / plain | check | goal |")
+    print("|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|---|---|")
     order = {"push": 0, "pull": 1, "relay": 2}
+    cpu_rows = []
     for (mode, cache) in sorted(g, key=lambda k: ({"warm": 0, "cold": 1}[k[1]], order[k[0]])):
         rs = g[(mode, cache)]
         enc = [r for r in rs if r["way"] == "enc"]
         pla = [r for r in rs if r["way"] == "plain"]
-        me, mp = med(secs(enc)), med(secs(pla))
+        se, sp = secs(enc), secs(pla)
+        me, mp = med(se), med(sp)
         ratio = me / mp if me and mp else None
         per_round = []
         for rnd in sorted({r["round"] for r in rs}, key=int):
@@ -406,22 +458,36 @@ for s, g in groups.items():
             if a and b:
                 per_round.append(a[0] / b[0])
         pr = ("%.3f (%.3f–%.3f)" % (med(per_round), min(per_round), max(per_round))) if per_round else "—"
-        se, sp = secs(enc), secs(pla)
+        ce = [c + v for c, v in zip(cpu(enc, "client_cpu"), cpu(enc, "server_cpu"))]
+        cp = [c + v for c, v in zip(cpu(pla, "client_cpu"), cpu(pla, "server_cpu"))]
         fails = sum(1 for r in rs if r["check"] == "FAIL")
         check = ("**FAIL** %d/%d" % (fails, len(rs))) if fails else "ok %d/%d" % (len(rs), len(rs))
         if ratio is None:
             goal = "—"
         elif mode == "relay":
-            # "No measurable cost": the medians within the plain runs' own spread.
-            goal = "met" if se and sp and me <= max(sp) else "not met (enc median above every plain run)"
+            # "No measurable cost": the enc median within the plain runs' own spread.
+            goal = "met" if me <= max(sp) else "not met (enc median above every plain run)"
         else:
             goal = "met (< 1.10)" if ratio < 1.10 else "**not met** (>= 1.10)"
-        print("| %s | %s | %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s |" % (
-            mode_name[mode], cache, f(me), f(mp), f(ratio), pr,
+        print("| %s | %s | %s | %s | **%s** | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            mode_name[mode], cache, spread(se), spread(sp), f(ratio), pr,
             f(nbytes / 1e6 / me if me else None, 1), f(nbytes / 1e6 / mp if mp else None, 1),
-            ("%.3f–%.3f" % (min(se), max(se))) if se else "—",
-            ("%.3f–%.3f" % (min(sp), max(sp))) if sp else "—", check, goal))
+            "%.2f + %.2f" % (med(cpu(enc, "client_cpu")), med(cpu(enc, "server_cpu"))) if ce else "—",
+            "%.2f + %.2f" % (med(cpu(pla, "client_cpu")), med(cpu(pla, "server_cpu"))) if cp else "—",
+            f(med(ce) / med(cp) if ce and cp and med(cp) else None), check, goal))
+        if ce and cp:
+            cpu_rows.append((mode_name[mode], cache, med(ce) - med(cp), nbytes))
+        if mode == "relay":
+            re, rp = cpu(enc, "relay_cpu"), cpu(pla, "relay_cpu")
+            if re and rp:
+                cpu_rows.append(("relay process", cache, med(re) - med(rp), None))
     print()
+    for name, cache, extra, nb in cpu_rows:
+        if nb:
+            print("- %s, %s: encryption adds %.2f CPU s (client + server), %.2f ns per byte moved" % (
+                name, cache, extra, extra / nb * 1e9))
+        else:
+            print("- the relay itself, %s: %+.2f CPU s enc against plain (it forwards bytes either way)" % (cache, extra))
     notes = sorted({"%s %s %s r%s: %s" % (r["mode"], r["cache"], r["way"], r["round"], r["note"])
                     for rs in g.values() for r in rs if r["check"] == "FAIL"})
     for n in notes:
@@ -429,14 +495,17 @@ for s, g in groups.items():
     suites = sorted({r["encryption"] for rs in g.values() for r in rs if r["encryption"]})
     if suites:
         print("- reported encryption: " + "; ".join(suites))
+    loads = [float(r["load1"]) for rs in g.values() for r in rs]
+    print("- 1-min load average at the start of the runs: median %.1f, min %.1f, max %.1f" % (
+        med(loads), min(loads), max(loads)))
     print()
 
 if calls:
     print("## Per-connection cost: sequential `sprat ls sprat://127.0.0.1:PORT/`\n")
-    print("| way | calls | median ms per call | min ms | p90 ms | total s per %d calls: median of rounds | check |"
-          % max(int(r["order"]) for r in calls))
-    print("|---|--:|--:|--:|--:|--:|---|")
-    m = {}
+    print("| way | calls | median ms per call | min ms | p90 ms | total s per %d calls: median of rounds "
+          "| CPU ms per call: client + server (mean) | check |" % max(int(r["order"]) for r in calls))
+    print("|---|--:|--:|--:|--:|--:|--:|---|")
+    m, mc = {}, {}
     for way in ("enc", "plain"):
         rs = [r for r in calls if r["way"] == way]
         xs = sorted(secs(rs))
@@ -445,17 +514,23 @@ if calls:
         m[way] = med(xs)
         totals = [sum(secs([r for r in rs if r["round"] == rnd])) for rnd in sorted({r["round"] for r in rs})]
         fails = sum(1 for r in rs if r["check"] == "FAIL")
-        print("| %s | %d | %.2f | %.2f | %.2f | %.3f | %s |" % (
+        ok = [r for r in rs if r["check"] != "FAIL"]
+        # CPU per call: the mean over all calls (the server's is counted in 10 ms ticks).
+        mc[way] = (sum(cpu(ok, "client_cpu")) / len(ok), sum(cpu(ok, "server_cpu")) / len(ok))
+        print("| %s | %d | %.2f | %.2f | %.2f | %.3f | %.2f + %.2f | %s |" % (
             way, len(rs), m[way] * 1e3, xs[0] * 1e3, xs[int(0.9 * (len(xs) - 1))] * 1e3, med(totals),
-            ("**FAIL** %d" % fails) if fails else "ok"))
+            mc[way][0] * 1e3, mc[way][1] * 1e3, ("**FAIL** %d" % fails) if fails else "ok"))
     print()
     if "enc" in m and "plain" in m:
-        print("TLS adds %.2f ms per connection (median enc - median plain; %.2fx); each call is a process "
-              "start, a TCP connection, the TLS handshake (enc), the token handshake and one listing.\n"
-              % ((m["enc"] - m["plain"]) * 1e3, m["enc"] / m["plain"]))
+        print("TLS adds %.2f ms per connection (median enc - median plain; %.2fx) and %.2f ms of CPU (client + server); "
+              "each call is a process start, a TCP connection, the TLS handshake (enc), the token handshake and "
+              "one listing.\n" % ((m["enc"] - m["plain"]) * 1e3, m["enc"] / m["plain"],
+                                  (sum(mc["enc"]) - sum(mc["plain"])) * 1e3))
 
-print("Columns: *enc / plain* = the enc median / the plain median (> 1: encryption costs time); *per-round* = "
-      "the ratio of the two back-to-back runs of each round; *MB/s* = source bytes (10^6) / median; *goal*: "
+print("Columns: *enc / plain* = the enc median / the plain median (> 1: encryption costs time); *per round* = "
+      "the ratio of the two back-to-back runs of each round; *MB/s* = source bytes (10^6) / median; *CPU s* = "
+      "medians of the user + system CPU time of the client (`sprat cp`) and of the server during the run "
+      "(the relay's not included); *goal*: "
       "< 1.10 over loopback; through the relay, no measurable cost = the enc median within the plain runs' "
       "range. Runs that failed their check or whose report named the wrong encryption are left out.")
 PY
