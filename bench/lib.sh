@@ -537,23 +537,29 @@ fs_is_ram() {
 # Shared by bench/loopback.sh and bench/peers.sh. They read the caller's
 # globals: TMP (private scratch dir), LOGS (log dir), ROOT (exported root),
 # SPRAT (binary), RSYNC_CHROOT (yes|no), NC (OpenBSD netcat), RUN_TIMEOUT.
-# start_sprat sets SPRAT_PORT, SPRAT_PID and exports SPRAT_TOKEN; start_rsyncd sets
-# RSYNC_PORT (module "mod" = ROOT); run_tarnc sets R_RC and R_SECS.
+# start_sprat sets SPRAT_PORT, SPRAT_PID, SPRAT_FINGERPRINT and exports
+# SPRAT_TOKEN; start_rsyncd sets RSYNC_PORT (module "mod" = ROOT); run_tarnc
+# sets R_RC and R_SECS.
 
 SPRAT_PORT=""
 SPRAT_PID=""
+SPRAT_FINGERPRINT=""
 SPRAT_SERVES=0
 RSYNC_PORT=""
 
-# start_sprat [PORT]: `sprat serve` on 127.0.0.1:PORT (default 0: a free
-# port). The token ($TMP/token) is made by the first call and kept by later
-# ones, so a server restarted on the same port (`start_sprat "$SPRAT_PORT"`,
-# e.g. after it was killed) admits the clients of the one before, retrying
-# ones too. The first server logs to $LOGS/sprat-serve.{out,err}, the Nth to
-# $LOGS/sprat-serve-N.{out,err}.
+# start_sprat [PORT [SERVE_ARG...]]: `sprat serve` on 127.0.0.1:PORT (default
+# 0: a free port), with any further arguments added to its command line (e.g.
+# `--key-file FILE --no-encryption`). The token ($TMP/token) is made by the
+# first call and kept by later ones, so a server restarted on the same port
+# (`start_sprat "$SPRAT_PORT"`, e.g. after it was killed) admits the clients of
+# the one before, retrying ones too. The first server logs to
+# $LOGS/sprat-serve.{out,err}, the Nth to $LOGS/sprat-serve-N.{out,err}. Sets
+# SPRAT_FINGERPRINT to the key it prints on its second line (`fingerprint
+# SHA256:...`, for `sprat cp --server-fingerprint`), empty if it prints none.
 # shellcheck disable=SC2034 # the ports, R_RC and R_SECS are read by the caller
 start_sprat() {
     local port=${1:-0} out
+    if (($# > 0)); then shift; fi
     if [[ ! -s $TMP/token ]]; then
         head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/token"
         chmod 600 "$TMP/token"
@@ -563,13 +569,19 @@ start_sprat() {
     SPRAT_SERVES=$((SPRAT_SERVES + 1))
     out=$LOGS/sprat-serve
     ((SPRAT_SERVES == 1)) || out+=-$SPRAT_SERVES
-    setsid "$SPRAT" serve --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$TMP/token" \
+    setsid "$SPRAT" serve --root "$ROOT" --listen "127.0.0.1:$port" --token-file "$TMP/token" "$@" \
         >"$out.out" 2>"$out.err" </dev/null &
-    local pid=$! i line=""
+    local pid=$! i line="" second="" after=0
     bg_register "$pid"
     for ((i = 0; i < 3000; i++)); do
         line=$(head -n 1 "$out.out" 2>/dev/null || true)
-        [[ $line == "listening on "* ]] && break
+        second=$(sed -n 2p "$out.out" 2>/dev/null || true)
+        # The fingerprint follows at once; a build that prints none gets 0.5 s.
+        if [[ $line == "listening on "* ]]; then
+            [[ -n $second ]] && break
+            after=$((after + 1))
+            ((after < 50)) || break
+        fi
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.01
     done
@@ -579,6 +591,8 @@ start_sprat() {
     fi
     SPRAT_PORT=${line##*:}
     SPRAT_PID=$pid
+    SPRAT_FINGERPRINT=""
+    [[ $second == "fingerprint "* ]] && SPRAT_FINGERPRINT=${second#fingerprint }
     log "sprat serve pid $pid on 127.0.0.1:$SPRAT_PORT, root $ROOT"
 }
 
