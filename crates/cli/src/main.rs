@@ -383,7 +383,7 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
         }
     }
     if verbose && !a.quiet && (!a.json || a.json_events) {
-        options.file_log = Some(file_log(a.json_events));
+        options.file_log = Some(file_log(a.json_events, source_name(&src)));
     }
     if a.dry_run {
         return dry_run(&src, &dst, &key, &options, a.json);
@@ -452,9 +452,28 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
     Ok(if report.failed > 0 { 1 } else { 0 })
 }
 
-/// `sprat cp -v`: each completed file's path on stdout, escaped, or as a JSON event.
-fn file_log(json: bool) -> FileLog {
+/// The last name of a copy's source: what `-v` shows for a single file copied (whose path
+/// relative to the source is empty).
+fn source_name(src: &Endpoint) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    match src {
+        Endpoint::Local(p) => p
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default(),
+        Endpoint::Remote { path, .. } => {
+            let path = path.strip_suffix(b"/").unwrap_or(path);
+            let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+            name.to_vec()
+        }
+    }
+}
+
+/// `sprat cp -v`: each completed file's path on stdout, escaped, or as a JSON event; the
+/// source's own name (`single`) for a single file copied.
+fn file_log(json: bool, single: Vec<u8>) -> FileLog {
     FileLog::new(move |path| {
+        let path = if path.is_empty() { &single[..] } else { path };
         let line = if json {
             let event = serde_json::json!({
                 "event": "file",
