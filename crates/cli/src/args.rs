@@ -361,9 +361,10 @@ pub struct CpArgs {
     /// Keep the bytes the copy moves, all its connections together, at or under RATE (e.g.
     /// `10MB/s`, `100mbit`; at least `100KB/s`; `0`: no limit), like rsync's --bwlimit:
     /// a push paces what it sends, a pull what it reads (the server then slows down with
-    /// TCP's flow control). Paced a batch or chunk at a time, so the rate holds over a few
-    /// of them, not within one; --stall-timeout is raised to at least twice the time of a
-    /// 4 MiB chunk at RATE. Not for a local copy or a copy between two servers.
+    /// TCP's flow control), a local copy what it hands to its writers. Paced a batch or
+    /// chunk at a time, so the rate holds over a few of them, not within one;
+    /// --stall-timeout is raised to at least twice the time of a 4 MiB chunk at RATE. Not
+    /// for a copy between two servers.
     #[arg(long, value_name = "RATE", value_parser = crate::units::Rate::parse)]
     pub bwlimit: Option<crate::units::Rate>,
     /// Show live progress on stderr (files and bytes done of the total, MB/s, files/s, time

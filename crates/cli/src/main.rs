@@ -373,6 +373,16 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
                 a.bwlimit.map(|r| r.to_string()).unwrap_or_default()
             )));
         }
+        if matches!(
+            (&src, &dst),
+            (Endpoint::Remote { .. }, Endpoint::Remote { .. })
+        ) {
+            anyhow::bail!(TransferError::Usage(
+                "--bwlimit does not apply to a copy between two servers (the source server \
+                 sends to the other directly)"
+                    .into()
+            ));
+        }
         options.bwlimit = Some(Pace::new(rate as u64));
         // A batch or chunk is paced whole: a session moving no byte while one has its time
         // is not stalled.

@@ -252,6 +252,36 @@ fn bwlimit_keeps_a_push_and_a_pull_at_or_under_the_rate() {
 }
 
 #[test]
+fn bwlimit_paces_a_local_copy_too() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_eight_mib(&src);
+    let (out, took) = timed(|| cp_local(&["--bwlimit", "4MB/s"], &src, t.path().join("dst")));
+    assert_ok(&out, None);
+    assert_trees_equal(&src, &t.path().join("dst"));
+    assert!(
+        took >= Duration::from_millis(1600) && took <= Duration::from_secs(6),
+        "a local copy of 8 MiB at 4MB/s took {took:?}"
+    );
+}
+
+#[test]
+fn a_bwlimit_for_a_copy_between_two_servers_is_refused() {
+    let t = tmp();
+    let srv = server(&t.path().join("root"));
+    tree::make_many_files(&t.path().join("root/src"), 2, 100, 1);
+    let out = cp(
+        &srv,
+        &["--bwlimit", "1MB/s"],
+        srv.url("src"),
+        srv.url("dst"),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--bwlimit"]);
+    assert!(!t.path().join("root/dst").exists());
+}
+
+#[test]
 fn a_bwlimit_too_low_or_not_a_rate_is_refused() {
     let t = tmp();
     let src = t.path().join("src");

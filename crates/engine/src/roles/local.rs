@@ -48,6 +48,9 @@ pub(crate) fn copy(
     let mut counts = Counts::default();
     let mut fatal = None;
     for batch in handle.batches.iter() {
+        if let Some(pace) = &options.bwlimit {
+            pace.take(batch.payload_len() as u64);
+        }
         let job = WriteJob {
             incoming: Incoming::Local(batch),
             reply: reply_tx.clone(),
