@@ -9,9 +9,12 @@ use sprat_proto::{Batch, EntryKind};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+/// What is told each completed file's path.
+type Report = dyn Fn(&[u8]) + Send + Sync;
+
 /// Where the paths of completed files go (relative to the transfer's root; clones share it).
 #[derive(Clone)]
-pub struct FileLog(Arc<dyn Fn(&[u8]) + Send + Sync>);
+pub struct FileLog(Arc<Report>);
 
 impl FileLog {
     pub fn new(report: impl Fn(&[u8]) + Send + Sync + 'static) -> FileLog {
