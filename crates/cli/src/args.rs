@@ -14,8 +14,10 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Print diagnostics on stderr: `-v` sessions, streams and refusals, `-vv` every join,
-    /// adaptation step and commit. `RUST_LOG` (e.g. `RUST_LOG=sprat_engine=debug`) overrides.
+    /// More output. `sprat cp -v` lists each file on stdout as it completes, like `rsync -v`.
+    /// Diagnostics on stderr (every command) start one level up: `-vv` sessions, streams and
+    /// refusals, `-vvv` every join, adaptation step and commit. `RUST_LOG` (e.g.
+    /// `RUST_LOG=sprat_engine=debug`) sets the diagnostics whatever the count.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
@@ -32,6 +34,12 @@ pub enum Command {
     /// SRC and DST are local paths or sprat://HOST:PORT/PATH (PATH relative to the server's
     /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
     /// (like `rsync -a SRC/ DST/`) and is created if missing.
+    ///
+    /// `-v` lists each regular file on stdout (control characters escaped) as it completes:
+    /// for a push once the server acknowledged the batch holding it, for a pull or a local
+    /// copy once it is written; files already up to date are not listed, and a copy between
+    /// two servers lists nothing (only the servers see its files). Not with --json; with
+    /// --json-events, as events.
     ///
     /// Exit codes: 0 all files arrived and verified; 1 some files failed (listed on stderr);
     /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
@@ -347,9 +355,18 @@ pub struct CpArgs {
     /// trip and the host's TCP buffer limits and add more while throughput grows.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
     pub streams: Auto<usize>,
-    /// Print nothing but errors.
+    /// Print nothing but errors (not even the files -v lists).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Keep the bytes the copy moves, all its connections together, at or under RATE (e.g.
+    /// `10MB/s`, `100mbit`; at least `100KB/s`; `0`: no limit), like rsync's --bwlimit:
+    /// a push paces what it sends, a pull what it reads (the server then slows down with
+    /// TCP's flow control), a local copy what it hands to its writers. Paced a batch or
+    /// chunk at a time, so the rate holds over a few of them, not within one;
+    /// --stall-timeout is raised to at least twice the time of a 4 MiB chunk at RATE. Not
+    /// for a copy between two servers.
+    #[arg(long, value_name = "RATE", value_parser = crate::units::Rate::parse)]
+    pub bwlimit: Option<crate::units::Rate>,
     /// Show live progress on stderr (files and bytes done of the total, MB/s, files/s, time
     /// elapsed and left) even when the output is not a terminal; by default it is shown when
     /// stdout and stderr are both terminals (and not with --quiet or --json).
@@ -359,7 +376,7 @@ pub struct CpArgs {
     /// "elapsed_s", "files_done", "files_total", "bytes_done", "bytes_total", "mb_per_s",
     /// "files_per_s", "eta_s"} (totals and eta_s null until known), then one
     /// {"event":"failed","path","error"} per failed file, and the final report (as with
-    /// --json) last.
+    /// --json) last. With -v, also {"event":"file","path"} for each file as it completes.
     #[arg(long, conflicts_with = "dry_run")]
     pub json_events: bool,
     /// Skip every file the destination already has, whatever its size and mtime (by default

@@ -17,6 +17,8 @@ mod units;
 use anyhow::Context;
 use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
 use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
+use sprat_engine::measurement::listing::FileLog;
+use sprat_engine::measurement::pace::Pace;
 use sprat_engine::text::printable;
 use sprat_engine::{
     Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
@@ -48,12 +50,13 @@ fn main() {
 }
 
 /// Diagnostics (`tracing`) go to stderr: none by default, so that what a command prints is
-/// unchanged; `-v` info, `-vv` debug; `RUST_LOG` overrides both.
+/// unchanged; the first `-v` is `cp`'s list of files, `-vv` info, `-vvv` debug; `RUST_LOG`
+/// overrides them.
 fn init_diagnostics(verbose: u8) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
-        0 => "off",
-        1 => "sprat=info,sprat_engine=info",
+        0 | 1 => "off",
+        2 => "sprat=info,sprat_engine=info",
         _ => "sprat=debug,sprat_engine=debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -89,7 +92,7 @@ pub fn preserve_modes_exactly() {
 fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Serve(a) => serve(a),
-        Command::Cp(a) => cp(a, cp_matches),
+        Command::Cp(a) => cp(a, cp_matches, cli.verbose > 0),
         Command::Verify(a) => verify(a),
         Command::Relay(a) => relay::run(a),
         Command::Doctor(a) => {
@@ -342,7 +345,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
+/// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.
+const MIN_BWLIMIT: f64 = 100_000.0;
+
+fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
     let selection = selection::selection(&a, matches)?;
     let key = credentials(&a.connect)?;
     let src = Endpoint::parse(&a.src)?;
@@ -360,6 +366,35 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
     options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
+    if let Some(rate) = a.bwlimit.map(|r| r.bytes_per_s()).filter(|&r| r > 0.0) {
+        if rate < MIN_BWLIMIT {
+            anyhow::bail!(TransferError::Usage(format!(
+                "--bwlimit {}: the slowest rate is 100KB/s",
+                a.bwlimit.map(|r| r.to_string()).unwrap_or_default()
+            )));
+        }
+        if matches!(
+            (&src, &dst),
+            (Endpoint::Remote { .. }, Endpoint::Remote { .. })
+        ) {
+            anyhow::bail!(TransferError::Usage(
+                "--bwlimit does not apply to a copy between two servers (the source server \
+                 sends to the other directly)"
+                    .into()
+            ));
+        }
+        options.bwlimit = Some(Pace::new(rate as u64));
+        // A batch or chunk is paced whole: a session moving no byte while one has its time
+        // is not stalled.
+        let largest = options.chunk_size.max(options.batch_size).max(4 << 20);
+        let paced = std::time::Duration::from_secs_f64(2.0 * largest as f64 / rate);
+        if !options.stall_timeout.is_zero() {
+            options.stall_timeout = options.stall_timeout.max(paced);
+        }
+    }
+    if verbose && !a.quiet && (!a.json || a.json_events) {
+        options.file_log = Some(file_log(a.json_events, source_name(&src)));
+    }
     if a.dry_run {
         return dry_run(&src, &dst, &key, &options, a.json);
     }
@@ -425,6 +460,42 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
     };
     print_quietly(&text)?;
     Ok(if report.failed > 0 { 1 } else { 0 })
+}
+
+/// The last name of a copy's source: what `-v` shows for a single file copied (whose path
+/// relative to the source is empty).
+fn source_name(src: &Endpoint) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    match src {
+        Endpoint::Local(p) => p
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default(),
+        Endpoint::Remote { path, .. } => {
+            let path = path.strip_suffix(b"/").unwrap_or(path);
+            let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+            name.to_vec()
+        }
+    }
+}
+
+/// `sprat cp -v`: each completed file's path on stdout, escaped, or as a JSON event; the
+/// source's own name (`single`) for a single file copied.
+fn file_log(json: bool, single: Vec<u8>) -> FileLog {
+    FileLog::new(move |path| {
+        let path = if path.is_empty() { &single[..] } else { path };
+        let line = if json {
+            let event = serde_json::json!({
+                "event": "file",
+                "path": String::from_utf8_lossy(path),
+            });
+            format!("{event}\n")
+        } else {
+            format!("{}\n", printable(&String::from_utf8_lossy(path)))
+        };
+        // A closed pipe (`sprat cp -v ... | head`) is not the copy's failure.
+        let _ = print_quietly(&line);
+    })
 }
 
 /// `sprat cp --dry-run`: what would be sent and fixed, one line each, then a summary.

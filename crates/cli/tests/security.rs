@@ -1464,7 +1464,7 @@ fn file_names_from_a_peer_are_printed_with_their_control_characters_escaped() {
     make_file(&src.join("plain.txt"), b"plain", 0o644);
     let root = t.path().join("root");
     let opts = ServerOptions {
-        extra_args: vec!["-v".into()],
+        extra_args: vec!["-vv".into()],
         ..ServerOptions::default()
     };
     let srv = server_with(&root, &opts);

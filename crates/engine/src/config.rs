@@ -63,6 +63,11 @@ pub struct TransferOptions {
     pub cancel: crate::sync::Cancel,
     /// Counts what is done as the transfer goes, for a live display.
     pub progress: crate::measurement::progress::Progress,
+    /// Told the path of every regular file the transfer completes (`cp -v`); `None`: nobody
+    /// asked, and nothing is collected.
+    pub file_log: Option<crate::measurement::listing::FileLog>,
+    /// The rate all the transfer's connections together keep to (`cp --bwlimit`).
+    pub bwlimit: Option<crate::measurement::pace::Pace>,
 }
 
 /// Default of [`TransferOptions::stall_timeout`].
@@ -108,6 +113,8 @@ impl Default for TransferOptions {
             retry_for: DEFAULT_RETRY_FOR,
             cancel: crate::sync::Cancel::default(),
             progress: Default::default(),
+            file_log: None,
+            bwlimit: None,
         }
     }
 }

@@ -23,6 +23,11 @@ pub(crate) struct ReceiveLane<'a> {
     /// Asked with each batch's length before its payload is read: the memory it may take
     /// (a server's budget for its clients' data waits or refuses here); `None`: no budget.
     pub admit: Option<&'a Admit<'a>>,
+    /// Name the files each batch completes in its outcome (`cp -v`).
+    pub list: bool,
+    /// The rate to keep to (`cp --bwlimit`): after each batch the stage reads nothing until
+    /// the batch has had its time, and the sender slows down with TCP's flow control.
+    pub pace: Option<&'a crate::measurement::pace::Pace>,
 }
 
 /// What a [`ReceiveLane`] asks before it reads a batch of the given length.
@@ -66,13 +71,18 @@ pub(crate) fn receive(
                     .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
                 lane.received
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                let bytes = payload.len() as u64;
                 let job = WriteJob {
                     incoming: Incoming::Wire(payload),
                     reply: lane.reply.clone(),
                     charge: charge.unwrap_or_default(),
+                    list: lane.list,
                 };
                 if lane.jobs.send(job).is_err() {
                     return Err(closed(conn));
+                }
+                if let Some(pace) = lane.pace {
+                    pace.take(bytes);
                 }
             }
             Frame::Control(msg) => {

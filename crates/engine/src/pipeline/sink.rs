@@ -33,6 +33,8 @@ pub struct WriteJob {
     pub reply: Sender<BatchOutcome>,
     /// The memory the batch holds, given back once it is written (see `crate::budget`).
     pub charge: Charge,
+    /// Name the files the batch completes in its outcome (`completed`), for `cp -v`.
+    pub list: bool,
 }
 
 /// What writing one batch achieved.
@@ -56,6 +58,8 @@ pub struct BatchOutcome {
     pub fatal: Option<(ErrorCode, String)>,
     /// What the batch held (whatever became of it), for the check against the sender's totals.
     pub got: Totals,
+    /// The regular files now complete at their final name, when the job asked (`list`).
+    pub completed: Vec<Vec<u8>>,
 }
 
 impl BatchOutcome {
@@ -130,7 +134,7 @@ impl WriterPool {
                                     ..BatchOutcome::default()
                                 }
                             } else {
-                                write_batch(cursor.as_mut(), &job.incoming)
+                                write_batch(cursor.as_mut(), &job.incoming, job.list)
                             };
                             let fatal = outcome.fatal.is_some();
                             if let Some(f) = &outcome.fatal {
@@ -143,6 +147,7 @@ impl WriterPool {
                                 incoming,
                                 reply,
                                 charge,
+                                ..
                             } = job;
                             drop((incoming, charge));
                             let _ = reply.send(outcome);
@@ -188,8 +193,13 @@ fn attrs(m: &FileMeta) -> Attrs {
     }
 }
 
-/// Writes every entry of one batch (with no cursor: verifies and counts them only).
-pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incoming) -> BatchOutcome {
+/// Writes every entry of one batch (with no cursor: verifies and counts them only); with
+/// `list`, the outcome names the files completed.
+pub fn write_batch(
+    mut cursor: Option<&mut WriterCursor<'_>>,
+    incoming: &Incoming,
+    list: bool,
+) -> BatchOutcome {
     let view = match incoming {
         Incoming::Local(b) => b.view(),
         Incoming::Wire(payload) => BatchView::decode(payload),
@@ -224,6 +234,9 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                 .map(|()| {
                     out.files += 1;
                     out.bytes += data.len() as u64;
+                    if list {
+                        out.completed.push(path.to_vec());
+                    }
                 })
             }
             EntryKind::Chunk {
@@ -256,6 +269,9 @@ pub fn write_batch(mut cursor: Option<&mut WriterCursor<'_>>, incoming: &Incomin
                     ChunkOutcome::Completed => {
                         out.bytes += data.len() as u64;
                         out.files += 1;
+                        if list {
+                            out.completed.push(path.to_vec());
+                        }
                     }
                     ChunkOutcome::Dropped => {}
                 })

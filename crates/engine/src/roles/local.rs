@@ -48,10 +48,14 @@ pub(crate) fn copy(
     let mut counts = Counts::default();
     let mut fatal = None;
     for batch in handle.batches.iter() {
+        if let Some(pace) = &options.bwlimit {
+            pace.take(batch.payload_len() as u64);
+        }
         let job = WriteJob {
             incoming: Incoming::Local(batch),
             reply: reply_tx.clone(),
             charge: crate::budget::Charge::none(),
+            list: options.file_log.is_some(),
         };
         if abort.load(Ordering::Relaxed) || jobs.send(job).is_err() {
             break;
@@ -60,6 +64,7 @@ pub(crate) fn copy(
             fatal = fatal.or_else(|| fatal_outcome(&o, dst));
             counts.add_outcome(&o);
             options.progress.add(o.files, o.bytes);
+            report_completed(options, &o);
         }
     }
     drop((jobs, reply_tx));
@@ -70,6 +75,7 @@ pub(crate) fn copy(
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
         counts.add_outcome(&o);
         options.progress.add(o.files, o.bytes);
+        report_completed(options, &o);
     }
     if let Some(e) = fatal {
         return Err(e);
@@ -93,4 +99,11 @@ pub(crate) fn copy(
     )
     .with_durable(options.durable)
     .with_skipped(&skipped.unwrap_or_default()))
+}
+
+/// Tells the transfer's file log (`cp -v`), if it has one, what a batch completed.
+fn report_completed(options: &TransferOptions, o: &crate::pipeline::sink::BatchOutcome) {
+    if let Some(log) = &options.file_log {
+        o.completed.iter().for_each(|p| log.completed(p));
+    }
 }

@@ -101,6 +101,8 @@ pub(crate) fn pull(
                         network_ns: &network_ns,
                         received: &received,
                         admit: None,
+                        list: options.file_log.is_some(),
+                        pace: options.bwlimit.as_ref(),
                     };
                     let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
                     s.spawn(move || {
@@ -165,6 +167,9 @@ pub(crate) fn pull(
                         }
                         counts.add_outcome(&o);
                         options.progress.add(o.files, o.bytes);
+                        if let Some(log) = &options.file_log {
+                            o.completed.iter().for_each(|p| log.completed(p));
+                        }
                     }
                     counts
                 });

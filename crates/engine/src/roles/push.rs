@@ -14,6 +14,8 @@ use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::measurement::listing::PushListing;
+use crate::measurement::pace::Pace;
 use crate::net::Credentials;
 use crate::net::{Conn, Frame, SessionConn};
 use crate::pipeline::send::{self, Next};
@@ -86,6 +88,10 @@ struct Push<'a> {
     drained: AtomicBool,
     tail: Tail,
     refused_streams: AtomicUsize,
+    /// What each batch in flight held, when files are reported as they complete (`cp -v`).
+    listing: Option<PushListing>,
+    /// The rate the streams together keep to (`cp --bwlimit`).
+    pace: Option<&'a Pace>,
 }
 
 impl Push<'_> {
@@ -163,6 +169,8 @@ pub fn push_input(
         drained: AtomicBool::new(false),
         tail: Tail::default(),
         refused_streams: AtomicUsize::new(0),
+        listing: options.file_log.clone().map(PushListing::new),
+        pace: options.bwlimit.as_ref(),
     };
     let mut retirements = Vec::new();
     let mut streams_max = session.plan.streams;
@@ -204,6 +212,7 @@ pub fn push_input(
         abort,
         counts,
         tail,
+        listing,
         ..
     } = push;
     drop(batches);
@@ -222,6 +231,9 @@ pub fn push_input(
     // The server checked what it received against the `Commit`; its answer says what that
     // was, which must be what was sent.
     check_totals(&handle.totals.get(), &remote.totals, &control.peer)?;
+    if let Some(listing) = &listing {
+        listing.finish();
+    }
     // The server's totals are authoritative for what it wrote.
     counts.files = remote.files;
     counts.dirs = remote.dirs;
@@ -471,6 +483,12 @@ impl Lanes<'_> {
         };
         // In flight from before the write: its acknowledgement may overtake the writer.
         let send = |batch: Batch| {
+            if let Some(pace) = push.pace {
+                pace.take(batch.payload_len() as u64);
+            }
+            if let Some(listing) = &push.listing {
+                listing.sending(&batch);
+            }
             lock(self.machine).sending(batch.seq);
             Next::Batch(batch)
         };
@@ -587,6 +605,9 @@ fn receive_acks(
             } => {
                 push.acked.fetch_add(bytes, Ordering::Relaxed);
                 push.progress.add(files as u64, bytes);
+                if let Some(listing) = &push.listing {
+                    listing.acked(seq, &failures);
+                }
                 let o = BatchOutcome {
                     seq,
                     files: files as u64,

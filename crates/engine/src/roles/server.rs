@@ -1003,6 +1003,8 @@ fn serve_push(
                         network_ns: &session.network_ns,
                         received: &received,
                         admit: Some(&admit),
+                        list: false,
+                        pace: None,
                     };
                     receive::receive(
                         &mut conn,
