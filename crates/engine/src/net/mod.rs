@@ -37,6 +37,14 @@ const NOTSENT_LOWAT: u32 = 128 << 10;
 /// of the slowest paths sprat serves, while a client dripping its hello holds a handshake slot
 /// no longer.
 const TLS_HANDSHAKE_PATIENCE: Duration = Duration::from_secs(10);
+/// Waits before connecting again to a server that closed a connection during its TLS
+/// handshake (see `open`).
+const HANDSHAKE_RETRIES: [Duration; 4] = [
+    Duration::from_millis(100),
+    Duration::from_millis(300),
+    Duration::from_millis(900),
+    Duration::from_millis(2700),
+];
 /// Largest frame accepted before authentication.
 const MAX_UNAUTHENTICATED_FRAME: u32 = 4096;
 
@@ -528,13 +536,27 @@ fn open(
     credentials: &Credentials,
     tcp_buffer: Option<u64>,
 ) -> Result<(Conn, Option<TokenKey>, Instant), TransferError> {
-    let started = Instant::now();
-    let stream = open_tcp(addr, tcp_buffer)?;
-    let mut conn = Conn::new(stream, addr.to_string());
-    conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
-    if credentials.trust.encrypt {
-        conn.start_tls_client(credentials)?;
-    }
+    let mut attempt = 0;
+    let (conn, started) = loop {
+        let started = Instant::now();
+        let stream = open_tcp(addr, tcp_buffer)?;
+        let mut conn = Conn::new(stream, addr.to_string());
+        conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
+        if !credentials.trust.encrypt {
+            break (conn, started);
+        }
+        match conn.start_tls_client(credentials) {
+            Ok(()) => break (conn, started),
+            // A server at its limit of connections in their handshake closes new ones at
+            // once (it cannot answer before TLS): such a connection is tried again, a few
+            // times, a little later.
+            Err(TransferError::ConnectionLost { .. }) if attempt < HANDSHAKE_RETRIES.len() => {
+                std::thread::sleep(HANDSHAKE_RETRIES[attempt]);
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     tls::note_connection(conn.tls.as_deref());
     let key = credentials.token().map(|k| k.bound_to(&conn.binding()));
     Ok((conn, key, started))
