@@ -185,11 +185,53 @@ impl WriterPool {
     }
 }
 
-fn attrs(m: &FileMeta) -> Attrs {
-    Attrs {
-        mode: m.mode,
-        mtime_sec: m.mtime_sec,
-        mtime_nsec: m.mtime_nsec,
+/// The sender's names of the owners and groups a batch's entries use (its `UserName` and
+/// `GroupName` entries), for the writer to map to local ids.
+#[derive(Default)]
+struct OwnerNames<'a> {
+    users: Vec<(u32, &'a [u8])>,
+    groups: Vec<(u32, &'a [u8])>,
+}
+
+impl<'a> OwnerNames<'a> {
+    fn of(view: &BatchView<'a>) -> OwnerNames<'a> {
+        let mut names = OwnerNames::default();
+        for e in &view.entries {
+            match e.kind {
+                EntryKind::UserName { id, name } => names.users.push((id, name)),
+                EntryKind::GroupName { id, name } => names.groups.push((id, name)),
+                _ => {}
+            }
+        }
+        names
+    }
+
+    fn find(list: &[(u32, &'a [u8])], id: u32) -> Option<&'a [u8]> {
+        list.iter().find(|(i, _)| *i == id).map(|(_, n)| *n)
+    }
+
+    /// The local (uid, gid) for a sent pair, through `cursor`'s writer (when it sets owners).
+    fn local(&self, cursor: Option<&WriterCursor<'_>>, uid: u32, gid: u32) -> (u32, u32) {
+        match cursor.map(|c| c.tree()) {
+            Some(w) if w.sets_owners() => w.local_owner(
+                uid,
+                Self::find(&self.users, uid),
+                gid,
+                Self::find(&self.groups, gid),
+            ),
+            _ => (uid, gid),
+        }
+    }
+
+    fn attrs(&self, cursor: Option<&WriterCursor<'_>>, m: &FileMeta) -> Attrs {
+        let (uid, gid) = self.local(cursor, m.uid, m.gid);
+        Attrs {
+            mode: m.mode,
+            mtime_sec: m.mtime_sec,
+            mtime_nsec: m.mtime_nsec,
+            uid,
+            gid,
+        }
     }
 }
 
@@ -219,7 +261,11 @@ pub fn write_batch(
         ..BatchOutcome::default()
     };
     let last_path = view.entries.last().map(|e| e.path).unwrap_or_default();
+    let names = OwnerNames::of(&view);
     for entry in &view.entries {
+        let attrs = |cursor: &Option<&mut WriterCursor<'_>>, m: &FileMeta| {
+            names.attrs(cursor.as_deref(), m)
+        };
         let path = entry.path;
         let result = match &entry.kind {
             EntryKind::File { meta, hash, data } => {
@@ -227,8 +273,9 @@ pub fn write_batch(
                     out.fail(path, "checksum mismatch: data corrupted in transit");
                     continue;
                 }
+                let a = attrs(&cursor, meta);
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_file(path, &attrs(meta), data),
+                    Some(c) => c.write_file(path, &a, data),
                     None => Ok(()),
                 }
                 .map(|()| {
@@ -256,8 +303,9 @@ pub fn write_batch(
                     );
                     continue;
                 }
+                let a = attrs(&cursor, meta);
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_chunk(path, &attrs(meta), *file_size, *offset, data, *hash),
+                    Some(c) => c.write_chunk(path, &a, *file_size, *offset, data, *hash),
                     // Discarding: the chunk that ends the file counts it.
                     None if *offset + data.len() as u64 >= *file_size => {
                         Ok(ChunkOutcome::Completed)
@@ -276,32 +324,47 @@ pub fn write_batch(
                     ChunkOutcome::Dropped => {}
                 })
             }
-            EntryKind::Dir { meta } => match cursor.as_deref_mut() {
-                Some(c) => c.make_dir(path, &attrs(meta)),
-                None => Ok(()),
+            EntryKind::Dir { meta } => {
+                let a = attrs(&cursor, meta);
+                match cursor.as_deref_mut() {
+                    Some(c) => c.make_dir(path, &a),
+                    None => Ok(()),
+                }
+                .map(|()| out.dirs += 1)
             }
-            .map(|()| out.dirs += 1),
             EntryKind::Symlink {
                 mtime_sec,
                 mtime_nsec,
+                uid,
+                gid,
                 target,
             } => {
-                let a = Attrs {
-                    mode: 0o777,
-                    mtime_sec: *mtime_sec,
-                    mtime_nsec: *mtime_nsec,
-                };
+                let a = attrs(
+                    &cursor,
+                    &FileMeta {
+                        mode: 0o777,
+                        mtime_sec: *mtime_sec,
+                        mtime_nsec: *mtime_nsec,
+                        uid: *uid,
+                        gid: *gid,
+                    },
+                );
                 match cursor.as_deref_mut() {
                     Some(c) => c.make_symlink(path, target, &a),
                     None => Ok(()),
                 }
                 .map(|()| out.symlinks += 1)
             }
-            EntryKind::Attrs { meta, size } => match cursor.as_deref_mut() {
-                Some(c) => c.set_file_attrs(path, &attrs(meta), *size),
-                None => Ok(()),
+            EntryKind::Attrs { meta, size } => {
+                let a = attrs(&cursor, meta);
+                match cursor.as_deref_mut() {
+                    Some(c) => c.set_file_attrs(path, &a, *size),
+                    None => Ok(()),
+                }
+                .map(|()| out.attrs_fixed += 1)
             }
-            .map(|()| out.attrs_fixed += 1),
+            // Read before the entries (see `OwnerNames`).
+            EntryKind::UserName { .. } | EntryKind::GroupName { .. } => continue,
             EntryKind::Failed { text } => {
                 // A large file of which a chunk could not be read (or changed while it was)
                 // is dropped: its other chunks never make a file under its name.

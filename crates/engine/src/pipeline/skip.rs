@@ -371,6 +371,7 @@ mod tests {
                 mode,
                 mtime_sec: sec,
                 mtime_nsec: nsec,
+                ..Attrs::default()
             },
             ino: 1,
             link_target: None,

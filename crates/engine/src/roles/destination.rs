@@ -91,7 +91,9 @@ pub(crate) fn local_writer(
         writer
             .publishing(options.publish)
             .durable(options.durable)
-            .keep_setid(keep_setid),
+            .keep_setid(keep_setid)
+            .owners(options.owners)
+            .numeric_ids(options.numeric_ids),
     ))
 }
 
