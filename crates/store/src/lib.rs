@@ -22,6 +22,7 @@ pub mod read;
 pub mod relpath;
 pub mod root;
 pub mod scan;
+pub mod sparse;
 pub mod sync;
 mod sys;
 pub mod write;

@@ -746,7 +746,8 @@ impl WriterCursor<'_> {
         let exact = writer.exact_create_mode && mode & 0o7000 == 0;
         let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
-        let result = write_all_at(&fd, data, 0)
+        // A new file: its runs of zeros are left as holes.
+        let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
             .and_then(|()| {
                 // A file created with its exact mode has no setuid or setgid bit to lose.
@@ -904,8 +905,11 @@ impl WriterCursor<'_> {
                 });
             }
             if len > 0 {
-                write_all_at(&file.fd, data, offset)
-                    .map_err(|e| fail(StoreError::new("write", path, e)))?;
+                // Preallocated (or left by an earlier run): runs of zeros are punched out.
+                crate::sparse::write_at(&file.fd, data, offset, false, |d, at| {
+                    write_all_at(&file.fd, d, at)
+                })
+                .map_err(|e| fail(StoreError::new("write", path, e)))?;
                 let record = partial::encode_record(&Record { offset, len, hash });
                 write_all(&file.log, &record)
                     .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;
