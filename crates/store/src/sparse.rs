@@ -14,13 +14,13 @@ use std::os::fd::AsFd;
 /// The unit of a hole: a run of zeros this long, at an offset that is a multiple of it.
 pub const HOLE_BLOCK: usize = 4096;
 
-/// Whether `block` holds only zeros (compared eight bytes at a time).
+/// A block of zeros to compare with.
+static ZEROS: [u8; HOLE_BLOCK] = [0; HOLE_BLOCK];
+
+/// Whether `block` (at most [`HOLE_BLOCK`] bytes) holds only zeros: one `memcmp`, which stops
+/// at the first byte that is not zero.
 fn all_zero(block: &[u8]) -> bool {
-    let (words, rest) = block.split_at(block.len() - block.len() % 8);
-    words
-        .chunks_exact(8)
-        .all(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) == 0)
-        && rest.iter().all(|&b| b == 0)
+    block == &ZEROS[..block.len()]
 }
 
 /// Splits `data`, to be written at file offset `offset`, into runs: `(start, end, zero)`
