@@ -115,8 +115,12 @@ fn id_of(db: Db, name: &[u8]) -> Option<u32> {
     }
 }
 
-/// Most names a cache keeps (a peer sending endless distinct names costs no more than this).
+/// Most ids a sender's [`NameCache`] keeps before it starts again.
 const MAX_CACHED: usize = 4096;
+
+/// Most distinct names a writer looks up ([`LocalIds`]): a peer sending endless distinct
+/// names costs no more lookups and memory than this; names beyond it keep their numeric id.
+pub const MAX_NAMES_LOOKED_UP: usize = 16_384;
 
 /// A sender's names for the ids it scanned, each looked up once.
 #[derive(Debug, Default)]
@@ -145,7 +149,8 @@ fn cached_name(map: &mut HashMap<u32, Option<Vec<u8>>>, db: Db, id: u32) -> Opti
 }
 
 /// The writing side's ids for the names a sender gave, each looked up once; a name the
-/// local database does not know keeps the sender's numeric id, as rsync does.
+/// local database does not know keeps the sender's numeric id, as rsync does (and so does
+/// every name after the first [`MAX_NAMES_LOOKED_UP`]).
 #[derive(Debug, Default)]
 pub struct LocalIds {
     users: Mutex<HashMap<Vec<u8>, Option<u32>>>,
@@ -172,8 +177,8 @@ fn cached_id(map: &Mutex<HashMap<Vec<u8>, Option<u32>>>, db: Db, name: &[u8]) ->
     if let Some(id) = map.get(name) {
         return *id;
     }
-    if map.len() >= MAX_CACHED {
-        map.clear();
+    if map.len() >= MAX_NAMES_LOOKED_UP {
+        return None;
     }
     let id = id_of(db, name);
     map.insert(name.to_vec(), id);

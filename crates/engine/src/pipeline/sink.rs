@@ -15,6 +15,7 @@ use sprat_proto::message::MAX_ACK_FAILURES;
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, Totals};
 use sprat_store::write::ChunkOutcome;
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -189,8 +190,8 @@ impl WriterPool {
 /// `GroupName` entries), for the writer to map to local ids.
 #[derive(Default)]
 struct OwnerNames<'a> {
-    users: Vec<(u32, &'a [u8])>,
-    groups: Vec<(u32, &'a [u8])>,
+    users: HashMap<u32, &'a [u8]>,
+    groups: HashMap<u32, &'a [u8]>,
 }
 
 impl<'a> OwnerNames<'a> {
@@ -198,16 +199,16 @@ impl<'a> OwnerNames<'a> {
         let mut names = OwnerNames::default();
         for e in &view.entries {
             match e.kind {
-                EntryKind::UserName { id, name } => names.users.push((id, name)),
-                EntryKind::GroupName { id, name } => names.groups.push((id, name)),
+                EntryKind::UserName { id, name } => {
+                    names.users.insert(id, name);
+                }
+                EntryKind::GroupName { id, name } => {
+                    names.groups.insert(id, name);
+                }
                 _ => {}
             }
         }
         names
-    }
-
-    fn find(list: &[(u32, &'a [u8])], id: u32) -> Option<&'a [u8]> {
-        list.iter().find(|(i, _)| *i == id).map(|(_, n)| *n)
     }
 
     /// The local (uid, gid) for a sent pair, through `cursor`'s writer (when it sets owners).
@@ -215,9 +216,9 @@ impl<'a> OwnerNames<'a> {
         match cursor.map(|c| c.tree()) {
             Some(w) if w.sets_owners() => w.local_owner(
                 uid,
-                Self::find(&self.users, uid),
+                self.users.get(&uid).copied(),
                 gid,
-                Self::find(&self.groups, gid),
+                self.groups.get(&gid).copied(),
             ),
             _ => (uid, gid),
         }

@@ -93,7 +93,9 @@ pub(crate) fn local_writer(
             .durable(options.durable)
             .keep_setid(keep_setid)
             .owners(options.owners)
-            .numeric_ids(options.numeric_ids),
+            // A local copy's source and destination share one user database: the ids are
+            // the same whichever way they are found.
+            .numeric_ids(options.numeric_ids || !from_peer),
     ))
 }
 
