@@ -297,3 +297,20 @@ fn a_sparse_file_stays_sparse_in_push_pull_and_local_copy() {
     assert_sparse_copy(&src, &copied.join("sparse"), "local copy");
     assert_sparse_copy(&small, &copied.join("small"), "local copy (small)");
 }
+
+#[test]
+fn a_local_re_run_gives_back_an_owner_changed_at_the_destination() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    make_owned_tree(&src);
+    let dst = t.path().join("dst");
+    assert_ok(&cp_local(&[], &src, &dst), None);
+    // Same content, size and mtime: only the owner differs, and the re-run puts it back.
+    lchown(dst.join("a"), Some(0), Some(0)).unwrap();
+    lchown(dst.join("big"), Some(user("daemon")), None).unwrap();
+    assert_ok(&cp_local(&[], &src, &dst), None);
+    assert_eq!(owners(&dst), owners(&src));
+}
