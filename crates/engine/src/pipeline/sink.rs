@@ -394,3 +394,65 @@ pub fn write_batch(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A wire batch of one file owned by the sender's uid and gid 5000, named `daemon` and
+    /// `adm` on the sender (ids that differ from this machine's).
+    fn named_batch() -> Vec<u8> {
+        let meta = FileMeta {
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            uid: 5000,
+            gid: 5000,
+        };
+        let mut b = Batch::new(1, 0);
+        b.data.extend_from_slice(b"x");
+        b.push_file(b"f", &meta, 1, sprat_store::checksum(b"x"));
+        b.push_user_name(5000, b"daemon");
+        b.push_group_name(5000, b"adm");
+        let mut out = b.frame_prefix()[sprat_proto::FRAME_HEADER_LEN..].to_vec();
+        out.extend_from_slice(&b.header);
+        out.extend_from_slice(&b.data);
+        out
+    }
+
+    fn id_of(db: &str, name: &str) -> u32 {
+        let text = std::fs::read_to_string(db).unwrap();
+        text.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f[0] == name).then(|| f[2].parse().unwrap())
+            })
+            .unwrap()
+    }
+
+    /// Writes [`named_batch`] with a writer that sets owners; returns the file's (uid, gid).
+    fn written_owner(numeric: bool) -> (u32, u32) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = sprat_store::Root::create_local(dir.path()).unwrap();
+        let writer = TreeWriter::for_dir(root, false, "sprat-0000abcd".into())
+            .owners(true)
+            .numeric_ids(numeric);
+        let mut cursor = writer.cursor();
+        let out = write_batch(Some(&mut cursor), &Incoming::Wire(named_batch()));
+        assert!(out.failures.is_empty() && out.fatal.is_none(), "{out:?}");
+        assert_eq!(out.files, 1);
+        let m = std::fs::metadata(dir.path().join("f")).unwrap();
+        (m.uid(), m.gid())
+    }
+
+    #[test]
+    fn owners_are_mapped_by_the_names_sent_unless_numeric() {
+        if !sprat_store::owner::running_as_root() {
+            return;
+        }
+        let local = (id_of("/etc/passwd", "daemon"), id_of("/etc/group", "adm"));
+        assert_eq!(written_owner(false), local);
+        assert_eq!(written_owner(true), (5000, 5000));
+    }
+}
