@@ -439,7 +439,7 @@ mod tests {
             .owners(true)
             .numeric_ids(numeric);
         let mut cursor = writer.cursor();
-        let out = write_batch(Some(&mut cursor), &Incoming::Wire(named_batch()));
+        let out = write_batch(Some(&mut cursor), &Incoming::Wire(named_batch()), false);
         assert!(out.failures.is_empty() && out.fatal.is_none(), "{out:?}");
         assert_eq!(out.files, 1);
         let m = std::fs::metadata(dir.path().join("f")).unwrap();
