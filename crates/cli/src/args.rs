@@ -508,6 +508,17 @@ pub struct Tuning {
     /// directories always keep theirs (a setgid directory passes its group on).
     #[arg(long)]
     pub keep_setuid: bool,
+    /// Do not copy owners and groups. By default, like `rsync -a`, each file, directory and
+    /// link gets the owner and group of its source, matched by user and group name (a name
+    /// unknown on the writing side keeps the numeric id), when the writing side runs as
+    /// root; anyone else leaves what it writes owned by itself, silently. On `serve`: the
+    /// server never applies the owners clients push (they stay the server's user's).
+    #[arg(long)]
+    pub no_owners: bool,
+    /// Copy owners and groups as numeric ids, not matched by name (like rsync's
+    /// `--numeric-ids`). On `cp`: for a push, the server uses the ids as sent.
+    #[arg(long)]
+    pub numeric_ids: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

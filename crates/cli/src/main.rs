@@ -150,6 +150,8 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Rename => PublishChoice::Rename,
         },
         keep_setid: t.keep_setuid,
+        owners: !t.no_owners,
+        numeric_ids: t.numeric_ids,
         skip: SkipRule::QuickCheck,
         delete: false,
         ..TransferOptions::default()

@@ -1103,6 +1103,8 @@ mod raw {
             source_is_dir: true,
             durable: false,
             discard: false,
+            owners: true,
+            numeric_ids: false,
         };
         open(srv, from, op, path.as_bytes())
     }

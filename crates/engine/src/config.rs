@@ -47,6 +47,12 @@ pub struct TransferOptions {
     /// bits (a server's pushes, a client's pulls); by default they are cleared. A local copy
     /// always keeps them.
     pub keep_setid: bool,
+    /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
+    /// root, left as the writing user's by anyone else. On a server: whether it applies the
+    /// owners clients ask for (`sprat serve --no-owners` refuses them).
+    pub owners: bool,
+    /// Owners and groups are taken as the numeric ids sent, not mapped by name.
+    pub numeric_ids: bool,
     /// What of the destination a copy leaves alone (files already there).
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
@@ -106,6 +112,8 @@ impl Default for TransferOptions {
             read_order: ReadOrder::Scan,
             publish: PublishChoice::Auto,
             keep_setid: false,
+            owners: true,
+            numeric_ids: false,
             skip: SkipRule::QuickCheck,
             delete: false,
             selection: Selection::default(),

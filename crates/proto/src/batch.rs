@@ -34,14 +34,23 @@ const ENTRY_SYMLINK: u8 = 3;
 const ENTRY_CHUNK: u8 = 4;
 const ENTRY_FAILED: u8 = 5;
 const ENTRY_ATTRS: u8 = 6;
+const ENTRY_USER: u8 = 7;
+const ENTRY_GROUP: u8 = 8;
 
-/// Permission bits and modification time, as copied to the destination.
+/// Longest user or group name a batch carries (longer names travel as numeric ids only).
+pub const MAX_OWNER_NAME: usize = 255;
+
+/// Permission bits, modification time and owner, as copied to the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileMeta {
     /// Permission bits (`mode & 0o7777`).
     pub mode: u32,
     pub mtime_sec: i64,
     pub mtime_nsec: u32,
+    /// The sender's numeric owner and group; their names, when the sender has them, travel
+    /// once per batch as [`EntryKind::UserName`] and [`EntryKind::GroupName`] entries.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// What one entry of a batch describes.
@@ -59,6 +68,8 @@ pub enum EntryKind<'a> {
     Symlink {
         mtime_sec: i64,
         mtime_nsec: u32,
+        uid: u32,
+        gid: u32,
         target: &'a [u8],
     },
     /// One piece of a large file: `data` goes at `offset` of a file of `file_size` bytes.
@@ -74,6 +85,11 @@ pub enum EntryKind<'a> {
     /// The destination already has this file's content (`size` bytes): only its mode and
     /// mtime are to be set.
     Attrs { meta: FileMeta, size: u64 },
+    /// The sender's name for user `id`, for the entries of this batch (path empty): a
+    /// receiver that maps owners by name looks it up in its own user database.
+    UserName { id: u32, name: &'a [u8] },
+    /// The sender's name for group `id` (as [`EntryKind::UserName`]).
+    GroupName { id: u32, name: &'a [u8] },
 }
 
 /// One decoded entry.
@@ -187,6 +203,8 @@ impl Batch {
         self.header.extend_from_slice(&meta.mtime_sec.to_le_bytes());
         self.header
             .extend_from_slice(&meta.mtime_nsec.to_le_bytes());
+        self.header.extend_from_slice(&meta.uid.to_le_bytes());
+        self.header.extend_from_slice(&meta.gid.to_le_bytes());
     }
 
     /// Records a file whose `len` bytes were just appended to `data`.
@@ -224,11 +242,34 @@ impl Batch {
         self.put_meta(meta);
     }
 
-    pub fn push_symlink(&mut self, path: &[u8], mtime_sec: i64, mtime_nsec: u32, target: &[u8]) {
+    /// Records a symlink; of `meta`, its mtime and owner travel (a link has no mode).
+    pub fn push_symlink(&mut self, path: &[u8], meta: &FileMeta, target: &[u8]) {
         self.begin(ENTRY_SYMLINK, path);
-        self.header.extend_from_slice(&mtime_sec.to_le_bytes());
-        self.header.extend_from_slice(&mtime_nsec.to_le_bytes());
+        self.header.extend_from_slice(&meta.mtime_sec.to_le_bytes());
+        self.header
+            .extend_from_slice(&meta.mtime_nsec.to_le_bytes());
+        self.header.extend_from_slice(&meta.uid.to_le_bytes());
+        self.header.extend_from_slice(&meta.gid.to_le_bytes());
         put_bytes16(&mut self.header, target);
+    }
+
+    /// Records the sender's name of user `id` (left out when empty, too long or with a NUL,
+    /// or when the batch holds [`MAX_ENTRIES`] already: the id alone travels then).
+    pub fn push_user_name(&mut self, id: u32, name: &[u8]) {
+        if owner_name_ok(name) && self.count < MAX_ENTRIES {
+            self.begin(ENTRY_USER, b"");
+            self.header.extend_from_slice(&id.to_le_bytes());
+            put_bytes16(&mut self.header, name);
+        }
+    }
+
+    /// Records the sender's name of group `id` (as [`Batch::push_user_name`]).
+    pub fn push_group_name(&mut self, id: u32, name: &[u8]) {
+        if owner_name_ok(name) && self.count < MAX_ENTRIES {
+            self.begin(ENTRY_GROUP, b"");
+            self.header.extend_from_slice(&id.to_le_bytes());
+            put_bytes16(&mut self.header, name);
+        }
     }
 
     /// Records a file whose content the destination already has: set its attributes only.
@@ -376,6 +417,8 @@ impl<'a> BatchView<'a> {
                 ENTRY_SYMLINK => {
                     let mtime_sec = r.i64("mtime")?;
                     let mtime_nsec = read_nsec(&mut r)?;
+                    let uid = r.u32("owner")?;
+                    let gid = r.u32("group")?;
                     let target = r.bytes16("link target", MAX_PATH)?;
                     if target.is_empty() || target.contains(&0) {
                         return Err(DecodeError::Invalid {
@@ -386,6 +429,8 @@ impl<'a> BatchView<'a> {
                     EntryKind::Symlink {
                         mtime_sec,
                         mtime_nsec,
+                        uid,
+                        gid,
                         target,
                     }
                 }
@@ -417,6 +462,21 @@ impl<'a> BatchView<'a> {
                     meta: read_meta(&mut r)?,
                     size: r.u64("file size")?,
                 },
+                ENTRY_USER | ENTRY_GROUP => {
+                    let id = r.u32("owner id")?;
+                    let name = r.bytes16("owner name", MAX_OWNER_NAME)?;
+                    if !path.is_empty() || !owner_name_ok(name) {
+                        return Err(DecodeError::Invalid {
+                            what: "owner name",
+                            why: "empty, with a NUL, or given a path",
+                        });
+                    }
+                    if entry == ENTRY_USER {
+                        EntryKind::UserName { id, name }
+                    } else {
+                        EntryKind::GroupName { id, name }
+                    }
+                }
                 other => {
                     return Err(DecodeError::Unknown {
                         what: "entry kind",
@@ -457,7 +517,14 @@ fn read_meta(r: &mut Reader<'_>) -> Result<FileMeta, DecodeError> {
         mode,
         mtime_sec: r.i64("mtime")?,
         mtime_nsec: read_nsec(r)?,
+        uid: r.u32("owner")?,
+        gid: r.u32("group")?,
     })
+}
+
+/// Whether `name` can travel as a user or group name.
+fn owner_name_ok(name: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= MAX_OWNER_NAME && !name.contains(&0)
 }
 
 #[cfg(test)]
@@ -470,17 +537,21 @@ mod tests {
             mode: 0o644,
             mtime_sec: 1_700_000_000,
             mtime_nsec: 123,
+            uid: 1000,
+            gid: 4,
         };
         let mut b = Batch::new(7, 0);
         b.data.extend_from_slice(b"hello");
         b.push_file(b"a/b\xff", &meta, 5, 42);
         b.push_dir(b"", &meta);
-        b.push_symlink(b"l", 1, 2, b"../x");
+        b.push_symlink(b"l", &meta, b"../x");
         b.data.extend_from_slice(b"xy");
         b.push_chunk(b"big", &meta, 10, 8, 2, 9);
         b.push_failed(b"gone", "No such file");
         b.push_file(b"empty", &meta, 0, 0);
         b.push_attrs(b"same", &meta, 1234);
+        b.push_user_name(1000, b"alice");
+        b.push_group_name(4, b"adm");
         b
     }
 
@@ -515,7 +586,21 @@ mod tests {
         let bytes = payload(&b);
         let view = BatchView::decode(&bytes).unwrap();
         assert_eq!(view.seq, 7);
-        assert_eq!(view.entries.len(), 7);
+        assert_eq!(view.entries.len(), 9);
+        assert_eq!(
+            view.entries[7].kind,
+            EntryKind::UserName {
+                id: 1000,
+                name: b"alice"
+            }
+        );
+        assert_eq!(
+            view.entries[8].kind,
+            EntryKind::GroupName {
+                id: 4,
+                name: b"adm"
+            }
+        );
         assert_eq!(view.entries, b.view().unwrap().entries);
         assert!(matches!(
             view.entries[6].kind,

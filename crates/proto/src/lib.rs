@@ -23,4 +23,4 @@ pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;

@@ -20,10 +20,14 @@ pub enum Operation {
     /// The client sends a tree; the server writes it under `path`. `durable`: the server
     /// syncs each batch to stable storage before acknowledging it. `discard`: the server
     /// verifies and counts every batch but writes nothing (a network-only measurement).
+    /// `owners`: the server sets each item's owner and group as sent (if it runs as root
+    /// and allows it), mapped by name unless `numeric_ids`.
     Push {
         source_is_dir: bool,
         durable: bool,
         discard: bool,
+        owners: bool,
+        numeric_ids: bool,
     },
     /// The server sends the tree at `path`; the client writes it. With a `check`, the client
     /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
@@ -299,10 +303,16 @@ impl Message {
                         source_is_dir,
                         durable,
                         discard,
+                        owners,
+                        numeric_ids,
                     } => {
                         out.push(1);
                         out.push(
-                            *source_is_dir as u8 | (*durable as u8) << 1 | (*discard as u8) << 2,
+                            *source_is_dir as u8
+                                | (*durable as u8) << 1
+                                | (*discard as u8) << 2
+                                | (*owners as u8) << 3
+                                | (*numeric_ids as u8) << 4,
                         );
                     }
                     Operation::Pull { check } => {
@@ -455,6 +465,8 @@ impl Message {
                         source_is_dir: flags & PUSH_SOURCE_IS_DIR != 0,
                         durable: flags & PUSH_DURABLE != 0,
                         discard: flags & PUSH_DISCARD != 0,
+                        owners: flags & PUSH_OWNERS != 0,
+                        numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
                     },
                     (1, _) => {
                         return Err(DecodeError::Invalid {
@@ -574,7 +586,10 @@ impl Message {
 const PUSH_SOURCE_IS_DIR: u8 = 1;
 const PUSH_DURABLE: u8 = 2;
 const PUSH_DISCARD: u8 = 4;
-const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR | PUSH_DURABLE | PUSH_DISCARD;
+const PUSH_OWNERS: u8 = 8;
+const PUSH_NUMERIC_IDS: u8 = 16;
+const PUSH_FLAGS: u8 =
+    PUSH_SOURCE_IS_DIR | PUSH_DURABLE | PUSH_DISCARD | PUSH_OWNERS | PUSH_NUMERIC_IDS;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -635,6 +650,8 @@ mod tests {
                 source_is_dir: true,
                 durable: false,
                 discard: true,
+                owners: true,
+                numeric_ids: false,
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),
@@ -645,6 +662,8 @@ mod tests {
                 source_is_dir: false,
                 durable: true,
                 discard: false,
+                owners: true,
+                numeric_ids: false,
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),

@@ -231,6 +231,16 @@ impl<'r> BatchReader<'r> {
                 opened = keyed.into_iter().map(|(_, o)| o).collect();
             }
         }
+        // A chunk of a large file that lies wholly in a hole is not read: its slot keeps the
+        // zeros it was made with (checked against the scan afterwards like any read).
+        let (holes, opened): (Vec<_>, Vec<_>) = opened
+            .into_iter()
+            .partition(|(i, fd)| !items[*i].whole && in_hole(fd, items[*i].offset, items[*i].len));
+        for (i, fd) in &holes {
+            state.got[*i] = items[*i].len as usize;
+            state.errors[*i] = None;
+            state.changed[*i] = !unchanged(fd, &items[*i].scanned);
+        }
         // Phase 2: the data, in that order.
         let mut requests: Vec<ReadRequest> = opened
             .iter()
@@ -246,7 +256,7 @@ impl<'r> BatchReader<'r> {
         let mut use_pread = true;
         // The ring takes the buffer; it only does when nothing precedes this batch's data in
         // it, so that a failure of the ring itself (the buffer is then lost) loses nothing else.
-        if let (Some(ring), 0) = (&mut self.uring, start) {
+        if let (Some(ring), 0, false) = (&mut self.uring, start, requests.is_empty()) {
             let len = buf.len();
             match ring.read_all(&mut requests, std::mem::take(buf)) {
                 Ok(b) => {
@@ -281,6 +291,18 @@ impl<'r> BatchReader<'r> {
                 state.changed[*i] = !unchanged(fd, &items[*i].scanned);
             }
         }
+    }
+}
+
+/// Whether `len` bytes at `offset` of `fd` are all a hole (`SEEK_DATA` finds no data before
+/// their end); any doubt (an error, a file system without `SEEK_DATA`) says no: read them.
+fn in_hole(fd: &OwnedFd, offset: u64, len: u64) -> bool {
+    match rustix::fs::seek(fd, rustix::fs::SeekFrom::Data(offset)) {
+        Ok(data) => data >= offset.saturating_add(len),
+        // No data from `offset` to the end: a hole, or a file now shorter than the scan saw
+        // (which the check against the scan after the read reports).
+        Err(Errno::NXIO) => true,
+        Err(_) => false,
     }
 }
 
@@ -455,6 +477,59 @@ pub(crate) mod tests {
         for r in [whole, chunk] {
             let err = r.unwrap_err().to_string();
             assert!(err.contains(crate::read::NOT_REGULAR), "{err}");
+        }
+    }
+
+    /// Chunks in a hole are not read but give zeros; chunks with data are read, whichever
+    /// back end; a file shorter than scanned is still refused.
+    #[test]
+    fn chunks_in_holes_read_as_zeros() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(4 << 20).unwrap();
+        f.write_all_at(b"data", (1 << 20) + 10).unwrap();
+        let content = std::fs::read(&path).unwrap();
+        let st = std::fs::metadata(&path).unwrap();
+        let scanned = Scanned {
+            size: st.len(),
+            mtime_sec: st.mtime(),
+            mtime_nsec: st.mtime_nsec() as u32,
+        };
+        let root = Root::open(dir.path()).unwrap();
+        for backend in [IoBackend::Threads, IoBackend::Uring] {
+            let items: Vec<ReadItem<'_>> = (0..4u64)
+                .map(|c| ReadItem {
+                    path: b"sparse",
+                    offset: c << 20,
+                    len: 1 << 20,
+                    whole: false,
+                    scanned,
+                })
+                .collect();
+            let mut reader = BatchReader::new(&root, None, ReadOrder::Scan, backend);
+            let mut buf = vec![0xEE; 3];
+            let results = reader.read(&items, &mut buf);
+            assert_eq!(&buf[3..], &content[..], "{backend:?}");
+            for (c, r) in results.into_iter().enumerate() {
+                let (n, hash) = r.unwrap();
+                let want = &content[c << 20..(c + 1) << 20];
+                assert_eq!((n, hash), (1 << 20, crate::attrs::checksum(want)));
+            }
+            let shorter = Scanned {
+                size: st.len() + 1,
+                ..scanned
+            };
+            let items = [ReadItem {
+                path: b"sparse",
+                offset: 3 << 20,
+                len: 1 << 20,
+                whole: false,
+                scanned: shorter,
+            }];
+            let mut buf = Vec::new();
+            assert!(reader.read(&items, &mut buf)[0].is_err(), "{backend:?}");
         }
     }
 

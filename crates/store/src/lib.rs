@@ -5,8 +5,8 @@
 //! attributes and byte slices, and returns data and errors that name the path and operation.
 //! The engine decides what to read and write and in which order.
 //!
-//! `unsafe` is denied everywhere but in `sys` (FIEMAP and io_uring), where each block says why
-//! it is sound.
+//! `unsafe` is denied everywhere but in `sys` (FIEMAP and io_uring) and `owner` (user and
+//! group names from libc), where each block says why it is sound.
 #![deny(unsafe_code)]
 
 pub mod attrs;
@@ -16,11 +16,13 @@ pub mod error;
 pub mod filter;
 pub mod limit;
 pub mod namespace;
+pub mod owner;
 pub mod partial;
 pub mod read;
 pub mod relpath;
 pub mod root;
 pub mod scan;
+pub mod sparse;
 pub mod sync;
 mod sys;
 pub mod write;

@@ -378,7 +378,9 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
         | StatxFlags::MODE
         | StatxFlags::SIZE
         | StatxFlags::MTIME
-        | StatxFlags::INO;
+        | StatxFlags::INO
+        | StatxFlags::UID
+        | StatxFlags::GID;
     let st = match statx(&dir, name, flags, mask) {
         Ok(st) => st,
         Err(e) => return Err(StoreError::new("stat", &path, e)),
@@ -401,6 +403,8 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
             mode: st.stx_mode as u32 & 0o7777,
             mtime_sec: st.stx_mtime.tv_sec,
             mtime_nsec: st.stx_mtime.tv_nsec,
+            uid: st.stx_uid,
+            gid: st.stx_gid,
         },
         ino: st.stx_ino,
         link_target: None,

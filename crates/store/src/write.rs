@@ -56,6 +56,10 @@ pub struct TreeWriter {
     exact_create_mode: bool,
     /// Regular files keep their setuid and setgid bits (see [`TreeWriter::keep_setid`]).
     keep_setid: bool,
+    /// Owners and groups are set as sent (see [`TreeWriter::owners`]).
+    owners: bool,
+    /// Sent names mapped to local ids (see [`TreeWriter::local_owner`]); `None`: ids as sent.
+    ids: Option<crate::owner::LocalIds>,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
     publish: AtomicU8,
     /// Batches are synced to stable storage before they count as written.
@@ -240,6 +244,8 @@ impl TreeWriter {
             settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             keep_setid: false,
+            owners: false,
+            ids: Some(crate::owner::LocalIds::default()),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
             syncs: Mutex::new(SyncState::default()),
@@ -335,6 +341,51 @@ impl TreeWriter {
     pub fn keep_setid(mut self, keep: bool) -> TreeWriter {
         self.keep_setid = keep;
         self
+    }
+
+    /// Whether every item written gets the owner and group of its [`Attrs`] (`uid`, `gid`),
+    /// as `rsync -a` run as root does: only when `apply` and this process runs as root
+    /// (anyone else leaves what it writes owned by itself, silently). Owners are set before
+    /// the mode, since a change of owner clears the setuid and setgid bits.
+    pub fn owners(mut self, apply: bool) -> TreeWriter {
+        self.owners = apply && crate::owner::running_as_root();
+        self
+    }
+
+    /// Whether owners and groups are mapped by name (the default) or taken as the numeric
+    /// ids sent (`numeric`, like rsync's `--numeric-ids`).
+    pub fn numeric_ids(mut self, numeric: bool) -> TreeWriter {
+        self.ids = (!numeric).then(crate::owner::LocalIds::default);
+        self
+    }
+
+    /// Whether this writer sets owners (see [`TreeWriter::owners`]).
+    pub fn sets_owners(&self) -> bool {
+        self.owners
+    }
+
+    /// The local owner and group for the sender's `uid` and `gid` and their names (when the
+    /// sender had them): by name unless numeric ids were asked, falling back to the number.
+    pub fn local_owner(
+        &self,
+        uid: u32,
+        user: Option<&[u8]>,
+        gid: u32,
+        group: Option<&[u8]>,
+    ) -> (u32, u32) {
+        match &self.ids {
+            Some(ids) if self.owners => (ids.uid(uid, user), ids.gid(gid, group)),
+            _ => (uid, gid),
+        }
+    }
+
+    /// Sets the owner and group of `fd` when this writer sets owners.
+    fn chown_fd(&self, fd: &impl AsFd, attrs: &Attrs) -> Result<(), Errno> {
+        if !self.owners {
+            return Ok(());
+        }
+        let (uid, gid) = owner_ids(attrs);
+        rustix::fs::fchown(fd, uid, gid)
     }
 
     /// The mode a regular file is given for the `mode` it was sent with.
@@ -555,6 +606,7 @@ impl TreeWriter {
                 .base
                 .open_dir_nofollow(&path)
                 .and_then(|fd| {
+                    self.chown_fd(&fd, &attrs)?;
                     fchmod(&fd, Mode::from_raw_mode(attrs.mode))?;
                     futimens(&fd, &timestamps(&attrs))
                 })
@@ -694,14 +746,18 @@ impl WriterCursor<'_> {
         let exact = writer.exact_create_mode && mode & 0o7000 == 0;
         let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
-        let result = write_all_at(&fd, data, 0)
+        // A new file: its runs of zeros are left as holes.
+        let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
             .and_then(|()| {
-                let set = if exact {
-                    Ok(())
-                } else {
-                    fchmod(&fd, Mode::from_raw_mode(mode))
-                };
+                // A file created with its exact mode has no setuid or setgid bit to lose.
+                let set = writer.chown_fd(&fd, attrs).and_then(|()| {
+                    if exact {
+                        Ok(())
+                    } else {
+                        fchmod(&fd, Mode::from_raw_mode(mode))
+                    }
+                });
                 set.and_then(|()| futimens(&fd, &timestamps(attrs)))
                     .map_err(|e| StoreError::new("set attributes of", path, e))
             })
@@ -758,7 +814,9 @@ impl WriterCursor<'_> {
         if !is_that_file(&st) || st.stx_ino != before.stx_ino {
             return Err(changed());
         }
-        fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode)))
+        writer
+            .chown_fd(&fd, attrs)
+            .and_then(|()| fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode))))
             .and_then(|()| futimens(&fd, &timestamps(attrs)))
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
@@ -847,8 +905,11 @@ impl WriterCursor<'_> {
                 });
             }
             if len > 0 {
-                write_all_at(&file.fd, data, offset)
-                    .map_err(|e| fail(StoreError::new("write", path, e)))?;
+                // Preallocated (or left by an earlier run): runs of zeros are punched out.
+                crate::sparse::write_at(&file.fd, data, offset, false, |d, at| {
+                    write_all_at(&file.fd, d, at)
+                })
+                .map_err(|e| fail(StoreError::new("write", path, e)))?;
                 let record = partial::encode_record(&Record { offset, len, hash });
                 write_all(&file.log, &record)
                     .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;
@@ -873,7 +934,9 @@ impl WriterCursor<'_> {
             mode: writer.file_mode(attrs.mode),
             ..*attrs
         };
-        finish_file(&file.fd, &attrs)
+        writer
+            .chown_fd(&file.fd, &attrs)
+            .and_then(|()| finish_file(&file.fd, &attrs))
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
         match rename_into_place(&file.dir, &file.part, &file.name) {
             Ok(()) => {}
@@ -955,14 +1018,24 @@ impl WriterCursor<'_> {
             other => other,
         }
         .map_err(|e| StoreError::new("create symlink", path, e))?;
-        let result = utimensat(
-            dir,
-            os(&temp),
-            &timestamps(attrs),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .and_then(|()| rename_into_place(dir, &temp, name))
-        .map_err(|e| StoreError::new("create symlink", path, e));
+        let chown = || {
+            if !writer.owners {
+                return Ok(());
+            }
+            let (uid, gid) = owner_ids(attrs);
+            rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
+        };
+        let result = chown()
+            .and_then(|()| {
+                utimensat(
+                    dir,
+                    os(&temp),
+                    &timestamps(attrs),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+            })
+            .and_then(|()| rename_into_place(dir, &temp, name))
+            .map_err(|e| StoreError::new("create symlink", path, e));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
@@ -1305,6 +1378,14 @@ fn write_all(fd: &OwnedFd, mut data: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// The owner and group to set for `attrs` (an id of `-1` leaves that one alone: it is no id).
+fn owner_ids(attrs: &Attrs) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>) {
+    (
+        (attrs.uid != u32::MAX).then(|| rustix::fs::Uid::from_raw(attrs.uid)),
+        (attrs.gid != u32::MAX).then(|| rustix::fs::Gid::from_raw(attrs.gid)),
+    )
+}
+
 fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
     fchmod(fd, Mode::from_raw_mode(attrs.mode))?;
     futimens(fd, &timestamps(attrs))
@@ -1347,6 +1428,7 @@ mod tests {
             mode,
             mtime_sec: 1_600_000_000,
             mtime_nsec: 123_456_789,
+            ..Attrs::default()
         }
     }
 

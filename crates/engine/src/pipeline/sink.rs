@@ -15,6 +15,7 @@ use sprat_proto::message::MAX_ACK_FAILURES;
 use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, Totals};
 use sprat_store::write::ChunkOutcome;
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -185,11 +186,53 @@ impl WriterPool {
     }
 }
 
-fn attrs(m: &FileMeta) -> Attrs {
-    Attrs {
-        mode: m.mode,
-        mtime_sec: m.mtime_sec,
-        mtime_nsec: m.mtime_nsec,
+/// The sender's names of the owners and groups a batch's entries use (its `UserName` and
+/// `GroupName` entries), for the writer to map to local ids.
+#[derive(Default)]
+struct OwnerNames<'a> {
+    users: HashMap<u32, &'a [u8]>,
+    groups: HashMap<u32, &'a [u8]>,
+}
+
+impl<'a> OwnerNames<'a> {
+    fn of(view: &BatchView<'a>) -> OwnerNames<'a> {
+        let mut names = OwnerNames::default();
+        for e in &view.entries {
+            match e.kind {
+                EntryKind::UserName { id, name } => {
+                    names.users.insert(id, name);
+                }
+                EntryKind::GroupName { id, name } => {
+                    names.groups.insert(id, name);
+                }
+                _ => {}
+            }
+        }
+        names
+    }
+
+    /// The local (uid, gid) for a sent pair, through `cursor`'s writer (when it sets owners).
+    fn local(&self, cursor: Option<&WriterCursor<'_>>, uid: u32, gid: u32) -> (u32, u32) {
+        match cursor.map(|c| c.tree()) {
+            Some(w) if w.sets_owners() => w.local_owner(
+                uid,
+                self.users.get(&uid).copied(),
+                gid,
+                self.groups.get(&gid).copied(),
+            ),
+            _ => (uid, gid),
+        }
+    }
+
+    fn attrs(&self, cursor: Option<&WriterCursor<'_>>, m: &FileMeta) -> Attrs {
+        let (uid, gid) = self.local(cursor, m.uid, m.gid);
+        Attrs {
+            mode: m.mode,
+            mtime_sec: m.mtime_sec,
+            mtime_nsec: m.mtime_nsec,
+            uid,
+            gid,
+        }
     }
 }
 
@@ -219,7 +262,11 @@ pub fn write_batch(
         ..BatchOutcome::default()
     };
     let last_path = view.entries.last().map(|e| e.path).unwrap_or_default();
+    let names = OwnerNames::of(&view);
     for entry in &view.entries {
+        let attrs = |cursor: &Option<&mut WriterCursor<'_>>, m: &FileMeta| {
+            names.attrs(cursor.as_deref(), m)
+        };
         let path = entry.path;
         let result = match &entry.kind {
             EntryKind::File { meta, hash, data } => {
@@ -227,8 +274,9 @@ pub fn write_batch(
                     out.fail(path, "checksum mismatch: data corrupted in transit");
                     continue;
                 }
+                let a = attrs(&cursor, meta);
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_file(path, &attrs(meta), data),
+                    Some(c) => c.write_file(path, &a, data),
                     None => Ok(()),
                 }
                 .map(|()| {
@@ -256,8 +304,9 @@ pub fn write_batch(
                     );
                     continue;
                 }
+                let a = attrs(&cursor, meta);
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_chunk(path, &attrs(meta), *file_size, *offset, data, *hash),
+                    Some(c) => c.write_chunk(path, &a, *file_size, *offset, data, *hash),
                     // Discarding: the chunk that ends the file counts it.
                     None if *offset + data.len() as u64 >= *file_size => {
                         Ok(ChunkOutcome::Completed)
@@ -276,32 +325,47 @@ pub fn write_batch(
                     ChunkOutcome::Dropped => {}
                 })
             }
-            EntryKind::Dir { meta } => match cursor.as_deref_mut() {
-                Some(c) => c.make_dir(path, &attrs(meta)),
-                None => Ok(()),
+            EntryKind::Dir { meta } => {
+                let a = attrs(&cursor, meta);
+                match cursor.as_deref_mut() {
+                    Some(c) => c.make_dir(path, &a),
+                    None => Ok(()),
+                }
+                .map(|()| out.dirs += 1)
             }
-            .map(|()| out.dirs += 1),
             EntryKind::Symlink {
                 mtime_sec,
                 mtime_nsec,
+                uid,
+                gid,
                 target,
             } => {
-                let a = Attrs {
-                    mode: 0o777,
-                    mtime_sec: *mtime_sec,
-                    mtime_nsec: *mtime_nsec,
-                };
+                let a = attrs(
+                    &cursor,
+                    &FileMeta {
+                        mode: 0o777,
+                        mtime_sec: *mtime_sec,
+                        mtime_nsec: *mtime_nsec,
+                        uid: *uid,
+                        gid: *gid,
+                    },
+                );
                 match cursor.as_deref_mut() {
                     Some(c) => c.make_symlink(path, target, &a),
                     None => Ok(()),
                 }
                 .map(|()| out.symlinks += 1)
             }
-            EntryKind::Attrs { meta, size } => match cursor.as_deref_mut() {
-                Some(c) => c.set_file_attrs(path, &attrs(meta), *size),
-                None => Ok(()),
+            EntryKind::Attrs { meta, size } => {
+                let a = attrs(&cursor, meta);
+                match cursor.as_deref_mut() {
+                    Some(c) => c.set_file_attrs(path, &a, *size),
+                    None => Ok(()),
+                }
+                .map(|()| out.attrs_fixed += 1)
             }
-            .map(|()| out.attrs_fixed += 1),
+            // Read before the entries (see `OwnerNames`).
+            EntryKind::UserName { .. } | EntryKind::GroupName { .. } => continue,
             EntryKind::Failed { text } => {
                 // A large file of which a chunk could not be read (or changed while it was)
                 // is dropped: its other chunks never make a file under its name.
@@ -329,4 +393,66 @@ pub fn write_batch(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A wire batch of one file owned by the sender's uid and gid 5000, named `daemon` and
+    /// `adm` on the sender (ids that differ from this machine's).
+    fn named_batch() -> Vec<u8> {
+        let meta = FileMeta {
+            mode: 0o644,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            uid: 5000,
+            gid: 5000,
+        };
+        let mut b = Batch::new(1, 0);
+        b.data.extend_from_slice(b"x");
+        b.push_file(b"f", &meta, 1, sprat_store::checksum(b"x"));
+        b.push_user_name(5000, b"daemon");
+        b.push_group_name(5000, b"adm");
+        let mut out = b.frame_prefix()[sprat_proto::FRAME_HEADER_LEN..].to_vec();
+        out.extend_from_slice(&b.header);
+        out.extend_from_slice(&b.data);
+        out
+    }
+
+    fn id_of(db: &str, name: &str) -> u32 {
+        let text = std::fs::read_to_string(db).unwrap();
+        text.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f[0] == name).then(|| f[2].parse().unwrap())
+            })
+            .unwrap()
+    }
+
+    /// Writes [`named_batch`] with a writer that sets owners; returns the file's (uid, gid).
+    fn written_owner(numeric: bool) -> (u32, u32) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = sprat_store::Root::create_local(dir.path()).unwrap();
+        let writer = TreeWriter::for_dir(root, false, "sprat-0000abcd".into())
+            .owners(true)
+            .numeric_ids(numeric);
+        let mut cursor = writer.cursor();
+        let out = write_batch(Some(&mut cursor), &Incoming::Wire(named_batch()), false);
+        assert!(out.failures.is_empty() && out.fatal.is_none(), "{out:?}");
+        assert_eq!(out.files, 1);
+        let m = std::fs::metadata(dir.path().join("f")).unwrap();
+        (m.uid(), m.gid())
+    }
+
+    #[test]
+    fn owners_are_mapped_by_the_names_sent_unless_numeric() {
+        if !sprat_store::owner::running_as_root() {
+            return;
+        }
+        let local = (id_of("/etc/passwd", "daemon"), id_of("/etc/group", "adm"));
+        assert_eq!(written_owner(false), local);
+        assert_eq!(written_owner(true), (5000, 5000));
+    }
 }

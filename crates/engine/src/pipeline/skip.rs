@@ -46,6 +46,8 @@ pub struct DestEntry {
     /// XXH3-128 of its content, when the index was made for `--checksum` and the file could
     /// be read.
     pub digest: Option<u128>,
+    /// Its (uid, gid), when the index knows them (a scan of a local destination).
+    pub owner: Option<(u32, u32)>,
 }
 
 /// What to do with one source entry.
@@ -109,6 +111,9 @@ pub struct DestIndex {
     /// setgid bits of regular files unless told to keep them: a file lacking only those
     /// bits of its source's mode counts as having the source's mode.
     setid_cleared: bool,
+    /// The copy sets owners with the same ids as the source's (a local copy as root): a
+    /// file whose owner or group alone differs gets its attributes set.
+    owners_compared: bool,
 }
 
 impl DestIndex {
@@ -117,6 +122,13 @@ impl DestIndex {
     /// that lacks only those is not sent its attributes again on every run.
     pub fn written_by_peer(mut self) -> DestIndex {
         self.setid_cleared = true;
+        self
+    }
+
+    /// This index's copy gives every file its source's numeric owner and group (a local copy
+    /// run as root): a file whose owner alone differs is not left as it is.
+    pub fn comparing_owners(mut self) -> DestIndex {
+        self.owners_compared = true;
         self
     }
 
@@ -145,6 +157,7 @@ impl DestIndex {
             mtime_sec: e.attrs.mtime_sec,
             mtime_nsec: e.attrs.mtime_nsec,
             digest: None,
+            owner: Some((e.attrs.uid, e.attrs.gid)),
         };
         self.insert(e.path, entry);
     }
@@ -182,6 +195,7 @@ impl DestIndex {
             mtime_sec: e.mtime_sec,
             mtime_nsec: e.mtime_nsec,
             digest: None,
+            owner: None,
         };
         self.insert(e.path, entry);
     }
@@ -212,7 +226,7 @@ impl DestIndex {
                     && d.mtime_sec == e.attrs.mtime_sec
                     && d.mtime_nsec == e.attrs.mtime_nsec;
                 if same_content {
-                    attrs_verdict(d, e, self.setid_cleared)
+                    attrs_verdict(d, e, self.setid_cleared, self.owners_compared)
                 } else {
                     self.resume(e)
                 }
@@ -237,7 +251,7 @@ impl DestIndex {
                     && d.digest.is_some()
                     && d.digest == source_digest =>
             {
-                attrs_verdict(d, e, self.setid_cleared)
+                attrs_verdict(d, e, self.setid_cleared, self.owners_compared)
             }
             _ => Verdict::Send,
         }
@@ -246,11 +260,15 @@ impl DestIndex {
 
 /// For a file whose content the destination has: nothing to do if its mode and mtime are the
 /// same too, else only they are set.
-fn attrs_verdict(d: &DestEntry, e: &ScanEntry, setid_cleared: bool) -> Verdict {
+fn attrs_verdict(d: &DestEntry, e: &ScanEntry, setid_cleared: bool, owners: bool) -> Verdict {
     let (had, sent) = (d.mode & 0o7777, e.attrs.mode & 0o7777);
     let setid = sprat_store::write::SETID_BITS;
     let same_mode = had == sent || (setid_cleared && had == sent & !setid);
-    let same = same_mode && d.mtime_sec == e.attrs.mtime_sec && d.mtime_nsec == e.attrs.mtime_nsec;
+    let same_owner = !owners || d.owner.is_none_or(|o| o == (e.attrs.uid, e.attrs.gid));
+    let same = same_mode
+        && same_owner
+        && d.mtime_sec == e.attrs.mtime_sec
+        && d.mtime_nsec == e.attrs.mtime_nsec;
     if same {
         Verdict::Skip
     } else {
@@ -371,6 +389,7 @@ mod tests {
                 mode,
                 mtime_sec: sec,
                 mtime_nsec: nsec,
+                ..Attrs::default()
             },
             ino: 1,
             link_target: None,
@@ -387,6 +406,7 @@ mod tests {
             mtime_sec: sec,
             mtime_nsec: nsec,
             digest: None,
+            owner: None,
         };
         i.insert(b"same".to_vec(), d(10, 0o644, 5, 7));
         i.insert(b"mode".to_vec(), d(10, 0o600, 5, 7));
@@ -467,6 +487,7 @@ mod tests {
             mtime_sec: sec,
             mtime_nsec: 0,
             digest: None,
+            owner: None,
         };
         for (path, entry) in [
             (&b"same"[..], d(10, 0o644, 5)),

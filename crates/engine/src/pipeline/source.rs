@@ -14,6 +14,7 @@ use crate::sync::lock;
 use crossbeam_channel::{bounded, Receiver};
 use sprat_proto::{Batch, FileMeta, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
+use sprat_store::owner::NameCache;
 use sprat_store::{Attrs, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,8 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
         mode: a.mode,
         mtime_sec: a.mtime_sec,
         mtime_nsec: a.mtime_nsec,
+        uid: a.uid,
+        gid: a.gid,
     }
 }
 
@@ -265,9 +268,10 @@ pub fn start(
                             options.io_backend,
                         )
                         .with_max_open(open_files_per_reader(options.read_threads));
+                        let mut names = NameCache::default();
                         for plan in plan_rx {
                             let started = Instant::now();
-                            let batch = read_batch(&mut reader, plan);
+                            let batch = read_batch(&mut reader, &mut names, plan);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             counted.count(&batch);
@@ -304,7 +308,8 @@ fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
 
 /// Reads every item of `plan` into one batch (all its data read together by the batch
 /// reader); items that cannot be read become failure entries.
-fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
+/// The batch ends with the names of the owners and groups its entries use.
+fn read_batch(reader: &mut BatchReader<'_>, names: &mut NameCache, plan: BatchPlan) -> Batch {
     let mut batch = Batch::new(plan.seq, plan.data_bytes as usize);
     let items: Vec<ReadItem<'_>> = plan
         .items
@@ -334,7 +339,24 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
             .next()
             .unwrap_or_else(|| Err(StoreError::other("read", path, "not read")))
     };
+    let mut uids = Vec::new();
+    let mut gids = Vec::new();
     for item in plan.items {
+        let attrs = match &item {
+            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) | PlanItem::Attrs(e) => {
+                Some(&e.attrs)
+            }
+            PlanItem::Chunk { entry, .. } => Some(&entry.attrs),
+            PlanItem::Failed { .. } => None,
+        };
+        if let Some(a) = attrs {
+            if !uids.contains(&a.uid) {
+                uids.push(a.uid);
+            }
+            if !gids.contains(&a.gid) {
+                gids.push(a.gid);
+            }
+        }
         match item {
             PlanItem::File(e) => match next(&e.path) {
                 Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
@@ -354,10 +376,20 @@ fn read_batch(reader: &mut BatchReader<'_>, plan: BatchPlan) -> Batch {
             PlanItem::Dir(e) => batch.push_dir(&e.path, &meta(&e.attrs)),
             PlanItem::Symlink(e) => {
                 let target = e.link_target.as_deref().unwrap_or_default();
-                batch.push_symlink(&e.path, e.attrs.mtime_sec, e.attrs.mtime_nsec, target)
+                batch.push_symlink(&e.path, &meta(&e.attrs), target)
             }
             PlanItem::Failed { path, text } => batch.push_failed(&path, &text),
             PlanItem::Attrs(e) => batch.push_attrs(&e.path, &meta(&e.attrs), e.size),
+        }
+    }
+    for uid in uids {
+        if let Some(name) = names.user(uid) {
+            batch.push_user_name(uid, name);
+        }
+    }
+    for gid in gids {
+        if let Some(name) = names.group(gid) {
+            batch.push_group_name(gid, name);
         }
     }
     batch
@@ -458,6 +490,8 @@ impl SyntheticBatches<'_> {
             mode: 0o644,
             mtime_sec: 1_700_000_000,
             mtime_nsec: 0,
+            uid: 0,
+            gid: 0,
         };
         let path = format!("f{i}").into_bytes();
         let whole = size <= self.options.small_file_threshold;

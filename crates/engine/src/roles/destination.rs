@@ -91,7 +91,11 @@ pub(crate) fn local_writer(
         writer
             .publishing(options.publish)
             .durable(options.durable)
-            .keep_setid(keep_setid),
+            .keep_setid(keep_setid)
+            .owners(options.owners)
+            // A local copy's source and destination share one user database: the ids are
+            // the same whichever way they are found.
+            .numeric_ids(options.numeric_ids || !from_peer),
     ))
 }
 
@@ -172,6 +176,10 @@ pub(crate) fn local_index(
     options: &TransferOptions,
 ) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default();
+    if options.owners && sprat_store::owner::running_as_root() {
+        // A local copy as root gives files their source's ids (see `local_writer`).
+        index = index.comparing_owners();
+    }
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
     let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {

@@ -119,6 +119,7 @@ pub fn dry_run(
                         mode: n.mode,
                         mtime_sec: n.mtime_sec,
                         mtime_nsec: n.mtime_nsec,
+                        ..Attrs::default()
                     },
                     ino: 0,
                     link_target: None,

@@ -118,11 +118,15 @@ pub fn push_input(
             source_is_dir: matches!(source, Source::Dir(_)),
             durable: options.durable,
             discard: false,
+            owners: options.owners,
+            numeric_ids: options.numeric_ids,
         },
         PushInput::Synthetic(_) => Operation::Push {
             source_is_dir: true,
             durable: false,
             discard: true,
+            owners: false,
+            numeric_ids: false,
         },
     };
     // What the destination has, from one listing; then reading starts before the session

@@ -701,6 +701,8 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             source_is_dir,
             durable,
             discard,
+            owners,
+            numeric_ids,
         } => {
             let (root, rel) = match &place {
                 Some((export, _, rel)) => {
@@ -750,7 +752,9 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                     };
                     let w = w
                         .publishing(shared.options.publish)
-                        .keep_setid(shared.options.keep_setid);
+                        .keep_setid(shared.options.keep_setid)
+                        .owners(owners && shared.options.owners)
+                        .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),

@@ -498,6 +498,8 @@ mod tests {
             source_is_dir: true,
             durable: false,
             discard: false,
+            owners: true,
+            numeric_ids: false,
         };
         let (mut s, event, now) = deciding(Message::Open {
             session: [7; 16],

@@ -166,6 +166,8 @@ impl SimClient {
                                 source_is_dir: true,
                                 durable: false,
                                 discard: false,
+                                owners: true,
+                                numeric_ids: false,
                             },
                             Direction::Pull => Operation::Pull {
                                 check: crate::DestCheck::None,
