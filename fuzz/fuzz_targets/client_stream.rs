@@ -148,6 +148,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         files: 1,
                         bytes: 1,
                         failures: Vec::new(),
+                        unlisted: 0,
                     },
                     false,
                 ))
@@ -192,6 +193,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                                 check: DestCheck::None,
                             },
                             path: Vec::new(),
+                            selection: Default::default(),
                         }
                     } else {
                         Message::Join { session: [3; 16] }
@@ -448,7 +450,7 @@ fn check_message(
             assert!(m.announced && !m.ended && !m.closed);
             m.ended = true;
         }
-        Ok(Event::DirFailures(_)) => {
+        Ok(Event::DirFailures(..)) => {
             assert_eq!(direction, Direction::Push);
             assert!(m.committed && m.ended);
         }

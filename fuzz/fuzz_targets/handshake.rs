@@ -68,7 +68,7 @@ fn named_key(
     hint: [u8; 32],
 ) -> Option<(u8, Credential)> {
     let token = server_token?;
-    std::iter::once((token, Credential::Token))
+    std::iter::once((token, Credential::Token(0)))
         .chain(
             tickets
                 .iter()
@@ -202,7 +202,7 @@ fn server_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     }
     match (&expected, outcome) {
         // An open server takes any proof.
-        (None, outcome) => assert_eq!(outcome, Ok(Credential::Token)),
+        (None, outcome) => assert_eq!(outcome, Ok(Credential::Open)),
         (Some((p, credential)), Ok(c)) => {
             assert_eq!(&proof, p, "a proof other than the honest one accepted");
             assert_eq!(&c, credential, "another credential than the hint named");
@@ -318,7 +318,7 @@ fn client_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             match outcome {
                 Ok(proof) => {
                     assert!(proved, "a proof the server did not make accepted");
-                    assert_eq!(waiting.on_message(proof), Ok(Credential::Token));
+                    assert_eq!(waiting.on_message(proof), Ok(Credential::Token(0)));
                 }
                 Err(e) => {
                     assert!(!proved, "the honest server's proof refused");

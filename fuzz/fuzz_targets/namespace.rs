@@ -2,7 +2,8 @@
 //! a client: `Entries`, `Sums`, `Usage`, `Ticket`, `ReplyEnd`), decoded and checked to
 //! round-trip byte for byte; every path a request or a listing names must be a valid
 //! relative path (never absolute, never `..`), so that no request can name anything outside
-//! the server's root.
+//! the server's root; a selection's patterns are non-empty without NUL and its listed paths
+//! valid (checked by `check_control`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         Message::Request(req) => match req {
             Request::List { path, .. }
             | Request::Stat { path }
-            | Request::Du { path }
+            | Request::Du { path, .. }
             | Request::Mkdir { path, .. }
             | Request::Remove { path, .. }
             | Request::Sum { path, .. }

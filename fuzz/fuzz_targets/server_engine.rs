@@ -19,7 +19,10 @@
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use sprat_engine::config::IoBackend;
-use sprat_engine::{Server, ServerConfig, TokenKey, TransferOptions};
+use sprat_engine::{
+    ExportsConfig, Server, ServerConfig, ServerIdentity, ServerTls, TokenKey, TransferOptions,
+    MIN_CLIENT_MEMORY,
+};
 use sprat_proto::auth::ClientHandshake;
 use sprat_proto::frame::kind;
 use sprat_proto::namespace::Request;
@@ -36,6 +39,7 @@ const SENTINEL: &[u8] = b"outside the root: never touched";
 
 struct Fixture {
     _dir: tempfile::TempDir,
+    _key_dir: tempfile::TempDir,
     top: PathBuf,
     root: PathBuf,
     outside: PathBuf,
@@ -60,18 +64,30 @@ fn fixture() -> &'static Fixture {
             stall_timeout: Duration::from_secs(2),
             ..TransferOptions::default()
         };
+        let key_dir = tempfile::tempdir().expect("temporary directory for the server's key");
+        let identity =
+            ServerIdentity::load_or_create(&key_dir.path().join("key")).expect("server key");
         let config = ServerConfig {
-            root: root.clone(),
-            key: Some(TokenKey::from_token(TOKEN)),
-            read_only: false,
+            exports: ExportsConfig::Default {
+                root: root.clone(),
+                read_only: false,
+                key: Some(TokenKey::from_token(TOKEN)),
+            },
+            // Plain connections allowed: the inputs speak sprat's frames, not TLS.
+            tls: ServerTls::new(&identity, true).expect("TLS set-up"),
             options,
             max_connections: 64,
+            max_connections_per_address: 64,
+            max_client_memory: MIN_CLIENT_MEMORY,
+            idle_timeout: Duration::from_secs(5),
+            third_party: true,
         };
         let server = Server::bind(config, "127.0.0.1:0").expect("server binds on loopback");
         let addr = server.local_addr().expect("server address");
         std::thread::spawn(move || server.run());
         Fixture {
             _dir: dir,
+            _key_dir: key_dir,
             top,
             root,
             outside,
@@ -164,7 +180,9 @@ fn converse(
     let mut received = Vec::new();
     // An honest handshake first, unless the input skips it.
     if u.ratio(15, 16)? {
-        let (client, hello) = ClientHandshake::new(Some(TokenKey::from_token(TOKEN)), [5; 32]);
+        // A plain connection's proofs are bound to a channel of zeros.
+        let key = TokenKey::from_token(TOKEN).bound_to(&[0; 32]);
+        let (client, hello) = ClientHandshake::new(Some(key), [5; 32]);
         if s.write_all(&hello.encode()).is_err() {
             return Ok(());
         }
@@ -228,6 +246,8 @@ fn loopback_only(
             durable,
             check,
             stall_timeout_ms,
+            dest_key,
+            selection,
             ..
         }) => Message::Request(Request::SendTo {
             path,
@@ -242,6 +262,8 @@ fn loopback_only(
             durable,
             check,
             stall_timeout_ms: stall_timeout_ms % 3000,
+            dest_key,
+            selection,
         }),
         other => other,
     })

@@ -221,7 +221,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 m.closed = false;
             }
             Op::Ack => {
-                let r = s.ack(1, 1, 1, Vec::new());
+                let r = s.ack(1, 1, 1, (Vec::new(), 0));
                 if m.live() && m.accepted == Some(Direction::Push) && m.acks < m.batches {
                     assert!(r.is_ok(), "an acknowledgement of an arrived batch refused");
                     m.acks += 1;
@@ -244,7 +244,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 }
             }
             Op::DirFailures => {
-                let r = s.dir_failures(Vec::new());
+                let r = s.dir_failures((Vec::new(), 0));
                 if m.live() && m.accepted == Some(Direction::Push) && is_committed(&m) {
                     assert!(r.is_ok());
                 } else {
@@ -340,6 +340,7 @@ fn first_message(which: u8) -> Message {
             session: [7; 16],
             op,
             path: b"d".to_vec(),
+            selection: Default::default(),
         },
     }
 }
@@ -364,8 +365,8 @@ fn on_event(
             assert!(matches!(msg, Message::ClientAuth { .. }));
             // Only the honest client can make a valid proof; the keys it may have proved.
             match (server_token, credential) {
-                (None, Credential::Token) => {}
-                (Some(st), Credential::Token) => assert_eq!(
+                (None, Credential::Open) => {}
+                (Some(st), Credential::Token(0)) => assert_eq!(
                     client_token.map(|t| t as usize % TOKENS.len()),
                     Some(st as usize % TOKENS.len()),
                     "authenticated with another token"

@@ -10,7 +10,7 @@ use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, NsEntry, NsKind, Request, SumAlgo};
 use sprat_proto::{
     Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, Operation,
-    RemoteStats, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// A valid relative path: empty (the root) or 1-4 names of 1-12 bytes, none `.` or `..`,
@@ -55,9 +55,26 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         Just(ErrorCode::UnknownSession),
         Just(ErrorCode::PeerUnavailable),
         Just(ErrorCode::Busy),
+        Just(ErrorCode::EncryptionRequired),
         // Codes this build does not know travel as they are.
-        (12u16..).prop_map(ErrorCode::Other),
+        (13u16..).prop_map(ErrorCode::Other),
         Just(ErrorCode::Other(0)),
+    ]
+}
+
+/// Include/exclude rules and a `--files-from` list, as a pull, a listing or a third-party
+/// copy sends them.
+fn selection() -> impl Strategy<Value = Selection> {
+    let pattern = proptest::collection::vec(1u8..=255, 1..16);
+    let list =
+        proptest::collection::vec(rel_path().prop_filter("not empty", |p| !p.is_empty()), 0..4);
+    prop_oneof![
+        2 => Just(Selection::default()),
+        1 => (
+            proptest::collection::vec((any::<bool>(), pattern), 0..4),
+            proptest::option::of(list)
+        )
+            .prop_map(|(rules, files_from)| Selection { rules, files_from }),
     ]
 }
 
@@ -105,15 +122,16 @@ fn operation() -> impl Strategy<Value = Operation> {
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (rel_path(), any::<bool>(), any::<bool>()).prop_map(|(path, recursive, digests)| {
-            Request::List {
+        (rel_path(), any::<bool>(), any::<bool>(), selection()).prop_map(
+            |(path, recursive, digests, selection)| Request::List {
                 path,
                 recursive,
                 digests,
+                selection,
             }
-        }),
+        ),
         rel_path().prop_map(|path| Request::Stat { path }),
-        rel_path().prop_map(|path| Request::Du { path }),
+        (rel_path(), selection()).prop_map(|(path, selection)| Request::Du { path, selection }),
         (rel_path(), any::<bool>()).prop_map(|(path, parents)| Request::Mkdir { path, parents }),
         (rel_path(), any::<bool>())
             .prop_map(|(path, recursive)| Request::Remove { path, recursive }),
@@ -141,10 +159,19 @@ fn request() -> impl Strategy<Value = Request> {
             any::<u16>(),
             any::<bool>(),
             dest_check(),
-            any::<u32>()
+            (any::<u32>(), any::<[u8; 32]>(), selection())
         )
             .prop_map(
-                |(path, addr, ticket, dest, streams, durable, check, stall_timeout_ms)| {
+                |(
+                    path,
+                    addr,
+                    ticket,
+                    dest,
+                    streams,
+                    durable,
+                    check,
+                    (stall_timeout_ms, dest_key, selection),
+                )| {
                     Request::SendTo {
                         path,
                         addr,
@@ -154,6 +181,8 @@ fn request() -> impl Strategy<Value = Request> {
                         durable,
                         check,
                         stall_timeout_ms,
+                        dest_key,
+                        selection,
                     }
                 }
             ),
@@ -204,21 +233,36 @@ fn message() -> impl Strategy<Value = Message> {
         }),
         any::<[u8; 32]>().prop_map(|mac| Message::ClientAuth { mac }),
         (error_code(), ".{0,40}").prop_map(|(code, text)| Message::Error { code, text }),
-        (any::<[u8; 16]>(), operation(), rel_path())
-            .prop_map(|(session, op, path)| Message::Open { session, op, path }),
+        (any::<[u8; 16]>(), operation(), rel_path(), selection()).prop_map(
+            |(session, op, path, selection)| Message::Open {
+                session,
+                // A push's source is selected by the client: its `Open` selects everything.
+                selection: if matches!(op, Operation::Push { .. }) {
+                    Selection::default()
+                } else {
+                    selection
+                },
+                op,
+                path,
+            }
+        ),
         any::<bool>().prop_map(|root_is_dir| Message::Opened { root_is_dir }),
         any::<[u8; 16]>().prop_map(|session| Message::Join { session }),
         Just(Message::Joined),
         (
             any::<(u64, u32, u64)>(),
-            proptest::collection::vec((bytes(40), ".{0,20}"), 0..6)
+            proptest::collection::vec((bytes(40), ".{0,20}"), 0..6),
+            any::<u16>()
         )
-            .prop_map(|((seq, files, bytes), failures)| Message::BatchAck {
-                seq,
-                files,
-                bytes,
-                failures,
-            }),
+            .prop_map(
+                |((seq, files, bytes), failures, unlisted)| Message::BatchAck {
+                    seq,
+                    files,
+                    bytes,
+                    failures,
+                    unlisted: u32::from(unlisted),
+                }
+            ),
         Just(Message::End),
         Just(Message::EndAck),
         totals().prop_map(Message::Commit),
@@ -443,8 +487,8 @@ proptest! {
         };
         let answered = server.on_message(wire(hello));
         let expected = match (server_token, client_token) {
-            (None, None) => Some(Credential::Token),
-            (Some(s), Some(c)) if s == c => Some(Credential::Token),
+            (None, None) => Some(Credential::Open),
+            (Some(s), Some(c)) if s == c => Some(Credential::Token(0)),
             (Some(_), Some(c)) => tickets.iter().position(|&t| t == c).map(Credential::Ticket),
             _ => None,
         };
