@@ -49,6 +49,13 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
+        // A Rust program ignores SIGPIPE before `main` (a write to a closed socket is then an
+        // EPIPE error, as `sprat serve` sees it); a libFuzzer target has no Rust `main`, so the
+        // server's writes to a connection the input closed would kill the process instead.
+        // SAFETY: setting a signal's disposition to SIG_IGN, before any thread of ours runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
         let dir = tempfile::tempdir().expect("temporary directory");
         let top = dir.path().to_path_buf();
         let root = top.join("root");
