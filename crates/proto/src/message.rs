@@ -343,7 +343,7 @@ impl Message {
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&files.to_le_bytes());
                 out.extend_from_slice(&bytes.to_le_bytes());
-                let listed = &failures[..failures.len().min(MAX_ACK_FAILURES)];
+                let listed = &failures[..listed_failures(failures)];
                 let total = (failures.len() as u32).saturating_add(*unlisted);
                 out.extend_from_slice(&total.to_le_bytes());
                 out.extend_from_slice(&(listed.len() as u16).to_le_bytes());
@@ -600,6 +600,26 @@ fn bool_byte(b: u8) -> Result<bool, DecodeError> {
             why: "not 0 or 1",
         }),
     }
+}
+
+/// Bytes of a `BatchAck` before its list of failures.
+const BATCH_ACK_FIXED_LEN: usize = 26;
+
+/// How many of `failures` a `BatchAck` lists: at most [`MAX_ACK_FAILURES`], and no more than
+/// fit in a control frame (128 failures with the longest path and text would not); the
+/// failure count still says how many there were in all.
+fn listed_failures(failures: &[(Vec<u8>, String)]) -> usize {
+    let mut room = MAX_CONTROL_PAYLOAD as usize - BATCH_ACK_FIXED_LEN;
+    let mut listed = 0;
+    for (path, text) in failures.iter().take(MAX_ACK_FAILURES) {
+        let len = 4 + path.len().min(u16::MAX as usize) + truncate_text(text).len();
+        if len > room {
+            break;
+        }
+        room -= len;
+        listed += 1;
+    }
+    listed
 }
 
 fn truncate_text(text: &str) -> &str {
@@ -895,6 +915,38 @@ mod tests {
         let n = bytes.len();
         bytes[n - 5..].copy_from_slice(b"../bb");
         assert!(Message::decode(kind::OPEN, &bytes[FRAME_HEADER_LEN..]).is_err());
+    }
+
+    #[test]
+    fn a_batch_ack_of_many_long_failures_stays_within_a_control_frame() {
+        // 128 failures of the longest path and text took more than a control frame: the
+        // encoder's debug assertion fired, and in release the peer refused the frame.
+        let failures: Vec<(Vec<u8>, String)> = (0..200u8)
+            .map(|i| (vec![b'a' + i % 26; MAX_PATH], "x".repeat(MAX_MESSAGE_TEXT)))
+            .collect();
+        let m = Message::BatchAck {
+            seq: 3,
+            files: 0,
+            bytes: 0,
+            failures,
+            unlisted: 5,
+        };
+        let bytes = m.encode();
+        let header = FrameHeader::decode(&bytes[..FRAME_HEADER_LEN].try_into().unwrap())
+            .expect("within the limit of a control frame");
+        let Message::BatchAck {
+            failures, unlisted, ..
+        } = Message::decode(header.kind, &bytes[FRAME_HEADER_LEN..]).unwrap()
+        else {
+            panic!("not a BatchAck");
+        };
+        let listed = failures.len();
+        assert!((100..MAX_ACK_FAILURES).contains(&listed), "{listed} listed");
+        assert_eq!(
+            unlisted as usize,
+            205 - listed,
+            "the failures not listed are counted"
+        );
     }
 
     #[test]

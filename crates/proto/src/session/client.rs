@@ -194,6 +194,11 @@ impl ClientStream {
     /// Handles a control message from the server.
     pub fn on_message(&mut self, msg: Message, now: Instant) -> Result<Event, SessionError> {
         let _ = now;
+        // A closed connection takes nothing more, an `Error` included: a refusal read after
+        // it would tell whether the stream was announced from the closed state (never).
+        if matches!(self.receiving, Receiving::Closed) {
+            return Err(self.unexpected(&msg));
+        }
         if let Message::Error { code, text } = msg {
             if let Receiving::Greeting(handshake) = &self.receiving {
                 if code == ErrorCode::AuthFailed {
@@ -416,8 +421,8 @@ impl ClientStream {
     /// After a refusal before the announcement: the batches sent on the connection, none of
     /// which the server read.
     pub fn take_held(&mut self) -> Vec<Batch> {
-        self.held_bytes = 0;
         if self.refused_unannounced {
+            self.held_bytes = 0;
             std::mem::take(&mut self.held)
         } else {
             Vec::new()
@@ -647,6 +652,45 @@ mod tests {
     }
 
     #[test]
+    fn an_error_after_the_connection_closed_does_not_undo_its_announcement() {
+        // Found by fuzz/client_stream: a second `Error` on an announced push stream (or one
+        // after a broken rule) was reported as a refusal before the announcement, which
+        // dropped the batches in flight from the account and handed later ones back as unread.
+        let refusal = || Message::Error {
+            code: ErrorCode::Io,
+            text: "disk failed".into(),
+        };
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        c.on_message(Message::Joined, now).expect("announced");
+        send(&mut c, batch(1, 10));
+        assert!(matches!(
+            c.on_message(refusal(), now),
+            Ok(Event::Refused {
+                announced: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            c.on_message(refusal(), now),
+            Err(SessionError::Unexpected { .. })
+        ));
+        assert_eq!(c.unacknowledged(), &[1], "batch 1 is still unaccounted for");
+        assert!(
+            send(&mut c, batch(2, 1)).is_none(),
+            "not handed back as unread"
+        );
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        c.on_message(Message::Joined, now).expect("announced");
+        send(&mut c, batch(1, 10));
+        assert!(
+            c.on_message(Message::Joined, now).is_err(),
+            "announced twice"
+        );
+        assert!(c.on_message(refusal(), now).is_err());
+        assert_eq!(c.unacknowledged(), &[1]);
+    }
+
+    #[test]
     fn an_unannounced_stream_stops_at_the_held_limit() {
         let (mut c, now) = opened(Direction::Push, Role::Joining);
         assert!(!c.over_limit());
@@ -654,6 +698,20 @@ mod tests {
         assert!(c.over_limit());
         c.on_message(Message::Joined, now).expect("announced");
         assert!(!c.over_limit());
+    }
+
+    #[test]
+    fn asking_for_the_held_batches_too_early_keeps_the_held_limit() {
+        // Found by fuzz/client_stream: `take_held` before any refusal returned nothing but
+        // forgot the bytes held, so the stream could send past HELD_LIMIT unannounced.
+        let (mut c, _) = opened(Direction::Push, Role::Joining);
+        send(&mut c, batch(1, HELD_LIMIT as usize));
+        assert!(c.over_limit());
+        assert!(
+            c.take_held().is_empty(),
+            "not refused: nothing to hand back"
+        );
+        assert!(c.over_limit(), "the batch is still held");
     }
 
     #[test]

@@ -1,0 +1,556 @@
+//! Property tests of the wire format: every message a peer can send (control messages, the
+//! handshake, the announcement of a stream, namespace requests and replies, batches) encodes
+//! to bytes that decode to the same value, and decoding consumes exactly the encoding: a
+//! byte more or less is refused, and a stream of frames is cut back into the same messages.
+//! The fuzz targets in fuzz/ check the same invariants from the decoding side.
+#![allow(clippy::unwrap_used)]
+
+use proptest::prelude::*;
+use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
+use sprat_proto::namespace::{DiskUsage, NsEntry, NsKind, Request, SumAlgo};
+use sprat_proto::{
+    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, Operation,
+    RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+};
+
+/// A valid relative path: empty (the root) or 1-4 names of 1-12 bytes, none `.` or `..`,
+/// any byte but `/` and NUL.
+fn rel_path() -> impl Strategy<Value = Vec<u8>> {
+    let name = proptest::collection::vec(1u8..=255, 1..12)
+        .prop_map(|n| {
+            n.into_iter()
+                .map(|b| if b == b'/' { b'_' } else { b })
+                .collect::<Vec<u8>>()
+        })
+        .prop_filter("not . or ..", |n| n != b"." && n != b"..");
+    prop_oneof![
+        1 => Just(Vec::new()),
+        6 => proptest::collection::vec(name, 1..4).prop_map(|parts| parts.join(&b'/')),
+    ]
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+fn dest_check() -> impl Strategy<Value = DestCheck> {
+    prop_oneof![
+        Just(DestCheck::None),
+        Just(DestCheck::QuickCheck),
+        Just(DestCheck::IgnoreExisting),
+        Just(DestCheck::Checksum),
+    ]
+}
+
+fn error_code() -> impl Strategy<Value = ErrorCode> {
+    prop_oneof![
+        Just(ErrorCode::AuthFailed),
+        Just(ErrorCode::NotFound),
+        Just(ErrorCode::PermissionDenied),
+        Just(ErrorCode::ReadOnly),
+        Just(ErrorCode::BadRequest),
+        Just(ErrorCode::Io),
+        Just(ErrorCode::NoSpace),
+        Just(ErrorCode::Protocol),
+        Just(ErrorCode::UnknownSession),
+        Just(ErrorCode::PeerUnavailable),
+        Just(ErrorCode::Busy),
+        Just(ErrorCode::EncryptionRequired),
+        // Codes this build does not know travel as they are.
+        (13u16..).prop_map(ErrorCode::Other),
+        Just(ErrorCode::Other(0)),
+    ]
+}
+
+/// Include/exclude rules and a `--files-from` list, as a pull, a listing or a third-party
+/// copy sends them.
+fn selection() -> impl Strategy<Value = Selection> {
+    let pattern = proptest::collection::vec(1u8..=255, 1..16);
+    let list =
+        proptest::collection::vec(rel_path().prop_filter("not empty", |p| !p.is_empty()), 0..4);
+    prop_oneof![
+        2 => Just(Selection::default()),
+        1 => (
+            proptest::collection::vec((any::<bool>(), pattern), 0..4),
+            proptest::option::of(list)
+        )
+            .prop_map(|(rules, files_from)| Selection { rules, files_from }),
+    ]
+}
+
+fn totals() -> impl Strategy<Value = Totals> {
+    any::<[u64; 6]>().prop_map(|f| Totals {
+        entries: f[0],
+        files: f[1],
+        bytes: f[2],
+        chunks: f[3],
+        chunk_bytes: f[4],
+        failed: f[5],
+    })
+}
+
+fn remote_stats() -> impl Strategy<Value = RemoteStats> {
+    (any::<[u64; 12]>(), totals()).prop_map(|(f, totals)| RemoteStats {
+        files: f[0],
+        dirs: f[1],
+        symlinks: f[2],
+        bytes: f[3],
+        failures: f[4],
+        read_busy_ns: f[5],
+        network_busy_ns: f[6],
+        write_busy_ns: f[7],
+        syncs: f[8],
+        up_to_date: f[9],
+        attrs_fixed: f[10],
+        bytes_not_sent: f[11],
+        totals,
+    })
+}
+
+fn operation() -> impl Strategy<Value = Operation> {
+    prop_oneof![
+        any::<(bool, bool, bool, bool, bool)>().prop_map(
+            |(source_is_dir, durable, discard, owners, numeric_ids)| Operation::Push {
+                source_is_dir,
+                durable,
+                discard,
+                owners,
+                numeric_ids,
+            }
+        ),
+        dest_check().prop_map(|check| Operation::Pull { check }),
+    ]
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (rel_path(), any::<bool>(), any::<bool>(), selection()).prop_map(
+            |(path, recursive, digests, selection)| Request::List {
+                path,
+                recursive,
+                digests,
+                selection,
+            }
+        ),
+        rel_path().prop_map(|path| Request::Stat { path }),
+        (rel_path(), selection()).prop_map(|(path, selection)| Request::Du { path, selection }),
+        (rel_path(), any::<bool>()).prop_map(|(path, parents)| Request::Mkdir { path, parents }),
+        (rel_path(), any::<bool>())
+            .prop_map(|(path, recursive)| Request::Remove { path, recursive }),
+        (rel_path(), rel_path()).prop_map(|(from, to)| Request::Rename { from, to }),
+        (
+            rel_path(),
+            any::<bool>(),
+            prop_oneof![
+                Just(SumAlgo::Xxh3),
+                Just(SumAlgo::Sha256),
+                Just(SumAlgo::Md5)
+            ]
+        )
+            .prop_map(|(path, recursive, algo)| Request::Sum {
+                path,
+                recursive,
+                algo
+            }),
+        rel_path().prop_map(|path| Request::Delegate { path }),
+        (
+            rel_path(),
+            "[a-z0-9.:\\[\\]-]{0,60}",
+            any::<[u8; 32]>(),
+            rel_path(),
+            any::<u16>(),
+            any::<bool>(),
+            dest_check(),
+            (any::<u32>(), any::<[u8; 32]>(), selection())
+        )
+            .prop_map(
+                |(
+                    path,
+                    addr,
+                    ticket,
+                    dest,
+                    streams,
+                    durable,
+                    check,
+                    (stall_timeout_ms, dest_key, selection),
+                )| {
+                    Request::SendTo {
+                        path,
+                        addr,
+                        ticket,
+                        dest,
+                        streams,
+                        durable,
+                        check,
+                        stall_timeout_ms,
+                        dest_key,
+                        selection,
+                    }
+                }
+            ),
+    ]
+}
+
+fn ns_entry() -> impl Strategy<Value = NsEntry> {
+    (
+        rel_path(),
+        prop_oneof![
+            Just(NsKind::File),
+            Just(NsKind::Dir),
+            Just(NsKind::Symlink),
+            Just(NsKind::Special),
+            Just(NsKind::Partial),
+        ],
+        any::<(u64, u32, i64, u32)>(),
+        bytes(64),
+    )
+        .prop_map(
+            |(path, kind, (size, mode, mtime_sec, mtime_nsec), target)| NsEntry {
+                path,
+                kind,
+                size,
+                mode,
+                mtime_sec,
+                mtime_nsec,
+                target,
+            },
+        )
+}
+
+/// Every control message, with the fields a peer may send.
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        any::<([u8; 32], [u8; 32])>().prop_map(|(nonce, hint)| Message::ClientHello {
+            version: PROTOCOL_VERSION,
+            nonce,
+            hint,
+        }),
+        any::<(bool, [u8; 32], [u8; 32])>().prop_map(|(auth_required, nonce, mac)| {
+            Message::ServerHello {
+                version: PROTOCOL_VERSION,
+                auth_required,
+                nonce,
+                mac,
+            }
+        }),
+        any::<[u8; 32]>().prop_map(|mac| Message::ClientAuth { mac }),
+        (error_code(), ".{0,40}").prop_map(|(code, text)| Message::Error { code, text }),
+        (any::<[u8; 16]>(), operation(), rel_path(), selection()).prop_map(
+            |(session, op, path, selection)| Message::Open {
+                session,
+                // A push's source is selected by the client: its `Open` selects everything.
+                selection: if matches!(op, Operation::Push { .. }) {
+                    Selection::default()
+                } else {
+                    selection
+                },
+                op,
+                path,
+            }
+        ),
+        any::<bool>().prop_map(|root_is_dir| Message::Opened { root_is_dir }),
+        any::<[u8; 16]>().prop_map(|session| Message::Join { session }),
+        Just(Message::Joined),
+        (
+            any::<(u64, u32, u64)>(),
+            proptest::collection::vec((bytes(40), ".{0,20}"), 0..6),
+            any::<u16>()
+        )
+            .prop_map(
+                |((seq, files, bytes), failures, unlisted)| Message::BatchAck {
+                    seq,
+                    files,
+                    bytes,
+                    failures,
+                    unlisted: u32::from(unlisted),
+                }
+            ),
+        Just(Message::End),
+        Just(Message::EndAck),
+        totals().prop_map(Message::Commit),
+        remote_stats().prop_map(Message::Done),
+        request().prop_map(Message::Request),
+        proptest::collection::vec(ns_entry(), 0..8).prop_map(Message::Entries),
+        proptest::collection::vec((rel_path(), bytes(65)), 0..8).prop_map(Message::Sums),
+        any::<[u64; 4]>().prop_map(|f| Message::Usage(DiskUsage {
+            files: f[0],
+            dirs: f[1],
+            symlinks: f[2],
+            bytes: f[3],
+        })),
+        Just(Message::ReplyEnd),
+        any::<([u8; 32], u32)>().prop_map(|(ticket, expires_in_s)| Message::Ticket {
+            ticket,
+            expires_in_s
+        }),
+    ]
+}
+
+/// Splits one encoded frame into its checked header and payload.
+fn split(frame: &[u8]) -> (FrameHeader, &[u8]) {
+    let header = FrameHeader::decode(&frame[..FRAME_HEADER_LEN].try_into().unwrap()).unwrap();
+    (header, &frame[FRAME_HEADER_LEN..])
+}
+
+/// One batch entry as a sender pushes it.
+#[derive(Debug, Clone)]
+enum Item {
+    File(Vec<u8>, FileMeta, Vec<u8>, u128),
+    Dir(Vec<u8>, FileMeta),
+    Symlink(Vec<u8>, FileMeta, Vec<u8>),
+    UserName(u32, Vec<u8>),
+    GroupName(u32, Vec<u8>),
+    Chunk(Vec<u8>, FileMeta, u64, u64, Vec<u8>, u128),
+    Failed(Vec<u8>, String),
+    Attrs(Vec<u8>, FileMeta, u64),
+}
+
+fn meta() -> impl Strategy<Value = FileMeta> {
+    (
+        0u32..=0o7777,
+        any::<i64>(),
+        0u32..1_000_000_000,
+        any::<u32>(),
+        any::<u32>(),
+    )
+        .prop_map(|(mode, mtime_sec, mtime_nsec, uid, gid)| FileMeta {
+            mode,
+            mtime_sec,
+            mtime_nsec,
+            uid,
+            gid,
+        })
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    let target = proptest::collection::vec(1u8..=255, 1..30);
+    prop_oneof![
+        (rel_path(), meta(), bytes(200), any::<u128>())
+            .prop_map(|(p, m, d, h)| Item::File(p, m, d, h)),
+        (rel_path(), meta()).prop_map(|(p, m)| Item::Dir(p, m)),
+        (rel_path(), meta(), target).prop_map(|(p, m, t)| Item::Symlink(p, m, t)),
+        (any::<u32>(), proptest::collection::vec(1u8..=255, 1..32))
+            .prop_map(|(id, n)| Item::UserName(id, n)),
+        (any::<u32>(), proptest::collection::vec(1u8..=255, 1..32))
+            .prop_map(|(id, n)| Item::GroupName(id, n)),
+        (
+            rel_path(),
+            meta(),
+            proptest::collection::vec(any::<u8>(), 1..200),
+            any::<u64>(),
+            any::<u128>()
+        )
+            .prop_map(|(p, m, d, slack, h)| {
+                // offset + len <= file size, without overflow.
+                let len = d.len() as u64;
+                let offset = slack % (u64::MAX - len);
+                let file_size = (offset + len).saturating_add(slack % 7);
+                Item::Chunk(p, m, file_size, offset, d, h)
+            }),
+        (rel_path(), ".{0,30}").prop_map(|(p, t)| Item::Failed(p, t)),
+        (rel_path(), meta(), any::<u64>()).prop_map(|(p, m, s)| Item::Attrs(p, m, s)),
+    ]
+}
+
+fn build(seq: u64, items: &[Item]) -> Batch {
+    let mut b = Batch::new(seq, 0);
+    for item in items {
+        match item {
+            Item::File(p, m, d, h) => {
+                b.data.extend_from_slice(d);
+                b.push_file(p, m, d.len() as u64, *h);
+            }
+            Item::Dir(p, m) => b.push_dir(p, m),
+            Item::Symlink(p, m, t) => b.push_symlink(p, m, t),
+            Item::UserName(id, n) => b.push_user_name(*id, n),
+            Item::GroupName(id, n) => b.push_group_name(*id, n),
+            Item::Chunk(p, m, size, offset, d, h) => {
+                b.data.extend_from_slice(d);
+                b.push_chunk(p, m, *size, *offset, d.len() as u64, *h);
+            }
+            Item::Failed(p, t) => b.push_failed(p, t),
+            Item::Attrs(p, m, s) => b.push_attrs(p, m, *s),
+        }
+    }
+    b
+}
+
+/// The entry a decoder should return for `item`.
+fn expected(item: &Item) -> (Vec<u8>, String) {
+    let (path, kind) = match item {
+        Item::File(p, m, d, h) => (p, format!("file {m:?} {h} {d:?}")),
+        Item::Dir(p, m) => (p, format!("dir {m:?}")),
+        Item::Symlink(p, m, t) => (
+            p,
+            format!(
+                "symlink {} {} {} {} {t:?}",
+                m.mtime_sec, m.mtime_nsec, m.uid, m.gid
+            ),
+        ),
+        Item::UserName(id, n) => return (Vec::new(), format!("user {id} {n:?}")),
+        Item::GroupName(id, n) => return (Vec::new(), format!("group {id} {n:?}")),
+        Item::Chunk(p, m, size, offset, d, h) => {
+            (p, format!("chunk {m:?} {size} {offset} {h} {d:?}"))
+        }
+        Item::Failed(p, t) => (p, format!("failed {:?}", t.as_bytes())),
+        Item::Attrs(p, m, s) => (p, format!("attrs {m:?} {s}")),
+    };
+    (path.clone(), kind)
+}
+
+fn described(kind: &EntryKind<'_>) -> String {
+    match kind {
+        EntryKind::File { meta, hash, data } => format!("file {meta:?} {hash} {data:?}"),
+        EntryKind::Dir { meta } => format!("dir {meta:?}"),
+        EntryKind::Symlink {
+            mtime_sec,
+            mtime_nsec,
+            uid,
+            gid,
+            target,
+        } => format!("symlink {mtime_sec} {mtime_nsec} {uid} {gid} {target:?}"),
+        EntryKind::UserName { id, name } => format!("user {id} {name:?}"),
+        EntryKind::GroupName { id, name } => format!("group {id} {name:?}"),
+        EntryKind::Chunk {
+            meta,
+            file_size,
+            offset,
+            hash,
+            data,
+        } => format!("chunk {meta:?} {file_size} {offset} {hash} {data:?}"),
+        EntryKind::Failed { text } => format!("failed {text:?}"),
+        EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
+    }
+}
+
+fn payload(b: &Batch) -> Vec<u8> {
+    let mut out = b.frame_prefix()[FRAME_HEADER_LEN..].to_vec();
+    out.extend_from_slice(&b.header);
+    out.extend_from_slice(&b.data);
+    out
+}
+
+proptest! {
+    #[test]
+    fn every_control_message_roundtrips_and_is_consumed_exactly(
+        m in message(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let frame = m.encode();
+        let (header, body) = split(&frame);
+        prop_assert_eq!(header.len as usize, body.len());
+        prop_assert_eq!(Message::decode(header.kind, body), Ok(m.clone()));
+        // A byte more is refused; so is any shorter payload.
+        let mut longer = body.to_vec();
+        longer.push(0);
+        prop_assert!(Message::decode(header.kind, &longer).is_err());
+        if !body.is_empty() {
+            let short = &body[..cut.index(body.len())];
+            prop_assert!(
+                Message::decode(header.kind, short).is_err(),
+                "{} decoded from {} of its {} bytes", m.name(), short.len(), body.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_of_frames_is_cut_back_into_the_same_messages(
+        msgs in proptest::collection::vec(message(), 1..6),
+    ) {
+        let stream: Vec<u8> = msgs.iter().flat_map(|m| m.encode()).collect();
+        let mut rest = &stream[..];
+        let mut back = Vec::new();
+        while !rest.is_empty() {
+            let header = FrameHeader::decode(&rest[..FRAME_HEADER_LEN].try_into().unwrap()).unwrap();
+            let end = FRAME_HEADER_LEN + header.len as usize;
+            back.push(Message::decode(header.kind, &rest[FRAME_HEADER_LEN..end]).unwrap());
+            rest = &rest[end..];
+        }
+        prop_assert_eq!(back, msgs);
+    }
+
+    #[test]
+    fn a_hello_of_another_version_decodes_to_its_version(
+        version in any::<u16>().prop_filter("another version", |v| *v != PROTOCOL_VERSION),
+        nonce in any::<[u8; 32]>(),
+        server in any::<bool>(),
+    ) {
+        let m = if server {
+            Message::ServerHello { version, auth_required: true, nonce, mac: nonce }
+        } else {
+            Message::ClientHello { version, nonce, hint: nonce }
+        };
+        let frame = m.encode();
+        let (header, body) = split(&frame);
+        // Only the version is read: the rest of another version's hello is not its business.
+        match Message::decode(header.kind, body).unwrap() {
+            Message::ServerHello { version: v, .. } | Message::ClientHello { version: v, .. } => {
+                prop_assert_eq!(v, version)
+            }
+            other => prop_assert!(false, "decoded as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_handshake_authenticates_exactly_the_holders_of_a_key(
+        server_token in proptest::option::of(0usize..3),
+        tickets in proptest::collection::vec(0usize..3, 0..3),
+        client_token in proptest::option::of(0usize..3),
+        server_nonce in any::<[u8; 32]>(),
+        client_nonce in any::<[u8; 32]>(),
+    ) {
+        const TOKENS: [&[u8]; 3] = [b"token", b"ticket", b"other"];
+        let key = |i: usize| TokenKey::from_token(TOKENS[i]);
+        let server = ServerHandshake::new(
+            server_token.map(key),
+            tickets.iter().map(|&t| key(t)).collect(),
+            server_nonce,
+        );
+        let (client, hello) = ClientHandshake::new(client_token.map(key), client_nonce);
+        // Each message crosses the wire.
+        let wire = |m: Message| {
+            let frame = m.encode();
+            let (header, body) = split(&frame);
+            Message::decode(header.kind, body).unwrap()
+        };
+        let answered = server.on_message(wire(hello));
+        let expected = match (server_token, client_token) {
+            (None, None) => Some(Credential::Open),
+            (Some(s), Some(c)) if s == c => Some(Credential::Token(0)),
+            (Some(_), Some(c)) => tickets.iter().position(|&t| t == c).map(Credential::Ticket),
+            _ => None,
+        };
+        let credential = match answered {
+            Ok((waiting, reply)) => match client.on_message(wire(reply)) {
+                Ok(proof) => waiting.on_message(wire(proof)).ok(),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        prop_assert_eq!(credential, expected);
+    }
+
+    #[test]
+    fn every_batch_roundtrips_and_is_consumed_exactly(
+        seq in any::<u64>(),
+        items in proptest::collection::vec(item(), 0..12),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let b = build(seq, &items);
+        let bytes = payload(&b);
+        prop_assert_eq!(b.frame_prefix()[..4].to_vec(), (bytes.len() as u32).to_le_bytes().to_vec());
+        let view = BatchView::decode(&bytes).unwrap();
+        prop_assert_eq!(view.seq, seq);
+        let got: Vec<(Vec<u8>, String)> =
+            view.entries.iter().map(|e| (e.path.to_vec(), described(&e.kind))).collect();
+        let want: Vec<(Vec<u8>, String)> = items.iter().map(expected).collect();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(view.totals(), b.totals);
+        prop_assert_eq!(&b.view().unwrap().entries, &view.entries);
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert!(BatchView::decode(&longer).is_err());
+        let short = &bytes[..cut.index(bytes.len())];
+        prop_assert!(BatchView::decode(short).is_err(), "decoded from {} of {} bytes", short.len(), bytes.len());
+    }
+}
