@@ -5,16 +5,19 @@
 # Idempotent: only packages whose command is missing are installed, and
 # `apt-get update` runs at most once, only when something is missing.
 #
-# Usage: scripts/install-deps.sh [--lint]
+# Usage: scripts/install-deps.sh [--tests] [--lint]
+#   --tests  only what the test suite needs (scripts/test.sh runs this)
 #   --lint   also install shellcheck (to lint the shell scripts)
 set -euo pipefail
 
 want_lint=0
+only_tests=0
 for arg in "$@"; do
     case "$arg" in
         --lint) want_lint=1 ;;
+        --tests) only_tests=1 ;;
         -h | --help)
-            sed -n '2,10p' "$0"
+            sed -n '2,11p' "$0"
             exit 0
             ;;
         *)
@@ -40,6 +43,16 @@ need_pkg() {
     fi
 }
 
+# What the tests need: peers they compare against and tools that make their fixtures.
+need_cmd rsync rsync          # peer: rsync daemon on loopback; tests compare filters against it
+need_cmd ssh openssh-client   # tests of `sprat cp HOST:/path` run a private sshd on loopback
+need_cmd ssh-keygen openssh-client
+need_pkg openssh-server
+need_cmd setfacl acl          # tests of -A make POSIX ACLs with setfacl and read them with getfacl
+need_cmd setfattr attr        # tests of -X make extended attributes with setfattr
+need_cmd python3 python3
+
+if [[ $only_tests == 0 ]]; then
 need_cmd rsync rsync          # peer: rsync daemon on loopback
 need_pkg netcat-openbsd       # peer: tar | nc (needs OpenBSD nc for -N)
 need_cmd rclone rclone        # peer of bench/local.sh: rclone copy (local to local)
@@ -60,6 +73,7 @@ need_cmd tar tar
 need_cmd xargs findutils
 need_cmd timeout coreutils
 need_cmd setsid util-linux
+fi
 if [[ $want_lint == 1 ]]; then
     need_cmd shellcheck shellcheck
 fi

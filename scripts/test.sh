@@ -4,6 +4,7 @@
 # start real `sprat serve` processes on 127.0.0.1 and mount small tmpfs file systems (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/install-deps.sh --tests
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
