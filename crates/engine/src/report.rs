@@ -155,11 +155,13 @@ impl Report {
         if let Some(n) = stages.network_s {
             candidates.push(("network", n));
         }
+        // A run whose stages were all but idle (a re-run with everything up to date) had no
+        // bottleneck worth naming: "none" rather than whichever stage came first.
         let bottleneck = candidates
             .iter()
             .copied()
             .fold(
-                ("read", -1.0),
+                ("none", 0.001),
                 |best, c| if c.1 > best.1 { c } else { best },
             )
             .0;
@@ -361,5 +363,43 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(stages: Stages) -> Report {
+        Report::new(
+            "push",
+            "a".into(),
+            "b".into(),
+            &Counts::default(),
+            Duration::from_secs(1),
+            1,
+            stages,
+        )
+    }
+
+    #[test]
+    fn the_busiest_stage_is_the_bottleneck() {
+        let stages = Stages {
+            scan_read_s: 0.2,
+            network_s: Some(0.7),
+            write_s: 0.5,
+        };
+        assert_eq!(report(stages).bottleneck, "network");
+    }
+
+    #[test]
+    fn a_run_with_idle_stages_has_no_bottleneck() {
+        assert_eq!(report(Stages::default()).bottleneck, "none");
+        let local = Stages {
+            scan_read_s: 0.0,
+            network_s: None,
+            write_s: 0.0,
+        };
+        assert_eq!(report(local).bottleneck, "none");
     }
 }
