@@ -68,6 +68,15 @@ pub enum Command {
     ///
     /// Example: `sprat doctor sprat://HOST:PORT/ --rate 10gbit`.
     Doctor(DoctorArgs),
+    /// Split a local tree into N shards of equal predicted time (per-file overhead and
+    /// bytes) for `sprat cp --plan PLANDIR --shard K` runs on one host or many, keeping hard
+    /// links of one file together; then `sprat cp --plan PLANDIR --finish` once all are done.
+    ///
+    /// Example (a Slurm array, see scripts/slurm/): `sprat plan /data/run --shards 8 --out
+    /// plan`, then `sprat cp --plan plan --shard $SLURM_ARRAY_TASK_ID /data/run
+    /// sprat://dtn:7400/run` for K in 0..7, then `sprat cp --plan plan --finish /data/run
+    /// sprat://dtn:7400/run`.
+    Plan(PlanArgs),
     /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
     Verify(VerifyArgs),
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
@@ -433,6 +442,21 @@ pub struct CpArgs {
     /// not exist fails (exit 1). Not with --delete.
     #[arg(long, value_name = "FILE", conflicts_with = "delete")]
     pub files_from: Option<PathBuf>,
+    /// Copy a part of a plan made by `sprat plan` (with --shard K or --finish). SRC is the
+    /// planned source (or the same tree under another path, as another host mounts it).
+    #[arg(long, value_name = "PLANDIR", conflicts_with_all = ["files_from", "exclude", "include",
+          "exclude_from", "include_from", "delete"])]
+    pub plan: Option<PathBuf>,
+    /// The shard of --plan to copy, from 0 to N-1 (a Slurm array index can be passed as is):
+    /// an ordinary copy of that shard's files (resumable, verified, re-run safe) and the
+    /// directories leading to them.
+    #[arg(long, value_name = "K", requires = "plan", conflicts_with = "finish")]
+    pub shard: Option<usize>,
+    /// Once every shard of --plan is done: make every planned directory and set the modes
+    /// and mtimes of all of them, then check that the destination has every planned file with
+    /// the source's size and mtime (exit 1 naming what is missing or different).
+    #[arg(long, requires = "plan", conflicts_with = "dry_run")]
+    pub finish: bool,
     /// A session whose connections move no byte for this long is taken as stalled: its
     /// connections are closed and the transfer runs again (see --retry-for). `0s`: never.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::units::duration)]
@@ -553,6 +577,31 @@ pub struct DemoArgs {
     /// Number of small files in the data set.
     #[arg(long, value_name = "N", default_value_t = 3000)]
     pub files: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The local tree to split (a directory).
+    pub src: PathBuf,
+    /// How many shards.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub shards: u32,
+    /// Where to write the plan: a new or empty directory that the shards' hosts can read.
+    #[arg(long, value_name = "PLANDIR")]
+    pub out: PathBuf,
+    /// The model's per-file overhead (t0 in T = N * t0 + B / R): what a file costs besides
+    /// its bytes. Measure yours with `sprat bench overhead`.
+    #[arg(long, value_name = "TIME", default_value = "50us", value_parser = crate::units::duration)]
+    pub per_file: std::time::Duration,
+    /// The model's rate (R in T = N * t0 + B / R).
+    #[arg(long, value_name = "RATE", default_value = "535MB/s", value_parser = crate::units::Rate::parse)]
+    pub rate: crate::units::Rate,
+    /// Threads scanning the tree.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub scan_threads: usize,
+    /// Print the plan's summary as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ mod progress;
 mod relay;
 mod selection;
 mod serve_config;
+mod shards;
 mod units;
 
 use anyhow::Context;
@@ -94,6 +95,7 @@ fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
         Command::Serve(a) => serve(a),
         Command::Cp(a) => cp(a, cp_matches, cli.verbose > 0),
         Command::Verify(a) => verify(a),
+        Command::Plan(a) => shards::plan(a),
         Command::Relay(a) => relay::run(a),
         Command::Doctor(a) => {
             let key = credentials(&a.connect)?;
@@ -351,7 +353,14 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 const MIN_BWLIMIT: f64 = 100_000.0;
 
 fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
-    let selection = selection::selection(&a, matches)?;
+    let plan = a.plan.as_deref().map(shards::open).transpose()?;
+    let selection = match (&plan, a.shard) {
+        (Some(plan), Some(k)) => shards::shard_selection(plan, k)?,
+        (Some(_), None) if !a.finish => anyhow::bail!(TransferError::Usage(
+            "--plan needs --shard K (copy one shard) or --finish (once all are done)".into()
+        )),
+        _ => selection::selection(&a, matches)?,
+    };
     let key = credentials(&a.connect)?;
     let src = Endpoint::parse(&a.src)?;
     let dst = Endpoint::parse(&a.dst)?;
@@ -396,6 +405,9 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
     }
     if verbose && !a.quiet && (!a.json || a.json_events) {
         options.file_log = Some(file_log(a.json_events, source_name(&src)));
+    }
+    if let (Some(plan), true) = (&plan, a.finish) {
+        return shards::finish(plan, &src, &dst, &key, &options, a.json);
     }
     if a.dry_run {
         return dry_run(&src, &dst, &key, &options, a.json);
@@ -541,7 +553,7 @@ fn dry_run(
 }
 
 /// Writes to stdout; a closed pipe (`sprat ... | head`) is not an error.
-fn print_quietly(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print_quietly(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

@@ -4,6 +4,8 @@
 //!   and the overhead regression over several numbers of files.
 //! - [`model`]: `T = N * t0 + B / R` fitted to those runs, the bottleneck stage and the number
 //!   of transfer nodes a link needs.
+//! - [`plan`]: a data set split into shards of equal predicted time, for copies spread over
+//!   several processes or hosts (`sprat plan`, `sprat cp --plan`).
 //! - [`dataset`]: reproducible data sets (fixed sizes, the published GridFTP histogram,
 //!   log-uniform), for tests and benchmarks.
 //!
@@ -14,3 +16,4 @@
 pub mod bench;
 pub mod dataset;
 pub mod model;
+pub mod plan;

@@ -1,0 +1,176 @@
+//! `sprat plan` and `sprat cp --plan`: a tree split into shards (`sprat_lab::plan`), each
+//! copied by an ordinary `sprat cp` of its path list, then finished once: every directory made
+//! and given its attributes, and the destination checked against the plan.
+
+use crate::args::PlanArgs;
+use anyhow::Context;
+use sprat_engine::config::Selection;
+use sprat_engine::text::printable;
+use sprat_engine::{Credentials, Endpoint, TransferError, TransferOptions};
+use sprat_lab::model::StageCost;
+use sprat_lab::plan::{self, PlanDir, PlanOptions};
+use std::path::Path;
+
+/// Most missing paths `--finish` names one by one (then a count).
+const NAMED_MISSING: usize = 1000;
+
+/// `sprat plan`.
+pub fn plan(a: PlanArgs) -> anyhow::Result<i32> {
+    let rate = a.rate.bytes_per_s();
+    if rate <= 0.0 {
+        anyhow::bail!(TransferError::Usage("--rate must be above 0".into()));
+    }
+    let options = PlanOptions {
+        shards: a.shards as usize,
+        cost: StageCost {
+            t0_s: a.per_file.as_secs_f64(),
+            rate_bytes_per_s: rate,
+        },
+        scan_threads: a.scan_threads,
+    };
+    let made = plan::make(&a.src, options).map_err(|e| TransferError::Usage(e.to_string()))?;
+    plan::dir::write(&made, &a.out)?;
+    let s = &made.summary;
+    let text = if a.json {
+        serde_json::to_string(s)? + "\n"
+    } else {
+        let mut text = format!(
+            "plan {} -> {}: {} files, {} symlinks, {} directories, {} in {} shards\n",
+            a.src.display(),
+            a.out.display(),
+            s.files,
+            s.symlinks,
+            s.dirs,
+            sprat_engine::report::human_bytes(s.bytes),
+            s.shards.len()
+        );
+        for (k, shard) in s.shards.iter().enumerate() {
+            text.push_str(&format!(
+                "  shard {k}: {} paths, {}, predicted {:.2} s\n",
+                shard.paths,
+                sprat_engine::report::human_bytes(shard.bytes),
+                shard.predicted_s
+            ));
+        }
+        text.push_str(&format!(
+            "  longest shard / mean: {:.3} (model: {:.0} us per file, {:.0} MB/s)\n",
+            s.imbalance,
+            s.per_file_s * 1e6,
+            s.rate_bytes_per_s / 1e6
+        ));
+        if s.skipped_special > 0 {
+            text.push_str(&format!(
+                "  left out: {} devices, sockets or FIFOs (sprat does not copy them)\n",
+                s.skipped_special
+            ));
+        }
+        text
+    };
+    crate::print_quietly(&text)?;
+    Ok(0)
+}
+
+/// Reads the plan `--plan` names.
+pub fn open(dir: &Path) -> anyhow::Result<PlanDir> {
+    PlanDir::open(dir).map_err(|e| TransferError::Usage(format!("--plan: {e}")).into())
+}
+
+/// What `--shard K` copies: the shard's paths, as `--files-from` would take them.
+pub fn shard_selection(plan: &PlanDir, k: usize) -> anyhow::Result<Selection> {
+    if k >= plan.shards() {
+        anyhow::bail!(TransferError::Usage(format!(
+            "--shard {k}: the plan {} has shards 0 to {}",
+            plan.path.display(),
+            plan.shards().saturating_sub(1)
+        )));
+    }
+    let paths = plan
+        .shard(k)
+        .map_err(|e| TransferError::Usage(format!("--plan: {e}")))?;
+    Ok(Selection::default().with_files(paths))
+}
+
+/// `sprat cp --plan DIR --finish SRC DST`.
+pub fn finish(
+    plan: &PlanDir,
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: &Credentials,
+    options: &TransferOptions,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let usage = |e: plan::PlanError| TransferError::Usage(format!("--plan: {e}"));
+    // 1. Every directory, made where missing and given the source's mode and mtime: a copy
+    //    of the directories alone (after the shards wrote into them).
+    let dirs = plan.dirs().map_err(usage)?;
+    let mut dir_options = options.clone();
+    dir_options.selection = Selection::default().with_files(&dirs);
+    let made = sprat_engine::copy_retrying(src, dst, key, &dir_options, &mut |n| {
+        eprintln!("sprat: {}", printable(&n.to_string()))
+    })
+    .context("--finish: setting the directories")?;
+    if made.failed > 0 {
+        for f in &made.failures {
+            eprintln!(
+                "sprat: failed: {}: {}",
+                printable(&f.path),
+                printable(&f.error)
+            );
+        }
+        return Ok(1);
+    }
+    // 2. Every planned file at the destination with the source's size and mtime: what a
+    //    dry run of the whole plan would still send or fix.
+    let paths = plan.all_paths().map_err(usage)?;
+    let mut check = options.clone();
+    check.selection = Selection::default().with_files(&paths);
+    check.skip = sprat_engine::config::SkipRule::QuickCheck;
+    let left = sprat_engine::dry_run(src, dst, key, &check).context("--finish: checking")?;
+    let missing: Vec<&(String, sprat_engine::Action)> = left
+        .files
+        .iter()
+        .filter(|(_, a)| *a != sprat_engine::Action::Delete)
+        .collect();
+    if json {
+        let value = serde_json::json!({
+            "finish": true,
+            "directories": dirs.len(),
+            "planned": paths.len(),
+            "missing_or_different": missing.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+        });
+        crate::print_quietly(&format!("{value}\n"))?;
+    }
+    for (path, action) in missing.iter().take(NAMED_MISSING) {
+        let what = match action {
+            sprat_engine::Action::Attrs => "mode or mtime differs at the destination",
+            _ => "missing at the destination, or another size or mtime",
+        };
+        eprintln!("sprat: not finished: {}: {what}", printable(path));
+    }
+    if missing.len() > NAMED_MISSING {
+        eprintln!(
+            "sprat: not finished: {} more not listed",
+            missing.len() - NAMED_MISSING
+        );
+    }
+    if !json {
+        let text = if missing.is_empty() {
+            format!(
+                "finish {src} -> {dst}: {} directories set; all {} planned files and links at \
+                 the destination\n",
+                dirs.len(),
+                paths.len()
+            )
+        } else {
+            format!(
+                "finish {src} -> {dst}: {} directories set; {} of {} planned files missing or \
+                 different (run the shards that failed again)\n",
+                dirs.len(),
+                missing.len(),
+                paths.len()
+            )
+        };
+        crate::print_quietly(&text)?;
+    }
+    Ok(if missing.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,285 @@
+#![allow(clippy::unwrap_used)]
+//! `sprat plan` and `sprat cp --plan`: a tree split into shards, the shards copied at the same
+//! time by separate processes (local and to a real server), finished, and compared with the
+//! source; hard links kept in one shard; what `--finish` finds missing; bad input.
+
+mod common;
+
+use common::{assert_error_names, assert_exit, assert_ok, bin, cp_args, server, tmp};
+use sprat_testkit::{
+    assert_trees_equal, make_fidelity_tree, make_many_files, run_sprat, spawn_sprat,
+};
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+fn plan(src: &Path, shards: u32, out: &Path) -> std::process::Output {
+    let shards = shards.to_string();
+    run_sprat(
+        bin(),
+        [
+            "plan".as_ref(),
+            src.as_os_str(),
+            "--shards".as_ref(),
+            shards.as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--json".as_ref(),
+        ],
+        &[],
+    )
+}
+
+fn shard_paths(plan: &Path, k: usize) -> Vec<Vec<u8>> {
+    std::fs::read(plan.join(format!("shard-{k:05}.paths")))
+        .unwrap()
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// A tree with the fidelity tree's odd names, symlinks and empty directories, plus enough
+/// small files that every shard gets some.
+fn source(dir: &Path) {
+    make_fidelity_tree(dir);
+    make_many_files(&dir.join("many"), 2000, 3000, 7);
+}
+
+/// Runs every shard at once, each as its own `sprat cp` process, then `--finish`.
+fn copy_all_shards(plan: &Path, shards: usize, extra: &[&str], dst: &str, src: &Path) {
+    let server_args = extra.to_vec();
+    let children: Vec<_> = (0..shards)
+        .map(|k| {
+            let k = k.to_string();
+            let mut args: Vec<&str> = vec!["cp", "--plan", plan.to_str().unwrap(), "--shard", &k];
+            args.extend(&server_args);
+            args.extend([src.to_str().unwrap(), dst]);
+            spawn_sprat(bin(), args, &[])
+        })
+        .collect();
+    for mut c in children {
+        let out = c.wait_or_panic(Duration::from_secs(120));
+        assert_ok(&out, None);
+    }
+}
+
+#[test]
+fn four_local_shards_at_once_then_finish_equal_the_source() {
+    let t = tmp();
+    let (src, plan_dir, dst) = (
+        t.path().join("src"),
+        t.path().join("plan"),
+        t.path().join("dst"),
+    );
+    source(&src);
+    let out = plan(&src, 4, &plan_dir);
+    assert_ok(&out, None);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["shards"].as_array().unwrap().len(), 4);
+    assert!(summary["imbalance"].as_f64().unwrap() < 1.2, "{summary}");
+
+    // Every path in exactly one shard.
+    let mut seen = HashSet::new();
+    for k in 0..4 {
+        let paths = shard_paths(&plan_dir, k);
+        assert!(!paths.is_empty(), "shard {k} is empty");
+        for p in paths {
+            assert!(seen.insert(p.clone()), "{p:?} is in two shards");
+        }
+    }
+
+    copy_all_shards(&plan_dir, 4, &[], dst.to_str().unwrap(), &src);
+    let out = run_sprat(
+        bin(),
+        cp_args(
+            None,
+            &["--plan", plan_dir.to_str().unwrap(), "--finish"],
+            &src,
+            &dst,
+        ),
+        &[],
+    );
+    assert_ok(&out, None);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("all"),
+        "{out:?}"
+    );
+    // Directories' mtimes are only right after --finish; the comparison checks them.
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn shards_pushed_to_a_server_at_once_then_finish_equal_the_source() {
+    let t = tmp();
+    let (src, plan_dir, root) = (
+        t.path().join("src"),
+        t.path().join("plan"),
+        t.path().join("root"),
+    );
+    source(&src);
+    assert_ok(&plan(&src, 3, &plan_dir), None);
+    let server = server(&root);
+    let url = server.url("tree");
+    let auth: Vec<String> = server
+        .client_args()
+        .into_iter()
+        .map(|a| a.into_string().unwrap())
+        .collect();
+    let auth: Vec<&str> = auth.iter().map(String::as_str).collect();
+    copy_all_shards(&plan_dir, 3, &auth, &url, &src);
+
+    let mut finish: Vec<&str> = vec!["--plan", plan_dir.to_str().unwrap(), "--finish"];
+    finish.extend(&auth);
+    let out = run_sprat(bin(), cp_args(None, &finish, &src, &url), &[]);
+    assert_ok(&out, Some(&server));
+    assert_trees_equal(&src, &root.join("tree"));
+}
+
+#[test]
+fn hard_links_of_one_file_are_planned_into_one_shard() {
+    let t = tmp();
+    let (src, plan_dir) = (t.path().join("src"), t.path().join("plan"));
+    make_many_files(&src, 400, 1000, 3);
+    std::fs::write(src.join("data"), vec![7u8; 50_000]).unwrap();
+    for name in ["a-link", "m-link", "z-link"] {
+        std::fs::hard_link(src.join("data"), src.join(name)).unwrap();
+    }
+    assert_eq!(std::fs::metadata(src.join("data")).unwrap().nlink(), 4);
+    assert_ok(&plan(&src, 4, &plan_dir), None);
+    let holding: Vec<usize> = (0..4)
+        .filter(|&k| {
+            shard_paths(&plan_dir, k)
+                .iter()
+                .any(|p| p.ends_with(b"link") || p == b"data")
+        })
+        .collect();
+    assert_eq!(
+        holding.len(),
+        1,
+        "hard links spread over shards {holding:?}"
+    );
+    let paths = shard_paths(&plan_dir, holding[0]);
+    for name in ["data", "a-link", "m-link", "z-link"] {
+        assert!(paths.contains(&name.as_bytes().to_vec()), "{name} missing");
+    }
+}
+
+#[test]
+fn finish_names_a_file_that_no_shard_copied_and_exits_1() {
+    let t = tmp();
+    let (src, plan_dir, dst) = (
+        t.path().join("src"),
+        t.path().join("plan"),
+        t.path().join("dst"),
+    );
+    make_many_files(&src, 300, 100, 5);
+    assert_ok(&plan(&src, 2, &plan_dir), None);
+    // Only shard 0 runs.
+    let out = run_sprat(
+        bin(),
+        cp_args(
+            None,
+            &["--plan", plan_dir.to_str().unwrap(), "--shard", "0"],
+            &src,
+            &dst,
+        ),
+        &[],
+    );
+    assert_ok(&out, None);
+    let finish = || {
+        run_sprat(
+            bin(),
+            cp_args(
+                None,
+                &["--plan", plan_dir.to_str().unwrap(), "--finish"],
+                &src,
+                &dst,
+            ),
+            &[],
+        )
+    };
+    let out = finish();
+    assert_exit(&out, 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let missing = String::from_utf8_lossy(&shard_paths(&plan_dir, 1)[0]).into_owned();
+    assert!(
+        stderr.contains(&format!("not finished: {missing}:")),
+        "{missing} not named:\n{stderr}"
+    );
+    // Shard 1 run later: finished.
+    let out = run_sprat(
+        bin(),
+        cp_args(
+            None,
+            &["--plan", plan_dir.to_str().unwrap(), "--shard", "1"],
+            &src,
+            &dst,
+        ),
+        &[],
+    );
+    assert_ok(&out, None);
+    assert_ok(&finish(), None);
+    assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn bad_plans_shards_and_sources_are_one_line_errors() {
+    let t = tmp();
+    let (src, plan_dir) = (t.path().join("src"), t.path().join("plan"));
+    make_many_files(&src, 10, 10, 1);
+    assert_ok(&plan(&src, 2, &plan_dir), None);
+    let dst = t.path().join("dst");
+    let p = plan_dir.to_str().unwrap();
+
+    let out = run_sprat(
+        bin(),
+        cp_args(None, &["--plan", p, "--shard", "2"], &src, &dst),
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--shard 2"]);
+
+    let out = run_sprat(bin(), cp_args(None, &["--plan", p], &src, &dst), &[]);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--shard"]);
+
+    // A plan directory that is not empty is not overwritten.
+    let out = plan(&src, 2, &plan_dir);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["not empty"]);
+
+    // A cut-off shard list is refused, naming the file.
+    let list = plan_dir.join("shard-00001.paths");
+    let bytes = std::fs::read(&list).unwrap();
+    std::fs::write(&list, &bytes[..bytes.len() - 1]).unwrap();
+    let out = run_sprat(
+        bin(),
+        cp_args(None, &["--plan", p, "--shard", "1"], &src, &dst),
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["shard-00001.paths"]);
+
+    // Not a plan at all.
+    let out = run_sprat(
+        bin(),
+        cp_args(
+            None,
+            &["--plan", src.to_str().unwrap(), "--shard", "0"],
+            &src,
+            &dst,
+        ),
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["plan.json"]);
+
+    // A single file cannot be planned.
+    let file = t.path().join("single");
+    std::fs::write(&file, b"one file").unwrap();
+    let out = plan(&file, 2, &t.path().join("plan2"));
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["not a directory"]);
+}
