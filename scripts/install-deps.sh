@@ -51,6 +51,10 @@ need_pkg openssh-server
 need_cmd setfacl acl          # tests of -A make POSIX ACLs with setfacl and read them with getfacl
 need_cmd setfattr attr        # tests of -X make extended attributes with setfattr
 need_cmd python3 python3
+need_cmd slurmctld slurmctld  # tests of scripts/slurm run a single-host Slurm (with munge)
+need_cmd slurmd slurmd
+need_cmd sbatch slurm-client
+need_cmd munged munge
 
 if [[ $only_tests == 0 ]]; then
 need_cmd rsync rsync          # peer: rsync daemon on loopback
