@@ -105,6 +105,8 @@ pub fn finish(
     let dirs = plan.dirs().map_err(usage)?;
     let mut dir_options = options.clone();
     dir_options.selection = Selection::default().with_files(&dirs);
+    // Every directory is set whatever the destination has: no listing of it is needed.
+    dir_options.skip = sprat_engine::config::SkipRule::Never;
     let made = sprat_engine::copy_retrying(src, dst, key, &dir_options, &mut |n| {
         eprintln!("sprat: {}", printable(&n.to_string()))
     })
@@ -120,16 +122,23 @@ pub fn finish(
         return Ok(1);
     }
     // 2. Every planned file at the destination with the source's size and mtime: what a
-    //    dry run of the whole plan would still send or fix.
+    //    dry run would still send or fix, of the planned paths. The dry run covers the whole
+    //    tree (both sides scanned in parallel, faster than one look-up per planned path), and
+    //    what the source gained since the plan is not the plan's.
     let paths = plan.all_paths().map_err(usage)?;
+    let planned: std::collections::HashSet<String> = paths
+        .iter()
+        .map(|p| sprat_engine::relpath::display_path(p))
+        .collect();
     let mut check = options.clone();
-    check.selection = Selection::default().with_files(&paths);
+    check.selection = Selection::default();
     check.skip = sprat_engine::config::SkipRule::QuickCheck;
+    check.delete = false;
     let left = sprat_engine::dry_run(src, dst, key, &check).context("--finish: checking")?;
     let missing: Vec<&(String, sprat_engine::Action)> = left
         .files
         .iter()
-        .filter(|(_, a)| *a != sprat_engine::Action::Delete)
+        .filter(|(p, a)| *a != sprat_engine::Action::Delete && planned.contains(p))
         .collect();
     if json {
         let value = serde_json::json!({
