@@ -1,0 +1,216 @@
+"""Processes, clocks and caches: background processes tracked by PID (each in its own session,
+ended as a group by PID at exit), readiness of listeners (ss, never a probe connection), free
+ports, a timed shell command with its CPU time, cache states and the final sync."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Procs:
+    """Background processes started by the harness; `stop_all` ends them (newest first)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, cmd, *, log: str, env: Optional[Mapping[str, str]] = None, shell: bool = False,
+              stdout: Optional[str] = None) -> subprocess.Popen:
+        out = open(stdout or log + ".out", "wb")
+        err = open(log + ".err", "wb")
+        p = subprocess.Popen(
+            ["bash", "-o", "pipefail", "-c", cmd] if shell else cmd,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+        out.close()
+        err.close()
+        self.procs.append(p)
+        return p
+
+    def stop(self, p: subprocess.Popen) -> None:
+        stop_group(p)
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            stop_group(p)
+        self.procs.clear()
+
+
+def stop_group(p: subprocess.Popen, grace: float = 3.0) -> None:
+    """TERM the process group led by `p` (its own session), KILL it after `grace` s, reap it."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    else:
+        try:  # the leader is gone; its group may not be
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def is_listening(port: int, netns: Optional[str] = None) -> bool:
+    cmd = ["ss", "-Hltn", f"sport = :{port}"]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns] + cmd
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return bool(r.stdout.strip())
+
+
+def wait_listen(port: int, p: subprocess.Popen, timeout: float = 15.0, netns: Optional[str] = None) -> bool:
+    """True once something listens on `port`; False if `p` exits first or on timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if is_listening(port, netns):
+            return True
+        if p.poll() is not None:
+            return False
+        time.sleep(0.005)
+    return False
+
+
+def wait_line(path: str, prefix: str, p: subprocess.Popen, timeout: float = 30.0, lines: int = 1) -> list[str]:
+    """The first `lines` lines of the file `path` once its first line starts with `prefix`
+    (a server printing `listening on HOST:PORT`); [] if `p` exits first or on timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(path) as f:
+                got = f.read().splitlines()
+        except OSError:
+            got = []
+        if got and got[0].startswith(prefix) and len(got) >= lines:
+            return got[:lines]
+        if p.poll() is not None:
+            return []
+        time.sleep(0.01)
+    return got[:lines] if got and got[0].startswith(prefix) else []
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a live process and its reaped children (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # fields[0] is the state (field 3): utime, stime, cutime, cstime are fields 14-17.
+    return sum(int(x) for x in fields[11:15]) / CLK_TCK
+
+
+# ---------------------------------------------------------------- caches and sync
+
+def can_drop_caches() -> bool:
+    return os.access("/proc/sys/vm/drop_caches", os.W_OK)
+
+
+def drop_caches(what: int = 3) -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write(f"{what}\n")
+
+
+def syncfs(path: str) -> None:
+    """sync the file system holding `path` (syncfs(2) through `sync -f`)."""
+    target = path
+    while not os.path.exists(target) and target not in ("/", ""):
+        target = os.path.dirname(target)
+    subprocess.run(["sync", "-f", target or "/"], check=False)
+
+
+def read_tree(src: str) -> None:
+    """Read every file of `src` (the warm-up of a warm run)."""
+    subprocess.run(f"find {quote(src)} -type f -print0 | xargs -0 -r -P 16 -n 256 cat >/dev/null",
+                   shell=True, check=False)
+
+
+def quote(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+# ---------------------------------------------------------------- one timed command
+
+@dataclass
+class Timed:
+    seconds: float
+    sync_seconds: float
+    rc: int
+    cpu: float
+    timed_out: bool
+
+
+def run_timed(cmd: str, *, out: str, err: str, env: Mapping[str, str], timeout: float,
+              receiver: Optional[subprocess.Popen] = None, sync_path: Optional[str] = None) -> Timed:
+    """Run the shell command `cmd` (bash -o pipefail), timed with the monotonic clock from its
+    start until it has exited, `receiver` (a process started before, e.g. `nc -l | tar -x`)
+    has exited too, and then `sync -f sync_path` has returned. `cpu` is the user + system
+    time of the command and its children (wait4)."""
+    with open(out, "wb") as o, open(err, "ab") as e:
+        t0 = time.monotonic()
+        p = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], stdin=subprocess.DEVNULL, stdout=o,
+                             stderr=e, env=dict(env), start_new_session=True)
+        rc, cpu, timed_out = _wait(p, t0 + timeout)
+        if receiver is not None:
+            if rc != 0:
+                stop_group(receiver)  # the sender failed: the receiver may never see EOF
+            rrc, _, rto = _wait(receiver, t0 + timeout)
+            timed_out = timed_out or rto
+            rc = rc or rrc
+        t1 = time.monotonic()
+        if sync_path:
+            syncfs(sync_path)
+        t2 = time.monotonic()
+    return Timed(t2 - t0, t2 - t1, rc, cpu, timed_out)
+
+
+def _wait(p: subprocess.Popen, deadline: float) -> tuple[int, float, bool]:
+    """Wait for `p` (blocking wait4, so the clock stops when it exits); a timer kills its group
+    at `deadline` (monotonic). Returns (exit code, CPU seconds, timed out)."""
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), kill)
+    timer.start()
+    try:
+        _, status, ru = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    rc = p.returncode if p.returncode >= 0 else 128 - p.returncode
+    if fired.is_set():
+        rc = 124
+    return rc, ru.ru_utime + ru.ru_stime, fired.is_set()

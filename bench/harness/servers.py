@@ -1,0 +1,184 @@
+"""Servers on loopback, one function per kind (`KINDS`), and `sprat relay` in front of them.
+
+Each start function returns a `Server`: its process, address, exported root, and `ctx(port)`,
+the template fields a tool's command needs to reach it through `port` (the server's own port,
+or a relay's): fingerprints, tokens, ssh options, passwords.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from . import proc
+
+
+@dataclass
+class Server:
+    kind: str
+    host: str
+    port: int
+    root: str
+    pid: Optional[int]
+    ctx: Callable[[int], dict] = field(default=lambda port: {})
+    verbatim: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    relay_ok: bool = True
+
+
+class StartError(Exception):
+    """A server that did not come up; the tools needing it are skipped with this reason."""
+
+
+def _tail(path: str, n: int = 3) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return " | ".join(f.read().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat") -> Server:
+    log = os.path.join(h.logs, f"{kind}-serve-{i}")
+    p = h.procs.start([h.sprat, "serve", "--root", h.root, "--listen", "127.0.0.1:0", "--token-file",
+                       h.token_file, *extra], log=log, env=h.sprat_env)
+    lines = proc.wait_line(log + ".out", "listening on ", p, lines=1)
+    if not lines:
+        raise StartError(f"sprat serve did not start: {_tail(log + '.err')}")
+    port = int(lines[0].rsplit(":", 1)[1])
+    fp = ""
+    if "--no-encryption" not in extra:
+        got = proc.wait_line(log + ".out", "listening on ", p, lines=2, timeout=2)
+        if len(got) == 2 and got[1].startswith("fingerprint "):
+            fp = got[1].split(" ", 1)[1]
+    conn = "--no-encryption" if "--no-encryption" in extra else (f"--server-fingerprint {fp}" if fp else "")
+    return Server(kind, "127.0.0.1", port, h.root, p.pid, ctx=lambda port: {"conn": conn},
+                  verbatim=("conn",), env={"SPRAT_TOKEN": h.token})
+
+
+def start_rsyncd(h, i: int) -> Server:
+    port = proc.free_port()
+    conf = os.path.join(h.tmp, f"rsyncd-{i}.conf")
+    with open(conf, "w") as f:
+        f.write(f"pid file = {h.tmp}/rsyncd-{i}.pid\nlog file = {h.logs}/rsyncd-{i}.log\nuse chroot = yes\n"
+                f"max connections = 0\ntransfer logging = no\n\n[mod]\n    path = {h.root}\n    read only = no\n"
+                "    uid = root\n    gid = root\n    munge symlinks = no\n")
+    p = h.procs.start(["rsync", "--daemon", "--no-detach", f"--config={conf}", "--address=127.0.0.1",
+                       f"--port={port}"], log=os.path.join(h.logs, f"rsyncd-{i}"))
+    if not proc.wait_listen(port, p):
+        raise StartError(f"rsync daemon did not start: {_tail(os.path.join(h.logs, f'rsyncd-{i}.err'))}")
+    return Server("rsyncd", "127.0.0.1", port, h.root, p.pid)
+
+
+def start_tarnc(h, i: int) -> Server:
+    # No process: the receiver (nc -l | tar -x) is started per run on this port.
+    return Server("tarnc", "127.0.0.1", proc.free_port(), h.root, None)
+
+
+def start_gridftp(h, i: int) -> Server:
+    port = proc.free_port()
+    uid = ["-anonymous-user", "root", "-allow-root"] if os.geteuid() == 0 else []
+    log = os.path.join(h.logs, f"gridftp-{i}")
+    p = h.procs.start(["globus-gridftp-server", "-aa", *uid, "-p", str(port), "-control-interface", "127.0.0.1",
+                       "-data-interface", "127.0.0.1", "-d", "error", "-l", log + ".log"], log=log)
+    if not proc.wait_listen(port, p):
+        raise StartError(f"globus-gridftp-server did not start: {_tail(log + '.err')}")
+    # Data channels go to the address of the PASV reply, not through a relay in front of the
+    # control port (the legacy bench/wan.sh ran the server in a namespace behind a veth pair).
+    return Server("gridftp", "127.0.0.1", port, h.root, p.pid, relay_ok=False)
+
+
+def start_xrootd(h, i: int) -> Server:
+    user = "xrootd"
+    port = proc.free_port()
+    root = os.path.join(h.data_dir, "xrootd-root")
+    work = os.path.join(h.logs, f"xrootd-{i}")
+    os.makedirs(os.path.join(root, "harness-dst"), exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    run_as = []
+    if os.geteuid() == 0:
+        if subprocess.run(["id", user], capture_output=True).returncode != 0:
+            raise StartError(f"xrootd will not run as root and user {user} does not exist")
+        subprocess.run(["chown", "-R", f"{user}:", root, work], check=True)
+        run_as = ["-R", user]
+    with open(os.path.join(work, "xrootd.cfg"), "w") as f:
+        f.write(f"all.export /\noss.localroot {root}\nxrd.port {port}\nxrd.allow host localhost\n"
+                f"xrootd.trace off\nall.adminpath {work}\nall.pidpath {work}\n")
+    p = h.procs.start(["xrootd", "-c", os.path.join(work, "xrootd.cfg"), "-p", str(port), "-n", f"harness{i}",
+                       "-l", os.path.join(work, "xrootd.log"), *run_as], log=work + "/xrootd")
+    if not proc.wait_listen(port, p):
+        raise StartError(f"xrootd did not start: {_tail(work + '/xrootd.err')}")
+    h.cleanup.append(root)
+    return Server("xrootd", "127.0.0.1", port, root, p.pid, ctx=lambda port: {"xrd_user": user})
+
+
+def start_rclone(h, i: int) -> Server:
+    port = proc.free_port()
+    password = os.urandom(12).hex()
+    obscured = subprocess.run(["rclone", "obscure", password], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    log = os.path.join(h.logs, f"rclone-serve-{i}")
+    p = h.procs.start(["rclone", "--config", h.empty_rclone_conf, "serve", "sftp", h.root, "--addr",
+                       f"127.0.0.1:{port}", "--user", "sprat", "--pass", password], log=log)
+    if not proc.wait_listen(port, p):
+        raise StartError(f"rclone serve sftp did not start: {_tail(log + '.err')}")
+    return Server("rclone", "127.0.0.1", port, h.root, p.pid, ctx=lambda port: {"rclone_pass": obscured})
+
+
+def start_sshd(h, i: int) -> Server:
+    d = os.path.join(h.tmp, f"sshd-{i}")
+    os.makedirs(d, exist_ok=True)
+    for k in ("host_key", "client_key"):
+        if not os.path.exists(os.path.join(d, k)):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(d, k)], check=True)
+    with open(os.path.join(d, "client_key.pub")) as f, open(os.path.join(d, "authorized_keys"), "w") as g:
+        g.write(f.read())
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    port = proc.free_port()
+    conf = os.path.join(d, "sshd_config")
+    with open(conf, "w") as f:
+        f.write(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPermitRootLogin prohibit-password\n"
+                f"PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                f"AuthorizedKeysFile {d}/authorized_keys\nUsePAM no\nStrictModes no\nPidFile {d}/sshd.pid\n"
+                "Subsystem sftp /usr/lib/openssh/sftp-server\nMaxStartups 100\nLogLevel ERROR\n"
+                # root's ~/.bashrc runs `pyenv init` (~0.2 s per command) unless SHLVL says nested
+                "SetEnv SHLVL=1\n")
+    p = h.procs.start(["/usr/sbin/sshd", "-D", "-f", conf, "-e"], log=os.path.join(h.logs, f"sshd-{i}"))
+    if not proc.wait_listen(port, p):
+        raise StartError(f"sshd did not start: {_tail(os.path.join(h.logs, f'sshd-{i}.err'))}")
+    opts = ["-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-i", f"{d}/client_key"]
+    ssh_opts = " ".join(shlex.quote(o) for o in opts)
+
+    def ctx(port: int) -> dict:
+        return {"ssh_opts": ssh_opts, "ssh": "ssh " + ssh_opts,
+                "ssh_e": shlex.quote("ssh " + " ".join(opts) + f" -p {port}")}
+
+    return Server("sshd", "127.0.0.1", port, h.root, p.pid, ctx=ctx, verbatim=("ssh_opts", "ssh", "ssh_e"))
+
+
+KINDS = {
+    "sprat": start_sprat,
+    "sprat-plain": lambda h, i: start_sprat(h, i, ("--no-encryption",), kind="sprat-plain"),
+    "rsyncd": start_rsyncd,
+    "tarnc": start_tarnc,
+    "gridftp": start_gridftp,
+    "xrootd": start_xrootd,
+    "rclone": start_rclone,
+    "sshd": start_sshd,
+}
+
+
+def start_relay(h, to_port: int, rtt_ms: float, rate: str) -> tuple[int, int]:
+    """`sprat relay` on a free port of 127.0.0.1 forwarding to `to_port` with RTT/2 one way and
+    the given cap; returns (port, pid)."""
+    log = os.path.join(h.logs, f"relay-{to_port}-{rtt_ms:g}ms")
+    p = h.procs.start([h.sprat, "relay", "--listen", "127.0.0.1:0", "--to", f"127.0.0.1:{to_port}", "--delay",
+                       f"{rtt_ms / 2:g}ms", "--rate", rate], log=log, env=h.sprat_env)
+    lines = proc.wait_line(log + ".out", "listening on ", p)
+    if not lines:
+        raise StartError(f"sprat relay did not start: {_tail(log + '.err')}")
+    return int(lines[0].rsplit(":", 1)[1]), p.pid
