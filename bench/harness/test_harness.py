@@ -1,0 +1,233 @@
+"""Unit tests of the harness's pure parts: `python3 -m unittest discover bench/harness`
+(from the repository root; no root, no network, no sprat binary needed, well under a second)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness import report, sets, stats, suites, tools, verify  # noqa: E402
+
+REPO = "/repo"
+
+
+class Stats(unittest.TestCase):
+    def test_median_odd_even_empty(self):
+        self.assertEqual(stats.median([3.0, 1.0, 2.0]), 2.0)
+        self.assertEqual(stats.median([4.0, 1.0, 2.0, 3.0]), 2.5)
+        self.assertIsNone(stats.median([]))
+        self.assertEqual(stats.median([float("nan"), 5.0]), 5.0)
+
+    def test_ratio_and_paired(self):
+        self.assertEqual(stats.ratio(3.0, 1.5), 2.0)
+        self.assertIsNone(stats.ratio(None, 1.0))
+        self.assertIsNone(stats.ratio(1.0, 0.0))
+        self.assertEqual(stats.paired_ratios({1: 2.0, 2: 3.0, 3: 9.0}, {1: 1.0, 3: 3.0}), [2.0, 3.0])
+
+    def test_formatting(self):
+        self.assertEqual(stats.fmt_secs(1.23456), "1.235")
+        self.assertEqual(stats.fmt_secs(34.567), "34.57")
+        self.assertEqual(stats.fmt_secs(None), "-")
+        self.assertEqual(stats.fmt_ratio(1.005), "1.005")
+        self.assertEqual(stats.fmt_ratio(2.5), "2.50")
+        self.assertEqual(stats.fmt_ratio(316.2), "316")
+        self.assertEqual(stats.fmt_rate(100_000_000, 2.0), "50")
+        self.assertEqual(stats.human_bytes(1536), "1.5 KiB")
+
+    def test_rotate_gives_abcabc_orders(self):
+        xs = ["a", "b", "c"]
+        self.assertEqual([stats.rotate(xs, r) for r in range(4)],
+                         [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]])
+        self.assertEqual(stats.rotate([], 3), [])
+
+
+class Sets(unittest.TestCase):
+    def test_names_match_the_old_scripts_directories(self):
+        s = sets.resolve_set("small")
+        self.assertEqual(s.dir, "src-gen-small-100000x4KiB-seed1")
+        self.assertEqual(s.recipe, "sprat gen --files 100000 --size 4KiB --seed 1")
+        self.assertEqual(sets.resolve_set("k4").dir, s.dir)
+        self.assertEqual(sets.resolve_set("mixed1g").dir, "src-gen-mixed-1GiB-gridftp-max16MiB-seed1")
+        self.assertEqual(sets.resolve_set("big").dir, "src-gen-big-1x4GiB-seed1")
+        self.assertEqual(sets.resolve_set("big", quick=True).dir, "src-gen-big-1x256MiB-seed1")
+        self.assertEqual(sets.resolve_set("small", quick=True, seed=7).gen[-1], "7")
+
+    def test_tree(self):
+        t = sets.resolve_set("tree", tree="/usr/share")
+        self.assertEqual((t.dir, t.recipe, t.gen), ("src-tree", "/usr/share", None))
+        self.assertEqual(sets.resolve_set("tree", tree="/x", quick=True).dir, "src-tree-first2000")
+        self.assertEqual(sets.resolve_set("tree", tree="/x", tree_files=50).dir, "src-tree-first50")
+        with self.assertRaises(ValueError):
+            sets.resolve_set("tree")
+
+    def test_unknown_set(self):
+        with self.assertRaisesRegex(ValueError, "unknown data set 'huge'"):
+            sets.resolve_set("huge")
+
+
+class Tools(unittest.TestCase):
+    def test_expand_quotes_and_double_quotes(self):
+        ctx = tools.quote_ctx({"src": "/a b/c", "args": "--x 1"}, verbatim=("args",))
+        self.assertEqual(tools.expand("cp {args} {src} /d", ctx), "cp --x 1 '/a b/c' /d")
+        self.assertEqual(tools.expand("ssh h cp {src!q}", ctx), "ssh h cp ''\"'\"'/a b/c'\"'\"''")
+        with self.assertRaisesRegex(KeyError, "nope"):
+            tools.expand("{nope}", ctx)
+
+    def test_every_entry_expands_with_a_full_context(self):
+        fields = ["sprat", "src", "dst", "src_rel", "dst_rel", "src_name", "host", "host2", "port", "port2",
+                  "listen_port", "args", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
+                  "ssh_e2", "rclone_pass", "xrd_user"]
+        ctx = {f: f"<{f}>" for f in fields}
+        for t in tools.ENTRIES:
+            for m, tmpl in list(t.modes.items()) + list(t.receiver.items()) + list(t.prepare.items()):
+                tools.expand(tmpl, ctx)
+            tools.expand(t.copy_at, ctx)
+            self.assertTrue(set(t.modes) <= set(tools.MODES), t.name)
+
+    def test_variants(self):
+        reg = tools.registry()
+        v = tools.parse_variant("sprat-s8=sprat --streams 8", reg)
+        self.assertEqual((v.name, v.args, v.server), ("sprat-s8", ("--streams", "8"), "sprat"))
+        self.assertEqual(reg["sprat-threads"].args, ("--io", "threads"))
+        for bad in ("nobase", "x=", "x=nosuchtool"):
+            with self.assertRaises(ValueError):
+                tools.parse_variant(bad, reg)
+
+    def test_resolve_aliases_and_unknown(self):
+        reg = tools.registry()
+        self.assertEqual([t.name for t in tools.resolve(["cp", "tar"], reg)], ["cpa", "tartar"])
+        with self.assertRaisesRegex(ValueError, "unknown tool 'scp'"):
+            tools.resolve(["scp"], reg)
+
+    def test_servers_and_modes(self):
+        reg = tools.registry()
+        self.assertTrue(reg["sprat"].needs_server("push"))
+        self.assertFalse(reg["sprat"].needs_server("local"))
+        self.assertTrue(reg["tarnc"].receiver)
+        self.assertFalse(reg["read"].sync)
+        self.assertTrue(reg["write"].sync)
+
+
+class Suites(unittest.TestCase):
+    def test_brief_example(self):
+        p = suites.parse(["peers", "--sets", "tree,small", "--tools", "sprat,rsyncd,tarnc,gridftp", "--rounds", "3"], REPO)
+        self.assertEqual(p.sets, ["tree", "small"])
+        self.assertEqual(p.tools, ["sprat", "rsyncd", "tarnc", "gridftp"])
+        self.assertEqual((p.rounds, p.baseline, p.modes), (3, "sprat", ["push"]))
+        self.assertEqual(p.sprat, "/repo/target/release/sprat")
+        self.assertEqual(len(p.cells()), 2 * 1 * 2 * 1)
+
+    def test_defaults_of_a_suite(self):
+        p = suites.parse(["wan"], REPO)
+        self.assertEqual(p.rtts, [0.2, 10.0, 30.0, 100.0])
+        self.assertEqual(p.caches, ["warm"])
+        self.assertEqual(p.data_dir, "/dev/shm/sprat-harness")
+        self.assertTrue(p.netns)
+        self.assertFalse(suites.parse(["local"], REPO).netns)
+
+    def test_options(self):
+        p = suites.parse(["local", "--cache", "cold", "--rtts", "none,30", "--limits", "none",
+                          "--variant", "s1=sprat --streams 1", "--old-sprat", "/old", "--sprat-args", "--io threads"], REPO)
+        self.assertEqual(p.caches, ["cold"])
+        self.assertEqual(p.rtts, [None, 30.0])
+        self.assertEqual(p.limits, [])
+        self.assertEqual(p.tools[-2:], ["s1", "sprat-old"])
+        self.assertEqual(p.sprat_args, ["--io", "threads"])
+        reg = suites.tool_registry(p)
+        self.assertEqual(reg["sprat-old"].bin, "/old")
+
+    def test_bad_input_exits_2(self):
+        for argv in (["nosuite"], ["local", "--rounds", "0"], ["local", "--cache", "hot"],
+                     ["local", "--tools", "scp"], ["local", "--sets", "huge"], ["local", "--modes", "noop-push"],
+                     ["local", "--rtts", "x"], ["local", "--limits", "sprat"]):
+            with self.subTest(argv=argv), self.assertRaises(SystemExit) as e:
+                with open(os.devnull, "w") as devnull:
+                    old, sys.stderr = sys.stderr, devnull
+                    try:
+                        suites.parse(argv, REPO)
+                    finally:
+                        sys.stderr = old
+            self.assertEqual(e.exception.code, 2)
+
+
+def _row(tool, rnd, secs, kind="copy", check="ok", exit="0", **kw):
+    r = {"set": "small", "mode": "push", "cache": "cold", "rtt_ms": "", "round": str(rnd), "tool": tool,
+         "kind": kind, "seconds": str(secs), "check": check, "exit": exit, "src_files": "10", "src_bytes": "1000000"}
+    r.update(kw)
+    return r
+
+
+class Report(unittest.TestCase):
+    def rows(self):
+        return [_row("read", 1, 0.5, kind="read", check="-"), _row("write", 1, 0.8, kind="write", check="-"),
+                _row("sprat", 1, 1.0), _row("rsyncd", 1, 3.0), _row("sprat", 2, 2.0), _row("rsyncd", 2, 3.0),
+                _row("read", 2, 0.7, kind="read", check="-"), _row("write", 2, 1.0, kind="write", check="-"),
+                _row("rsyncd", 3, 99.0, check="FAIL", exit="1", note="exit 1: boom")]
+
+    def test_summarize_medians_limits_and_failures(self):
+        (c,) = report.summarize(self.rows())
+        self.assertEqual(c.median("sprat"), 1.5)
+        self.assertEqual(c.median("rsyncd"), 3.0)  # the failed run does not count
+        self.assertEqual(c.median("write"), 0.9)
+        self.assertEqual(report.limit_of(c, {"read": "read", "write": "write"}, None, False), (0.9, "write"))
+        self.assertEqual(report.check_summary(c.checks["rsyncd"]), "FAIL 1/3")
+        self.assertIn("boom", c.notes["rsyncd"])
+
+    def test_limit_includes_the_cap_through_a_relay(self):
+        (c,) = report.summarize(self.rows())
+        # 1 MB at 1 Mbit/s = 8 s: slower than every storage limit
+        self.assertEqual(report.limit_of(c, {"read": "read"}, 1e6, True), (8.0, "cap"))
+        self.assertEqual(report.rate_bits("1gbit"), 1e9)
+        self.assertEqual(report.rate_bits("100mbit"), 1e8)
+        self.assertIsNone(report.rate_bits("fast"))
+
+    def test_markdown_table(self):
+        md = report.markdown(report.summarize(self.rows()), ["sprat", "rsyncd"], {"read": "read", "write": "write"},
+                             "sprat", None)
+        lines = md.splitlines()
+        self.assertEqual(lines[0], "| set | mode | cache | t_limit s (which) | sprat s | t_limit / sprat | rsyncd / sprat |")
+        self.assertEqual(lines[2], "| small | push | cold | 0.900 (write) | 1.500 | 0.60 | 2.00 (FAIL 1/3) |")
+        self.assertIn("| small | push | cold | rsyncd | 3.000 | 3.000-3.000 | 0 | 3.00, 1.50 | - | - | FAIL 1/3 |", md)
+
+    def test_csv_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "runs.csv")
+            report.write_csv_header(p, ["tool", "note"])
+            report.append_csv(p, ["tool", "note"], {"tool": "a", "note": "x,\ny"})
+            self.assertEqual(report.read_csv(p), [{"tool": "a", "note": "x, | y"}])
+
+
+class Verify(unittest.TestCase):
+    def test_compare(self):
+        src = {".": ("d", 0o755, 0, 1, ""), "f": ("f", 0o644, 3, 5, "h1"), "l": ("l", 0, 0, 0, "t")}
+        self.assertEqual(verify.compare(src, dict(src), "full").status, "ok")
+        meta = dict(src, f=("f", 0o600, 3, 6, "h1"))
+        c = verify.compare(src, meta, "full")
+        self.assertEqual(c.status, "meta")
+        self.assertIn("1 modes differ", c.detail)
+        self.assertEqual(verify.compare(src, meta, "count").status, "ok")
+        bad = dict(src, f=("f", 0o644, 3, 5, "h2"))
+        self.assertEqual(verify.compare(src, bad, "full").status, "FAIL")
+        missing = {k: v for k, v in src.items() if k != "l"}
+        self.assertIn("1 missing (e.g. l)", verify.compare(src, missing, "count").detail)
+
+    def test_scan_a_real_tree(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "a"))
+            with open(os.path.join(d, "a", "f"), "wb") as f:
+                f.write(b"xyz")
+            os.symlink("f", os.path.join(d, "a", "l"))
+            t = verify.scan(d, hashing=True)
+            self.assertEqual(sorted(t), [".", "a", "a/f", "a/l"])
+            self.assertEqual(t["a/l"][4], "f")
+            self.assertEqual(verify.summary(t)["files"], 1)
+            self.assertEqual(verify.check(t, d, "full").status, "ok")
+            self.assertEqual(verify.check(t, os.path.join(d, "nope"), "full").status, "FAIL")
+
+
+if __name__ == "__main__":
+    unittest.main()
