@@ -88,6 +88,8 @@ def main(argv: list[str]) -> int:
     csv_path = os.path.join(outdir, "runs.csv")
     load0 = os.getloadavg()
     t0 = time.monotonic()
+    if plan.suite.special:
+        return run_special(h, argv, stamp, outdir, load0)
     try:
         h.setup()
         with open(os.path.join(outdir, "command.txt"), "w") as f:
@@ -109,6 +111,42 @@ def main(argv: list[str]) -> int:
     print(md)
     log(f"results in {outdir}")
     return 0 if all(r.get("check") != "FAIL" for r in h.rows) else 1
+
+
+def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, load0) -> int:
+    from . import special
+
+    t0 = time.monotonic()
+    try:
+        h.setup_base()
+        with open(os.path.join(outdir, "command.txt"), "w") as f:
+            f.write(command_line(argv) + "\n")
+        if h.plan.suite.name == "overhead":
+            if h.plan.quick:
+                body = special.run_overhead(h, h.plan.rounds, total="32MiB", points="500,2000")
+            else:
+                body = special.run_overhead(h, h.plan.rounds)
+        else:
+            body = special.run_relaycheck(h, streams=(1, 4) if h.plan.quick else (1, 4, 16),
+                                          seconds=3 if h.plan.quick else 8, omit=1 if h.plan.quick else 3)
+    finally:
+        h.close()
+    md = "\n".join(header(h, argv, stamp, load0, time.monotonic() - t0)) + "\n" + body
+    with open(os.path.join(outdir, "report.md"), "w") as f:
+        f.write(md)
+    print(md)
+    log(f"results in {outdir}")
+    return 0
+
+
+def header(h: runner.Harness, argv: list[str], stamp: str, load0, elapsed: float) -> list[str]:
+    plan = h.plan
+    load1 = os.getloadavg()
+    return [f"# {plan.suite.name}: {plan.suite.doc}", "",
+            "```sh", command_line(argv), "```", "",
+            f"- stamp {stamp}; sprat commit {commit_desc()}; binary {binary_desc(plan.sprat)}",
+            f"- machine: {machine_desc(h.data_dir)}",
+            f"- load average at the start {load0[0]:.2f}, at the end {load1[0]:.2f}; {elapsed / 60:.1f} minutes", ""]
 
 
 def shutil_which(c: str):
@@ -144,12 +182,7 @@ def write_report(h: runner.Harness, argv: list[str], stamp: str, outdir: str, lo
     kinds = {t: reg[toolsmod.ALIASES.get(t, t)].kind for t in plan.limits}
     cells = report.summarize(h.rows)
     rate = report.rate_bits(plan.rate) if any(r is not None for r in plan.rtts) else None
-    load1 = os.getloadavg()
-    lines = [f"# {plan.suite.name}: {plan.suite.doc}", "",
-             "```sh", command_line(argv), "```", "",
-             f"- stamp {stamp}; sprat commit {commit_desc()}; binary {binary_desc(plan.sprat)}",
-             f"- machine: {machine_desc(h.data_dir)}",
-             f"- load average at the start {load0[0]:.2f}, at the end {load1[0]:.2f}; {elapsed / 60:.1f} minutes",
+    lines = header(h, argv, stamp, load0, elapsed)[:-1] + [
              f"- {plan.rounds} interleaved rounds (order rotated by one each round); caches: cold = `sync; echo 3 > "
              "/proc/sys/vm/drop_caches` before each run, warm = page cache dropped then the source read in full; "
              "every run is timed until its data is on disk (`sync -f` of the destination inside the timed part); "

@@ -52,6 +52,11 @@ class Harness:
     # ------------------------------------------------------------ set-up
 
     def setup(self) -> None:
+        self.setup_base()
+        self.setup_sets_and_servers()
+
+    def setup_base(self) -> None:
+        """Directories, the copy of the binary under test, the token, the cache checks."""
         p = self.plan
         for d in (self.root, self.meta, self.logs, self.tmp, self.outdir):
             os.makedirs(d, exist_ok=True)
@@ -77,6 +82,9 @@ class Harness:
             raise SystemExit(f"bench/run: --data-dir {self.data_dir} is on {fs}; suite {p.suite.name} measures a real disk")
         if "cold" in p.caches and not proc.can_drop_caches():
             raise SystemExit("bench/run: cold cache runs need root (/proc/sys/vm/drop_caches); use --cache warm")
+
+    def setup_sets_and_servers(self) -> None:
+        p = self.plan
         tree = p.tree
         if "tree" in p.sets and not tree:
             tree = setsmod.pick_tree(repo=self.repo)

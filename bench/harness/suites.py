@@ -33,6 +33,7 @@ class Suite:
     tmpfs: bool = False
     netns: bool = True
     resync: bool = False
+    special: bool = False
 
 
 SUITES = {
@@ -66,6 +67,12 @@ SUITES = {
               "of the files changed, against an rsync daemon",
               sets=("small", "tree"), tools=("sprat", "rsyncd"), modes=("noop-push", "noop-pull", "touch-push"),
               limits=(), resync=True),
+        Suite("overhead", "per-file overhead of every subsystem: `sprat bench overhead` (cold), fits, points, plot",
+              sets=(), tools=(), modes=("push",), caches=("cold",), limits=(), rounds=1, netns=False, special=True),
+        Suite("relaycheck", "`sprat relay` against the theory: RTT seen by `sprat doctor`, iperf3 with 1, 4 and 16 "
+              "streams against min(N x window / RTT, cap)",
+              sets=(), tools=(), modes=("push",), caches=("warm",), rtts=(10.0, 30.0, 100.0), limits=(), rounds=1,
+              special=True),
     )
 }
 RESYNC_MODES = {"noop-push": "push", "noop-pull": "pull", "touch-push": "push"}
@@ -215,6 +222,8 @@ def parse(argv: list[str], repo: str) -> Plan:
     for l in limits:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
+    if suite.special and (a.sets or a.tools or a.limits or a.modes):
+        p.error(f"suite {suite.name} takes no --sets, --tools, --limits or --modes")
     baseline = a.baseline or suite.baseline
     if baseline not in tools:
         baseline = tools[0] if tools else ""
