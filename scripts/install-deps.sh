@@ -59,19 +59,19 @@ need_cmd munged munge
 if [[ $only_tests == 0 ]]; then
 need_cmd rsync rsync          # peer: rsync daemon on loopback
 need_pkg netcat-openbsd       # peer: tar | nc (needs OpenBSD nc for -N)
-need_cmd rclone rclone        # peer of bench/local.sh: rclone copy (local to local)
-need_pkg globus-gridftp-server-progs # peer of bench/peers.sh: globus-gridftp-server
+need_cmd rclone rclone        # peer of bench/run local and peers: rclone copy
+need_pkg globus-gridftp-server-progs # peer of bench/run peers: globus-gridftp-server
 need_cmd globus-url-copy globus-gass-copy-progs # its client
-need_pkg xrootd-server        # peer of bench/peers.sh: xrootd (runs as the package's user xrootd)
+need_pkg xrootd-server        # peer of bench/run peers: xrootd (runs as the package's user xrootd)
 need_cmd xrdcp xrootd-client  # its client
 need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
-need_cmd iperf3 iperf3        # bench/relay.sh: TCP throughput through the WAN relay
-need_cmd ssh openssh-client   # peers of bench/namespace.sh: sftp, rsync over ssh
+need_cmd iperf3 iperf3        # bench/run relaycheck: TCP throughput through the WAN relay
+need_cmd ssh openssh-client   # peers of bench/run (sftp, rsync-ssh): sftp, rsync over ssh
 need_cmd sftp openssh-client
 need_cmd ssh-keygen openssh-client
-need_pkg openssh-server       # bench/namespace.sh runs a private sshd (/usr/sbin/sshd) on loopback
+need_pkg openssh-server       # bench/run and bench/legacy/namespace.sh run a private sshd (/usr/sbin/sshd) on loopback
 need_cmd python3 python3      # data set generator, timer, verification, report
-need_pkg python3-matplotlib   # bench/local.sh draws its plot (with Debian's python3 if need be)
+need_pkg python3-matplotlib   # bench/run draws its plots (with Debian's python3)
 need_cmd ss iproute2          # readiness checks for listeners
 need_cmd tar tar
 need_cmd xargs findutils

@@ -8,6 +8,7 @@ made by them are reused), and making them once (with a manifest) for later runs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -65,8 +66,14 @@ def resolve_set(
         d = "src-tree" if n == 0 else f"src-tree-first{n}"
         what = f"snapshot of {tree}" if n == 0 else f"first {n} files (sorted paths) of {tree}"
         return DataSet(name=name, dir=d, desc=what, tree=tree, tree_files=n)
+    m = re.fullmatch(r"([1-9][0-9]*)x([0-9]+(?:[KMG]iB|B)?)", key)
+    if m:  # any uniform set: 20000x4KiB
+        nfiles, size = m.groups()
+        gen = ("--files", nfiles, "--size", size, "--seed", str(seed))
+        d = f"src-gen-{'big' if nfiles == '1' else 'small'}-{nfiles}x{size}-seed{seed}"
+        return DataSet(name=name, dir=d, desc=f"`sprat gen {' '.join(gen)}`: {int(nfiles):,} files of {size}", gen=gen)
     if key not in _GEN:
-        raise ValueError(f"unknown data set '{name}' (known: {', '.join(SET_NAMES)}, aliases k4, gridftp)")
+        raise ValueError(f"unknown data set '{name}' (known: {', '.join(SET_NAMES)}, aliases k4, gridftp, or NxSIZE such as 20000x4KiB)")
     full, small, what = _GEN[key]
     kind, *args = small if quick else full
     if kind == "files":
@@ -84,9 +91,11 @@ def resolve_set(
 
 
 def pick_tree(home: Optional[str] = None, repo: Optional[str] = None, min_files: int = TREE_CANDIDATES_MIN) -> Optional[str]:
-    """The default real tree, as the old scripts chose it: the first of the cargo registry's
-    crate sources, /usr/share and the repository's target/ with at least `min_files` files."""
-    cands = [os.path.join(home or os.path.expanduser("~"), ".cargo/registry/src"), "/usr/share"]
+    """The default real tree: the first of /usr/share, the cargo registry's crate sources and the
+    repository's target/ with at least `min_files` files. /usr/share comes first (the old
+    scripts tried the registry first, but it had too few files then, so every table of
+    docs/performance.md is of /usr/share): it does not grow while cargo builds."""
+    cands = ["/usr/share", os.path.join(home or os.path.expanduser("~"), ".cargo/registry/src")]
     if repo:
         cands.append(os.path.join(repo, "target"))
     for c in cands:

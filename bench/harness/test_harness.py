@@ -56,6 +56,13 @@ class Sets(unittest.TestCase):
         self.assertEqual(sets.resolve_set("big", quick=True).dir, "src-gen-big-1x256MiB-seed1")
         self.assertEqual(sets.resolve_set("small", quick=True, seed=7).gen[-1], "7")
 
+    def test_any_uniform_set(self):
+        s = sets.resolve_set("20000x4KiB")
+        self.assertEqual((s.dir, s.recipe), ("src-gen-small-20000x4KiB-seed1", "sprat gen --files 20000 --size 4KiB --seed 1"))
+        self.assertEqual(sets.resolve_set("1x4GiB").dir, sets.resolve_set("big").dir)
+        with self.assertRaises(ValueError):
+            sets.resolve_set("0x4KiB")
+
     def test_tree(self):
         t = sets.resolve_set("tree", tree="/usr/share")
         self.assertEqual((t.dir, t.recipe, t.gen), ("src-tree", "/usr/share", None))

@@ -63,7 +63,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
+repo=$(cd "$here/../.." && pwd)
 # shellcheck source=bench/lib.sh
 source "$here/lib.sh"
 
