@@ -18,7 +18,8 @@ from .suites import RESYNC_MODES, Plan, tool_registry
 
 CSV_FIELDS = ["stamp", "suite", "set", "mode", "cache", "rtt_ms", "round", "order", "tool", "kind", "seconds",
               "sync_seconds", "exit", "check", "dst_files", "dst_bytes", "src_files", "src_bytes", "tool_seconds",
-              "client_cpu", "server_cpu", "bottleneck", "encryption", "load1", "note"]
+              "client_cpu", "server_cpu", "bottleneck", "encryption", "report_bytes", "up_to_date", "streams",
+              "path_rtt_ms", "tail_s", "load1", "note"]
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Harness:
         self.dst_rel_base = f"harness-dst/{stamp}"
         self.procs = proc.Procs()
         self.cleanup: list[str] = []
+        self.exit_hooks: list[list[str]] = []
         self.reg = tool_registry(plan)
         self.servers: dict[tuple[str, int], servers.Server] = {}
         self.relays: dict[tuple[str, int, float], int] = {}
@@ -125,13 +127,17 @@ class Harness:
                 except (servers.StartError, OSError, subprocess.CalledProcessError) as e:
                     self._server_failed(t.server, str(e))
                     break
-                for rtt in self.plan.rtts:
-                    if rtt is None or not srv.relay_ok:
+                for n, rtt in enumerate(self.plan.rtts):
+                    if rtt is None or i > 0:
                         continue
                     try:
-                        port, _ = servers.start_relay(self, srv.port, rtt, self.plan.rate)
-                        self.relays[(t.server, i, rtt)] = port
-                    except servers.StartError as e:
+                        if srv.relay_ok:
+                            port, _ = servers.start_relay(self, srv.port, rtt, self.plan.rate)
+                            self.relays[(t.server, i, rtt)] = port
+                        elif t.server == "gridftp":
+                            self.servers[(t.server, f"rtt{rtt}")] = servers.start_gridftp_behind_relay(
+                                self, n, rtt, self.plan.rate)
+                    except (servers.StartError, OSError) as e:
                         self._server_failed(t.server, str(e))
 
     def _server_failed(self, kind: str, why: str) -> None:
@@ -168,12 +174,16 @@ class Harness:
             if srv is None:
                 return {}, {}, env, self.unavailable.get(tool.name, "server not started")
             port = srv.port
-            if rtt is not None:
-                if not srv.relay_ok:
+            if rtt is not None and not srv.relay_ok:
+                srv = self.servers.get((tool.server, f"rtt{rtt}"))
+                if srv is None:
                     return {}, {}, env, f"{tool.server} cannot go through the relay (data channels bypass it)"
+                port = srv.port
+            elif rtt is not None:
                 port = self.relays.get((tool.server, 0, rtt))
                 if port is None:
                     return {}, {}, env, "no relay"
+            raw["host"] = srv.host
             raw.update(srv.ctx(port))
             verbatim += list(srv.verbatim)
             env.update(srv.env)
@@ -268,7 +278,8 @@ class Harness:
             if not proc.wait_listen(int(ctx["listen_port"]), receiver, 10):
                 self.procs.stop(receiver)
                 return dict(row, exit=98, check="FAIL", note="receiver did not listen")
-        srv_pids = [srv.pid for (kind, _), srv in self.servers.items() if kind == t.server and srv.pid]
+        srv_pids = [srv.pid for (kind, i), srv in self.servers.items()
+                    if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
         cpu0 = sum(proc.cpu_of(pid) for pid in srv_pids)
         timed = proc.run_timed(cmd, out=logbase + ".out", err=logbase + ".err", env=env, timeout=p.timeout,
                                receiver=receiver, sync_path=dst if t.sync else None)
@@ -283,6 +294,11 @@ class Harness:
                 row[k] = str(rep[k])
         if rep.get("seconds") is not None:
             row["tool_seconds"] = rep["seconds"]
+        row["report_bytes"], row["up_to_date"] = rep.get("bytes", ""), rep.get("up_to_date", "")
+        path = rep.get("path") if isinstance(rep.get("path"), dict) else {}
+        if path:
+            row["streams"] = f"{path.get('streams_start')}->{path.get('streams_end')}"
+            row["path_rtt_ms"], row["tail_s"] = path.get("rtt_ms", ""), path.get("tail_s", "")
         notes = []
         if t.timing == "report":
             if isinstance(rep.get("seconds"), (int, float)):
@@ -366,6 +382,8 @@ class Harness:
 
     def close(self) -> None:
         self.procs.stop_all()
+        for cmd in self.exit_hooks:
+            subprocess.run(cmd, capture_output=True)
         for d in self.cleanup:
             shutil.rmtree(d, ignore_errors=True)
 

@@ -8,6 +8,7 @@ or a relay's): fingerprints, tokens, ssh options, passwords.
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -182,3 +183,57 @@ def start_relay(h, to_port: int, rtt_ms: float, rate: str) -> tuple[int, int]:
     if not lines:
         raise StartError(f"sprat relay did not start: {_tail(log + '.err')}")
     return int(lines[0].rsplit(":", 1)[1]), p.pid
+
+
+def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:
+    """GridFTP through `sprat relay`: globus-url-copy opens its data channels to the address and
+    port of the server's passive reply, so a relay in front of the control port alone would not
+    see them. The server runs in a network namespace of its own behind a veth pair (10.231.N.2
+    inside, 10.231.N.1 outside, no NAT), announcing the outside address (`-data-interface`) and a
+    range of 128 passive ports; on the outside address only the relay listens, on a control port
+    and (`--ports`) on that range, forwarding both to the same ports inside over the same links.
+    One such server per RTT (two relays cannot hold one port range). Removed at exit."""
+    used = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    used += subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
+    net = next((k for k in range(1 + 10 * n, 255) if f"10.231.{k}." not in used), None)
+    if net is None:
+        raise StartError("no free 10.231.N.0/24 for the GridFTP namespace")
+    ns, link = f"sprat-harness-gftp-{os.getpid()}-{n}", f"sgh{os.getpid() % 10000}x{n}"
+    out_ip, in_ip = f"10.231.{net}.1", f"10.231.{net}.2"
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", link + "o", "type", "veth", "peer", "name", link + "i"],
+             ["ip", "link", "set", link + "i", "netns", ns],
+             ["ip", "addr", "add", out_ip + "/24", "dev", link + "o"], ["ip", "link", "set", link + "o", "up"],
+             ["ip", "netns", "exec", ns, "ip", "addr", "add", in_ip + "/24", "dev", link + "i"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", link + "i", "up"],
+             ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    h.exit_hooks += [["ip", "link", "del", link + "o"], ["ip", "netns", "del", ns]]
+    for st in steps:
+        r = subprocess.run(st, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise StartError(f"GridFTP namespace: {' '.join(st)}: {r.stderr.strip()}")
+    first = None
+    for _ in range(50):  # 128 passive ports below the ephemeral range, none listening here
+        cand = 20000 + random.randrange(96) * 128
+        if not subprocess.run(["ss", "-Hltn", f"( sport >= :{cand} and sport <= :{cand + 127} )"],
+                              capture_output=True, text=True).stdout.strip():
+            first = cand
+            break
+    if first is None:
+        raise StartError("no free range of 128 ports for GridFTP's passive mode")
+    ctl = 2811
+    log = os.path.join(h.logs, f"gridftp-rtt{rtt_ms:g}")
+    p = h.procs.start(["ip", "netns", "exec", ns, "globus-gridftp-server", "-aa", "-anonymous-user", "root",
+                       "-allow-root", "-p", str(ctl), "-data-interface", out_ip, "-port-range",
+                       f"{first},{first + 127}", "-d", "error", "-l", log + ".log"], log=log)
+    if not proc.wait_listen(ctl, p, netns=ns):
+        raise StartError(f"globus-gridftp-server (namespace {ns}) did not start: {_tail(log + '.err')}")
+    rlog = os.path.join(h.logs, f"relay-gridftp-{rtt_ms:g}ms")
+    r = h.procs.start([h.sprat, "relay", "--listen", f"{out_ip}:0", "--to", f"{in_ip}:{ctl}", "--delay",
+                       f"{rtt_ms / 2:g}ms", "--rate", rate, "--ports", f"{first}-{first + 127}"], log=rlog,
+                      env=h.sprat_env)
+    lines = proc.wait_line(rlog + ".out", "listening on ", r)
+    if not lines:
+        raise StartError(f"sprat relay for GridFTP did not start: {_tail(rlog + '.err')}")
+    port = int(lines[0].rsplit(":", 1)[1])
+    return Server("gridftp", out_ip, port, h.root, p.pid)

@@ -66,7 +66,7 @@ def resolve_set(
         d = "src-tree" if n == 0 else f"src-tree-first{n}"
         what = f"snapshot of {tree}" if n == 0 else f"first {n} files (sorted paths) of {tree}"
         return DataSet(name=name, dir=d, desc=what, tree=tree, tree_files=n)
-    m = re.fullmatch(r"([1-9][0-9]*)x([0-9]+(?:[KMG]iB|B)?)", key)
+    m = re.fullmatch(r"([1-9][0-9]*)x([0-9]+(?:[KMGT]i?B|B)?)", key)
     if m:  # any uniform set: 20000x4KiB
         nfiles, size = m.groups()
         gen = ("--files", nfiles, "--size", size, "--seed", str(seed))
