@@ -121,7 +121,9 @@ def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, loa
         h.setup_base()
         with open(os.path.join(outdir, "command.txt"), "w") as f:
             f.write(command_line(argv) + "\n")
-        if h.plan.suite.name == "overhead":
+        if h.plan.suite.name == "namespace":
+            body = special.run_namespace(h)
+        elif h.plan.suite.name == "overhead":
             if h.plan.quick:
                 body = special.run_overhead(h, h.plan.rounds, total="32MiB", points="500,2000")
             else:

@@ -157,7 +157,8 @@ class Harness:
         raw: dict = {"sprat": tool.bin or self.sprat, "src_rel": src_rel, "dst_rel": dst_rel,
                      "src_name": os.path.basename(r.path), "tmp": self.tmp, "host": "127.0.0.1",
                      "host2": "127.0.0.1", "listen_port": "", "port": "", "port2": "",
-                     "drop": "--drop-caches" if cache == "cold" else "", "conn": "", "conn2": ""}
+                     "drop": "--drop-caches" if cache == "cold" else "", "conn": "", "conn2": "",
+                     "calls": self.plan.calls}
         verbatim = ["drop", "conn", "conn2", "args", "gen"]
         env = dict(self.sprat_env)
         args = list(tool.args)
@@ -252,7 +253,7 @@ class Harness:
             return dict(row, check="SKIP", note=why)
         cmd = toolsmod.expand(t.modes[tmode], ctx)
         dst = None
-        if t.kind == "copy":
+        if t.kind == "copy" and tmode not in toolsmod.NO_COPY_MODES:
             dst = toolsmod.expand(t.copy_at, raw)
         elif t.kind == "write":
             dst = raw["dst"]
@@ -307,7 +308,9 @@ class Harness:
                 row["exit"] = 97
                 notes.append("no seconds in the JSON report")
         # untimed: check the copy, then delete it (a resync destination is kept)
-        if t.kind == "copy" and dst:
+        if tmode in toolsmod.NO_COPY_MODES:
+            row["check"] = "-" if not row.get("exit") else "FAIL"
+        elif t.kind == "copy" and dst:
             c = verify.check(self.manifest(s), dst, p.verify)
             row.update(check=c.status, dst_files=c.files, dst_bytes=c.bytes)
             if c.detail:
@@ -319,7 +322,7 @@ class Harness:
         if row.get("exit"):
             row["check"] = "FAIL"
             notes.insert(0, f"exit {row['exit']}{' (timeout)' if timed.timed_out else ''}: {_tail(logbase + '.err')}")
-        if t.kind == "copy" and not resync:
+        if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:
             self._delete(raw["dst"])
         row["note"] = "; ".join(notes)
         self.log(f"{s:<8} {mode:<10} {cache:<4} {rtt_s + ' ms' if rtt_s else '':<8} {t.name:<14} r{rnd} "

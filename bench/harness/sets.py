@@ -63,7 +63,10 @@ def resolve_set(
         if not tree:
             raise ValueError("the tree set needs a real tree (--tree DIR)")
         n = tree_files if tree_files else (2000 if quick else 0)
-        d = "src-tree" if n == 0 else f"src-tree-first{n}"
+        # /usr/share keeps the old scripts' names (src-tree, src-tree-firstN); another tree gets
+        # its path in the name, so that it never replaces that snapshot
+        slug = "" if os.path.normpath(tree) == "/usr/share" else "-" + re.sub(r"[^A-Za-z0-9.]+", "_", tree.strip("/"))
+        d = f"src-tree{slug}" if n == 0 else f"src-tree{slug}-first{n}"
         what = f"snapshot of {tree}" if n == 0 else f"first {n} files (sorted paths) of {tree}"
         return DataSet(name=name, dir=d, desc=what, tree=tree, tree_files=n)
     m = re.fullmatch(r"([1-9][0-9]*)x([0-9]+(?:[KMGT]i?B|B)?)", key)

@@ -159,3 +159,219 @@ def run_relaycheck(h, streams=(1, 4, 16), seconds: int = 8, omit: int = 3) -> st
     for rtt, m, n, t, g in rows:
         out.append(f"| {rtt:g} | {m:.2f} | {n} | {t / 1e6:.1f} | {g / 1e6:.1f} | {g / t:.2f} |")
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- namespace: the daily script
+
+NS_STEPS = ("copy in", "move", "long recursive listing", "checksum every file (sha256)", "copy out",
+            "delete (recursive)")
+# One command per step and way (each its own connection and authentication); {u} is the sprat
+# URL of the run's server directory, {d} that directory's path, {tree} the source, {out} the
+# local copy out, {sumdir} where sftp fetches files to hash them (sftp has no checksum request).
+NS_WAYS = {
+    "sprat": ("{sprat} cp {conn} {tree} {u}/pkg", "{sprat} mv {conn} {u}/pkg {u}/pkg2",
+              "{sprat} ls {conn} -l -R {u}/pkg2", "{sprat} sum {conn} -r --algo sha256 {u}/pkg2",
+              "{sprat} cp {conn} {u}/pkg2 {out}", "{sprat} rm {conn} -r {u}/pkg2"),
+    "sftp": ("sftp -b {batch1} {ssh_opts} -P {port} root@127.0.0.1", "sftp -b {batch2} {ssh_opts} -P {port} root@127.0.0.1",
+             "sftp -b {batch_ls} {ssh_opts} -P {port} root@127.0.0.1",
+             "sftp -q -b {batch4} {ssh_opts} -P {port} root@127.0.0.1 >/dev/null && cd {sumdir} && "
+             "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum",
+             "sftp -b {batch5} {ssh_opts} -P {port} root@127.0.0.1", "sftp -b {batch_rm} {ssh_opts} -P {port} root@127.0.0.1"),
+    "rsync": ("rsync -a -e {ssh_e} {tree}/ root@127.0.0.1:{d}/pkg/", "{ssh} -p {port} root@127.0.0.1 mv {d!q}/pkg {d!q}/pkg2",
+              "{ssh} -p {port} root@127.0.0.1 ls -laR {d!q}/pkg2",
+              "{ssh} -p {port} root@127.0.0.1 find {d!q}/pkg2 -type f -exec sha256sum {{}} +",
+              "rsync -a -e {ssh_e} root@127.0.0.1:{d}/pkg2/ {out}/", "{ssh} -p {port} root@127.0.0.1 rm -rf {d!q}/pkg2"),
+}
+
+
+def sftp_quote(path: str) -> str:
+    """A path for an sftp batch file: double quotes, with sftp's glob characters escaped."""
+    for c in "\\\"*?[]":
+        path = path.replace(c, "\\" + c)
+    return f'"{path}"'
+
+
+def _sha256_map(root: str) -> dict:
+    import hashlib
+
+    out = {}
+    for d, _, files in os.walk(root):
+        for n in files:
+            p = os.path.join(d, n)
+            if os.path.isfile(p) and not os.path.islink(p):
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def check_sums(text: str, want: dict) -> str:
+    """Compare `HASH  PATH` lines (PATH ending in pkg2/REL or ./REL) with the source's sums."""
+    import re
+
+    got = {}
+    for line in text.splitlines():
+        m = re.match(r"^\\?([0-9a-f]{64}) [ *](.*)$", line)
+        if not m:
+            continue
+        p = m.group(2)
+        rel = p.split("/pkg2/", 1)[1] if "/pkg2/" in p else (p[2:] if p.startswith("./") else p)
+        got[rel] = m.group(1)
+    missing = sorted(set(want) - set(got))
+    differ = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+    bad = ([f"{len(missing)} sums missing (e.g. {missing[0]})"] if missing else []) + (
+        [f"{len(differ)} differ (e.g. {differ[0]})"] if differ else [])
+    return "; ".join(bad) if bad else "ok"
+
+
+def run_namespace(h) -> str:
+    """The daily script of DESIGN.md section 1 (copy in, move, long recursive listing, checksum
+    every file, copy out, recursive delete), each way through `sprat relay` at the plan's RTT."""
+    from . import sets as setsmod, stats, tools as toolsmod, verify
+
+    plan = h.plan
+    tree = plan.tree or _pick_crate()
+    if not tree:
+        raise SystemExit("bench/run namespace: no crate of 200-600 files in ~/.cargo/registry/src; give --tree DIR")
+    ds = setsmod.resolve_set("tree", tree=tree, tree_files=plan.tree_files or (40 if plan.quick else 0))
+    ready = setsmod.ensure(ds, h.root, h.meta, h.sprat, h.log)
+    h.log(f"tree {ready.path}: {ready.files} files, {ready.dirs} dirs ({ds.desc})")
+    man = verify.load_manifest(ready.manifest)
+    sums = _sha256_map(ready.path)
+    rtt = next((r for r in plan.rtts if r is not None), 30.0)
+    ways = [w for w in plan.tools if w in NS_WAYS] or list(NS_WAYS)
+    sprat_srv = servers.start_sprat(h, 0)
+    sshd = servers.start_sshd(h, 0) if any(w != "sprat" for w in ways) else None
+    rport = {"sprat": servers.start_relay(h, sprat_srv.port, rtt, plan.rate)[0]}
+    if sshd:
+        rport["ssh"] = servers.start_relay(h, sshd.port, rtt, plan.rate)[0]
+    work = os.path.join(h.root, h.dst_rel_base, "namespace")
+    dirs = sorted(k for k, v in man.items() if v[0] == "d" and k != ".")
+    nondirs = sorted(k for k, v in man.items() if v[0] != "d")
+    rows = []
+    csv_path = os.path.join(h.outdir, "runs.csv")
+    report.write_csv_header(csv_path, ["stamp", "round", "order", "way", "step", "name", "seconds", "exit", "check",
+                                       "load1", "note"])
+    for rnd in range(1, plan.rounds + 1):
+        for order, way in enumerate(stats.rotate(ways, rnd - 1), start=1):
+            d = os.path.join(work, f"{way}-r{rnd}")
+            out = os.path.join(h.tmp, f"out-{way}-r{rnd}")
+            sumdir = os.path.join(h.tmp, f"sums-{way}-r{rnd}")
+            os.makedirs(d, exist_ok=True)
+            batches = {
+                "batch1": f"put -rp {sftp_quote(ready.path)} {sftp_quote(d + '/pkg')}\n",
+                "batch2": f"rename {sftp_quote(d + '/pkg')} {sftp_quote(d + '/pkg2')}\n",
+                "batch_ls": "".join(f"ls -la {sftp_quote(d + '/pkg2' + ('/' + r if r else ''))}\n" for r in [""] + dirs),
+                "batch4": f"get -r {sftp_quote(d + '/pkg2')} {sftp_quote(sumdir)}\n",
+                "batch5": f"get -rp {sftp_quote(d + '/pkg2')} {sftp_quote(out)}\n",
+                "batch_rm": "".join(f"rm {sftp_quote(d + '/pkg2/' + r)}\n" for r in nondirs)
+                + "".join(f"rmdir {sftp_quote(d + '/pkg2/' + r)}\n" for r in sorted(dirs, key=lambda r: (-r.count('/'), r), reverse=False))
+                + f"rmdir {sftp_quote(d + '/pkg2')}\n",
+            }
+            raw = {"sprat": h.sprat, "tree": ready.path, "d": d, "out": out, "sumdir": sumdir,
+                   "u": f"sprat://127.0.0.1:{rport['sprat']}/{os.path.relpath(d, h.root)}",
+                   "conn": sprat_srv.ctx(0)["conn"], "port": rport.get("ssh", "")}
+            verbatim = ["conn"]
+            if sshd:
+                raw.update(sshd.ctx(rport["ssh"]))
+                verbatim += list(sshd.verbatim)
+            for k, text in batches.items():
+                path = os.path.join(h.tmp, f"{way}-r{rnd}-{k}")
+                with open(path, "w") as f:
+                    f.write(text)
+                raw[k] = path
+            ctx = toolsmod.quote_ctx(raw, tuple(verbatim))
+            env = dict(h.sprat_env, **sprat_srv.env)
+            total = 0.0
+            for step, tmpl in enumerate(NS_WAYS[way], start=1):
+                cmd = toolsmod.expand(tmpl, ctx)
+                base = os.path.join(h.logs, f"ns-{way}-r{rnd}-s{step}")
+                with open(base + ".cmd", "w") as f:
+                    f.write(cmd + "\n")
+                t = proc.run_timed(cmd, out=base + ".out", err=base + ".err", env=env, timeout=plan.timeout)
+                total += t.seconds
+                check = _ns_check(step, t.rc, base, d, out, man, sums, ready.files)
+                row = {"stamp": h.stamp, "round": rnd, "order": order, "way": way, "step": step,
+                       "name": NS_STEPS[step - 1], "seconds": round(t.seconds, 4), "exit": t.rc,
+                       "check": "ok" if check == "ok" else "FAIL", "load1": os.getloadavg()[0],
+                       "note": "" if check == "ok" else check}
+                rows.append(row)
+                report.append_csv(csv_path, list(row), row)
+                h.log(f"{way:<6} r{rnd} step {step} {NS_STEPS[step - 1]:<30} {t.seconds:8.3f} s {row['check']} {row['note'][:120]}")
+            rows.append({"round": rnd, "way": way, "step": "total", "seconds": total, "check": "ok"})
+            subprocess.run(["rm", "-rf", d, out, sumdir])
+    return _ns_table(rows, ways, rtt, ready)
+
+
+def _pick_crate():
+    root = os.path.expanduser("~/.cargo/registry/src")
+    if not os.path.isdir(root):
+        return None
+    cands = []
+    for reg in sorted(os.listdir(root)):
+        for c in sorted(os.listdir(os.path.join(root, reg))):
+            cands.append(os.path.join(root, reg, c))
+    for prefix in ("tokio-", "rustix-", ""):
+        for c in cands:
+            if os.path.basename(c).startswith(prefix):
+                n = sum(len(f) for _, _, f in os.walk(c))
+                if 200 <= n <= 600:
+                    return c
+    return None
+
+
+def _ns_check(step, rc, base, d, out, man, sums, nfiles) -> str:
+    from . import verify
+
+    if rc != 0:
+        try:
+            with open(base + ".err", errors="replace") as f:
+                tail = " | ".join(f.read().splitlines()[-2:])
+        except OSError:
+            tail = ""
+        return f"exit {rc}: {tail}"
+    if step == 1:
+        c = verify.check(man, os.path.join(d, "pkg"), "count")
+        return "ok" if c.status != "FAIL" else c.detail
+    if step == 2:
+        return "ok" if os.path.isdir(os.path.join(d, "pkg2")) and not os.path.exists(os.path.join(d, "pkg")) else "not moved"
+    if step == 3:
+        with open(base + ".out", errors="replace") as f:
+            n = sum(1 for _ in f)
+        return "ok" if n >= nfiles else f"listing has {n} lines for {nfiles} files"
+    if step == 4:
+        with open(base + ".out", errors="replace") as f:
+            return check_sums(f.read(), sums)
+    if step == 5:
+        c = verify.check(man, out, "full")
+        return "ok" if c.status != "FAIL" else c.detail
+    return "ok" if not os.path.exists(os.path.join(d, "pkg2")) else "pkg2 still there"
+
+
+def _ns_table(rows, ways, rtt, ready) -> str:
+    from . import stats
+
+    steps = [1, 2, 3, 4, 5, 6, "total"]
+    names = dict(enumerate(NS_STEPS, start=1), total="all six steps")
+    med = {}
+    for w in ways:
+        for s in steps:
+            med[w, s] = stats.median(float(r["seconds"]) for r in rows
+                                     if r["way"] == w and r["step"] == s and r.get("check") == "ok")
+    others = [w for w in ways if w != "sprat"]
+    out = [f"Tree: {ready.path} ({ready.files} files, {ready.dirs} directories); every way through `sprat relay` at "
+           f"{rtt:g} ms RTT; each step one command with its own connection and authentication; medians.", "",
+           "| step | " + " | ".join(f"{w} s" for w in ways) + " | " + " | ".join(f"{w} / sprat" for w in others) + " |",
+           "|---|" + "--:|" * (len(ways) + len(others))]
+    for s in steps:
+        out.append(f"| {s}. {names[s]} | " if s != "total" else "| total | ")
+        out[-1] += " | ".join(stats.fmt_secs(med[w, s]) for w in ways)
+        if others:
+            out[-1] += " | " + " | ".join(stats.fmt_ratio(stats.ratio(med[w, s], med.get(("sprat", s)))) for w in others)
+        out[-1] += " |"
+    if "sprat" in ways:
+        out += ["", "Round trips per sprat step (time / RTT): " + ", ".join(
+            f"{s}: {med['sprat', s] * 1000 / rtt:.1f}" for s in steps if med.get(("sprat", s)))]
+    bad = [r for r in rows if r.get("check") == "FAIL"]
+    if bad:
+        out += ["", "Failures:", ""] + [f"- {r['way']} round {r['round']} step {r['step']}: {r['note']}" for r in bad]
+    return "\n".join(out) + "\n"

@@ -69,6 +69,10 @@ SUITES = {
               limits=(), resync=True),
         Suite("overhead", "per-file overhead of every subsystem: `sprat bench overhead` (cold), fits, points, plot",
               sets=(), tools=(), modes=("push",), caches=("cold",), limits=(), rounds=1, netns=False, special=True),
+        Suite("namespace", "the daily script (copy in, move, long recursive listing, checksum every file, copy "
+              "out, recursive delete) through `sprat relay`: sprat against sftp and rsync + ssh",
+              sets=(), tools=("sprat", "sftp", "rsync"), modes=("push",), caches=("warm",), rtts=(30.0,), limits=(),
+              special=True),
         Suite("relaycheck", "`sprat relay` against the theory: RTT seen by `sprat doctor`, iperf3 with 1, 4 and 16 "
               "streams against min(N x window / RTT, cap)",
               sets=(), tools=(), modes=("push",), caches=("warm",), rtts=(10.0, 30.0, 100.0), limits=(), rounds=1,
@@ -107,6 +111,7 @@ class Plan:
     touch_pct: float
     netns: bool
     dry_run: bool
+    calls: int = 50
     variants: list[str] = field(default_factory=list)
     old_sprat: Optional[str] = None
 
@@ -174,6 +179,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--tree-files", type=int, default=0, help="only the first N files of the tree [all; quick 2000]")
     p.add_argument("--refresh", action="store_true", help="remake the data sets")
     p.add_argument("--touch-pct", type=float, default=1.0, help="resync: percent of files changed per touch round [1]")
+    p.add_argument("--calls", type=int, default=50, help="mode ls: sequential `sprat ls` calls per run [50]")
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
     p.add_argument("--dry-run", action="store_true", help="print the plan and every command, run nothing")
     return p
@@ -216,14 +222,19 @@ def parse(argv: list[str], repo: str) -> Plan:
             reg[t.name] = t
         if a.old_sprat:
             reg["sprat-old"] = toolsmod.variant(reg["sprat"], "sprat-old", label="sprat (old build)", bin=a.old_sprat)
-        toolsmod.resolve(tools + limits, reg)
+        if not suite.special:
+            toolsmod.resolve(tools + limits, reg)
     except ValueError as e:
         p.error(str(e))
     for l in limits:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
-    if suite.special and (a.sets or a.tools or a.limits or a.modes):
-        p.error(f"suite {suite.name} takes no --sets, --tools, --limits or --modes")
+    if suite.special and (a.sets or a.limits or a.modes or (a.tools and suite.name != "namespace")):
+        p.error(f"suite {suite.name} takes no --sets, --limits or --modes" + ("" if suite.name == "namespace" else " or --tools"))
+    if suite.name == "namespace":
+        for w in tools:
+            if w not in ("sprat", "sftp", "rsync"):
+                p.error(f"--tools: namespace runs the ways sprat, sftp and rsync, not '{w}'")
     baseline = a.baseline or suite.baseline
     if baseline not in tools:
         baseline = tools[0] if tools else ""
@@ -234,7 +245,7 @@ def parse(argv: list[str], repo: str) -> Plan:
         sprat_args=shlex.split(a.sprat_args), data_dir=data_dir, results_dir=a.results_dir,
         verify=a.verify, timeout=a.timeout, quick=a.quick, seed=a.seed, tree=a.tree,
         tree_files=a.tree_files, refresh=a.refresh, rate=a.rate, touch_pct=a.touch_pct,
-        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, variants=a.variant,
+        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, variants=a.variant,
         old_sprat=a.old_sprat,
     )
 

@@ -66,8 +66,9 @@ class Sets(unittest.TestCase):
     def test_tree(self):
         t = sets.resolve_set("tree", tree="/usr/share")
         self.assertEqual((t.dir, t.recipe, t.gen), ("src-tree", "/usr/share", None))
-        self.assertEqual(sets.resolve_set("tree", tree="/x", quick=True).dir, "src-tree-first2000")
-        self.assertEqual(sets.resolve_set("tree", tree="/x", tree_files=50).dir, "src-tree-first50")
+        self.assertEqual(sets.resolve_set("tree", tree="/usr/share", quick=True).dir, "src-tree-first2000")
+        self.assertEqual(sets.resolve_set("tree", tree="/x/y z", tree_files=50).dir, "src-tree-x_y_z-first50")
+        self.assertEqual(sets.resolve_set("tree", tree="/root/.cargo/registry/src").dir, "src-tree-root_.cargo_registry_src")
         with self.assertRaises(ValueError):
             sets.resolve_set("tree")
 
@@ -87,7 +88,7 @@ class Tools(unittest.TestCase):
     def test_every_entry_expands_with_a_full_context(self):
         fields = ["sprat", "src", "dst", "src_rel", "dst_rel", "src_name", "host", "host2", "port", "port2",
                   "listen_port", "args", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
-                  "ssh_e2", "rclone_pass", "xrd_user"]
+                  "ssh_e2", "rclone_pass", "xrd_user", "calls"]
         ctx = {f: f"<{f}>" for f in fields}
         for t in tools.ENTRIES:
             for m, tmpl in list(t.modes.items()) + list(t.receiver.items()) + list(t.prepare.items()):

@@ -14,8 +14,11 @@ import string
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
-MODES = ("push", "pull", "local", "third")
-REMOTE_MODES = ("push", "pull", "third")
+MODES = ("push", "pull", "local", "third", "ls")
+REMOTE_MODES = ("push", "pull", "third", "ls")
+# Modes that copy nothing: no destination, no check, no sync (`ls`: {calls} sequential
+# `sprat ls` calls, the cost of a connection and one request).
+NO_COPY_MODES = ("ls",)
 
 
 @dataclass(frozen=True)
@@ -103,17 +106,18 @@ RCLONE_LOCAL_ARGS = ("--links --create-empty-src-dirs --local-no-check-updated -
 
 SPRAT = Tool(
     name="sprat", label="sprat", server="sprat", json_report=True,
-    modes={**_SPRAT_REMOTE, "local": SPRAT_CP + " {src} {dst}"},
+    modes={**_SPRAT_REMOTE, "local": SPRAT_CP + " {src} {dst}",
+           "ls": "for i in $(seq {calls}); do {sprat} ls {conn} sprat://{host}:{port}/ >/dev/null || exit 1; done"},
 )
 
 ENTRIES: list[Tool] = [
     # ---- limits
     Tool(name="read", label="read limit (sprat bench read, 16 threads)", kind="read", sync=False,
-         modes={m: "{sprat} bench read --threads 16 {src} >/dev/null" for m in MODES}),
+         modes={m: "{sprat} bench read --threads 16 {src} >/dev/null" for m in MODES[:4]}),
     Tool(name="read-cat", label="read limit (find | xargs -P 16 cat)", kind="read", sync=False,
-         modes={m: "find {src} -type f -print0 | xargs -0 -r -P 16 -n 256 cat >/dev/null" for m in MODES}),
+         modes={m: "find {src} -type f -print0 | xargs -0 -r -P 16 -n 256 cat >/dev/null" for m in MODES[:4]}),
     Tool(name="write", label="write limit (sprat bench write)", kind="write", timing="report",
-         modes={m: "{sprat} bench write --json {drop} {src} {dst}" for m in MODES}),
+         modes={m: "{sprat} bench write --json {drop} {src} {dst}" for m in MODES[:4]}),
     Tool(name="net", label="network limit (sprat bench network, memory to memory)", kind="net",
          timing="report", sync=False, server="sprat", gen_only=True,
          modes={m: "{sprat} bench network --json {conn} {gen} sprat://{host}:{port}/" for m in ("push", "pull")}),
