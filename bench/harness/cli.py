@@ -121,7 +121,11 @@ def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, loa
         h.setup_base()
         with open(os.path.join(outdir, "command.txt"), "w") as f:
             f.write(command_line(argv) + "\n")
-        if h.plan.suite.name == "namespace":
+        if h.plan.suite.name == "resume":
+            from . import resume
+
+            body = resume.run_resume(h)
+        elif h.plan.suite.name == "namespace":
             body = special.run_namespace(h)
         elif h.plan.suite.name == "overhead":
             if h.plan.quick:

@@ -42,9 +42,12 @@ def _tail(path: str, n: int = 3) -> str:
         return ""
 
 
-def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat") -> Server:
+def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", listen_port: int = 0) -> Server:
+    """`sprat serve` on 127.0.0.1 (a free port, or `listen_port` to restart one where it was)."""
     log = os.path.join(h.logs, f"{kind}-serve-{i}")
-    p = h.procs.start([h.sprat, "serve", "--root", h.root, "--listen", "127.0.0.1:0", "--token-file",
+    while os.path.exists(log + ".out"):
+        log += "+"
+    p = h.procs.start([h.sprat, "serve", "--root", h.root, "--listen", f"127.0.0.1:{listen_port}", "--token-file",
                        h.token_file, *extra], log=log, env=h.sprat_env)
     lines = proc.wait_line(log + ".out", "listening on ", p, lines=1)
     if not lines:

@@ -73,6 +73,10 @@ SUITES = {
               "out, recursive delete) through `sprat relay`: sprat against sftp and rsync + ssh",
               sets=(), tools=("sprat", "sftp", "rsync"), modes=("push",), caches=("warm",), rtts=(30.0,), limits=(),
               special=True),
+        Suite("resume", "a push cut by kill -9 of the client or the server at half its bytes, then run again: "
+              "what the re-run sends against what was missing",
+              sets=("small", "big"), tools=(), modes=("client", "server", "server-retry"), caches=("cold",),
+              limits=(), rounds=1, special=True),
         Suite("relaycheck", "`sprat relay` against the theory: RTT seen by `sprat doctor`, iperf3 with 1, 4 and 16 "
               "streams against min(N x window / RTT, cap)",
               sets=(), tools=(), modes=("push",), caches=("warm",), rtts=(10.0, 30.0, 100.0), limits=(), rounds=1,
@@ -112,6 +116,7 @@ class Plan:
     netns: bool
     dry_run: bool
     calls: int = 50
+    kill_at: int = 50
     variants: list[str] = field(default_factory=list)
     old_sprat: Optional[str] = None
 
@@ -180,6 +185,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="remake the data sets")
     p.add_argument("--touch-pct", type=float, default=1.0, help="resync: percent of files changed per touch round [1]")
     p.add_argument("--calls", type=int, default=50, help="mode ls: sequential `sprat ls` calls per run [50]")
+    p.add_argument("--kill-at", type=int, default=50, help="resume: percent of a full copy's loopback bytes at the kill [50]")
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
     p.add_argument("--dry-run", action="store_true", help="print the plan and every command, run nothing")
     return p
@@ -203,10 +209,14 @@ def parse(argv: list[str], repo: str) -> Plan:
     rounds = a.rounds if a.rounds is not None else suite.rounds
     if rounds < 1:
         p.error("--rounds must be at least 1")
+    if not 1 <= a.kill_at <= 99:
+        p.error("--kill-at must be a percentage, 1-99")
     for c in caches:
         if c not in ("cold", "warm"):
             p.error(f"--cache: unknown cache state '{c}' (cold, warm)")
     allowed = tuple(RESYNC_MODES) if suite.resync else toolsmod.MODES
+    if suite.name == "resume":
+        allowed = ("client", "server", "server-retry")
     for m in modes:
         if m not in allowed:
             p.error(f"--modes: '{m}' is not a mode of suite {suite.name} ({', '.join(allowed)})")
@@ -229,8 +239,10 @@ def parse(argv: list[str], repo: str) -> Plan:
     for l in limits:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
-    if suite.special and (a.sets or a.limits or a.modes or (a.tools and suite.name != "namespace")):
-        p.error(f"suite {suite.name} takes no --sets, --limits or --modes" + ("" if suite.name == "namespace" else " or --tools"))
+    if suite.special and (a.limits or (a.sets and suite.name != "resume") or (a.modes and suite.name != "resume")
+                          or (a.tools and suite.name != "namespace")):
+        p.error(f"suite {suite.name} takes none of --limits, --sets, --modes, --tools but "
+                + {"resume": "--sets and --modes", "namespace": "--tools"}.get(suite.name, "the common options"))
     if suite.name == "namespace":
         for w in tools:
             if w not in ("sprat", "sftp", "rsync"):
@@ -245,7 +257,7 @@ def parse(argv: list[str], repo: str) -> Plan:
         sprat_args=shlex.split(a.sprat_args), data_dir=data_dir, results_dir=a.results_dir,
         verify=a.verify, timeout=a.timeout, quick=a.quick, seed=a.seed, tree=a.tree,
         tree_files=a.tree_files, refresh=a.refresh, rate=a.rate, touch_pct=a.touch_pct,
-        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, variants=a.variant,
+        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at, variants=a.variant,
         old_sprat=a.old_sprat,
     )
 

@@ -237,5 +237,72 @@ class Verify(unittest.TestCase):
             self.assertEqual(verify.check(t, os.path.join(d, "nope"), "full").status, "FAIL")
 
 
+class Special(unittest.TestCase):
+    def test_relay_theory(self):
+        from harness import special
+
+        self.assertEqual(special.relay_theory(1, 4 << 20, 100, 1e9), (4 << 20) / 0.1)
+        self.assertEqual(special.relay_theory(16, 4 << 20, 10, 1e9), 1e9 / 8)
+
+    def test_sftp_quote_and_sums(self):
+        from harness import special
+
+        self.assertEqual(special.sftp_quote('/a b/c*"d'), '"/a b/c\\*\\"d"')
+        h = "ab" * 32
+        self.assertEqual(special.check_sums(f"{h}  /x/pkg2/a/b\n{h}  ./c\n", {"a/b": h, "c": h}), "ok")
+        self.assertIn("1 sums missing", special.check_sums(f"{h}  ./c\n", {"a/b": h, "c": h}))
+        self.assertIn("1 differ", special.check_sums(f"{'cd' * 32}  ./c\n", {"c": h}))
+
+    def test_overhead_tables(self):
+        from harness import special
+
+        rep = {"total_bytes": 100, "read": {"t0_s": 1e-5, "rate_bytes_per_s": 5e8, "r2": 0.99},
+               "runs": [{"subsystem": "read", "files": 10, "bytes": 100, "seconds": 0.5}], "predictions": [[10, 0.4, 0.5]]}
+        md = special.overhead_tables([rep])
+        self.assertIn("| read | 10.0 us | 500 MB/s | 0.990 | 1/1 |", md)
+        self.assertIn("| network (memory to memory) | - | - | - | 0/1 |", md)
+        self.assertIn("| 10 | 0.400 | 0.500 | 1.25 |", md)
+
+
+class Resume(unittest.TestCase):
+    def test_resume_state_reads_journals(self):
+        import struct
+
+        from harness import resume
+
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "s"), os.path.join(d, "d")
+            os.makedirs(src)
+            os.makedirs(dst)
+            for n, data in (("done", b"x" * 10), ("half", b"0123456789abcdef")):
+                with open(os.path.join(src, n), "wb") as f:
+                    f.write(data)
+            st = os.stat(os.path.join(src, "done"))
+            with open(os.path.join(dst, "done"), "wb") as f:
+                f.write(b"x" * 10)
+            os.utime(os.path.join(dst, "done"), ns=(st.st_atime_ns, st.st_mtime_ns))
+            hs = os.stat(os.path.join(src, "half"))
+            with open(os.path.join(dst, ".half.sprat-part"), "wb") as f:
+                f.write(b"01234567" + b"\0" * 8)
+            with open(os.path.join(dst, ".half.sprat-part.log"), "wb") as f:
+                f.write(b"SPRATPT1" + struct.pack("<QqI", 16, hs.st_mtime_ns // 10**9, hs.st_mtime_ns % 10**9))
+                f.write(struct.pack("<QQ", 0, 8) + b"h" * 16)
+                f.write(b"torn")
+            tree = verify.scan(src, hashing=False)
+            got = resume.resume_state(src, tree, dst)
+            self.assertEqual((got["complete_bytes"], got["partial_bytes"], got["missing_bytes"], got["bad_bytes"]),
+                             (10, 8, 8, 0))
+
+    def test_lo_bytes_only_in_the_harness_namespace(self):
+        from harness import resume
+
+        old = os.environ.pop("SPRAT_HARNESS_NETNS", None)
+        try:
+            self.assertIsNone(resume.lo_bytes())
+        finally:
+            if old is not None:
+                os.environ["SPRAT_HARNESS_NETNS"] = old
+
+
 if __name__ == "__main__":
     unittest.main()
