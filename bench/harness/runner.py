@@ -10,7 +10,6 @@ import random
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
 from typing import Optional
 
 from . import proc, servers, sets as setsmod, stats, tools as toolsmod, verify
@@ -20,12 +19,6 @@ CSV_FIELDS = ["stamp", "suite", "set", "mode", "cache", "rtt_ms", "round", "orde
               "sync_seconds", "exit", "check", "dst_files", "dst_bytes", "src_files", "src_bytes", "tool_seconds",
               "client_cpu", "server_cpu", "bottleneck", "encryption", "report_bytes", "up_to_date", "streams",
               "path_rtt_ms", "tail_s", "load1", "note"]
-
-
-@dataclass
-class Unavailable:
-    tool: str
-    reason: str
 
 
 class Harness:
@@ -221,7 +214,7 @@ class Harness:
         for rnd in range(1, p.rounds + 1):
             self.log(f"round {rnd} of {p.rounds}")
             if p.suite.resync:
-                self._resync_setup(rnd, write_row)
+                self._resync_setup()
             seen_limits: set = set()
             for (s, mode, cache, rtt) in p.cells():
                 lineup = self.tools_for(mode)
@@ -260,9 +253,9 @@ class Harness:
         logbase = os.path.join(self.logs, tag)
         with open(logbase + ".cmd", "w") as f:
             f.write(cmd + "\n")
-        for prep in [t.prepare.get(tmode)]:
-            if prep:
-                subprocess.run(["bash", "-c", toolsmod.expand(prep, ctx)], check=False)
+        prep = t.prepare.get(tmode)
+        if prep:
+            subprocess.run(["bash", "-c", toolsmod.expand(prep, ctx)], check=False)
         # cache state, untimed
         src = r.path
         if cache == "cold":
@@ -347,7 +340,7 @@ class Harness:
     def _resync_dst(self, s: str, t: toolsmod.Tool, direction: str) -> str:
         return f"harness-resync/{self.ready[s].set.dir}-{t.name}-{direction}"
 
-    def _resync_setup(self, rnd: int, write_row) -> None:
+    def _resync_setup(self) -> None:
         """Untimed: bring every destination up to date (the first round fills them)."""
         for s in self.plan.sets:
             for m in sorted({RESYNC_MODES[m] for m in self.plan.modes}):
