@@ -53,12 +53,14 @@ class Harness:
     def setup_base(self) -> None:
         """Directories, the copy of the binary under test, the token, the cache checks."""
         p = self.plan
-        for d in (self.root, self.meta, self.logs, self.tmp, self.outdir):
-            os.makedirs(d, exist_ok=True)
-        self.cleanup += [self.tmp, os.path.join(self.root, self.dst_rel_base)]
         if not os.access(p.sprat, os.X_OK):
             raise SystemExit(f"bench/run: --sprat {p.sprat}: missing or not executable "
                              "(nice cargo build --release -p sprat)")
+        if p.old_sprat and not os.access(p.old_sprat, os.X_OK):
+            raise SystemExit(f"bench/run: --old-sprat {p.old_sprat}: missing or not executable")
+        for d in (self.root, self.meta, self.logs, self.tmp, self.outdir):
+            os.makedirs(d, exist_ok=True)
+        self.cleanup += [self.tmp, os.path.join(self.root, self.dst_rel_base)]
         # every run uses the same build, whatever happens to target/ meanwhile
         self.sprat = os.path.join(self.tmp, "sprat")
         shutil.copy2(p.sprat, self.sprat)
