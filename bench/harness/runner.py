@@ -154,12 +154,13 @@ class Harness:
                      "host2": "127.0.0.1", "listen_port": "", "port": "", "port2": "",
                      "drop": "--drop-caches" if cache == "cold" else "", "conn": "", "conn2": "",
                      "calls": self.plan.calls}
-        verbatim = ["drop", "conn", "conn2", "args", "gen"]
+        verbatim = ["drop", "conn", "conn2", "args", "args_remote", "gen"]
         env = dict(self.sprat_env)
         args = list(tool.args)
         if any("{sprat} cp" in t for t in tool.modes.values()):
             args = self.plan.sprat_args + args
         raw["args"] = " ".join(proc.quote(a) for a in args)
+        raw["args_remote"] = " ".join(proc.quote(proc.quote(a)) for a in args)  # for a command ssh runs
         raw["gen"] = " ".join(proc.quote(a) for a in (r.set.gen or ()))
         if tool.gen_only and r.set.gen is None:
             return {}, {}, env, "not a generated set"

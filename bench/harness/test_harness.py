@@ -87,7 +87,7 @@ class Tools(unittest.TestCase):
 
     def test_every_entry_expands_with_a_full_context(self):
         fields = ["sprat", "src", "dst", "src_rel", "dst_rel", "src_name", "host", "host2", "port", "port2",
-                  "listen_port", "args", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
+                  "listen_port", "args", "args_remote", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
                   "ssh_e2", "rclone_pass", "xrd_user", "calls"]
         ctx = {f: f"<{f}>" for f in fields}
         for t in tools.ENTRIES:

@@ -148,7 +148,7 @@ ENTRIES: list[Tool] = [
          modes={"push": "rsync -a {args} -e " + SSH_E + " {src}/ root@{host}:{dst}/",
                 "pull": "rsync -a {args} -e " + SSH_E + " root@{host}:{src}/ {dst}/",
                 # host A runs rsync to host B (ssh from A to B): the data never crosses the client
-                "third": "{ssh} -p {port} root@{host} rsync -a {args!q} -e {ssh_e2!q} {src!q}/ root@{host2}:{dst!q}/"}),
+                "third": "{ssh} -p {port} root@{host} rsync -a {args_remote} -e {ssh_e2!q} {src!q}/ root@{host2}:{dst!q}/"}),
     Tool(name="sftp", label="sftp (OpenSSH)", server="sshd", needs=("sftp",),
          modes={"push": "echo \"put -rp {src} {dst}\" | sftp -q -b - {ssh_opts} -P {port} root@{host} >/dev/null",
                 "pull": "echo \"get -rp {src} {dst}\" | sftp -q -b - {ssh_opts} -P {port} root@{host} >/dev/null"}),
