@@ -256,6 +256,8 @@ class Harness:
         logbase = os.path.join(self.logs, tag)
         with open(logbase + ".cmd", "w") as f:
             f.write(cmd + "\n")
+        if t.kind in ("copy", "write") and tmode not in toolsmod.NO_COPY_MODES:
+            os.makedirs(os.path.dirname(raw["dst"]), exist_ok=True)  # tools differ in making parents
         prep = t.prepare.get(tmode)
         if prep:
             subprocess.run(["bash", "-c", toolsmod.expand(prep, ctx)], check=False)
