@@ -263,7 +263,9 @@ class Harness:
             subprocess.run(["bash", "-c", toolsmod.expand(prep, ctx)], check=False)
         # cache state, untimed
         src = r.path
-        if cache == "cold":
+        if tmode in toolsmod.NO_COPY_MODES:
+            pass  # reads no data set
+        elif cache == "cold":
             proc.drop_caches(3)
         elif p.suite.resync:
             subprocess.run(["find", src, os.path.join(self.root, dst_rel), "-printf", ""], stderr=subprocess.DEVNULL)
