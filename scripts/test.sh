@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --locked
+# The benchmark harness's pure parts (statistics, tables, sets, templates, arguments).
+python3 -m unittest discover -s bench/harness -q
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
