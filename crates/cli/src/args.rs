@@ -350,10 +350,12 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = crate::client_config::CLIENT_CONFIG_HELP)]
 pub struct CpArgs {
-    /// Source: local path or sprat://HOST:PORT/PATH.
+    /// Source: local path, sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server of the
+    /// config file, see below).
     pub src: OsString,
-    /// Destination: local path or sprat://HOST:PORT/PATH.
+    /// Destination: local path, sprat://HOST:PORT/PATH or sprat://ALIAS/PATH.
     pub dst: OsString,
     /// Print the final report as one JSON object on stdout.
     #[arg(long)]
@@ -653,7 +655,15 @@ pub struct SizeSpecArgs {
 /// How every command that talks to a server proves itself and recognises the server.
 #[derive(Debug, Args)]
 pub struct ConnectArgs {
-    /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
+    /// The client's configuration file: defaults for options and servers named by an alias
+    /// (`sprat://ALIAS/PATH`), see `sprat cp --help`. Default: $SPRAT_CONFIG, else
+    /// $XDG_CONFIG_HOME/sprat/config.toml or ~/.config/sprat/config.toml, ignored if missing;
+    /// `/dev/null`: none. (Not the server's file of `sprat serve --config`.)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// File holding the shared token. Otherwise, in this order: the `token_file` of the
+    /// server's alias in the config file, the SPRAT_TOKEN environment variable, the config
+    /// file's `[defaults] token_file`.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Where servers' keys are pinned on first use, like ssh's known_hosts (default
@@ -663,7 +673,7 @@ pub struct ConnectArgs {
     pub known_servers: Option<PathBuf>,
     /// Accept only a server presenting this key (`SHA256:...`, as `sprat serve` prints on its
     /// second line); the known-servers file is then neither read nor written. Repeat for a
-    /// copy between two servers.
+    /// copy between two servers. Replaces the `fingerprint` of aliases in the config file.
     #[arg(long, value_name = "SHA256:...")]
     pub server_fingerprint: Vec<String>,
     /// Connect without TLS: data, paths and requests cross the network in the clear, for
@@ -819,7 +829,7 @@ pub struct RelayArgs {
 pub struct Auto<T>(pub Option<T>);
 
 /// `auto` or a stream count.
-fn parse_streams(text: &str) -> Result<Auto<usize>, ChoiceError> {
+pub(crate) fn parse_streams(text: &str) -> Result<Auto<usize>, ChoiceError> {
     if text == "auto" {
         return Ok(Auto(None));
     }
@@ -832,7 +842,7 @@ fn parse_streams(text: &str) -> Result<Auto<usize>, ChoiceError> {
 }
 
 /// `auto` or a size.
-fn parse_auto_size(text: &str) -> Result<Auto<u64>, ChoiceError> {
+pub(crate) fn parse_auto_size(text: &str) -> Result<Auto<u64>, ChoiceError> {
     if text == "auto" {
         return Ok(Auto(None));
     }

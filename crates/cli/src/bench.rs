@@ -86,8 +86,10 @@ fn drop_caches_io() -> std::io::Result<()> {
 }
 
 fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
-    let key = crate::credentials(&a.connect)?;
-    let Endpoint::Remote { addr, path } = Endpoint::parse(&a.url)? else {
+    let client = crate::client(&a.connect, &[&a.url])?;
+    let key = client.key;
+    let url = client.urls.into_iter().next().unwrap_or_default();
+    let Endpoint::Remote { addr, path } = Endpoint::parse(&url)? else {
         return Err(TransferError::Usage(format!(
             "'{}' is not a server URL (sprat://HOST:PORT/)",
             a.url.to_string_lossy()
@@ -109,7 +111,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
         &key,
         &options,
         "memory (synthetic files)".into(),
-        format!("{} (verified and dropped)", a.url.to_string_lossy()),
+        format!("{} (verified and dropped)", url.to_string_lossy()),
     )?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);

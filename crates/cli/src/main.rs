@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod client_config;
 mod demo;
 mod doctor;
 mod gen;
@@ -16,15 +17,18 @@ mod shards;
 mod units;
 
 use anyhow::Context;
-use args::{Cli, Command, CpArgs, ServeArgs, Tuning, VerifyArgs};
+use args::{Cli, Command, ConnectArgs, CpArgs, ServeArgs, Tuning, VerifyArgs};
+use client_config::{ClientConfig, ServerAlias};
 use sprat_engine::config::{IoBackend, PublishChoice, ReadOrder, SkipRule};
 use sprat_engine::measurement::listing::FileLog;
 use sprat_engine::measurement::pace::Pace;
 use sprat_engine::text::printable;
 use sprat_engine::{
-    Credentials, Fingerprint, KnownServers, ServerIdentity, ServerTls, TokenKey, Trust,
+    Credentials, Fingerprint, KnownServers, ServerAccess, ServerIdentity, ServerTls, TokenKey,
+    Trust,
 };
 use sprat_engine::{Endpoint, ExportsConfig, Server, ServerConfig, TransferError, TransferOptions};
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::Path;
 
@@ -97,17 +101,47 @@ fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
         Command::Verify(a) => verify(a),
         Command::Plan(a) => shards::plan(a),
         Command::Relay(a) => relay::run(a),
-        Command::Doctor(a) => {
-            let key = credentials(&a.connect)?;
-            doctor::run(a, key)
+        Command::Doctor(mut a) => {
+            let urls: Vec<&OsStr> = a.url.iter().map(OsString::as_os_str).collect();
+            let c = client(&a.connect, &urls)?;
+            a.url = c.urls.into_iter().next();
+            doctor::run(a, c.key)
         }
-        Command::Ls(a) => namespace::ls(&a, &credentials(&a.connect)?),
-        Command::Stat(a) => namespace::stat(&a, &credentials(&a.connect)?),
-        Command::Du(a) => namespace::du(&a, &credentials(&a.connect)?),
-        Command::Mkdir(a) => namespace::mkdir(&a, &credentials(&a.connect)?),
-        Command::Rm(a) => namespace::rm(&a, &credentials(&a.connect)?),
-        Command::Mv(a) => namespace::mv(&a, &credentials(&a.connect)?),
-        Command::Sum(a) => namespace::sum(&a, &credentials(&a.connect)?),
+        Command::Ls(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::ls(&a, &c.key)
+        }
+        Command::Stat(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::stat(&a, &c.key)
+        }
+        Command::Du(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::du(&a, &c.key)
+        }
+        Command::Mkdir(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::mkdir(&a, &c.key)
+        }
+        Command::Rm(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::rm(&a, &c.key)
+        }
+        Command::Mv(mut a) => {
+            let c = client(&a.connect, &[&a.from, &a.to])?;
+            (a.from, a.to) = (c.url(0), c.url(1));
+            namespace::mv(&a, &c.key)
+        }
+        Command::Sum(mut a) => {
+            let c = client(&a.connect, &[&a.url])?;
+            a.url = c.url(0);
+            namespace::sum(&a, &c.key)
+        }
         Command::Demo(a) => demo::run(a),
         Command::Gen(a) => gen::run(a),
         Command::Bench(c) => bench::run(c),
@@ -160,10 +194,57 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
     }
 }
 
-/// What a client brings to its connections: the token (see [`token`]) and how it
-/// recognises servers (`--known-servers`, `--server-fingerprint`, `--no-encryption`).
-pub fn credentials(c: &crate::args::ConnectArgs) -> anyhow::Result<Credentials> {
-    let token = token(c.token_file.as_deref())?;
+/// A client command's servers and credentials: its URL arguments with aliases of the
+/// configuration file resolved (`sprat://ALIAS/PATH`), the credentials for them, and the
+/// file's defaults.
+pub struct Client {
+    pub urls: Vec<OsString>,
+    pub key: Credentials,
+    pub config: ClientConfig,
+}
+
+impl Client {
+    /// The `i`th URL as resolved.
+    pub fn url(&self, i: usize) -> OsString {
+        self.urls.get(i).cloned().unwrap_or_default()
+    }
+}
+
+/// Reads the configuration file (`--config`, `SPRAT_CONFIG` or the default one), resolves
+/// the aliases among `urls` and gathers the credentials (see [`credentials`]).
+pub fn client(c: &ConnectArgs, urls: &[&OsStr]) -> anyhow::Result<Client> {
+    let config = ClientConfig::load(c.config.as_deref())?;
+    let mut resolved = Vec::with_capacity(urls.len());
+    let mut aliases = Vec::new();
+    for url in urls {
+        let (url, alias) = config.resolve(url)?;
+        resolved.push(url);
+        aliases.extend(alias);
+    }
+    let key = credentials(c, &config, &aliases)?;
+    Ok(Client {
+        urls: resolved,
+        key,
+        config,
+    })
+}
+
+/// What a client brings to its connections: the token and how it recognises servers, each
+/// from the command line if given there, else from the configuration file. The general token
+/// is `--token-file`'s, else `SPRAT_TOKEN`, else `[defaults] token_file`; a server named by
+/// an alias gets its own `token_file` and `fingerprint` unless `--token-file` and
+/// `--server-fingerprint` say otherwise.
+pub fn credentials(
+    c: &ConnectArgs,
+    config: &ClientConfig,
+    aliases: &[(&str, &ServerAlias)],
+) -> anyhow::Result<Credentials> {
+    let defaults = &config.defaults;
+    let token = match (token(c.token_file.as_deref())?, &defaults.token_file) {
+        (Some(t), _) => Some(t),
+        (None, Some(file)) => Some(config_token(config, "defaults", file)?),
+        (None, None) => None,
+    };
     let pins = c
         .server_fingerprint
         .iter()
@@ -174,14 +255,54 @@ pub fn credentials(c: &crate::args::ConnectArgs) -> anyhow::Result<Credentials> 
     let known = c
         .known_servers
         .clone()
+        .or_else(|| defaults.known_servers.clone())
         .or_else(KnownServers::default_path)
         .map(|p| std::sync::Arc::new(KnownServers::new(p)));
     let trust = Trust {
-        encrypt: !c.no_encryption,
+        encrypt: !(c.no_encryption || defaults.no_encryption == Some(true)),
         pins,
         known,
     };
-    Ok(Credentials::new(token, trust))
+    let mut key = Credentials::new(token, trust);
+    let mut seen: Vec<(&str, &ServerAlias)> = Vec::new();
+    for &(name, alias) in aliases {
+        // One server, one token and one key: two aliases of it must agree.
+        if let Some((other, first)) = seen
+            .iter()
+            .find(|(_, a)| a.addr.eq_ignore_ascii_case(&alias.addr))
+        {
+            if first.token_file != alias.token_file || first.fingerprint != alias.fingerprint {
+                anyhow::bail!(TransferError::Usage(format!(
+                    "the aliases '{other}' and '{name}' name one server, {}, with different                      token files or fingerprints: a command uses one token and one key per server",
+                    alias.addr
+                )));
+            }
+            continue;
+        }
+        seen.push((name, alias));
+        let token = match (&c.token_file, &alias.token_file) {
+            (None, Some(file)) => Some(config_token(config, &format!("servers.{name}"), file)?),
+            _ => None,
+        };
+        let pins = match (c.server_fingerprint.is_empty(), alias.fingerprint) {
+            (true, Some(f)) => vec![f],
+            _ => Vec::new(),
+        };
+        key = key.with_server(&alias.addr, ServerAccess { token, pins });
+    }
+    Ok(key)
+}
+
+/// Reads the token file a configuration file's `[table]` names in its key `token_file`.
+fn config_token(config: &ClientConfig, table: &str, file: &Path) -> anyhow::Result<TokenKey> {
+    let shown = printable(&file.display().to_string()).into_owned();
+    let raw = std::fs::read(file)
+        .map_err(|e| config.error(table, "token_file", &format!("cannot read '{shown}': {e}")))?;
+    if raw.trim_ascii().is_empty() {
+        return Err(config.error(table, "token_file", &format!("'{shown}' is empty")));
+    }
+    warn_if_readable_by_others(file, "token file");
+    Ok(TokenKey::from_token(raw.trim_ascii()))
 }
 
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
@@ -352,7 +473,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 /// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.
 const MIN_BWLIMIT: f64 = 100_000.0;
 
-fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
+fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
     let plan = a.plan.as_deref().map(shards::open).transpose()?;
     let selection = match (&plan, a.shard) {
         (Some(plan), Some(k)) => shards::shard_selection(plan, k)?,
@@ -361,9 +482,11 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
         )),
         _ => selection::selection(&a, matches)?,
     };
-    let key = credentials(&a.connect)?;
-    let src = Endpoint::parse(&a.src)?;
-    let dst = Endpoint::parse(&a.dst)?;
+    let client = client(&a.connect, &[&a.src, &a.dst])?;
+    let progress_default = apply_defaults(&mut a, &client.config.defaults, matches);
+    let src = Endpoint::parse(&client.url(0))?;
+    let dst = Endpoint::parse(&client.url(1))?;
+    let key = client.key;
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     let mut options = options(&a.tuning, a.streams.0, network);
@@ -417,8 +540,9 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
         a.progress
             || (!a.quiet
                 && !a.json
-                && std::io::stdout().is_terminal()
-                && std::io::stderr().is_terminal())
+                && progress_default.unwrap_or_else(|| {
+                    std::io::stdout().is_terminal() && std::io::stderr().is_terminal()
+                }))
     };
     let mode = if a.json_events {
         Some(progress::Mode::Json)
@@ -474,6 +598,43 @@ fn cp(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::R
     };
     print_quietly(&text)?;
     Ok(if report.failed > 0 { 1 } else { 0 })
+}
+
+/// Takes the options of `cp` that the command line leaves out from the configuration file's
+/// `[defaults]`; returns its `progress` (shown always or never; `None`: on a terminal).
+fn apply_defaults(
+    a: &mut CpArgs,
+    d: &client_config::Defaults,
+    matches: Option<&clap::ArgMatches>,
+) -> Option<bool> {
+    let given = |id: &str| {
+        matches.is_some_and(|m| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+    };
+    let t = &mut a.tuning;
+    macro_rules! take {
+        ($($field:ident).+, $key:ident) => {
+            if let Some(v) = d.$key.filter(|_| !given(stringify!($key))) {
+                $($field).+ = v;
+            }
+        };
+    }
+    take!(a.streams, streams);
+    take!(t.tcp_buffer, tcp_buffer);
+    take!(t.batch_size, batch_size);
+    take!(t.durable, durable);
+    take!(t.numeric_ids, numeric_ids);
+    take!(t.no_owners, no_owners);
+    take!(t.keep_setuid, keep_setuid);
+    take!(a.retry_for, retry_for);
+    take!(a.stall_timeout, stall_timeout);
+    if !given("bwlimit") && d.bwlimit.is_some() {
+        a.bwlimit = d.bwlimit;
+    }
+    // -c, -I and --ignore-existing exclude each other: any of them replaces the file's.
+    if !(given("checksum") || given("ignore_times") || given("ignore_existing")) {
+        take!(a.checksum, checksum);
+    }
+    d.progress.filter(|_| !given("progress"))
 }
 
 /// The last name of a copy's source: what `-v` shows for a single file copied (whose path

@@ -102,15 +102,16 @@ fn plan_run(pair: &[OsString], connect: &crate::args::ConnectArgs) -> anyhow::Re
     let [src_arg, dst_arg] = pair else {
         return Err(TransferError::Usage("--run takes two arguments: SRC DST".into()).into());
     };
-    let src = Endpoint::parse(src_arg)?;
-    let dst = Endpoint::parse(dst_arg)?;
+    let client = crate::client(connect, &[src_arg, dst_arg])?;
+    let src = Endpoint::parse(&client.url(0))?;
+    let dst = Endpoint::parse(&client.url(1))?;
     let Endpoint::Local(src_path) = &src else {
         return Err(TransferError::Usage(format!(
             "--run SRC '{src}' must be a local tree: the model counts its files and bytes"
         ))
         .into());
     };
-    let key = crate::credentials(connect)?;
+    let key = client.key;
     let counts = sprat_lab::bench::count_tree(src_path)
         .map_err(|e| TransferError::Usage(format!("--run SRC '{}': {e}", src_path.display())))?;
     if counts.files == 0 {

@@ -12,7 +12,7 @@ pub mod trust;
 
 pub use identity::{Fingerprint, ServerIdentity};
 pub use tls::ServerTls;
-pub use trust::{Credentials, Trust};
+pub use trust::{Credentials, ServerAccess, Trust};
 
 use crate::error::TransferError;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerKeys, TokenKey};
@@ -558,7 +558,9 @@ fn open(
         }
     };
     tls::note_connection(conn.tls.as_deref());
-    let key = credentials.token().map(|k| k.bound_to(&conn.binding()));
+    let key = credentials
+        .token_for(addr)
+        .map(|k| k.bound_to(&conn.binding()));
     Ok((conn, key, started))
 }
 

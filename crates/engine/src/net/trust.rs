@@ -1,11 +1,14 @@
 //! What a client brings to a connection: its token (proof of the right to use the server)
 //! and how it recognises the server (encryption on or off, and the keys it accepts: pinned on
-//! the command line, or remembered from a first connection in the known-servers file).
+//! the command line, or remembered from a first connection in the known-servers file). A
+//! client may bring another token and other keys to one server than to the rest (a server
+//! named by an alias of the client's config file, with its own token file and fingerprint).
 
 use super::identity::Fingerprint;
 use super::known_servers::{KnownServers, Verdict};
 use crate::error::TransferError;
 use sprat_proto::auth::TokenKey;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A client's token and trust, passed to every connection it opens.
@@ -13,6 +16,18 @@ use std::sync::Arc;
 pub struct Credentials {
     pub token: Option<TokenKey>,
     pub trust: Trust,
+    /// What one server (`HOST:PORT`, lower case) gets instead of `token` and `trust.pins`.
+    servers: Arc<BTreeMap<String, ServerAccess>>,
+}
+
+/// The token and keys for one server, in place of a client's general ones.
+#[derive(Clone, Debug, Default)]
+pub struct ServerAccess {
+    /// The token for this server; `None`: the client's general token.
+    pub token: Option<TokenKey>,
+    /// Keys accepted from this server alone (known-servers file not used for it); empty: the
+    /// client's general trust.
+    pub pins: Vec<Fingerprint>,
 }
 
 /// How a client recognises servers.
@@ -49,11 +64,35 @@ impl Trust {
 
 impl Credentials {
     pub fn new(token: Option<TokenKey>, trust: Trust) -> Credentials {
-        Credentials { token, trust }
+        Credentials {
+            token,
+            trust,
+            servers: Arc::default(),
+        }
     }
 
+    /// These credentials with `access` for the server at `addr` (`HOST:PORT`) in place of the
+    /// general token and pins.
+    pub fn with_server(mut self, addr: &str, access: ServerAccess) -> Credentials {
+        Arc::make_mut(&mut self.servers).insert(addr.to_ascii_lowercase(), access);
+        self
+    }
+
+    /// What [`with_server`](Self::with_server) gave the server at `addr`, if anything.
+    pub fn server(&self, addr: &str) -> Option<&ServerAccess> {
+        self.servers.get(&addr.to_ascii_lowercase())
+    }
+
+    /// The general token (the one for servers without their own).
     pub fn token(&self) -> Option<&TokenKey> {
         self.token.as_ref()
+    }
+
+    /// The token to prove to the server at `addr`.
+    pub fn token_for(&self, addr: &str) -> Option<&TokenKey> {
+        self.server(addr)
+            .and_then(|s| s.token.as_ref())
+            .or(self.token.as_ref())
     }
 
     /// The same trust with another token (a one-time ticket, say).
@@ -61,6 +100,7 @@ impl Credentials {
         Credentials {
             token,
             trust: self.trust.clone(),
+            servers: Arc::default(),
         }
     }
 
@@ -79,11 +119,15 @@ impl Credentials {
             return Err(refuse("the server presented no key".into()));
         };
         let trust = &self.trust;
-        if !trust.pins.is_empty() {
-            if trust.pins.contains(&key) {
+        let pins = match self.server(addr) {
+            Some(access) if !access.pins.is_empty() => &access.pins,
+            _ => &trust.pins,
+        };
+        if !pins.is_empty() {
+            if pins.contains(&key) {
                 return Ok(());
             }
-            let given: Vec<String> = trust.pins.iter().map(|p| p.to_string()).collect();
+            let given: Vec<String> = pins.iter().map(|p| p.to_string()).collect();
             return Err(refuse(format!(
                 "the server's key is {key}, not the one expected ({}): someone may be \
                  intercepting the connection, or the server's key was replaced",
