@@ -4,12 +4,13 @@
 # With the x86_64-unknown-linux-musl target installed (`rustup target add
 # x86_64-unknown-linux-musl`), it links against musl (ring's C and assembly are compiled with
 # musl-gcc when it is there: `apt-get install musl-tools`). Without it, it links glibc
-# statically (`-C target-feature=+crt-static` on the gnu target). A static glibc binary still
-# loads the NSS modules of the glibc it was built with when it looks owner names up
-# (getpwnam_r/getgrnam_r): on a host with another glibc, or without them, names that only
-# NSS (LDAP, sssd, systemd-userdb) knows may not resolve, and owners are then kept by number
-# (local users in /etc/passwd and /etc/group still resolve). Use musl, or --numeric-ids, where
-# that matters.
+# statically (`-C target-feature=+crt-static` on the gnu target; a static-pie binary).
+# Owner names in a static glibc binary: users and groups in /etc/passwd and /etc/group resolve
+# without any shared library (checked in a chroot holding only the binary and those files);
+# names that only other NSS sources know (LDAP, sssd, systemd-userdb) need glibc to load their
+# modules at run time, which works only where the glibc is the build host's version; otherwise
+# such an owner is kept by number, as an unknown name is (musl reads only the files, and
+# nscd). Where such names matter, use the dynamic binary of `cargo install`, or --numeric-ids.
 #
 # Usage: scripts/build-static.sh [--musl | --glibc]
 #   (default: musl if the target is installed, else glibc)
@@ -26,7 +27,7 @@ for arg in "$@"; do
         --musl) want=musl ;;
         --glibc) want=glibc ;;
         -h | --help)
-            sed -n '2,16p' "$0"
+            sed -n '2,17p' "$0"
             exit 0
             ;;
         *)

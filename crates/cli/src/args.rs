@@ -14,7 +14,9 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// More output. `sprat cp -v` lists each file on stdout as it completes, like `rsync -v`.
+    /// More output: `sprat cp -v` lists each file as it completes; `-vv`, `-vvv` diagnostics.
+    ///
+    /// `sprat cp -v` lists each file on stdout as it completes, like `rsync -v`.
     /// Diagnostics on stderr (every command) start one level up: `-vv` sessions, streams and
     /// refusals, `-vvv` every join, adaptation step and commit. `RUST_LOG` (e.g.
     /// `RUST_LOG=sprat_engine=debug`) sets the diagnostics whatever the count.
@@ -100,10 +102,15 @@ pub enum Command {
     Bench(BenchCommand),
     /// Print a shell completion script: `sprat completions bash > /etc/bash_completion.d/sprat`
     /// (bash, zsh, fish, elvish, powershell).
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell the script is for.
+        shell: clap_complete::Shell,
+    },
     /// Write the manual pages, made from the same definitions as `--help`: `sprat.1` and one
     /// `sprat-COMMAND.1` per command, into DIR.
     Man {
+        /// Directory to write the pages into (created if missing), e.g.
+        /// /usr/local/share/man/man1.
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
@@ -567,7 +574,9 @@ pub enum OrderChoice {
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
+    /// One local tree.
     pub a: PathBuf,
+    /// The other local tree.
     pub b: PathBuf,
 }
 
@@ -684,7 +693,7 @@ pub struct ConnectArgs {
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Long listing: mode, size, mtime (UTC), name, link target.
     #[arg(short = 'l')]
@@ -701,7 +710,7 @@ pub struct LsArgs {
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Print a JSON object.
     #[arg(long)]
@@ -712,7 +721,7 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct DuArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Print a JSON object.
     #[arg(long)]
@@ -723,7 +732,7 @@ pub struct DuArgs {
 
 #[derive(Debug, Args)]
 pub struct MkdirArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Make parent directories as needed; no error if it exists.
     #[arg(short = 'p')]
@@ -734,7 +743,7 @@ pub struct MkdirArgs {
 
 #[derive(Debug, Args)]
 pub struct RmArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Remove a directory and everything below it.
     #[arg(short = 'r')]
@@ -745,9 +754,9 @@ pub struct RmArgs {
 
 #[derive(Debug, Args)]
 pub struct MvArgs {
-    /// sprat://HOST:PORT/FROM
+    /// sprat://HOST:PORT/FROM or sprat://ALIAS/FROM.
     pub from: OsString,
-    /// sprat://HOST:PORT/TO (same server)
+    /// sprat://HOST:PORT/TO or sprat://ALIAS/TO (the same server).
     pub to: OsString,
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -755,7 +764,7 @@ pub struct MvArgs {
 
 #[derive(Debug, Args)]
 pub struct SumArgs {
-    /// sprat://HOST:PORT/PATH
+    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
     /// Every file below PATH.
     #[arg(short = 'r')]
