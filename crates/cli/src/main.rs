@@ -148,7 +148,11 @@ fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
         Command::Model(a) => model::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "sprat", &mut std::io::stdout());
+            // Made in memory first: clap_complete panics when its output fails, and a closed
+            // pipe (`sprat completions zsh | head`) is no error.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "sprat", &mut script);
+            print_quietly(&String::from_utf8_lossy(&script))?;
             Ok(0)
         }
         Command::Man { dir } => man_pages(&dir),
