@@ -90,6 +90,9 @@ pub struct ServerAlias {
     pub fingerprint: Option<Fingerprint>,
 }
 
+/// A server alias and its name.
+pub type Named<'a> = (&'a str, &'a ServerAlias);
+
 /// A mistake in the file, in one line: `config 'FILE': [TABLE]: key 'KEY': what`.
 #[derive(Debug, thiserror::Error)]
 #[error("config '{}': {what}", file.display())]
@@ -197,7 +200,7 @@ impl ClientConfig {
     pub fn resolve<'a>(
         &'a self,
         arg: &OsStr,
-    ) -> Result<(OsString, Option<(&'a str, &'a ServerAlias)>), sprat_engine::TransferError> {
+    ) -> Result<(OsString, Option<Named<'a>>), sprat_engine::TransferError> {
         let bytes = arg.as_bytes();
         let Some(rest) = bytes.strip_prefix(b"sprat://") else {
             return Ok((arg.to_os_string(), None));

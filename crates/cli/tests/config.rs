@@ -349,3 +349,35 @@ fn a_mistake_in_the_file_is_one_line_naming_the_file_table_and_key() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["config.toml"]);
 }
+
+/// Makes `dst/f` differ from `src/f` in content only (same size, same mtime).
+fn change_content_only(src: &Path, dst: &Path) {
+    let mtime = std::fs::metadata(src.join("f"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::write(dst.join("f"), b"XXXXXXXX").unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dst.join("f"))
+        .unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+#[test]
+fn checksum_from_the_file_gives_way_to_the_command_lines_choice() {
+    let t = tmp();
+    let file = config(t.path(), "[defaults]\nchecksum = true\n");
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    put(&src.join("f"), b"original");
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    assert_ok(&sprat(&file, &["cp", s, d]), None);
+    // The file's -c finds the change that kept size and mtime.
+    change_content_only(&src, &dst);
+    assert_ok(&sprat(&file, &["cp", s, d]), None);
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"original");
+    // --ignore-existing on the command line replaces it: the file is left alone.
+    change_content_only(&src, &dst);
+    assert_ok(&sprat(&file, &["cp", "--ignore-existing", s, d]), None);
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"XXXXXXXX");
+}
