@@ -381,3 +381,24 @@ fn checksum_from_the_file_gives_way_to_the_command_lines_choice() {
     assert_ok(&sprat(&file, &["cp", "--ignore-existing", s, d]), None);
     assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"XXXXXXXX");
 }
+
+#[test]
+fn progress_from_the_file_is_shown_off_a_terminal_but_not_with_quiet() {
+    let t = tmp();
+    let file = config(t.path(), "[defaults]\nprogress = true\n");
+    let src = t.path().join("src");
+    put(&src.join("f"), b"progress");
+    let s = src.to_str().unwrap();
+    // The progress line is cleared at the end: its mark on stderr.
+    let shown = |out: &Output| String::from_utf8_lossy(&out.stderr).contains("\x1b[2K");
+    let to = |name: &str| t.path().join(name).to_str().unwrap().to_string();
+    let out = sprat(&file, &["cp", s, &to("a")]);
+    assert_ok(&out, None);
+    assert!(shown(&out), "{out:?}");
+    let out = sprat(&file, &["cp", "--quiet", s, &to("b")]);
+    assert_ok(&out, None);
+    assert!(!shown(&out), "{out:?}");
+    let out = run_sprat(bin(), ["cp", s, &to("c")], &[]);
+    assert_ok(&out, None);
+    assert!(!shown(&out), "{out:?}");
+}
