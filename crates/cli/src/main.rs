@@ -30,6 +30,7 @@ use sprat_engine::{
 use sprat_engine::{Endpoint, ExportsConfig, Server, ServerConfig, TransferError, TransferOptions};
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn main() {
@@ -225,7 +226,11 @@ pub fn client(c: &ConnectArgs, urls: &[&OsStr]) -> anyhow::Result<Client> {
         resolved.push(url);
         aliases.extend(alias);
     }
-    let key = credentials(c, &config, &aliases)?;
+    // A local copy needs no token: a missing default token file is then no error.
+    let remote = resolved
+        .iter()
+        .any(|u| u.as_bytes().starts_with(b"sprat://"));
+    let key = credentials(c, &config, &aliases, remote)?;
     Ok(Client {
         urls: resolved,
         key,
@@ -237,17 +242,19 @@ pub fn client(c: &ConnectArgs, urls: &[&OsStr]) -> anyhow::Result<Client> {
 /// from the command line if given there, else from the configuration file. The general token
 /// is `--token-file`'s, else `SPRAT_TOKEN`, else `[defaults] token_file`; a server named by
 /// an alias gets its own `token_file` and `fingerprint` unless `--token-file` and
-/// `--server-fingerprint` say otherwise.
+/// `--server-fingerprint` say otherwise. The file's default token is read only for a command
+/// that talks to a server (`remote`).
 pub fn credentials(
     c: &ConnectArgs,
     config: &ClientConfig,
     aliases: &[(&str, &ServerAlias)],
+    remote: bool,
 ) -> anyhow::Result<Credentials> {
     let defaults = &config.defaults;
     let token = match (token(c.token_file.as_deref())?, &defaults.token_file) {
         (Some(t), _) => Some(t),
-        (None, Some(file)) => Some(config_token(config, "defaults", file)?),
-        (None, None) => None,
+        (None, Some(file)) if remote => Some(config_token(config, "defaults", file)?),
+        (None, _) => None,
     };
     let pins = c
         .server_fingerprint
@@ -644,7 +651,6 @@ fn apply_defaults(
 /// The last name of a copy's source: what `-v` shows for a single file copied (whose path
 /// relative to the source is empty).
 fn source_name(src: &Endpoint) -> Vec<u8> {
-    use std::os::unix::ffi::OsStrExt;
     match src {
         Endpoint::Local(p) => p
             .file_name()

@@ -402,3 +402,19 @@ fn progress_from_the_file_is_shown_off_a_terminal_but_not_with_quiet() {
     assert_ok(&out, None);
     assert!(!shown(&out), "{out:?}");
 }
+
+#[test]
+fn a_local_copy_does_not_read_the_default_token_file() {
+    let t = tmp();
+    let file = config(t.path(), "[defaults]\ntoken_file = \"missing.token\"\n");
+    let src = t.path().join("src");
+    put(&src.join("f"), b"local");
+    let dst = t.path().join("dst");
+    let out = sprat(&file, &["cp", src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_ok(&out, None);
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"local");
+    // A copy to a server does, and says where the name comes from.
+    let out = sprat(&file, &["ls", "sprat://127.0.0.1:9/"]);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["[defaults]: key 'token_file'"]);
+}
