@@ -170,7 +170,10 @@ impl ClientConfig {
             Some(file) => read(&file),
             None => match default_path() {
                 Some(file) => match std::fs::symlink_metadata(&file) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClientConfig {
+                    // Not there, or not where this user can look (another user's home, as
+                    // after `setpriv` or `su` without a login): no file. One that is there but
+                    // cannot be read is an error (in `read`).
+                    Err(e) if absent(&e) => Ok(ClientConfig {
                         file: Some(file),
                         ..ClientConfig::default()
                     }),
@@ -246,6 +249,14 @@ impl ClientConfig {
         }
         Ok((OsString::from_vec(url), Some((alias.as_str(), server))))
     }
+}
+
+/// Whether looking the default file up failed because it is not there for this user: missing,
+/// a parent that is no directory, or a parent this user may not search.
+fn absent(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    e.kind() == std::io::ErrorKind::NotFound
+        || matches!(Errno::from_io_error(e), Some(Errno::NOTDIR | Errno::ACCESS))
 }
 
 /// Makes a path of the file absolute: `~/` is `$HOME`, a relative path is relative to `base`.

@@ -418,3 +418,49 @@ fn a_local_copy_does_not_read_the_default_token_file() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["[defaults]: key 'token_file'"]);
 }
+
+/// Whether this test runs as root with setpriv(1) at hand (to run sprat as another user).
+fn root_with_setpriv() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/usr/bin/setpriv").exists()
+}
+
+/// A default file in a directory the user cannot search (another user's home, kept in
+/// $HOME or $XDG_CONFIG_HOME by `setpriv` or `su`) is no file for that user; named
+/// explicitly, it is an error.
+#[test]
+fn a_default_file_the_user_cannot_reach_is_no_file() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root_with_setpriv() {
+        eprintln!("skipped: needs root and /usr/bin/setpriv");
+        return;
+    }
+    let t = tmp();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = t.path().join("private");
+    std::fs::create_dir_all(private.join("sprat")).unwrap();
+    std::fs::write(private.join("sprat/config.toml"), "[defaults]\n").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let src = t.path().join("src");
+    put(&src.join("f"), b"as nobody");
+    let out_dir = t.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |extra: &[&str], dst: &str| {
+        let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+        cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(bin())
+            .arg("cp")
+            .args(extra)
+            .arg(&src)
+            .arg(out_dir.join(dst))
+            .env("XDG_CONFIG_HOME", &private);
+        cmd.output().unwrap()
+    };
+    let out = as_nobody(&[], "a");
+    assert_ok(&out, None);
+    assert_eq!(std::fs::read(out_dir.join("a/f")).unwrap(), b"as nobody");
+    let named = private.join("sprat/config.toml");
+    let out = as_nobody(&["--config", named.to_str().unwrap()], "b");
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["config.toml"]);
+}
