@@ -284,7 +284,9 @@ pub fn credentials(
         {
             if first.token_file != alias.token_file || first.fingerprint != alias.fingerprint {
                 anyhow::bail!(TransferError::Usage(format!(
-                    "the aliases '{other}' and '{name}' name one server, {}, with different                      token files or fingerprints: a command uses one token and one key per server",
+                    "the aliases '{other}' and '{name}' name one server, {}, with different \
+                     token files or fingerprints: a command uses one token and one key per \
+                     server",
                     alias.addr
                 )));
             }

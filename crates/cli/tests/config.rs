@@ -464,3 +464,21 @@ fn a_default_file_the_user_cannot_reach_is_no_file() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["config.toml"]);
 }
+
+#[test]
+fn two_aliases_of_one_server_must_agree_on_token_and_key() {
+    let t = tmp();
+    let a = token_file(t.path(), "a.token", "token-number-one-0123");
+    let b = token_file(t.path(), "b.token", "token-number-two-4567");
+    let text = format!(
+        "[servers.one]\nurl = \"sprat://127.0.0.1:9/x\"\ntoken_file = \"{}\"\n\
+         [servers.two]\nurl = \"sprat://127.0.0.1:9/y\"\ntoken_file = \"{}\"\n",
+        a.display(),
+        b.display()
+    );
+    let file = config(t.path(), &text);
+    let out = sprat(&file, &["mv", "sprat://one/f", "sprat://two/f"]);
+    assert_exit(&out, 2);
+    let line = assert_error_names(&out, &["'one' and 'two'"]);
+    assert!(line.contains("127.0.0.1:9"), "{line}");
+}
