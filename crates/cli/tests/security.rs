@@ -1170,6 +1170,7 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
     let requests_opened = Instant::now();
     let pull = sprat_proto::Operation::Pull {
         check: sprat_proto::DestCheck::None,
+        meta: Default::default(),
     };
     let mut stuck_pull = raw::open(&srv, "127.0.0.2", pull, b"big");
     // A well-behaved copy that takes several idle timeouts.

@@ -36,6 +36,112 @@ const ENTRY_FAILED: u8 = 5;
 const ENTRY_ATTRS: u8 = 6;
 const ENTRY_USER: u8 = 7;
 const ENTRY_GROUP: u8 = 8;
+const ENTRY_HARD_LINK: u8 = 9;
+const ENTRY_XATTRS: u8 = 10;
+
+/// Most bytes of one item's extended attributes, names and values together (the kernel's
+/// limit on one listing of names is the same 64 KiB). A receiver refuses a batch with more;
+/// a sender fails an item that has more.
+pub const MAX_XATTR_BYTES: usize = 64 << 10;
+/// Longest extended attribute name (the kernel's `XATTR_NAME_MAX`).
+pub const MAX_XATTR_NAME: usize = 255;
+
+/// Which extended attributes an [`EntryKind::Xattrs`] entry speaks for: the receiver makes
+/// the item's attributes in these namespaces exactly the ones listed (adding, replacing and
+/// removing), and leaves the others alone.
+pub mod xattr_scope {
+    /// `user.*` (`-X`).
+    pub const USER: u8 = 1;
+    /// `trusted.*` and `security.*` (`-X` when the sender runs as root).
+    pub const SYSTEM: u8 = 2;
+    /// `system.posix_acl_access` and `system.posix_acl_default` (`-A`).
+    pub const ACL: u8 = 4;
+    /// Every bit defined.
+    pub const ALL: u8 = USER | SYSTEM | ACL;
+
+    /// The scope bit `name` belongs to (0: none: such a name never travels).
+    pub fn of(name: &[u8]) -> u8 {
+        if name.starts_with(b"user.") {
+            USER
+        } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
+            SYSTEM
+        } else if name == b"system.posix_acl_access" || name == b"system.posix_acl_default" {
+            ACL
+        } else {
+            0
+        }
+    }
+}
+
+/// The extended attributes of one item as they travel: `count` pairs of `u8 len + name`,
+/// `u32 len + value`, checked when decoded (names non-empty, without NUL, in the entry's
+/// scope; names and values together at most [`MAX_XATTR_BYTES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XattrList<'a> {
+    count: u16,
+    raw: &'a [u8],
+}
+
+impl<'a> XattrList<'a> {
+    /// The (name, value) pairs, in the order sent.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let mut r = Reader::new(self.raw);
+        (0..self.count).map_while(move |_| {
+            let n = r.u8("xattr name").ok()? as usize;
+            let name = r.take(n, "xattr name").ok()?;
+            let v = r.u32("xattr value").ok()? as usize;
+            let value = r.take(v, "xattr value").ok()?;
+            Some((name, value))
+        })
+    }
+
+    /// How many pairs.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Reads and checks a list whose entry has `scope`.
+    fn decode(r: &mut Reader<'a>, scope: u8) -> Result<XattrList<'a>, DecodeError> {
+        let invalid = |why| DecodeError::Invalid {
+            what: "extended attribute",
+            why,
+        };
+        let count = r.u16("xattr count")?;
+        let mut body = 0usize;
+        // Walk the pairs over what is left, then take their bytes in one piece.
+        let rest = r.peek_rest();
+        let mut w = Reader::new(rest);
+        for _ in 0..count {
+            let n = w.u8("xattr name length")? as usize;
+            let name = w.take(n, "xattr name")?;
+            if name.is_empty() || name.contains(&0) {
+                return Err(invalid("empty name or a NUL in it"));
+            }
+            let bit = xattr_scope::of(name);
+            if bit == 0 || scope & bit == 0 {
+                return Err(invalid("a name outside the entry's scope"));
+            }
+            let v = w.u32("xattr value length")? as usize;
+            body = body.saturating_add(n).saturating_add(v);
+            if body > MAX_XATTR_BYTES {
+                return Err(DecodeError::TooLong {
+                    what: "extended attributes of one item",
+                    len: body as u64,
+                    limit: MAX_XATTR_BYTES as u64,
+                });
+            }
+            w.take(v, "xattr value")?;
+        }
+        let used = rest.len() - w.remaining();
+        let raw = r.take(used, "xattrs")?;
+        Ok(XattrList { count, raw })
+    }
+}
 
 /// Longest user or group name a batch carries (longer names travel as numeric ids only).
 pub const MAX_OWNER_NAME: usize = 255;
@@ -90,6 +196,13 @@ pub enum EntryKind<'a> {
     UserName { id: u32, name: &'a [u8] },
     /// The sender's name for group `id` (as [`EntryKind::UserName`]).
     GroupName { id: u32, name: &'a [u8] },
+    /// `-H`: this path is a hard link of the regular file at `target` (both relative to the
+    /// transfer root). Links are made once every file is written (the session's commit), so
+    /// `target` may travel in any batch, on any stream.
+    HardLink { target: &'a [u8] },
+    /// `-X`/`-A`: the extended attributes in `scope` (bits of [`xattr_scope`]) of the item
+    /// at this path, which is the next entry of the batch (a File, Dir, Chunk or Attrs).
+    Xattrs { scope: u8, list: XattrList<'a> },
 }
 
 /// One decoded entry.
@@ -270,6 +383,43 @@ impl Batch {
             self.header.extend_from_slice(&id.to_le_bytes());
             put_bytes16(&mut self.header, name);
         }
+    }
+
+    /// Records that `path` is a hard link of the regular file at `target`.
+    pub fn push_hard_link(&mut self, path: &[u8], target: &[u8]) {
+        self.begin(ENTRY_HARD_LINK, path);
+        put_bytes16(&mut self.header, target);
+    }
+
+    /// Records the extended attributes in `scope` of `path`, the next entry pushed. Returns
+    /// false, pushing nothing, when they are more than a receiver accepts (names longer than
+    /// [`MAX_XATTR_NAME`] or outside `scope`, over [`MAX_XATTR_BYTES`] in all, or more than
+    /// 65,535 of them): the caller fails the item instead.
+    pub fn push_xattrs(&mut self, path: &[u8], scope: u8, list: &[(Vec<u8>, Vec<u8>)]) -> bool {
+        let bytes: usize = list.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let fits = bytes <= MAX_XATTR_BYTES
+            && list.len() <= u16::MAX as usize
+            && list.iter().all(|(n, _)| {
+                !n.is_empty()
+                    && n.len() <= MAX_XATTR_NAME
+                    && !n.contains(&0)
+                    && scope & xattr_scope::of(n) != 0
+            });
+        if !fits {
+            return false;
+        }
+        self.begin(ENTRY_XATTRS, path);
+        self.header.push(scope);
+        self.header
+            .extend_from_slice(&(list.len() as u16).to_le_bytes());
+        for (name, value) in list {
+            self.header.push(name.len() as u8);
+            self.header.extend_from_slice(name);
+            self.header
+                .extend_from_slice(&(value.len() as u32).to_le_bytes());
+            self.header.extend_from_slice(value);
+        }
+        true
     }
 
     /// Records a file whose content the destination already has: set its attributes only.
@@ -477,6 +627,29 @@ impl<'a> BatchView<'a> {
                         EntryKind::GroupName { id, name }
                     }
                 }
+                ENTRY_HARD_LINK => {
+                    let target = path::validate(r.bytes16("link target", MAX_PATH)?)?;
+                    if target.is_empty() || path.is_empty() || target == path {
+                        return Err(DecodeError::Invalid {
+                            what: "hard link",
+                            why: "to or of the root, or to itself",
+                        });
+                    }
+                    EntryKind::HardLink { target }
+                }
+                ENTRY_XATTRS => {
+                    let scope = r.u8("xattr scope")?;
+                    if scope == 0 || scope & !xattr_scope::ALL != 0 {
+                        return Err(DecodeError::Invalid {
+                            what: "xattr scope",
+                            why: "empty or unknown bits",
+                        });
+                    }
+                    EntryKind::Xattrs {
+                        scope,
+                        list: XattrList::decode(&mut r, scope)?,
+                    }
+                }
                 other => {
                     return Err(DecodeError::Unknown {
                         what: "entry kind",
@@ -552,6 +725,13 @@ mod tests {
         b.push_attrs(b"same", &meta, 1234);
         b.push_user_name(1000, b"alice");
         b.push_group_name(4, b"adm");
+        b.push_hard_link(b"a/other", b"a/b\xff");
+        let list = [
+            (b"user.k".to_vec(), b"v".to_vec()),
+            (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0]),
+        ];
+        assert!(b.push_xattrs(b"d", xattr_scope::USER | xattr_scope::ACL, &list));
+        b.push_dir(b"d", &meta);
         b
     }
 
@@ -586,7 +766,22 @@ mod tests {
         let bytes = payload(&b);
         let view = BatchView::decode(&bytes).unwrap();
         assert_eq!(view.seq, 7);
-        assert_eq!(view.entries.len(), 9);
+        assert_eq!(view.entries.len(), 12);
+        assert_eq!(
+            view.entries[9].kind,
+            EntryKind::HardLink {
+                target: b"a/b\xff"
+            }
+        );
+        match &view.entries[10].kind {
+            EntryKind::Xattrs { scope, list } => {
+                assert_eq!(*scope, xattr_scope::USER | xattr_scope::ACL);
+                let got: Vec<_> = list.iter().collect();
+                assert_eq!(got.len(), 2);
+                assert_eq!(got[0], (&b"user.k"[..], &b"v"[..]));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
         assert_eq!(
             view.entries[7].kind,
             EntryKind::UserName {
@@ -620,6 +815,29 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn xattrs_beyond_the_cap_or_outside_their_scope_are_refused() {
+        let mut b = Batch::new(1, 0);
+        let big = vec![(b"user.big".to_vec(), vec![0u8; MAX_XATTR_BYTES])];
+        assert!(!b.push_xattrs(b"f", xattr_scope::USER, &big));
+        let acl = vec![(b"system.posix_acl_access".to_vec(), vec![2])];
+        assert!(!b.push_xattrs(b"f", xattr_scope::USER, &acl));
+        assert_eq!(b.count, 0);
+        // A hand-made entry over the cap: refused by the decoder, before anything is kept.
+        let mut h = vec![ENTRY_XATTRS];
+        put_bytes16(&mut h, b"f");
+        h.push(xattr_scope::USER);
+        h.extend_from_slice(&2u16.to_le_bytes());
+        for name in [&b"user.a"[..], b"user.b"] {
+            h.push(name.len() as u8);
+            h.extend_from_slice(name);
+            h.extend_from_slice(&(40_000u32).to_le_bytes());
+            h.extend_from_slice(&[0u8; 40_000]);
+        }
+        let err = BatchView::from_parts(1, 1, &h, &[]).unwrap_err();
+        assert!(matches!(err, DecodeError::TooLong { .. }), "{err}");
     }
 
     #[test]

@@ -51,6 +51,11 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// What is left, without consuming it.
+    pub fn peek_rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
     pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);

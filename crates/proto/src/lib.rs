@@ -16,11 +16,11 @@ pub mod path;
 pub mod selection;
 pub mod session;
 
-pub use batch::{Batch, BatchView, Entry, EntryKind, FileMeta, Totals};
+pub use batch::{xattr_scope, Batch, BatchView, Entry, EntryKind, FileMeta, Totals, XattrList};
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
-pub use message::{DestCheck, ErrorCode, Message, Operation, RemoteStats};
+pub use message::{DestCheck, ErrorCode, Message, MetaFlags, Operation, RemoteStats};
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;

@@ -32,7 +32,34 @@ pub enum Operation {
     /// The server sends the tree at `path`; the client writes it. With a `check`, the client
     /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
     /// and the server leaves out what the check says is there.
-    Pull { check: DestCheck },
+    Pull { check: DestCheck, meta: MetaFlags },
+}
+
+/// What a copy keeps besides content, modes, mtimes and owners, as a pull's `Open` and
+/// `SendTo` ask the sending server for it (a pushing client decides for itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetaFlags {
+    /// `-H`: files linked to each other at the source are linked at the destination.
+    pub hard_links: bool,
+    /// `-X`: extended attributes.
+    pub xattrs: bool,
+    /// `-A`: POSIX ACLs.
+    pub acls: bool,
+}
+
+impl MetaFlags {
+    /// As three bits: 1 hard links, 2 xattrs, 4 ACLs.
+    pub(crate) fn to_bits(self) -> u8 {
+        self.hard_links as u8 | (self.xattrs as u8) << 1 | (self.acls as u8) << 2
+    }
+
+    pub(crate) fn from_bits(bits: u8) -> Option<MetaFlags> {
+        (bits & !7 == 0).then_some(MetaFlags {
+            hard_links: bits & 1 != 0,
+            xattrs: bits & 2 != 0,
+            acls: bits & 4 != 0,
+        })
+    }
 }
 
 /// What a pulling client's destination already has, and how the server uses it.
@@ -315,9 +342,9 @@ impl Message {
                                 | (*numeric_ids as u8) << 4,
                         );
                     }
-                    Operation::Pull { check } => {
+                    Operation::Pull { check, meta } => {
                         out.push(2);
-                        out.push(check.to_u8());
+                        out.push(check.to_u8() | meta.to_bits() << 4);
                     }
                 }
                 put_bytes16(&mut out, path);
@@ -474,10 +501,14 @@ impl Message {
                             why: "unknown bits set",
                         })
                     }
-                    (2, check) => Operation::Pull {
-                        check: DestCheck::from_u8(check).ok_or(DecodeError::Invalid {
+                    (2, byte) => Operation::Pull {
+                        check: DestCheck::from_u8(byte & 0xf).ok_or(DecodeError::Invalid {
                             what: "pull check",
                             why: "unknown value",
+                        })?,
+                        meta: MetaFlags::from_bits(byte >> 4).ok_or(DecodeError::Invalid {
+                            what: "pull flags",
+                            why: "unknown bits set",
                         })?,
                     },
                     (v, _) => {
@@ -692,6 +723,7 @@ mod tests {
             session: [7; 16],
             op: Operation::Pull {
                 check: DestCheck::QuickCheck,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -806,6 +838,11 @@ mod tests {
                 streams: 4,
                 durable: true,
                 check: crate::DestCheck::IgnoreExisting,
+                meta: crate::MetaFlags {
+                    hard_links: true,
+                    xattrs: false,
+                    acls: true,
+                },
                 stall_timeout_ms: 60_000,
                 dest_key: [7; 32],
                 selection: Default::default(),
@@ -818,6 +855,7 @@ mod tests {
                 streams: 0,
                 durable: false,
                 check: crate::DestCheck::Checksum,
+                meta: Default::default(),
                 stall_timeout_ms: 0,
                 dest_key: [0; 32],
                 selection: Default::default(),
@@ -858,7 +896,7 @@ mod tests {
         ] {
             roundtrip(Message::Open {
                 session: [3; 16],
-                op: Operation::Pull { check },
+                op: Operation::Pull { check, meta: Default::default() },
                 path: b"p".to_vec(),
                 selection: Default::default(),
             });
@@ -867,6 +905,7 @@ mod tests {
             session: [3; 16],
             op: Operation::Pull {
                 check: DestCheck::Checksum,
+                meta: Default::default(),
             },
             path: b"p".to_vec(),
             selection: Default::default(),
@@ -907,6 +946,7 @@ mod tests {
             session: [7; 16],
             op: Operation::Pull {
                 check: DestCheck::QuickCheck,
+                meta: Default::default(),
             },
             path: b"aa/bb".to_vec(),
             selection: Default::default(),

@@ -107,6 +107,8 @@ pub enum Request {
         /// What of the destination the source server leaves out (it lists the destination
         /// with the ticket first).
         check: crate::DestCheck,
+        /// What the source server keeps besides content (`-H`, `-X`, `-A`).
+        meta: crate::MetaFlags,
         /// The client's stall timeout for the source server's session, in milliseconds (0:
         /// none; the source server bounds it by its own).
         stall_timeout_ms: u32,
@@ -248,6 +250,7 @@ impl Request {
                 streams,
                 durable,
                 check,
+                meta,
                 stall_timeout_ms,
                 dest_key,
                 selection,
@@ -260,6 +263,7 @@ impl Request {
                 out.extend_from_slice(&streams.to_le_bytes());
                 out.push(*durable as u8);
                 out.push(check.to_u8());
+                out.push(meta.to_bits());
                 out.extend_from_slice(&stall_timeout_ms.to_le_bytes());
                 out.extend_from_slice(dest_key);
                 selection.encode(out);
@@ -345,6 +349,12 @@ impl Request {
                         why: "not 0, 1, 2 or 3",
                     },
                 )?;
+                let meta = crate::MetaFlags::from_bits(r.u8("metadata flags")?).ok_or(
+                    DecodeError::Invalid {
+                        what: "metadata flags",
+                        why: "unknown bits set",
+                    },
+                )?;
                 let stall_timeout_ms = r.u32("stall timeout")?;
                 let dest_key = r.array("destination key")?;
                 let selection = crate::Selection::decode(r)?;
@@ -356,6 +366,7 @@ impl Request {
                     streams,
                     durable,
                     check,
+                    meta,
                     stall_timeout_ms,
                     dest_key,
                     selection,

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, NsEntry, NsKind, Request, SumAlgo};
 use sprat_proto::{
-    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, Operation,
+    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, MetaFlags, Operation,
     RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
@@ -31,6 +31,14 @@ fn rel_path() -> impl Strategy<Value = Vec<u8>> {
 
 fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+fn meta_flags() -> impl Strategy<Value = MetaFlags> {
+    any::<(bool, bool, bool)>().prop_map(|(hard_links, xattrs, acls)| MetaFlags {
+        hard_links,
+        xattrs,
+        acls,
+    })
 }
 
 fn dest_check() -> impl Strategy<Value = DestCheck> {
@@ -118,7 +126,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                 numeric_ids,
             }
         ),
-        dest_check().prop_map(|check| Operation::Pull { check }),
+        (dest_check(), meta_flags()).prop_map(|(check, meta)| Operation::Pull { check, meta }),
     ]
 }
 
@@ -161,7 +169,7 @@ fn request() -> impl Strategy<Value = Request> {
             any::<u16>(),
             any::<bool>(),
             dest_check(),
-            (any::<u32>(), any::<[u8; 32]>(), selection())
+            (any::<u32>(), any::<[u8; 32]>(), selection(), meta_flags())
         )
             .prop_map(
                 |(
@@ -172,7 +180,7 @@ fn request() -> impl Strategy<Value = Request> {
                     streams,
                     durable,
                     check,
-                    (stall_timeout_ms, dest_key, selection),
+                    (stall_timeout_ms, dest_key, selection, meta),
                 )| {
                     Request::SendTo {
                         path,
@@ -182,6 +190,7 @@ fn request() -> impl Strategy<Value = Request> {
                         streams,
                         durable,
                         check,
+                        meta,
                         stall_timeout_ms,
                         dest_key,
                         selection,
@@ -303,6 +312,29 @@ enum Item {
     Chunk(Vec<u8>, FileMeta, u64, u64, Vec<u8>, u128),
     Failed(Vec<u8>, String),
     Attrs(Vec<u8>, FileMeta, u64),
+    HardLink(Vec<u8>, Vec<u8>),
+    Xattrs(Vec<u8>, u8, Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+/// Extended attribute names of every scope, with values of up to 100 bytes.
+fn xattr_list() -> impl Strategy<Value = (u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+    let name = prop_oneof![
+        "user\\.[a-z0-9_.]{1,20}",
+        "trusted\\.[a-z]{1,10}",
+        "security\\.[a-z]{1,10}",
+        Just("system.posix_acl_access".to_string()),
+        Just("system.posix_acl_default".to_string()),
+    ];
+    proptest::collection::vec((name, bytes(100)), 0..6).prop_map(|list| {
+        let list: Vec<(Vec<u8>, Vec<u8>)> =
+            list.into_iter().map(|(n, v)| (n.into_bytes(), v)).collect();
+        let scope = list
+            .iter()
+            .fold(sprat_proto::xattr_scope::USER, |s, (n, _)| {
+                s | sprat_proto::xattr_scope::of(n)
+            });
+        (scope, list)
+    })
 }
 
 fn meta() -> impl Strategy<Value = FileMeta> {
@@ -349,6 +381,12 @@ fn item() -> impl Strategy<Value = Item> {
             }),
         (rel_path(), ".{0,30}").prop_map(|(p, t)| Item::Failed(p, t)),
         (rel_path(), meta(), any::<u64>()).prop_map(|(p, m, s)| Item::Attrs(p, m, s)),
+        (rel_path(), rel_path())
+            .prop_filter("a link of neither the root nor itself", |(p, t)| {
+                !p.is_empty() && !t.is_empty() && p != t
+            })
+            .prop_map(|(p, t)| Item::HardLink(p, t)),
+        (rel_path(), xattr_list()).prop_map(|(p, (scope, list))| Item::Xattrs(p, scope, list)),
     ]
 }
 
@@ -370,6 +408,8 @@ fn build(seq: u64, items: &[Item]) -> Batch {
             }
             Item::Failed(p, t) => b.push_failed(p, t),
             Item::Attrs(p, m, s) => b.push_attrs(p, m, *s),
+            Item::HardLink(p, t) => b.push_hard_link(p, t),
+            Item::Xattrs(p, scope, list) => assert!(b.push_xattrs(p, *scope, list)),
         }
     }
     b
@@ -394,6 +434,8 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
         }
         Item::Failed(p, t) => (p, format!("failed {:?}", t.as_bytes())),
         Item::Attrs(p, m, s) => (p, format!("attrs {m:?} {s}")),
+        Item::HardLink(p, t) => (p, format!("hard link {t:?}")),
+        Item::Xattrs(p, scope, list) => (p, format!("xattrs {scope} {list:?}")),
     };
     (path.clone(), kind)
 }
@@ -420,6 +462,12 @@ fn described(kind: &EntryKind<'_>) -> String {
         } => format!("chunk {meta:?} {file_size} {offset} {hash} {data:?}"),
         EntryKind::Failed { text } => format!("failed {text:?}"),
         EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
+        EntryKind::HardLink { target } => format!("hard link {:?}", target.to_vec()),
+        EntryKind::Xattrs { scope, list } => {
+            let list: Vec<(Vec<u8>, Vec<u8>)> =
+                list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+            format!("xattrs {scope} {list:?}")
+        }
     }
 }
 

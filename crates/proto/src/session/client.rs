@@ -550,6 +550,7 @@ mod tests {
                 session: [3; 16],
                 op: crate::Operation::Pull {
                     check: crate::DestCheck::None,
+                    meta: Default::default(),
                 },
                 path: Vec::new(),
                 selection: Default::default(),

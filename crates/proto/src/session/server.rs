@@ -561,6 +561,7 @@ mod tests {
             session: [8; 16],
             op: Operation::Pull {
                 check: crate::DestCheck::None,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -571,6 +572,7 @@ mod tests {
             session: [8; 16],
             op: Operation::Pull {
                 check: crate::DestCheck::None,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -590,6 +592,7 @@ mod tests {
             session: [8; 16],
             op: Operation::Pull {
                 check: crate::DestCheck::QuickCheck,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -610,6 +613,7 @@ mod tests {
             session: [8; 16],
             op: Operation::Pull {
                 check: crate::DestCheck::QuickCheck,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -628,6 +632,7 @@ mod tests {
             session: [9; 16],
             op: Operation::Pull {
                 check: crate::DestCheck::Checksum,
+                meta: Default::default(),
             },
             path: Vec::new(),
             selection: Default::default(),

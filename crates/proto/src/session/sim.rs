@@ -171,6 +171,7 @@ impl SimClient {
                             },
                             Direction::Pull => Operation::Pull {
                                 check: crate::DestCheck::None,
+                                meta: Default::default(),
                             },
                         },
                         path: b"dst".to_vec(),
