@@ -405,6 +405,34 @@ pub struct CpArgs {
     /// Send every file, even those the destination has with the same size and mtime.
     #[arg(long, short = 'I')]
     pub ignore_times: bool,
+    /// Archive mode, as rsync's -a: accepted so that `-aHAX` reads as with rsync, and
+    /// changes nothing: sprat always copies recursively, with symlinks as links, permission
+    /// bits, mtimes, and owners and groups (when the writing side runs as root).
+    #[arg(long, short = 'a')]
+    pub archive: bool,
+    /// Keep hard links, like rsync -H: files that are hard links of each other at the
+    /// source (in the tree copied) are made hard links of each other at the destination,
+    /// the first name met carrying the data and the others made as links to it once every
+    /// file is written, whatever batch or stream each travels in. A re-run links again
+    /// what the destination has as separate files. Without -H each name is a file of its own.
+    #[arg(long, short = 'H')]
+    pub hard_links: bool,
+    /// Copy extended attributes, like rsync -X: `user.*` always; `trusted.*` and
+    /// `security.*` too when both the reading and the writing side run as root (others
+    /// cannot read or set them; they are left alone); `security.capability` only where
+    /// setuid bits are kept (see --keep-setuid). At most 64 KiB of names and values per
+    /// file (a file with more fails, by name). Attributes of symlinks are not copied. A
+    /// destination's attributes in those namespaces that the source lacks are removed, and
+    /// a re-run compares and fixes them (every file the destination has is then checked
+    /// there, without its data being sent).
+    #[arg(long, short = 'X')]
+    pub xattrs: bool,
+    /// Copy POSIX ACLs, like rsync -A (the access ACL of files and directories, the default
+    /// ACL of directories), as Linux keeps them (`system.posix_acl_*` attributes), without
+    /// translation between systems; the mode stays consistent with the ACL. Re-runs compare
+    /// and fix them as with -X.
+    #[arg(long, short = 'A')]
+    pub acls: bool,
     /// Compare content, not mtimes (like rsync -c): a file the destination has with the same
     /// size is compared by XXH3-128 digests, each computed where its copy lives (a server
     /// reads its own files, several at a time) and only the digests cross the network; a

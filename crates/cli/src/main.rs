@@ -503,6 +503,9 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     let mut options = options(&a.tuning, a.streams.0, network);
+    options.hard_links = a.hard_links;
+    options.xattrs = a.xattrs;
+    options.acls = a.acls;
     options.skip = match (a.checksum, a.ignore_existing, a.ignore_times) {
         (true, _, _) => SkipRule::Checksum,
         (_, true, _) => SkipRule::IgnoreExisting,

@@ -53,6 +53,14 @@ pub struct TransferOptions {
     pub owners: bool,
     /// Owners and groups are taken as the numeric ids sent, not mapped by name.
     pub numeric_ids: bool,
+    /// `-H`: files that are hard links of each other at the source are made hard links of
+    /// each other at the destination.
+    pub hard_links: bool,
+    /// `-X`: extended attributes are copied (`user.*`; `trusted.*` and `security.*` too
+    /// when both sides run as root).
+    pub xattrs: bool,
+    /// `-A`: POSIX ACLs are copied.
+    pub acls: bool,
     /// What of the destination a copy leaves alone (files already there).
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
@@ -114,6 +122,9 @@ impl Default for TransferOptions {
             keep_setid: false,
             owners: true,
             numeric_ids: false,
+            hard_links: false,
+            xattrs: false,
+            acls: false,
             skip: SkipRule::QuickCheck,
             delete: false,
             selection: Selection::default(),
@@ -128,6 +139,41 @@ impl Default for TransferOptions {
 }
 
 impl TransferOptions {
+    /// What of `-H`, `-X`, `-A` this copy asks of a sending server.
+    pub fn meta_flags(&self) -> sprat_proto::MetaFlags {
+        sprat_proto::MetaFlags {
+            hard_links: self.hard_links,
+            xattrs: self.xattrs,
+            acls: self.acls,
+        }
+    }
+
+    /// These options with `-H`, `-X`, `-A` as a client asked for them (a server sending).
+    pub fn with_meta(mut self, meta: sprat_proto::MetaFlags) -> TransferOptions {
+        self.hard_links = meta.hard_links;
+        self.xattrs = meta.xattrs;
+        self.acls = meta.acls;
+        self
+    }
+
+    /// The extended attributes the sending side reads (a scope of `sprat_store::xattr`):
+    /// `user.*` with `-X`, and `trusted.*` and `security.*` too when this process runs as
+    /// root (no one else can read `trusted.*`); ACLs with `-A`. 0: none, nothing is read.
+    pub fn xattr_scope(&self) -> u8 {
+        use sprat_store::xattr::{ACL, SYSTEM, USER};
+        let mut scope = 0;
+        if self.xattrs {
+            scope |= USER;
+            if sprat_store::owner::running_as_root() {
+                scope |= SYSTEM;
+            }
+        }
+        if self.acls {
+            scope |= ACL;
+        }
+        scope
+    }
+
     /// Streams to plan queues for before the session has measured its path.
     pub fn expected_streams(&self) -> usize {
         self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)

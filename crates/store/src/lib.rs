@@ -26,6 +26,7 @@ pub mod sparse;
 pub mod sync;
 mod sys;
 pub mod write;
+pub mod xattr;
 
 pub use attrs::{checksum, Attrs};
 pub use error::StoreError;

@@ -43,6 +43,10 @@ pub struct ScanEntry {
     pub size: u64,
     pub attrs: Attrs,
     pub ino: u64,
+    /// The device the entry is on and how many names its inode has: files of one device and
+    /// inode with more than one name are hard links of each other (`-H`).
+    pub dev: u64,
+    pub nlink: u32,
     pub link_target: Option<Vec<u8>>,
     /// Set when the entry could not be examined; the rest of its fields are zero.
     pub error: Option<String>,
@@ -379,6 +383,7 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
         | StatxFlags::SIZE
         | StatxFlags::MTIME
         | StatxFlags::INO
+        | StatxFlags::NLINK
         | StatxFlags::UID
         | StatxFlags::GID;
     let st = match statx(&dir, name, flags, mask) {
@@ -407,6 +412,8 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
             gid: st.stx_gid,
         },
         ino: st.stx_ino,
+        dev: u64::from(st.stx_dev_major) << 32 | u64::from(st.stx_dev_minor),
+        nlink: st.stx_nlink,
         link_target: None,
         error: None,
     };
@@ -426,6 +433,8 @@ fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {
         size: 0,
         attrs: Attrs::default(),
         ino: 0,
+        dev: 0,
+        nlink: 0,
         link_target: None,
         error: Some(err.to_string()),
     }

@@ -45,7 +45,12 @@ pub struct TreeWriter {
     /// The directories made or met, by path, with the attributes [`TreeWriter::finish`]
     /// gives them: one entry per directory however often a peer sends it, so what this holds
     /// is bounded by the directories that exist, not by what was sent.
-    dirs: Mutex<HashMap<Vec<u8>, Attrs>>,
+    dirs: Mutex<HashMap<Vec<u8>, DirRecord>>,
+    /// Hard links to make once every file is written (see [`WriterCursor::hard_link`]):
+    /// (path, the path of the file it links to).
+    links: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The extended attribute namespaces this writer may set (see [`TreeWriter::xattrs`]).
+    xattr_allowed: u8,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
     /// Large files this writer is done with: given up (a chunk the sender could not read)
     /// or counted complete (perhaps put in place by another session first). Their later
@@ -70,6 +75,17 @@ pub struct TreeWriter {
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Asked before a directory's attributes are remembered (see [`TreeWriter::remembering`]).
     may_remember: Option<Box<RememberHook>>,
+}
+
+/// What [`TreeWriter::finish`] gives a directory: its attributes, and its extended
+/// attributes (scope and list) when the sender sent them.
+type DirRecord = (Attrs, Option<Box<(u8, crate::xattr::Xattrs)>>);
+
+/// A list of extended attributes an item is to have, in a scope (see [`crate::xattr`]).
+#[derive(Debug, Clone, Default)]
+pub struct XattrUpdate {
+    pub scope: u8,
+    pub list: crate::xattr::Xattrs,
 }
 
 /// Asked with the bytes a record (a directory's attributes, a large file a writer is done
@@ -240,6 +256,14 @@ impl TreeWriter {
             set_root_attrs,
             temp_tag,
             dirs: Mutex::new(HashMap::new()),
+            links: Mutex::new(Vec::new()),
+            xattr_allowed: crate::xattr::USER
+                | crate::xattr::ACL
+                | if crate::owner::running_as_root() {
+                    crate::xattr::SYSTEM
+                } else {
+                    0
+                },
             large: Mutex::new(HashMap::new()),
             settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
@@ -268,9 +292,14 @@ impl TreeWriter {
     /// Whether a record for `path` (a directory's attributes, a large file this writer is
     /// done with) may be kept.
     fn may_remember(&self, path: &[u8]) -> bool {
+        self.may_remember_len(path.len())
+    }
+
+    /// Whether a record of `len` bytes (beyond [`RECORD_COST`]) may be kept.
+    fn may_remember_len(&self, len: usize) -> bool {
         self.may_remember
             .as_ref()
-            .is_none_or(|hook| hook(path.len() + RECORD_COST))
+            .is_none_or(|hook| hook(len + RECORD_COST))
     }
 
     /// Remembers that this writer is done with the large file at `path`, while the hook
@@ -379,6 +408,42 @@ impl TreeWriter {
         }
     }
 
+    /// The namespaces of extended attributes this writer sets: `user.*` and ACLs always,
+    /// `trusted.*` and `security.*` only when it runs as root (anyone else cannot; they are
+    /// left alone, silently, as rsync does). `security.capability` (file capabilities, as
+    /// powerful as a setuid bit) only where setuid bits are kept ([`TreeWriter::keep_setid`]).
+    pub fn xattrs(&self) -> u8 {
+        self.xattr_allowed
+    }
+
+    /// Makes the extended attributes of `fd` those of `update` (within the scope this
+    /// writer may set); `fresh`: `fd` was just created by this writer.
+    fn apply_xattrs(
+        &self,
+        fd: &impl AsFd,
+        update: &XattrUpdate,
+        fresh: bool,
+        path: &[u8],
+    ) -> Result<(), StoreError> {
+        let scope = update.scope & self.xattr_allowed;
+        let keep_caps = self.keep_setid;
+        let wanted = update
+            .list
+            .iter()
+            .filter(move |(n, _)| keep_caps || n.as_slice() != b"security.capability")
+            .map(|(n, v)| (n.as_slice(), v.as_slice()));
+        crate::xattr::apply(fd, scope, wanted, fresh).map_err(|e| match e {
+            // ext4 keeps an inode's attributes in one block: no room is this file's failure,
+            // not a full disk.
+            Errno::NOSPC | Errno::TOOBIG => StoreError::other(
+                "set extended attributes of",
+                path,
+                "more than this file system keeps for one file",
+            ),
+            e => StoreError::new("set extended attributes of", path, e),
+        })
+    }
+
     /// Sets the owner and group of `fd` when this writer sets owners.
     fn chown_fd(&self, fd: &impl AsFd, attrs: &Attrs) -> Result<(), Errno> {
         if !self.owners {
@@ -463,6 +528,7 @@ impl TreeWriter {
             writer: self,
             dir: Vec::new(),
             fd: None,
+            xattrs: None,
         }
     }
 
@@ -590,6 +656,7 @@ impl TreeWriter {
     /// Applies directory modes and mtimes, deepest first. Returns the first
     /// [`MAX_LISTED_ERRORS`] errors met and how many more there were.
     pub fn finish(&self) -> (Vec<StoreError>, u64) {
+        let links = std::mem::take(&mut *lock(&self.links));
         let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Vec::new();
@@ -601,16 +668,32 @@ impl TreeWriter {
                 more += 1;
             }
         };
-        for (path, attrs) in dirs {
+        // Links change their directories' mtimes: made before those are set.
+        for (path, target) in links {
+            if let Err(e) = self.make_hard_link(&path, &target) {
+                record(e);
+            }
+        }
+        for (path, (attrs, xattrs)) in dirs {
             let res = self
                 .base
                 .open_dir_nofollow(&path)
+                .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)))
                 .and_then(|fd| {
-                    self.chown_fd(&fd, &attrs)?;
-                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))?;
-                    futimens(&fd, &timestamps(&attrs))
-                })
-                .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)));
+                    self.chown_fd(&fd, &attrs)
+                        .map_err(|e| StoreError::new("set attributes of", &path, e))?;
+                    if let Some(x) = &xattrs {
+                        let (scope, list) = &**x;
+                        let update = XattrUpdate {
+                            scope: *scope,
+                            list: list.clone(),
+                        };
+                        self.apply_xattrs(&fd, &update, false, &path)?;
+                    }
+                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))
+                        .and_then(|()| futimens(&fd, &timestamps(&attrs)))
+                        .map_err(|e| StoreError::new("set attributes of", &path, e))
+                });
             if let Err(e) = res {
                 record(e);
             }
@@ -621,6 +704,51 @@ impl TreeWriter {
             }
         }
         (errors, more)
+    }
+
+    /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
+    /// what is at `path`; nothing to do when it is one already.
+    fn make_hard_link(&self, path: &[u8], target: &[u8]) -> Result<(), StoreError> {
+        let (tdir, tname) = crate::relpath::split_parent(self.target(target)?);
+        let (pdir, pname) = crate::relpath::split_parent(self.target(path)?);
+        let open = |dir: &[u8]| {
+            self.base
+                .open_dir_nofollow(dir)
+                .map_err(|e| StoreError::new("open directory", dir, escape_error(e)))
+        };
+        let tfd = open(tdir)?;
+        let pfd = open(pdir)?;
+        let wanted = StatxFlags::TYPE | StatxFlags::INO;
+        let t = statx(&tfd, os(tname), AtFlags::SYMLINK_NOFOLLOW, wanted)
+            .map_err(|e| StoreError::new("hard link to", target, e))?;
+        if FileType::from_raw_mode(t.stx_mode as u32) != FileType::RegularFile {
+            return Err(StoreError::other(
+                "hard link",
+                path,
+                "what it links to is not a regular file at the destination",
+            ));
+        }
+        if let Ok(p) = statx(&pfd, os(pname), AtFlags::SYMLINK_NOFOLLOW, wanted) {
+            let same_dev = (p.stx_dev_major, p.stx_dev_minor) == (t.stx_dev_major, t.stx_dev_minor);
+            if same_dev && p.stx_ino == t.stx_ino {
+                return Ok(());
+            }
+        }
+        let temp = self.temp_name(pname);
+        let link = || linkat(&tfd, os(tname), &pfd, os(&temp), AtFlags::empty());
+        match link() {
+            Err(Errno::EXIST) => {
+                let _ = unlinkat(&pfd, os(&temp), AtFlags::empty());
+                link()
+            }
+            other => other,
+        }
+        .and_then(|()| {
+            rename_into_place(&pfd, &temp, pname).inspect_err(|_| {
+                let _ = unlinkat(&pfd, os(&temp), AtFlags::empty());
+            })
+        })
+        .map_err(|e| StoreError::new("hard link", path, e))
     }
 
     /// Number of large files still waiting for chunks (their partial files stay, for a
@@ -695,12 +823,47 @@ pub struct WriterCursor<'w> {
     writer: &'w TreeWriter,
     dir: Vec<u8>,
     fd: Option<OwnedFd>,
+    /// The extended attributes the next item written at this path is to have.
+    xattrs: Option<(Vec<u8>, XattrUpdate)>,
 }
 
 impl WriterCursor<'_> {
     /// The writer this cursor writes for.
     pub fn tree(&self) -> &TreeWriter {
         self.writer
+    }
+
+    /// Gives the next item written at `path` (a file, a chunk, a directory, or a file's
+    /// attributes) the extended attributes of `update`: those in its scope that are not
+    /// listed are removed. Forgotten if the next item has another path.
+    pub fn set_next_xattrs(&mut self, path: &[u8], update: XattrUpdate) {
+        self.xattrs = Some((path.to_vec(), update));
+    }
+
+    /// The extended attributes set for `path` by [`WriterCursor::set_next_xattrs`].
+    fn take_xattrs(&mut self, path: &[u8]) -> Option<XattrUpdate> {
+        match self.xattrs.take() {
+            Some((p, update)) if p == path => Some(update),
+            _ => None,
+        }
+    }
+
+    /// Records that `path` is to be a hard link of the regular file at `target`, made by
+    /// [`TreeWriter::finish`] once every file is written (the file at `target` may come in
+    /// any batch, on any stream). The record is charged like a directory's (see
+    /// [`TreeWriter::remembering`]).
+    pub fn hard_link(&mut self, path: &[u8], target: &[u8]) -> Result<(), StoreError> {
+        let writer = self.writer;
+        writer.target(path)?;
+        if !writer.may_remember_len(path.len() + target.len()) {
+            return Err(StoreError::other(
+                "hard link",
+                path,
+                "no memory left for more hard links on this receiver",
+            ));
+        }
+        lock(&writer.links).push((path.to_vec(), target.to_vec()));
+        Ok(())
     }
 
     /// Opens (creating if missing) the parent directory of `target`; returns it and the name.
@@ -739,16 +902,22 @@ impl WriterCursor<'_> {
         data: &[u8],
     ) -> Result<(), StoreError> {
         let writer = self.writer;
+        let xattrs = self.take_xattrs(path);
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
         let mode = writer.file_mode(attrs.mode);
-        // With a zero umask the file is created with its final permission bits, saving an fchmod.
-        let exact = writer.exact_create_mode && mode & 0o7000 == 0;
+        // With a zero umask the file is created with its final permission bits, saving an
+        // fchmod (not when ACLs are set: they change the mode, which is set again after).
+        let exact = writer.exact_create_mode && mode & 0o7000 == 0 && xattrs.is_none();
         let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
         // A new file: its runs of zeros are left as holes.
         let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
+            .and_then(|()| match &xattrs {
+                Some(x) => writer.apply_xattrs(&fd, x, true, path),
+                None => Ok(()),
+            })
             .and_then(|()| {
                 // A file created with its exact mode has no setuid or setgid bit to lose.
                 let set = writer.chown_fd(&fd, attrs).and_then(|()| {
@@ -782,6 +951,7 @@ impl WriterCursor<'_> {
         size: u64,
     ) -> Result<(), StoreError> {
         let writer = self.writer;
+        let xattrs = self.take_xattrs(path);
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
         let changed = || {
@@ -816,7 +986,11 @@ impl WriterCursor<'_> {
         }
         writer
             .chown_fd(&fd, attrs)
-            .and_then(|()| fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode))))
+            .map_err(|e| StoreError::new("set attributes of", path, e))?;
+        if let Some(x) = &xattrs {
+            writer.apply_xattrs(&fd, x, false, path)?;
+        }
+        fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode)))
             .and_then(|()| futimens(&fd, &timestamps(attrs)))
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
@@ -836,6 +1010,7 @@ impl WriterCursor<'_> {
         hash: u128,
     ) -> Result<ChunkOutcome, StoreError> {
         let writer = self.writer;
+        let xattrs = self.take_xattrs(path);
         let len = data.len() as u64;
         if offset.checked_add(len).is_none_or(|end| end > file_size) {
             return Err(StoreError::other(
@@ -936,7 +1111,13 @@ impl WriterCursor<'_> {
         };
         writer
             .chown_fd(&file.fd, &attrs)
-            .and_then(|()| finish_file(&file.fd, &attrs))
+            .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
+        if let Some(x) = &xattrs {
+            writer
+                .apply_xattrs(&file.fd, x, false, path)
+                .map_err(fail)?;
+        }
+        finish_file(&file.fd, &attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
         match rename_into_place(&file.dir, &file.part, &file.name) {
             Ok(()) => {}
@@ -954,6 +1135,12 @@ impl WriterCursor<'_> {
     /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).
     pub fn make_dir(&mut self, path: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
         let writer = self.writer;
+        let xattrs = self
+            .take_xattrs(path)
+            .map(|x| Box::new((x.scope, x.list)));
+        let xattr_bytes: usize = xattrs
+            .as_ref()
+            .map_or(0, |x| x.1.iter().map(|(n, v)| n.len() + v.len()).sum());
         let refused = || {
             StoreError::other(
                 "keep the attributes of directory",
@@ -965,10 +1152,12 @@ impl WriterCursor<'_> {
         if path.is_empty() {
             if writer.set_root_attrs && writer.file_name.is_none() {
                 let mut dirs = lock(&writer.dirs);
-                if !dirs.contains_key(&b""[..]) && !writer.may_remember(b"") {
+                if (!dirs.contains_key(&b""[..]) || xattr_bytes > 0)
+                    && !writer.may_remember_len(xattr_bytes)
+                {
                     return Err(refused());
                 }
-                dirs.insert(Vec::new(), *attrs);
+                dirs.insert(Vec::new(), (*attrs, xattrs));
             }
             return Ok(());
         }
@@ -991,10 +1180,12 @@ impl WriterCursor<'_> {
         // The last attributes sent for a directory are the ones it gets; a new directory's
         // record is charged first.
         let mut dirs = lock(&writer.dirs);
-        if !dirs.contains_key(target) && !writer.may_remember(target) {
+        if (!dirs.contains_key(target) || xattr_bytes > 0)
+            && !writer.may_remember_len(target.len() + xattr_bytes)
+        {
             return Err(refused());
         }
-        dirs.insert(target.to_vec(), *attrs);
+        dirs.insert(target.to_vec(), (*attrs, xattrs));
         Ok(())
     }
 

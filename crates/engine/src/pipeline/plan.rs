@@ -9,6 +9,7 @@
 
 use crate::config::TransferOptions;
 use sprat_store::{EntryType, ScanEntry};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One thing a batch will carry.
@@ -28,6 +29,8 @@ pub enum PlanItem {
     },
     /// A file whose content the destination has: its attributes only.
     Attrs(ScanEntry),
+    /// `-H`: a hard link of the file at `target`, which an earlier item carries.
+    HardLink { path: Vec<u8>, target: Vec<u8> },
 }
 
 /// The items of one batch and the bytes of file data it will hold.
@@ -50,7 +53,7 @@ impl PlanItem {
                 &e.path
             }
             PlanItem::Chunk { entry, .. } => &entry.path,
-            PlanItem::Failed { path, .. } => path,
+            PlanItem::Failed { path, .. } | PlanItem::HardLink { path, .. } => path,
         }
     }
 }
@@ -68,6 +71,12 @@ pub struct Planner {
     chunk_size: u64,
     next_seq: u64,
     current: BatchPlan,
+    /// `-H`: the first path seen of each (device, inode) with more than one name, and how
+    /// many of its names are still to come (forgotten once all came).
+    links: Option<HashMap<(u64, u64), (Vec<u8>, u32)>>,
+    /// `-X`/`-A`: a file the destination has is still sent as attributes, so that the
+    /// receiver compares and fixes its extended attributes (listings do not carry them).
+    recheck_xattrs: bool,
 }
 
 impl Planner {
@@ -80,7 +89,46 @@ impl Planner {
             chunk_size: options.chunk_size,
             next_seq: 1,
             current: BatchPlan::default(),
+            links: options.hard_links.then(HashMap::new),
+            recheck_xattrs: options.xattrs || options.acls,
         }
+    }
+
+    /// With `-H`, for a regular file with more than one name: `None` for the first of its
+    /// names seen (which travels as a file), the path of that first one for the others
+    /// (which travel as links to it).
+    pub fn link_target(&mut self, entry: &ScanEntry) -> Option<Vec<u8>> {
+        let links = self.links.as_mut()?;
+        if entry.kind != EntryType::File || entry.nlink < 2 || entry.error.is_some() {
+            return None;
+        }
+        let key = (entry.dev, entry.ino);
+        match links.get_mut(&key) {
+            Some((first, left)) => {
+                let target = first.clone();
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    links.remove(&key);
+                }
+                Some(target)
+            }
+            None => {
+                links.insert(key, (entry.path.clone(), entry.nlink - 1));
+                None
+            }
+        }
+    }
+
+    /// Whether up-to-date files still travel as attributes (see `recheck_xattrs`).
+    pub fn rechecks_xattrs(&self) -> bool {
+        self.recheck_xattrs
+    }
+
+    /// Adds a hard link of `target` at `path` (see [`Planner::link_target`]).
+    pub fn push_link(&mut self, path: Vec<u8>, target: Vec<u8>, emit: &mut impl FnMut(BatchPlan)) {
+        let bytes = target.len() as u64;
+        self.add(PlanItem::HardLink { path, target }, 0, emit);
+        self.current.budget_bytes += bytes;
     }
 
     /// Adds one entry; completed batch plans are handed to `emit`.
@@ -225,6 +273,8 @@ mod tests {
             size,
             attrs: Attrs::default(),
             ino: 0,
+            dev: 0,
+            nlink: 1,
             link_target: None,
             error: None,
         }

@@ -366,6 +366,23 @@ pub fn write_batch(
             }
             // Read before the entries (see `OwnerNames`).
             EntryKind::UserName { .. } | EntryKind::GroupName { .. } => continue,
+            EntryKind::Xattrs { scope, list } => {
+                // For the next entry, of the same path.
+                if let Some(c) = cursor.as_deref_mut() {
+                    let list = list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+                    let update = sprat_store::write::XattrUpdate {
+                        scope: *scope,
+                        list,
+                    };
+                    c.set_next_xattrs(path, update);
+                }
+                continue;
+            }
+            EntryKind::HardLink { target } => match cursor.as_deref_mut() {
+                // Made once every file is written (`TreeWriter::finish`).
+                Some(c) => c.hard_link(path, target),
+                None => Ok(()),
+            },
             EntryKind::Failed { text } => {
                 // A large file of which a chunk could not be read (or changed while it was)
                 // is dropped: its other chunks never make a file under its name.

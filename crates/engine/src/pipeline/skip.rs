@@ -392,6 +392,8 @@ mod tests {
                 ..Attrs::default()
             },
             ino: 1,
+            dev: 0,
+            nlink: 1,
             link_target: None,
             error: None,
         }

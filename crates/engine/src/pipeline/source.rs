@@ -103,6 +103,11 @@ fn plan_entry(
     emit: &mut impl FnMut(BatchPlan),
     digests: &mut digest::Pool<'_, sprat_store::ScanEntry>,
 ) {
+    // `-H`: a second name of a file travels as a link to the first, whatever the
+    // destination has at that name (the link replaces it unless it is that link already).
+    if let Some(target) = planner.link_target(&entry) {
+        return planner.push_link(entry.path, target, emit);
+    }
     let Some((index, rule, counts)) = skip else {
         return planner.push(entry, emit);
     };
@@ -137,7 +142,12 @@ fn apply(
 ) {
     match verdict {
         Verdict::Send | Verdict::Compare => planner.push(entry, emit),
-        Verdict::Skip => counts.skipped(entry.size),
+        Verdict::Skip => {
+            counts.skipped(entry.size);
+            if planner.rechecks_xattrs() {
+                planner.push_attrs(entry, emit)
+            }
+        }
         Verdict::FixAttrs => {
             counts.fixed(entry.size);
             planner.push_attrs(entry, emit)
@@ -269,9 +279,14 @@ pub fn start(
                         )
                         .with_max_open(open_files_per_reader(options.read_threads));
                         let mut names = NameCache::default();
+                        let xattrs = XattrSource {
+                            root,
+                            file_name,
+                            scope: options.xattr_scope(),
+                        };
                         for plan in plan_rx {
                             let started = Instant::now();
-                            let batch = read_batch(&mut reader, &mut names, plan);
+                            let batch = read_batch(&mut reader, &mut names, plan, &xattrs);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             counted.count(&batch);
@@ -306,11 +321,77 @@ fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
     }
 }
 
+/// Where a reader finds the extended attributes it sends (`-X`, `-A`).
+struct XattrSource<'a> {
+    root: &'a sprat_store::Root,
+    /// The source's name in `root` when it is a single file (its transfer path is empty).
+    file_name: Option<&'a [u8]>,
+    /// What is read (see [`TransferOptions::xattr_scope`]); 0: nothing.
+    scope: u8,
+}
+
+impl XattrSource<'_> {
+    /// The attributes of the item at transfer path `path` (a file or a directory), read
+    /// on the item itself, opened without following a symlink.
+    fn read(&self, path: &[u8]) -> Result<sprat_store::xattr::Xattrs, String> {
+        use rustix::fs::OFlags;
+        let rel = match self.file_name {
+            Some(name) if path.is_empty() => name,
+            _ => path,
+        };
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = self.root.open_beneath(rel, flags).map_err(|e| {
+            StoreError::new("read extended attributes of", path, sprat_store::root::escape_error(e))
+                .to_string()
+        })?;
+        sprat_store::xattr::read(&fd, self.scope).map_err(|e| match e {
+            sprat_store::xattr::ReadError::Os(e) => {
+                StoreError::new("read extended attributes of", path, e).to_string()
+            }
+            sprat_store::xattr::ReadError::TooLarge(n) => format!(
+                "read extended attributes of '{}': {n} bytes or more, over the {} KiB a copy \
+                 carries for one file",
+                sprat_store::display_path(path),
+                sprat_proto::batch::MAX_XATTR_BYTES >> 10
+            ),
+        })
+    }
+}
+
 /// Reads every item of `plan` into one batch (all its data read together by the batch
 /// reader); items that cannot be read become failure entries.
 /// The batch ends with the names of the owners and groups its entries use.
-fn read_batch(reader: &mut BatchReader<'_>, names: &mut NameCache, plan: BatchPlan) -> Batch {
+fn read_batch(
+    reader: &mut BatchReader<'_>,
+    names: &mut NameCache,
+    mut plan: BatchPlan,
+    xattrs: &XattrSource<'_>,
+) -> Batch {
     let mut batch = Batch::new(plan.seq, plan.data_bytes as usize);
+    // `-X`/`-A`: each item's attributes, read first: an item whose attributes cannot be
+    // read (or are too many) fails whole, and its data is not read.
+    let mut attrs_of: Vec<Option<sprat_store::xattr::Xattrs>> = Vec::new();
+    if xattrs.scope != 0 {
+        for item in plan.items.iter_mut() {
+            let path = match item {
+                PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Attrs(e) => &e.path,
+                PlanItem::Chunk { entry, .. } => &entry.path,
+                _ => {
+                    attrs_of.push(None);
+                    continue;
+                }
+            };
+            match xattrs.read(path) {
+                Ok(list) => attrs_of.push(Some(list)),
+                Err(text) => {
+                    let path = path.clone();
+                    *item = PlanItem::Failed { path, text };
+                    attrs_of.push(None);
+                }
+            }
+        }
+    }
+    let mut attrs_of = attrs_of.into_iter();
     let items: Vec<ReadItem<'_>> = plan
         .items
         .iter()
@@ -342,12 +423,16 @@ fn read_batch(reader: &mut BatchReader<'_>, names: &mut NameCache, plan: BatchPl
     let mut uids = Vec::new();
     let mut gids = Vec::new();
     for item in plan.items {
+        if let Some(Some(list)) = attrs_of.next() {
+            // Checked when read: within the cap, names in the scope.
+            batch.push_xattrs(item.path(), xattrs.scope, &list);
+        }
         let attrs = match &item {
             PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) | PlanItem::Attrs(e) => {
                 Some(&e.attrs)
             }
             PlanItem::Chunk { entry, .. } => Some(&entry.attrs),
-            PlanItem::Failed { .. } => None,
+            PlanItem::Failed { .. } | PlanItem::HardLink { .. } => None,
         };
         if let Some(a) = attrs {
             if !uids.contains(&a.uid) {
@@ -380,6 +465,7 @@ fn read_batch(reader: &mut BatchReader<'_>, names: &mut NameCache, plan: BatchPl
             }
             PlanItem::Failed { path, text } => batch.push_failed(&path, &text),
             PlanItem::Attrs(e) => batch.push_attrs(&e.path, &meta(&e.attrs), e.size),
+            PlanItem::HardLink { path, target } => batch.push_hard_link(&path, &target),
         }
     }
     for uid in uids {

@@ -122,6 +122,8 @@ pub fn dry_run(
                         ..Attrs::default()
                     },
                     ino: 0,
+                    dev: 0,
+                    nlink: 1,
                     link_target: None,
                     error: None,
                 })

@@ -57,7 +57,10 @@ pub(crate) fn pull(
         let end = c.machine.index_end();
         c.conn.send(&end.map_err(|e| c.conn.session_error(e))?)
     };
-    let op = Operation::Pull { check };
+    let op = Operation::Pull {
+        check,
+        meta: options.meta_flags(),
+    };
     let (session, control) = session::open(addr, key, op, path, options, send_index)?;
     let writer = local_writer(dst, session.root_is_dir, true, options)?;
     let pool = WriterPool::start(

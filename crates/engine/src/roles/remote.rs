@@ -294,6 +294,7 @@ pub fn third_party(
             streams: options.streams.map_or(0, |n| n as u16),
             durable: options.durable,
             check: options.skip.as_check(),
+            meta: options.meta_flags(),
             stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
             // The source server must find the destination this client checked.
             dest_key: dst.server_key().map_or([0; 32], |k| k.0),

@@ -445,6 +445,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             streams,
             durable,
             check,
+            meta,
             stall_timeout_ms,
             dest_key,
             selection,
@@ -490,7 +491,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 selection,
                 // This copy's own: stopping it stops no other.
                 cancel: crate::sync::Cancel::default(),
-                ..ctx.options.clone()
+                ..ctx.options.clone().with_meta(meta)
             };
             // The destination is trusted as the client found it: with the key it presented to
             // the client, or without encryption if the client used none.

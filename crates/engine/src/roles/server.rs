@@ -783,7 +783,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 root_is_dir: source_is_dir,
             })
         }
-        Operation::Pull { check } => {
+        Operation::Pull { check, meta } => {
             // A checked pull's index of the client's destination comes right behind the Open.
             let mut charge = Charge::empty(&shared.budget, ip);
             let index = match check {
@@ -816,7 +816,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             });
             let options = TransferOptions {
                 selection,
-                ..shared.options.clone()
+                ..shared.options.clone().with_meta(meta)
             };
             let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
