@@ -191,6 +191,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                             session: [3; 16],
                             op: Operation::Pull {
                                 check: DestCheck::None,
+                                meta: Default::default(),
                             },
                             path: Vec::new(),
                             selection: Default::default(),

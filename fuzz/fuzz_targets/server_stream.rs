@@ -327,9 +327,11 @@ fn first_message(which: u8) -> Message {
         },
         1 => Operation::Pull {
             check: DestCheck::None,
+            meta: Default::default(),
         },
         _ => Operation::Pull {
             check: DestCheck::Checksum,
+            meta: Default::default(),
         },
     };
     match which % 7 {

@@ -8,7 +8,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use sprat_proto::frame::{kind, MAX_BATCH_PAYLOAD, MAX_CONTROL_PAYLOAD};
-use sprat_proto::namespace::{DiskUsage, NsEntry, NsKind, Request, SumAlgo};
+use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
     Batch, BatchView, DestCheck, EntryKind, ErrorCode, FrameHeader, Message, Operation,
     RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
@@ -266,6 +266,17 @@ pub fn check_batch(payload: &[u8]) -> bool {
                 }
             },
             EntryKind::Attrs { meta, size } => b.push_attrs(e.path, meta, *size),
+            EntryKind::HardLink { target } => {
+                assert!(!target.is_empty() && !e.path.is_empty() && *target != e.path);
+                b.push_hard_link(e.path, target)
+            }
+            EntryKind::Xattrs { scope, list } => {
+                let list: Vec<(Vec<u8>, Vec<u8>)> =
+                    list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+                let bytes: usize = list.iter().map(|(n, v)| n.len() + v.len()).sum();
+                assert!(bytes <= sprat_proto::batch::MAX_XATTR_BYTES);
+                assert!(b.push_xattrs(e.path, *scope, &list), "accepted xattrs not re-encodable");
+            }
         }
         if let EntryKind::File { meta, .. }
         | EntryKind::Dir { meta }
@@ -342,6 +353,7 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             recursive: u.arbitrary()?,
             digests: u.arbitrary()?,
             selection: arb_selection(u)?,
+            owners: *u.choose(&[ListOwners::No, ListOwners::Always, ListOwners::IfApplied])?,
         },
         1 => Request::Stat { path: arb_path(u)? },
         2 => Request::Du {
@@ -374,6 +386,7 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             streams: u.arbitrary()?,
             durable: u.arbitrary()?,
             check: arb_check(u)?,
+            meta: arb_meta(u)?,
             stall_timeout_ms: u.arbitrary()?,
             dest_key: u.arbitrary()?,
             selection: arb_selection(u)?,
@@ -396,6 +409,32 @@ fn arb_entry(u: &mut Unstructured<'_>) -> arbitrary::Result<NsEntry> {
         mtime_sec: u.arbitrary()?,
         mtime_nsec: u.arbitrary()?,
         target: Vec::<u8>::arbitrary(u)?,
+        owner: if u.arbitrary()? {
+            Some(NsOwner {
+                uid: u.arbitrary()?,
+                gid: u.arbitrary()?,
+                user: arb_name(u)?,
+                group: arb_name(u)?,
+            })
+        } else {
+            None
+        },
+    })
+}
+
+/// A user or group name as a listing carries it (no NUL, at most 255 bytes; maybe empty).
+fn arb_name(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<u8>> {
+    let mut name = Vec::<u8>::arbitrary(u)?;
+    name.retain(|&b| b != 0);
+    name.truncate(255);
+    Ok(name)
+}
+
+fn arb_meta(u: &mut Unstructured<'_>) -> arbitrary::Result<sprat_proto::MetaFlags> {
+    Ok(sprat_proto::MetaFlags {
+        hard_links: u.arbitrary()?,
+        xattrs: u.arbitrary()?,
+        acls: u.arbitrary()?,
     })
 }
 
@@ -453,6 +492,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 } else {
                     Operation::Pull {
                         check: arb_check(u)?,
+                        meta: arb_meta(u)?,
                     }
                 },
                 path: arb_path(u)?,

@@ -723,15 +723,19 @@ pub struct ConnectArgs {
 pub struct LsArgs {
     /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
     pub url: OsString,
-    /// Long listing: mode, size, mtime (UTC), name, link target.
+    /// Long listing: mode, owner, group, size, mtime (UTC), name, link target (owner and
+    /// group by their names on the server; ids without a name there as numbers).
     #[arg(short = 'l')]
     pub long: bool,
     /// The whole tree below PATH, in one request.
     #[arg(short = 'R')]
     pub recursive: bool,
-    /// Print a JSON array of entries.
+    /// Print a JSON array of entries (with "uid", "gid", "user" and "group").
     #[arg(long)]
     pub json: bool,
+    /// Show owners and groups as numeric ids, not names.
+    #[arg(long)]
+    pub numeric_ids: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
 }
@@ -743,6 +747,9 @@ pub struct StatArgs {
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Show the owner and group as numeric ids, not names.
+    #[arg(long)]
+    pub numeric_ids: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
 }

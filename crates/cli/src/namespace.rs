@@ -93,8 +93,32 @@ fn utc(secs: i64) -> String {
     )
 }
 
+/// The owner and group of `e` as shown: the server's names (escaped), or the ids where a
+/// name is missing or `numeric`; `?` when the server sent none.
+fn owner_names(e: &NsEntry, numeric: bool) -> (String, String) {
+    match &e.owner {
+        None => ("?".into(), "?".into()),
+        Some(o) => {
+            let name = |n: &[u8], id: u32| {
+                if numeric || n.is_empty() {
+                    id.to_string()
+                } else {
+                    printed(n)
+                }
+            };
+            (name(&o.user, o.uid), name(&o.group, o.gid))
+        }
+    }
+}
+
 fn entry_json(e: &NsEntry) -> serde_json::Value {
+    let owner = e.owner.as_ref();
+    let name = |n: &[u8]| (!n.is_empty()).then(|| shown(n));
     json!({
+        "uid": owner.map(|o| o.uid),
+        "gid": owner.map(|o| o.gid),
+        "user": owner.and_then(|o| name(&o.user)),
+        "group": owner.and_then(|o| name(&o.group)),
         "path": shown(&e.path),
         "type": kind_name(e.kind),
         "size": e.size,
@@ -105,9 +129,10 @@ fn entry_json(e: &NsEntry) -> serde_json::Value {
     })
 }
 
-fn long_line(e: &NsEntry, name: &str) -> String {
+fn long_line(e: &NsEntry, name: &str, numeric: bool) -> String {
+    let (user, group) = owner_names(e, numeric);
     let mut line = format!(
-        "{} {:>12} {} {}",
+        "{} {user:<8} {group:<8} {:>12} {} {}",
         mode_string(e),
         e.size,
         utc(e.mtime_sec),
@@ -140,7 +165,11 @@ pub fn ls(a: &LsArgs, key: &Credentials) -> anyhow::Result<i32> {
     } else {
         for e in &entries {
             let name = printed(&e.path);
-            out.push_str(&if a.long { long_line(e, &name) } else { name });
+            out.push_str(&if a.long {
+                long_line(e, &name, a.numeric_ids)
+            } else {
+                name
+            });
             out.push('\n');
         }
     }
@@ -167,6 +196,13 @@ pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
         );
         if e.kind == NsKind::Symlink {
             s.push_str(&format!("target: {}\n", printed(&e.target)));
+        }
+        if let Some(o) = &e.owner {
+            let (user, group) = owner_names(&e, a.numeric_ids);
+            s.push_str(&format!(
+                " owner: {user} ({})\n group: {group} ({})\n",
+                o.uid, o.gid
+            ));
         }
         s
     };
@@ -276,7 +312,15 @@ mod tests {
             mtime_sec: 0,
             mtime_nsec: 0,
             target: Vec::new(),
+            owner: Some(sprat_engine::NsOwner {
+                uid: 0,
+                gid: 54_321,
+                user: b"root".to_vec(),
+                group: Vec::new(),
+            }),
         };
         assert_eq!(mode_string(&e), "drwxr-xr-t");
+        assert_eq!(owner_names(&e, false), ("root".into(), "54321".into()));
+        assert_eq!(owner_names(&e, true), ("0".into(), "54321".into()));
     }
 }

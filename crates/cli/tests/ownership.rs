@@ -314,3 +314,109 @@ fn a_local_re_run_gives_back_an_owner_changed_at_the_destination() {
     assert_ok(&cp_local(&[], &src, &dst), None);
     assert_eq!(owners(&dst), owners(&src));
 }
+
+/// Files and bytes a copy's `--json` report says it sent.
+fn sent(out: &std::process::Output) -> (u64, u64) {
+    let r = sprat_testkit::parse_json_report(&out.stdout);
+    (r.files(), r.bytes())
+}
+
+#[test]
+fn push_and_pull_re_runs_give_back_owners_changed_at_the_destination_without_data() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    make_owned_tree(&src);
+    let srv = server(&root);
+    let pulled = t.path().join("pulled");
+    for (how, dst) in [("push", root.join("pushed")), ("pull", pulled.clone())] {
+        let copy = |extra: &[&str]| {
+            let mut args = vec!["--json", "--keep-setuid"];
+            args.extend_from_slice(extra);
+            let out = match how {
+                "push" => cp(&srv, &args, &src, srv.url("pushed")),
+                _ => cp(&srv, &args, srv.url("src"), &pulled),
+            };
+            assert_ok(&out, Some(&srv));
+            out
+        };
+        copy(&[]);
+        let want = owners(&dst);
+        // Same content, size and mtime: only owners and groups differ.
+        lchown(dst.join("a"), Some(0), Some(0)).unwrap();
+        lchown(dst.join("big"), Some(user("daemon")), None).unwrap();
+        lchown(dst.join("d/b"), None, Some(group("bin"))).unwrap();
+        assert_ne!(owners(&dst), want);
+        let out = copy(&[]);
+        assert_eq!(sent(&out), (0, 0), "{how}: a re-run sent data");
+        assert_eq!(owners(&dst), want, "{how}: owners given back");
+        // Nothing differs: a further re-run changes nothing either.
+        let out = copy(&[]);
+        assert_eq!(sent(&out), (0, 0), "{how}");
+        assert_eq!(owners(&dst), want, "{how}");
+        // With --numeric-ids, ids are compared (and are the same here).
+        lchown(dst.join("a"), Some(NAMELESS_UID), None).unwrap();
+        copy(&["--numeric-ids"]);
+        assert_eq!(owners(&dst), want, "{how} --numeric-ids");
+        // --no-owners: an owner changed at the destination stays.
+        lchown(dst.join("a"), Some(0), None).unwrap();
+        copy(&["--no-owners"]);
+        assert_eq!(owners(&dst)[Path::new("a")].0, 0, "{how} --no-owners");
+    }
+}
+
+#[test]
+fn ls_and_stat_show_owners_and_groups_by_name_or_number() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    make_file(&src.join("a"), b"x", 0o644);
+    if is_root() {
+        lchown(src.join("a"), Some(user("daemon")), Some(group("adm"))).unwrap();
+        make_file(&src.join("n"), b"y", 0o644);
+        lchown(src.join("n"), Some(NAMELESS_UID), Some(NAMELESS_GID)).unwrap();
+    }
+    let m = fs::metadata(src.join("a")).unwrap();
+    let srv = server(&root);
+    let run = |args: &[&str]| {
+        let mut all: Vec<std::ffi::OsString> = vec![args[0].into()];
+        all.extend(srv.client_args());
+        all.extend(args[1..].iter().map(std::ffi::OsString::from));
+        let out = sprat_testkit::run_sprat(bin(), all, &[]);
+        assert_ok(&out, Some(&srv));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let url = srv.url("src");
+    let long = run(&["ls", "-l", &url]);
+    let line = long.lines().find(|l| l.ends_with(" a")).unwrap();
+    let numeric = run(&["ls", "-l", "--numeric-ids", &url]);
+    let nline = numeric.lines().find(|l| l.ends_with(" a")).unwrap();
+    assert!(
+        nline.contains(&format!(" {} ", m.uid())) && nline.contains(&format!(" {} ", m.gid())),
+        "{nline}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&["ls", "--json", &url])).unwrap();
+    let a = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "a")
+        .unwrap();
+    assert_eq!(a["uid"], m.uid());
+    assert_eq!(a["gid"], m.gid());
+    let stat = run(&["stat", &srv.url("src/a")]);
+    assert!(stat.contains(&format!("({})", m.uid())), "{stat}");
+    if is_root() {
+        assert!(line.contains(" daemon ") && line.contains(" adm "), "{line}");
+        assert_eq!(a["user"], "daemon");
+        assert_eq!(a["group"], "adm");
+        assert!(stat.contains("owner: daemon") && stat.contains("group: adm"), "{stat}");
+        // Ids without a name on the server show as numbers.
+        let nameless = long.lines().find(|l| l.ends_with(" n")).unwrap();
+        assert!(nameless.contains(&format!(" {NAMELESS_UID} ")), "{nameless}");
+    }
+}

@@ -39,7 +39,7 @@ pub use roles::server::{
 pub use net::known_servers::KnownServers;
 pub use net::{Credentials, Fingerprint, ServerAccess, ServerIdentity, ServerTls, Trust};
 pub use sprat_proto::auth::TokenKey;
-pub use sprat_proto::namespace::{NsEntry, NsKind, Request, SumAlgo};
+pub use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, Request, SumAlgo};
 pub use sprat_proto::ErrorCode;
 pub use sprat_store::compare::compare_trees;
 pub use sprat_store::relpath;

@@ -794,18 +794,21 @@ mod tests {
                 recursive: true,
                 digests: false,
                 selection: Default::default(),
+                owners: crate::namespace::ListOwners::Always,
             },
             Request::List {
                 path: path.clone(),
                 recursive: true,
                 digests: true,
                 selection: Default::default(),
+                owners: Default::default(),
             },
             Request::List {
                 path: path.clone(),
                 recursive: false,
                 digests: true,
                 selection: Default::default(),
+                owners: crate::namespace::ListOwners::IfApplied,
             },
             Request::Stat { path: Vec::new() },
             Request::Du {
@@ -871,6 +874,12 @@ mod tests {
             mtime_sec: -5,
             mtime_nsec: 7,
             target: b"../y".to_vec(),
+            owner: Some(crate::namespace::NsOwner {
+                uid: 1000,
+                gid: 4,
+                user: b"alice".to_vec(),
+                group: Vec::new(),
+            }),
         }]));
         roundtrip(Message::Sums(vec![(b"f".to_vec(), vec![1; 32])]));
         roundtrip(Message::Usage(DiskUsage {
@@ -919,6 +928,7 @@ mod tests {
             recursive: true,
             digests: true,
             selection: Default::default(),
+            owners: Default::default(),
         })
         .encode();
         assert_eq!(
@@ -926,8 +936,11 @@ mod tests {
             3,
             "bit 0 recursive, bit 1 digests"
         );
-        list[FRAME_HEADER_LEN + 1] = 4;
-        assert!(Message::decode(kind::REQUEST, &list[FRAME_HEADER_LEN..]).is_err());
+        // Bit 4 is unknown; bits 2 and 3 (owners always, owners if applied) exclude each other.
+        for bad in [16, 12] {
+            list[FRAME_HEADER_LEN + 1] = bad;
+            assert!(Message::decode(kind::REQUEST, &list[FRAME_HEADER_LEN..]).is_err());
+        }
     }
 
     #[test]

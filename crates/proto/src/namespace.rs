@@ -55,6 +55,20 @@ impl SumAlgo {
     }
 }
 
+/// Whether a listing's entries carry their owner and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListOwners {
+    /// No owners (what a copy's index needs when it does not compare them).
+    #[default]
+    No,
+    /// Every entry's owner and group (`sprat ls -l`).
+    Always,
+    /// Every entry's, when this server sets the owners of what clients push (it runs as
+    /// root, without `--no-owners`); none otherwise: a pushing client's index, which then
+    /// compares owners (a re-run fixes an owner that differs).
+    IfApplied,
+}
+
 /// A namespace request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -66,6 +80,8 @@ pub enum Request {
         digests: bool,
         /// What of a recursive listing to list (a source's rules or `--files-from` list).
         selection: crate::Selection,
+        /// Whether entries carry their owner and group.
+        owners: ListOwners,
     },
     Stat {
         path: Vec<u8>,
@@ -150,6 +166,61 @@ pub struct NsEntry {
     pub mtime_nsec: u32,
     /// Link target of a symlink, empty otherwise.
     pub target: Vec<u8>,
+    /// Its owner and group, when the listing carries them.
+    pub owner: Option<NsOwner>,
+}
+
+/// An entry's owner and group: numeric ids, and their names on the side that listed it
+/// (empty: the id has no name there, or names were not asked for).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NsOwner {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: Vec<u8>,
+    pub group: Vec<u8>,
+}
+
+/// Longest user or group name a listing carries (longer ones travel as ids only).
+pub const MAX_NS_OWNER_NAME: usize = 255;
+
+impl NsOwner {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.uid.to_le_bytes());
+        out.extend_from_slice(&self.gid.to_le_bytes());
+        for name in [&self.user, &self.group] {
+            let name: &[u8] = if name.len() <= MAX_NS_OWNER_NAME && !name.contains(&0) {
+                name
+            } else {
+                &[]
+            };
+            out.push(name.len() as u8);
+            out.extend_from_slice(name);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<NsOwner, DecodeError> {
+        let uid = r.u32("owner")?;
+        let gid = r.u32("group")?;
+        let mut name = |what| -> Result<Vec<u8>, DecodeError> {
+            let n = r.u8(what)? as usize;
+            let name = r.take(n, what)?;
+            if name.contains(&0) {
+                return Err(DecodeError::Invalid {
+                    what,
+                    why: "contains NUL",
+                });
+            }
+            Ok(name.to_vec())
+        };
+        let user = name("user name")?;
+        let group = name("group name")?;
+        Ok(NsOwner {
+            uid,
+            gid,
+            user,
+            group,
+        })
+    }
 }
 
 /// Totals of `Du`.
@@ -171,9 +242,12 @@ const OP_SUM: u8 = 7;
 const OP_DELEGATE: u8 = 8;
 const OP_SEND_TO: u8 = 9;
 
-/// `List` flags: bit 0 recursive, bit 1 with digests.
+/// `List` flags: bit 0 recursive, bit 1 with digests, bit 2 with owners, bit 3 with owners
+/// if the server applies a push's (see [`ListOwners`]).
 const LIST_RECURSIVE: u8 = 1;
 const LIST_DIGESTS: u8 = 2;
+const LIST_OWNERS: u8 = 4;
+const LIST_OWNERS_IF_APPLIED: u8 = 8;
 
 fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
     match r.u8(what)? {
@@ -198,9 +272,15 @@ impl Request {
                 recursive,
                 digests,
                 selection,
+                owners,
             } => {
                 out.push(OP_LIST);
-                out.push(*recursive as u8 | (*digests as u8) << 1);
+                let owners = match owners {
+                    ListOwners::No => 0,
+                    ListOwners::Always => LIST_OWNERS,
+                    ListOwners::IfApplied => LIST_OWNERS_IF_APPLIED,
+                };
+                out.push(*recursive as u8 | (*digests as u8) << 1 | owners);
                 put_bytes16(out, path);
                 selection.encode(out);
             }
@@ -275,7 +355,19 @@ impl Request {
         Ok(match r.u8("request")? {
             OP_LIST => {
                 let flags = r.u8("list flags")?;
-                if flags & !(LIST_RECURSIVE | LIST_DIGESTS) != 0 {
+                let known = LIST_RECURSIVE | LIST_DIGESTS | LIST_OWNERS | LIST_OWNERS_IF_APPLIED;
+                let owners = match (flags & LIST_OWNERS != 0, flags & LIST_OWNERS_IF_APPLIED != 0) {
+                    (false, false) => ListOwners::No,
+                    (true, false) => ListOwners::Always,
+                    (false, true) => ListOwners::IfApplied,
+                    (true, true) => {
+                        return Err(DecodeError::Invalid {
+                            what: "list flags",
+                            why: "owners both always and if applied",
+                        })
+                    }
+                };
+                if flags & !known != 0 {
                     return Err(DecodeError::Invalid {
                         what: "list flags",
                         why: "unknown bits set",
@@ -286,6 +378,7 @@ impl Request {
                     digests: flags & LIST_DIGESTS != 0,
                     path: rel_path(r)?,
                     selection: crate::Selection::decode(r)?,
+                    owners,
                 }
             }
             OP_STAT => Request::Stat { path: rel_path(r)? },
@@ -417,6 +510,13 @@ pub(crate) fn encode_entries(entries: &[NsEntry], out: &mut Vec<u8>) {
         out.extend_from_slice(&e.mtime_sec.to_le_bytes());
         out.extend_from_slice(&e.mtime_nsec.to_le_bytes());
         put_bytes16(out, &e.target);
+        match &e.owner {
+            None => out.push(0),
+            Some(o) => {
+                out.push(1);
+                o.encode(out);
+            }
+        }
     }
 }
 
@@ -434,8 +534,8 @@ fn count(r: &mut Reader<'_>, what: &'static str) -> Result<usize, DecodeError> {
 
 pub(crate) fn decode_entries(r: &mut Reader<'_>) -> Result<Vec<NsEntry>, DecodeError> {
     let n = count(r, "entry count")?;
-    // Each entry takes at least 31 bytes: never allocate beyond what was received.
-    let mut out = Vec::with_capacity(n.min(r.remaining() / 31));
+    // Each entry takes at least 32 bytes: never allocate beyond what was received.
+    let mut out = Vec::with_capacity(n.min(r.remaining() / 32));
     for _ in 0..n {
         let path = path::validate(r.bytes16("entry path", MAX_PATH)?)?.to_vec();
         out.push(NsEntry {
@@ -446,6 +546,16 @@ pub(crate) fn decode_entries(r: &mut Reader<'_>) -> Result<Vec<NsEntry>, DecodeE
             mtime_sec: r.i64("mtime")?,
             mtime_nsec: r.u32("mtime nanoseconds")?,
             target: r.bytes16("link target", MAX_PATH)?.to_vec(),
+            owner: match r.u8("owner flag")? {
+                0 => None,
+                1 => Some(NsOwner::decode(r)?),
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what: "owner flag",
+                        why: "not 0 or 1",
+                    })
+                }
+            },
         });
     }
     Ok(out)
@@ -472,5 +582,7 @@ pub(crate) fn decode_sums(r: &mut Reader<'_>) -> Result<Vec<PathDigest>, DecodeE
 
 /// Approximate encoded size of an entry, for splitting replies into frames.
 pub fn entry_wire_size(e: &NsEntry) -> usize {
-    31 + e.path.len() + e.target.len()
+    32 + e.path.len()
+        + e.target.len()
+        + e.owner.as_ref().map_or(0, |o| 10 + o.user.len() + o.group.len())
 }

@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
-use sprat_proto::namespace::{DiskUsage, NsEntry, NsKind, Request, SumAlgo};
+use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
     Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, MetaFlags, Operation,
     RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
@@ -132,14 +132,26 @@ fn operation() -> impl Strategy<Value = Operation> {
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (rel_path(), any::<bool>(), any::<bool>(), selection()).prop_map(
-            |(path, recursive, digests, selection)| Request::List {
-                path,
-                recursive,
-                digests,
-                selection,
-            }
-        ),
+        (
+            rel_path(),
+            any::<bool>(),
+            any::<bool>(),
+            selection(),
+            prop_oneof![
+                Just(ListOwners::No),
+                Just(ListOwners::Always),
+                Just(ListOwners::IfApplied)
+            ]
+        )
+            .prop_map(
+                |(path, recursive, digests, selection, owners)| Request::List {
+                    path,
+                    recursive,
+                    digests,
+                    selection,
+                    owners,
+                }
+            ),
         rel_path().prop_map(|path| Request::Stat { path }),
         (rel_path(), selection()).prop_map(|(path, selection)| Request::Du { path, selection }),
         (rel_path(), any::<bool>()).prop_map(|(path, parents)| Request::Mkdir { path, parents }),
@@ -212,9 +224,14 @@ fn ns_entry() -> impl Strategy<Value = NsEntry> {
         ],
         any::<(u64, u32, i64, u32)>(),
         bytes(64),
+        proptest::option::of((
+            any::<(u32, u32)>(),
+            proptest::collection::vec(1u8..=255, 0..40),
+            proptest::collection::vec(1u8..=255, 0..40),
+        )),
     )
         .prop_map(
-            |(path, kind, (size, mode, mtime_sec, mtime_nsec), target)| NsEntry {
+            |(path, kind, (size, mode, mtime_sec, mtime_nsec), target, owner)| NsEntry {
                 path,
                 kind,
                 size,
@@ -222,6 +239,12 @@ fn ns_entry() -> impl Strategy<Value = NsEntry> {
                 mtime_sec,
                 mtime_nsec,
                 target,
+                owner: owner.map(|((uid, gid), user, group)| NsOwner {
+                    uid,
+                    gid,
+                    user,
+                    group,
+                }),
             },
         )
 }

@@ -36,7 +36,7 @@ pub enum SkipRule {
 }
 
 /// What the destination has at one path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestEntry {
     pub is_file: bool,
     pub size: u64,
@@ -46,8 +46,12 @@ pub struct DestEntry {
     /// XXH3-128 of its content, when the index was made for `--checksum` and the file could
     /// be read.
     pub digest: Option<u128>,
-    /// Its (uid, gid), when the index knows them (a scan of a local destination).
+    /// Its (uid, gid), when the index knows them (a scan of a local destination, a listing
+    /// that carries owners).
     pub owner: Option<(u32, u32)>,
+    /// The names of its owner and group on the destination's side (empty: none), when the
+    /// listing carried any.
+    pub owner_names: Option<Box<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// What to do with one source entry.
@@ -84,6 +88,7 @@ impl PartialEntry {
             mtime_sec: self.id.mtime_sec,
             mtime_nsec: self.id.mtime_nsec,
             target: self.present.encode(MAX_PARTIAL_RANGES),
+            owner: None,
         }
     }
 }
@@ -114,6 +119,9 @@ pub struct DestIndex {
     /// The copy sets owners with the same ids as the source's (a local copy as root): a
     /// file whose owner or group alone differs gets its attributes set.
     owners_compared: bool,
+    /// Owners are compared by name where both sides have one (the copy maps them by name):
+    /// the source's names, looked up once each.
+    source_names: Option<std::sync::Mutex<sprat_store::owner::NameCache>>,
 }
 
 impl DestIndex {
@@ -129,6 +137,16 @@ impl DestIndex {
     /// run as root): a file whose owner alone differs is not left as it is.
     pub fn comparing_owners(mut self) -> DestIndex {
         self.owners_compared = true;
+        self
+    }
+
+    /// This index's copy gives every file its source's owner and group mapped by name
+    /// (a push to a server that applies owners, a pull as root): an entry that carries its
+    /// owner (a listing asked with them) is compared by name where both sides have one,
+    /// by id otherwise; `by_name` false (`--numeric-ids`): by id.
+    pub fn comparing_owners_by_name(mut self, by_name: bool) -> DestIndex {
+        self.owners_compared = true;
+        self.source_names = by_name.then(Default::default);
         self
     }
 
@@ -158,6 +176,7 @@ impl DestIndex {
             mtime_nsec: e.attrs.mtime_nsec,
             digest: None,
             owner: Some((e.attrs.uid, e.attrs.gid)),
+            owner_names: None,
         };
         self.insert(e.path, entry);
     }
@@ -195,7 +214,11 @@ impl DestIndex {
             mtime_sec: e.mtime_sec,
             mtime_nsec: e.mtime_nsec,
             digest: None,
-            owner: None,
+            owner: e.owner.as_ref().map(|o| (o.uid, o.gid)),
+            owner_names: e
+                .owner
+                .filter(|o| !o.user.is_empty() || !o.group.is_empty())
+                .map(|o| Box::new((o.user, o.group))),
         };
         self.insert(e.path, entry);
     }
@@ -226,7 +249,7 @@ impl DestIndex {
                     && d.mtime_sec == e.attrs.mtime_sec
                     && d.mtime_nsec == e.attrs.mtime_nsec;
                 if same_content {
-                    attrs_verdict(d, e, self.setid_cleared, self.owners_compared)
+                    self.attrs_verdict(d, e)
                 } else {
                     self.resume(e)
                 }
@@ -251,32 +274,58 @@ impl DestIndex {
                     && d.digest.is_some()
                     && d.digest == source_digest =>
             {
-                attrs_verdict(d, e, self.setid_cleared, self.owners_compared)
+                self.attrs_verdict(d, e)
             }
             _ => Verdict::Send,
         }
     }
 }
 
-/// For a file whose content the destination has: nothing to do if its mode and mtime are the
-/// same too, else only they are set.
-fn attrs_verdict(d: &DestEntry, e: &ScanEntry, setid_cleared: bool, owners: bool) -> Verdict {
-    let (had, sent) = (d.mode & 0o7777, e.attrs.mode & 0o7777);
-    let setid = sprat_store::write::SETID_BITS;
-    let same_mode = had == sent || (setid_cleared && had == sent & !setid);
-    let same_owner = !owners || d.owner.is_none_or(|o| o == (e.attrs.uid, e.attrs.gid));
-    let same = same_mode
-        && same_owner
-        && d.mtime_sec == e.attrs.mtime_sec
-        && d.mtime_nsec == e.attrs.mtime_nsec;
-    if same {
-        Verdict::Skip
-    } else {
-        Verdict::FixAttrs
-    }
-}
-
 impl DestIndex {
+    /// For a file whose content the destination has: nothing to do if its mode, mtime (and
+    /// owner, when compared) are the same too, else only they are set.
+    fn attrs_verdict(&self, d: &DestEntry, e: &ScanEntry) -> Verdict {
+        let (had, sent) = (d.mode & 0o7777, e.attrs.mode & 0o7777);
+        let setid = sprat_store::write::SETID_BITS;
+        let same_mode = had == sent || (self.setid_cleared && had == sent & !setid);
+        let same_owner = !self.owners_compared || self.same_owner(d, e);
+        let same = same_mode
+            && same_owner
+            && d.mtime_sec == e.attrs.mtime_sec
+            && d.mtime_nsec == e.attrs.mtime_nsec;
+        if same {
+            Verdict::Skip
+        } else {
+            Verdict::FixAttrs
+        }
+    }
+
+    /// Whether the destination's owner and group of `d` are what the copy would give it
+    /// for `e`: by name where both sides have one (and names are compared), by id
+    /// otherwise (a writer keeps the id of a name it does not know). An entry whose owner
+    /// the index does not know is taken as right.
+    fn same_owner(&self, d: &DestEntry, e: &ScanEntry) -> bool {
+        let Some((uid, gid)) = d.owner else {
+            return true;
+        };
+        let (du, dg) = match (&self.source_names, &d.owner_names) {
+            (Some(_), Some(names)) => (names.0.as_slice(), names.1.as_slice()),
+            _ => (&b""[..], &b""[..]),
+        };
+        let Some(names) = &self.source_names else {
+            return (uid, gid) == (e.attrs.uid, e.attrs.gid);
+        };
+        let mut names = crate::sync::lock(names);
+        let same = |dest_name: &[u8], src_name: Option<&[u8]>, dest_id: u32, src_id: u32| {
+            match src_name {
+                Some(n) if !dest_name.is_empty() => n == dest_name,
+                _ => dest_id == src_id,
+            }
+        };
+        let user_same = same(du, names.user(e.attrs.uid), uid, e.attrs.uid);
+        user_same && same(dg, names.group(e.attrs.gid), gid, e.attrs.gid)
+    }
+
     /// Resume from a partial file of this very source file, if there is one.
     fn resume(&self, e: &ScanEntry) -> Verdict {
         let id = Identity {
@@ -409,6 +458,7 @@ mod tests {
             mtime_nsec: nsec,
             digest: None,
             owner: None,
+            owner_names: None,
         };
         i.insert(b"same".to_vec(), d(10, 0o644, 5, 7));
         i.insert(b"mode".to_vec(), d(10, 0o600, 5, 7));
@@ -490,6 +540,7 @@ mod tests {
             mtime_nsec: 0,
             digest: None,
             owner: None,
+            owner_names: None,
         };
         for (path, entry) in [
             (&b"same"[..], d(10, 0o644, 5)),

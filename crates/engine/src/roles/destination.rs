@@ -11,7 +11,7 @@ use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipCounts, S
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
-use sprat_proto::namespace::{NsEntry, NsKind, PathDigest};
+use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, PathDigest};
 use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
@@ -244,6 +244,11 @@ pub(crate) fn local_entries(
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
     let mut leftovers = Vec::new();
+    // Owners, when this pull sets them (it runs as root): the server compares them, by
+    // name unless `--numeric-ids` (then no name travels).
+    let mut names = (options.owners && sprat_store::owner::running_as_root())
+        .then(sprat_store::owner::NameCache::default);
+    let numeric = options.numeric_ids;
     let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
@@ -259,6 +264,20 @@ pub(crate) fn local_entries(
                 mtime_sec: e.attrs.mtime_sec,
                 mtime_nsec: e.attrs.mtime_nsec,
                 target: Vec::new(),
+                owner: names.as_mut().map(|names| {
+                    let name = |n: Option<&[u8]>| match n {
+                        Some(n) if !numeric => n.to_vec(),
+                        _ => Vec::new(),
+                    };
+                    let user = name(names.user(e.attrs.uid));
+                    let group = name(names.group(e.attrs.gid));
+                    NsOwner {
+                        uid: e.attrs.uid,
+                        gid: e.attrs.gid,
+                        user,
+                        group,
+                    }
+                }),
             });
         }
     })?;

@@ -54,7 +54,13 @@ pub fn dry_run(
     let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,
-        Endpoint::Remote { addr, path } => remote::index(addr, key, path, checksum)?,
+        Endpoint::Remote { addr, path } => remote::index(
+            addr,
+            key,
+            path,
+            checksum,
+            options.owners.then_some(!options.numeric_ids),
+        )?,
     };
     let mut out = DryRun {
         dry_run: true,
@@ -98,7 +104,7 @@ pub fn dry_run(
                 digests.insert(p, d);
             };
             let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
-            remote::list_summed(addr, key, path, true, &options.selection, keep, |n| {
+            remote::list_summed(addr, key, path, true, &options.selection, keep, sprat_proto::namespace::ListOwners::No, |n| {
                 if n.path.is_empty() {
                     root_is_dir = n.kind == NsKind::Dir;
                 }

@@ -136,8 +136,9 @@ pub fn push_input(
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
+            let owners = options.owners.then_some(!options.numeric_ids);
             let skip = skip_for(options, move || {
-                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests))?;
+                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests, owners))?;
                 remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });

@@ -8,7 +8,7 @@ use crate::net::Credentials;
 use crate::net::{self, Conn};
 use crate::pipeline::skip::{digest_from_bytes, DestIndex};
 use crate::report::{Counts, Report, Stages};
-use sprat_proto::namespace::{DiskUsage, NsEntry, Request, SumAlgo};
+use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, Request, SumAlgo};
 use sprat_proto::Message;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,7 @@ pub fn list(
         recursive,
         &Selection::default(),
         None,
+        ListOwners::Always,
         each,
     )
 }
@@ -80,6 +81,7 @@ pub(crate) fn list_summed(
     recursive: bool,
     selection: &Selection,
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
+    owners: ListOwners,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
     let mut conn = request(
@@ -90,6 +92,7 @@ pub(crate) fn list_summed(
             recursive,
             digests: digests.is_some(),
             selection: crate::config::wire_selection(selection),
+            owners,
         },
     )?;
     loop {
@@ -111,21 +114,38 @@ pub(crate) fn list_summed(
 
 /// The destination's entries under `path` on the server, for the check (see
 /// `pipeline::skip`): one recursive listing, streamed in one reply, with the digests of its
-/// files when `digests` (`--checksum`); empty if `path` does not exist yet.
+/// files when `digests` (`--checksum`); empty if `path` does not exist yet. With `owners`
+/// (`Some(by_name)`: the copy keeps owners, by name unless `--numeric-ids`), entries carry
+/// their owners where the server sets a push's, and the check compares them.
 pub(crate) fn index(
     addr: &str,
     key: &Credentials,
     path: &[u8],
     digests: bool,
+    owners: Option<bool>,
 ) -> Result<DestIndex, TransferError> {
     let mut index = DestIndex::default().written_by_peer();
+    if let Some(by_name) = owners {
+        index = index.comparing_owners_by_name(by_name);
+    }
+    let list_owners = match owners {
+        Some(_) => ListOwners::IfApplied,
+        None => ListOwners::No,
+    };
     // Digests may come before or after their entries: set once the listing is complete.
     let mut summed = Vec::new();
     let mut keep = |path, digest| summed.push((path, digest));
     let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
-    let listed = list_summed(addr, key, path, true, &Selection::default(), keep, |e| {
-        index.insert_listed(e)
-    });
+    let listed = list_summed(
+        addr,
+        key,
+        path,
+        true,
+        &Selection::default(),
+        keep,
+        list_owners,
+        |e| index.insert_listed(e),
+    );
     match listed {
         Ok(()) => {
             for (path, digest) in summed {

@@ -14,10 +14,12 @@ use crate::pipeline::digest;
 use crate::pipeline::skip::{digest_bytes, PartialEntry};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{
+    ListOwners, NsOwner,
     entry_wire_size, DiskUsage, NsEntry, NsKind, PathDigest, Request, SumAlgo, REPLY_FRAME_TARGET,
 };
 use sprat_proto::{ErrorCode, Message, RemoteStats};
 use sprat_store::namespace::{self as ns, Digest};
+use sprat_store::owner::NameCache;
 use sprat_store::partial;
 use sprat_store::{display_path, EntryType, Root, ScanEntry, StoreError};
 use std::time::Duration;
@@ -98,8 +100,16 @@ pub(crate) fn answer(
     }
 }
 
-fn ns_entry(e: ScanEntry) -> NsEntry {
+/// A listing's entry for `e`, with its owner and group (and their names here) when `names`.
+fn ns_entry(e: ScanEntry, names: Option<&mut NameCache>) -> NsEntry {
+    let owner = names.map(|names| NsOwner {
+        uid: e.attrs.uid,
+        gid: e.attrs.gid,
+        user: names.user(e.attrs.uid).unwrap_or_default().to_vec(),
+        group: names.group(e.attrs.gid).unwrap_or_default().to_vec(),
+    });
     NsEntry {
+        owner,
         kind: match e.kind {
             EntryType::File => NsKind::File,
             EntryType::Dir => NsKind::Dir,
@@ -181,6 +191,7 @@ fn list(
     recursive: bool,
     digests: bool,
     selection: &Selection,
+    mut names: Option<NameCache>,
 ) -> Result<(), Refusal> {
     let mut entries = Batcher::new(Message::Entries);
     let mut sums = Batcher::new(Message::Sums);
@@ -205,7 +216,7 @@ fn list(
             if digests && e.kind == EntryType::File {
                 pool.submit((sprat_store::join(path, &e.path), e.path.clone()));
             }
-            let e = ns_entry(e);
+            let e = ns_entry(e, names.as_mut());
             let size = entry_wire_size(&e);
             entries
                 .push(conn, e, size)
@@ -257,13 +268,19 @@ fn server_root_entry() -> NsEntry {
         mtime_nsec: 0,
         target: Vec::new(),
         path: Vec::new(),
+        owner: None,
     }
 }
 
 /// `List` of the server's root above named exports: the root itself, then each export the
 /// connection reaches as a directory named after it (and, `recursive`, everything below it,
 /// paths beginning with the export's name).
-fn list_exports(ctx: &Context<'_>, conn: &mut Conn, recursive: bool) -> Result<(), Refusal> {
+fn list_exports(
+    ctx: &Context<'_>,
+    conn: &mut Conn,
+    recursive: bool,
+    mut names: Option<NameCache>,
+) -> Result<(), Refusal> {
     let mut entries = Batcher::new(Message::Entries);
     let root = server_root_entry();
     let size = entry_wire_size(&root);
@@ -271,7 +288,7 @@ fn list_exports(ctx: &Context<'_>, conn: &mut Conn, recursive: bool) -> Result<(
     for export in ctx.exports.reachable(ctx.reach) {
         let name = export.name.as_bytes();
         if !recursive {
-            let mut e = ns_entry(sprat_store::stat_path(&export.root, b"")?);
+            let mut e = ns_entry(sprat_store::stat_path(&export.root, b"")?, names.as_mut());
             e.path = name.to_vec();
             let size = entry_wire_size(&e);
             entries.push(conn, e, size)?;
@@ -279,7 +296,7 @@ fn list_exports(ctx: &Context<'_>, conn: &mut Conn, recursive: bool) -> Result<(
         }
         let failed = |t: String| StoreError::other("list", name, &t);
         ns::walk(&export.root, b"", true, |e| {
-            let mut e = ns_entry(e);
+            let mut e = ns_entry(e, names.as_mut());
             e.path = sprat_store::join(name, &e.path);
             let size = entry_wire_size(&e);
             entries
@@ -319,12 +336,22 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             recursive,
             digests,
             selection,
+            owners,
         } => {
             let selection = compiled(selection)?;
+            let names = match owners {
+                ListOwners::No => None,
+                ListOwners::Always => Some(NameCache::default()),
+                // Only where a push's owners would be set, so that a pushing client
+                // compares them only then.
+                ListOwners::IfApplied => (ctx.options.owners
+                    && sprat_store::owner::running_as_root())
+                .then(NameCache::default),
+            };
             match ctx.place(&path)? {
                 Place::ServerRoot => {
                     within_an_export(&selection)?;
-                    list_exports(ctx, conn, recursive)?
+                    list_exports(ctx, conn, recursive, names)?
                 }
                 Place::In { export, rel, .. } => list(
                     ctx,
@@ -334,6 +361,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     recursive,
                     digests,
                     &selection,
+                    names,
                 )?,
             }
         }
@@ -341,7 +369,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             let mut e = match ctx.place(&path)? {
                 Place::ServerRoot => server_root_entry(),
                 Place::In { export, rel, .. } => {
-                    ns_entry(sprat_store::stat_path(&export.root, &rel)?)
+                    let mut names = NameCache::default();
+                    ns_entry(sprat_store::stat_path(&export.root, &rel)?, Some(&mut names))
                 }
             };
             e.path.clear();

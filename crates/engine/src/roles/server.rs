@@ -186,6 +186,8 @@ const MAX_PULL_INDEX: usize = 4_000_000;
 /// Bytes an entry of a pulling client's index takes in memory beyond its path (and a
 /// partial file's ranges), charged to the clients' budget as it arrives.
 const INDEX_ENTRY_COST: u64 = 96;
+/// Bytes an entry's owner names take beyond the names themselves (their allocations).
+const INDEX_OWNER_COST: u64 = 96;
 
 /// Reads a checked pull's index of the client's destination (`Entries` up to `ReplyEnd`,
 /// each read within the handshake's patience), charging what it takes to `charge`.
@@ -217,7 +219,11 @@ fn read_index(
         .conn
         .stream
         .set_read_timeout(Some(sprat_proto::session::HANDSHAKE_TIMEOUT));
-    let mut index = DestIndex::default().written_by_peer();
+    // The client sends its files' owners when it sets them (by name, or by id without
+    // names with `--numeric-ids`): a file whose owner alone differs gets its attributes.
+    let mut index = DestIndex::default()
+        .written_by_peer()
+        .comparing_owners_by_name(true);
     let mut summed = Vec::new();
     loop {
         let msg = served
@@ -238,7 +244,12 @@ fn read_index(
                 }
                 let bytes = entries
                     .iter()
-                    .map(|e| (e.path.len() + e.target.len()) as u64 + INDEX_ENTRY_COST)
+                    .map(|e| {
+                        let owner = e.owner.as_ref().map_or(0, |o| {
+                            INDEX_OWNER_COST + (o.user.len() + o.group.len()) as u64
+                        });
+                        (e.path.len() + e.target.len()) as u64 + INDEX_ENTRY_COST + owner
+                    })
                     .sum();
                 charged(bytes)?;
                 entries.into_iter().for_each(|e| index.insert_listed(e));
