@@ -375,3 +375,73 @@ fn xattrs_and_acls_are_kept_in_push_pull_and_local_copies_and_reruns_fix_them() 
         }
     }
 }
+
+#[test]
+fn a_third_party_copy_keeps_hard_links_xattrs_and_acls() {
+    let t = tmp();
+    if !xattrs_supported(t.path()) {
+        eprintln!("skipped: {} keeps no user.* attributes", t.path().display());
+        return;
+    }
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    let src = root_a.join("src");
+    make_linked_tree(&src);
+    set_xattr(&src.join("d0/g2-a"), "user.linked", "shared by both names");
+    run_in(&src, "setfacl", &["-m", "u:daemon:r", "d3/f3"]);
+    fs::create_dir_all(&root_b).unwrap();
+    let (a, b) = (server(&root_a), server(&root_b));
+    let mut extra = vec!["-HXA", "--streams", "4"];
+    extra.extend_from_slice(SPREAD);
+    for _ in 0..2 {
+        let out = cp(&a, &extra, a.url("src"), b.url("copy"));
+        assert_ok(&out, Some(&b));
+    }
+    let dst = root_b.join("copy");
+    assert_eq!(link_groups(&dst), expected_groups());
+    assert_eq!(user_xattrs(&dst), user_xattrs(&src));
+    assert_eq!(acls(&dst), acls(&src));
+    sprat_testkit::assert_trees_equal(&src, &dst);
+}
+
+#[test]
+fn xattrs_into_a_file_system_without_them_fail_by_name() {
+    let t = tmp();
+    if !xattrs_supported(t.path()) {
+        eprintln!("skipped: {} keeps no user.* attributes", t.path().display());
+        return;
+    }
+    let src = t.path().join("src");
+    make_file_in(&src.join("plain"), b"no attributes", 0o644);
+    make_file_in(&src.join("tagged"), b"one attribute", 0o644);
+    set_xattr(&src.join("tagged"), "user.tag", "x");
+    // ramfs keeps no extended attributes at all.
+    let mnt = t.path().join("ramfs");
+    fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "ramfs", "ramfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a ramfs here");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&mnt);
+    let out = cp_local(&["-X"], &src, mnt.join("dst"));
+    common::assert_exit(&out, 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("tagged") && stderr.contains("extended attributes"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("plain"), "{stderr}");
+    assert_eq!(fs::read(mnt.join("dst/plain")).unwrap(), b"no attributes");
+    // Without -X the same copy succeeds.
+    assert_ok(&cp_local(&[], &src, mnt.join("dst2")), None);
+}
