@@ -58,6 +58,9 @@ impl PlanItem {
     }
 }
 
+/// Most entries of a batch whose entries carry extended attributes (see `Planner::new`).
+pub const MAX_XATTR_BATCH_FILES: usize = 1024;
+
 /// Size of the opening batches (see the module comment).
 pub const OPENING_BATCH_SIZE: u64 = 128 << 10;
 
@@ -84,7 +87,14 @@ impl Planner {
         Planner {
             batch_size: options.batch_size,
             opening_batches: options.opening_batches() as u64,
-            batch_files: options.batch_files,
+            // `-X`/`-A`: each entry may carry up to 64 KiB of attributes in the batch's
+            // headers, which the planner does not see; 1024 entries keep the largest batch
+            // (64 MiB of data, 64 MiB of attributes, the paths) below a frame's limit.
+            batch_files: if options.xattrs || options.acls {
+                options.batch_files.min(MAX_XATTR_BATCH_FILES)
+            } else {
+                options.batch_files
+            },
             threshold: options.small_file_threshold,
             chunk_size: options.chunk_size,
             next_seq: 1,
@@ -359,6 +369,55 @@ mod tests {
                 .all(|p| p.data_bytes > options.batch_size / 2
                     && p.budget_bytes <= options.batch_size)
         );
+    }
+
+    #[test]
+    fn with_hard_links_later_names_of_an_inode_become_links_to_the_first() {
+        let options = TransferOptions {
+            hard_links: true,
+            ..TransferOptions::default()
+        };
+        let linked = |path: &str, ino: u64, nlink: u32| ScanEntry {
+            ino,
+            dev: 7,
+            nlink,
+            ..file(path, 10)
+        };
+        let mut p = Planner::new(&options);
+        let mut out = Vec::new();
+        for e in [
+            linked("a", 1, 3),
+            linked("solo", 2, 1),
+            linked("b", 1, 3),
+            linked("other", 3, 2),
+            linked("c", 1, 3),
+        ] {
+            match p.link_target(&e) {
+                Some(target) => p.push_link(e.path, target, &mut |b| out.push(b)),
+                None => p.push(e, &mut |b| out.push(b)),
+            }
+        }
+        p.flush(&mut |b| out.push(b));
+        let items: Vec<String> = out
+            .iter()
+            .flat_map(|b| &b.items)
+            .map(|i| match i {
+                PlanItem::File(e) => String::from_utf8_lossy(&e.path).into_owned(),
+                PlanItem::HardLink { path, target } => format!(
+                    "{} -> {}",
+                    String::from_utf8_lossy(path),
+                    String::from_utf8_lossy(target)
+                ),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(items, ["a", "solo", "b -> a", "other", "c -> a"]);
+        // Every name of inode 1 came: it is forgotten; inode 3 waits for its second name.
+        assert_eq!(p.links.as_ref().unwrap().len(), 1);
+        // Without -H each name is a file.
+        let mut p = Planner::new(&TransferOptions::default());
+        assert!(p.link_target(&linked("a", 1, 3)).is_none());
+        assert!(p.link_target(&linked("b", 1, 3)).is_none());
     }
 
     #[test]
