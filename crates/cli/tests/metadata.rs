@@ -42,7 +42,11 @@ fn make_linked_tree(dir: &Path) {
     }
     for (k, group) in GROUPS.iter().enumerate() {
         let size = if k == 2 { 300 << 10 } else { 1000 + k };
-        make_file_in(&dir.join(group[0]), &random_bytes(size, 9000 + k as u64), 0o640);
+        make_file_in(
+            &dir.join(group[0]),
+            &random_bytes(size, 9000 + k as u64),
+            0o640,
+        );
         for other in &group[1..] {
             fs::hard_link(dir.join(group[0]), dir.join(other)).unwrap();
         }
@@ -62,7 +66,9 @@ fn link_groups(dir: &Path) -> BTreeSet<BTreeSet<String>> {
                 todo.push(p);
             } else if m.nlink() > 1 {
                 let rel = p.strip_prefix(dir).unwrap().to_str().unwrap().to_string();
-                let entry = by_ino.entry(m.ino()).or_insert((m.nlink(), BTreeSet::new()));
+                let entry = by_ino
+                    .entry(m.ino())
+                    .or_insert((m.nlink(), BTreeSet::new()));
                 entry.1.insert(rel);
             }
         }
@@ -70,7 +76,11 @@ fn link_groups(dir: &Path) -> BTreeSet<BTreeSet<String>> {
     by_ino
         .into_values()
         .map(|(nlink, names)| {
-            assert_eq!(nlink, names.len() as u64, "{names:?}: links outside the tree");
+            assert_eq!(
+                nlink,
+                names.len() as u64,
+                "{names:?}: links outside the tree"
+            );
             names
         })
         .collect()
@@ -199,9 +209,17 @@ fn hard_links_are_kept_in_push_pull_and_local_copies_and_rerun_fixes_them() {
     fs::write(src.join("d4/g5-2"), b"changed through one of five names").unwrap();
     set_mtime(&src.join("d4/g5-2"), (m.mtime() + 10, 0));
     for (how, src_arg, dst) in [
-        ("push", src.to_str().unwrap().to_string(), root.join("push-0")),
+        (
+            "push",
+            src.to_str().unwrap().to_string(),
+            root.join("push-0"),
+        ),
         ("pull", srv.url("src"), local_root.join("pull-0")),
-        ("local", src.to_str().unwrap().to_string(), local_root.join("local-0")),
+        (
+            "local",
+            src.to_str().unwrap().to_string(),
+            local_root.join("local-0"),
+        ),
     ] {
         let dst_arg = match how {
             "push" => srv.url("push-0"),
@@ -311,7 +329,11 @@ fn make_attributed_tree(dir: &Path) {
     run_in(dir, "setfacl", &["-m", "u:daemon:rw,g:adm:r", "d0/f1"]);
     run_in(dir, "setfacl", &["-d", "-m", "u:bin:rwx,g:adm:rx", "d2"]);
     run_in(dir, "setfacl", &["-m", "u:bin:rx", "d2"]);
-    make_file(&dir.join("d2/inherits"), b"made after the default ACL", 0o640);
+    make_file(
+        &dir.join("d2/inherits"),
+        b"made after the default ACL",
+        0o640,
+    );
 }
 
 #[test]

@@ -411,12 +411,21 @@ fn ls_and_stat_show_owners_and_groups_by_name_or_number() {
     let stat = run(&["stat", &srv.url("src/a")]);
     assert!(stat.contains(&format!("({})", m.uid())), "{stat}");
     if is_root() {
-        assert!(line.contains(" daemon ") && line.contains(" adm "), "{line}");
+        assert!(
+            line.contains(" daemon ") && line.contains(" adm "),
+            "{line}"
+        );
         assert_eq!(a["user"], "daemon");
         assert_eq!(a["group"], "adm");
-        assert!(stat.contains("owner: daemon") && stat.contains("group: adm"), "{stat}");
+        assert!(
+            stat.contains("owner: daemon") && stat.contains("group: adm"),
+            "{stat}"
+        );
         // Ids without a name on the server show as numbers.
         let nameless = long.lines().find(|l| l.ends_with(" n")).unwrap();
-        assert!(nameless.contains(&format!(" {NAMELESS_UID} ")), "{nameless}");
+        assert!(
+            nameless.contains(&format!(" {NAMELESS_UID} ")),
+            "{nameless}"
+        );
     }
 }

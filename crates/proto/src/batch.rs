@@ -769,9 +769,7 @@ mod tests {
         assert_eq!(view.entries.len(), 12);
         assert_eq!(
             view.entries[9].kind,
-            EntryKind::HardLink {
-                target: b"a/b\xff"
-            }
+            EntryKind::HardLink { target: b"a/b\xff" }
         );
         match &view.entries[10].kind {
             EntryKind::Xattrs { scope, list } => {

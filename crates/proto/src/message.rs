@@ -905,7 +905,10 @@ mod tests {
         ] {
             roundtrip(Message::Open {
                 session: [3; 16],
-                op: Operation::Pull { check, meta: Default::default() },
+                op: Operation::Pull {
+                    check,
+                    meta: Default::default(),
+                },
                 path: b"p".to_vec(),
                 selection: Default::default(),
             });

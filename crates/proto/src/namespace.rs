@@ -356,7 +356,10 @@ impl Request {
             OP_LIST => {
                 let flags = r.u8("list flags")?;
                 let known = LIST_RECURSIVE | LIST_DIGESTS | LIST_OWNERS | LIST_OWNERS_IF_APPLIED;
-                let owners = match (flags & LIST_OWNERS != 0, flags & LIST_OWNERS_IF_APPLIED != 0) {
+                let owners = match (
+                    flags & LIST_OWNERS != 0,
+                    flags & LIST_OWNERS_IF_APPLIED != 0,
+                ) {
                     (false, false) => ListOwners::No,
                     (true, false) => ListOwners::Always,
                     (false, true) => ListOwners::IfApplied,
@@ -584,5 +587,7 @@ pub(crate) fn decode_sums(r: &mut Reader<'_>) -> Result<Vec<PathDigest>, DecodeE
 pub fn entry_wire_size(e: &NsEntry) -> usize {
     32 + e.path.len()
         + e.target.len()
-        + e.owner.as_ref().map_or(0, |o| 10 + o.user.len() + o.group.len())
+        + e.owner
+            .as_ref()
+            .map_or(0, |o| 10 + o.user.len() + o.group.len())
 }

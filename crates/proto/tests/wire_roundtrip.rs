@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
-    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, MetaFlags, Operation,
-    RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, MetaFlags,
+    Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// A valid relative path: empty (the root) or 1-4 names of 1-12 bytes, none `.` or `..`,
@@ -336,11 +336,14 @@ enum Item {
     Failed(Vec<u8>, String),
     Attrs(Vec<u8>, FileMeta, u64),
     HardLink(Vec<u8>, Vec<u8>),
-    Xattrs(Vec<u8>, u8, Vec<(Vec<u8>, Vec<u8>)>),
+    Xattrs(Vec<u8>, u8, Pairs),
 }
 
+/// Extended attributes as (name, value) pairs.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Extended attribute names of every scope, with values of up to 100 bytes.
-fn xattr_list() -> impl Strategy<Value = (u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+fn xattr_list() -> impl Strategy<Value = (u8, Pairs)> {
     let name = prop_oneof![
         "user\\.[a-z0-9_.]{1,20}",
         "trusted\\.[a-z]{1,10}",
@@ -349,8 +352,7 @@ fn xattr_list() -> impl Strategy<Value = (u8, Vec<(Vec<u8>, Vec<u8>)>)> {
         Just("system.posix_acl_default".to_string()),
     ];
     proptest::collection::vec((name, bytes(100)), 0..6).prop_map(|list| {
-        let list: Vec<(Vec<u8>, Vec<u8>)> =
-            list.into_iter().map(|(n, v)| (n.into_bytes(), v)).collect();
+        let list: Pairs = list.into_iter().map(|(n, v)| (n.into_bytes(), v)).collect();
         let scope = list
             .iter()
             .fold(sprat_proto::xattr_scope::USER, |s, (n, _)| {
@@ -487,8 +489,7 @@ fn described(kind: &EntryKind<'_>) -> String {
         EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
         EntryKind::HardLink { target } => format!("hard link {:?}", target.to_vec()),
         EntryKind::Xattrs { scope, list } => {
-            let list: Vec<(Vec<u8>, Vec<u8>)> =
-                list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+            let list: Pairs = list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
             format!("xattrs {scope} {list:?}")
         }
     }

@@ -1135,9 +1135,7 @@ impl WriterCursor<'_> {
     /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).
     pub fn make_dir(&mut self, path: &[u8], attrs: &Attrs) -> Result<(), StoreError> {
         let writer = self.writer;
-        let xattrs = self
-            .take_xattrs(path)
-            .map(|x| Box::new((x.scope, x.list)));
+        let xattrs = self.take_xattrs(path).map(|x| Box::new((x.scope, x.list)));
         let xattr_bytes: usize = xattrs
             .as_ref()
             .map_or(0, |x| x.1.iter().map(|(n, v)| n.len() + v.len()).sum());

@@ -30,7 +30,10 @@ pub enum PlanItem {
     /// A file whose content the destination has: its attributes only.
     Attrs(ScanEntry),
     /// `-H`: a hard link of the file at `target`, which an earlier item carries.
-    HardLink { path: Vec<u8>, target: Vec<u8> },
+    HardLink {
+        path: Vec<u8>,
+        target: Vec<u8>,
+    },
 }
 
 /// The items of one batch and the bytes of file data it will hold.
@@ -64,6 +67,9 @@ pub const MAX_XATTR_BATCH_FILES: usize = 1024;
 /// Size of the opening batches (see the module comment).
 pub const OPENING_BATCH_SIZE: u64 = 128 << 10;
 
+/// `-H`'s table: by (device, inode), the first name seen and how many names are to come.
+type LinkTable = HashMap<(u64, u64), (Vec<u8>, u32)>;
+
 /// Packs entries into batch plans.
 pub struct Planner {
     batch_size: u64,
@@ -76,7 +82,7 @@ pub struct Planner {
     current: BatchPlan,
     /// `-H`: the first path seen of each (device, inode) with more than one name, and how
     /// many of its names are still to come (forgotten once all came).
-    links: Option<HashMap<(u64, u64), (Vec<u8>, u32)>>,
+    links: Option<LinkTable>,
     /// `-X`/`-A`: a file the destination has is still sent as attributes, so that the
     /// receiver compares and fixes its extended attributes (listings do not carry them).
     recheck_xattrs: bool,

@@ -316,12 +316,11 @@ impl DestIndex {
             return (uid, gid) == (e.attrs.uid, e.attrs.gid);
         };
         let mut names = crate::sync::lock(names);
-        let same = |dest_name: &[u8], src_name: Option<&[u8]>, dest_id: u32, src_id: u32| {
-            match src_name {
+        let same =
+            |dest_name: &[u8], src_name: Option<&[u8]>, dest_id: u32, src_id: u32| match src_name {
                 Some(n) if !dest_name.is_empty() => n == dest_name,
                 _ => dest_id == src_id,
-            }
-        };
+            };
         let user_same = same(du, names.user(e.attrs.uid), uid, e.attrs.uid);
         user_same && same(dg, names.group(e.attrs.gid), gid, e.attrs.gid)
     }

@@ -341,8 +341,12 @@ impl XattrSource<'_> {
         };
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
         let fd = self.root.open_beneath(rel, flags).map_err(|e| {
-            StoreError::new("read extended attributes of", path, sprat_store::root::escape_error(e))
-                .to_string()
+            StoreError::new(
+                "read extended attributes of",
+                path,
+                sprat_store::root::escape_error(e),
+            )
+            .to_string()
         })?;
         sprat_store::xattr::read(&fd, self.scope).map_err(|e| match e {
             sprat_store::xattr::ReadError::Os(e) => {

@@ -41,7 +41,7 @@ fn paths(
             scan_local(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
         }
         Endpoint::Remote { addr, path } => {
-            let listed = remote::list_summed(addr, key, path, true, &selection, None, sprat_proto::namespace::ListOwners::No, |e| {
+            let listed = remote::list_summed(addr, key, path, true, &selection, None, |e| {
                 out.push((e.path, e.kind == NsKind::Dir))
             });
             match listed {

@@ -104,7 +104,7 @@ pub fn dry_run(
                 digests.insert(p, d);
             };
             let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
-            remote::list_summed(addr, key, path, true, &options.selection, keep, sprat_proto::namespace::ListOwners::No, |n| {
+            remote::list_summed(addr, key, path, true, &options.selection, keep, |n| {
                 if n.path.is_empty() {
                     root_is_dir = n.kind == NsKind::Dir;
                 }

@@ -50,7 +50,7 @@ fn unexpected(conn: &Conn, m: Message) -> TransferError {
 }
 
 /// `ls` (`recursive`: `ls -R`): calls `each` for the listed path itself (empty relative path)
-/// and every entry below it, as the server streams them.
+/// and every entry below it, as the server streams them, with their owners and groups.
 pub fn list(
     addr: &str,
     key: &Credentials,
@@ -58,16 +58,14 @@ pub fn list(
     recursive: bool,
     each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
-    list_summed(
-        addr,
-        key,
-        path,
+    let list = Request::List {
+        path: path.to_vec(),
         recursive,
-        &Selection::default(),
-        None,
-        ListOwners::Always,
-        each,
-    )
+        digests: false,
+        selection: crate::config::wire_selection(&Selection::default()),
+        owners: ListOwners::Always,
+    };
+    listed(addr, key, list, None, each)
 }
 
 /// [`list`] of what `selection` selects (applied by the server's scan), and with `digests`
@@ -80,21 +78,28 @@ pub(crate) fn list_summed(
     path: &[u8],
     recursive: bool,
     selection: &Selection,
+    digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
+    each: impl FnMut(NsEntry),
+) -> Result<(), TransferError> {
+    let list = Request::List {
+        path: path.to_vec(),
+        recursive,
+        digests: digests.is_some(),
+        selection: crate::config::wire_selection(selection),
+        owners: ListOwners::No,
+    };
+    listed(addr, key, list, digests, each)
+}
+
+/// The reply to `list` (a `List` request), as [`list_summed`] takes it.
+fn listed(
+    addr: &str,
+    key: &Credentials,
+    list: Request,
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
-    owners: ListOwners,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
-    let mut conn = request(
-        addr,
-        key,
-        Request::List {
-            path: path.to_vec(),
-            recursive,
-            digests: digests.is_some(),
-            selection: crate::config::wire_selection(selection),
-            owners,
-        },
-    )?;
+    let mut conn = request(addr, key, list)?;
     loop {
         match (conn.recv_control()?, &mut digests) {
             (Message::Entries(entries), _) => entries.into_iter().for_each(&mut each),
@@ -136,16 +141,14 @@ pub(crate) fn index(
     let mut summed = Vec::new();
     let mut keep = |path, digest| summed.push((path, digest));
     let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
-    let listed = list_summed(
-        addr,
-        key,
-        path,
-        true,
-        &Selection::default(),
-        keep,
-        list_owners,
-        |e| index.insert_listed(e),
-    );
+    let list = Request::List {
+        path: path.to_vec(),
+        recursive: true,
+        digests,
+        selection: crate::config::wire_selection(&Selection::default()),
+        owners: list_owners,
+    };
+    let listed = listed(addr, key, list, keep, |e| index.insert_listed(e));
     match listed {
         Ok(()) => {
             for (path, digest) in summed {

@@ -14,8 +14,8 @@ use crate::pipeline::digest;
 use crate::pipeline::skip::{digest_bytes, PartialEntry};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{
-    ListOwners, NsOwner,
-    entry_wire_size, DiskUsage, NsEntry, NsKind, PathDigest, Request, SumAlgo, REPLY_FRAME_TARGET,
+    entry_wire_size, DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, PathDigest, Request, SumAlgo,
+    REPLY_FRAME_TARGET,
 };
 use sprat_proto::{ErrorCode, Message, RemoteStats};
 use sprat_store::namespace::{self as ns, Digest};
@@ -183,11 +183,11 @@ fn push_digest(
 /// `List`: the entries at `path`, and with `digests` the XXH3-128 of every regular file
 /// (computed by a pool of threads while the walk goes on, sent as `Sums` as they are done,
 /// among the `Entries`; a file that cannot be read gets none).
+/// With `names`, each entry carries its owner and group.
 fn list(
     ctx: &Context<'_>,
     conn: &mut Conn,
-    root: &Root,
-    path: &[u8],
+    (root, path): (&Root, &[u8]),
     recursive: bool,
     digests: bool,
     selection: &Selection,
@@ -356,8 +356,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 Place::In { export, rel, .. } => list(
                     ctx,
                     conn,
-                    &export.root,
-                    &rel,
+                    (&export.root, &rel),
                     recursive,
                     digests,
                     &selection,
@@ -370,7 +369,10 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 Place::ServerRoot => server_root_entry(),
                 Place::In { export, rel, .. } => {
                     let mut names = NameCache::default();
-                    ns_entry(sprat_store::stat_path(&export.root, &rel)?, Some(&mut names))
+                    ns_entry(
+                        sprat_store::stat_path(&export.root, &rel)?,
+                        Some(&mut names),
+                    )
                 }
             };
             e.path.clear();
