@@ -363,17 +363,25 @@ fn ls_of_a_file_or_link_prints_its_own_name() {
 /// Splits an `ls -l` line into mode, size field (12 wide), date and the rest (name [-> target]).
 #[track_caller]
 fn split_long(line: &str) -> (&str, &str, &str, &str) {
-    let b = line.as_bytes();
+    // MODE USER GROUP SIZE(12, right-aligned) YYYY-MM-DD HH:MM:SS NAME
+    let bad = || format!("ls -l line is not `MODE USER GROUP SIZE DATE TIME NAME`: {line:?}");
+    assert!(line.len() > 11 && line.as_bytes()[10] == b' ', "{}", bad());
+    let mode = &line[..10];
+    let (user, rest) = line[11..]
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("{}", bad()));
+    let (group, rest) = rest
+        .trim_start()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("{}", bad()));
+    assert!(!user.is_empty() && !group.is_empty(), "{}", bad());
+    let rest = rest.trim_start();
+    let (size, rest) = rest.split_once(' ').unwrap_or_else(|| panic!("{}", bad()));
     assert!(
-        b.len() > 44 && b[10] == b' ' && b[23] == b' ' && b[43] == b' ',
-        "ls -l line is not `MODE SIZE(12) YYYY-MM-DD HH:MM:SS NAME`: {line:?}"
+        size.bytes().all(|c| c.is_ascii_digit()) && rest.len() > 20 && rest.as_bytes()[19] == b' ',
+        "size field not a number, or no date: {line:?}"
     );
-    let size = &line[11..23];
-    assert!(
-        size.trim_start().bytes().all(|c| c.is_ascii_digit()) && !size.ends_with(' '),
-        "size field not a right-aligned number: {line:?}"
-    );
-    (&line[..10], size, &line[24..43], &line[44..])
+    (mode, size, &rest[..19], &rest[20..])
 }
 
 #[test]
@@ -445,10 +453,27 @@ fn ls_long_format_modes_sizes_and_utc_times() {
         "ls -l:\n  {}\n{out}",
         failures.join("\n  ")
     );
-    // Exactly the documented layout for a file.
+    // Exactly the documented layout for a file: mode, owner and group (names on the
+    // server, at least 8 wide), size (12 wide), date, name.
+    let m = std::os::unix::fs::MetadataExt::uid(&fs::metadata(d.join("f644")).unwrap());
+    let g = std::os::unix::fs::MetadataExt::gid(&fs::metadata(d.join("f644")).unwrap());
+    let name_of = |db: &str, id: u32| {
+        fs::read_to_string(db)
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.get(2) == Some(&id.to_string().as_str())).then(|| f[0].to_string())
+            })
+            .unwrap_or_else(|| id.to_string())
+    };
+    let (user, group) = (name_of("/etc/passwd", m), name_of("/etc/group", g));
     assert_eq!(
         got[1],
-        format!("-rw-r--r-- {:>12} 2009-02-13 23:31:30 f644", 6)
+        format!(
+            "-rw-r--r-- {user:<8} {group:<8} {:>12} 2009-02-13 23:31:30 f644",
+            6
+        )
     );
 
     // -l -R from the root: the same lines, named by their path below the URL.
