@@ -840,6 +840,18 @@ impl WriterCursor<'_> {
         self.xattrs = Some((path.to_vec(), update));
     }
 
+    /// Forgets the extended attributes [`WriterCursor::set_next_xattrs`] set, unless they
+    /// are for `path` (`None`: whatever their path): an entry of another path came between.
+    pub fn forget_xattrs_unless(&mut self, path: Option<&[u8]>) {
+        if self
+            .xattrs
+            .as_ref()
+            .is_some_and(|(p, _)| Some(p.as_slice()) != path)
+        {
+            self.xattrs = None;
+        }
+    }
+
     /// The extended attributes set for `path` by [`WriterCursor::set_next_xattrs`].
     fn take_xattrs(&mut self, path: &[u8]) -> Option<XattrUpdate> {
         match self.xattrs.take() {

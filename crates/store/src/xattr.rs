@@ -73,7 +73,9 @@ fn value(fd: impl AsFd, name: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
                 buf.truncate(n);
                 return Ok(Some(buf));
             }
-            Err(Errno::RANGE) if buf.len() <= MAX_BYTES => buf.resize(buf.len() * 16, 0),
+            Err(Errno::RANGE) if buf.len() < MAX_BYTES => {
+                buf.resize((buf.len() * 16).min(MAX_BYTES), 0)
+            }
             Err(Errno::RANGE) => return Err(ReadError::TooLarge(buf.len())),
             Err(Errno::NODATA) => return Ok(None),
             Err(e) => return Err(ReadError::Os(e)),

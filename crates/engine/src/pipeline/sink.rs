@@ -268,6 +268,12 @@ pub fn write_batch(
             names.attrs(cursor.as_deref(), m)
         };
         let path = entry.path;
+        // A list of attributes is for the entry right behind it, of its path, only.
+        if !matches!(entry.kind, EntryKind::Xattrs { .. }) {
+            if let Some(c) = cursor.as_deref_mut() {
+                c.forget_xattrs_unless(Some(path));
+            }
+        }
         let result = match &entry.kind {
             EntryKind::File { meta, hash, data } => {
                 if sprat_store::checksum(data) != *hash {
@@ -400,6 +406,9 @@ pub fn write_batch(
             }
             out.fail(path, e.to_string());
         }
+    }
+    if let Some(c) = cursor.as_deref_mut() {
+        c.forget_xattrs_unless(None);
     }
     if let Some(writer) = cursor.map(|c| c.tree()) {
         if writer.is_durable() {
