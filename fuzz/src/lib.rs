@@ -275,7 +275,10 @@ pub fn check_batch(payload: &[u8]) -> bool {
                     list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
                 let bytes: usize = list.iter().map(|(n, v)| n.len() + v.len()).sum();
                 assert!(bytes <= sprat_proto::batch::MAX_XATTR_BYTES);
-                assert!(b.push_xattrs(e.path, *scope, &list), "accepted xattrs not re-encodable");
+                assert!(
+                    b.push_xattrs(e.path, *scope, &list),
+                    "accepted xattrs not re-encodable"
+                );
             }
         }
         if let EntryKind::File { meta, .. }
