@@ -419,8 +419,9 @@ pub struct CpArgs {
     pub hard_links: bool,
     /// Copy extended attributes, like rsync -X: `user.*` always; `trusted.*` and
     /// `security.*` too when both the reading and the writing side run as root (others
-    /// cannot read or set them; they are left alone); `security.capability` only where
-    /// setuid bits are kept (see --keep-setuid). At most 64 KiB of names and values per
+    /// cannot read or set them; they are left alone) and the writer keeps setuid bits (a
+    /// local copy; a pull with --keep-setuid; a push to `sprat serve --keep-setuid`), since
+    /// file capabilities are as strong as a setuid bit. At most 64 KiB of names and values per
     /// file (a file with more fails, by name). Attributes of symlinks are not copied. A
     /// destination's attributes in those namespaces that the source lacks are removed, and
     /// a re-run compares and fixes them (every file the destination has is then checked

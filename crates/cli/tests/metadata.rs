@@ -467,3 +467,51 @@ fn xattrs_into_a_file_system_without_them_fail_by_name() {
     // Without -X the same copy succeeds.
     assert_ok(&cp_local(&[], &src, mnt.join("dst2")), None);
 }
+
+/// Every `trusted.*` attribute below `dir` (`getfattr`), paths relative to it, sorted.
+fn trusted_xattrs(dir: &Path) -> String {
+    let text = run_in(
+        dir,
+        "getfattr",
+        &["-R", "-d", "-h", "-m", "^trusted\\.", "."],
+    );
+    sorted_blocks(&text)
+}
+
+#[test]
+fn trusted_attributes_need_root_on_both_sides_and_a_writer_keeping_setuid_bits() {
+    let t = tmp();
+    if !xattrs_supported(t.path()) || !common::is_root() {
+        eprintln!("skipped: needs root and a file system with extended attributes");
+        return;
+    }
+    let root = t.path().join("root");
+    let src = root.join("src");
+    make_file_in(&src.join("f"), b"content", 0o644);
+    set_xattr(&src.join("f"), "user.plain", "u");
+    set_xattr(&src.join("f"), "trusted.sprat", "t");
+    let want = trusted_xattrs(&src);
+    assert!(want.contains("trusted.sprat"), "{want}");
+
+    // A local copy keeps setuid bits, and so these.
+    let local = t.path().join("local");
+    assert_ok(&cp_local(&["-X"], &src, &local), None);
+    assert_eq!(trusted_xattrs(&local), want);
+
+    // A server does not take them from a client by default...
+    let srv = server(&root);
+    assert_ok(&cp(&srv, &["-X"], &src, srv.url("plain")), Some(&srv));
+    assert_eq!(trusted_xattrs(&root.join("plain")), "");
+    assert_eq!(user_xattrs(&root.join("plain")), user_xattrs(&src));
+    // ... unless told to keep setuid bits.
+    let opts = sprat_testkit::ServerOptions {
+        extra_args: vec!["--keep-setuid".into()],
+        ..Default::default()
+    };
+    let trusting = common::server_with(&t.path().join("root2"), &opts);
+    assert_ok(
+        &cp(&trusting, &["-X"], &src, trusting.url("kept")),
+        Some(&trusting),
+    );
+    assert_eq!(trusted_xattrs(&t.path().join("root2/kept")), want);
+}

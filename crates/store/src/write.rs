@@ -408,12 +408,19 @@ impl TreeWriter {
         }
     }
 
-    /// The namespaces of extended attributes this writer sets: `user.*` and ACLs always,
+    /// The namespaces of extended attributes this writer sets: `user.*` and ACLs always;
     /// `trusted.*` and `security.*` only when it runs as root (anyone else cannot; they are
-    /// left alone, silently, as rsync does). `security.capability` (file capabilities, as
-    /// powerful as a setuid bit) only where setuid bits are kept ([`TreeWriter::keep_setid`]).
+    /// left alone, silently, as rsync does) and keeps setuid bits ([`TreeWriter::keep_setid`]:
+    /// a local copy, or a receiver told to trust its peer with them): file capabilities
+    /// (`security.capability`) are as powerful as a setuid bit, and a security label or a
+    /// `trusted.*` attribute (overlayfs keeps its own there) is no peer's to plant on a
+    /// server by default.
     pub fn xattrs(&self) -> u8 {
-        self.xattr_allowed
+        if self.keep_setid {
+            self.xattr_allowed
+        } else {
+            self.xattr_allowed & !crate::xattr::SYSTEM
+        }
     }
 
     /// Makes the extended attributes of `fd` those of `update` (within the scope this
@@ -425,12 +432,10 @@ impl TreeWriter {
         fresh: bool,
         path: &[u8],
     ) -> Result<(), StoreError> {
-        let scope = update.scope & self.xattr_allowed;
-        let keep_caps = self.keep_setid;
+        let scope = update.scope & self.xattrs();
         let wanted = update
             .list
             .iter()
-            .filter(move |(n, _)| keep_caps || n.as_slice() != b"security.capability")
             .map(|(n, v)| (n.as_slice(), v.as_slice()));
         crate::xattr::apply(fd, scope, wanted, fresh).map_err(|e| match e {
             // ext4 keeps an inode's attributes in one block: no room is this file's failure,

@@ -363,3 +363,11 @@ pub fn no_wrong_file(src: &Path, dst: &Path) -> Result<usize, String> {
     }
     Ok(checked)
 }
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
