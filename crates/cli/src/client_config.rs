@@ -39,6 +39,9 @@ Relative paths are relative to the file's directory, `~/` is the home directory.
     numeric_ids = false                       # cp: as --numeric-ids
     no_owners = false                         # cp: as --no-owners
     keep_setuid = false                       # cp: as --keep-setuid
+    hard_links = false                        # cp: as -H
+    xattrs = false                            # cp: as -X
+    acls = false                              # cp: as -A
     retry_for = "10min"                       # cp: as --retry-for
     stall_timeout = "60s"                     # cp: as --stall-timeout
 
@@ -75,6 +78,9 @@ pub struct Defaults {
     pub numeric_ids: Option<bool>,
     pub no_owners: Option<bool>,
     pub keep_setuid: Option<bool>,
+    pub hard_links: Option<bool>,
+    pub xattrs: Option<bool>,
+    pub acls: Option<bool>,
     pub retry_for: Option<Duration>,
     pub stall_timeout: Option<Duration>,
 }
@@ -127,6 +133,9 @@ struct RawDefaults {
     numeric_ids: Option<bool>,
     no_owners: Option<bool>,
     keep_setuid: Option<bool>,
+    hard_links: Option<bool>,
+    xattrs: Option<bool>,
+    acls: Option<bool>,
     retry_for: Option<String>,
     stall_timeout: Option<String>,
 }
@@ -374,6 +383,9 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
         numeric_ids: raw.numeric_ids,
         no_owners: raw.no_owners,
         keep_setuid: raw.keep_setuid,
+        hard_links: raw.hard_links,
+        xattrs: raw.xattrs,
+        acls: raw.acls,
         retry_for: duration("retry_for", raw.retry_for)?,
         stall_timeout: duration("stall_timeout", raw.stall_timeout)?,
     })

@@ -641,6 +641,9 @@ fn apply_defaults(
     take!(t.numeric_ids, numeric_ids);
     take!(t.no_owners, no_owners);
     take!(t.keep_setuid, keep_setuid);
+    take!(a.hard_links, hard_links);
+    take!(a.xattrs, xattrs);
+    take!(a.acls, acls);
     take!(a.retry_for, retry_for);
     take!(a.stall_timeout, stall_timeout);
     if !given("bwlimit") && d.bwlimit.is_some() {

@@ -515,3 +515,24 @@ fn trusted_attributes_need_root_on_both_sides_and_a_writer_keeping_setuid_bits()
     );
     assert_eq!(trusted_xattrs(&t.path().join("root2/kept")), want);
 }
+
+#[test]
+fn hard_links_xattrs_and_acls_can_be_defaults_of_the_configuration_file() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_linked_tree(&src);
+    let config = t.path().join("config.toml");
+    fs::write(
+        &config,
+        "[defaults]\nhard_links = true\nxattrs = true\nacls = true\n",
+    )
+    .unwrap();
+    let dst = t.path().join("dst");
+    let config_arg = config.to_str().unwrap();
+    assert_ok(&cp_local(&["--config", config_arg], &src, &dst), None);
+    assert_eq!(link_groups(&dst), expected_groups());
+    // An unknown key is still an error naming it.
+    fs::write(&config, "[defaults]\nhardlinks = true\n").unwrap();
+    let out = cp_local(&["--config", config_arg], &src, t.path().join("dst2"));
+    common::assert_error_names(&out, &["hardlinks"]);
+}
