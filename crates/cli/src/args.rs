@@ -822,6 +822,17 @@ pub struct DoctorArgs {
     /// Bandwidth of the path (e.g. 1gbit, 10gbit).
     #[arg(long, value_name = "RATE", default_value = "10gbit", value_parser = crate::units::Rate::parse)]
     pub rate: crate::units::Rate,
+    /// A data set on this host's storage: read it all (as `sprat bench read` does, so run
+    /// it where the data would be read from, cold for a fair figure) and say how many
+    /// transfer nodes reading like this one the path of --rate needs (max(N/R, N/W) with
+    /// --write-rate), and how long the set would take.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<std::path::PathBuf>,
+    /// With --data: the rate one destination node writes at (measure it there with `sprat
+    /// bench write` or `sprat doctor --data` on a copy); without it only the reading side
+    /// is sized.
+    #[arg(long, value_name = "RATE", requires = "data", value_parser = crate::units::Rate::parse)]
+    pub write_rate: Option<crate::units::Rate>,
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// Print one JSON object.

@@ -46,6 +46,54 @@ struct Diagnosis {
     measured_rtt_ms: Vec<f64>,
     paths: Vec<PathAdvice>,
     changes: Vec<Change>,
+    /// With --data: transfer nodes the path needs for that data set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nodes: Option<Nodes>,
+}
+
+/// How many transfer nodes like this one a data set and a path need (`--data`).
+#[derive(Serialize)]
+struct Nodes {
+    data: String,
+    files: u64,
+    bytes: u64,
+    /// Seconds this host took to read the whole set, and the rates that makes.
+    read_s: f64,
+    read_bytes_per_s: f64,
+    read_files_per_s: f64,
+    /// The destination's write rate per node, when given.
+    write_bytes_per_s: Option<f64>,
+    link_bytes_per_s: f64,
+    /// `max(N / R, N / W)` rounded up (`N`: the link).
+    nodes: u64,
+    /// The data set's time with that many nodes, at the slowest of link and storage.
+    predicted_s: f64,
+    /// With one node only.
+    one_node_s: f64,
+}
+
+fn size_nodes(dir: &std::path::Path, link: f64, write: Option<f64>) -> anyhow::Result<Nodes> {
+    let run = sprat_lab::bench::read_limit(dir, 16)
+        .map_err(|e| anyhow::anyhow!("--data '{}': {e}", dir.display()))?;
+    let read_s = run.seconds.max(1e-9);
+    let read_rate = (run.bytes as f64 / read_s).max(1.0);
+    let write_rate = write.unwrap_or(f64::INFINITY);
+    let nodes = sprat_lab::model::nodes_for_link(link, read_rate, write_rate);
+    let node_rate = read_rate.min(write_rate);
+    let time = |n: u64| run.bytes as f64 / (n as f64 * node_rate).min(link);
+    Ok(Nodes {
+        data: dir.display().to_string(),
+        files: run.files,
+        bytes: run.bytes,
+        read_s,
+        read_bytes_per_s: read_rate,
+        read_files_per_s: run.files as f64 / read_s,
+        write_bytes_per_s: write,
+        link_bytes_per_s: link,
+        nodes,
+        predicted_s: time(nodes),
+        one_node_s: time(1),
+    })
 }
 
 fn advise(limits: &TcpLimits, rtt: Duration, rate: f64) -> PathAdvice {
@@ -173,6 +221,19 @@ pub fn run(a: DoctorArgs, key: Credentials) -> anyhow::Result<i32> {
         .map(|r| advise(&limits, *r, a.rate.bytes_per_s()))
         .collect();
     let worst_bdp = paths.iter().map(|p| p.bdp_bytes).max().unwrap_or(0);
+    let nodes = match &a.data {
+        Some(dir) => {
+            let link = a.rate.bytes_per_s();
+            if link <= 0.0 {
+                anyhow::bail!(TransferError::Usage(
+                    "--data needs the path's --rate (above 0)".into()
+                ));
+            }
+            let write = a.write_rate.map(|r| r.bytes_per_s()).filter(|&w| w > 0.0);
+            Some(size_nodes(dir, link, write)?)
+        }
+        None => None,
+    };
     let (_, explicit) = limits.best_window();
     let d = Diagnosis {
         autotuned_window_bytes: limits.autotuned_window(),
@@ -185,6 +246,7 @@ pub fn run(a: DoctorArgs, key: Credentials) -> anyhow::Result<i32> {
         changes: changes(&limits, worst_bdp),
         limits,
         paths,
+        nodes,
     };
     if a.json {
         crate::print_quietly(&format!("{}\n", serde_json::to_string_pretty(&d)?))?;
@@ -255,6 +317,30 @@ fn render(d: &Diagnosis) -> String {
             human_bytes(p.window_bytes),
             p.sprat_starts_with,
             tune::MAX_AUTO_STREAMS
+        );
+    }
+    if let Some(n) = &d.nodes {
+        let _ = writeln!(
+            o,
+            "data set {}: {} files, {}; read here in {:.2} s: {}, {:.0} files/s",
+            n.data,
+            n.files,
+            human_bytes(n.bytes),
+            n.read_s,
+            mb(n.read_bytes_per_s),
+            n.read_files_per_s
+        );
+        let side = match n.write_bytes_per_s {
+            Some(w) => format!("reading like this host and writing at {}", mb(w)),
+            None => "reading like this host (the writing side not sized: --write-rate)".into(),
+        };
+        let _ = writeln!(
+            o,
+            "transfer nodes for {}: {} {side}; the set would take {:.1} s with them, {:.1} s              with one",
+            mb(n.link_bytes_per_s),
+            n.nodes,
+            n.predicted_s,
+            n.one_node_s
         );
     }
     if d.changes.is_empty() {

@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{assert_ok, bin, cp, no_wrong_file, server, tmp, RelayProc};
+use common::{
+    assert_error_names, assert_exit, assert_ok, bin, cp, no_wrong_file, server, tmp, RelayProc,
+};
 use serde_json::Value;
 use sprat_testkit::{assert_trees_equal, run_sprat, tree};
 use std::io::{Read, Write};
@@ -614,4 +616,48 @@ fn a_push_through_a_faulty_path_fails_cleanly_and_writes_nothing_wrong() {
             Err(e) => panic!("{name}: {e}\n{stderr}"),
         }
     }
+}
+
+#[test]
+fn doctor_sizes_transfer_nodes_from_a_data_set_read_on_this_host() {
+    let t = tmp();
+    let data = t.path().join("data");
+    sprat_testkit::make_many_files(&data, 500, 8192, 4);
+    let bytes = 500 * 8192;
+    // A link far faster than any disk here: more than one node; a slow one: one node.
+    for (rate, write) in [("1000gbit", None), ("1mbit", Some("1MB/s"))] {
+        let mut args = vec![
+            "--rtt",
+            "10ms",
+            "--rate",
+            rate,
+            "--data",
+            data.to_str().unwrap(),
+            "--json",
+        ];
+        if let Some(w) = write {
+            args.extend(["--write-rate", w]);
+        }
+        let out = doctor(&args);
+        assert_ok(&out, None);
+        let n = &json(&out)["nodes"];
+        assert_eq!(n["files"].as_u64(), Some(500), "{n}");
+        assert_eq!(n["bytes"].as_u64(), Some(bytes), "{n}");
+        let read = n["read_bytes_per_s"].as_f64().unwrap();
+        let link = n["link_bytes_per_s"].as_f64().unwrap();
+        let mut expected = (link / read).ceil().max(1.0);
+        if let Some(w) = n["write_bytes_per_s"].as_f64() {
+            expected = expected.max((link / w).ceil());
+        }
+        assert_eq!(n["nodes"].as_f64(), Some(expected), "{n}");
+        if rate == "1mbit" {
+            assert_eq!(n["nodes"].as_u64(), Some(1), "{n}");
+            // 4 MB at 125 KB/s (the link is the slowest).
+            let t = n["predicted_s"].as_f64().unwrap();
+            assert!((t - bytes as f64 / 125_000.0).abs() < 0.01, "{n}");
+        }
+    }
+    let out = doctor(&["--data", t.path().join("missing").to_str().unwrap()]);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--data"]);
 }
