@@ -336,7 +336,7 @@ fn render(d: &Diagnosis) -> String {
         };
         let _ = writeln!(
             o,
-            "transfer nodes for {}: {} {side}; the set would take {:.1} s with them, {:.1} s              with one",
+            "transfer nodes for {}: {} {side}; the set would take {:.1} s with them, {:.1} s with one",
             mb(n.link_bytes_per_s),
             n.nodes,
             n.predicted_s,
