@@ -308,7 +308,7 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port. The first line on stdout is
     /// `listening on HOST:PORT`, the second `fingerprint SHA256:...` (the server's key). With
     /// --config, overrides the file's `listen`.
-    #[arg(long, value_name = "HOST:PORT", required_unless_present = "config")]
+    #[arg(long, value_name = "HOST:PORT", required_unless_present_any = ["config", "one_shot"])]
     pub listen: Option<SocketAddr>,
     /// File holding the shared token (otherwise the SPRAT_TOKEN environment variable).
     #[arg(long, value_name = "FILE")]
@@ -352,6 +352,12 @@ pub struct ServeArgs {
     /// sprat://A/... sprat://B/...` with this server as A).
     #[arg(long)]
     pub no_third_party: bool,
+    /// Internal: the server a client starts through ssh for a [USER@]HOST:PATH argument.
+    /// Reads its token from the first line of stdin, uses a key kept in memory, listens by
+    /// default on the address the ssh connection arrived at (SSH_CONNECTION), and exits
+    /// when stdin closes.
+    #[arg(long, hide = true, conflicts_with_all = ["config", "token_file", "no_auth", "key_file", "no_encryption"])]
+    pub one_shot: bool,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -359,16 +365,19 @@ pub struct ServeArgs {
 #[derive(Debug, Args)]
 #[command(after_help = crate::client_config::CLIENT_CONFIG_HELP)]
 pub struct CpArgs {
-    /// Source: local path, sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server of the
-    /// config file, see below).
+    /// Source: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server of the
+    /// config file, see below), or [USER@]HOST:PATH (over ssh).
     pub src: OsString,
-    /// Destination: local path, sprat://HOST:PORT/PATH or sprat://ALIAS/PATH.
+    /// Destination: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH or
+    /// [USER@]HOST:PATH.
     pub dst: OsString,
     /// Print the final report as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
     /// Parallel TCP connections: a number, or `auto` to size them from the measured round
     /// trip and the host's TCP buffer limits and add more while throughput grows.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
@@ -720,9 +729,29 @@ pub struct ConnectArgs {
     pub no_encryption: bool,
 }
 
+/// How `[USER@]HOST:PATH` arguments reach their host: a one-shot server started through ssh.
+#[derive(Debug, Args)]
+pub struct SshArgs {
+    /// Remote shell for HOST:PATH arguments, split as a shell would, like rsync's -e (e.g.
+    /// "ssh -p 2222 -i key"); default $SPRAT_RSH, else ssh. It must accept OpenSSH's -o
+    /// options (the connection is made a master, for --via-ssh and its fallback).
+    #[arg(short = 'e', long = "rsh", value_name = "COMMAND")]
+    pub rsh: Option<String>,
+    /// The command that runs sprat on a HOST:PATH remote (default sprat, found on the
+    /// remote's PATH), run by the remote's shell like rsync's --rsync-path.
+    #[arg(long, value_name = "PATH")]
+    pub remote_sprat: Option<String>,
+    /// Carry the data streams to a HOST:PATH remote through the ssh connection instead of
+    /// connecting to its one-shot server directly (done anyway when a direct connection
+    /// fails within 3 s).
+    #[arg(long)]
+    pub via_ssh: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Long listing: mode, owner, group, size, mtime (UTC), name, link target (owner and
     /// group by their names on the server; ids without a name there as numbers).
@@ -739,11 +768,14 @@ pub struct LsArgs {
     pub numeric_ids: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Print a JSON object.
     #[arg(long)]
@@ -753,54 +785,68 @@ pub struct StatArgs {
     pub numeric_ids: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct DuArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct MkdirArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Make parent directories as needed; no error if it exists.
     #[arg(short = 'p')]
     pub parents: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct RmArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Remove a directory and everything below it.
     #[arg(short = 'r')]
     pub recursive: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct MvArgs {
-    /// sprat://HOST:PORT/FROM or sprat://ALIAS/FROM.
+    /// sprat://HOST:PORT/FROM, sprat://ALIAS/FROM or [USER@]HOST:FROM.
     pub from: OsString,
-    /// sprat://HOST:PORT/TO or sprat://ALIAS/TO (the same server).
+    /// sprat://HOST:PORT/TO, sprat://ALIAS/TO or [USER@]HOST:TO (the same server or host).
     pub to: OsString,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct SumArgs {
-    /// sprat://HOST:PORT/PATH, or sprat://ALIAS/PATH (a server named in the config file).
+    /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
+    /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
     /// Every file below PATH.
     #[arg(short = 'r')]
@@ -810,6 +856,8 @@ pub struct SumArgs {
     pub algo: String,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]

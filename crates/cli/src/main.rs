@@ -9,6 +9,7 @@ mod doctor;
 mod gen;
 mod model;
 mod namespace;
+mod one_shot;
 mod progress;
 mod relay;
 mod selection;
@@ -318,6 +319,18 @@ fn config_token(config: &ClientConfig, table: &str, file: &Path) -> anyhow::Resu
     Ok(TokenKey::from_token(raw.trim_ascii()))
 }
 
+/// How `[USER@]HOST:PATH` arguments are reached (`-e/--rsh` or `SPRAT_RSH`,
+/// `--remote-sprat`, `--via-ssh`).
+pub fn ssh_options(a: &args::SshArgs) -> anyhow::Result<sprat_engine::ssh::SshOptions> {
+    let env = std::env::var("SPRAT_RSH").ok();
+    Ok(sprat_engine::ssh::SshOptions::new(
+        a.rsh.as_deref(),
+        env.as_deref(),
+        a.remote_sprat.as_deref(),
+        a.via_ssh,
+    )?)
+}
+
 /// Reads the token from `--token-file` or `SPRAT_TOKEN`; `None` when neither is given.
 pub fn token(file: Option<&Path>) -> anyhow::Result<Option<TokenKey>> {
     Ok(read_token(file)?.map(|t| TokenKey::from_token(&t.secret)))
@@ -401,6 +414,22 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             let what = format!("the exports of config '{}'", file.display());
             (ExportsConfig::Named(c.exports), listen, max, key_file, what)
         }
+        None if a.one_shot => {
+            let Some(root) = &a.root else {
+                anyhow::bail!("--one-shot needs --root DIR");
+            };
+            let key = TokenKey::from_token(&one_shot::read_token()?);
+            let listen = a.listen.unwrap_or_else(|| {
+                one_shot::default_listen(std::env::var("SSH_CONNECTION").ok().as_deref())
+            });
+            let exports = ExportsConfig::Default {
+                root: root.clone(),
+                read_only: a.read_only,
+                key: Some(key),
+            };
+            let what = format!("'{}'", root.display());
+            (exports, listen, a.max_connections, None, what)
+        }
         None => {
             let (Some(root), Some(listen)) = (&a.root, a.listen) else {
                 anyhow::bail!("give --root DIR and --listen HOST:PORT, or --config FILE");
@@ -436,11 +465,19 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             (exports, listen, a.max_connections, a.key_file.clone(), what)
         }
     };
-    let key_file = match key_file {
-        Some(f) => f,
-        None => ServerIdentity::default_path()?,
+    // A one-shot server's key lives as long as it does: its fingerprint travels over ssh.
+    let (identity, key_file) = if a.one_shot {
+        (
+            ServerIdentity::ephemeral()?,
+            Path::new("(memory)").to_path_buf(),
+        )
+    } else {
+        let key_file = match key_file {
+            Some(f) => f,
+            None => ServerIdentity::default_path()?,
+        };
+        (ServerIdentity::load_or_create(&key_file)?, key_file)
     };
-    let identity = ServerIdentity::load_or_create(&key_file)?;
     let tls = ServerTls::new(&identity, a.no_encryption)
         .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
@@ -479,6 +516,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     writeln!(out, "fingerprint {}", identity.fingerprint)?;
     out.flush()?;
     drop(out);
+    if a.one_shot {
+        one_shot::exit_when_stdin_closes();
+    }
     server.run()?;
     Ok(0)
 }
@@ -497,9 +537,14 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     };
     let client = client(&a.connect, &[&a.src, &a.dst])?;
     let progress_default = apply_defaults(&mut a, &client.config.defaults, matches);
-    let src = Endpoint::parse(&client.url(0))?;
-    let dst = Endpoint::parse(&client.url(1))?;
-    let key = client.key;
+    // `HOST:PATH` arguments start their servers here, which live as long as `launched`.
+    let urls = [client.url(0), client.url(1)];
+    let launched =
+        sprat_engine::ssh::resolve(&[&urls[0], &urls[1]], &client.key, &ssh_options(&a.ssh)?)?;
+    let key = launched.credentials.clone();
+    let (src, dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
+    let over_ssh = !launched.servers.is_empty();
+    let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     let mut options = options(&a.tuning, a.streams.0, network);
@@ -549,7 +594,8 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         return shards::finish(plan, &src, &dst, &key, &options, a.json);
     }
     if a.dry_run {
-        return dry_run(&src, &dst, &key, &options, a.json);
+        let names = (src_shown.as_str(), dst_shown.as_str());
+        return dry_run(&src, &dst, &key, &options, a.json, names);
     }
     let shown = || {
         use std::io::IsTerminal;
@@ -587,7 +633,12 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     if let Some(r) = reporter {
         r.finish();
     }
-    let report = copied?;
+    let mut report = copied?;
+    if over_ssh {
+        // The endpoints as the user named them, not the servers' addresses.
+        report.source = src_shown;
+        report.destination = dst_shown;
+    }
     for f in &report.failures {
         eprintln!(
             "sprat: failed: {}: {}",
@@ -698,6 +749,7 @@ fn dry_run(
     key: &Credentials,
     options: &TransferOptions,
     json: bool,
+    (src_shown, dst_shown): (&str, &str),
 ) -> anyhow::Result<i32> {
     let plan = sprat_engine::dry_run(src, dst, key, options)?;
     let text = if json {
@@ -713,8 +765,10 @@ fn dry_run(
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }
         text.push_str(&format!(
-            "dry run {src} -> {dst}: would send {} files ({}), set the attributes of {}, \
+            "dry run {} -> {}: would send {} files ({}), set the attributes of {}, \
              leave {} up to date{}; nothing was changed\n",
+            printable(src_shown),
+            printable(dst_shown),
             plan.send,
             sprat_engine::report::human_bytes(plan.send_bytes),
             plan.attrs,

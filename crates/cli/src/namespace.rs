@@ -1,25 +1,53 @@
 //! The namespace commands: `ls`, `stat`, `du`, `mkdir`, `rm`, `mv`, `sum`. Each is one request
 //! to the server and one reply, however large the tree.
 
+use crate::args::SshArgs;
 use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
 use anyhow::bail;
 use serde_json::json;
+use sprat_engine::ssh::Launched;
 use sprat_engine::text::printable;
 use sprat_engine::Credentials;
 use sprat_engine::{remote, Endpoint, TransferError};
 use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
 use std::ffi::OsStr;
 
-/// A parsed `sprat://HOST:PORT/PATH` argument.
-fn remote_url(arg: &OsStr) -> anyhow::Result<(String, Vec<u8>)> {
-    match Endpoint::parse(arg)? {
-        Endpoint::Remote { addr, path } => Ok((addr, path)),
-        Endpoint::Local(p) => Err(TransferError::Usage(format!(
-            "'{}' is not a sprat://HOST:PORT/PATH URL",
-            p.display()
-        ))
-        .into()),
+/// The servers a command's arguments name (`sprat://HOST:PORT/PATH`, or `[USER@]HOST:PATH`
+/// through a one-shot server started over ssh, which lives as long as the returned
+/// [`Launched`]), each argument's server address and path, and the credentials for them
+/// (`given`, or the one-time token and pinned keys of the servers started).
+fn remotes(
+    args: &[&OsStr],
+    given: &Credentials,
+    ssh: &SshArgs,
+) -> anyhow::Result<(Launched, Vec<(String, Vec<u8>)>)> {
+    let launched = sprat_engine::ssh::resolve(args, given, &crate::ssh_options(ssh)?)?;
+    let mut places = Vec::new();
+    for e in &launched.endpoints {
+        match e {
+            Endpoint::Remote { addr, path } => places.push((addr.clone(), path.clone())),
+            Endpoint::Local(p) => {
+                return Err(TransferError::Usage(format!(
+                    "'{}' is not a sprat://HOST:PORT/PATH URL or a [USER@]HOST:PATH",
+                    p.display()
+                ))
+                .into())
+            }
+        }
     }
+    Ok((launched, places))
+}
+
+/// [`remotes`] for a command of one argument.
+fn remote(
+    arg: &OsStr,
+    given: &Credentials,
+    ssh: &SshArgs,
+) -> anyhow::Result<(Launched, String, Vec<u8>, Credentials)> {
+    let (launched, mut places) = remotes(&[arg], given, ssh)?;
+    let (addr, path) = places.remove(0);
+    let key = launched.credentials.clone();
+    Ok((launched, addr, path, key))
 }
 
 /// A path for JSON output: exact (the encoder escapes it).
@@ -145,8 +173,9 @@ fn long_line(e: &NsEntry, name: &str, numeric: bool) -> String {
     line
 }
 
-pub fn ls(a: &LsArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     let mut entries = Vec::new();
     remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))?;
     // A listed file is shown by its own name; a listed directory by its contents.
@@ -177,8 +206,9 @@ pub fn ls(a: &LsArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     let mut e = remote::stat(&addr, key, &path)?;
     e.path = path.clone();
     let out = if a.json {
@@ -210,8 +240,9 @@ pub fn stat(a: &StatArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn du(a: &DuArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     let u = remote::du(&addr, key, &path)?;
     let out = if a.json {
         serde_json::to_string(&json!({
@@ -232,8 +263,9 @@ pub fn du(a: &DuArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mkdir(a: &MkdirArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn mkdir(a: &MkdirArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     remote::simple(
         &addr,
         key,
@@ -245,8 +277,9 @@ pub fn mkdir(a: &MkdirArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn rm(a: &RmArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn rm(a: &RmArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     remote::simple(
         &addr,
         key,
@@ -258,9 +291,11 @@ pub fn rm(a: &RmArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn mv(a: &MvArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, from) = remote_url(&a.from)?;
-    let (to_addr, to) = remote_url(&a.to)?;
+pub fn mv(a: &MvArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (launched, places) = remotes(&[&a.from, &a.to], given, &a.ssh)?;
+    let key = &launched.credentials;
+    let [(addr, from), (to_addr, to)] =
+        <[_; 2]>::try_from(places).map_err(|_| anyhow::anyhow!("mv takes two paths"))?;
     if addr != to_addr {
         bail!(TransferError::Usage(format!(
             "mv works within one server; '{to_addr}' is not '{addr}' (use cp, then rm)"
@@ -270,8 +305,9 @@ pub fn mv(a: &MvArgs, key: &Credentials) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-pub fn sum(a: &SumArgs, key: &Credentials) -> anyhow::Result<i32> {
-    let (addr, path) = remote_url(&a.url)?;
+pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
+    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let key = &key;
     let algo = match a.algo.as_str() {
         "xxh3" => SumAlgo::Xxh3,
         "sha256" => SumAlgo::Sha256,

@@ -2,9 +2,10 @@
 //!
 //! Exit codes (documented in the README): 0 everything arrived and verified; 1 the transfer
 //! finished but some files failed; 2 usage or bad input (missing source, bad option); 3
-//! authentication failed; 4 connection error (no server, connection lost, protocol violation);
-//! 5 fatal I/O error (destination unwritable, disk full, read-only server); 6 the transfer
-//! kept failing on connection errors and gave up after `--retry-for`.
+//! authentication failed; 4 connection error (no server, connection lost, protocol violation,
+//! no server started through ssh); 5 fatal I/O error (destination unwritable, disk full,
+//! read-only server); 6 the transfer kept failing on connection errors and gave up after
+//! `--retry-for`.
 
 use sprat_proto::ErrorCode;
 use sprat_store::StoreError;
@@ -50,6 +51,9 @@ pub enum TransferError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Local(String),
+    /// Starting a server on `host` through ssh failed (`why` names the host).
+    #[error("{why}")]
+    Ssh { host: String, why: String },
     /// What arrived is not what the sender said it sent (the receiver's check of the totals).
     #[error("{0}")]
     Incomplete(String),
@@ -69,7 +73,8 @@ impl TransferError {
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
             | TransferError::Stalled { .. }
-            | TransferError::Protocol { .. } => 4,
+            | TransferError::Protocol { .. }
+            | TransferError::Ssh { .. } => 4,
             TransferError::GaveUp { .. } => 6,
             TransferError::Remote { code, .. } => match code {
                 ErrorCode::AuthFailed | ErrorCode::EncryptionRequired => 3,

@@ -33,6 +33,7 @@ pub use roles::server::{
     default_connections_per_address, Server, ServerConfig, DEFAULT_CLIENT_MEMORY,
     DEFAULT_IDLE_TIMEOUT, MIN_CLIENT_MEMORY,
 };
+pub use roles::ssh;
 
 // What the cli and the measurement tools need from the layers below, so that they import the
 // engine only.

@@ -4,7 +4,9 @@
 //! from the client side ([`remote`]), and the server ([`server`]: receive or send stages per
 //! connection, answers to requests in [`requests`], and a push of its own for a third-party
 //! copy; what it exports and to which tokens in [`exports`]; [`bound`] the most memory it
-//! holds). [`endpoint`] names the two sides of a copy and picks the role.
+//! holds). [`endpoint`] names the two sides of a copy and picks the role; [`ssh`] starts
+//! one-shot servers through ssh for `[USER@]HOST:PATH` arguments and turns those into
+//! endpoints.
 
 pub(crate) mod bound;
 pub(crate) mod delete;
@@ -19,3 +21,4 @@ pub mod remote;
 pub(crate) mod requests;
 pub mod retry;
 pub(crate) mod server;
+pub mod ssh;
