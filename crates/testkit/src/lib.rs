@@ -4,7 +4,8 @@
 //! faithfully ([`tree`]), a strict tree comparison that never follows symlinks ([`compare`]), a
 //! fixture that runs the real `sprat serve` binary on loopback ([`server`]), a runner for `sprat`
 //! client commands with a hard timeout ([`run`]), a small tmpfs mount for disk-full and read-only
-//! tests ([`tmpfs`]), and a parser for the `--json` report ([`report`]).
+//! tests ([`tmpfs`]), a private sshd on loopback for `HOST:PATH` copies ([`sshd`]), and a parser
+//! for the `--json` report ([`report`]).
 //!
 //! What is not here: anything that knows sprat's internals. These helpers drive the binary from
 //! the outside exactly as a user would, so the tests built on them hold for any implementation of
@@ -18,6 +19,7 @@ pub mod relay;
 pub mod report;
 pub mod run;
 pub mod server;
+pub mod sshd;
 mod sync;
 pub mod tmpfs;
 pub mod tree;
@@ -36,6 +38,7 @@ pub use run::{
     spawn_sprat_stdout_closed, SpratChild, TimedOut, DEFAULT_TIMEOUT,
 };
 pub use server::{Server, ServerOptions, StartFailure, DEFAULT_TOKEN};
+pub use sshd::Sshd;
 pub use tmpfs::Tmpfs;
 pub use tree::{
     make_char_device, make_fidelity_tree, make_fifo, make_file, make_long_name_tree,

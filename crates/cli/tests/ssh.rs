@@ -1,0 +1,371 @@
+//! End-to-end tests of `[USER@]HOST:PATH` arguments: a private sshd on loopback (its own
+//! host key, client key and port, see `sprat_testkit::sshd`) runs the `sprat serve
+//! --one-shot` the client starts through `-e "ssh ..."` with `--remote-sprat` naming the
+//! binary under test. Push and pull of a tree compared exactly, a re-run that skips
+//! everything, `--via-ssh` (streams through the ssh connection), the namespace commands,
+//! paths relative to the remote home, the errors (no sprat on the remote, ssh refused),
+//! `SPRAT_RSH`, a copy between two remotes, and the secrets: the one-time token is on no
+//! command line, the server exits when the client is done, and the known-servers file is
+//! not touched.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::{assert_error_names, assert_exit, assert_ok, bin, s, tmp};
+use sprat_testkit::{
+    assert_trees_equal, make_fidelity_tree, make_file, make_many_files, parse_json_report,
+    random_bytes, run_sprat, spawn_sprat, Sshd,
+};
+
+/// `sprat CMD -e RSH --remote-sprat BIN ARGS...`.
+fn args(sshd: &Sshd, cmd: &str, rest: &[&str]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![cmd.into(), "-e".into(), sshd.rsh().into()];
+    v.push("--remote-sprat".into());
+    v.push(bin().into());
+    v.extend(rest.iter().map(OsString::from));
+    v
+}
+
+fn run(sshd: &Sshd, cmd: &str, rest: &[&str]) -> Output {
+    run_sprat(bin(), args(sshd, cmd, rest), &[])
+}
+
+#[track_caller]
+fn run_ok(sshd: &Sshd, cmd: &str, rest: &[&str]) -> String {
+    let out = run(sshd, cmd, rest);
+    if !out.status.success() {
+        panic!(
+            "sprat {cmd} failed:\n{}\n--- sshd log ---\n{}",
+            sprat_testkit::describe(&out),
+            sshd.log()
+        );
+    }
+    assert_ok(&out, None);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes a file, with its parent directories.
+fn file(path: &Path, content: &[u8], mode: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    make_file(path, content, mode);
+}
+
+/// `127.0.0.1:PATH`.
+fn remote(path: &Path) -> String {
+    format!("127.0.0.1:{}", s(path))
+}
+
+/// The one-shot servers running below `sshd`.
+fn one_shot_servers(sshd: &Sshd) -> Vec<sprat_testkit::sshd::Session> {
+    sshd.sessions()
+        .into_iter()
+        .filter(|p| p.args.iter().any(|a| a == "--one-shot"))
+        .collect()
+}
+
+/// Waits until no one-shot server runs below `sshd`; panics after `limit`.
+fn assert_servers_gone(sshd: &Sshd, limit: Duration) {
+    let until = Instant::now() + limit;
+    while !one_shot_servers(sshd).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the one-shot server still runs after the client finished: {:?}",
+            one_shot_servers(sshd)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `text` holds a run of 32 or more hex digits (the token is 64).
+fn has_long_hex(text: &str) -> bool {
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c.is_ascii_hexdigit() { run + 1 } else { 0 };
+        if run >= 32 {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn push_and_pull_over_ssh_copy_a_tree_exactly_and_a_rerun_skips() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    let known = t.path().join("known_servers");
+    let dst = t.path().join("remote/dst");
+    let out = run_ok(
+        &sshd,
+        "cp",
+        &[
+            "--json",
+            "--known-servers",
+            s(&known),
+            s(&src),
+            &remote(&dst),
+        ],
+    );
+    let report = parse_json_report(out.as_bytes());
+    assert_trees_equal(&src, &dst);
+    assert!(report.files() > 0);
+    // The report names the endpoints as given, not the one-shot server's address.
+    assert_eq!(report.value["destination"], remote(&dst).as_str());
+    assert_eq!(report.value["direction"], "push");
+    // The server's key came over ssh: the known-servers file is neither read nor written.
+    assert!(
+        !known.exists(),
+        "a HOST:PATH copy wrote {}",
+        known.display()
+    );
+
+    // A re-run finds everything up to date.
+    let out = run_ok(&sshd, "cp", &["--json", s(&src), &remote(&dst)]);
+    let again = parse_json_report(out.as_bytes());
+    assert_eq!(again.value["up_to_date"], report.files(), "{out}");
+    assert_eq!(again.files(), 0, "{out}");
+
+    // Pull it back.
+    let back = t.path().join("back");
+    let out = run_ok(&sshd, "cp", &["--json", &remote(&dst), s(&back)]);
+    assert_eq!(parse_json_report(out.as_bytes()).value["direction"], "pull");
+    assert_trees_equal(&src, &back);
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
+
+#[test]
+fn via_ssh_tunnels_the_streams_through_the_ssh_connection() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 5000, 7);
+    file(&src.join("big"), &random_bytes(5 << 20, 3), 0o640);
+    let dst = t.path().join("dst");
+    let out = run(&sshd, "cp", &["-vv", "--via-ssh", s(&src), &remote(&dst)]);
+    assert_ok(&out, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("go through ssh"), "{err}");
+    // The one-shot server listened on the remote's loopback, where only ssh reaches it.
+    assert!(err.contains("--listen 127.0.0.1:0"), "{err}");
+    assert_trees_equal(&src, &dst);
+
+    let back = t.path().join("back");
+    run_ok(&sshd, "cp", &["--via-ssh", &remote(&dst), s(&back)]);
+    assert_trees_equal(&src, &back);
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
+
+#[test]
+fn the_token_is_on_no_command_line_and_the_server_ends_with_the_client() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    file(&src.join("slow"), &random_bytes(800 << 10, 1), 0o644);
+    let dst = t.path().join("dst");
+    // Slowed down so that the remote server can be looked at while it serves.
+    let mut child = spawn_sprat(
+        bin(),
+        args(
+            &sshd,
+            "cp",
+            &["--bwlimit", "100KB/s", s(&src), &remote(&dst)],
+        ),
+        &[],
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    let server = loop {
+        if let Some(p) = one_shot_servers(&sshd).into_iter().next() {
+            break p;
+        }
+        assert!(
+            Instant::now() < until,
+            "no one-shot server appeared below sshd"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Exactly what the client asked for: no token, no key.
+    let expected: Vec<String> = [s(bin()), "serve", "--one-shot", "--root", "/"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    assert_eq!(server.args, expected);
+    for p in sshd.sessions() {
+        for text in p.args.iter().chain(&p.environ) {
+            assert!(
+                !has_long_hex(text),
+                "pid {} shows a secret: {text:?}",
+                p.pid
+            );
+        }
+    }
+    // Nor on the client's side (its ssh processes).
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(args) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&args).replace('\0', " ");
+        if text.contains(&sshd.port().to_string()) {
+            assert!(
+                !has_long_hex(&text),
+                "a command line shows a secret: {text}"
+            );
+        }
+    }
+    let out = child.wait_or_panic(Duration::from_secs(60));
+    assert_ok(&out, None);
+    assert_trees_equal(&src, &dst);
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
+
+#[test]
+fn namespace_commands_accept_host_colon_path() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let root = t.path().join("tree");
+    file(&root.join("a/one.txt"), b"one\n", 0o644);
+    file(&root.join("b.txt"), b"bee\n", 0o600);
+
+    let out = run_ok(&sshd, "ls", &[&remote(&root)]);
+    assert_eq!(out, "a\nb.txt\n");
+    let out = run_ok(&sshd, "ls", &["-R", &remote(&root)]);
+    assert_eq!(out, "a\na/one.txt\nb.txt\n");
+    let out = run_ok(&sshd, "stat", &["--json", &remote(&root.join("b.txt"))]);
+    assert!(
+        out.contains("\"size\":4") && out.contains("\"mode\":\"0600\""),
+        "{out}"
+    );
+    let out = run_ok(&sshd, "du", &["--json", &remote(&root)]);
+    assert!(out.contains("\"files\":2"), "{out}");
+    run_ok(&sshd, "mkdir", &["-p", &remote(&root.join("c/d"))]);
+    assert!(root.join("c/d").is_dir());
+    run_ok(
+        &sshd,
+        "mv",
+        &[&remote(&root.join("b.txt")), &remote(&root.join("c/b.txt"))],
+    );
+    assert_eq!(std::fs::read(root.join("c/b.txt")).unwrap(), b"bee\n");
+    let out = run_ok(
+        &sshd,
+        "sum",
+        &["--algo", "md5", &remote(&root.join("a/one.txt"))],
+    );
+    // md5("one\n")
+    assert!(
+        out.starts_with("5bbf5a52328e7439ae6e719dfe712200  "),
+        "{out}"
+    );
+    run_ok(&sshd, "rm", &["-r", &remote(&root.join("c"))]);
+    assert!(!root.join("c").exists());
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
+
+#[test]
+fn relative_paths_are_relative_to_the_remote_home() {
+    let sshd = Sshd::start();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("sprat-ssh-home-test-")
+        .tempdir_in(&home)
+        .unwrap();
+    let name = dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 100, 1);
+    run_ok(&sshd, "cp", &[s(&src), &format!("127.0.0.1:{name}/dst")]);
+    assert_trees_equal(&src, &dir.path().join("dst"));
+    let out = run_ok(&sshd, "ls", &[&format!("root@127.0.0.1:{name}")]);
+    assert_eq!(out, "dst\n");
+}
+
+#[test]
+fn a_remote_without_sprat_is_named_in_one_line() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    file(&src.join("f"), b"x", 0o644);
+    let mut v: Vec<OsString> = vec!["cp".into(), "-e".into(), sshd.rsh().into()];
+    v.extend(["--remote-sprat", "/nonexistent/sprat"].map(OsString::from));
+    v.push(src.into());
+    v.push(remote(&t.path().join("dst")).into());
+    let out = run_sprat(bin(), v, &[]);
+    assert_exit(&out, 4);
+    let line = assert_error_names(&out, &["sprat not found on 127.0.0.1 (ssh exit 127)"]);
+    assert!(line.contains("--remote-sprat"), "{line}");
+    assert!(!t.path().join("dst").exists());
+}
+
+#[test]
+fn a_refused_ssh_login_names_the_host_and_says_why() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    // Another key than the one sshd knows.
+    let key = t.path().join("stranger");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let rsh = sshd.rsh().replace(s(&sshd.client_key()), s(&key));
+    let v: Vec<OsString> = ["ls", "-e", &rsh, "127.0.0.1:/"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let out = run_sprat(bin(), v, &[]);
+    assert_exit(&out, 4);
+    let line = assert_error_names(&out, &["ssh to 127.0.0.1 failed (exit 255)"]);
+    assert!(line.contains("Permission denied"), "{line}");
+}
+
+#[test]
+fn the_remote_shell_comes_from_sprat_rsh_and_local_paths_with_colons_stay_local() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let root = t.path().join("r");
+    file(&root.join("x"), b"x", 0o644);
+    let v: Vec<OsString> = ["ls", "--remote-sprat", s(bin()), &remote(&root)]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let out = run_sprat(bin(), v, &[("SPRAT_RSH", &sshd.rsh())]);
+    assert_ok(&out, None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n");
+
+    // `./a:b` and `/dir/a:b` are local paths, as with scp.
+    let weird = t.path().join("a:b");
+    file(&weird.join("f"), b"f", 0o644);
+    let out = common::cp_local(&[], s(&weird), t.path().join("c:d"));
+    assert_ok(&out, None);
+    assert_trees_equal(&weird, &t.path().join("c:d"));
+}
+
+#[test]
+fn a_copy_between_two_remotes_goes_from_one_server_to_the_other() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 50, 3000, 9);
+    let dst = t.path().join("dst");
+    // Two logins, so two one-shot servers: the source pushes to the destination.
+    run_ok(
+        &sshd,
+        "cp",
+        &[&remote(&src), &format!("root@127.0.0.1:{}", s(&dst))],
+    );
+    assert_trees_equal(&src, &dst);
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
