@@ -369,3 +369,57 @@ fn a_copy_between_two_remotes_goes_from_one_server_to_the_other() {
     assert_trees_equal(&src, &dst);
     assert_servers_gone(&sshd, Duration::from_secs(5));
 }
+
+#[test]
+fn a_one_shot_server_takes_its_token_from_stdin_and_exits_when_stdin_closes() {
+    use std::io::{BufRead, BufReader, Write};
+    let t = tmp();
+    let root = t.path().join("root");
+    file(&root.join("f"), b"eff", 0o644);
+    let mut server = std::process::Command::new(bin())
+        .args(["serve", "--one-shot", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    let mut stdin = server.stdin.take().unwrap();
+    writeln!(stdin, "{token}").unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let addr = lines.next().unwrap().unwrap();
+    let addr = addr.strip_prefix("listening on ").unwrap().to_string();
+    let fingerprint = lines.next().unwrap().unwrap();
+    let fingerprint = fingerprint
+        .strip_prefix("fingerprint ")
+        .unwrap()
+        .to_string();
+    // It serves that token, with the key it printed.
+    let url = format!("sprat://{addr}/");
+    let ls = |token: &str| {
+        run_sprat(
+            bin(),
+            ["ls", "--server-fingerprint", &fingerprint, &url],
+            &[("SPRAT_TOKEN", token)],
+        )
+    };
+    let out = ls(token);
+    assert_ok(&out, None);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "f\n");
+    assert_exit(&ls("another-token-of-enough-bytes"), 3);
+    // Its stdin closes: it exits at once.
+    drop(stdin);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = server.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        if Instant::now() > until {
+            let _ = server.kill();
+            panic!("the one-shot server still runs 5 s after its stdin closed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
