@@ -12,6 +12,9 @@ use sprat_engine::{remote, Endpoint, TransferError};
 use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
 use std::ffi::OsStr;
 
+/// A server's address and a path on it.
+type Place = (String, Vec<u8>);
+
 /// The servers a command's arguments name (`sprat://HOST:PORT/PATH`, or `[USER@]HOST:PATH`
 /// through a one-shot server started over ssh, which lives as long as the returned
 /// [`Launched`]), each argument's server address and path, and the credentials for them
@@ -20,7 +23,7 @@ fn remotes(
     args: &[&OsStr],
     given: &Credentials,
     ssh: &SshArgs,
-) -> anyhow::Result<(Launched, Vec<(String, Vec<u8>)>)> {
+) -> anyhow::Result<(Launched, Vec<Place>)> {
     let launched = sprat_engine::ssh::resolve(args, given, &crate::ssh_options(ssh)?)?;
     let mut places = Vec::new();
     for e in &launched.endpoints {
