@@ -48,6 +48,9 @@ need_cmd rsync rsync          # peer: rsync daemon on loopback; tests compare fi
 need_cmd ssh openssh-client   # tests of `sprat cp HOST:/path` run a private sshd on loopback
 need_cmd ssh-keygen openssh-client
 need_pkg openssh-server
+need_pkg netcat-openbsd       # ... and reach it with `nc -U` from a network namespace (unshare -n, ip)
+need_cmd unshare util-linux
+need_cmd ip iproute2
 need_cmd setfacl acl          # tests of -A make POSIX ACLs with setfacl and read them with getfacl
 need_cmd setfattr attr        # tests of -X make extended attributes with setfattr
 need_cmd python3 python3

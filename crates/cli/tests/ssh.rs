@@ -24,7 +24,12 @@ use sprat_testkit::{
 
 /// `sprat CMD -e RSH --remote-sprat BIN ARGS...`.
 fn args(sshd: &Sshd, cmd: &str, rest: &[&str]) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec![cmd.into(), "-e".into(), sshd.rsh().into()];
+    args_with(&sshd.rsh(), cmd, rest)
+}
+
+/// [`args`] with another remote shell.
+fn args_with(rsh: &str, cmd: &str, rest: &[&str]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![cmd.into(), "-e".into(), rsh.into()];
     v.push("--remote-sprat".into());
     v.push(bin().into());
     v.extend(rest.iter().map(OsString::from));
@@ -219,6 +224,35 @@ fn the_token_is_on_no_command_line_and_the_server_ends_with_the_client() {
     }
     let out = child.wait_or_panic(Duration::from_secs(60));
     assert_ok(&out, None);
+    assert_trees_equal(&src, &dst);
+    assert_servers_gone(&sshd, Duration::from_secs(5));
+}
+
+#[test]
+fn streams_that_cannot_connect_directly_go_through_ssh() {
+    // The client runs in a network namespace of its own: it reaches sshd only through a unix
+    // socket (the file system crosses namespaces), so the one-shot server's address, a
+    // loopback port of this host, cannot be reached from it, as behind a NAT or a firewall.
+    let sshd = Sshd::start();
+    let t = tmp();
+    let sock = t.path().join("sshd.sock");
+    sshd.unix_bridge(&sock);
+    let src = t.path().join("src");
+    make_many_files(&src, 100, 3000, 5);
+    let dst = t.path().join("dst");
+    let rsh = format!("{} -o 'ProxyCommand=nc -U {}'", sshd.rsh(), s(&sock));
+    let script = "ip link set lo up && exec \"$@\"";
+    let mut v: Vec<OsString> = ["-n", "sh", "-c", script, "sh"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    v.push(bin().into());
+    v.extend(args_with(&rsh, "cp", &["-vv", s(&src), &remote(&dst)]));
+    let out = run_sprat(Path::new("unshare"), v, &[]);
+    assert_ok(&out, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("directly"), "{err}");
+    assert!(err.contains("go through ssh"), "{err}");
     assert_trees_equal(&src, &dst);
     assert_servers_gone(&sshd, Duration::from_secs(5));
 }

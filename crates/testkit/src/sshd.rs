@@ -117,6 +117,32 @@ impl Sshd {
         )
     }
 
+    /// Makes sshd reachable through a unix socket at `path` as well: each connection to it
+    /// is forwarded to sshd's TCP port by a thread of this process (for a client in a
+    /// network namespace of its own, which reaches the socket through the file system but
+    /// no TCP port of this host: `ssh -o "ProxyCommand=nc -U PATH"`).
+    pub fn unix_bridge(&self, path: &Path) {
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        let port = self.port;
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut s2);
+                    let _ = s2.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let (mut c, mut s) = (client, server);
+                    let _ = std::io::copy(&mut s, &mut c);
+                    let _ = c.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+    }
+
     /// What sshd logged so far.
     pub fn log(&self) -> String {
         fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
