@@ -401,6 +401,21 @@ fn a_copy_between_two_remotes_goes_from_one_server_to_the_other() {
         &[&remote(&src), &format!("root@127.0.0.1:{}", s(&dst))],
     );
     assert_trees_equal(&src, &dst);
+
+    // Through ssh, the source's server could not reach the destination's: refused.
+    let other = t.path().join("other");
+    let out = run(
+        &sshd,
+        "cp",
+        &[
+            "--via-ssh",
+            &remote(&src),
+            &format!("root@127.0.0.1:{}", s(&other)),
+        ],
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["go through ssh"]);
+    assert!(!other.exists());
     assert_servers_gone(&sshd, Duration::from_secs(5));
 }
 

@@ -81,7 +81,8 @@ pub struct SshTarget {
 impl SshTarget {
     /// `Some` when `arg` names a remote over ssh: not a `sprat://` URL, and a `:` whose part
     /// before it is not empty and has no `/` (so `./a:b` and `/x/a:b` stay local paths, as
-    /// with scp and rsync). `[::1]:PATH` and `USER@[::1]:PATH` name IPv6 addresses.
+    /// with scp and rsync), and not followed by `//` (`http://...` is no host).
+    /// `[::1]:PATH` and `USER@[::1]:PATH` name IPv6 addresses.
     pub fn parse(arg: &OsStr) -> Option<SshTarget> {
         let bytes = arg.as_bytes();
         if bytes.starts_with(b"sprat://") {
@@ -98,7 +99,8 @@ impl SshTarget {
             _ => bytes.iter().position(|&b| b == b':')?,
         };
         let host = &bytes[..colon];
-        if host.is_empty() || host.contains(&b'/') {
+        // `SCHEME://...` is a URL (of another scheme), not a host and a path.
+        if host.is_empty() || host.contains(&b'/') || bytes[colon + 1..].starts_with(b"//") {
             return None;
         }
         let host = std::str::from_utf8(host).ok()?;
@@ -228,6 +230,18 @@ pub fn resolve(
             addr: server.addr.clone(),
             path,
         });
+    }
+    // Between two remotes the source's server pushes to the destination's address itself:
+    // a local forward of this client means nothing there.
+    if servers.len() > 1 {
+        if let Some(s) = servers.iter().find(|s| s.tunnelled) {
+            return Err(TransferError::Usage(format!(
+                "a copy between two HOST:PATH remotes needs their servers to connect to each \
+                 other directly, but the streams to {} go through ssh (--via-ssh, or it could \
+                 not be reached directly); copy in two steps through a local directory",
+                s.user_host
+            )));
+        }
     }
     let pins: Vec<Fingerprint> = servers.iter().map(|s| s.fingerprint).collect();
     let credentials = Credentials::new(
