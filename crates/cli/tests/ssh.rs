@@ -73,7 +73,9 @@ fn one_shot_servers(sshd: &Sshd) -> Vec<sprat_testkit::sshd::Session> {
         .collect()
 }
 
-/// Waits until no one-shot server runs below `sshd`; panics after `limit`.
+/// Waits until no one-shot server runs below `sshd`; panics after `limit`. (A server that
+/// outlived its ssh session would have left sshd's tree: see the token test for a check by
+/// process id.)
 fn assert_servers_gone(sshd: &Sshd, limit: Duration) {
     let until = Instant::now() + limit;
     while !one_shot_servers(sshd).is_empty() {
@@ -225,7 +227,16 @@ fn the_token_is_on_no_command_line_and_the_server_ends_with_the_client() {
     let out = child.wait_or_panic(Duration::from_secs(60));
     assert_ok(&out, None);
     assert_trees_equal(&src, &dst);
-    assert_servers_gone(&sshd, Duration::from_secs(5));
+    // The server seen above has exited (not merely left sshd's tree, as an orphan would).
+    let until = Instant::now() + Duration::from_secs(5);
+    while Path::new(&format!("/proc/{}", server.pid)).exists() {
+        assert!(
+            Instant::now() < until,
+            "the one-shot server {} still runs after the client finished",
+            server.pid
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
