@@ -553,7 +553,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
         },
         // Raw bytes through the decoder, as a peer would send them.
         _ => {
-            let k = u.int_in_range(kind::SERVER_HELLO..=kind::TICKET)?;
+            let k = u.int_in_range(kind::SERVER_HELLO..=kind::PROGRESS)?;
             let payload: &[u8] = u.arbitrary()?;
             match Message::decode(k, payload) {
                 Ok(m) => m,

@@ -399,9 +399,11 @@ pub struct CpArgs {
     /// stdout and stderr are both terminals (and not with --quiet or --json).
     #[arg(long)]
     pub progress: bool,
-    /// Write progress as JSON lines on stdout, about once a second: {"event":"progress",
-    /// "elapsed_s", "files_done", "files_total", "bytes_done", "bytes_total", "mb_per_s",
-    /// "files_per_s", "eta_s"} (totals and eta_s null until known), then one
+    /// Write progress as JSON lines on stdout, about once a second and once at the end:
+    /// {"event":"progress", "elapsed_s", "files_done", "files_total", "bytes_done",
+    /// "bytes_total", "files_skipped", "bytes_skipped", "mb_per_s", "files_per_s", "eta_s"}
+    /// (done counts what the destination had already too, which skipped counts apart; the
+    /// rates are the copy's; totals and eta_s null until known), then one
     /// {"event":"failed","path","error"} per failed file, and the final report (as with
     /// --json) last. With -v, also {"event":"file","path"} for each file as it completes.
     #[arg(long, conflicts_with = "dry_run")]

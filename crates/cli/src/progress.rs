@@ -1,8 +1,9 @@
 //! `sprat cp`'s live progress: one line on the terminal (stderr), rewritten a few times a
-//! second, or with `--json-events` one JSON object per line on stdout about once a second.
-//! The totals come from a count of the source running beside the copy; the time left is
+//! second, or with `--json-events` one JSON object per line on stdout about once a second and
+//! once more at the end. The totals come from a count of the source running beside the copy;
+//! files the destination had already count as done but apart (skipped), and the time left is
 //! predicted from this run's own per-file overhead and rate, `T = N * t0 + B / R` fitted to
-//! the files and bytes done so far (see [`Eta`]), not from bytes alone.
+//! the files and bytes copied so far (see [`Eta`]), not from bytes alone.
 
 use sprat_engine::config::Selection;
 use sprat_engine::measurement::progress::{count_source, Progress, Snapshot};
@@ -73,8 +74,17 @@ pub fn start(
                 }
             }
         }
-        if mode == Mode::Terminal {
-            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        match mode {
+            Mode::Terminal => {
+                let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            }
+            // The last word: where the copy ended (the final report follows).
+            Mode::Json => {
+                let now = progress.snapshot();
+                let event = json_event(started.elapsed().as_secs_f64(), &now, eta.remaining(&now));
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{event}").and_then(|()| out.flush());
+            }
         }
     });
     Reporter { stop, ticker }
@@ -103,8 +113,10 @@ fn json_event(elapsed: f64, s: &Snapshot, left: Option<f64>) -> serde_json::Valu
         "files_total": s.files_total,
         "bytes_done": s.bytes_done,
         "bytes_total": s.bytes_total,
-        "mb_per_s": round3(rate(s.bytes_done) / 1e6),
-        "files_per_s": round3(rate(s.files_done)),
+        "files_skipped": s.files_skipped,
+        "bytes_skipped": s.bytes_skipped,
+        "mb_per_s": round3(rate(s.bytes_done - s.bytes_skipped) / 1e6),
+        "files_per_s": round3(rate(s.files_done - s.files_skipped)),
         "eta_s": left.map(round3),
     })
 }
@@ -131,10 +143,16 @@ fn terminal_line(elapsed: f64, s: &Snapshot, left: Option<f64>) -> String {
         }
     };
     let eta = left.map_or_else(|| "-".to_string(), clock);
+    let skipped = if s.files_skipped > 0 {
+        format!(" ({} skipped)", s.files_skipped)
+    } else {
+        String::new()
+    };
+    // The rates are the copy's: what was skipped took no copying.
     format!(
-        "{files} files  {bytes} MB  {:.1} MB/s  {:.0} files/s  {}  ETA {eta}",
-        rate(s.bytes_done) / 1e6,
-        rate(s.files_done),
+        "{files} files{skipped}  {bytes} MB  {:.1} MB/s  {:.0} files/s  {}  ETA {eta}",
+        rate(s.bytes_done - s.bytes_skipped) / 1e6,
+        rate(s.files_done - s.files_skipped),
         clock(elapsed),
     )
 }
@@ -155,13 +173,15 @@ fn clock(seconds: f64) -> String {
 }
 
 /// The time left, from this run's own costs: the elapsed time at each sample is fitted as
-/// `t = t0 * files_done + bytes_done / R` (least squares, both terms non-negative), and the
-/// time left is `t0 * files_left + bytes_left / R`. While the files and bytes done grew in
-/// proportion (one kind of file so far) the two costs cannot be told apart, and the time
-/// left is the mean of what the files and what the bytes alone predict.
+/// `t = t0 * files_copied + bytes_copied / R` (least squares, both terms non-negative), and
+/// the time left is `t0 * files_left + bytes_left / R`. Skipped files (the destination had
+/// them) are no copy work: they count as done but not in the fit. A per-file cost is only
+/// told apart from the rate once [`MIN_FILES`] files were copied and their count and bytes
+/// did not grow in proportion (files of more than one kind); until then the time left is what
+/// the bytes alone predict at this run's rate (with no bytes copied yet: the files alone).
 #[derive(Default)]
 pub struct Eta {
-    // Sums over the samples of f*f, b*b, f*b, t*f, t*b (f, b: files and MB done; t: seconds).
+    // Sums over the samples of f*f, b*b, f*b, t*f, t*b (f, b: files and MB copied; t: seconds).
     ff: f64,
     bb: f64,
     fb: f64,
@@ -170,9 +190,13 @@ pub struct Eta {
     last: Option<(f64, f64, f64)>,
 }
 
+/// Fewest files copied whose per-file cost the fit trusts: a few large files say nothing of
+/// what 20,000 small ones will cost.
+const MIN_FILES: f64 = 100.0;
+
 impl Eta {
     pub fn sample(&mut self, elapsed: f64, s: &Snapshot) {
-        let (f, b) = (s.files_done as f64, s.bytes_done as f64 / 1e6);
+        let (f, b) = copied(s);
         if f == 0.0 && b == 0.0 {
             return;
         }
@@ -184,30 +208,50 @@ impl Eta {
         self.last = Some((elapsed, f, b));
     }
 
-    /// Seconds left, once the totals are known and something is done.
+    /// Seconds left, once the totals are known and something is copied (or nothing is left).
     pub fn remaining(&self, s: &Snapshot) -> Option<f64> {
         let (files_total, bytes_total) = (s.files_total?, s.bytes_total?);
-        let (t, f, b) = self.last?;
         let files_left = files_total.saturating_sub(s.files_done) as f64;
         let mb_left = bytes_total.saturating_sub(s.bytes_done) as f64 / 1e6;
         if files_left == 0.0 && mb_left == 0.0 {
             return Some(0.0);
         }
-        let det = self.ff * self.bb - self.fb * self.fb;
-        if det > 1e-6 * self.ff * self.bb {
-            let per_file = (self.tf * self.bb - self.tb * self.fb) / det;
-            let per_mb = (self.tb * self.ff - self.tf * self.fb) / det;
-            if per_file >= 0.0 && per_mb >= 0.0 {
-                return Some(per_file * files_left + per_mb * mb_left);
-            }
+        let (t, f, b) = self.last?;
+        if let Some((per_file, per_mb)) = self.costs(f) {
+            return Some(per_file * files_left + per_mb * mb_left);
         }
-        let by_files = (f > 0.0).then(|| t * files_left / f);
-        let by_bytes = (b > 0.0).then(|| t * mb_left / b);
-        match (by_files, by_bytes) {
-            (Some(x), Some(y)) => Some((x + y) / 2.0),
-            (x, y) => x.or(y),
+        if b > 0.0 {
+            Some(t * mb_left / b)
+        } else {
+            (f > 0.0).then(|| t * files_left / f)
         }
     }
+
+    /// The fitted (seconds per file, seconds per MB), when the samples tell them apart.
+    fn costs(&self, files_copied: f64) -> Option<(f64, f64)> {
+        if files_copied < MIN_FILES {
+            return None;
+        }
+        let det = self.ff * self.bb - self.fb * self.fb;
+        if det <= 1e-6 * self.ff * self.bb {
+            return None;
+        }
+        let per_file = (self.tf * self.bb - self.tb * self.fb) / det;
+        let per_mb = (self.tb * self.ff - self.tf * self.fb) / det;
+        match (per_file >= 0.0, per_mb >= 0.0) {
+            (true, true) => Some((per_file, per_mb)),
+            // The best fit with one term at zero: the other alone.
+            (false, _) => Some((0.0, self.tb / self.bb)),
+            (_, false) => Some((self.tf / self.ff, 0.0)),
+        }
+    }
+}
+
+/// Files and MB copied (done, not skipped).
+fn copied(s: &Snapshot) -> (f64, f64) {
+    let files = s.files_done.saturating_sub(s.files_skipped);
+    let bytes = s.bytes_done.saturating_sub(s.bytes_skipped);
+    (files as f64, bytes as f64 / 1e6)
 }
 
 #[cfg(test)]
@@ -218,6 +262,8 @@ mod tests {
         Snapshot {
             files_done,
             bytes_done,
+            files_skipped: 0,
+            bytes_skipped: 0,
             files_total: Some(files),
             bytes_total: Some(bytes),
         }
@@ -242,6 +288,36 @@ mod tests {
         let left = eta.remaining(&now).unwrap();
         // 700 MB at 100 MB/s and one file: 7.001 s.
         assert!((left - 7.001).abs() < 0.01, "{left}");
+    }
+
+    #[test]
+    fn a_few_large_files_predict_by_bytes_not_by_files() {
+        // Two 100 MB files at 100 MB/s; 10,000 files of 10 KB (100 MB) are left. Per file
+        // they would predict 10,000 times a large file's time.
+        let mut eta = Eta::default();
+        let (files, bytes) = (10_002u64, 300_000_000u64);
+        for (t, f, b) in [
+            (0.5, 0u64, 50_000_000u64),
+            (1.0, 1, 100_000_000),
+            (2.0, 2, 200_000_000),
+        ] {
+            eta.sample(t, &snap(f, b, files, bytes));
+        }
+        let left = eta.remaining(&snap(2, 200_000_000, files, bytes)).unwrap();
+        assert!((left - 1.0).abs() < 0.01, "{left}");
+    }
+
+    #[test]
+    fn skipped_files_are_done_but_no_copy_work() {
+        // 1,000 files of 1 MB: 900 skipped at once, 50 copied in 1 s. The 50 left take 1 s
+        // (not the 0.05 s the 950 done in 1 s would say).
+        let mut eta = Eta::default();
+        let mut s = snap(950, 950_000_000, 1000, 1_000_000_000);
+        s.files_skipped = 900;
+        s.bytes_skipped = 900_000_000;
+        eta.sample(1.0, &s);
+        let left = eta.remaining(&s).unwrap();
+        assert!((left - 1.0).abs() < 0.01, "{left}");
     }
 
     #[test]

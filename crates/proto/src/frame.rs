@@ -34,6 +34,7 @@ pub mod kind {
     pub const USAGE: u8 = 18;
     pub const REPLY_END: u8 = 19;
     pub const TICKET: u8 = 20;
+    pub const PROGRESS: u8 = 21;
 }
 
 /// A decoded frame header.
@@ -50,7 +51,7 @@ impl FrameHeader {
         let kind = bytes[4];
         let limit = match kind {
             kind::BATCH => MAX_BATCH_PAYLOAD,
-            kind::SERVER_HELLO..=kind::TICKET => MAX_CONTROL_PAYLOAD,
+            kind::SERVER_HELLO..=kind::PROGRESS => MAX_CONTROL_PAYLOAD,
             other => {
                 return Err(DecodeError::Unknown {
                     what: "frame kind",

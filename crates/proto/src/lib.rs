@@ -19,8 +19,10 @@ pub mod session;
 pub use batch::{xattr_scope, Batch, BatchView, Entry, EntryKind, FileMeta, Totals, XattrList};
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
-pub use message::{DestCheck, ErrorCode, Message, MetaFlags, Operation, RemoteStats};
+pub use message::{
+    DestCheck, ErrorCode, Message, MetaFlags, Operation, RemoteStats, TransferProgress,
+};
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;

@@ -255,6 +255,23 @@ pub enum Message {
         ticket: [u8; 32],
         expires_in_s: u32,
     },
+    /// How far a transfer the client is not in the data path of (or not the sending side of)
+    /// has come: a pull's server on its control connection, a third-party copy's source
+    /// server on the `SendTo` connection, at most about once a second.
+    Progress(TransferProgress),
+}
+
+/// What a [`Message::Progress`] carries, each a total since the transfer began.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferProgress {
+    /// Regular files written (a third-party copy's; zero in a pull's, whose client counts
+    /// what it writes itself) and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Regular files the destination had already (not sent), and the bytes not sent: theirs,
+    /// those of files whose attributes alone were set, and those a resumed file had.
+    pub skipped_files: u64,
+    pub skipped_bytes: u64,
 }
 
 impl Message {
@@ -280,6 +297,7 @@ impl Message {
             Message::Usage(_) => "Usage",
             Message::ReplyEnd => "ReplyEnd",
             Message::Ticket { .. } => "Ticket",
+            Message::Progress(_) => "Progress",
         }
     }
 
@@ -432,6 +450,12 @@ impl Message {
                 out.extend_from_slice(ticket);
                 out.extend_from_slice(&expires_in_s.to_le_bytes());
                 kind::TICKET
+            }
+            Message::Progress(p) => {
+                for v in [p.files, p.bytes, p.skipped_files, p.skipped_bytes] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                kind::PROGRESS
             }
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
@@ -601,6 +625,12 @@ impl Message {
                 ticket: r.array("ticket")?,
                 expires_in_s: r.u32("expiry")?,
             },
+            kind::PROGRESS => Message::Progress(TransferProgress {
+                files: r.u64("files")?,
+                bytes: r.u64("bytes")?,
+                skipped_files: r.u64("skipped files")?,
+                skipped_bytes: r.u64("skipped bytes")?,
+            }),
             other => {
                 return Err(DecodeError::Unknown {
                     what: "control message",
@@ -893,6 +923,12 @@ mod tests {
             ticket: [9; 32],
             expires_in_s: 60,
         });
+        roundtrip(Message::Progress(crate::TransferProgress {
+            files: 1,
+            bytes: u64::MAX,
+            skipped_files: 3,
+            skipped_bytes: 4,
+        }));
     }
 
     #[test]

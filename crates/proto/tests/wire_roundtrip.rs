@@ -315,6 +315,12 @@ fn message() -> impl Strategy<Value = Message> {
             ticket,
             expires_in_s
         }),
+        any::<[u64; 4]>().prop_map(|f| Message::Progress(sprat_proto::TransferProgress {
+            files: f[0],
+            bytes: f[1],
+            skipped_files: f[2],
+            skipped_bytes: f[3],
+        })),
     ]
 }
 

@@ -10,6 +10,8 @@ use sprat_proto::{Batch, Message};
 pub(crate) enum Next<T> {
     /// Send this batch.
     Batch(Batch),
+    /// Send this control message between batches (a pull server's `Progress`).
+    Control(Message),
     /// No more data: send `End` (the message the connection's state machine gives), and say
     /// why the stage ended.
     End(Message, T),
@@ -33,6 +35,7 @@ pub(crate) fn send<T>(
                     return Ok(stop);
                 }
             }
+            Next::Control(msg) => conn.send(&msg)?,
             Next::End(end, why) => {
                 conn.send(&end)?;
                 return Ok(why);

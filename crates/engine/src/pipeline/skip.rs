@@ -387,7 +387,7 @@ impl SkipCounts {
 
     fn done(&self, files: u64, bytes: u64) {
         if let Some(p) = &self.progress {
-            p.add(files, bytes);
+            p.add_skipped(files, bytes);
         }
     }
 

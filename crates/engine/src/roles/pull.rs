@@ -7,6 +7,7 @@ use super::endpoint::Endpoint;
 use super::push::await_done;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::measurement::progress::Progress;
 use crate::net::Credentials;
 use crate::net::{Conn, SessionConn};
 use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
@@ -118,7 +119,7 @@ pub(crate) fn pull(
                                     .map(|()| Take::Write)
                                     .map_err(|e| conn.session_error(e))
                             },
-                            |conn, msg| on_control(conn, &machine, msg),
+                            |conn, msg| on_control(conn, &machine, msg, &options.progress),
                             |conn| conn.protocol("the writers stopped".into()),
                         );
                         match received {
@@ -200,6 +201,10 @@ pub(crate) fn pull(
     // `Done` says what the server's source sent: all of it must have arrived here. (Before
     // the directories' attributes: removing what arrived of an incomplete file changes its
     // directory.)
+    // The server's last `Progress` may be a second old: its final counts.
+    options
+        .progress
+        .set_skipped(remote.up_to_date, remote.bytes_not_sent);
     check_complete(&writer, &mut counts, &remote.totals, &control_conn.peer)?;
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
@@ -248,15 +253,22 @@ fn index_parts<T>(entries: Vec<T>, encoded_size: fn(&T) -> usize) -> Vec<Vec<T>>
     parts
 }
 
-/// What a control message means to a pull stream: its `End`, or the server's refusal.
+/// What a control message means to a pull stream: its `End`, the server's refusal, or how
+/// much of the destination the server's check found up to date so far (counted as done in
+/// `progress`).
 fn on_control(
     conn: &Conn,
     machine: &Mutex<ClientStream>,
     msg: Message,
+    progress: &Progress,
 ) -> Result<Flow, TransferError> {
     let event = lock(machine).on_message(msg, Instant::now());
     match event.map_err(|e| conn.session_error(e))? {
         Event::Ended => Ok(Flow::Over),
+        Event::Progress(p) => {
+            progress.set_skipped(p.skipped_files, p.skipped_bytes);
+            Ok(Flow::More)
+        }
         Event::Refused { code, text, .. } => Err(TransferError::Remote {
             peer: conn.peer.clone(),
             code,

@@ -335,10 +335,21 @@ pub fn third_party(
                 }
                 counts.failed += u64::from(unlisted);
             }
+            // How far the copy has come (the source server's counts).
+            Message::Progress(p) => {
+                options.progress.set_copied(p.files, p.bytes);
+                options
+                    .progress
+                    .set_skipped(p.skipped_files, p.skipped_bytes);
+            }
             Message::Done(stats) => break stats,
             m => return Err(unexpected(&src, m)),
         }
     };
+    options.progress.set_copied(stats.files, stats.bytes);
+    options
+        .progress
+        .set_skipped(stats.up_to_date, stats.bytes_not_sent);
     counts.files = stats.files;
     counts.dirs = stats.dirs;
     counts.symlinks = stats.symlinks;

@@ -8,6 +8,7 @@ use super::exports::{Export, Exports, Place, Reach};
 use super::push::{push_input, PushInput};
 use crate::config::{Selection, TransferOptions};
 use crate::error::{code_for, TransferError};
+use crate::measurement::progress::Progress;
 use crate::net::Conn;
 use crate::net::{Credentials, Fingerprint, Trust};
 use crate::pipeline::digest;
@@ -17,7 +18,7 @@ use sprat_proto::namespace::{
     entry_wire_size, DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, PathDigest, Request, SumAlgo,
     REPLY_FRAME_TARGET,
 };
-use sprat_proto::{ErrorCode, Message, RemoteStats};
+use sprat_proto::{ErrorCode, Message, RemoteStats, TransferProgress};
 use sprat_store::namespace::{self as ns, Digest};
 use sprat_store::owner::NameCache;
 use sprat_store::partial;
@@ -522,6 +523,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 selection,
                 // This copy's own: stopping it stops no other.
                 cancel: crate::sync::Cancel::default(),
+                progress: Progress::default(),
                 ..ctx.options.clone().with_meta(meta)
             };
             // The destination is trusted as the client found it: with the key it presented to
@@ -532,17 +534,28 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 Trust::pinned(Fingerprint(dest_key))
             };
             let key = Credentials::new(Some(TokenKey::from_token(&ticket)), trust);
-            // A client that goes away (Ctrl-C) stops the copy it asked for.
-            let report = crate::net::cancel_on_hangup(conn, &options.cancel, || {
-                push_input(
-                    PushInput::Source(source),
-                    &addr,
-                    &dest,
-                    &key,
-                    &options,
-                    display_path(&path),
-                    format!("sprat://{addr}/{}", display_path(&dest)),
-                )
+            // A client that goes away (Ctrl-C) stops the copy it asked for; while the copy
+            // runs, the client hears how far it has come (see `tell_progress`).
+            let teller = conn.try_clone().ok();
+            let report = std::thread::scope(|s| {
+                let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+                if let Some(teller) = teller {
+                    let progress = options.progress.clone();
+                    s.spawn(move || tell_progress(teller, &progress, &stopped));
+                }
+                let report = crate::net::cancel_on_hangup(conn, &options.cancel, || {
+                    push_input(
+                        PushInput::Source(source),
+                        &addr,
+                        &dest,
+                        &key,
+                        &options,
+                        display_path(&path),
+                        format!("sprat://{addr}/{}", display_path(&dest)),
+                    )
+                });
+                drop(stop);
+                report
             })?;
             if !report.failures.is_empty() {
                 conn.send(&Message::BatchAck {
@@ -578,4 +591,31 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
         }
     }
     Ok(())
+}
+
+/// How often at most a third-party copy's source server tells its client how far it has come.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// A third-party copy's `Progress` to its client on `conn` (a second handle on the `SendTo`
+/// connection): what `progress` counts, when it changed, at most once per [`PROGRESS_EVERY`],
+/// until `stopped` (before the copy's own answers go on the connection) or the client is gone.
+fn tell_progress(mut conn: Conn, progress: &Progress, stopped: &crossbeam_channel::Receiver<()>) {
+    let mut told = TransferProgress::default();
+    while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+        stopped.recv_timeout(PROGRESS_EVERY)
+    {
+        let now = progress.snapshot();
+        let p = TransferProgress {
+            files: now.files_done - now.files_skipped,
+            bytes: now.bytes_done - now.bytes_skipped,
+            skipped_files: now.files_skipped,
+            skipped_bytes: now.bytes_skipped,
+        };
+        if p != told {
+            if conn.send(&Message::Progress(p)).is_err() {
+                return;
+            }
+            told = p;
+        }
+    }
 }

@@ -37,7 +37,7 @@ use sprat_proto::auth::{Credential, TokenKey};
 use sprat_proto::namespace::Request;
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::{Direction, JOIN_PATIENCE};
-use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals};
+use sprat_proto::{Batch, DestCheck, ErrorCode, Operation, RemoteStats, Totals, TransferProgress};
 use sprat_store::{display_path, StoreError, TreeWriter};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -1178,6 +1178,9 @@ fn acknowledge(
     conn.send(&end_ack.map_err(|e| conn.session_error(e))?)
 }
 
+/// How often at most a pull's control connection sends `Progress`.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
 /// Sends batches from the session's source until it is drained (the send stage); the control
 /// connection then answers `Commit` with the read stage's busy time.
 fn serve_pull(
@@ -1195,9 +1198,29 @@ fn serve_pull(
             Ok(end) => Next::End(end, ()),
             Err(_) => Next::Stop(()),
         };
-        let mut next = || match session.batches.recv() {
-            Ok(batch) => Next::Batch(batch),
-            Err(_) => end(&mut machine),
+        // The control connection tells the client what the check spared (the client counts
+        // what it writes itself): when that changed, at most once per PROGRESS_EVERY.
+        let mut told = (Instant::now(), (0, 0));
+        let mut next = || loop {
+            if stream.control {
+                let (files, bytes, _) = session.skipped.totals();
+                if (files, bytes) != told.1 && told.0.elapsed() >= PROGRESS_EVERY {
+                    told = (Instant::now(), (files, bytes));
+                    let progress = TransferProgress {
+                        skipped_files: files,
+                        skipped_bytes: bytes,
+                        ..TransferProgress::default()
+                    };
+                    if let Ok(msg) = machine.progress(progress) {
+                        return Next::Control(msg);
+                    }
+                }
+            }
+            match session.batches.recv_timeout(PROGRESS_EVERY) {
+                Ok(batch) => return Next::Batch(batch),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return end(&mut machine),
+            }
         };
         send::send(&mut conn, &mut next, |_, sent| sent.map(|()| None))?;
         if !stream.control {

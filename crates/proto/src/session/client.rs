@@ -33,6 +33,8 @@ pub enum Event {
     EndAcked,
     /// The last batch of this (pull) connection arrived.
     Ended,
+    /// How far the server's side of a pull has come (on the control connection).
+    Progress(crate::TransferProgress),
     /// After `Commit`: directories whose attributes the server could not set (and how many
     /// more were not listed).
     DirFailures(Vec<(Vec<u8>, String)>, u32),
@@ -279,6 +281,9 @@ impl ClientStream {
                     (Direction::Pull, Message::End) => {
                         self.receiving = Receiving::Ended;
                         Ok(Event::Ended)
+                    }
+                    (Direction::Pull, Message::Progress(p)) if self.role == Role::Control => {
+                        Ok(Event::Progress(p))
                     }
                     (_, other) => Err(self.unexpected(&other)),
                 }
@@ -761,6 +766,34 @@ mod tests {
         assert!(push.index_part(Vec::new()).is_err());
         let (join, _) = opened(Direction::Pull, Role::Joining);
         assert!(join.index_part(Vec::new()).is_err());
+    }
+
+    #[test]
+    fn only_a_pulls_control_connection_takes_progress_and_only_before_its_end() {
+        let p = crate::TransferProgress {
+            skipped_files: 2,
+            ..Default::default()
+        };
+        let (mut c, now) = opened(Direction::Pull, Role::Control);
+        assert!(
+            c.on_message(Message::Progress(p), now).is_err(),
+            "not before Opened"
+        );
+        let (mut c, now) = opened(Direction::Pull, Role::Control);
+        c.on_message(Message::Opened { root_is_dir: true }, now)
+            .expect("announced");
+        assert_eq!(
+            c.on_message(Message::Progress(p), now),
+            Ok(Event::Progress(p))
+        );
+        assert_eq!(c.on_message(Message::End, now), Ok(Event::Ended));
+        assert!(
+            c.on_message(Message::Progress(p), now).is_err(),
+            "not after End"
+        );
+        let (mut join, now) = opened(Direction::Pull, Role::Joining);
+        join.on_message(Message::Joined, now).expect("announced");
+        assert!(join.on_message(Message::Progress(p), now).is_err());
     }
 
     #[test]

@@ -458,6 +458,17 @@ impl ServerStream {
         matches!(&self.state, State::Pull(p) if !p.ended)
     }
 
+    /// A pull's `Progress` (what the server's check spared so far), on the control
+    /// connection before its `End`.
+    pub fn progress(&self, p: crate::TransferProgress) -> Result<Message, SessionError> {
+        match &self.state {
+            State::Pull(pull) if !pull.ended && pull.role == Role::Control => {
+                Ok(Message::Progress(p))
+            }
+            _ => Err(self.not_now("send Progress")),
+        }
+    }
+
     /// A pull connection's `End`, after its last batch.
     pub fn end(&mut self) -> Result<Message, SessionError> {
         match &mut self.state {

@@ -192,7 +192,10 @@ impl SimClient {
                 }
             }
             client::Event::Acked { seq, .. } => self.acked.push(seq),
-            client::Event::EndAcked | client::Event::Ended | client::Event::DirFailures(..) => {}
+            client::Event::EndAcked
+            | client::Event::Ended
+            | client::Event::DirFailures(..)
+            | client::Event::Progress(_) => {}
             client::Event::Done(stats) => self.done = Some(stats),
             client::Event::Refused {
                 code,
