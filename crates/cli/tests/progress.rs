@@ -126,3 +126,156 @@ fn no_progress_line_on_pipes_unless_asked() {
     // The report on stdout is untouched by it.
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ETA"));
 }
+
+/// The progress objects of a `--json-events` run, checked: valid, with the required fields,
+/// never going back, and the final report last (returned apart).
+fn progress_events(out: &std::process::Output) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let mut events = lines(out);
+    let report = events.pop().unwrap();
+    assert!(
+        report.get("event").is_none(),
+        "the report is last: {report}"
+    );
+    assert!(report["files"].is_u64(), "{report}");
+    let progress: Vec<_> = events
+        .into_iter()
+        .filter(|e| e["event"] == "progress")
+        .collect();
+    let mut last = (0, 0);
+    for e in &progress {
+        for key in [
+            "elapsed_s",
+            "files_done",
+            "bytes_done",
+            "files_skipped",
+            "bytes_skipped",
+        ] {
+            assert!(e[key].is_number(), "{key} in {e}");
+        }
+        for key in ["files_total", "bytes_total", "eta_s"] {
+            assert!(e[key].is_number() || e[key].is_null(), "{key} in {e}");
+        }
+        let done = (
+            e["files_done"].as_u64().unwrap(),
+            e["bytes_done"].as_u64().unwrap(),
+        );
+        assert!(done.0 >= last.0 && done.1 >= last.1, "{e}");
+        assert!(e["files_skipped"].as_u64() <= Some(done.0), "{e}");
+        last = done;
+    }
+    assert!(
+        !progress.is_empty(),
+        "a progress object at the end at least"
+    );
+    (progress, report)
+}
+
+/// The last progress object says everything is done: `files` files and `bytes` bytes, of which
+/// `skipped` files the destination had.
+#[track_caller]
+fn assert_all_done(progress: &[serde_json::Value], files: u64, bytes: u64, skipped: u64) {
+    let end = progress.last().unwrap();
+    assert_eq!(end["files_total"].as_u64(), Some(files), "{end}");
+    assert_eq!(end["bytes_total"].as_u64(), Some(bytes), "{end}");
+    assert_eq!(end["files_done"].as_u64(), Some(files), "{end}");
+    assert_eq!(end["bytes_done"].as_u64(), Some(bytes), "{end}");
+    assert_eq!(end["files_skipped"].as_u64(), Some(skipped), "{end}");
+    assert_eq!(end["eta_s"].as_f64(), Some(0.0), "{end}");
+}
+
+/// A source whose first files in name order (`a/`: 1,000 of 8 KiB) a re-run finds up to date
+/// and whose last (`z/`: two of 4 MiB) it copies again once `change_last` rewrote them.
+fn make_resync_source(dir: &Path) {
+    tree::make_many_files(&dir.join("a"), 1000, 8192, 7);
+    change_last(dir, 8);
+}
+
+fn change_last(dir: &Path, seed: u64) {
+    std::fs::create_dir_all(dir.join("z")).unwrap();
+    for i in 0..2 {
+        tree::make_file(
+            &dir.join(format!("z/f{i}")),
+            &tree::random_bytes(4 << 20, seed + i),
+            0o644,
+        );
+    }
+}
+
+const RESYNC_FILES: u64 = 1002;
+const RESYNC_BYTES: u64 = 1000 * 8192 + 2 * (4 << 20);
+
+#[test]
+fn a_pull_run_again_counts_what_the_server_skips_and_reaches_the_total() {
+    let t = tmp();
+    let root = t.path().join("root");
+    make_resync_source(&root.join("src"));
+    let srv = server(&root);
+    let dst = t.path().join("dst");
+    assert_eq!(cp(&srv, &[], srv.url("src"), &dst).status.code(), Some(0));
+    change_last(&root.join("src"), 20);
+    // Through the relay the two changed files take about 3 s: the server's counts of what it
+    // skipped arrive while they are sent.
+    let relay = RelayProc::start(srv.addr(), &["--rate", "25mbit"]);
+    let out = cp(&srv, &["--json-events"], relay.url("src"), &dst);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (progress, report) = progress_events(&out);
+    assert_eq!(report["up_to_date"].as_u64(), Some(1000), "{report}");
+    assert_all_done(&progress, RESYNC_FILES, RESYNC_BYTES, 1000);
+    // Before the end: the skipped files counted as done while the others were copied.
+    let (_, before_end) = progress.split_last().unwrap();
+    assert!(
+        before_end
+            .iter()
+            .any(|e| e["files_skipped"].as_u64() == Some(1000)),
+        "{progress:?}"
+    );
+    assert_trees_equal(&root.join("src"), &dst);
+}
+
+#[test]
+fn push_and_local_runs_again_count_skipped_files_as_done() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_resync_source(&src);
+    let srv = server(&t.path().join("root"));
+    let local = t.path().join("local");
+    assert_eq!(cp(&srv, &[], &src, srv.url("dst")).status.code(), Some(0));
+    assert_eq!(cp_local(&[], &src, &local).status.code(), Some(0));
+    change_last(&src, 30);
+    let pushed = cp(&srv, &["--json-events"], &src, srv.url("dst"));
+    assert_eq!(pushed.status.code(), Some(0), "{pushed:?}");
+    let (progress, _) = progress_events(&pushed);
+    assert_all_done(&progress, RESYNC_FILES, RESYNC_BYTES, 1000);
+    let copied = cp_local(&["--json-events"], &src, &local);
+    assert_eq!(copied.status.code(), Some(0), "{copied:?}");
+    let (progress, _) = progress_events(&copied);
+    assert_all_done(&progress, RESYNC_FILES, RESYNC_BYTES, 1000);
+    assert_trees_equal(&src, &t.path().join("root/dst"));
+    assert_trees_equal(&src, &local);
+}
+
+#[test]
+fn a_third_party_copy_shows_the_source_servers_progress() {
+    let t = tmp();
+    let a = server(&t.path().join("a"));
+    let b = server(&t.path().join("b"));
+    make_source(&t.path().join("a/src"));
+    let (files, bytes) = (1002u64, 1000 * 8192 + 2 * (4u64 << 20));
+    // The source server pushes through the relay: about 3 s.
+    let relay = RelayProc::start(b.addr(), &["--rate", "40mbit"]);
+    let out = cp(&a, &["--json-events"], a.url("src"), relay.url("dst"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (progress, report) = progress_events(&out);
+    assert_eq!(report["files"].as_u64(), Some(files), "{report}");
+    assert_all_done(&progress, files, bytes, 0);
+    // While it ran, not only at the end: the client is not in the data path.
+    let (_, before_end) = progress.split_last().unwrap();
+    assert!(
+        before_end.iter().any(|e| {
+            let done = e["bytes_done"].as_u64().unwrap();
+            done > 0 && done < bytes
+        }),
+        "{progress:?}"
+    );
+    assert_trees_equal(&t.path().join("a/src"), &t.path().join("b/dst"));
+}

@@ -1199,8 +1199,10 @@ fn serve_pull(
             Err(_) => Next::Stop(()),
         };
         // The control connection tells the client what the check spared (the client counts
-        // what it writes itself): when that changed, at most once per PROGRESS_EVERY.
-        let mut told = (Instant::now(), (0, 0));
+        // what it writes itself): when that changed, at most once per PROGRESS_EVERY (the
+        // first time at once).
+        let long_ago = Instant::now().checked_sub(PROGRESS_EVERY);
+        let mut told = (long_ago.unwrap_or_else(Instant::now), (0, 0));
         let mut next = || loop {
             if stream.control {
                 let (files, bytes, _) = session.skipped.totals();
