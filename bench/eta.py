@@ -93,7 +93,7 @@ def sprat_etas(lines):
         except ValueError:
             continue
         if e.get("event") == "progress":
-            out.append((t, e.get("eta_s")))
+            out.append((t, e.get("eta_s"), e.get("files_done"), e.get("bytes_done")))
     return out
 
 
@@ -108,7 +108,7 @@ def rsync_etas(lines):
         m = RSYNC.match(line)
         if m and "xfr#" not in m.group(4):
             h, mi, s = int(m.group(1)), int(m.group(2)), int(m.group(3))
-            out.append((t, h * 3600 + mi * 60 + s))
+            out.append((t, h * 3600 + mi * 60 + s, None, None))
     return out
 
 
@@ -121,7 +121,7 @@ def rclone_etas(lines):
             continue
         stats = e.get("stats")
         if isinstance(stats, dict) and "eta" in stats:
-            out.append((t, stats["eta"]))
+            out.append((t, stats["eta"], stats.get("transfers"), stats.get("bytes")))
     return out
 
 
@@ -130,7 +130,7 @@ def errors(total, etas):
     res = {}
     for p in FRACTIONS:
         at = p * total
-        shown = [(t, e) for t, e in etas if t <= at]
+        shown = [(t, e) for t, e, _, _ in etas if t <= at]
         if not shown or shown[-1][1] is None:
             res[p] = None
             continue
@@ -179,7 +179,7 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     private = Path(tempfile.mkdtemp(prefix="sprat-eta-"))
     token = private / "token"
-    token.write_text("eta-bench-token\n")
+    token.write_text("eta-bench-token-0123456789\n")
     os.chmod(token, 0o600)
     rate = f"{args.rate_mib}MiB/s"
     client = [sprat, "cp", "--token-file", str(token), "--no-encryption",
@@ -218,8 +218,9 @@ def main():
             if server:
                 server.stop()
             errs = errors(total, etas)
-            for t, e in etas:
-                rows.append((tool, order, f"{total:.2f}", f"{t:.2f}", "" if e is None else e))
+            for t, e, files, nbytes in etas:
+                rows.append((tool, order, f"{total:.2f}", f"{t:.2f}", "" if e is None else e,
+                             "" if files is None else files, "" if nbytes is None else nbytes))
             table.append((tool, order, total, errs))
             show = "  ".join(f"{int(p*100)}%: " + ("-" if v is None else f"{v:.0%}") for p, v in errs.items())
             print(f"{tool:13} order {order}  {total:5.1f} s  {show}", flush=True)
@@ -227,7 +228,7 @@ def main():
     shutil.rmtree(private, ignore_errors=True)
     with open(args.out / "runs.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(("tool", "order", "total_s", "t_s", "eta_s"))
+        w.writerow(("tool", "order", "total_s", "t_s", "eta_s", "files_done", "bytes_done"))
         w.writerows(rows)
     with open(args.out / "errors.csv", "w", newline="") as f:
         w = csv.writer(f)

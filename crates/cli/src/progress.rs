@@ -173,15 +173,22 @@ fn clock(seconds: f64) -> String {
 }
 
 /// The time left, from this run's own costs: the elapsed time at each sample is fitted as
-/// `t = t0 * files_copied + bytes_copied / R` (least squares, both terms non-negative), and
-/// the time left is `t0 * files_left + bytes_left / R`. Skipped files (the destination had
-/// them) are no copy work: they count as done but not in the fit. A per-file cost is only
-/// told apart from the rate once [`MIN_FILES`] files were copied and their count and bytes
-/// did not grow in proportion (files of more than one kind); until then the time left is what
-/// the bytes alone predict at this run's rate (with no bytes copied yet: the files alone).
+/// `t = c + t0 * files_copied + bytes_copied / R` (least squares; `c` takes up the time
+/// before the copy got going, so that a slow start does not weigh on the rate; `t0` and `1/R`
+/// non-negative), and the time left is `t0 * files_left + bytes_left / R`. Skipped files (the
+/// destination had them) are no copy work: they count as done but not in the fit. A per-file
+/// cost is only told apart from the rate once [`MIN_FILES`] files were copied and their count
+/// and bytes did not grow in proportion (files of more than one kind); until then the time
+/// left is what the bytes alone predict at this run's rate (with no bytes copied yet: the
+/// files alone).
 #[derive(Default)]
 pub struct Eta {
-    // Sums over the samples of f*f, b*b, f*b, t*f, t*b (f, b: files and MB copied; t: seconds).
+    // Sums over the samples of 1, t, f, b, f*f, b*b, f*b, t*f, t*b (f, b: files and MB
+    // copied; t: seconds).
+    n: f64,
+    t: f64,
+    f: f64,
+    b: f64,
     ff: f64,
     bb: f64,
     fb: f64,
@@ -200,6 +207,10 @@ impl Eta {
         if f == 0.0 && b == 0.0 {
             return;
         }
+        self.n += 1.0;
+        self.t += elapsed;
+        self.f += f;
+        self.b += b;
         self.ff += f * f;
         self.bb += b * b;
         self.fb += f * b;
@@ -227,22 +238,34 @@ impl Eta {
         }
     }
 
-    /// The fitted (seconds per file, seconds per MB), when the samples tell them apart.
+    /// The fitted (seconds per file, seconds per MB), when the samples say something of them.
     fn costs(&self, files_copied: f64) -> Option<(f64, f64)> {
-        if files_copied < MIN_FILES {
+        if self.n < 2.0 {
             return None;
         }
-        let det = self.ff * self.bb - self.fb * self.fb;
-        if det <= 1e-6 * self.ff * self.bb {
-            return None;
+        // Sums of squares and products about the means: the fit with an intercept.
+        let centred = |xy: f64, x: f64, y: f64| xy - x * y / self.n;
+        let (ff, bb, fb) = (
+            centred(self.ff, self.f, self.f),
+            centred(self.bb, self.b, self.b),
+            centred(self.fb, self.f, self.b),
+        );
+        let (tf, tb) = (
+            centred(self.tf, self.t, self.f),
+            centred(self.tb, self.t, self.b),
+        );
+        let by_bytes = (bb > 0.0 && tb > 0.0).then(|| (0.0, tb / bb));
+        let det = ff * bb - fb * fb;
+        if files_copied < MIN_FILES || det <= 1e-6 * ff * bb {
+            return by_bytes;
         }
-        let per_file = (self.tf * self.bb - self.tb * self.fb) / det;
-        let per_mb = (self.tb * self.ff - self.tf * self.fb) / det;
+        let per_file = (tf * bb - tb * fb) / det;
+        let per_mb = (tb * ff - tf * fb) / det;
         match (per_file >= 0.0, per_mb >= 0.0) {
             (true, true) => Some((per_file, per_mb)),
             // The best fit with one term at zero: the other alone.
-            (false, _) => Some((0.0, self.tb / self.bb)),
-            (_, false) => Some((self.tf / self.ff, 0.0)),
+            (false, _) => by_bytes,
+            (_, false) => (ff > 0.0 && tf > 0.0).then(|| (tf / ff, 0.0)),
         }
     }
 }
@@ -305,6 +328,20 @@ mod tests {
         }
         let left = eta.remaining(&snap(2, 200_000_000, files, bytes)).unwrap();
         assert!((left - 1.0).abs() < 0.01, "{left}");
+    }
+
+    #[test]
+    fn a_slow_start_does_not_weigh_on_the_rate() {
+        // Nothing for 2 s, then 10 MB/s: at 5 s, 30 MB of 100 MB are done; 7 s are left (the
+        // mean rate since the start, 6 MB/s, would say 11.7 s).
+        let mut eta = Eta::default();
+        let (files, bytes) = (1u64, 100_000_000u64);
+        for t in 3..=5 {
+            let b = (t - 2) * 10_000_000;
+            eta.sample(t as f64, &snap(0, b, files, bytes));
+        }
+        let left = eta.remaining(&snap(0, 30_000_000, files, bytes)).unwrap();
+        assert!((left - 7.0).abs() < 0.01, "{left}");
     }
 
     #[test]
