@@ -58,10 +58,11 @@ impl Progress {
         self.0.skipped_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Sets what was skipped so far (as a server that checks the destination tells it).
+    /// Sets what was skipped so far, as a server that checks the destination tells it (on
+    /// any of a session's connections: an older word arriving late is not taken back).
     pub fn set_skipped(&self, files: u64, bytes: u64) {
-        self.0.skipped_files.store(files, Ordering::Relaxed);
-        self.0.skipped_bytes.store(bytes, Ordering::Relaxed);
+        self.0.skipped_files.fetch_max(files, Ordering::Relaxed);
+        self.0.skipped_bytes.fetch_max(bytes, Ordering::Relaxed);
     }
 
     /// Sets what was copied so far (as a third-party copy's source server tells it).
@@ -73,7 +74,8 @@ impl Progress {
     /// A new run of the transfer (a retry) starts: nothing of it is done yet.
     pub fn restart(&self) {
         self.set_copied(0, 0);
-        self.set_skipped(0, 0);
+        self.0.skipped_files.store(0, Ordering::Relaxed);
+        self.0.skipped_bytes.store(0, Ordering::Relaxed);
     }
 
     /// Sets what the whole transfer holds.

@@ -179,6 +179,29 @@ struct PullSession {
     skipped: Arc<SkipCounts>,
     /// The memory its index takes, until the session ends.
     _index: Charge,
+    /// When the session last told the client what was skipped, and what.
+    told: Mutex<(Option<Instant>, (u64, u64))>,
+}
+
+impl PullSession {
+    /// The `Progress` one of the session's connections is to send now, between batches: the
+    /// client counts what it writes itself, but not what the check spared. When that changed,
+    /// at most once per [`PROGRESS_EVERY`] for the whole session (the first time at once),
+    /// on whichever connection comes first (one may be busy sending a large batch).
+    fn progress_due(&self) -> Option<TransferProgress> {
+        let (files, bytes, _) = self.skipped.totals();
+        let mut told = lock(&self.told);
+        let due = told.0.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
+        if !due || told.1 == (files, bytes) {
+            return None;
+        }
+        *told = (Some(Instant::now()), (files, bytes));
+        Some(TransferProgress {
+            skipped_files: files,
+            skipped_bytes: bytes,
+            ..TransferProgress::default()
+        })
+    }
 }
 
 /// Most entries a pulling client's index of its destination may hold.
@@ -839,6 +862,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 source: Mutex::new(Some(handle)),
                 skipped: counts,
                 _index: charge,
+                told: Mutex::new((None, (0, 0))),
             })
         }
     };
@@ -1198,24 +1222,10 @@ fn serve_pull(
             Ok(end) => Next::End(end, ()),
             Err(_) => Next::Stop(()),
         };
-        // The control connection tells the client what the check spared (the client counts
-        // what it writes itself): when that changed, at most once per PROGRESS_EVERY (the
-        // first time at once).
-        let long_ago = Instant::now().checked_sub(PROGRESS_EVERY);
-        let mut told = (long_ago.unwrap_or_else(Instant::now), (0, 0));
         let mut next = || loop {
-            if stream.control {
-                let (files, bytes, _) = session.skipped.totals();
-                if (files, bytes) != told.1 && told.0.elapsed() >= PROGRESS_EVERY {
-                    told = (Instant::now(), (files, bytes));
-                    let progress = TransferProgress {
-                        skipped_files: files,
-                        skipped_bytes: bytes,
-                        ..TransferProgress::default()
-                    };
-                    if let Ok(msg) = machine.progress(progress) {
-                        return Next::Control(msg);
-                    }
+            if let Some(progress) = session.progress_due() {
+                if let Ok(msg) = machine.progress(progress) {
+                    return Next::Control(msg);
                 }
             }
             match session.batches.recv_timeout(PROGRESS_EVERY) {

@@ -33,7 +33,7 @@ pub enum Event {
     EndAcked,
     /// The last batch of this (pull) connection arrived.
     Ended,
-    /// How far the server's side of a pull has come (on the control connection).
+    /// How far the server's side of a pull has come (on any of its connections).
     Progress(crate::TransferProgress),
     /// After `Commit`: directories whose attributes the server could not set (and how many
     /// more were not listed).
@@ -282,9 +282,7 @@ impl ClientStream {
                         self.receiving = Receiving::Ended;
                         Ok(Event::Ended)
                     }
-                    (Direction::Pull, Message::Progress(p)) if self.role == Role::Control => {
-                        Ok(Event::Progress(p))
-                    }
+                    (Direction::Pull, Message::Progress(p)) => Ok(Event::Progress(p)),
                     (_, other) => Err(self.unexpected(&other)),
                 }
             }
@@ -769,7 +767,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_pulls_control_connection_takes_progress_and_only_before_its_end() {
+    fn a_pull_connection_takes_progress_only_while_it_transfers() {
         let p = crate::TransferProgress {
             skipped_files: 2,
             ..Default::default()
@@ -793,7 +791,11 @@ mod tests {
         );
         let (mut join, now) = opened(Direction::Pull, Role::Joining);
         join.on_message(Message::Joined, now).expect("announced");
-        assert!(join.on_message(Message::Progress(p), now).is_err());
+        assert_eq!(join.on_message(Message::Progress(p), now), Ok(Event::Progress(p)));
+        let (mut push, now) = opened(Direction::Push, Role::Control);
+        push.on_message(Message::Opened { root_is_dir: true }, now)
+            .expect("announced");
+        assert!(push.on_message(Message::Progress(p), now).is_err());
     }
 
     #[test]

@@ -458,13 +458,11 @@ impl ServerStream {
         matches!(&self.state, State::Pull(p) if !p.ended)
     }
 
-    /// A pull's `Progress` (what the server's check spared so far), on the control
-    /// connection before its `End`.
+    /// A pull's `Progress` (what the server's check spared so far), on any of its
+    /// connections before its `End`.
     pub fn progress(&self, p: crate::TransferProgress) -> Result<Message, SessionError> {
         match &self.state {
-            State::Pull(pull) if !pull.ended && pull.role == Role::Control => {
-                Ok(Message::Progress(p))
-            }
+            State::Pull(pull) if !pull.ended => Ok(Message::Progress(p)),
             _ => Err(self.not_now("send Progress")),
         }
     }
