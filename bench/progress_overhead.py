@@ -10,6 +10,7 @@ Standalone: python3 bench/progress_overhead.py --sprat target/release/sprat --da
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -19,9 +20,13 @@ from pathlib import Path
 
 
 def timed(cmd):
+    """(wall seconds, CPU seconds of the client: user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.monotonic() - t
+    wall = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main():
@@ -60,17 +65,23 @@ def main():
             dst = str(dst_root / "d")
             base = [sprat, "cp"]
         times = {"off": [], "on": []}
+        cpu = {"off": [], "on": []}
         for i in range(args.pairs):
             order = ("off", "on") if i % 2 == 0 else ("on", "off")
             for which in order:
                 shutil.rmtree(dst_root / "d", ignore_errors=True)
                 extra = ["--progress"] if which == "on" else []
-                times[which].append(timed(base + extra + [str(src), dst]))
-            print(f"{mode} pair {i + 1}: off {times['off'][-1]:.2f} s, on {times['on'][-1]:.2f} s", flush=True)
+                wall, used = timed(base + extra + [str(src), dst])
+                times[which].append(wall)
+                cpu[which].append(used)
+            print(f"{mode} pair {i + 1}: off {times['off'][-1]:.2f} s ({cpu['off'][-1]:.2f} s CPU), "
+                  f"on {times['on'][-1]:.2f} s ({cpu['on'][-1]:.2f} s CPU)", flush=True)
         ratios = [on / off for on, off in zip(times["on"], times["off"])]
         print(f"{mode}: median off {statistics.median(times['off']):.2f} s, on "
               f"{statistics.median(times['on']):.2f} s, median ratio on/off "
-              f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
+              f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); client CPU "
+              f"median off {statistics.median(cpu['off']):.2f} s, on {statistics.median(cpu['on']):.2f} s, "
+              f"median ratio {statistics.median([a / b for a, b in zip(cpu['on'], cpu['off'])]):.3f}", flush=True)
         if server:
             server.kill()
             server.wait()

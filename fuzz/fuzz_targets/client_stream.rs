@@ -455,6 +455,10 @@ fn check_message(
             assert_eq!(direction, Direction::Push);
             assert!(m.committed && m.ended);
         }
+        Ok(Event::Progress(_)) => {
+            assert_eq!(direction, Direction::Pull);
+            assert!(m.announced && !m.ended && !m.closed, "Progress with {m:?}");
+        }
         Ok(Event::Done(_)) => {
             assert!(m.committed && m.ended && !m.done, "Done with {m:?}");
             m.done = true;

@@ -791,7 +791,10 @@ mod tests {
         );
         let (mut join, now) = opened(Direction::Pull, Role::Joining);
         join.on_message(Message::Joined, now).expect("announced");
-        assert_eq!(join.on_message(Message::Progress(p), now), Ok(Event::Progress(p)));
+        assert_eq!(
+            join.on_message(Message::Progress(p), now),
+            Ok(Event::Progress(p))
+        );
         let (mut push, now) = opened(Direction::Push, Role::Control);
         push.on_message(Message::Opened { root_is_dir: true }, now)
             .expect("announced");
