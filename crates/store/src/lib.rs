@@ -12,6 +12,7 @@
 pub mod attrs;
 pub mod batch_read;
 pub mod compare;
+pub mod direct;
 pub mod error;
 pub mod filter;
 pub mod limit;
@@ -26,6 +27,7 @@ pub mod sparse;
 pub mod sync;
 mod sys;
 pub mod write;
+pub mod writeback;
 pub mod xattr;
 
 pub use attrs::{checksum, Attrs};

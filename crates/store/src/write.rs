@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// Writes one transfer's tree below a destination directory.
@@ -69,6 +69,10 @@ pub struct TreeWriter {
     publish: AtomicU8,
     /// Batches are synced to stable storage before they count as written.
     durable: bool,
+    /// How large files' chunks are written (see [`TreeWriter::direct_chunks`]).
+    chunk_writes: ChunkWrites,
+    /// Started by [`TreeWriter::early_writeback`].
+    writeback: Option<crate::writeback::Writeback>,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
@@ -98,6 +102,13 @@ pub const MAX_LISTED_ERRORS: usize = 128;
 /// Bytes a remembered record takes beyond its path (the record, its slot in the vector or
 /// set, the allocation's header).
 pub const RECORD_COST: usize = 64;
+
+/// How a writer writes large files' chunks.
+#[derive(Debug, Clone, Copy, Default)]
+struct ChunkWrites {
+    /// With `O_DIRECT` where the file system allows.
+    direct: bool,
+}
 
 /// Group commit of `syncfs` calls.
 #[derive(Default)]
@@ -171,6 +182,11 @@ struct LargeFile {
     log_name: Vec<u8>,
     name: Vec<u8>,
     fd: OwnedFd,
+    /// The partial file opened again with `O_DIRECT` (see [`crate::direct`]), when the writer
+    /// writes chunks directly and the file system allows it.
+    direct: Option<OwnedFd>,
+    /// The file system refused a direct write: the rest goes through `fd`.
+    direct_refused: AtomicBool,
     /// The journal, opened for appending.
     log: OwnedFd,
     state: Mutex<LargeState>,
@@ -179,6 +195,7 @@ struct LargeFile {
 impl LargeFile {
     /// A large file being written in `dir` as `names` (its partial file and journal), open
     /// as `fds` (the same two), with the ranges `coverage` present already.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         dir: &OwnedFd,
         name: &[u8],
@@ -187,7 +204,13 @@ impl LargeFile {
         (part, log_name): (Vec<u8>, Vec<u8>),
         (fd, log): (OwnedFd, OwnedFd),
         coverage: Coverage,
+        how: ChunkWrites,
     ) -> Result<LargeFile, StoreError> {
+        let direct = if how.direct {
+            crate::direct::reopen(dir, &part, &fd)
+        } else {
+            None
+        };
         let dir = dir
             .try_clone()
             .map_err(|e| StoreError::new("open directory", path, e))?;
@@ -199,6 +222,8 @@ impl LargeFile {
             log_name,
             name: name.to_vec(),
             fd,
+            direct,
+            direct_refused: AtomicBool::new(false),
             log,
             state: Mutex::new(LargeState {
                 coverage,
@@ -206,6 +231,26 @@ impl LargeFile {
                 published: false,
             }),
         })
+    }
+
+    /// Writes `data` at `offset` of the partial file: directly where it can (see
+    /// [`crate::direct`]), otherwise through the page cache.
+    fn write_data(&self, data: &[u8], offset: u64) -> Result<(), Errno> {
+        let direct = self
+            .direct
+            .as_ref()
+            .filter(|_| !self.direct_refused.load(Ordering::Relaxed));
+        if let Some(direct) = direct {
+            let buffered = |d: &[u8], at: u64| write_all_at(&self.fd, d, at);
+            match crate::direct::write_at(direct, data, offset, buffered)? {
+                crate::direct::Written::Done => return Ok(()),
+                crate::direct::Written::Refused { written } => {
+                    self.direct_refused.store(true, Ordering::Relaxed);
+                    return write_all_at(&self.fd, &data[written..], offset + written as u64);
+                }
+            }
+        }
+        write_all_at(&self.fd, data, offset)
     }
 
     /// Removes the partial file and its journal (another version of the file, or no longer
@@ -272,6 +317,8 @@ impl TreeWriter {
             ids: Some(crate::owner::LocalIds::default()),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
+            chunk_writes: ChunkWrites::default(),
+            writeback: None,
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
@@ -475,6 +522,42 @@ impl TreeWriter {
 
     pub fn is_durable(&self) -> bool {
         self.durable
+    }
+
+    /// Writes large files' chunks with `O_DIRECT` where the file system allows (see
+    /// [`crate::direct`]): on the device when written, not left for the final sync.
+    pub fn direct_chunks(mut self, direct: bool) -> TreeWriter {
+        self.chunk_writes.direct = direct;
+        self
+    }
+
+    /// Starts writing to disk while the copy goes on (see [`crate::writeback`]): a sync of
+    /// the destination's file system after batches ([`TreeWriter::batch_written`]), on a
+    /// thread of its own that nobody waits for. Not durability: see [`TreeWriter::durable`].
+    pub fn early_writeback(mut self, on: bool) -> TreeWriter {
+        self.writeback = if on {
+            self.base
+                .fd()
+                .try_clone_to_owned()
+                .ok()
+                .and_then(|fd| crate::writeback::Writeback::start(fd).ok())
+        } else {
+            None
+        };
+        self
+    }
+
+    /// Tells the writer that a batch was written: with [`TreeWriter::early_writeback`], its
+    /// data starts going to disk.
+    pub fn batch_written(&self) {
+        if let Some(wb) = &self.writeback {
+            wb.kick();
+        }
+    }
+
+    /// How many early writeback syncs were started (see [`TreeWriter::early_writeback`]).
+    pub fn writeback_runs(&self) -> u64 {
+        self.writeback.as_ref().map_or(0, |wb| wb.runs())
     }
 
     /// Number of `syncfs` calls made so far.
@@ -1059,7 +1142,7 @@ impl WriterCursor<'_> {
                         mtime_nsec: attrs.mtime_nsec,
                     };
                     let opened = open_files::get_or_open(dir, name, id, || {
-                        open_large(dir, name, path, id).map(Arc::new)
+                        open_large(dir, name, path, id, writer.chunk_writes).map(Arc::new)
                     });
                     let f = match opened {
                         Ok(f) => f,
@@ -1099,7 +1182,7 @@ impl WriterCursor<'_> {
             if len > 0 {
                 // Preallocated (or left by an earlier run): runs of zeros are punched out.
                 crate::sparse::write_at(&file.fd, data, offset, false, |d, at| {
-                    write_all_at(&file.fd, d, at)
+                    file.write_data(d, at)
                 })
                 .map_err(|e| fail(StoreError::new("write", path, e)))?;
                 let record = partial::encode_record(&Record { offset, len, hash });
@@ -1445,6 +1528,7 @@ fn open_large(
     name: &[u8],
     path: &[u8],
     id: Identity,
+    how: ChunkWrites,
 ) -> Result<LargeFile, StoreError> {
     let part = partial::part_name(name);
     let log_name = partial::log_name(name);
@@ -1488,7 +1572,7 @@ fn open_large(
             let fd = match openat(dir, os(&part), create, Mode::from_raw_mode(0o600)) {
                 // Another writer of the same file created it a moment ago: share it (both
                 // write the same bytes, and append to the same journal).
-                Err(Errno::EXIST) => return join_large(dir, name, path, id, part, log_name),
+                Err(Errno::EXIST) => return join_large(dir, name, path, id, (part, log_name), how),
                 other => other.map_err(|e| StoreError::new("create", path, e))?,
             };
             let cleanup = || {
@@ -1511,7 +1595,8 @@ fn open_large(
             (fd, log, Coverage::default())
         }
     };
-    LargeFile::new(dir, name, path, id, (part, log_name), (fd, log), coverage)
+    let names = (part, log_name);
+    LargeFile::new(dir, name, path, id, names, (fd, log), coverage, how)
 }
 
 /// Opens the partial file another writer is creating right now, without its ranges.
@@ -1520,8 +1605,8 @@ fn join_large(
     name: &[u8],
     path: &[u8],
     id: Identity,
-    part: Vec<u8>,
-    log_name: Vec<u8>,
+    (part, log_name): (Vec<u8>, Vec<u8>),
+    how: ChunkWrites,
 ) -> Result<LargeFile, StoreError> {
     let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let fd = openat(dir, os(&part), flags, Mode::empty())
@@ -1531,7 +1616,16 @@ fn join_large(
     let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
         .map_err(|e| StoreError::new("open the journal of", path, e))?;
     let names = (part, log_name);
-    LargeFile::new(dir, name, path, id, names, (fd, log), Coverage::default())
+    LargeFile::new(
+        dir,
+        name,
+        path,
+        id,
+        names,
+        (fd, log),
+        Coverage::default(),
+        how,
+    )
 }
 
 /// Whether `name` in `dir` is a regular file of the size and mtime of `id`.

@@ -416,6 +416,8 @@ pub fn write_batch(
             if let Err(e) = writer.sync(last_path) {
                 out.fatal = Some((crate::error::code_for(&e), e.to_string()));
             }
+        } else {
+            writer.batch_written();
         }
     }
     out

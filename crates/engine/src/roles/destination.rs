@@ -87,10 +87,17 @@ pub(crate) fn local_writer(
         TreeWriter::for_file(Root::create_local(parent)?, name, temp_tag())
     };
     let keep_setid = !from_peer || options.keep_setid;
+    // The data goes to disk while the copy runs, not all in the final sync (see
+    // docs/performance.md, "Time until the data is on disk"); the two switches turn each
+    // technique off, to measure it.
+    let on = |var: &str| std::env::var_os(var).is_none_or(|v| v != "0");
+    let early_writeback = !options.durable && on("SPRAT_EARLY_WRITEBACK");
     Ok(Arc::new(
         writer
             .publishing(options.publish)
             .durable(options.durable)
+            .direct_chunks(on("SPRAT_DIRECT_CHUNKS"))
+            .early_writeback(early_writeback)
             .keep_setid(keep_setid)
             .owners(options.owners)
             // A local copy's source and destination share one user database: the ids are

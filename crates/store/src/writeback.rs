@@ -1,0 +1,115 @@
+//! Early writeback: makes the disk start on what a tree writer wrote while the copy goes on,
+//! instead of after it.
+//!
+//! Without it the kernel starts writing a copy's dirty pages back only once they pass its
+//! background threshold (10% of memory here, about 2 GB) or are 30 s old, so a copy smaller
+//! than that finishes with everything still in memory and the whole write to disk happens in
+//! the final `sync` (the user's, or the next writeback): the disk idles while the copy runs,
+//! and the CPU idles while the disk writes. A [`Writeback`] runs one thread that, each time it
+//! is kicked (after every batch), calls `syncfs` on the destination's file system unless one is
+//! under way already, so the write to disk overlaps the copy. Nobody waits for it: it is not
+//! durability (a durable writer syncs and waits per batch, see `TreeWriter::sync`), and its
+//! errors are not reported (a non-durable copy promises nothing about the disk; the user's own
+//! `sync` reports a write error).
+//!
+//! Large files' chunks mostly bypass this: they are written with `O_DIRECT` where the file
+//! system allows (see `crate::direct`). Starting the writeback of each chunk written through
+//! the page cache (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) was tried and made a warm copy of
+//! 2 x 1 GiB slower, not faster (docs/performance.md).
+
+use crate::sync::{lock, unpoisoned};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A thread starting writeback of one file system whenever it is kicked (see the module's doc).
+pub struct Writeback {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Kicked since the last sync started.
+    pending: bool,
+    stop: bool,
+    /// Syncs started so far.
+    runs: u64,
+}
+
+impl Writeback {
+    /// Starts the thread for the file system holding `fd` (a descriptor of the destination's
+    /// root, which the thread owns).
+    pub fn start(fd: OwnedFd) -> std::io::Result<Writeback> {
+        let shared = Arc::new(Shared::default());
+        let mine = shared.clone();
+        std::thread::Builder::new()
+            .name("sprat-writeback".into())
+            .spawn(move || run(&mine, &fd))?;
+        Ok(Writeback { shared })
+    }
+
+    /// Asks for a sync once the one under way (if any) is over: what was written until now
+    /// starts going to disk.
+    pub fn kick(&self) {
+        let mut st = lock(&self.shared.state);
+        if !st.pending {
+            st.pending = true;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// How many syncs the thread started.
+    pub fn runs(&self) -> u64 {
+        lock(&self.shared.state).runs
+    }
+}
+
+impl Drop for Writeback {
+    /// Stops the thread without waiting for it: a sync under way finishes on its own.
+    fn drop(&mut self) {
+        lock(&self.shared.state).stop = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+fn run(shared: &Shared, fd: &OwnedFd) {
+    loop {
+        {
+            let mut st = lock(&shared.state);
+            while !st.pending && !st.stop {
+                st = unpoisoned(shared.wake.wait(st));
+            }
+            if st.stop {
+                return;
+            }
+            st.pending = false;
+            st.runs += 1;
+        }
+        // Errors are not this thread's to report (see the module's doc).
+        let _ = rustix::fs::syncfs(fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kicks_start_syncs_and_a_dropped_writeback_stops() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fd = OwnedFd::from(std::fs::File::open(dir.path()).expect("open"));
+        let wb = Writeback::start(fd).expect("start");
+        wb.kick();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while wb.runs() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(wb.runs() >= 1);
+        drop(wb);
+    }
+}
