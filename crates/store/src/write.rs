@@ -1964,6 +1964,46 @@ mod tests {
     }
 
     #[test]
+    fn chunks_written_directly_land_exactly_and_resume_like_buffered_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let new_writer = || {
+            TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+                .publishing(PublishChoice::Auto)
+                .direct_chunks(true)
+        };
+        let data: Vec<u8> = (0..3 * 8192 + 100).map(|i| (i % 251) as u8 + 1).collect();
+        let size = data.len() as u64;
+        let chunk = |c: &mut WriterCursor<'_>, at: usize, end: usize| {
+            let d = &data[at..end];
+            c.write_chunk(
+                b"big",
+                &attrs(0o640),
+                size,
+                at as u64,
+                d,
+                crate::attrs::checksum(d),
+            )
+            .unwrap()
+        };
+        {
+            // An interrupted run: the first chunk (aligned: written directly) is kept.
+            let writer = new_writer();
+            let mut c = writer.cursor();
+            assert_eq!(chunk(&mut c, 0, 8192), ChunkOutcome::Partial);
+        }
+        let writer = new_writer();
+        let mut c = writer.cursor();
+        // Resumed: its kept range reads back as written; the rest ends unaligned.
+        assert_eq!(chunk(&mut c, 8192, 8192 + 3000), ChunkOutcome::Partial);
+        assert_eq!(
+            chunk(&mut c, 8192 + 3000, data.len()),
+            ChunkOutcome::Completed
+        );
+        assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), data);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
     fn leftover_temporary_names_are_recognised() {
         let writer = TreeWriter::for_dir(
             Root::open(tempfile::tempdir().unwrap().path()).unwrap(),
