@@ -283,8 +283,9 @@ class Harness:
             if not proc.wait_listen(int(ctx["listen_port"]), receiver, 10):
                 self.procs.stop(receiver)
                 return dict(row, exit=98, check="FAIL", note="receiver did not listen")
-        srv_pids = [srv.pid for (kind, i), srv in self.servers.items()
-                    if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
+        srvs = [srv for (kind, i), srv in self.servers.items()
+                if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
+        srv_pids = [srv.pid for srv in srvs]
         cpu0 = sum(proc.cpu_of(pid) for pid in srv_pids)
         relay = self.relays.get((t.server, 0, rtt)) if rtt is not None and t.kind not in ("read", "write") else None
         conns0 = self._relay_conns(relay)
@@ -295,6 +296,9 @@ class Harness:
             row["relay_conns"] = self._relay_conns(relay) - conns0
         if receiver is not None and receiver in self.procs.procs:
             self.procs.procs.remove(receiver)
+        # untimed: a session may end after its client (sprat's one-shot server exits once the
+        # client's ssh has closed its stdin, a relay's delay later)
+        proc.wait_childless([srv.pid for srv in srvs if srv.children])
         server_cpu = sum(proc.cpu_of(pid) for pid in srv_pids) - cpu0
         row.update(seconds=round(timed.seconds, 4), sync_seconds=round(timed.sync_seconds, 4), exit=timed.rc,
                    client_cpu=round(timed.cpu, 3), server_cpu=round(server_cpu, 3) if srv_pids else "")
@@ -331,8 +335,9 @@ class Harness:
         if row.get("exit"):
             row["check"] = "FAIL"
             if timed.timed_out:
+                err = _tail(logbase + ".err")
                 notes.insert(0, f"killed at its time limit, {limit:g} s, with {row.get('dst_files', '?')} of "
-                             f"{r.files} files copied: {_tail(logbase + '.err')}")
+                             f"{r.files} files copied" + (f": {err}" if err else ""))
             else:
                 notes.insert(0, f"exit {row['exit']}: {_tail(logbase + '.err')}")
         if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:

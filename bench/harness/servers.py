@@ -31,6 +31,8 @@ class Server:
     # Starts this server's relay (h, rtt_ms, rate) -> Relay, when the default (`start_relay`
     # on 127.0.0.1 to the server's port) is not enough; see `start_sshd`.
     relay: Optional[Callable] = None
+    # Serves each connection in a child process (sshd): its CPU time counts once it is reaped.
+    children: bool = False
 
 
 @dataclass
@@ -176,7 +178,7 @@ def start_sshd(h, i: int) -> Server:
         return {"ssh_opts": ssh_opts, "ssh": "ssh " + ssh_opts,
                 "ssh_e": shlex.quote("ssh " + " ".join(opts) + f" -p {port}"), "remote_sprat": h.sprat}
 
-    return Server("sshd", "127.0.0.1", port, h.root, p.pid, ctx=ctx, verbatim=("ssh_opts", "ssh", "ssh_e"),
+    return Server("sshd", "127.0.0.1", port, h.root, p.pid, ctx=ctx, verbatim=("ssh_opts", "ssh", "ssh_e"), children=True,
                   relay=lambda h, rtt, rate: _sshd_relay(h, port, rtt, rate))
 
 

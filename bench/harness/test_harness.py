@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import report, servers, sets, stats, suites, tools, verify  # noqa: E402
+from harness import proc, report, servers, sets, stats, suites, tools, verify  # noqa: E402
 
 REPO = "/repo"
 
@@ -145,6 +145,22 @@ class Tools(unittest.TestCase):
         self.assertEqual(tools.time_limit(scp, 30.0, 60), 60)
         self.assertEqual(tools.time_limit(scp, None, 1800), 1800)
         self.assertEqual(tools.time_limit(rsync, 30.0, 1800), 1800)
+
+
+class Proc(unittest.TestCase):
+    def test_ppid_of_and_has_children(self):
+        self.assertEqual(proc.ppid_of("42 (a) b) c) S 7 42 42 0"), 7)
+        self.assertIsNone(proc.ppid_of("garbage"))
+        with open("/proc/self/stat") as f:
+            self.assertEqual(proc.ppid_of(f.read()), os.getppid())
+        p = subprocess.Popen(["sleep", "5"])
+        try:
+            self.assertTrue(proc.has_children(os.getpid()))
+            self.assertFalse(proc.wait_childless([os.getpid()], timeout=0.05))
+        finally:
+            p.kill()
+            p.wait()
+        self.assertTrue(proc.wait_childless([os.getpid()], timeout=1))
 
 
 class Servers(unittest.TestCase):
