@@ -124,6 +124,39 @@ def cpu_of(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / CLK_TCK
 
 
+def ppid_of(stat_text: str) -> Optional[int]:
+    """The parent's PID in the text of /proc/PID/stat (after the command's closing paren)."""
+    try:
+        return int(stat_text.rsplit(")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def has_children(pid: int) -> bool:
+    """Whether a live process has child processes (a scan of /proc)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if ppid_of(f.read()) == pid:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_childless(pids: list[int], timeout: float = 5.0) -> bool:
+    """Wait until none of `pids` has children (sshd's per-connection sessions, which reach the
+    server's CPU time only once reaped); False on timeout."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not any(has_children(p) for p in pids):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 # ---------------------------------------------------------------- caches and sync
 
 def can_drop_caches() -> bool:

@@ -18,7 +18,7 @@ from .suites import RESYNC_MODES, Plan, tool_registry
 CSV_FIELDS = ["stamp", "suite", "set", "mode", "cache", "rtt_ms", "round", "order", "tool", "kind", "seconds",
               "sync_seconds", "exit", "check", "dst_files", "dst_bytes", "src_files", "src_bytes", "tool_seconds",
               "client_cpu", "server_cpu", "bottleneck", "encryption", "report_bytes", "up_to_date", "streams",
-              "path_rtt_ms", "tail_s", "load1", "note"]
+              "path_rtt_ms", "tail_s", "relay_conns", "load1", "note"]
 
 
 class Harness:
@@ -37,7 +37,7 @@ class Harness:
         self.exit_hooks: list[list[str]] = []
         self.reg = tool_registry(plan)
         self.servers: dict[tuple[str, int], servers.Server] = {}
-        self.relays: dict[tuple[str, int, float], int] = {}
+        self.relays: dict[tuple[str, int, float], servers.Relay] = {}
         self.unavailable: dict[str, str] = {}
         self.ready: dict[str, setsmod.Ready] = {}
         self.rows: list[dict] = []
@@ -127,8 +127,7 @@ class Harness:
                         continue
                     try:
                         if srv.relay_ok:
-                            port, _ = servers.start_relay(self, srv.port, rtt, self.plan.rate)
-                            self.relays[(t.server, i, rtt)] = port
+                            self.relays[(t.server, i, rtt)] = servers.relay_for(self, srv, rtt, self.plan.rate)
                         elif t.server == "gridftp":
                             self.servers[(t.server, f"rtt{rtt}")] = servers.start_gridftp_behind_relay(
                                 self, n, rtt, self.plan.rate)
@@ -171,17 +170,21 @@ class Harness:
             if srv is None:
                 return {}, {}, env, self.unavailable.get(tool.name, "server not started")
             port = srv.port
+            host = srv.host
+            relay_ctx: dict = {}
             if rtt is not None and not srv.relay_ok:
                 srv = self.servers.get((tool.server, f"rtt{rtt}"))
                 if srv is None:
                     return {}, {}, env, f"{tool.server} cannot go through the relay (data channels bypass it)"
-                port = srv.port
+                port, host = srv.port, srv.host
             elif rtt is not None:
-                port = self.relays.get((tool.server, 0, rtt))
-                if port is None:
+                relay = self.relays.get((tool.server, 0, rtt))
+                if relay is None:
                     return {}, {}, env, "no relay"
-            raw["host"] = srv.host
+                port, host, relay_ctx = relay.port, relay.host, relay.ctx
+            raw["host"] = host
             raw.update(srv.ctx(port))
+            raw.update(relay_ctx)
             verbatim += list(srv.verbatim)
             env.update(srv.env)
             raw["listen_port"], raw["port"] = srv.port, port
@@ -226,6 +229,7 @@ class Harness:
                     lineup = list(limits) + lineup
                 if mode == "touch-push":
                     self._touch(s, rnd)
+                lineup = [t for t in lineup if toolsmod.runs_in_round(t, rtt, rnd)]
                 for k, t in enumerate(stats.rotate(lineup, rnd - 1)):
                     write_row(self.run_one(s, mode, cache, rtt, t, rnd, k + 1))
 
@@ -279,13 +283,22 @@ class Harness:
             if not proc.wait_listen(int(ctx["listen_port"]), receiver, 10):
                 self.procs.stop(receiver)
                 return dict(row, exit=98, check="FAIL", note="receiver did not listen")
-        srv_pids = [srv.pid for (kind, i), srv in self.servers.items()
-                    if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
+        srvs = [srv for (kind, i), srv in self.servers.items()
+                if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
+        srv_pids = [srv.pid for srv in srvs]
         cpu0 = sum(proc.cpu_of(pid) for pid in srv_pids)
-        timed = proc.run_timed(cmd, out=logbase + ".out", err=logbase + ".err", env=env, timeout=p.timeout,
+        relay = self.relays.get((t.server, 0, rtt)) if rtt is not None and t.kind not in ("read", "write") else None
+        conns0 = self._relay_conns(relay)
+        limit = toolsmod.time_limit(t, rtt, p.timeout)
+        timed = proc.run_timed(cmd, out=logbase + ".out", err=logbase + ".err", env=env, timeout=limit,
                                receiver=receiver, sync_path=dst if t.sync else None)
+        if relay is not None:
+            row["relay_conns"] = self._relay_conns(relay) - conns0
         if receiver is not None and receiver in self.procs.procs:
             self.procs.procs.remove(receiver)
+        # untimed: a session may end after its client (sprat's one-shot server exits once the
+        # client's ssh has closed its stdin, a relay's delay later)
+        proc.wait_childless([srv.pid for srv in srvs if srv.children])
         server_cpu = sum(proc.cpu_of(pid) for pid in srv_pids) - cpu0
         row.update(seconds=round(timed.seconds, 4), sync_seconds=round(timed.sync_seconds, 4), exit=timed.rc,
                    client_cpu=round(timed.cpu, 3), server_cpu=round(server_cpu, 3) if srv_pids else "")
@@ -321,13 +334,28 @@ class Harness:
             shutil.rmtree(dst, ignore_errors=True)
         if row.get("exit"):
             row["check"] = "FAIL"
-            notes.insert(0, f"exit {row['exit']}{' (timeout)' if timed.timed_out else ''}: {_tail(logbase + '.err')}")
+            if timed.timed_out:
+                err = _tail(logbase + ".err")
+                notes.insert(0, f"killed at its time limit, {limit:g} s, with {row.get('dst_files', '?')} of "
+                             f"{r.files} files copied" + (f": {err}" if err else ""))
+            else:
+                notes.insert(0, f"exit {row['exit']}: {_tail(logbase + '.err')}")
         if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:
             self._delete(raw["dst"])
         row["note"] = "; ".join(notes)
         self.log(f"{s:<8} {mode:<10} {cache:<4} {rtt_s + ' ms' if rtt_s else '':<8} {t.name:<14} r{rnd} "
                  f"{row['seconds']:9.3f} s  {row.get('check', '')} {row['note'][:160]}")
         return row
+
+    @staticmethod
+    def _relay_conns(relay: Optional[servers.Relay]) -> int:
+        if relay is None:
+            return 0
+        try:
+            with open(relay.log, errors="replace") as f:
+                return servers.relay_connections(f.read())
+        except OSError:
+            return 0
 
     def _delete(self, *paths: Optional[str]) -> None:
         for d in paths:

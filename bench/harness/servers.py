@@ -28,6 +28,23 @@ class Server:
     verbatim: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)
     relay_ok: bool = True
+    # Starts this server's relay (h, rtt_ms, rate) -> Relay, when the default (`start_relay`
+    # on 127.0.0.1 to the server's port) is not enough; see `start_sshd`.
+    relay: Optional[Callable] = None
+    # Serves each connection in a child process (sshd): its CPU time counts once it is reaped.
+    children: bool = False
+
+
+@dataclass
+class Relay:
+    """A `sprat relay` in front of a server: where tools connect, the template fields that
+    differ through it, and its log (stderr: one `A -> B -> C` line per forwarded connection)."""
+
+    host: str
+    port: int
+    pid: int
+    log: str
+    ctx: dict = field(default_factory=dict)
 
 
 class StartError(Exception):
@@ -144,7 +161,7 @@ def start_sshd(h, i: int) -> Server:
     port = proc.free_port()
     conf = os.path.join(d, "sshd_config")
     with open(conf, "w") as f:
-        f.write(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPermitRootLogin prohibit-password\n"
+        f.write(f"Port {port}\nListenAddress 127.0.0.1\nListenAddress {SSHD_BEHIND_RELAY}\nHostKey {d}/host_key\nPermitRootLogin prohibit-password\n"
                 f"PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 f"AuthorizedKeysFile {d}/authorized_keys\nUsePAM no\nStrictModes no\nPidFile {d}/sshd.pid\n"
                 "Subsystem sftp /usr/lib/openssh/sftp-server\nMaxStartups 100\nLogLevel ERROR\n"
@@ -159,9 +176,48 @@ def start_sshd(h, i: int) -> Server:
 
     def ctx(port: int) -> dict:
         return {"ssh_opts": ssh_opts, "ssh": "ssh " + ssh_opts,
-                "ssh_e": shlex.quote("ssh " + " ".join(opts) + f" -p {port}")}
+                "ssh_e": shlex.quote("ssh " + " ".join(opts) + f" -p {port}"), "remote_sprat": h.sprat}
 
-    return Server("sshd", "127.0.0.1", port, h.root, p.pid, ctx=ctx, verbatim=("ssh_opts", "ssh", "ssh_e"))
+    return Server("sshd", "127.0.0.1", port, h.root, p.pid, ctx=ctx, verbatim=("ssh_opts", "ssh", "ssh_e"), children=True,
+                  relay=lambda h, rtt, rate: _sshd_relay(h, port, rtt, rate))
+
+
+# The relay in front of sshd listens on RELAY_HOST and forwards to sshd's second address,
+# SSHD_BEHIND_RELAY, so that nothing reaches the relay's side of the host by accident.
+RELAY_HOST = "127.0.0.2"
+SSHD_BEHIND_RELAY = "127.0.0.3"
+
+
+def relayed_sprat_wrapper(sprat: str, port: int, listen_host: str = SSHD_BEHIND_RELAY,
+                          announce_host: str = RELAY_HOST) -> str:
+    """The script run as `--remote-sprat` through the relay (bench only): the one-shot server
+    listens on `listen_host:port` and announces `announce_host:port`, the relay's address, where
+    the relay forwards that port too. On one host the client would otherwise reach the server's
+    own address without crossing the relay; a real remote is reached only across the WAN."""
+    lh = listen_host.replace(".", "\\.")
+    return ("#!/bin/sh\n"
+            f"# bench/harness: a one-shot server on {listen_host}:{port} announcing {announce_host}:{port}\n"
+            f"{shlex.quote(sprat)} \"$@\" --listen {listen_host}:{port} "
+            f"| sed -u 's/^listening on {lh}:/listening on {announce_host}:/'\n")
+
+
+def _sshd_relay(h, ssh_port: int, rtt_ms: float, rate: str) -> Relay:
+    """`sprat relay` on RELAY_HOST in front of sshd's SSHD_BEHIND_RELAY, also forwarding one data
+    port for the one-shot server of the wrapper (`remote_sprat`), so that every connection of a
+    run crosses the relay: ssh's, and sprat's direct data streams."""
+    data_port = proc.free_port(SSHD_BEHIND_RELAY)
+    wrapper = os.path.join(h.tmp, f"sprat-relayed-{rtt_ms:g}ms")
+    with open(wrapper, "w") as f:
+        f.write(relayed_sprat_wrapper(h.sprat, data_port))
+    os.chmod(wrapper, 0o755)
+    log = os.path.join(h.logs, f"relay-sshd-{rtt_ms:g}ms")
+    p = h.procs.start([h.sprat, "relay", "--listen", f"{RELAY_HOST}:0", "--to", f"{SSHD_BEHIND_RELAY}:{ssh_port}",
+                       "--delay", f"{rtt_ms / 2:g}ms", "--rate", rate, "--ports", f"{data_port}-{data_port}"],
+                      log=log, env=h.sprat_env)
+    lines = proc.wait_line(log + ".out", "listening on ", p)
+    if not lines:
+        raise StartError(f"sprat relay in front of sshd did not start: {_tail(log + '.err')}")
+    return Relay(RELAY_HOST, int(lines[0].rsplit(":", 1)[1]), p.pid, log + ".err", ctx={"remote_sprat": wrapper})
 
 
 KINDS = {
@@ -186,6 +242,25 @@ def start_relay(h, to_port: int, rtt_ms: float, rate: str) -> tuple[int, int]:
     if not lines:
         raise StartError(f"sprat relay did not start: {_tail(log + '.err')}")
     return int(lines[0].rsplit(":", 1)[1]), p.pid
+
+
+def relay_for(h, srv: Server, rtt_ms: float, rate: str) -> Relay:
+    """The relay of `srv` at `rtt_ms`: its own (`Server.relay`) or `start_relay`'s."""
+    if srv.relay is not None:
+        return srv.relay(h, rtt_ms, rate)
+    port, pid = start_relay(h, srv.port, rtt_ms, rate)
+    return Relay("127.0.0.1", port, pid, os.path.join(h.logs, f"relay-{srv.port}-{rtt_ms:g}ms.err"))
+
+
+def relay_connections(log_text: str) -> int:
+    """Connections a relay forwarded, from its stderr: one `sprat relay: FROM -> AT -> TO` line
+    each (three addresses, nothing else; the start-up line has more words)."""
+    n = 0
+    for line in log_text.splitlines():
+        words = line.split()
+        if len(words) == 7 and words[:2] == ["sprat", "relay:"] and words[3] == words[5] == "->":
+            n += 1
+    return n
 
 
 def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:

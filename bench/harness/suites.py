@@ -34,6 +34,7 @@ class Suite:
     netns: bool = True
     resync: bool = False
     special: bool = False
+    rate: str = "1gbit"
 
 
 SUITES = {
@@ -60,6 +61,12 @@ SUITES = {
               sets=("mixed1g", "small", "big"), tools=("sprat", "rsyncd", "tarnc", "gridftp"),
               modes=("push",), caches=("warm",), rtts=(0.2, 10.0, 30.0, 100.0), limits=("read", "write"),
               tmpfs=True),
+        Suite("ssh", "push over ssh (HOST:PATH) to a private sshd: sprat (streams direct, and --via-ssh) "
+              "against rsync -a over ssh and scp -r -p, on loopback and through `sprat relay` at 30 ms (no rate "
+              "cap) in front of sshd, which sprat's direct streams cross too; scp through the relay: round 1 "
+              "only, killed after 120 s",
+              sets=("tree", "small"), tools=("sprat-ssh", "sprat-via-ssh", "rsync-ssh", "scp"), modes=("push",),
+              caches=("warm",), rtts=(None, 30.0), limits=(), baseline="sprat-ssh", tmpfs=True, rate="0"),
         Suite("encryption", "TLS against plain TCP: sprat and sprat --no-encryption in the same rounds",
               sets=("tree", "mixed1g"), tools=("sprat", "sprat-plain"), modes=("push", "pull"),
               caches=("warm",), limits=(), baseline="sprat-plain", rounds=5),
@@ -164,7 +171,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--cache", "--caches", dest="caches", type=_csv, help="cold, warm (default: the suite's)")
     p.add_argument("--rtts", type=_rtts, help="round trips in ms through `sprat relay`, comma-separated; "
                    "'none' = no relay (default: the suite's)")
-    p.add_argument("--rate", default="1gbit", help="the relay's bandwidth cap [1gbit]")
+    p.add_argument("--rate", help="the relay's bandwidth cap, 0 = none [the suite's: 1gbit; ssh: 0]")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default: the suite's)")
     p.add_argument("--baseline", help="the tool the ratios are taken against [sprat]")
     p.add_argument("--sprat", default=os.path.join(repo, "target/release/sprat"),
@@ -173,7 +180,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=BASE [ARGS]",
                    help="an extra tool: BASE with extra client arguments, e.g. 'sprat-s8=sprat --streams 8'")
     p.add_argument("--old-sprat", help="another sprat binary, run as the tool sprat-old")
-    p.add_argument("--data-dir", help="data sets and destinations [/work/bench-data; wan: /dev/shm/sprat-harness]")
+    p.add_argument("--data-dir", help="data sets and destinations [/work/bench-data; wan, ssh: /dev/shm/sprat-harness]")
     p.add_argument("--results-dir", default=os.path.join(repo, "bench/results"), help="[bench/results]")
     p.add_argument("--verify", choices=("count", "full"), default="full",
                    help="check of every copy: count (paths, types, sizes) or full (+ contents, modes, mtimes)")
@@ -256,7 +263,7 @@ def parse(argv: list[str], repo: str) -> Plan:
         modes=modes, caches=caches, rtts=rtts, rounds=rounds, baseline=baseline, sprat=a.sprat,
         sprat_args=shlex.split(a.sprat_args), data_dir=data_dir, results_dir=a.results_dir,
         verify=a.verify, timeout=a.timeout, quick=a.quick, seed=a.seed, tree=a.tree,
-        tree_files=a.tree_files, refresh=a.refresh, rate=a.rate, touch_pct=a.touch_pct,
+        tree_files=a.tree_files, refresh=a.refresh, rate=a.rate or suite.rate, touch_pct=a.touch_pct,
         netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at, variants=a.variant,
         old_sprat=a.old_sprat,
     )

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
 import sys
 import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import report, sets, stats, suites, tools, verify  # noqa: E402
+from harness import proc, report, servers, sets, stats, suites, tools, verify  # noqa: E402
 
 REPO = "/repo"
 
@@ -88,7 +90,7 @@ class Tools(unittest.TestCase):
     def test_every_entry_expands_with_a_full_context(self):
         fields = ["sprat", "src", "dst", "src_rel", "dst_rel", "src_name", "host", "host2", "port", "port2",
                   "listen_port", "args", "args_remote", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
-                  "ssh_e2", "rclone_pass", "xrd_user", "calls"]
+                  "ssh_e2", "rclone_pass", "xrd_user", "calls", "remote_sprat"]
         ctx = {f: f"<{f}>" for f in fields}
         for t in tools.ENTRIES:
             for m, tmpl in list(t.modes.items()) + list(t.receiver.items()) + list(t.prepare.items()):
@@ -108,8 +110,8 @@ class Tools(unittest.TestCase):
     def test_resolve_aliases_and_unknown(self):
         reg = tools.registry()
         self.assertEqual([t.name for t in tools.resolve(["cp", "tar"], reg)], ["cpa", "tartar"])
-        with self.assertRaisesRegex(ValueError, "unknown tool 'scp'"):
-            tools.resolve(["scp"], reg)
+        with self.assertRaisesRegex(ValueError, "unknown tool 'ftp'"):
+            tools.resolve(["ftp"], reg)
 
     def test_servers_and_modes(self):
         reg = tools.registry()
@@ -118,6 +120,70 @@ class Tools(unittest.TestCase):
         self.assertTrue(reg["tarnc"].receiver)
         self.assertFalse(reg["read"].sync)
         self.assertTrue(reg["write"].sync)
+
+    def test_over_ssh(self):
+        reg = tools.registry()
+        ctx = {f: f"<{f}>" for f in ("sprat", "args", "ssh_e", "remote_sprat", "src", "dst", "host", "port", "ssh_opts")}
+        self.assertEqual(tools.expand(reg["sprat-ssh"].modes["push"], ctx),
+                         "<sprat> cp --json <args> -e <ssh_e> --remote-sprat <remote_sprat> <src> root@<host>:<dst>")
+        via = tools.expand(reg["sprat-via-ssh"].modes["push"], ctx)
+        self.assertIn("--via-ssh", via)
+        self.assertIn("--remote-sprat <sprat> ", via)  # never the relayed wrapper: it would add a second --listen
+        self.assertEqual(tools.expand(reg["scp"].modes["push"], ctx),
+                         "scp -q -r -p -P <port> <ssh_opts> <args> <src> root@<host>:<dst>")
+        for t in ("sprat-ssh", "sprat-via-ssh", "rsync-ssh", "scp"):
+            self.assertEqual(reg[t].server, "sshd", t)
+
+    def test_scp_through_a_relay_once_and_capped(self):
+        reg = tools.registry()
+        scp, rsync = reg["scp"], reg["rsync-ssh"]
+        self.assertTrue(tools.runs_in_round(scp, None, 3))
+        self.assertTrue(tools.runs_in_round(scp, 30.0, 1))
+        self.assertFalse(tools.runs_in_round(scp, 30.0, 2))
+        self.assertTrue(tools.runs_in_round(rsync, 30.0, 2))
+        self.assertEqual(tools.time_limit(scp, 30.0, 1800), 120)
+        self.assertEqual(tools.time_limit(scp, 30.0, 60), 60)
+        self.assertEqual(tools.time_limit(scp, None, 1800), 1800)
+        self.assertEqual(tools.time_limit(rsync, 30.0, 1800), 1800)
+
+
+class Proc(unittest.TestCase):
+    def test_ppid_of_and_has_children(self):
+        self.assertEqual(proc.ppid_of("42 (a) b) c) S 7 42 42 0"), 7)
+        self.assertIsNone(proc.ppid_of("garbage"))
+        with open("/proc/self/stat") as f:
+            self.assertEqual(proc.ppid_of(f.read()), os.getppid())
+        p = subprocess.Popen(["sleep", "5"])
+        try:
+            self.assertTrue(proc.has_children(os.getpid()))
+            self.assertFalse(proc.wait_childless([os.getpid()], timeout=0.05))
+        finally:
+            p.kill()
+            p.wait()
+        self.assertTrue(proc.wait_childless([os.getpid()], timeout=1))
+
+
+class Servers(unittest.TestCase):
+    def test_relayed_wrapper_announces_the_relay(self):
+        w = servers.relayed_sprat_wrapper("/t/my sprat", 4242)
+        self.assertTrue(w.startswith("#!/bin/sh\n"))
+        self.assertIn("'/t/my sprat' \"$@\" --listen 127.0.0.3:4242 | ", w)
+        # the sed program, run on the server's first line, rewrites only the listening address
+        sed = w.split("sed -u ", 1)[1].strip()
+        prog = shlex.split(sed)[0]
+        out = subprocess.run(["sed", prog], input="listening on 127.0.0.3:4242\nfingerprint SHA256:x\n",
+                             capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out, "listening on 127.0.0.2:4242\nfingerprint SHA256:x\n")
+
+    def test_relay_connections_counts_forwarded_ones_only(self):
+        log = ("sprat relay: 127.0.0.2:0 -> 127.0.0.3:22: RTT 30.0 ms, no rate cap per direction (shared), "
+               "window 4 MiB per connection\n"
+               "sprat relay: 127.0.0.1:5 -> 127.0.0.2:40 -> 127.0.0.3:22\n"
+               "sprat relay: connection 1: injecting Faults\n"
+               "sprat relay: 127.0.0.1:6 -> 127.0.0.2:41 -> 127.0.0.3:41\n"
+               "sprat relay: cannot connect to 127.0.0.3:41: refused\n")
+        self.assertEqual(servers.relay_connections(log), 2)
+        self.assertEqual(servers.relay_connections(""), 0)
 
 
 class Suites(unittest.TestCase):
@@ -137,6 +203,14 @@ class Suites(unittest.TestCase):
         self.assertTrue(p.netns)
         self.assertFalse(suites.parse(["local"], REPO).netns)
 
+    def test_ssh_suite(self):
+        p = suites.parse(["ssh", "--quick", "--rounds", "1"], REPO)
+        self.assertEqual(p.tools, ["sprat-ssh", "sprat-via-ssh", "rsync-ssh", "scp"])
+        self.assertEqual((p.sets, p.modes, p.caches, p.rtts), (["tree", "small"], ["push"], ["warm"], [None, 30.0]))
+        self.assertEqual((p.baseline, p.limits, p.rate, p.data_dir), ("sprat-ssh", [], "0", "/dev/shm/sprat-harness"))
+        self.assertEqual(suites.parse(["ssh", "--rate", "1gbit"], REPO).rate, "1gbit")
+        self.assertEqual(suites.parse(["wan"], REPO).rate, "1gbit")
+
     def test_options(self):
         p = suites.parse(["local", "--cache", "cold", "--rtts", "none,30", "--limits", "none",
                           "--variant", "s1=sprat --streams 1", "--old-sprat", "/old", "--sprat-args", "--io threads"], REPO)
@@ -150,7 +224,7 @@ class Suites(unittest.TestCase):
 
     def test_bad_input_exits_2(self):
         for argv in (["nosuite"], ["local", "--rounds", "0"], ["local", "--cache", "hot"],
-                     ["local", "--tools", "scp"], ["local", "--sets", "huge"], ["local", "--modes", "noop-push"],
+                     ["local", "--tools", "ftp"], ["local", "--sets", "huge"], ["local", "--modes", "noop-push"],
                      ["local", "--rtts", "x"], ["local", "--limits", "sprat"]):
             with self.subTest(argv=argv), self.assertRaises(SystemExit) as e:
                 with open(os.devnull, "w") as devnull:

@@ -50,6 +50,10 @@ class Tool:
     bin: Optional[str] = None
     gen_only: bool = False
     note: str = ""
+    # Through a relay (an RTT): killed after this many seconds (None: --timeout), and run in
+    # the first round only when `relay_once` (scp pays round trips per file: hours at 30 ms).
+    relay_timeout: Optional[float] = None
+    relay_once: bool = False
 
     def supports(self, mode: str) -> bool:
         return mode in self.modes
@@ -65,6 +69,18 @@ class _Quoting(string.Formatter):
         if conversion == "q":
             return shlex.quote(str(value))
         return super().convert_field(value, conversion)
+
+
+def runs_in_round(tool: Tool, rtt: Optional[float], rnd: int) -> bool:
+    """Whether `tool` runs in round `rnd` (1-based) of a cell at `rtt` (None: no relay)."""
+    return not (tool.relay_once and rtt is not None and rnd > 1)
+
+
+def time_limit(tool: Tool, rtt: Optional[float], timeout: float) -> float:
+    """Seconds before a run of `tool` at `rtt` is killed: --timeout, or less through a relay."""
+    if rtt is not None and tool.relay_timeout is not None:
+        return min(timeout, tool.relay_timeout)
+    return timeout
 
 
 def expand(template: str, ctx: Mapping[str, str]) -> str:
@@ -149,6 +165,22 @@ ENTRIES: list[Tool] = [
                 "pull": "rsync -a {args} -e " + SSH_E + " root@{host}:{src}/ {dst}/",
                 # host A runs rsync to host B (ssh from A to B): the data never crosses the client
                 "third": "{ssh} -p {port} root@{host} rsync -a {args_remote} -e {ssh_e2!q} {src!q}/ root@{host2}:{dst!q}/"}),
+    # HOST:PATH over the sshd: the one-shot server (`sprat serve --one-shot`) started through ssh,
+    # its streams direct, or tunnelled in the ssh connection (--via-ssh). {remote_sprat} is the
+    # binary under test, or through a relay the wrapper that announces the relay's address
+    # (servers.relayed_sprat_wrapper), so that the direct streams cross the relay too.
+    Tool(name="sprat-ssh", label="sprat over ssh (HOST:PATH, streams direct)", server="sshd", json_report=True,
+         modes={"push": SPRAT_CP + " -e {ssh_e} --remote-sprat {remote_sprat} {src} root@{host}:{dst}",
+                "pull": SPRAT_CP + " -e {ssh_e} --remote-sprat {remote_sprat} root@{host}:{src} {dst}"}),
+    Tool(name="sprat-via-ssh", label="sprat over ssh --via-ssh (streams in the ssh connection)", server="sshd",
+         json_report=True,
+         modes={"push": SPRAT_CP + " --via-ssh -e {ssh_e} --remote-sprat {sprat} {src} root@{host}:{dst}",
+                "pull": SPRAT_CP + " --via-ssh -e {ssh_e} --remote-sprat {sprat} root@{host}:{src} {dst}"}),
+    # OpenSSH's scp speaks SFTP and follows symlinks (a tree with links FAILs the check).
+    Tool(name="scp", label="scp -r -p (OpenSSH, SFTP)", server="sshd", needs=("scp",), relay_timeout=120,
+         relay_once=True,
+         modes={"push": "scp -q -r -p -P {port} {ssh_opts} {args} {src} root@{host}:{dst}",
+                "pull": "scp -q -r -p -P {port} {ssh_opts} {args} root@{host}:{src} {dst}"}),
     Tool(name="sftp", label="sftp (OpenSSH)", server="sshd", needs=("sftp",),
          modes={"push": "echo \"put -rp {src} {dst}\" | sftp -q -b - {ssh_opts} -P {port} root@{host} >/dev/null",
                 "pull": "echo \"get -rp {src} {dst}\" | sftp -q -b - {ssh_opts} -P {port} root@{host} >/dev/null"}),
