@@ -125,6 +125,10 @@ def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, loa
             from . import resume
 
             body = resume.run_resume(h)
+        elif h.plan.suite.name == "eta":
+            from . import progress
+
+            body = progress.run_eta(h)
         elif h.plan.suite.name == "namespace":
             body = special.run_namespace(h)
         elif h.plan.suite.name == "overhead":
@@ -166,6 +170,13 @@ def command_line(argv: list[str]) -> str:
 
 
 def describe(plan: suites.Plan) -> str:
+    if plan.suite.name == "eta":
+        from . import progress
+
+        return "\n".join([f"suite eta: {plan.suite.doc}",
+                          f"sets {','.join(progress._parts(plan))}; orders {', '.join(plan.modes)}; {plan.rounds} rounds; "
+                          f"--bwlimit {plan.bwlimit_mib:g} MiB/s; data in {plan.data_dir}", "tools:"]
+                         + [f"  {t:<13} {progress.ETA_TOOLS[t].direction:<5} {progress.ETA_TOOLS[t].cmd}" for t in plan.tools])
     reg = suites.tool_registry(plan)
     lines = [f"suite {plan.suite.name}: {plan.suite.doc}",
              f"sets {', '.join(plan.sets)}{' (quick)' if plan.quick else ''}; modes {', '.join(plan.modes)}; "
@@ -204,6 +215,12 @@ def write_report(h: runner.Harness, argv: list[str], stamp: str, outdir: str, lo
         why = h.unavailable.get(t.name)
         lines.append(f"- {t.name}: {t.label}" + (f" — skipped: {why}" if why else ""))
     lines += ["", report.markdown(cells, plan.tools, kinds, plan.baseline, rate)]
+    if plan.suite.name == "progress-overhead":
+        from . import progress
+
+        lines += ["Paired rounds (as bench/progress_overhead.py printed them): wall and client CPU (user + system "
+                  "of `sprat cp` and its children, wait4) without and with `--progress`:", "",
+                  progress.overhead_lines(h.rows)]
     why = report.plot(cells, plan.tools, kinds, os.path.join(outdir, "plot.png"),
                       f"{plan.suite.name} {stamp} ({command_line(argv)})")
     lines.append("![plot](plot.png)" if why is None else f"(no plot: {why})")

@@ -73,9 +73,9 @@ class Harness:
         self.sprat_env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(self.tmp, "xdg-config"),
                               XDG_STATE_HOME=os.path.join(self.tmp, "xdg-state"), RUST_LOG="sprat=warn")
         fs = _fstype(self.data_dir)
-        if p.suite.tmpfs and fs not in ("tmpfs", "ramfs"):
+        if p.suite.tmpfs and not p.suite.any_fs and fs not in ("tmpfs", "ramfs"):
             self.log(f"warning: --data-dir {self.data_dir} is on {fs}, not tmpfs: storage may be the limit")
-        if not p.suite.tmpfs and fs in ("tmpfs", "ramfs"):
+        if not p.suite.tmpfs and not p.suite.any_fs and fs in ("tmpfs", "ramfs"):
             raise SystemExit(f"bench/run: --data-dir {self.data_dir} is on {fs}; suite {p.suite.name} measures a real disk")
         if "cold" in p.caches and not proc.can_drop_caches():
             raise SystemExit("bench/run: cold cache runs need root (/proc/sys/vm/drop_caches); use --cache warm")

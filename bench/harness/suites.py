@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Optional
@@ -35,6 +36,8 @@ class Suite:
     resync: bool = False
     special: bool = False
     rate: str = "1gbit"
+    # any file system will do (tmpfs too): the suite measures a ratio or a bandwidth-limited copy
+    any_fs: bool = False
 
 
 SUITES = {
@@ -74,6 +77,15 @@ SUITES = {
               "of the files changed, against an rsync daemon",
               sets=("small", "tree"), tools=("sprat", "rsyncd"), modes=("noop-push", "noop-pull", "touch-push"),
               limits=(), resync=True),
+        Suite("eta", "how right the time left is early on: sprat --json-events (local, push, pull), rsync "
+              "--info=progress2 and rclone at one --bwlimit, small files then large ones (order a) and the reverse (b); "
+              "ETA error at 10/25/50% of each run",
+              sets=(), tools=("sprat-local", "sprat-push", "sprat-pull", "rsync-local", "rclone-local"),
+              modes=("a", "b"), caches=("warm",), limits=(), rounds=1, special=True, any_fs=True),
+        Suite("progress-overhead", "what live progress costs: fresh copies without and with --progress (stderr to "
+              "the log), local and push over loopback, paired rounds; wall and client CPU ratios",
+              sets=("small",), tools=("progress-off", "progress-on"), modes=("local", "push"), caches=("warm",),
+              limits=(), baseline="progress-off", rounds=5, any_fs=True),
         Suite("overhead", "per-file overhead of every subsystem: `sprat bench overhead` (cold), fits, points, plot",
               sets=(), tools=(), modes=("push",), caches=("cold",), limits=(), rounds=1, netns=False, special=True),
         Suite("namespace", "the daily script (copy in, move, long recursive listing, checksum every file, copy "
@@ -126,6 +138,7 @@ class Plan:
     kill_at: int = 50
     variants: list[str] = field(default_factory=list)
     old_sprat: Optional[str] = None
+    bwlimit_mib: float = 48.0
 
     def cells(self) -> list[tuple[str, str, str, Optional[float]]]:
         """(set, mode, cache, rtt) of every table row, in the order they run within a round."""
@@ -193,6 +206,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--touch-pct", type=float, default=1.0, help="resync: percent of files changed per touch round [1]")
     p.add_argument("--calls", type=int, default=50, help="mode ls: sequential `sprat ls` calls per run [50]")
     p.add_argument("--kill-at", type=int, default=50, help="resume: percent of a full copy's loopback bytes at the kill [50]")
+    p.add_argument("--bwlimit-mib", type=float, help="eta: every tool's bandwidth limit in MiB/s [48; quick 8]")
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
     p.add_argument("--dry-run", action="store_true", help="print the plan and every command, run nothing")
     return p
@@ -224,10 +238,24 @@ def parse(argv: list[str], repo: str) -> Plan:
     allowed = tuple(RESYNC_MODES) if suite.resync else toolsmod.MODES
     if suite.name == "resume":
         allowed = ("client", "server", "server-retry")
+    if suite.name == "eta":
+        from .progress import ETA_TOOLS, ORDERS
+
+        allowed = tuple(ORDERS)
+        for t in tools:
+            if t not in ETA_TOOLS:
+                p.error(f"--tools: '{t}' is not a tool of suite eta ({', '.join(ETA_TOOLS)})")
+        for s in a.sets or []:
+            if not re.fullmatch(r"[1-9][0-9]*x[0-9]+(?:[KMGT]i?B|B)?", s):
+                p.error(f"--sets: eta takes two NxSIZE parts, small then large (e.g. 20000x16KiB,20x32MiB), not '{s}'")
+        if a.sets is not None and len(a.sets) != 2:
+            p.error("--sets: eta takes two NxSIZE parts, small then large (e.g. 20000x16KiB,20x32MiB)")
+    if a.bwlimit_mib is not None and (suite.name != "eta" or a.bwlimit_mib <= 0):
+        p.error("--bwlimit-mib: only suite eta takes it, and it must be positive")
     for m in modes:
         if m not in allowed:
             p.error(f"--modes: '{m}' is not a mode of suite {suite.name} ({', '.join(allowed)})")
-    for s in a.sets or []:
+    for s in (a.sets or []) if suite.name != "eta" else []:
         try:
             setsmod.resolve_set(s, tree="/")
         except ValueError as e:
@@ -246,10 +274,12 @@ def parse(argv: list[str], repo: str) -> Plan:
     for l in limits:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
-    if suite.special and (a.limits or (a.sets and suite.name != "resume") or (a.modes and suite.name != "resume")
-                          or (a.tools and suite.name != "namespace")):
+    if suite.special and (a.limits or (a.sets and suite.name not in ("resume", "eta"))
+                          or (a.modes and suite.name not in ("resume", "eta"))
+                          or (a.tools and suite.name not in ("namespace", "eta"))):
         p.error(f"suite {suite.name} takes none of --limits, --sets, --modes, --tools but "
-                + {"resume": "--sets and --modes", "namespace": "--tools"}.get(suite.name, "the common options"))
+                + {"resume": "--sets and --modes", "namespace": "--tools", "eta": "--sets, --modes and --tools"}.get(
+                    suite.name, "the common options"))
     if suite.name == "namespace":
         for w in tools:
             if w not in ("sprat", "sftp", "rsync"):
@@ -266,6 +296,7 @@ def parse(argv: list[str], repo: str) -> Plan:
         tree_files=a.tree_files, refresh=a.refresh, rate=a.rate or suite.rate, touch_pct=a.touch_pct,
         netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at, variants=a.variant,
         old_sprat=a.old_sprat,
+        bwlimit_mib=a.bwlimit_mib or (8.0 if a.quick else 48.0),
     )
 
 

@@ -202,6 +202,14 @@ ENTRIES += [
     variant(SPRAT, "sprat-durable", ("--durable",)),
     variant(SPRAT, "sprat-checksum", ("-c",)),
 ]
+# Live progress off and on (suite progress-overhead, the old bench/progress_overhead.py): a fresh
+# copy without the final sync in the timed part, as that script timed it (the count's cost is
+# the client's, and the writeback would only add noise to the ratio).
+ENTRIES += [
+    replace(SPRAT, name="progress-off", label="sprat cp (no progress; not synced in the timed part)", sync=False),
+    replace(SPRAT, name="progress-on", label="sprat cp --progress (stderr to the run's log; not synced in the timed part)",
+            sync=False, args=("--progress",)),
+]
 ALIASES = {"cp": "cpa", "tar": "tartar", "rsync-daemon": "rsyncd", "read-limit": "read", "write-limit": "write"}
 
 
