@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import proc, report, servers, sets, stats, suites, tools, verify  # noqa: E402
+from harness import proc, progress, report, servers, sets, stats, suites, tools, verify  # noqa: E402
 
 REPO = "/repo"
 
@@ -377,6 +377,102 @@ class Resume(unittest.TestCase):
             if old is not None:
                 os.environ["SPRAT_HARNESS_NETNS"] = old
 
+
+
+class Progress(unittest.TestCase):
+    def test_eta_errors_last_estimate_by_each_fraction(self):
+        # T = 100: at 10% the last estimate is t=8 -> 80 (left 92), at 25% t=20 -> 85 (left 80),
+        # at 50% t=45 -> None (no value shown then)
+        etas = [(1.0, 200.0, 1, 10), (8.0, 80.0, 2, 20), (20.0, 85.0, 3, 30), (45.0, None, 4, 40), (60.0, 40.0, 5, 50)]
+        e = progress.eta_errors(100.0, etas)
+        self.assertAlmostEqual(e[0.10], 12 / 92)
+        self.assertAlmostEqual(e[0.25], 5 / 80)
+        self.assertIsNone(e[0.50])
+
+    def test_eta_errors_none_shown_and_exact(self):
+        self.assertEqual(progress.eta_errors(10.0, []), {0.10: None, 0.25: None, 0.50: None})
+        self.assertEqual(progress.eta_errors(10.0, [(2.0, 8.0, None, None)])[0.25], 0.0)
+        self.assertIsNone(progress.eta_errors(10.0, [(2.0, 8.0, None, None)])[0.10])
+
+    def test_split_stamped_keeps_partial_lines(self):
+        buf, got = progress.split_stamped(b"", b"a\rb\n  \nc", 1.5, rb"[\r\n]")
+        self.assertEqual((buf, got), (b"c", [(1.5, "a"), (1.5, "b")]))
+        buf, got = progress.split_stamped(buf, b"d\n", 2.0, rb"\n")
+        self.assertEqual((buf, got), (b"", [(2.0, "cd")]))
+
+    def test_rsync_progress2(self):
+        lines = [(1.0, "        229,376   0%    1.00MB/s    0:16:31 (xfr#14, ir-chk=1000/1014)"),
+                 (2.0, "     32,768,000  12%   23.44MB/s    0:00:09  "),
+                 (3.0, "    671,088,640  67%   24.00MB/s    1:02:03"),
+                 (4.0, "sending incremental file list"), (5.0, "1-small/f0001")]
+        self.assertEqual(progress.rsync_etas(lines), [(2.0, 9, None, None), (3.0, 3723, None, None)])
+
+    def test_rclone_json_stats(self):
+        lines = [(1.0, '{"level":"info","msg":"x","stats":{"bytes":1024,"eta":null,"transfers":0}}'),
+                 (2.0, '{"level":"info","msg":"y","stats":{"bytes":4096,"eta":12,"transfers":3}}'),
+                 (3.0, '{"level":"info","msg":"no stats"}'), (4.0, "not json")]
+        self.assertEqual(progress.rclone_etas(lines), [(1.0, None, 0, 1024), (2.0, 12, 3, 4096)])
+
+    def test_sprat_json_events(self):
+        lines = [(1.0, '{"event":"progress","eta_s":5.5,"files_done":10,"bytes_done":100}'),
+                 (2.0, '{"event":"done","seconds":3}'), (3.0, "garbage"), (4.0, "[1, 2]")]
+        self.assertEqual(progress.sprat_etas(lines), [(1.0, 5.5, 10, 100)])
+
+    def test_eta_table_medians_and_labels(self):
+        rs = [{"order": "a", "tool": "sprat-push", "total": 40.0, "errors": {0.1: 1.44, 0.25: 0.09, 0.5: None}, "check": "ok"},
+              {"order": "b", "tool": "rsync-local", "total": 43.7, "errors": {0.1: 0.37, 0.25: 0.47, 0.5: 0.73}, "check": "ok"},
+              {"order": "b", "tool": "rclone-local", "total": 1.0, "errors": {0.1: None, 0.25: None, 0.5: None}, "check": "FAIL"}]
+        t = progress.eta_table(rs).splitlines()
+        self.assertEqual(t[2], "| sprat | small then large | push | 40.0 | 144% | 9% | none shown |")
+        self.assertEqual(t[3], "| rsync | large then small | local | 43.7 | 37% | 47% | 73% |")
+        self.assertIn("FAIL", t[4])
+
+    def test_overhead_lines_paired_ratios(self):
+        def row(tool, mode, rnd, secs, cpu):
+            return {"set": "small", "mode": mode, "cache": "warm", "tool": tool, "round": rnd, "seconds": secs,
+                    "client_cpu": cpu, "exit": 0, "check": "ok", "kind": "copy"}
+        rows = [row("progress-off", "local", 1, 10.0, 5.0), row("progress-on", "local", 1, 11.0, 6.0),
+                row("progress-on", "local", 2, 12.0, 6.0), row("progress-off", "local", 2, 10.0, 4.0),
+                row("progress-on", "local", 3, 99.0, 9.0) | {"check": "FAIL"}]
+        out = progress.overhead_lines(rows).splitlines()
+        self.assertEqual(len(out), 3)
+        self.assertIn("10.00 / 11.50", out[2])
+        self.assertIn("1.150 (1.100-1.200)", out[2])
+        self.assertIn("4.50 / 6.00", out[2])
+        self.assertIn("1.350", out[2])
+
+    def test_suites_parse(self):
+        p = suites.parse(["eta"], REPO)
+        self.assertEqual(p.tools, ["sprat-local", "sprat-push", "sprat-pull", "rsync-local", "rclone-local"])
+        self.assertEqual((p.modes, p.rounds, p.bwlimit_mib), (["a", "b"], 1, 48.0))
+        p = suites.parse(["eta", "--quick", "--sets", "200x16KiB,2x4MiB", "--modes", "b", "--bwlimit-mib", "24"], REPO)
+        self.assertEqual((p.sets, p.modes, p.bwlimit_mib), (["200x16KiB", "2x4MiB"], ["b"], 24.0))
+        self.assertEqual(progress._parts(p), ("200x16KiB", "2x4MiB"))
+        self.assertEqual(progress._parts(suites.parse(["eta"], REPO)), ("20000x16KiB", "20x32MiB"))
+        for bad in (["eta", "--tools", "cpa"], ["eta", "--modes", "push"], ["eta", "--sets", "small,big"],
+                    ["eta", "--sets", "1x1KiB"], ["local", "--bwlimit-mib", "4"], ["eta", "--limits", "read"]):
+            with self.assertRaises(SystemExit, msg=bad):
+                with open(os.devnull, "w") as devnull:
+                    old, sys.stderr = sys.stderr, devnull
+                    try:
+                        suites.parse(bad, REPO)
+                    finally:
+                        sys.stderr = old
+        p = suites.parse(["progress-overhead"], REPO)
+        self.assertEqual((p.sets, p.tools, p.modes, p.baseline, p.rounds, p.limits),
+                         (["small"], ["progress-off", "progress-on"], ["local", "push"], "progress-off", 5, []))
+        reg = tools.registry()
+        self.assertEqual(reg["progress-on"].args, ("--progress",))
+        self.assertFalse(reg["progress-on"].sync or reg["progress-off"].sync)
+
+    def test_eta_templates_expand(self):
+        raw = {"sprat": "/s", "src": "/r/a", "dst": "/r/d x", "src_rel": "a", "dst_rel": "d x", "rate_mib": "24",
+               "rate_kib": 24576, "host": "127.0.0.1", "port": 9, "conn": "--no-encryption"}
+        ctx = tools.quote_ctx(raw, ("conn",))
+        cmds = {n: tools.expand(t.cmd, ctx) for n, t in progress.ETA_TOOLS.items()}
+        self.assertEqual(cmds["sprat-push"], "/s cp --json-events --bwlimit 24MiB/s --no-encryption /r/a sprat://127.0.0.1:9/'d x'")
+        self.assertEqual(cmds["rsync-local"], "rsync -a --info=progress2 --bwlimit=24576 /r/a/ '/r/d x'/")
+        self.assertIn("--bwlimit 24M ", cmds["rclone-local"])
 
 if __name__ == "__main__":
     unittest.main()
