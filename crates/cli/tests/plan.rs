@@ -12,6 +12,7 @@ use sprat_testkit::{
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::process::Output;
 use std::time::Duration;
 
 fn plan(src: &Path, shards: u32, out: &Path) -> std::process::Output {
@@ -38,6 +39,13 @@ fn shard_paths(plan: &Path, k: usize) -> Vec<Vec<u8>> {
         .filter(|p| !p.is_empty())
         .map(<[u8]>::to_vec)
         .collect()
+}
+
+/// Runs `sprat cp --plan PLAN ARGS... SRC DST` (local paths, or a server's URL with `extra`).
+fn cp_plan(plan: &Path, args: &[&str], src: &Path, dst: impl AsRef<std::ffi::OsStr>) -> Output {
+    let mut all = vec!["--plan", plan.to_str().unwrap()];
+    all.extend(args);
+    run_sprat(bin(), cp_args(None, &all, src, dst), &[])
 }
 
 /// A tree with the fidelity tree's odd names, symlinks and empty directories, plus enough
@@ -91,16 +99,7 @@ fn four_local_shards_at_once_then_finish_equal_the_source() {
     }
 
     copy_all_shards(&plan_dir, 4, &[], dst.to_str().unwrap(), &src);
-    let out = run_sprat(
-        bin(),
-        cp_args(
-            None,
-            &["--plan", plan_dir.to_str().unwrap(), "--finish"],
-            &src,
-            &dst,
-        ),
-        &[],
-    );
+    let out = cp_plan(&plan_dir, &["--finish"], &src, &dst);
     assert_ok(&out, None);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("all"),
@@ -177,29 +176,9 @@ fn finish_names_a_file_that_no_shard_copied_and_exits_1() {
     make_many_files(&src, 300, 100, 5);
     assert_ok(&plan(&src, 2, &plan_dir), None);
     // Only shard 0 runs.
-    let out = run_sprat(
-        bin(),
-        cp_args(
-            None,
-            &["--plan", plan_dir.to_str().unwrap(), "--shard", "0"],
-            &src,
-            &dst,
-        ),
-        &[],
-    );
+    let out = cp_plan(&plan_dir, &["--shard", "0"], &src, &dst);
     assert_ok(&out, None);
-    let finish = || {
-        run_sprat(
-            bin(),
-            cp_args(
-                None,
-                &["--plan", plan_dir.to_str().unwrap(), "--finish"],
-                &src,
-                &dst,
-            ),
-            &[],
-        )
-    };
+    let finish = || cp_plan(&plan_dir, &["--finish"], &src, &dst);
     let out = finish();
     assert_exit(&out, 1);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -209,16 +188,7 @@ fn finish_names_a_file_that_no_shard_copied_and_exits_1() {
         "{missing} not named:\n{stderr}"
     );
     // Shard 1 run later: finished.
-    let out = run_sprat(
-        bin(),
-        cp_args(
-            None,
-            &["--plan", plan_dir.to_str().unwrap(), "--shard", "1"],
-            &src,
-            &dst,
-        ),
-        &[],
-    );
+    let out = cp_plan(&plan_dir, &["--shard", "1"], &src, &dst);
     assert_ok(&out, None);
     assert_ok(&finish(), None);
     assert_trees_equal(&src, &dst);
@@ -231,17 +201,12 @@ fn bad_plans_shards_and_sources_are_one_line_errors() {
     make_many_files(&src, 10, 10, 1);
     assert_ok(&plan(&src, 2, &plan_dir), None);
     let dst = t.path().join("dst");
-    let p = plan_dir.to_str().unwrap();
 
-    let out = run_sprat(
-        bin(),
-        cp_args(None, &["--plan", p, "--shard", "2"], &src, &dst),
-        &[],
-    );
+    let out = cp_plan(&plan_dir, &["--shard", "2"], &src, &dst);
     assert_exit(&out, 2);
     assert_error_names(&out, &["--shard 2"]);
 
-    let out = run_sprat(bin(), cp_args(None, &["--plan", p], &src, &dst), &[]);
+    let out = cp_plan(&plan_dir, &[], &src, &dst);
     assert_exit(&out, 2);
     assert_error_names(&out, &["--shard"]);
 
@@ -254,25 +219,12 @@ fn bad_plans_shards_and_sources_are_one_line_errors() {
     let list = plan_dir.join("shard-00001.paths");
     let bytes = std::fs::read(&list).unwrap();
     std::fs::write(&list, &bytes[..bytes.len() - 1]).unwrap();
-    let out = run_sprat(
-        bin(),
-        cp_args(None, &["--plan", p, "--shard", "1"], &src, &dst),
-        &[],
-    );
+    let out = cp_plan(&plan_dir, &["--shard", "1"], &src, &dst);
     assert_exit(&out, 2);
     assert_error_names(&out, &["shard-00001.paths"]);
 
     // Not a plan at all.
-    let out = run_sprat(
-        bin(),
-        cp_args(
-            None,
-            &["--plan", src.to_str().unwrap(), "--shard", "0"],
-            &src,
-            &dst,
-        ),
-        &[],
-    );
+    let out = cp_plan(&src, &["--shard", "0"], &src, &dst);
     assert_exit(&out, 2);
     assert_error_names(&out, &["plan.json"]);
 
