@@ -99,13 +99,10 @@ pub struct ServerAlias {
 /// A server alias and its name.
 pub type Named<'a> = (&'a str, &'a ServerAlias);
 
-/// A mistake in the file, in one line: `config 'FILE': [TABLE]: key 'KEY': what`.
-#[derive(Debug, thiserror::Error)]
-#[error("config '{}': {what}", file.display())]
-pub struct ConfigError {
-    file: PathBuf,
-    what: String,
-}
+use crate::serve_config::one_line;
+/// A mistake in the file, in one line: `config 'FILE': [TABLE]: key 'KEY': what` (the same
+/// error as the server's config file).
+pub use crate::serve_config::ConfigError;
 
 /// The file's top level: two tables, each read on its own so that its mistakes name it.
 #[derive(Deserialize)]
@@ -146,15 +143,6 @@ struct RawServer {
     url: String,
     token_file: Option<PathBuf>,
     fingerprint: Option<String>,
-}
-
-/// A serde error of a table in one line, in the file's words (keys, not fields).
-fn one_line(e: &toml::de::Error) -> String {
-    e.to_string()
-        .trim_end()
-        .replace("\nin ", ", in key ")
-        .replace("unknown field", "unknown key")
-        .replace("missing field", "missing key")
 }
 
 /// Where the file is when neither `--config` nor `SPRAT_CONFIG` says: beside the
@@ -284,13 +272,7 @@ fn read(file: &Path) -> Result<ClientConfig, ConfigError> {
         file: file.to_path_buf(),
         what,
     };
-    let text = std::fs::read_to_string(file).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map_or(0, |s| text[..s.start].lines().count().max(1));
-        fail(format!("line {line}: {}", e.message()))
-    })?;
+    let table = crate::serve_config::read_table(file)?;
     let raw = RawFile::deserialize(toml::Value::Table(table)).map_err(|e| {
         fail(format!(
             "{} (the tables are [defaults] and [servers.ALIAS])",

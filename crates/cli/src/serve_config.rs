@@ -21,12 +21,13 @@ pub struct ServeConfig {
     pub exports: Vec<ExportSpec>,
 }
 
-/// A mistake in the file, in one line: `config 'FILE': [export 'NAME': ][key 'KEY': ]what`.
+/// A mistake in a config file (this server's, or a client's `config.toml`), in one line:
+/// `config 'FILE': [export 'NAME': ][key 'KEY': ]what`.
 #[derive(Debug, thiserror::Error)]
 #[error("config '{}': {what}", file.display())]
 pub struct ConfigError {
-    file: PathBuf,
-    what: String,
+    pub(crate) file: PathBuf,
+    pub(crate) what: String,
 }
 
 /// The file's top level.
@@ -57,12 +58,27 @@ struct RawExport {
 
 /// A serde error of a table in one line, in the file's words (keys, not fields): toml says
 /// which key on a line of its own.
-fn one_line(e: &toml::de::Error) -> String {
+pub(crate) fn one_line(e: &toml::de::Error) -> String {
     e.to_string()
         .trim_end()
         .replace("\nin ", ", in key ")
         .replace("unknown field", "unknown key")
         .replace("missing field", "missing key")
+}
+
+/// Reads `file` as TOML; a syntax error names its line.
+pub(crate) fn read_table(file: &Path) -> Result<toml::Table, ConfigError> {
+    let fail = |what: String| ConfigError {
+        file: file.to_path_buf(),
+        what,
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map_or(0, |s| text[..s.start].lines().count().max(1));
+        fail(format!("line {line}: {}", e.message()))
+    })
 }
 
 /// Reads and checks `file`.
@@ -71,14 +87,8 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
         file: file.to_path_buf(),
         what,
     };
-    let text = std::fs::read_to_string(file).map_err(|e| fail(format!("cannot read it: {e}")))?;
     // Syntax first (with the line), then the keys of the top level.
-    let table: toml::Table = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map_or(0, |s| text[..s.start].lines().count().max(1));
-        fail(format!("line {line}: {}", e.message()))
-    })?;
+    let table = read_table(file)?;
     let raw = RawFile::deserialize(toml::Value::Table(table)).map_err(|e| fail(one_line(&e)))?;
     let listen = raw
         .listen
