@@ -138,7 +138,7 @@ pub fn finish(
     let missing: Vec<&(String, sprat_engine::Action)> = left
         .files
         .iter()
-        .filter(|(p, a)| *a != sprat_engine::Action::Delete && planned.contains(p))
+        .filter(|(p, _)| planned.contains(p))
         .collect();
     if json {
         let value = serde_json::json!({

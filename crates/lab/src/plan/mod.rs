@@ -151,16 +151,12 @@ pub fn make(source: &Path, options: PlanOptions) -> Result<Plan, PlanError> {
         shards: placed
             .shards
             .iter()
-            .map(|l| dir::ShardSummary {
-                paths: 0,
+            .zip(&shards)
+            .map(|(l, paths)| dir::ShardSummary {
+                paths: paths.len() as u64,
                 files: l.files,
                 bytes: l.bytes,
                 predicted_s: l.seconds,
-            })
-            .zip(&shards)
-            .map(|(mut s, paths)| {
-                s.paths = paths.len() as u64;
-                s
             })
             .collect(),
     };
