@@ -89,7 +89,7 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
     let client = crate::client(&a.connect, &[&a.url])?;
     let key = client.key;
     let url = client.urls.into_iter().next().unwrap_or_default();
-    let Endpoint::Remote { addr, path } = Endpoint::parse(&url)? else {
+    let Endpoint::Remote { addr, path, .. } = Endpoint::parse(&url)? else {
         return Err(TransferError::Usage(format!(
             "'{}' is not a server URL (sprat://HOST:PORT/)",
             a.url.to_string_lossy()

@@ -376,7 +376,7 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
 fn read_server(table: toml::Table, base: &Path) -> Result<ServerAlias, String> {
     let raw = RawServer::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e))?;
     let (addr, path) = match Endpoint::parse(OsStr::new(&raw.url)) {
-        Ok(Endpoint::Remote { addr, path }) => (addr, path),
+        Ok(Endpoint::Remote { addr, path, .. }) => (addr, path),
         Ok(_) => {
             return Err(format!(
                 "key 'url': '{}' is not a sprat://HOST:PORT/PATH URL",

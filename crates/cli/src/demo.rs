@@ -105,6 +105,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
     let remote = Endpoint::Remote {
         addr: addr.clone(),
         path: b"demo".to_vec(),
+        also: Vec::new(),
     };
     let push = sprat_engine::copy(&Endpoint::Local(data.clone()), &remote, &key, &options)?;
     print!("{push}");

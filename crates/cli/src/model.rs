@@ -123,7 +123,7 @@ fn plan_run(pair: &[OsString], connect: &crate::args::ConnectArgs) -> anyhow::Re
     }
     match &dst {
         Endpoint::Local(d) => refuse_nonempty_local(d)?,
-        Endpoint::Remote { addr, path } => refuse_nonempty_remote(addr, path, &key, &dst)?,
+        Endpoint::Remote { addr, path, .. } => refuse_nonempty_remote(addr, path, &key, &dst)?,
     }
     Ok(RunPlan {
         src,

@@ -28,7 +28,7 @@ fn remotes(
     let mut places = Vec::new();
     for e in &launched.endpoints {
         match e {
-            Endpoint::Remote { addr, path } => places.push((addr.clone(), path.clone())),
+            Endpoint::Remote { addr, path, .. } => places.push((addr.clone(), path.clone())),
             Endpoint::Local(p) => {
                 return Err(TransferError::Usage(format!(
                     "'{}' is not a sprat://HOST:PORT/PATH URL or a [USER@]HOST:PATH",

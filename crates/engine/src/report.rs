@@ -94,6 +94,25 @@ pub struct Report {
     /// Network measurements and choices (transfers over the network only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<PathReport>,
+    /// A push spread over several servers: what each server took (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<ServerShare>,
+}
+
+/// One server's part of a transfer spread over several servers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerShare {
+    /// The server's address as the user named it.
+    pub server: String,
+    /// Regular files it wrote (those its share held) and their bytes, chunks included.
+    pub files: u64,
+    pub bytes: u64,
+    /// Its bytes over the transfer's whole time.
+    pub mb_per_s: f64,
+    /// Most streams open to it at once.
+    pub streams: usize,
+    /// Round trip measured to it, in ms.
+    pub rtt_ms: f64,
 }
 
 /// Most failures listed in a report.
@@ -190,6 +209,7 @@ impl Report {
             failures: counts.failures.clone(),
             encryption: None,
             path: None,
+            servers: Vec::new(),
         }
     }
 }
@@ -326,6 +346,20 @@ impl fmt::Display for Report {
                 "  tail: {:.2} s from the first stream running dry to the last finishing; \
                  streams idle {:.2} s on average",
                 p.tail_s, p.tail_idle_s
+            )?;
+        }
+        for share in &self.servers {
+            let of_all = 100.0 * share.bytes as f64 / self.bytes.max(1) as f64;
+            writeln!(
+                f,
+                "  server {}: {} files, {} ({of_all:.0}%), {:.1} MB/s over {} stream{}, RTT {:.3} ms",
+                printable(&share.server),
+                share.files,
+                human_bytes(share.bytes),
+                share.mb_per_s,
+                share.streams,
+                if share.streams == 1 { "" } else { "s" },
+                share.rtt_ms
             )?;
         }
         if let Some(e) = &self.encryption {

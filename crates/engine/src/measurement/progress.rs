@@ -109,7 +109,7 @@ pub fn count_source(
     selection: &Selection,
 ) -> Result<(u64, u64), TransferError> {
     match src {
-        Endpoint::Remote { addr, path } => {
+        Endpoint::Remote { addr, path, .. } => {
             let du = crate::roles::remote::du_selected(addr, key, path, selection)?;
             Ok((du.files, du.bytes))
         }

@@ -44,6 +44,9 @@ pub struct BatchPlan {
     pub data_bytes: u64,
     /// Data plus an estimate of the entry headers.
     pub budget_bytes: u64,
+    /// Directories and hard links held back until every file is written (see
+    /// [`Planner::deferring_namespace`]).
+    pub deferred: bool,
 }
 
 /// Header bytes of an entry besides its path (an upper bound).
@@ -86,6 +89,9 @@ pub struct Planner {
     /// `-X`/`-A`: a file the destination has is still sent as attributes, so that the
     /// receiver compares and fixes its extended attributes (listings do not carry them).
     recheck_xattrs: bool,
+    /// The batch of held-back directories and hard links being filled, when they are held
+    /// back (see [`Planner::deferring_namespace`]).
+    deferred: Option<BatchPlan>,
 }
 
 impl Planner {
@@ -107,7 +113,21 @@ impl Planner {
             current: BatchPlan::default(),
             links: options.hard_links.then(HashMap::new),
             recheck_xattrs: options.xattrs || options.acls,
+            deferred: None,
         }
+    }
+
+    /// Puts directories and hard links in batches of their own, marked `deferred`, instead of
+    /// among the files: for a push spread over several servers, where they must reach one
+    /// server once every file is written (that server then makes the links and sets the
+    /// directories' attributes last, as a single receiver does when it finishes). The
+    /// directories files land in are made by the writers as they need them.
+    pub fn deferring_namespace(mut self) -> Planner {
+        self.deferred = Some(BatchPlan {
+            deferred: true,
+            ..BatchPlan::default()
+        });
+        self
     }
 
     /// With `-H`, for a regular file with more than one name: `None` for the first of its
@@ -144,7 +164,9 @@ impl Planner {
     pub fn push_link(&mut self, path: Vec<u8>, target: Vec<u8>, emit: &mut impl FnMut(BatchPlan)) {
         let bytes = target.len() as u64;
         self.add(PlanItem::HardLink { path, target }, 0, emit);
-        self.current.budget_bytes += bytes;
+        if self.deferred.is_none() {
+            self.current.budget_bytes += bytes;
+        }
     }
 
     /// Adds one entry; completed batch plans are handed to `emit`.
@@ -250,6 +272,26 @@ impl Planner {
     }
 
     fn add(&mut self, item: PlanItem, data: u64, emit: &mut impl FnMut(BatchPlan)) {
+        if let Some(deferred) = &mut self.deferred {
+            if matches!(item, PlanItem::Dir(_) | PlanItem::HardLink { .. }) {
+                let target = match &item {
+                    PlanItem::HardLink { target, .. } => target.len() as u64,
+                    _ => 0,
+                };
+                let bytes = item.path().len() as u64 + target + ENTRY_OVERHEAD;
+                let full = !deferred.items.is_empty()
+                    && (deferred.budget_bytes + bytes > self.batch_size
+                        || deferred.items.len() >= self.batch_files);
+                if full {
+                    self.flush_deferred(emit);
+                }
+                if let Some(deferred) = &mut self.deferred {
+                    deferred.items.push(item);
+                    deferred.budget_bytes += bytes;
+                }
+                return;
+            }
+        }
         // Entry headers count against the batch size too, so a batch of many long paths
         // stays as bounded as a batch of data.
         let bytes = data + item.path().len() as u64 + ENTRY_OVERHEAD;
@@ -258,19 +300,44 @@ impl Planner {
             && (self.current.budget_bytes + bytes > batch_size
                 || self.current.items.len() >= self.batch_files);
         if full {
-            self.flush(emit);
+            self.flush_current(emit);
         }
         self.current.items.push(item);
         self.current.data_bytes += data;
         self.current.budget_bytes += bytes;
     }
 
-    /// Emits the batch being filled, if any.
+    /// Emits the batches being filled, if any (the files' first, then held-back
+    /// directories and links).
     pub fn flush(&mut self, emit: &mut impl FnMut(BatchPlan)) {
+        self.flush_current(emit);
+        self.flush_deferred(emit);
+    }
+
+    fn flush_current(&mut self, emit: &mut impl FnMut(BatchPlan)) {
         if self.current.items.is_empty() {
             return;
         }
         let mut plan = std::mem::take(&mut self.current);
+        plan.seq = self.next_seq;
+        self.next_seq += 1;
+        emit(plan);
+    }
+
+    fn flush_deferred(&mut self, emit: &mut impl FnMut(BatchPlan)) {
+        let Some(deferred) = &mut self.deferred else {
+            return;
+        };
+        if deferred.items.is_empty() {
+            return;
+        }
+        let mut plan = std::mem::replace(
+            deferred,
+            BatchPlan {
+                deferred: true,
+                ..BatchPlan::default()
+            },
+        );
         plan.seq = self.next_seq;
         self.next_seq += 1;
         emit(plan);
@@ -424,6 +491,46 @@ mod tests {
         let mut p = Planner::new(&TransferOptions::default());
         assert!(p.link_target(&linked("a", 1, 3)).is_none());
         assert!(p.link_target(&linked("b", 1, 3)).is_none());
+    }
+
+    #[test]
+    fn held_back_directories_and_links_travel_last_in_batches_of_their_own() {
+        let options = TransferOptions {
+            hard_links: true,
+            batch_files: 2,
+            ..TransferOptions::default()
+        };
+        let dir = |path: &str| ScanEntry {
+            kind: EntryType::Dir,
+            ..file(path, 0)
+        };
+        let mut p = Planner::new(&options).deferring_namespace();
+        let mut out = Vec::new();
+        for e in [dir(""), dir("d"), file("d/a", 10), dir("e"), file("e/b", 10)] {
+            p.push(e, &mut |b| out.push(b));
+        }
+        p.push_link(b"e/c".to_vec(), b"d/a".to_vec(), &mut |b| out.push(b));
+        p.flush(&mut |b| out.push(b));
+        let shape: Vec<(bool, Vec<String>)> = out
+            .iter()
+            .map(|b| {
+                let paths = b.items.iter();
+                let paths = paths.map(|i| String::from_utf8_lossy(i.path()).into_owned());
+                (b.deferred, paths.collect())
+            })
+            .collect();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shape,
+            [
+                (true, names(&["", "d"])),
+                (false, names(&["d/a", "e/b"])),
+                (true, names(&["e", "e/c"])),
+            ]
+        );
+        let seqs: Vec<u64> = out.iter().map(|b| b.seq).collect();
+        assert_eq!(seqs, [1, 2, 3], "one sequence for both kinds");
+        assert!(out.iter().all(|b| b.data_bytes == 0 || !b.deferred));
     }
 
     #[test]

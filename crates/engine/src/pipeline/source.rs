@@ -11,7 +11,7 @@ use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crate::sync::lock;
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver};
 use sprat_proto::{Batch, FileMeta, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
@@ -30,6 +30,10 @@ pub struct SourceHandle {
     /// What the batches handed to `batches` held, summed; final once `batches` is
     /// disconnected (every batch made was queued before the last sender went away).
     pub totals: SentTotals,
+    /// Batches of directories and hard links held back until every file is written, when
+    /// the source was started with [`start_deferring`] (empty otherwise); counted in
+    /// `totals` too. Final once `batches` is disconnected.
+    pub deferred: Receiver<Batch>,
     join: JoinHandle<Duration>,
 }
 
@@ -166,8 +170,29 @@ pub fn start(
     options: &TransferOptions,
     skip: Option<Skip>,
 ) -> Result<SourceHandle, TransferError> {
+    start_with(source, options, skip, false)
+}
+
+/// [`start`], with directories and hard links in batches of their own on
+/// [`SourceHandle::deferred`] (see [`Planner::deferring_namespace`]).
+pub fn start_deferring(
+    source: Source,
+    options: &TransferOptions,
+    skip: Option<Skip>,
+) -> Result<SourceHandle, TransferError> {
+    start_with(source, options, skip, true)
+}
+
+fn start_with(
+    source: Source,
+    options: &TransferOptions,
+    skip: Option<Skip>,
+    defer_namespace: bool,
+) -> Result<SourceHandle, TransferError> {
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
+    // Held back until the end: unbounded, a few hundred bytes per directory or link.
+    let (deferred_tx, deferred) = unbounded::<Batch>();
     let root_is_dir = matches!(source, Source::Dir(_));
     let totals = SentTotals::default();
     let counted = totals.clone();
@@ -186,6 +211,9 @@ pub fn start(
                 let options = &options;
                 s.spawn(move || {
                     let mut planner = Planner::new(options);
+                    if defer_namespace {
+                        planner = planner.deferring_namespace();
+                    }
                     let receivers_gone = std::cell::Cell::new(false);
                     let mut emit = |p: BatchPlan| {
                         if plan_tx.send(p).is_err() {
@@ -268,6 +296,7 @@ pub fn start(
                 for _ in 0..options.read_threads {
                     let plan_rx = plan_rx.clone();
                     let batch_tx = batch_tx.clone();
+                    let deferred_tx = deferred_tx.clone();
                     let busy_ns = &busy_ns;
                     let counted = &counted;
                     s.spawn(move || {
@@ -286,17 +315,23 @@ pub fn start(
                         };
                         for plan in plan_rx {
                             let started = Instant::now();
+                            let deferred = plan.deferred;
                             let batch = read_batch(&mut reader, &mut names, plan, &xattrs);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             counted.count(&batch);
-                            if batch_tx.send(batch).is_err() {
+                            let sent = match deferred {
+                                true => deferred_tx.send(batch).is_ok(),
+                                false => batch_tx.send(batch).is_ok(),
+                            };
+                            if !sent {
                                 break;
                             }
                         }
                     });
                 }
                 drop(batch_tx);
+                drop(deferred_tx);
                 // Once the readers are gone (the batches' receiver was dropped), the planner's
                 // sends fail and it stops; a plan receiver kept here would block it for ever.
                 drop(plan_rx);
@@ -308,6 +343,7 @@ pub fn start(
         batches,
         root_is_dir,
         totals,
+        deferred,
         join,
     })
 }
@@ -544,6 +580,7 @@ pub fn synthetic(
         batches,
         root_is_dir: true,
         totals,
+        deferred: unbounded().1,
         join,
     })
 }

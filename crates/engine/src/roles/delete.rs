@@ -40,7 +40,7 @@ fn paths(
         Endpoint::Local(p) => {
             scan_local(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
         }
-        Endpoint::Remote { addr, path } => {
+        Endpoint::Remote { addr, path, .. } => {
             let listed = remote::list_summed(addr, key, path, true, &selection, None, |e| {
                 out.push((e.path, e.kind == NsKind::Dir))
             });
@@ -130,7 +130,7 @@ pub(crate) fn delete_extras(
                 }
             }
         }
-        Endpoint::Remote { addr, path } => {
+        Endpoint::Remote { addr, path, .. } => {
             let remove = |rel: &[u8]| Request::Remove {
                 path: relpath::join(path, rel),
                 recursive: true,

@@ -54,7 +54,7 @@ pub fn dry_run(
     let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,
-        Endpoint::Remote { addr, path } => remote::index(
+        Endpoint::Remote { addr, path, .. } => remote::index(
             addr,
             key,
             path,
@@ -96,7 +96,7 @@ pub fn dry_run(
                 });
             }
         }
-        Endpoint::Remote { addr, path } => {
+        Endpoint::Remote { addr, path, .. } => {
             let mut root_is_dir = true;
             // The source's server sends its files' digests with its listing.
             let mut digests = HashMap::new();

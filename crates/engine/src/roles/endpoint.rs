@@ -19,6 +19,10 @@ pub enum Endpoint {
     Remote {
         addr: String,
         path: Vec<u8>,
+        /// `sprat://A:PORT,B:PORT/PATH`: further servers exporting the same shared file
+        /// system as `addr`; a push spreads its data over all of them (see `roles::spread`),
+        /// everything else goes to `addr` alone.
+        also: Vec<String>,
     },
 }
 
@@ -36,13 +40,24 @@ impl Endpoint {
             TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()))
         };
         let slash = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-        let addr = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
-        let port_ok = addr
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !port_ok {
-            return Err(bad("expected sprat://HOST:PORT/PATH"));
+        let addrs = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
+        let mut servers: Vec<String> = Vec::new();
+        for addr in addrs.split(',') {
+            let port_ok = addr
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(bad(
+                    "expected sprat://HOST:PORT/PATH (or HOST:PORT,HOST:PORT,... for servers \
+                     sharing one file system)",
+                ));
+            }
+            if servers.iter().any(|s| s == addr) {
+                return Err(bad(&format!("server {addr} is named twice")));
+            }
+            servers.push(addr.to_string());
         }
+        let addr = servers.remove(0);
         let path = wire_path::normalize_user_path(&rest[slash..]);
         wire_path::validate(&path).map_err(|e| {
             bad(&format!(
@@ -50,8 +65,9 @@ impl Endpoint {
             ))
         })?;
         Ok(Endpoint::Remote {
-            addr: addr.to_string(),
+            addr,
             path,
+            also: servers,
         })
     }
 }
@@ -60,8 +76,12 @@ impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Endpoint::Local(p) => write!(f, "{}", p.display()),
-            Endpoint::Remote { addr, path } => {
-                write!(f, "sprat://{addr}/{}", String::from_utf8_lossy(path))
+            Endpoint::Remote { addr, path, also } => {
+                write!(f, "sprat://{addr}")?;
+                for more in also {
+                    write!(f, ",{more}")?;
+                }
+                write!(f, "/{}", String::from_utf8_lossy(path))
             }
         }
     }
@@ -90,6 +110,7 @@ pub fn copy_retrying(
 ) -> Result<Report, TransferError> {
     options.validate()?;
     check_selection(src, options)?;
+    check_servers(src, dst)?;
     super::retry::retrying(options.retry_for, notify, || {
         options.progress.restart();
         copy_once(src, dst, key, options)
@@ -112,6 +133,21 @@ pub(crate) fn check_selection(
         crate::config::wire_selection(&options.selection)
             .check()
             .map_err(|e| TransferError::Usage(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Refuses several servers in one URL where they cannot be used: only a push from local
+/// storage spreads over several servers.
+fn check_servers(src: &Endpoint, dst: &Endpoint) -> Result<(), TransferError> {
+    let several = |e: &Endpoint| matches!(e, Endpoint::Remote { also, .. } if !also.is_empty());
+    let local_src = matches!(src, Endpoint::Local(_));
+    if several(src) || (several(dst) && !local_src) {
+        let named = if several(src) { src } else { dst };
+        return Err(TransferError::Usage(format!(
+            "'{named}' names several servers, which only a copy from local files to them \
+             (a push) can use; name one of them"
+        )));
     }
     Ok(())
 }
@@ -149,20 +185,26 @@ fn copy_only(
 ) -> Result<Report, TransferError> {
     match (src, dst) {
         (Endpoint::Local(s), Endpoint::Local(d)) => super::local::copy(s, d, options, src, dst),
-        (Endpoint::Local(s), Endpoint::Remote { addr, path }) => {
+        (Endpoint::Local(s), Endpoint::Remote { addr, path, also }) if also.is_empty() => {
             super::push::push(s, addr, path, key, options, src, dst)
         }
-        (Endpoint::Remote { addr, path }, Endpoint::Local(d)) => {
+        (Endpoint::Local(s), Endpoint::Remote { addr, path, also }) => {
+            let servers: Vec<&str> = std::iter::once(addr).chain(also).map(|a| a.as_str()).collect();
+            super::spread::push(s, &servers, path, key, options, src, dst)
+        }
+        (Endpoint::Remote { addr, path, .. }, Endpoint::Local(d)) => {
             super::pull::pull(addr, path, d, key, options, src, dst)
         }
         (
             Endpoint::Remote {
                 addr: src_addr,
                 path: src_path,
+                ..
             },
             Endpoint::Remote {
                 addr: dst_addr,
                 path: dst_path,
+                ..
             },
         ) => {
             if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) {

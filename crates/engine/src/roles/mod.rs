@@ -1,5 +1,6 @@
 //! What sprat does, each a composition of the pipeline's stages and a session's connections:
-//! a local copy ([`local`]), a push ([`push`]: source stages into send stages), a pull
+//! a local copy ([`local`]), a push ([`push`]: source stages into send stages; [`spread`]: one
+//! push over several servers that share a file system), a pull
 //! ([`pull`]: receive stages into the writer pool), namespace requests and third-party copies
 //! from the client side ([`remote`]), and the server ([`server`]: receive or send stages per
 //! connection, answers to requests in [`requests`], and a push of its own for a third-party
@@ -21,4 +22,5 @@ pub mod remote;
 pub(crate) mod requests;
 pub mod retry;
 pub(crate) mod server;
+pub(crate) mod spread;
 pub mod ssh;

@@ -22,7 +22,7 @@ use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::BatchOutcome;
 use crate::pipeline::skip::DestIndex;
 use crate::pipeline::source;
-use crate::report::{Counts, Report, Stages};
+use crate::report::{Counts, PathReport, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort};
@@ -70,9 +70,10 @@ struct Push<'a> {
     session: &'a Session,
     /// The transfer's live counters (see `measurement::progress`).
     progress: &'a crate::measurement::progress::Progress,
-    /// Batches from the source's readers.
+    /// Batches from the source's readers (a push over several servers: this server's share).
     batches: &'a Receiver<Batch>,
-    /// What the source queued in all: final once `batches` is drained, sent with `Commit`.
+    /// What was queued on `batches` in all: final once `batches` is drained, sent with
+    /// `Commit`.
     sent: source::SentTotals,
     /// Batches of refused streams, to be sent again by the others.
     again: Receiver<Batch>,
@@ -80,7 +81,7 @@ struct Push<'a> {
     /// Disconnected when the transfer fails.
     cancel: Receiver<()>,
     cancel_tx: Mutex<Option<Sender<()>>>,
-    abort: Abort,
+    abort: &'a Abort,
     counts: Mutex<Counts>,
     /// Bytes acknowledged (what the stream adapter measures).
     acked: AtomicU64,
@@ -101,19 +102,9 @@ impl Push<'_> {
     }
 }
 
-/// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
-/// files) to `path` on the server at `addr`.
-pub fn push_input(
-    input: PushInput,
-    addr: &str,
-    path: &[u8],
-    key: &Credentials,
-    options: &TransferOptions,
-    src_label: String,
-    dst_label: String,
-) -> Result<Report, TransferError> {
-    let started = Instant::now();
-    let op = match &input {
+/// The operation a push of `input` opens its sessions with.
+pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Operation {
+    match input {
         PushInput::Source(source) => Operation::Push {
             source_is_dir: matches!(source, Source::Dir(_)),
             durable: options.durable,
@@ -128,9 +119,19 @@ pub fn push_input(
             owners: false,
             numeric_ids: false,
         },
-    };
-    // What the destination has, from one listing; then reading starts before the session
-    // opens, so the first batches are ready when it is.
+    }
+}
+
+/// Starts reading `input`, leaving out what the destination (`path` on `addr`, from one
+/// listing) has already; with `defer_namespace`, directories and hard links come on
+/// [`source::SourceHandle::deferred`]. Also returns what the check spared.
+pub(crate) fn start_source(
+    input: PushInput,
+    (addr, path): (&str, &[u8]),
+    key: &Credentials,
+    options: &TransferOptions,
+    defer_namespace: bool,
+) -> Result<(source::SourceHandle, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
     let mut skipped = Arc::default();
     let handle = match input {
         PushInput::Source(source) => {
@@ -145,30 +146,113 @@ pub fn push_input(
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
-            source::start(source, options, skip)?
+            match defer_namespace {
+                true => source::start_deferring(source, options, skip)?,
+                false => source::start(source, options, skip)?,
+            }
         }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
-    let (session, control) = match session::open(addr, key, op, path, options, |_| Ok(())) {
-        Ok(opened) => opened,
-        Err(e) => {
-            handle.finish();
-            return Err(e);
-        }
+    Ok((handle, skipped))
+}
+
+/// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
+/// files) to `path` on the server at `addr`.
+pub fn push_input(
+    input: PushInput,
+    addr: &str,
+    path: &[u8],
+    key: &Credentials,
+    options: &TransferOptions,
+    src_label: String,
+    dst_label: String,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    let op = push_operation(&input, options);
+    // What the destination has, from one listing; then reading starts before the session
+    // opens, so the first batches are ready when it is.
+    let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;
+    let abort = Abort::default();
+    let target = SessionTarget {
+        addr,
+        key,
+        op,
+        path,
     };
+    let ran = run_session(&target, options, &abort, &handle.batches, &handle.totals, None);
+    let read_busy = handle.finish();
+    let run = ran?;
+    let stages = Stages {
+        scan_read_s: read_busy.as_secs_f64(),
+        network_s: Some(Duration::from_nanos(run.remote.network_busy_ns).as_secs_f64()),
+        write_s: Duration::from_nanos(run.remote.write_busy_ns).as_secs_f64(),
+    };
+    Ok(Report::new(
+        "push",
+        src_label,
+        dst_label,
+        &run.counts,
+        started.elapsed(),
+        run.streams_max,
+        stages,
+    )
+    .with_durable(options.durable)
+    .with_skipped(&skipped)
+    .with_path(run.path))
+}
+
+/// Where one session of a push goes.
+pub(crate) struct SessionTarget<'a> {
+    pub addr: &'a str,
+    pub key: &'a Credentials,
+    pub op: Operation,
+    pub path: &'a [u8],
+}
+
+/// What one session of a push did.
+pub(crate) struct SessionRun {
+    /// The server's totals and stage times.
+    pub remote: RemoteStats,
+    /// What was acknowledged, with the server's counts of what it wrote.
+    pub counts: Counts,
+    pub streams_max: usize,
+    pub path: PathReport,
+}
+
+/// Opens a session with `target` and sends it every batch of `batches` (and what refused
+/// streams hand back) over as many streams as pay, then commits: `sent` is what was queued
+/// on `batches`, which the server's totals must match. Failures go to `abort` (whose
+/// connections a failure elsewhere shuts down). `moved`: what the stall watchdog counts, all
+/// of `abort`'s connections when `None`.
+pub(crate) fn run_session(
+    target: &SessionTarget,
+    options: &TransferOptions,
+    abort: &Abort,
+    batches: &Receiver<Batch>,
+    sent: &source::SentTotals,
+    moved: Option<&(dyn Fn() -> u64 + Sync)>,
+) -> Result<SessionRun, TransferError> {
+    let addr = target.addr;
+    let (session, control) = session::open(
+        addr,
+        target.key,
+        target.op,
+        target.path,
+        options,
+        |_| Ok(()),
+    )?;
     let (resend, again) = unbounded();
     let (cancel_tx, cancel) = bounded::<()>(0);
-    let batches = handle.batches.clone();
     let push = Push {
         session: &session,
         progress: &options.progress,
-        batches: &batches,
-        sent: handle.totals.clone(),
+        batches,
+        sent: sent.clone(),
         again,
         resend,
         cancel,
         cancel_tx: Mutex::new(Some(cancel_tx)),
-        abort: Abort::default(),
+        abort,
         counts: Mutex::new(Counts::default()),
         acked: AtomicU64::new(0),
         drained: AtomicBool::new(false),
@@ -180,54 +264,50 @@ pub fn push_input(
     let mut retirements = Vec::new();
     let mut streams_max = session.plan.streams;
     let mut control_end = None;
-    stall::watched(
-        &push.abort,
-        (options.stall_timeout, &options.cancel),
-        addr,
-        || {
-            std::thread::scope(|s| {
-                let (retire, control_conn, control_machine) = start_stream(s, &push, control, true);
-                retirements.push(retire);
-                control_end = Some((control_conn, control_machine));
-                // The control connection already carries data while the others join. A stream that
-                // could not join carried nothing: the transfer goes on with the streams it has (the
-                // control connection reports what is wrong with the server itself).
-                let _ =
-                    session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
-                if session.auto {
-                    let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
-                    let mut added = Vec::new();
-                    streams_max = session.adapt(&push.acked, finished, |change| match change {
-                        Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
-                        Change::Retire(n) => {
-                            for _ in 0..n {
-                                drop(added.pop());
-                            }
+    let streams = || {
+        std::thread::scope(|s| {
+            let (retire, control_conn, control_machine) = start_stream(s, &push, control, true);
+            retirements.push(retire);
+            control_end = Some((control_conn, control_machine));
+            // The control connection already carries data while the others join. A stream that
+            // could not join carried nothing: the transfer goes on with the streams it has (the
+            // control connection reports what is wrong with the server itself).
+            let _ = session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
+            if session.auto {
+                let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
+                let mut added = Vec::new();
+                streams_max = session.adapt(&push.acked, finished, |change| match change {
+                    Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
+                    Change::Retire(n) => {
+                        for _ in 0..n {
+                            drop(added.pop());
                         }
-                    });
-                    retirements.extend(added);
-                }
-            })
-        },
-    );
+                    }
+                });
+                retirements.extend(added);
+            }
+        })
+    };
+    let limits = (options.stall_timeout, &options.cancel);
+    match moved {
+        Some(moved) => stall::watched_by(abort, moved, limits, addr, streams),
+        None => stall::watched(abort, limits, addr, streams),
+    }
     let streams_end = retirements.len() - push.refused_streams.load(Ordering::SeqCst);
     drop(retirements);
-    // The source's readers end once every handle on their queue is gone.
     let Push {
-        abort,
         counts,
         tail,
         listing,
         ..
     } = push;
-    drop(batches);
-    if let Some(e) = abort.take() {
-        handle.finish();
-        return Err(e);
+    if abort.is_set() {
+        return Err(abort.take().unwrap_or_else(|| {
+            TransferError::Local("the transfer failed (its error was reported elsewhere)".into())
+        }));
     }
     let mut counts = unpoisoned(counts.into_inner());
     let Some((Ok(mut control), machine)) = control_end else {
-        handle.finish();
         return Err(TransferError::Local(
             "cannot duplicate the control connection's socket".into(),
         ));
@@ -235,7 +315,7 @@ pub fn push_input(
     let remote = await_done(&mut control, &machine, &mut counts)?;
     // The server checked what it received against the `Commit`; its answer says what that
     // was, which must be what was sent.
-    check_totals(&handle.totals.get(), &remote.totals, &control.peer)?;
+    check_totals(&sent.get(), &remote.totals, &control.peer)?;
     if let Some(listing) = &listing {
         listing.finish();
     }
@@ -245,24 +325,12 @@ pub fn push_input(
     counts.symlinks = remote.symlinks;
     counts.bytes = remote.bytes;
     counts.syncs = remote.syncs;
-    let read_busy = handle.finish();
-    let stages = Stages {
-        scan_read_s: read_busy.as_secs_f64(),
-        network_s: Some(Duration::from_nanos(remote.network_busy_ns).as_secs_f64()),
-        write_s: Duration::from_nanos(remote.write_busy_ns).as_secs_f64(),
-    };
-    Ok(Report::new(
-        "push",
-        src_label,
-        dst_label,
-        &counts,
-        started.elapsed(),
+    Ok(SessionRun {
+        counts,
         streams_max,
-        stages,
-    )
-    .with_durable(options.durable)
-    .with_skipped(&skipped)
-    .with_path(session.report(streams_max, streams_end, &tail)))
+        path: session.report(streams_max, streams_end, &tail),
+        remote,
+    })
 }
 
 /// The destination's listing from `list`, asked again (up to 4 times, 1 s apart) while it

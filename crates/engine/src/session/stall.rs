@@ -21,8 +21,21 @@ pub(crate) fn watched<T>(
     peer: &str,
     body: impl FnOnce() -> T,
 ) -> T {
+    watched_by(abort, &|| abort.moved(), (timeout, cancel), peer, body)
+}
+
+/// [`watched`], counting the bytes `moved` says instead of those of `abort`'s connections
+/// alone: for a push over several servers, where one session waiting for the others to
+/// finish is not stalled while they move data.
+pub(crate) fn watched_by<T>(
+    abort: &Abort,
+    moved: &(dyn Fn() -> u64 + Sync),
+    (timeout, cancel): (Duration, &Cancel),
+    peer: &str,
+    body: impl FnOnce() -> T,
+) -> T {
     let watchdog = Watchdog {
-        progress: &|| abort.moved(),
+        progress: moved,
         abort,
         timeout,
         cancel,

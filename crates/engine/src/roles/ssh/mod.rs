@@ -229,6 +229,7 @@ pub fn resolve(
         endpoints.push(Endpoint::Remote {
             addr: server.addr.clone(),
             path,
+            also: Vec::new(),
         });
     }
     // Between two remotes the source's server pushes to the destination's address itself:
