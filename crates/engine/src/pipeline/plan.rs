@@ -506,7 +506,13 @@ mod tests {
         };
         let mut p = Planner::new(&options).deferring_namespace();
         let mut out = Vec::new();
-        for e in [dir(""), dir("d"), file("d/a", 10), dir("e"), file("e/b", 10)] {
+        for e in [
+            dir(""),
+            dir("d"),
+            file("d/a", 10),
+            dir("e"),
+            file("e/b", 10),
+        ] {
             p.push(e, &mut |b| out.push(b));
         }
         p.push_link(b"e/c".to_vec(), b"d/a".to_vec(), &mut |b| out.push(b));

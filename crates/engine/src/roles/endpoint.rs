@@ -40,7 +40,8 @@ impl Endpoint {
             TransferError::Usage(format!("invalid URL '{}': {why}", arg.to_string_lossy()))
         };
         let slash = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
-        let addrs = std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
+        let addrs =
+            std::str::from_utf8(&rest[..slash]).map_err(|_| bad("the host is not UTF-8"))?;
         let mut servers: Vec<String> = Vec::new();
         for addr in addrs.split(',') {
             let port_ok = addr
@@ -189,7 +190,10 @@ fn copy_only(
             super::push::push(s, addr, path, key, options, src, dst)
         }
         (Endpoint::Local(s), Endpoint::Remote { addr, path, also }) => {
-            let servers: Vec<&str> = std::iter::once(addr).chain(also).map(|a| a.as_str()).collect();
+            let servers: Vec<&str> = std::iter::once(addr)
+                .chain(also)
+                .map(|a| a.as_str())
+                .collect();
             super::spread::push(s, &servers, path, key, options, src, dst)
         }
         (Endpoint::Remote { addr, path, .. }, Endpoint::Local(d)) => {

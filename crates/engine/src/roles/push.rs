@@ -179,7 +179,14 @@ pub fn push_input(
         op,
         path,
     };
-    let ran = run_session(&target, options, &abort, &handle.batches, &handle.totals, None);
+    let ran = run_session(
+        &target,
+        options,
+        &abort,
+        &handle.batches,
+        &handle.totals,
+        None,
+    );
     let read_busy = handle.finish();
     let run = ran?;
     let stages = Stages {

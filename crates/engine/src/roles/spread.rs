@@ -13,7 +13,9 @@
 
 use super::destination::open_source;
 use super::endpoint::Endpoint;
-use super::push::{push_operation, run_session, start_source, PushInput, SessionRun, SessionTarget};
+use super::push::{
+    push_operation, run_session, start_source, PushInput, SessionRun, SessionTarget,
+};
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::Credentials;
@@ -116,7 +118,9 @@ pub(crate) fn push(
         counts.syncs += c.syncs;
         counts.failed += c.failed;
         let room = MAX_LISTED_FAILURES.saturating_sub(counts.failures.len());
-        counts.failures.extend(c.failures.iter().take(room).cloned());
+        counts
+            .failures
+            .extend(c.failures.iter().take(room).cloned());
         network_ns = network_ns.max(run.remote.network_busy_ns);
         write_ns = write_ns.max(run.remote.write_busy_ns);
         streams += run.streams_max;

@@ -1,0 +1,153 @@
+#![allow(clippy::unwrap_used)]
+//! A push spread over several servers exporting one file system (`sprat cp SRC
+//! sprat://A,B,C/PATH`): real servers over one directory, each behind its own capped relay so
+//! that none can take everything; the destination must be exact (contents, modes, mtimes of
+//! files and directories, hard links), every server must have taken a share, and the report
+//! must give a line per server.
+
+mod common;
+
+use common::*;
+use sprat_testkit::{assert_trees_equal, make_fidelity_tree, parse_json_report, Server};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Three servers over `root`, each behind a relay capped at `rate`.
+fn servers(root: &Path, rate: &str) -> (Vec<Server>, Vec<RelayProc>) {
+    let servers: Vec<Server> = (0..3).map(|_| server(root)).collect();
+    let relays = servers
+        .iter()
+        .map(|s| RelayProc::start(s.addr(), &["--rate", rate]))
+        .collect();
+    (servers, relays)
+}
+
+fn url(relays: &[RelayProc], path: &str) -> String {
+    let addrs: Vec<String> = relays.iter().map(|r| r.addr.to_string()).collect();
+    format!("sprat://{}/{path}", addrs.join(","))
+}
+
+/// The fidelity tree, 600 more small files in 6 directories (one read-only, with an old
+/// mtime), and a hard link to its large file.
+fn make_source(src: &Path) {
+    make_fidelity_tree(src);
+    for d in 0..6 {
+        let dir = src.join(format!("many/d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..100 {
+            let bytes = sprat_testkit::random_bytes(16 << 10, d * 1000 + i);
+            fs::write(dir.join(format!("f{i}")), bytes).unwrap();
+        }
+    }
+    let big = walk_largest_file(src);
+    fs::hard_link(&big, src.join("many/link-to-largest")).unwrap();
+    let locked = src.join("many/d5");
+    sprat_testkit::set_mtime_nofollow(&locked, 1_000_000_000, 0);
+    fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+}
+
+fn walk_largest_file(dir: &Path) -> std::path::PathBuf {
+    sprat_testkit::compare::walk_tree(dir)
+        .into_iter()
+        .filter(|(p, _)| fs::symlink_metadata(dir.join(p)).unwrap().is_file())
+        .max_by_key(|(p, _)| fs::metadata(dir.join(p)).unwrap().len())
+        .map(|(p, _)| dir.join(p))
+        .unwrap()
+}
+
+#[test]
+fn a_push_over_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("export"));
+    make_source(&src);
+    let (servers, relays) = servers(&root, "40mbit");
+    let out = cp(&servers[0], &["-aH", "--json"], &src, url(&relays, "copy"));
+    assert_ok(&out, Some(&servers[0]));
+    let dst = root.join("copy");
+    assert_trees_equal(&src, &dst);
+    let link = fs::metadata(dst.join("many/link-to-largest")).unwrap();
+    assert_eq!(link.nlink(), 2, "the hard link is one inode with its file");
+    let report = parse_json_report(&out.stdout);
+    let shares = report.get("servers").as_array().unwrap().clone();
+    assert_eq!(shares.len(), 3, "a line per server: {}", report.value);
+    for (share, relay) in shares.iter().zip(&relays) {
+        assert_eq!(share["server"], relay.addr.to_string());
+        assert!(
+            share["files"].as_u64().unwrap() > 0,
+            "every server took a share: {}",
+            report.value
+        );
+    }
+    let files: u64 = shares.iter().map(|s| s["files"].as_u64().unwrap()).sum();
+    assert_eq!(files, report.files(), "the shares add up to the whole");
+
+    // Run again: everything is up to date, nothing travels, the tree is unchanged.
+    let again = cp(&servers[0], &["-aH", "--json"], &src, url(&relays, "copy"));
+    assert_ok(&again, Some(&servers[0]));
+    assert_eq!(parse_json_report(&again.stdout).files(), 0);
+    assert_trees_equal(&src, &dst);
+    // The human report names each server.
+    let human = cp(&servers[0], &["-a", "-c"], &src, url(&relays, "copy"));
+    assert_ok(&human, Some(&servers[0]));
+    let text = String::from_utf8_lossy(&human.stdout);
+    for relay in &relays {
+        assert!(
+            text.contains(&format!("server {}:", relay.addr)),
+            "no line for {}:\n{text}",
+            relay.addr
+        );
+    }
+    fs::set_permissions(
+        dst.join("many/d5"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fs::set_permissions(
+        src.join("many/d5"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_fails_the_push_naming_it() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("export"));
+    make_fidelity_tree(&src);
+    let up = server(&root);
+    // A port nobody listens on: bound, then closed.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dst = format!("sprat://{},{gone}/copy", up.addr());
+    let out = cp(&up, &["-a", "--retry-for", "0"], &src, &dst);
+    assert_failed(&out);
+    let line = assert_error_names(&out, &[&gone.to_string()]);
+    assert!(line.contains("connect"), "{line}");
+    // Both up: the same command completes the copy.
+    let second = server(&root);
+    let dst = format!("sprat://{},{}/copy", up.addr(), second.addr());
+    let out = cp(&up, &["-a"], &src, &dst);
+    assert_ok(&out, Some(&up));
+    assert_trees_equal(&src, &root.join("copy"));
+}
+
+#[test]
+fn several_servers_are_refused_where_only_one_can_serve() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    let root = t.path().join("export");
+    let s = server(&root);
+    let two = format!("sprat://{},{}/x", s.addr(), s.addr());
+    let out = cp(&s, &[], &src, &two);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["named twice"]);
+    let pair = format!("sprat://{},127.0.0.1:1/x", s.addr());
+    let out = cp(&s, &[], &pair, t.path().join("pulled"));
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["names several servers"]);
+    assert!(!t.path().join("pulled").exists());
+}
