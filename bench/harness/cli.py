@@ -129,6 +129,10 @@ def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, loa
             from . import progress
 
             body = progress.run_eta(h)
+        elif h.plan.suite.name == "servers":
+            from . import spread
+
+            body = spread.run_servers(h)
         elif h.plan.suite.name == "namespace":
             body = special.run_namespace(h)
         elif h.plan.suite.name == "overhead":

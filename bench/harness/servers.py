@@ -263,20 +263,16 @@ def relay_connections(log_text: str) -> int:
     return n
 
 
-def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:
-    """GridFTP through `sprat relay`: globus-url-copy opens its data channels to the address and
-    port of the server's passive reply, so a relay in front of the control port alone would not
-    see them. The server runs in a network namespace of its own behind a veth pair (10.231.N.2
-    inside, 10.231.N.1 outside, no NAT), announcing the outside address (`-data-interface`) and a
-    range of 128 passive ports; on the outside address only the relay listens, on a control port
-    and (`--ports`) on that range, forwarding both to the same ports inside over the same links.
-    One such server per RTT (two relays cannot hold one port range). Removed at exit."""
+def veth_namespace(h, n: int, tag: str) -> tuple[str, str, str]:
+    """A network namespace of its own joined to this one by a veth pair: (name, outside
+    address, inside address), 10.231.N.1 outside and 10.231.N.2 inside for a free N, no NAT,
+    `lo` up inside. Removed at exit."""
     used = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True).stdout
     used += subprocess.run(["ip", "-4", "route", "show"], capture_output=True, text=True).stdout
     net = next((k for k in range(1 + 10 * n, 255) if f"10.231.{k}." not in used), None)
     if net is None:
-        raise StartError("no free 10.231.N.0/24 for the GridFTP namespace")
-    ns, link = f"sprat-harness-gftp-{os.getpid()}-{n}", f"sgh{os.getpid() % 10000}x{n}"
+        raise StartError(f"no free 10.231.N.0/24 for the {tag} namespace")
+    ns, link = f"sprat-harness-{tag}-{os.getpid()}-{n}", f"s{tag[:3]}{os.getpid() % 10000}x{n}"
     out_ip, in_ip = f"10.231.{net}.1", f"10.231.{net}.2"
     steps = [["ip", "netns", "add", ns],
              ["ip", "link", "add", link + "o", "type", "veth", "peer", "name", link + "i"],
@@ -289,7 +285,19 @@ def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:
     for st in steps:
         r = subprocess.run(st, capture_output=True, text=True)
         if r.returncode != 0:
-            raise StartError(f"GridFTP namespace: {' '.join(st)}: {r.stderr.strip()}")
+            raise StartError(f"{tag} namespace: {' '.join(st)}: {r.stderr.strip()}")
+    return ns, out_ip, in_ip
+
+
+def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:
+    """GridFTP through `sprat relay`: globus-url-copy opens its data channels to the address and
+    port of the server's passive reply, so a relay in front of the control port alone would not
+    see them. The server runs in a network namespace of its own behind a veth pair (10.231.N.2
+    inside, 10.231.N.1 outside, no NAT), announcing the outside address (`-data-interface`) and a
+    range of 128 passive ports; on the outside address only the relay listens, on a control port
+    and (`--ports`) on that range, forwarding both to the same ports inside over the same links.
+    One such server per RTT (two relays cannot hold one port range). Removed at exit."""
+    ns, out_ip, in_ip = veth_namespace(h, n, "gftp")
     first = None
     for _ in range(50):  # 128 passive ports below the ephemeral range, none listening here
         cand = 20000 + random.randrange(96) * 128

@@ -96,6 +96,10 @@ SUITES = {
               "what the re-run sends against what was missing",
               sets=("small", "big"), tools=(), modes=("client", "server", "server-retry"), caches=("cold",),
               limits=(), rounds=1, special=True),
+        Suite("servers", "one push spread over 1, 2 and 3 servers exporting one directory, each in a network "
+              "namespace of its own behind a veth pair and `sprat relay --rate RATE`: rate against one server",
+              sets=("k64",), tools=(), modes=("push",), caches=("warm",), limits=(), rounds=3, tmpfs=True,
+              special=True, rate="200mbit"),
         Suite("relaycheck", "`sprat relay` against the theory: RTT seen by `sprat doctor`, iperf3 with 1, 4 and 16 "
               "streams against min(N x window / RTT, cap)",
               sets=(), tools=(), modes=("push",), caches=("warm",), rtts=(10.0, 30.0, 100.0), limits=(), rounds=1,
@@ -184,7 +188,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--cache", "--caches", dest="caches", type=_csv, help="cold, warm (default: the suite's)")
     p.add_argument("--rtts", type=_rtts, help="round trips in ms through `sprat relay`, comma-separated; "
                    "'none' = no relay (default: the suite's)")
-    p.add_argument("--rate", help="the relay's bandwidth cap, 0 = none [the suite's: 1gbit; ssh: 0]")
+    p.add_argument("--rate", help="the relay's bandwidth cap, 0 = none [the suite's: 1gbit; ssh: 0; servers: 200mbit]")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default: the suite's)")
     p.add_argument("--baseline", help="the tool the ratios are taken against [sprat]")
     p.add_argument("--sprat", default=os.path.join(repo, "target/release/sprat"),
@@ -193,7 +197,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=BASE [ARGS]",
                    help="an extra tool: BASE with extra client arguments, e.g. 'sprat-s8=sprat --streams 8'")
     p.add_argument("--old-sprat", help="another sprat binary, run as the tool sprat-old")
-    p.add_argument("--data-dir", help="data sets and destinations [/work/bench-data; wan, ssh: /dev/shm/sprat-harness]")
+    p.add_argument("--data-dir", help="data sets and destinations [/work/bench-data; wan, ssh, servers: /dev/shm/sprat-harness]")
     p.add_argument("--results-dir", default=os.path.join(repo, "bench/results"), help="[bench/results]")
     p.add_argument("--verify", choices=("count", "full"), default="full",
                    help="check of every copy: count (paths, types, sizes) or full (+ contents, modes, mtimes)")
@@ -274,11 +278,12 @@ def parse(argv: list[str], repo: str) -> Plan:
     for l in limits:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
-    if suite.special and (a.limits or (a.sets and suite.name not in ("resume", "eta"))
+    if suite.special and (a.limits or (a.sets and suite.name not in ("resume", "eta", "servers"))
                           or (a.modes and suite.name not in ("resume", "eta"))
                           or (a.tools and suite.name not in ("namespace", "eta"))):
         p.error(f"suite {suite.name} takes none of --limits, --sets, --modes, --tools but "
-                + {"resume": "--sets and --modes", "namespace": "--tools", "eta": "--sets, --modes and --tools"}.get(
+                + {"resume": "--sets and --modes", "namespace": "--tools", "eta": "--sets, --modes and --tools",
+                   "servers": "--sets"}.get(
                     suite.name, "the common options"))
     if suite.name == "namespace":
         for w in tools:

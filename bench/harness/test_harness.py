@@ -461,6 +461,18 @@ class Progress(unittest.TestCase):
         p = suites.parse(["progress-overhead"], REPO)
         self.assertEqual((p.sets, p.tools, p.modes, p.baseline, p.rounds, p.limits),
                          (["small"], ["progress-off", "progress-on"], ["local", "push"], "progress-off", 5, []))
+        p = suites.parse(["servers"], REPO)
+        self.assertEqual((p.sets, p.rate, p.data_dir, p.suite.special), (["k64"], "200mbit", "/dev/shm/sprat-harness", True))
+        p = suites.parse(["servers", "--sets", "small", "--rate", "80mbit"], REPO)
+        self.assertEqual((p.sets, p.rate), (["small"], "80mbit"))
+        for bad in (["servers", "--tools", "rsyncd"], ["servers", "--modes", "pull"]):
+            with self.assertRaises(SystemExit, msg=bad):
+                with open(os.devnull, "w") as devnull:
+                    old, sys.stderr = sys.stderr, devnull
+                    try:
+                        suites.parse(bad, REPO)
+                    finally:
+                        sys.stderr = old
         reg = tools.registry()
         self.assertEqual(reg["progress-on"].args, ("--progress",))
         self.assertFalse(reg["progress-on"].sync or reg["progress-off"].sync)

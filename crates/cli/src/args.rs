@@ -37,6 +37,11 @@ pub enum Command {
     /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
     /// (like `rsync -a SRC/ DST/`) and is created if missing.
     ///
+    /// A push may name several servers that export the same shared file system,
+    /// sprat://HOST:PORT,HOST:PORT,.../PATH: its data is spread over all of them, each taking
+    /// batches as fast as it writes them, and the report has a line per server. They should
+    /// share one key (`sprat serve --key-file`) if the client pins a fingerprint.
+    ///
     /// `-v` lists each regular file on stdout (control characters escaped) as it completes:
     /// for a push once the server acknowledged the batch holding it, for a pull or a local
     /// copy once it is written; files already up to date are not listed, and a copy between
@@ -155,8 +160,9 @@ pub struct ModelArgs {
     pub run: Option<Vec<OsString>>,
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// A link to fill (e.g. 100Gbit, 10GB/s): print the transfer nodes it needs.
-    #[arg(long, value_name = "RATE")]
+    /// A link to fill (e.g. 100Gbit, 10GB/s): print the transfer nodes it needs (also
+    /// `--nodes RATE`).
+    #[arg(long, value_name = "RATE", visible_alias = "nodes")]
     pub link: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
@@ -369,7 +375,8 @@ pub struct CpArgs {
     /// config file, see below), or [USER@]HOST:PATH (over ssh).
     pub src: OsString,
     /// Destination: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH or
-    /// [USER@]HOST:PATH.
+    /// [USER@]HOST:PATH; for a push also sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing
+    /// one file system, all used at once).
     pub dst: OsString,
     /// Print the final report as one JSON object on stdout.
     #[arg(long)]

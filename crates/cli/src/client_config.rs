@@ -376,6 +376,12 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
 fn read_server(table: toml::Table, base: &Path) -> Result<ServerAlias, String> {
     let raw = RawServer::deserialize(toml::Value::Table(table)).map_err(|e| one_line(&e))?;
     let (addr, path) = match Endpoint::parse(OsStr::new(&raw.url)) {
+        Ok(Endpoint::Remote { also, .. }) if !also.is_empty() => {
+            return Err(format!(
+                "key 'url': '{}' names several servers; an alias stands for one",
+                raw.url
+            ))
+        }
         Ok(Endpoint::Remote { addr, path, .. }) => (addr, path),
         Ok(_) => {
             return Err(format!(

@@ -65,6 +65,27 @@ fn predicts_bottleneck_threshold_time_and_nodes() {
     assert_ok(&text, None);
     let s = String::from_utf8(text.stdout).unwrap();
     assert!(s.contains("storage bounds files below 11000 B"), "{s}");
+    // `--nodes RATE` is the same question.
+    let nodes = model(&[
+        "--read",
+        "100us,1GB/s",
+        "--network",
+        "1us,100MB/s",
+        "--write",
+        "50us,2GB/s",
+        "--files",
+        "1000",
+        "--total",
+        "10MB",
+        "--batch-size",
+        "1MB",
+        "--nodes",
+        "8Gbit",
+        "--json",
+    ]);
+    assert_ok(&nodes, None);
+    let v: serde_json::Value = serde_json::from_slice(&nodes.stdout).unwrap();
+    assert_eq!(v["nodes_for_link"], 11);
 }
 
 #[test]

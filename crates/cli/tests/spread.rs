@@ -3,7 +3,7 @@
 //! sprat://A,B,C/PATH`): real servers over one directory, each behind its own capped relay so
 //! that none can take everything; the destination must be exact (contents, modes, mtimes of
 //! files and directories, hard links), every server must have taken a share, and the report
-//! must give a line per server.
+//! must give a line per server. The same for a pull from several servers into local files.
 
 mod common;
 
@@ -111,6 +111,57 @@ fn a_push_over_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
 }
 
 #[test]
+fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
+    let t = tmp();
+    let (root, pulled) = (t.path().join("export"), t.path().join("pulled"));
+    make_source(&root.join("tree"));
+    let (servers, relays) = servers(&root, "40mbit");
+    let out = cp(
+        &servers[0],
+        &["-a", "--json"],
+        url(&relays, "tree"),
+        &pulled,
+    );
+    assert_ok(&out, Some(&servers[0]));
+    // Without -H the link is a copy of its file: compared as a file.
+    assert_trees_equal(&root.join("tree"), &pulled);
+    let report = parse_json_report(&out.stdout);
+    let shares = report.get("servers").as_array().unwrap().clone();
+    assert_eq!(shares.len(), 3, "a line per server: {}", report.value);
+    for share in &shares {
+        assert!(
+            share["files"].as_u64().unwrap() > 0,
+            "every server took a share: {}",
+            report.value
+        );
+    }
+    let files: u64 = shares.iter().map(|s| s["files"].as_u64().unwrap()).sum();
+    assert_eq!(files, report.files(), "the shares add up to the whole");
+    // Again: nothing travels. After a change at the source, only that file does.
+    let again = cp(
+        &servers[0],
+        &["-a", "--json"],
+        url(&relays, "tree"),
+        &pulled,
+    );
+    assert_ok(&again, Some(&servers[0]));
+    assert_eq!(parse_json_report(&again.stdout).files(), 0);
+    fs::write(root.join("tree/many/d0/f7"), b"changed").unwrap();
+    let third = cp(
+        &servers[0],
+        &["-a", "--json"],
+        url(&relays, "tree"),
+        &pulled,
+    );
+    assert_ok(&third, Some(&servers[0]));
+    assert_eq!(parse_json_report(&third.stdout).files(), 1);
+    assert_trees_equal(&root.join("tree"), &pulled);
+    for dir in [root.join("tree/many/d5"), pulled.join("many/d5")] {
+        fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+}
+
+#[test]
 fn a_server_that_cannot_be_reached_fails_the_push_naming_it() {
     let t = tmp();
     let (src, root) = (t.path().join("src"), t.path().join("export"));
@@ -145,9 +196,10 @@ fn several_servers_are_refused_where_only_one_can_serve() {
     let out = cp(&s, &[], &src, &two);
     assert_exit(&out, 2);
     assert_error_names(&out, &["named twice"]);
+    // Between servers, several cannot be named on either side.
     let pair = format!("sprat://{},127.0.0.1:1/x", s.addr());
-    let out = cp(&s, &[], &pair, t.path().join("pulled"));
+    let out = cp(&s, &[], &pair, s.url("y"));
     assert_exit(&out, 2);
     assert_error_names(&out, &["names several servers"]);
-    assert!(!t.path().join("pulled").exists());
+    assert!(!root.join("y").exists());
 }

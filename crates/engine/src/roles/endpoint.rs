@@ -139,15 +139,18 @@ pub(crate) fn check_selection(
 }
 
 /// Refuses several servers in one URL where they cannot be used: only a push from local
-/// storage spreads over several servers.
+/// storage and a pull to it spread over several servers.
 fn check_servers(src: &Endpoint, dst: &Endpoint) -> Result<(), TransferError> {
     let several = |e: &Endpoint| matches!(e, Endpoint::Remote { also, .. } if !also.is_empty());
-    let local_src = matches!(src, Endpoint::Local(_));
-    if several(src) || (several(dst) && !local_src) {
+    let (local_src, local_dst) = (
+        matches!(src, Endpoint::Local(_)),
+        matches!(dst, Endpoint::Local(_)),
+    );
+    if (several(src) && !local_dst) || (several(dst) && !local_src) {
         let named = if several(src) { src } else { dst };
         return Err(TransferError::Usage(format!(
-            "'{named}' names several servers, which only a copy from local files to them \
-             (a push) can use; name one of them"
+            "'{named}' names several servers, which only a copy between them and local files \
+             (a push or a pull) can use; name one of them"
         )));
     }
     Ok(())
@@ -196,8 +199,15 @@ fn copy_only(
                 .collect();
             super::spread::push(s, &servers, path, key, options, src, dst)
         }
-        (Endpoint::Remote { addr, path, .. }, Endpoint::Local(d)) => {
+        (Endpoint::Remote { addr, path, also }, Endpoint::Local(d)) if also.is_empty() => {
             super::pull::pull(addr, path, d, key, options, src, dst)
+        }
+        (Endpoint::Remote { addr, path, also }, Endpoint::Local(d)) => {
+            let servers: Vec<&str> = std::iter::once(addr)
+                .chain(also)
+                .map(|a| a.as_str())
+                .collect();
+            super::spread::pull(&servers, path, d, key, options, src, dst)
         }
         (
             Endpoint::Remote {

@@ -10,6 +10,13 @@
 //! sets the directories' modes and mtimes after every file is in place, as a single receiver
 //! does when it finishes. The directories files land in are made by whichever server writes
 //! there first. The destination's listing (what is up to date) comes from the first server.
+//!
+//! The reverse, a pull from several servers ([`pull`]): the client lists the source once
+//! (first server) and its own destination, cuts what it lacks into pieces (path lists of
+//! about equal bytes), and each server pulls piece after piece from one shared queue, so that
+//! a faster server takes more of them; a last ordinary pull from the first server, with
+//! everything already in place, sets the directories' modes and mtimes and fetches anything
+//! that changed meanwhile.
 
 use super::destination::open_source;
 use super::endpoint::Endpoint;
@@ -19,13 +26,15 @@ use super::push::{
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::Credentials;
+use crate::pipeline::skip::SkipRule;
 use crate::pipeline::source::SentTotals;
 use crate::report::{Counts, Report, ServerShare, Stages, MAX_LISTED_FAILURES};
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
 use sprat_proto::batch::EntryKind;
+use sprat_proto::namespace::NsKind;
 use sprat_proto::Batch;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -154,6 +163,270 @@ pub(crate) fn push(
     .with_path(path_report);
     report.servers = shares;
     Ok(report)
+}
+
+/// Pulls `path` from every server of `servers` (which export the same file system) into
+/// `dst` (see the module comment). `-c` and `-H` pull from the first server alone: pieces
+/// would compare whole files by their sizes and break link groups.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pull(
+    servers: &[&str],
+    path: &[u8],
+    dst: &Path,
+    key: &Credentials,
+    options: &TransferOptions,
+    src_ep: &Endpoint,
+    dst_ep: &Endpoint,
+) -> Result<Report, TransferError> {
+    let started = Instant::now();
+    if options.skip == SkipRule::Checksum || options.hard_links {
+        eprintln!(
+            "sprat: {} pulls from the first server alone ({})",
+            if options.hard_links { "-H" } else { "-c" },
+            servers[0]
+        );
+        return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
+    }
+    let (pieces, totals) = plan_pieces(servers[0], path, dst, key, options, servers.len())?;
+    let Some(pieces) = pieces else {
+        // A single file: nothing to spread.
+        return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
+    };
+    options.progress.set_totals(totals.0, totals.1);
+    let queue = Mutex::new(pieces);
+    let stop = crate::sync::Cancel::default();
+    let failure: Mutex<Option<TransferError>> = Mutex::new(None);
+    let shares: Vec<Mutex<PulledShare>> = servers
+        .iter()
+        .map(|_| Mutex::new(Default::default()))
+        .collect();
+    std::thread::scope(|s| {
+        for (i, server) in servers.iter().enumerate() {
+            let (queue, stop, failure, share) = (&queue, &stop, &failure, &shares[i]);
+            s.spawn(move || loop {
+                let next = lock(queue).pop_front();
+                let Some(piece) = next else { return };
+                if stop.is_cancelled() {
+                    return;
+                }
+                let mut piece_options = options.clone();
+                piece_options.selection = crate::config::Selection {
+                    filter: options.selection.filter.clone(),
+                    files_from: Some(piece.into()),
+                };
+                piece_options.skip = SkipRule::Never;
+                piece_options.delete = false;
+                piece_options.cancel = stop.clone();
+                match super::pull::pull(server, path, dst, key, &piece_options, src_ep, dst_ep) {
+                    Ok(r) => lock(share).add(&r),
+                    Err(e) => {
+                        lock(failure).get_or_insert(e);
+                        stop.cancel();
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let failed = lock(&failure).take();
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    // Everything is in place: an ordinary pull from the first server sets the directories
+    // and fetches whatever changed meanwhile (its check finds the rest up to date).
+    let mut last_options = options.clone();
+    last_options.progress = Default::default();
+    last_options.file_log = None;
+    let last = super::pull::pull(servers[0], path, dst, key, &last_options, src_ep, dst_ep)?;
+    let mut counts = Counts::default();
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let mut lines = Vec::new();
+    let mut streams = 0;
+    let mut stages = Stages {
+        scan_read_s: 0.0,
+        network_s: Some(0.0),
+        write_s: 0.0,
+    };
+    for (i, (server, share)) in servers.iter().zip(&shares).enumerate() {
+        let mut share = lock(share);
+        if i == 0 {
+            share.add(&last);
+        }
+        // Each server's pieces ran one after the other; the servers at the same time.
+        stages.scan_read_s = stages.scan_read_s.max(share.stages.scan_read_s);
+        stages.write_s = stages.write_s.max(share.stages.write_s);
+        let net = |s: &Stages| s.network_s.unwrap_or(0.0);
+        stages.network_s = Some(net(&stages).max(net(&share.stages)));
+        let (c, most, rtt_ms) = (&share.counts, share.streams, share.rtt_ms);
+        counts.files += c.files;
+        counts.symlinks += c.symlinks;
+        counts.bytes += c.bytes;
+        counts.syncs += c.syncs;
+        counts.failed += c.failed;
+        let room = MAX_LISTED_FAILURES.saturating_sub(counts.failures.len());
+        counts
+            .failures
+            .extend(c.failures.iter().take(room).cloned());
+        streams += most;
+        lines.push(ServerShare {
+            server: server.to_string(),
+            files: c.files,
+            bytes: c.bytes,
+            mb_per_s: c.bytes as f64 / seconds / 1e6,
+            streams: most,
+            rtt_ms,
+        });
+    }
+    counts.dirs = last.dirs;
+    let mut report = Report::new(
+        "pull",
+        src_ep.to_string(),
+        dst_ep.to_string(),
+        &counts,
+        started.elapsed(),
+        streams,
+        stages,
+    )
+    .with_durable(options.durable)
+    .with_not_sent(totals.2, last.attrs_fixed, totals.3);
+    report.path = last.path.clone();
+    report.servers = lines;
+    Ok(report)
+}
+
+/// What one server's pieces of a pull did, summed.
+struct PulledShare {
+    counts: Counts,
+    /// Most streams of one of its pieces.
+    streams: usize,
+    rtt_ms: f64,
+    stages: Stages,
+}
+
+impl Default for PulledShare {
+    fn default() -> Self {
+        PulledShare {
+            counts: Counts::default(),
+            streams: 0,
+            rtt_ms: 0.0,
+            stages: Stages {
+                scan_read_s: 0.0,
+                network_s: Some(0.0),
+                write_s: 0.0,
+            },
+        }
+    }
+}
+
+impl PulledShare {
+    /// Adds what the report of one of its pulls counted.
+    fn add(&mut self, r: &Report) {
+        let c = &mut self.counts;
+        c.files += r.files;
+        c.symlinks += r.symlinks;
+        c.bytes += r.bytes;
+        c.syncs += r.syncs;
+        c.failed += r.failed;
+        let room = MAX_LISTED_FAILURES.saturating_sub(c.failures.len());
+        c.failures.extend(r.failures.iter().take(room).cloned());
+        self.streams = self.streams.max(r.streams);
+        if let Some(p) = &r.path {
+            self.rtt_ms = p.rtt_ms;
+        }
+        self.stages.scan_read_s += r.stages.scan_read_s;
+        self.stages.write_s += r.stages.write_s;
+        let net = r.stages.network_s.unwrap_or(0.0);
+        self.stages.network_s = Some(self.stages.network_s.unwrap_or(0.0) + net);
+    }
+}
+
+/// Most paths in one piece, and most bytes of their names (a piece travels as a
+/// `--files-from` list, whose wire size is capped).
+const PIECE_FILES: usize = 8192;
+const PIECE_NAME_BYTES: usize = 512 << 10;
+
+/// What a pull from `servers` servers must fetch, cut into pieces: the source's files and
+/// symlinks (listed by the server at `addr`) that `dst` lacks or has with another size or
+/// mtime (all of them with `--ignore-times`; only missing ones with `--ignore-existing`).
+/// `None` when the source is a single file. Also returns (files, bytes) of the whole source
+/// and (files, bytes) found up to date.
+#[allow(clippy::type_complexity)]
+fn plan_pieces(
+    addr: &str,
+    path: &[u8],
+    dst: &Path,
+    key: &Credentials,
+    options: &TransferOptions,
+    servers: usize,
+) -> Result<(Option<VecDeque<Vec<Vec<u8>>>>, (u64, u64, u64, u64)), TransferError> {
+    let mut listed = Vec::new();
+    super::remote::list_summed(addr, key, path, true, &options.selection, None, |e| {
+        listed.push(e)
+    })?;
+    if listed
+        .iter()
+        .any(|e| e.path.is_empty() && e.kind != NsKind::Dir)
+    {
+        return Ok((None, (0, 0, 0, 0)));
+    }
+    let mut have: HashMap<Vec<u8>, (u64, i64, u32)> = HashMap::new();
+    if dst.is_dir() {
+        let mut local = options.clone();
+        local.skip = SkipRule::QuickCheck;
+        let (entries, _) = super::destination::local_entries(dst, &local)?;
+        for e in entries {
+            have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec));
+        }
+    }
+    let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
+    let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();
+    for e in listed {
+        match e.kind {
+            NsKind::File => {
+                files += 1;
+                bytes += e.size;
+                let up_to_date = match (options.skip, have.get(&e.path)) {
+                    (SkipRule::Never, _) | (_, None) => false,
+                    (SkipRule::IgnoreExisting, Some(_)) => true,
+                    (_, Some(&(size, sec, nsec))) => {
+                        size == e.size && sec == e.mtime_sec && nsec == e.mtime_nsec
+                    }
+                };
+                if up_to_date {
+                    same_files += 1;
+                    same_bytes += e.size;
+                } else {
+                    needed.push((e.path, e.size));
+                }
+            }
+            NsKind::Symlink => needed.push((e.path, 0)),
+            _ => {}
+        }
+    }
+    options.progress.add_skipped(same_files, same_bytes);
+    let needed_bytes: u64 = needed.iter().map(|n| n.1).sum();
+    // Several pieces per server, so that a fast server can take more; none so small that
+    // its session's set-up dominates.
+    let piece_bytes = (needed_bytes / (servers as u64 * 8)).clamp(16 << 20, 1 << 30);
+    let mut pieces = VecDeque::new();
+    let (mut piece, mut piece_size, mut names) = (Vec::new(), 0u64, 0usize);
+    for (p, size) in needed {
+        let full = !piece.is_empty()
+            && (piece_size + size > piece_bytes
+                || piece.len() >= PIECE_FILES
+                || names + p.len() + 1 > PIECE_NAME_BYTES);
+        if full {
+            pieces.push_back(std::mem::take(&mut piece));
+            (piece_size, names) = (0, 0);
+        }
+        piece_size += size;
+        names += p.len() + 1;
+        piece.push(p);
+    }
+    if !piece.is_empty() {
+        pieces.push_back(piece);
+    }
+    Ok((Some(pieces), (files, bytes, same_files, same_bytes)))
 }
 
 /// The first failure of any server's session, which stops the others.
