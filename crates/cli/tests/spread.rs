@@ -115,7 +115,12 @@ fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     let t = tmp();
     let (root, pulled) = (t.path().join("export"), t.path().join("pulled"));
     make_source(&root.join("tree"));
-    let (servers, relays) = servers(&root, "40mbit");
+    // Enough bytes for more pieces than servers (a piece holds at least 16 MiB).
+    for k in 0..3 {
+        let bytes = sprat_testkit::random_bytes(8 << 20, 77 + k);
+        fs::write(root.join(format!("tree/extra-{k}")), bytes).unwrap();
+    }
+    let (servers, relays) = servers(&root, "80mbit");
     let out = cp(
         &servers[0],
         &["-a", "--json"],
