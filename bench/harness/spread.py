@@ -1,4 +1,4 @@
-"""The `servers` suite: one push spread over 1, 2 and 3 servers that export the same directory.
+"""The `servers` suite: one push (or pull) spread over 1, 2 and 3 servers that export the same directory.
 
 Each server runs in a network namespace of its own, joined to the client's by a veth pair,
 and the client reaches it through `sprat relay --rate RATE` on the outside address (one capped
@@ -50,49 +50,55 @@ def run_servers(h) -> str:
     ds = setsmod.resolve_set(name, quick=p.quick, seed=p.seed, tree=p.tree, tree_files=p.tree_files)
     ready = setsmod.ensure(ds, h.root, h.meta, h.sprat, h.log, refresh=p.refresh)
     manifest = verify.load_manifest(ready.manifest)
-    export = os.path.join(h.root, h.dst_rel_base)
-    os.makedirs(export, exist_ok=True)
+    # The servers export the harness root: the set is there, and so are the push destinations.
+    export = h.root
+    os.makedirs(os.path.join(export, h.dst_rel_base), exist_ok=True)
+    set_rel = os.path.relpath(ready.path, export)
     addrs, fp = start_spread_servers(h, 3, export, p.rate)
     counts = (1, 2, 3)
-    rows = []  # (servers, round, seconds, bytes/s, check, per-server files)
+    rows = []  # (mode, servers, round, seconds, bytes/s, check, per-server files)
     for rnd in range(1, p.rounds + 1):
-        for n in counts:
-            rel = f"r{rnd}-n{n}"
-            url = f"sprat://{','.join(addrs[:n])}/{rel}"
-            cmd = [h.sprat, "cp", "--json", "--server-fingerprint", fp, ready.path, url]
-            t0 = time.monotonic()
-            res = subprocess.run(cmd, capture_output=True, text=True, env=dict(h.sprat_env, SPRAT_TOKEN=h.token))
-            subprocess.run(["sync"])
-            took = time.monotonic() - t0
-            dst = os.path.join(export, rel)
-            c = verify.check(manifest, dst, p.verify) if res.returncode == 0 else \
-                verify.Check("FAIL", 0, 0, res.stderr.strip()[-200:])
-            shares = ""
-            try:
-                shares = " / ".join(str(s["files"]) for s in json.loads(res.stdout).get("servers", [])) or "-"
-            except ValueError:
-                pass
-            rows.append((n, rnd, took, ready.bytes / took, c.status, shares))
-            h.log(f"round {rnd}, {n} server(s): {took:.2f} s, {ready.bytes / took / 1e6:.1f} MB/s, {c.status} "
-                  f"{c.detail} (files per server {shares})")
-            shutil.rmtree(dst, ignore_errors=True)
+        for mode in p.modes:
+            for n in counts:
+                rel = f"{h.dst_rel_base}/{mode}-r{rnd}-n{n}"
+                dst = os.path.join(export, rel)
+                servers_url = f"sprat://{','.join(addrs[:n])}"
+                src, to = (ready.path, f"{servers_url}/{rel}") if mode == "push" else (f"{servers_url}/{set_rel}", dst)
+                cmd = [h.sprat, "cp", "--json", "--server-fingerprint", fp, src, to]
+                t0 = time.monotonic()
+                res = subprocess.run(cmd, capture_output=True, text=True,
+                                     env=dict(h.sprat_env, SPRAT_TOKEN=h.token))
+                subprocess.run(["sync"])
+                took = time.monotonic() - t0
+                c = verify.check(manifest, dst, p.verify) if res.returncode == 0 else \
+                    verify.Check("FAIL", 0, 0, res.stderr.strip()[-200:])
+                shares = ""
+                try:
+                    shares = " / ".join(str(s["files"]) for s in json.loads(res.stdout).get("servers", [])) or "-"
+                except ValueError:
+                    pass
+                rows.append((mode, n, rnd, took, ready.bytes / took, c.status, shares))
+                h.log(f"round {rnd}, {mode}, {n} server(s): {took:.2f} s, {ready.bytes / took / 1e6:.1f} MB/s, "
+                      f"{c.status} {c.detail} (files per server {shares})")
+                shutil.rmtree(dst, ignore_errors=True)
     with open(os.path.join(h.outdir, "runs.csv"), "w") as f:
-        f.write("servers,round,seconds,bytes_per_s,check,files_per_server\n")
-        for n, rnd, took, rate, check, shares in rows:
-            f.write(f"{n},{rnd},{took:.3f},{rate:.0f},{check},{shares}\n")
+        f.write("mode,servers,round,seconds,bytes_per_s,check,files_per_server\n")
+        for mode, n, rnd, took, rate, check, shares in rows:
+            f.write(f"{mode},{n},{rnd},{took:.3f},{rate:.0f},{check},{shares}\n")
     cap = (report.rate_bits(p.rate) or 0) / 8
-    one = stats.median(r[2] for r in rows if r[0] == 1)
     out = [f"Set {name}: {ready.files} files, {ready.bytes} bytes. Each server in a network namespace of its own "
            f"behind a veth pair and `sprat relay --rate {p.rate}` ({cap / 1e6:.1f} MB/s per server); every server "
            "exports the same directory. Median of the rounds; time until the data is on disk (sync in the clock).",
-           "", "| servers | median s | MB/s | rate vs 1 server | rate / sum of caps | files per server (last round) | check |",
-           "|--:|--:|--:|--:|--:|--|--|"]
-    for n in counts:
-        mine = [r for r in rows if r[0] == n]
-        med = stats.median(r[2] for r in mine)
-        rate = ready.bytes / med if med else float("nan")
-        vs = one / med if med and one else float("nan")
-        of_cap = rate / (cap * n) if cap else float("nan")
-        checks = ",".join(sorted({r[4] for r in mine}))
-        out.append(f"| {n} | {med:.2f} | {rate / 1e6:.1f} | {vs:.2f} | {of_cap:.2f} | {mine[-1][5]} | {checks} |")
+           "", "| copy | servers | median s | MB/s | rate vs 1 server | rate / sum of caps | files per server (last round) | check |",
+           "|---|--:|--:|--:|--:|--:|--|--|"]
+    for mode in p.modes:
+        one = stats.median(r[3] for r in rows if r[0] == mode and r[1] == 1)
+        for n in counts:
+            mine = [r for r in rows if r[0] == mode and r[1] == n]
+            med = stats.median(r[3] for r in mine)
+            rate = ready.bytes / med if med else float("nan")
+            vs = one / med if med and one else float("nan")
+            of_cap = rate / (cap * n) if cap else float("nan")
+            checks = ",".join(sorted({r[5] for r in mine}))
+            out.append(f"| {mode} | {n} | {med:.2f} | {rate / 1e6:.1f} | {vs:.2f} | {of_cap:.2f} | {mine[-1][6]} | {checks} |")
     return "\n".join(out) + "\n"

@@ -96,9 +96,9 @@ SUITES = {
               "what the re-run sends against what was missing",
               sets=("small", "big"), tools=(), modes=("client", "server", "server-retry"), caches=("cold",),
               limits=(), rounds=1, special=True),
-        Suite("servers", "one push spread over 1, 2 and 3 servers exporting one directory, each in a network "
-              "namespace of its own behind a veth pair and `sprat relay --rate RATE`: rate against one server",
-              sets=("k64",), tools=(), modes=("push",), caches=("warm",), limits=(), rounds=3, tmpfs=True,
+        Suite("servers", "one push and one pull spread over 1, 2 and 3 servers exporting one directory, each in a "
+              "network namespace of its own behind a veth pair and `sprat relay --rate RATE`: rate against one server",
+              sets=("k64",), tools=(), modes=("push", "pull"), caches=("warm",), limits=(), rounds=3, tmpfs=True,
               special=True, rate="200mbit"),
         Suite("relaycheck", "`sprat relay` against the theory: RTT seen by `sprat doctor`, iperf3 with 1, 4 and 16 "
               "streams against min(N x window / RTT, cap)",
@@ -242,6 +242,8 @@ def parse(argv: list[str], repo: str) -> Plan:
     allowed = tuple(RESYNC_MODES) if suite.resync else toolsmod.MODES
     if suite.name == "resume":
         allowed = ("client", "server", "server-retry")
+    if suite.name == "servers":
+        allowed = ("push", "pull")
     if suite.name == "eta":
         from .progress import ETA_TOOLS, ORDERS
 
@@ -279,11 +281,11 @@ def parse(argv: list[str], repo: str) -> Plan:
         if reg[toolsmod.ALIASES.get(l, l)].kind == "copy":
             p.error(f"--limits: '{l}' is a tool, not a limit")
     if suite.special and (a.limits or (a.sets and suite.name not in ("resume", "eta", "servers"))
-                          or (a.modes and suite.name not in ("resume", "eta"))
+                          or (a.modes and suite.name not in ("resume", "eta", "servers"))
                           or (a.tools and suite.name not in ("namespace", "eta"))):
         p.error(f"suite {suite.name} takes none of --limits, --sets, --modes, --tools but "
                 + {"resume": "--sets and --modes", "namespace": "--tools", "eta": "--sets, --modes and --tools",
-                   "servers": "--sets"}.get(
+                   "servers": "--sets and --modes"}.get(
                     suite.name, "the common options"))
     if suite.name == "namespace":
         for w in tools:

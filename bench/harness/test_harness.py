@@ -463,9 +463,10 @@ class Progress(unittest.TestCase):
                          (["small"], ["progress-off", "progress-on"], ["local", "push"], "progress-off", 5, []))
         p = suites.parse(["servers"], REPO)
         self.assertEqual((p.sets, p.rate, p.data_dir, p.suite.special), (["k64"], "200mbit", "/dev/shm/sprat-harness", True))
-        p = suites.parse(["servers", "--sets", "small", "--rate", "80mbit"], REPO)
-        self.assertEqual((p.sets, p.rate), (["small"], "80mbit"))
-        for bad in (["servers", "--tools", "rsyncd"], ["servers", "--modes", "pull"]):
+        self.assertEqual(p.modes, ["push", "pull"])
+        p = suites.parse(["servers", "--sets", "small", "--rate", "80mbit", "--modes", "pull"], REPO)
+        self.assertEqual((p.sets, p.rate, p.modes), (["small"], "80mbit", ["pull"]))
+        for bad in (["servers", "--tools", "rsyncd"], ["servers", "--limits", "read"], ["servers", "--modes", "third"]):
             with self.assertRaises(SystemExit, msg=bad):
                 with open(os.devnull, "w") as devnull:
                     old, sys.stderr = sys.stderr, devnull

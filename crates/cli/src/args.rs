@@ -37,10 +37,10 @@ pub enum Command {
     /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
     /// (like `rsync -a SRC/ DST/`) and is created if missing.
     ///
-    /// A push may name several servers that export the same shared file system,
+    /// A push or a pull may name several servers that export the same shared file system,
     /// sprat://HOST:PORT,HOST:PORT,.../PATH: its data is spread over all of them, each taking
-    /// batches as fast as it writes them, and the report has a line per server. They should
-    /// share one key (`sprat serve --key-file`) if the client pins a fingerprint.
+    /// work as fast as it moves it, and the report has a line per server. They should share
+    /// one key (`sprat serve --key-file`) if the client pins a fingerprint.
     ///
     /// `-v` lists each regular file on stdout (control characters escaped) as it completes:
     /// for a push once the server acknowledged the batch holding it, for a pull or a local
@@ -372,7 +372,8 @@ pub struct ServeArgs {
 #[command(after_help = crate::client_config::CLIENT_CONFIG_HELP)]
 pub struct CpArgs {
     /// Source: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server of the
-    /// config file, see below), or [USER@]HOST:PATH (over ssh).
+    /// config file, see below), or [USER@]HOST:PATH (over ssh); for a pull to local files also
+    /// sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing one file system, all used at once).
     pub src: OsString,
     /// Destination: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH or
     /// [USER@]HOST:PATH; for a push also sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing

@@ -161,6 +161,12 @@ fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     assert_ok(&third, Some(&servers[0]));
     assert_eq!(parse_json_report(&third.stdout).files(), 1);
     assert_trees_equal(&root.join("tree"), &pulled);
+    // A mode changed alone is fixed too.
+    let f = root.join("tree/many/d1/f3");
+    fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let fourth = cp(&servers[0], &["-a"], url(&relays, "tree"), &pulled);
+    assert_ok(&fourth, Some(&servers[0]));
+    assert_trees_equal(&root.join("tree"), &pulled);
     for dir in [root.join("tree/many/d5"), pulled.join("many/d5")] {
         fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }

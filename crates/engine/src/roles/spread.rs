@@ -94,8 +94,10 @@ pub(crate) fn push(
                         path,
                     };
                     let run = run_session(&target, options, abort, share, sent, Some(moved));
+                    // A failure is recorded before the dispatcher can see this server done.
+                    let run = run.map_err(|e| failure.set(servers[i], e, aborts)).ok();
                     drop(done);
-                    run.map_err(|e| failure.set(servers[i], e, aborts)).ok()
+                    run
                 })
             })
             .collect();
@@ -187,54 +189,78 @@ pub(crate) fn pull(
         );
         return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
     }
-    let (pieces, totals) = plan_pieces(servers[0], path, dst, key, options, servers.len())?;
-    let Some(pieces) = pieces else {
+    let Some(plan) = plan_pieces(servers[0], path, dst, key, options, servers.len())? else {
         // A single file: nothing to spread.
         return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
     };
-    options.progress.set_totals(totals.0, totals.1);
-    let queue = Mutex::new(pieces);
+    options.progress.set_totals(plan.files, plan.bytes);
+    let queue = Mutex::new(plan.pieces);
     let stop = crate::sync::Cancel::default();
     let failure: Mutex<Option<TransferError>> = Mutex::new(None);
     let shares: Vec<Mutex<PulledShare>> = servers
         .iter()
         .map(|_| Mutex::new(Default::default()))
         .collect();
+    let workers_done = AtomicBool::new(false);
     std::thread::scope(|s| {
-        for (i, server) in servers.iter().enumerate() {
-            let (queue, stop, failure, share) = (&queue, &stop, &failure, &shares[i]);
-            s.spawn(move || loop {
-                let next = lock(queue).pop_front();
-                let Some(piece) = next else { return };
-                if stop.is_cancelled() {
-                    return;
+        // The pieces run under `stop`; a stop asked from outside reaches them through it.
+        let (stop, workers_done) = (&stop, &workers_done);
+        s.spawn(move || {
+            while !workers_done.load(Ordering::SeqCst) {
+                if options.cancel.is_cancelled() {
+                    return stop.cancel();
                 }
-                let mut piece_options = options.clone();
-                piece_options.selection = crate::config::Selection {
-                    filter: options.selection.filter.clone(),
-                    files_from: Some(piece.into()),
-                };
-                piece_options.skip = SkipRule::Never;
-                piece_options.delete = false;
-                piece_options.cancel = stop.clone();
-                match super::pull::pull(server, path, dst, key, &piece_options, src_ep, dst_ep) {
-                    Ok(r) => lock(share).add(&r),
-                    Err(e) => {
-                        lock(failure).get_or_insert(e);
-                        stop.cancel();
+                std::thread::sleep(POLL);
+            }
+        });
+        let workers: Vec<_> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
+                let (queue, failure, share) = (&queue, &failure, &shares[i]);
+                s.spawn(move || loop {
+                    let next = lock(queue).pop_front();
+                    let Some(piece) = next else { return };
+                    if stop.is_cancelled() {
                         return;
                     }
-                }
-            });
+                    let mut piece_options = options.clone();
+                    piece_options.selection = crate::config::Selection {
+                        filter: options.selection.filter.clone(),
+                        files_from: Some(piece.into()),
+                    };
+                    piece_options.skip = SkipRule::Never;
+                    piece_options.delete = false;
+                    piece_options.cancel = stop.clone();
+                    match super::pull::pull(server, path, dst, key, &piece_options, src_ep, dst_ep)
+                    {
+                        Ok(r) => lock(share).add(&r),
+                        Err(e) => {
+                            lock(failure).get_or_insert(e);
+                            stop.cancel();
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            let _ = worker.join();
         }
+        workers_done.store(true, Ordering::SeqCst);
     });
     let failed = lock(&failure).take();
     if let Some(e) = failed {
         return Err(e);
     }
-    // Everything is in place: an ordinary pull from the first server sets the directories
-    // and fetches whatever changed meanwhile (its check finds the rest up to date).
+    // Every file is in place: the directories alone, from the first server, set their modes
+    // and mtimes after the last write into them.
     let mut last_options = options.clone();
+    last_options.selection = crate::config::Selection {
+        filter: options.selection.filter.clone(),
+        files_from: Some(plan.dirs.into()),
+    };
+    last_options.skip = SkipRule::Never;
     last_options.progress = Default::default();
     last_options.file_log = None;
     let last = super::pull::pull(servers[0], path, dst, key, &last_options, src_ep, dst_ep)?;
@@ -288,7 +314,7 @@ pub(crate) fn pull(
         stages,
     )
     .with_durable(options.durable)
-    .with_not_sent(totals.2, last.attrs_fixed, totals.3);
+    .with_not_sent(plan.same_files, 0, plan.same_bytes);
     report.path = last.path.clone();
     report.servers = lines;
     Ok(report)
@@ -345,12 +371,24 @@ impl PulledShare {
 const PIECE_FILES: usize = 8192;
 const PIECE_NAME_BYTES: usize = 512 << 10;
 
+/// What a pull from several servers fetches.
+struct PullPlan {
+    /// Path lists of about equal bytes, to be pulled one by one.
+    pieces: VecDeque<Vec<Vec<u8>>>,
+    /// Every directory of the source, set once the pieces are in.
+    dirs: Vec<Vec<u8>>,
+    /// Regular files of the source and their bytes.
+    files: u64,
+    bytes: u64,
+    /// Of those, what the destination has already.
+    same_files: u64,
+    same_bytes: u64,
+}
+
 /// What a pull from `servers` servers must fetch, cut into pieces: the source's files and
-/// symlinks (listed by the server at `addr`) that `dst` lacks or has with another size or
-/// mtime (all of them with `--ignore-times`; only missing ones with `--ignore-existing`).
-/// `None` when the source is a single file. Also returns (files, bytes) of the whole source
-/// and (files, bytes) found up to date.
-#[allow(clippy::type_complexity)]
+/// symlinks (listed by the server at `addr`) that `dst` lacks or has with another size,
+/// mtime or mode (all of them with `--ignore-times`; only missing ones with
+/// `--ignore-existing`). `None` when the source is a single file.
 fn plan_pieces(
     addr: &str,
     path: &[u8],
@@ -358,7 +396,7 @@ fn plan_pieces(
     key: &Credentials,
     options: &TransferOptions,
     servers: usize,
-) -> Result<(Option<VecDeque<Vec<Vec<u8>>>>, (u64, u64, u64, u64)), TransferError> {
+) -> Result<Option<PullPlan>, TransferError> {
     let mut listed = Vec::new();
     super::remote::list_summed(addr, key, path, true, &options.selection, None, |e| {
         listed.push(e)
@@ -367,19 +405,20 @@ fn plan_pieces(
         .iter()
         .any(|e| e.path.is_empty() && e.kind != NsKind::Dir)
     {
-        return Ok((None, (0, 0, 0, 0)));
+        return Ok(None);
     }
-    let mut have: HashMap<Vec<u8>, (u64, i64, u32)> = HashMap::new();
+    let mut have: HashMap<Vec<u8>, (u64, i64, u32, u32)> = HashMap::new();
     if dst.is_dir() {
         let mut local = options.clone();
         local.skip = SkipRule::QuickCheck;
         let (entries, _) = super::destination::local_entries(dst, &local)?;
         for e in entries {
-            have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec));
+            have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
         }
     }
     let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
     let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut dirs = Vec::new();
     for e in listed {
         match e.kind {
             NsKind::File => {
@@ -388,8 +427,11 @@ fn plan_pieces(
                 let up_to_date = match (options.skip, have.get(&e.path)) {
                     (SkipRule::Never, _) | (_, None) => false,
                     (SkipRule::IgnoreExisting, Some(_)) => true,
-                    (_, Some(&(size, sec, nsec))) => {
-                        size == e.size && sec == e.mtime_sec && nsec == e.mtime_nsec
+                    // A mode to fix travels with its file (the pieces send every file).
+                    (_, Some(&(size, sec, nsec, mode))) => {
+                        size == e.size
+                            && (sec, nsec) == (e.mtime_sec, e.mtime_nsec)
+                            && mode_matches(mode, e.mode, options.keep_setid)
                     }
                 };
                 if up_to_date {
@@ -400,6 +442,7 @@ fn plan_pieces(
                 }
             }
             NsKind::Symlink => needed.push((e.path, 0)),
+            NsKind::Dir if !e.path.is_empty() => dirs.push(e.path),
             _ => {}
         }
     }
@@ -426,7 +469,21 @@ fn plan_pieces(
     if !piece.is_empty() {
         pieces.push_back(piece);
     }
-    Ok((Some(pieces), (files, bytes, same_files, same_bytes)))
+    Ok(Some(PullPlan {
+        pieces,
+        dirs,
+        files,
+        bytes,
+        same_files,
+        same_bytes,
+    }))
+}
+
+/// Whether a local file's `have` mode is what a pull of a source file of mode `source`
+/// leaves: the same permission bits, setuid and setgid cleared unless kept.
+fn mode_matches(have: u32, source: u32, keep_setid: bool) -> bool {
+    let cleared = if keep_setid { 0 } else { 0o6000 };
+    have & 0o7777 == source & 0o7777 & !cleared
 }
 
 /// The first failure of any server's session, which stops the others.
