@@ -193,6 +193,12 @@ pub(crate) fn pull(
         // A single file: nothing to spread.
         return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
     };
+    tracing::info!(
+        pieces = plan.pieces.len(),
+        dirs = plan.dirs.len(),
+        after_s = started.elapsed().as_secs_f64(),
+        "pull planned"
+    );
     options.progress.set_totals(plan.files, plan.bytes);
     let queue = Mutex::new(plan.pieces);
     let stop = crate::sync::Cancel::default();
@@ -213,10 +219,12 @@ pub(crate) fn pull(
                 std::thread::sleep(POLL);
             }
         });
-        let workers: Vec<_> = servers
-            .iter()
-            .enumerate()
-            .map(|(i, server)| {
+        // Two pieces at a time per server: one's set-up and end overlap the other's data,
+        // and the server's link does not idle between pieces.
+        let workers: Vec<_> = (0..servers.len() * PIECES_AT_ONCE)
+            .map(|w| {
+                let i = w % servers.len();
+                let server = servers[i];
                 let (queue, failure, share) = (&queue, &failure, &shares[i]);
                 s.spawn(move || loop {
                     let next = lock(queue).pop_front();
@@ -253,6 +261,7 @@ pub(crate) fn pull(
     if let Some(e) = failed {
         return Err(e);
     }
+    tracing::info!(after_s = started.elapsed().as_secs_f64(), "pieces pulled");
     // Every file is in place: the directories alone, from the first server, set their modes
     // and mtimes after the last write into them.
     let mut last_options = options.clone();
@@ -370,6 +379,10 @@ impl PulledShare {
 /// `--files-from` list, whose wire size is capped).
 const PIECE_FILES: usize = 8192;
 const PIECE_NAME_BYTES: usize = 512 << 10;
+/// Pieces a server works on at the same time.
+const PIECES_AT_ONCE: usize = 2;
+/// Fewest bytes in a piece (unless less is left): its session's set-up is a few round trips.
+const MIN_PIECE_BYTES: u64 = 4 << 20;
 
 /// What a pull from several servers fetches.
 struct PullPlan {
@@ -447,10 +460,13 @@ fn plan_pieces(
         }
     }
     options.progress.add_skipped(same_files, same_bytes);
-    let needed_bytes: u64 = needed.iter().map(|n| n.1).sum();
-    // Several pieces per server, so that a fast server can take more; none so small that
-    // its session's set-up dominates.
-    let piece_bytes = (needed_bytes / (servers as u64 * 8)).clamp(16 << 20, 1 << 30);
+    // Guided: each piece a quarter of an even share of what is left, so that pieces shrink
+    // towards the end and the servers finish together; none so small that its session's
+    // set-up dominates.
+    let mut left: u64 = needed.iter().map(|n| n.1).sum();
+    let share =
+        |left: u64| (left / (servers * PIECES_AT_ONCE * 4) as u64).clamp(MIN_PIECE_BYTES, 1 << 30);
+    let mut piece_bytes = share(left);
     let mut pieces = VecDeque::new();
     let (mut piece, mut piece_size, mut names) = (Vec::new(), 0u64, 0usize);
     for (p, size) in needed {
@@ -460,6 +476,8 @@ fn plan_pieces(
                 || names + p.len() + 1 > PIECE_NAME_BYTES);
         if full {
             pieces.push_back(std::mem::take(&mut piece));
+            left -= piece_size;
+            piece_bytes = share(left);
             (piece_size, names) = (0, 0);
         }
         piece_size += size;
