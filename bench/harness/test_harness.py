@@ -441,6 +441,15 @@ class Progress(unittest.TestCase):
         self.assertIn("4.50 / 6.00", out[2])
         self.assertIn("1.350", out[2])
 
+    def assertParseFails(self, argv):
+        with self.assertRaises(SystemExit, msg=argv):
+            with open(os.devnull, "w") as devnull:
+                old, sys.stderr = sys.stderr, devnull
+                try:
+                    suites.parse(argv, REPO)
+                finally:
+                    sys.stderr = old
+
     def test_suites_parse(self):
         p = suites.parse(["eta"], REPO)
         self.assertEqual(p.tools, ["sprat-local", "sprat-push", "sprat-pull", "rsync-local", "rclone-local"])
@@ -451,13 +460,7 @@ class Progress(unittest.TestCase):
         self.assertEqual(progress._parts(suites.parse(["eta"], REPO)), ("20000x16KiB", "20x32MiB"))
         for bad in (["eta", "--tools", "cpa"], ["eta", "--modes", "push"], ["eta", "--sets", "small,big"],
                     ["eta", "--sets", "1x1KiB"], ["local", "--bwlimit-mib", "4"], ["eta", "--limits", "read"]):
-            with self.assertRaises(SystemExit, msg=bad):
-                with open(os.devnull, "w") as devnull:
-                    old, sys.stderr = sys.stderr, devnull
-                    try:
-                        suites.parse(bad, REPO)
-                    finally:
-                        sys.stderr = old
+            self.assertParseFails(bad)
         p = suites.parse(["progress-overhead"], REPO)
         self.assertEqual((p.sets, p.tools, p.modes, p.baseline, p.rounds, p.limits),
                          (["small"], ["progress-off", "progress-on"], ["local", "push"], "progress-off", 5, []))
@@ -467,13 +470,7 @@ class Progress(unittest.TestCase):
         p = suites.parse(["servers", "--sets", "small", "--rate", "80mbit", "--modes", "pull"], REPO)
         self.assertEqual((p.sets, p.rate, p.modes), (["small"], "80mbit", ["pull"]))
         for bad in (["servers", "--tools", "rsyncd"], ["servers", "--limits", "read"], ["servers", "--modes", "third"]):
-            with self.assertRaises(SystemExit, msg=bad):
-                with open(os.devnull, "w") as devnull:
-                    old, sys.stderr = sys.stderr, devnull
-                    try:
-                        suites.parse(bad, REPO)
-                    finally:
-                        sys.stderr = old
+            self.assertParseFails(bad)
         reg = tools.registry()
         self.assertEqual(reg["progress-on"].args, ("--progress",))
         self.assertFalse(reg["progress-on"].sync or reg["progress-off"].sync)

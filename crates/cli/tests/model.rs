@@ -17,29 +17,30 @@ fn model(args: &[&str]) -> std::process::Output {
     run_sprat(bin(), [&["model"][..], args].concat(), &[])
 }
 
+/// Storage: 100 us per file at 1 GB/s; network: 1 us per file at 100 MB/s; write 50 us per
+/// file at 2 GB/s.
+const STAGE_COSTS: &[&str] = &[
+    "--read",
+    "100us,1GB/s",
+    "--network",
+    "1us,100MB/s",
+    "--write",
+    "50us,2GB/s",
+];
+
 #[test]
 fn predicts_bottleneck_threshold_time_and_nodes() {
     // Storage: 100 us per file at 1 GB/s; network: 1 us per file at 100 MB/s. They cross
     // where 100e-6 + x/1e9 = 1e-6 + x/1e8, i.e. x = 99e-6 / 9e-9 = 11,000 bytes.
-    let out = model(&[
-        "--read",
-        "100us,1GB/s",
-        "--network",
-        "1us,100MB/s",
-        "--write",
-        "50us,2GB/s",
-        "--files",
-        "1000",
-        "--total",
-        "10MB",
-        "--batch-size",
-        "1MB",
-        "--streams",
-        "2",
-        "--link",
-        "8Gbit",
-        "--json",
-    ]);
+    let set = ["--files", "1000", "--total", "10MB", "--batch-size", "1MB"];
+    let out = model(
+        &[
+            STAGE_COSTS,
+            &set,
+            &["--streams", "2", "--link", "8Gbit", "--json"],
+        ]
+        .concat(),
+    );
     assert_ok(&out, None);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let x = v["storage_bound_below_bytes"].as_f64().unwrap();
@@ -54,35 +55,12 @@ fn predicts_bottleneck_threshold_time_and_nodes() {
     // Per node: read 10 MB / 0.11 s = 90.9 MB/s, write 10 MB / 0.055 s = 181.8 MB/s;
     // 1 GB/s needs ceil(1e9 / 90.9e6) = 11 nodes.
     assert_eq!(v["nodes_for_link"], 11);
-    let text = model(&[
-        "--read",
-        "100us,1GB/s",
-        "--network",
-        "1us,100MB/s",
-        "--write",
-        "50us,2GB/s",
-    ]);
+    let text = model(STAGE_COSTS);
     assert_ok(&text, None);
     let s = String::from_utf8(text.stdout).unwrap();
     assert!(s.contains("storage bounds files below 11000 B"), "{s}");
     // `--nodes RATE` is the same question.
-    let nodes = model(&[
-        "--read",
-        "100us,1GB/s",
-        "--network",
-        "1us,100MB/s",
-        "--write",
-        "50us,2GB/s",
-        "--files",
-        "1000",
-        "--total",
-        "10MB",
-        "--batch-size",
-        "1MB",
-        "--nodes",
-        "8Gbit",
-        "--json",
-    ]);
+    let nodes = model(&[STAGE_COSTS, &set, &["--nodes", "8Gbit", "--json"]].concat());
     assert_ok(&nodes, None);
     let v: serde_json::Value = serde_json::from_slice(&nodes.stdout).unwrap();
     assert_eq!(v["nodes_for_link"], 11);

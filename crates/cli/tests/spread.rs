@@ -28,6 +28,30 @@ fn url(relays: &[RelayProc], path: &str) -> String {
     format!("sprat://{}/{path}", addrs.join(","))
 }
 
+/// Panics unless the `--json` report of `out` has a line per relay (in order), each with
+/// files, adding up to the whole.
+#[track_caller]
+fn assert_a_share_on_each(out: &std::process::Output, relays: &[RelayProc]) {
+    let report = parse_json_report(&out.stdout);
+    let shares = report.get("servers").as_array().unwrap().clone();
+    assert_eq!(
+        shares.len(),
+        relays.len(),
+        "a line per server: {}",
+        report.value
+    );
+    for (share, relay) in shares.iter().zip(relays) {
+        assert_eq!(share["server"], relay.addr.to_string());
+        assert!(
+            share["files"].as_u64().unwrap() > 0,
+            "every server took a share: {}",
+            report.value
+        );
+    }
+    let files: u64 = shares.iter().map(|s| s["files"].as_u64().unwrap()).sum();
+    assert_eq!(files, report.files(), "the shares add up to the whole");
+}
+
 /// The fidelity tree, 600 more small files in 6 directories (one read-only, with an old
 /// mtime), and a hard link to its large file.
 fn make_source(src: &Path) {
@@ -68,19 +92,7 @@ fn a_push_over_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     assert_trees_equal(&src, &dst);
     let link = fs::metadata(dst.join("many/link-to-largest")).unwrap();
     assert_eq!(link.nlink(), 2, "the hard link is one inode with its file");
-    let report = parse_json_report(&out.stdout);
-    let shares = report.get("servers").as_array().unwrap().clone();
-    assert_eq!(shares.len(), 3, "a line per server: {}", report.value);
-    for (share, relay) in shares.iter().zip(&relays) {
-        assert_eq!(share["server"], relay.addr.to_string());
-        assert!(
-            share["files"].as_u64().unwrap() > 0,
-            "every server took a share: {}",
-            report.value
-        );
-    }
-    let files: u64 = shares.iter().map(|s| s["files"].as_u64().unwrap()).sum();
-    assert_eq!(files, report.files(), "the shares add up to the whole");
+    assert_a_share_on_each(&out, &relays);
 
     // Run again: everything is up to date, nothing travels, the tree is unchanged.
     let again = cp(&servers[0], &["-aH", "--json"], &src, url(&relays, "copy"));
@@ -130,18 +142,7 @@ fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     assert_ok(&out, Some(&servers[0]));
     // Without -H the link is a copy of its file: compared as a file.
     assert_trees_equal(&root.join("tree"), &pulled);
-    let report = parse_json_report(&out.stdout);
-    let shares = report.get("servers").as_array().unwrap().clone();
-    assert_eq!(shares.len(), 3, "a line per server: {}", report.value);
-    for share in &shares {
-        assert!(
-            share["files"].as_u64().unwrap() > 0,
-            "every server took a share: {}",
-            report.value
-        );
-    }
-    let files: u64 = shares.iter().map(|s| s["files"].as_u64().unwrap()).sum();
-    assert_eq!(files, report.files(), "the shares add up to the whole");
+    assert_a_share_on_each(&out, &relays);
     // Again: nothing travels. After a change at the source, only that file does.
     let again = cp(
         &servers[0],

@@ -230,6 +230,39 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Adds what another part of the same transfer counted (a server's share of it), the
+    /// failures listed up to the cap.
+    pub fn absorb(&mut self, other: &Counts) {
+        self.add_totals(
+            other.files,
+            other.symlinks,
+            other.bytes,
+            other.syncs,
+            other.failed,
+        );
+        self.dirs += other.dirs;
+        self.extend_failures(&other.failures);
+    }
+
+    /// Adds what the report of another part of the same transfer counted, directories aside.
+    pub fn absorb_report(&mut self, r: &Report) {
+        self.add_totals(r.files, r.symlinks, r.bytes, r.syncs, r.failed);
+        self.extend_failures(&r.failures);
+    }
+
+    fn add_totals(&mut self, files: u64, symlinks: u64, bytes: u64, syncs: u64, failed: u64) {
+        self.files += files;
+        self.symlinks += symlinks;
+        self.bytes += bytes;
+        self.syncs += syncs;
+        self.failed += failed;
+    }
+
+    fn extend_failures(&mut self, failures: &[Failure]) {
+        let room = MAX_LISTED_FAILURES.saturating_sub(self.failures.len());
+        self.failures.extend(failures.iter().take(room).cloned());
+    }
+
     pub fn add_failure(&mut self, path: &[u8], error: &str) {
         self.failed += 1;
         if self.failures.len() < MAX_LISTED_FAILURES {

@@ -28,7 +28,7 @@ use crate::error::TransferError;
 use crate::net::Credentials;
 use crate::pipeline::skip::SkipRule;
 use crate::pipeline::source::SentTotals;
-use crate::report::{Counts, Report, ServerShare, Stages, MAX_LISTED_FAILURES};
+use crate::report::{Counts, Report, ServerShare, Stages};
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
 use sprat_proto::batch::EntryKind;
@@ -122,16 +122,7 @@ pub(crate) fn push(
     let (mut network_ns, mut write_ns, mut streams) = (0u64, 0u64, 0usize);
     for (run, server) in runs.iter().zip(servers) {
         let c = &run.counts;
-        counts.files += c.files;
-        counts.dirs += c.dirs;
-        counts.symlinks += c.symlinks;
-        counts.bytes += c.bytes;
-        counts.syncs += c.syncs;
-        counts.failed += c.failed;
-        let room = MAX_LISTED_FAILURES.saturating_sub(counts.failures.len());
-        counts
-            .failures
-            .extend(c.failures.iter().take(room).cloned());
+        counts.absorb(c);
         network_ns = network_ns.max(run.remote.network_busy_ns);
         write_ns = write_ns.max(run.remote.write_busy_ns);
         streams += run.streams_max;
@@ -293,15 +284,7 @@ pub(crate) fn pull(
         let net = |s: &Stages| s.network_s.unwrap_or(0.0);
         stages.network_s = Some(net(&stages).max(net(&share.stages)));
         let (c, most, rtt_ms) = (&share.counts, share.streams, share.rtt_ms);
-        counts.files += c.files;
-        counts.symlinks += c.symlinks;
-        counts.bytes += c.bytes;
-        counts.syncs += c.syncs;
-        counts.failed += c.failed;
-        let room = MAX_LISTED_FAILURES.saturating_sub(counts.failures.len());
-        counts
-            .failures
-            .extend(c.failures.iter().take(room).cloned());
+        counts.absorb(c);
         streams += most;
         lines.push(ServerShare {
             server: server.to_string(),
@@ -356,14 +339,7 @@ impl Default for PulledShare {
 impl PulledShare {
     /// Adds what the report of one of its pulls counted.
     fn add(&mut self, r: &Report) {
-        let c = &mut self.counts;
-        c.files += r.files;
-        c.symlinks += r.symlinks;
-        c.bytes += r.bytes;
-        c.syncs += r.syncs;
-        c.failed += r.failed;
-        let room = MAX_LISTED_FAILURES.saturating_sub(c.failures.len());
-        c.failures.extend(r.failures.iter().take(room).cloned());
+        self.counts.absorb_report(r);
         self.streams = self.streams.max(r.streams);
         if let Some(p) = &r.path {
             self.rtt_ms = p.rtt_ms;
