@@ -198,6 +198,55 @@ fn a_server_that_cannot_be_reached_fails_the_push_naming_it() {
 }
 
 #[test]
+fn a_server_killed_during_a_push_fails_it_naming_the_server_and_a_rerun_completes() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("export"));
+    // Small files only (a large file goes whole to one server, which may be another than the
+    // one killed): every server is busy until the end.
+    sprat_testkit::make_many_files(&src, 1600, 16 << 10, 5);
+    let locked = src.join("d000");
+    let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);
+    fs::set_permissions(&locked, mode(0o555)).unwrap();
+    let (mut servers, relays) = servers(&root, "40mbit");
+    let args = cp_args(
+        Some(&servers[0]),
+        &["-a", "--retry-for", "0"],
+        &src,
+        url(&relays, "copy"),
+    );
+    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
+    // About 26 MB at 5 MB/s per server: well under way after 0.6 s, far from done.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    servers[1].kill();
+    let out = child.wait_or_panic(std::time::Duration::from_secs(60));
+    assert_failed(&out);
+    assert_error_names(&out, &[&relays[1].addr.to_string()]);
+    // Nothing incomplete under a final name.
+    let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &root.join("copy"));
+    assert!(violations.is_empty(), "{violations:?}");
+    // The servers that are left finish it; what was written counts as up to date.
+    let alive = [&relays[0], &relays[2]];
+    let addrs: Vec<String> = alive.iter().map(|r| r.addr.to_string()).collect();
+    let rerun = cp(
+        &servers[0],
+        &["-a", "--json"],
+        &src,
+        format!("sprat://{}/copy", addrs.join(",")),
+    );
+    assert_ok(&rerun, Some(&servers[0]));
+    let report = parse_json_report(&rerun.stdout);
+    assert!(
+        report.get("up_to_date").as_u64().unwrap() > 0,
+        "{}",
+        report.value
+    );
+    assert_trees_equal(&src, &root.join("copy"));
+    for dir in [locked, root.join("copy/d000")] {
+        fs::set_permissions(dir, mode(0o755)).unwrap();
+    }
+}
+
+#[test]
 fn several_servers_are_refused_where_only_one_can_serve() {
     let t = tmp();
     let src = t.path().join("src");
