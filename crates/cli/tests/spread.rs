@@ -247,6 +247,45 @@ fn a_server_killed_during_a_push_fails_it_naming_the_server_and_a_rerun_complete
 }
 
 #[test]
+fn a_server_killed_during_a_pull_fails_it_naming_the_server_and_a_rerun_completes() {
+    let t = tmp();
+    let (root, pulled) = (t.path().join("export"), t.path().join("pulled"));
+    let src = root.join("tree");
+    sprat_testkit::make_many_files(&src, 1600, 16 << 10, 6);
+    let (mut servers, relays) = servers(&root, "40mbit");
+    let args = cp_args(
+        Some(&servers[0]),
+        &["-a", "--retry-for", "0"],
+        url(&relays, "tree"),
+        &pulled,
+    );
+    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
+    // About 26 MB at 5 MB/s per server: well under way after 0.6 s, far from done.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    servers[1].kill();
+    let out = child.wait_or_panic(std::time::Duration::from_secs(60));
+    assert_failed(&out);
+    assert_error_names(&out, &[&relays[1].addr.to_string()]);
+    let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &pulled);
+    assert!(violations.is_empty(), "{violations:?}");
+    let addrs = [relays[0].addr.to_string(), relays[2].addr.to_string()];
+    let rerun = cp(
+        &servers[0],
+        &["-a", "--json"],
+        format!("sprat://{}/tree", addrs.join(",")),
+        &pulled,
+    );
+    assert_ok(&rerun, Some(&servers[0]));
+    let report = parse_json_report(&rerun.stdout);
+    assert!(
+        report.get("up_to_date").as_u64().unwrap() > 0,
+        "{}",
+        report.value
+    );
+    assert_trees_equal(&src, &pulled);
+}
+
+#[test]
 fn several_servers_are_refused_where_only_one_can_serve() {
     let t = tmp();
     let src = t.path().join("src");
