@@ -49,11 +49,28 @@ fn main() {
                 .map(|t| t.exit_code())
                 .unwrap_or(2);
             // Errors carry peers' texts and file names: shown escaped, on one line.
-            eprintln!("sprat: error: {}", printable(&format!("{e:#}")));
+            eprintln!("sprat: error: {}", printable(&error_line(&e)));
             code
         }
     };
     std::process::exit(code);
+}
+
+/// An error and its causes on one line, each cause once: errors that show their source in
+/// their own text (a file error names its OS error) add nothing when the chain repeats it.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Diagnostics (`tracing`) go to stderr: none by default, so that what a command prints is

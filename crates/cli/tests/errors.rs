@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::ffi::OsString;
 use std::fs;
 use std::path::Path;
 use std::process::Output;
@@ -715,5 +716,40 @@ fn server_with_missing_token_file_refuses_to_start_naming_it() {
             );
             assert!(!f.stderr.contains("panicked"), "panicked:\n{f}");
         }
+    }
+}
+
+#[test]
+fn an_error_line_names_each_cause_once() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    make_file(&src.join("a"), b"a", 0o644);
+    // A file where the destination's parent should be a directory.
+    let blocker = t.path().join("file");
+    fs::write(&blocker, b"x").unwrap();
+    let cases = [
+        (
+            cp_local(&[], &src, blocker.join("dst")),
+            "Not a directory (os error 20)",
+        ),
+        (
+            run_sprat(
+                bin(),
+                [
+                    OsString::from("cp"),
+                    "--retry-for".into(),
+                    "0".into(),
+                    src.clone().into(),
+                    format!("sprat://127.0.0.1:{}/x", closed_port()).into(),
+                ],
+                &[("SPRAT_TOKEN", "a-token-of-sixteen-bytes")],
+            ),
+            "Connection refused (os error 111)",
+        ),
+    ];
+    for (out, cause) in cases {
+        let line = sprat_testkit::assert_error_line(&out);
+        assert_eq!(line.matches(cause).count(), 1, "{line}");
     }
 }
