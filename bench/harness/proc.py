@@ -113,6 +113,15 @@ def wait_line(path: str, prefix: str, p: subprocess.Popen, timeout: float = 30.0
     return got[:lines] if got and got[0].startswith(prefix) else []
 
 
+def tail(path: str, n: int = 3) -> str:
+    """The last `n` lines of a log file on one line (for an error message); "" if unreadable."""
+    try:
+        with open(path, errors="replace") as f:
+            return " | ".join(f.read().splitlines()[-n:])
+    except OSError:
+        return ""
+
+
 def cpu_of(pid: int) -> float:
     """User + system CPU seconds of a live process and its reaped children (/proc/PID/stat)."""
     try:

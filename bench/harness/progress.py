@@ -82,17 +82,21 @@ def split_stamped(buf: bytes, chunk: bytes, now: float, split: bytes) -> tuple[b
     return rest, [(now, p.decode("utf-8", "replace")) for p in parts if p.strip()]
 
 
-def sprat_etas(lines: Iterable[tuple[float, str]]) -> list[Sample]:
-    """sprat's `--json-events` progress events: eta_s, files_done, bytes_done."""
-    out = []
+def _json_objects(lines: Iterable[tuple[float, str]]) -> Iterable[tuple[float, dict]]:
+    """The lines that hold a JSON object, parsed (others skipped), with their stamps."""
     for t, line in lines:
         try:
             e = json.loads(line)
         except ValueError:
             continue
-        if isinstance(e, dict) and e.get("event") == "progress":
-            out.append((t, e.get("eta_s"), e.get("files_done"), e.get("bytes_done")))
-    return out
+        if isinstance(e, dict):
+            yield t, e
+
+
+def sprat_etas(lines: Iterable[tuple[float, str]]) -> list[Sample]:
+    """sprat's `--json-events` progress events: eta_s, files_done, bytes_done."""
+    return [(t, e.get("eta_s"), e.get("files_done"), e.get("bytes_done"))
+            for t, e in _json_objects(lines) if e.get("event") == "progress"]
 
 
 RSYNC = re.compile(r"^\s*[\d,]+\s+\d+%\s+\S+\s+(\d+):(\d\d):(\d\d)(.*)$")
@@ -113,12 +117,8 @@ def rsync_etas(lines: Iterable[tuple[float, str]]) -> list[Sample]:
 def rclone_etas(lines: Iterable[tuple[float, str]]) -> list[Sample]:
     """rclone's JSON log lines (`--use-json-log`): stats.eta (null while unknown), transfers, bytes."""
     out = []
-    for t, line in lines:
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        stats_ = e.get("stats") if isinstance(e, dict) else None
+    for t, e in _json_objects(lines):
+        stats_ = e.get("stats")
         if isinstance(stats_, dict) and "eta" in stats_:
             out.append((t, stats_["eta"], stats_.get("transfers"), stats_.get("bytes")))
     return out

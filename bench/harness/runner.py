@@ -335,11 +335,11 @@ class Harness:
         if row.get("exit"):
             row["check"] = "FAIL"
             if timed.timed_out:
-                err = _tail(logbase + ".err")
+                err = proc.tail(logbase + ".err")
                 notes.insert(0, f"killed at its time limit, {limit:g} s, with {row.get('dst_files', '?')} of "
                              f"{r.files} files copied" + (f": {err}" if err else ""))
             else:
-                notes.insert(0, f"exit {row['exit']}: {_tail(logbase + '.err')}")
+                notes.insert(0, f"exit {row['exit']}: {proc.tail(logbase + '.err')}")
         if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:
             self._delete(raw["dst"])
         row["note"] = "; ".join(notes)
@@ -417,14 +417,6 @@ class Harness:
             subprocess.run(cmd, capture_output=True)
         for d in self.cleanup:
             shutil.rmtree(d, ignore_errors=True)
-
-
-def _tail(path: str, n: int = 3) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return " | ".join(f.read().splitlines()[-n:])
-    except OSError:
-        return ""
 
 
 def _json_report(path: str) -> dict:

@@ -51,14 +51,6 @@ class StartError(Exception):
     """A server that did not come up; the tools needing it are skipped with this reason."""
 
 
-def _tail(path: str, n: int = 3) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return " | ".join(f.read().splitlines()[-n:])
-    except OSError:
-        return ""
-
-
 def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", listen_port: int = 0) -> Server:
     """`sprat serve` on 127.0.0.1 (a free port, or `listen_port` to restart one where it was)."""
     log = os.path.join(h.logs, f"{kind}-serve-{i}")
@@ -68,7 +60,7 @@ def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", lis
                        h.token_file, *extra], log=log, env=h.sprat_env)
     lines = proc.wait_line(log + ".out", "listening on ", p, lines=1)
     if not lines:
-        raise StartError(f"sprat serve did not start: {_tail(log + '.err')}")
+        raise StartError(f"sprat serve did not start: {proc.tail(log + '.err')}")
     port = int(lines[0].rsplit(":", 1)[1])
     fp = ""
     if "--no-encryption" not in extra:
@@ -90,7 +82,7 @@ def start_rsyncd(h, i: int) -> Server:
     p = h.procs.start(["rsync", "--daemon", "--no-detach", f"--config={conf}", "--address=127.0.0.1",
                        f"--port={port}"], log=os.path.join(h.logs, f"rsyncd-{i}"))
     if not proc.wait_listen(port, p):
-        raise StartError(f"rsync daemon did not start: {_tail(os.path.join(h.logs, f'rsyncd-{i}.err'))}")
+        raise StartError(f"rsync daemon did not start: {proc.tail(os.path.join(h.logs, f'rsyncd-{i}.err'))}")
     return Server("rsyncd", "127.0.0.1", port, h.root, p.pid)
 
 
@@ -106,7 +98,7 @@ def start_gridftp(h, i: int) -> Server:
     p = h.procs.start(["globus-gridftp-server", "-aa", *uid, "-p", str(port), "-control-interface", "127.0.0.1",
                        "-data-interface", "127.0.0.1", "-d", "error", "-l", log + ".log"], log=log)
     if not proc.wait_listen(port, p):
-        raise StartError(f"globus-gridftp-server did not start: {_tail(log + '.err')}")
+        raise StartError(f"globus-gridftp-server did not start: {proc.tail(log + '.err')}")
     # Data channels go to the address of the PASV reply, not through a relay in front of the
     # control port (the legacy bench/wan.sh ran the server in a namespace behind a veth pair).
     return Server("gridftp", "127.0.0.1", port, h.root, p.pid, relay_ok=False)
@@ -131,7 +123,7 @@ def start_xrootd(h, i: int) -> Server:
     p = h.procs.start(["xrootd", "-c", os.path.join(work, "xrootd.cfg"), "-p", str(port), "-n", f"harness{i}",
                        "-l", os.path.join(work, "xrootd.log"), *run_as], log=work + "/xrootd")
     if not proc.wait_listen(port, p):
-        raise StartError(f"xrootd did not start: {_tail(work + '/xrootd.err')}")
+        raise StartError(f"xrootd did not start: {proc.tail(work + '/xrootd.err')}")
     h.cleanup.append(root)
     return Server("xrootd", "127.0.0.1", port, root, p.pid, ctx=lambda port: {"xrd_user": user})
 
@@ -145,7 +137,7 @@ def start_rclone(h, i: int) -> Server:
     p = h.procs.start(["rclone", "--config", h.empty_rclone_conf, "serve", "sftp", h.root, "--addr",
                        f"127.0.0.1:{port}", "--user", "sprat", "--pass", password], log=log)
     if not proc.wait_listen(port, p):
-        raise StartError(f"rclone serve sftp did not start: {_tail(log + '.err')}")
+        raise StartError(f"rclone serve sftp did not start: {proc.tail(log + '.err')}")
     return Server("rclone", "127.0.0.1", port, h.root, p.pid, ctx=lambda port: {"rclone_pass": obscured})
 
 
@@ -169,7 +161,7 @@ def start_sshd(h, i: int) -> Server:
                 "SetEnv SHLVL=1\n")
     p = h.procs.start(["/usr/sbin/sshd", "-D", "-f", conf, "-e"], log=os.path.join(h.logs, f"sshd-{i}"))
     if not proc.wait_listen(port, p):
-        raise StartError(f"sshd did not start: {_tail(os.path.join(h.logs, f'sshd-{i}.err'))}")
+        raise StartError(f"sshd did not start: {proc.tail(os.path.join(h.logs, f'sshd-{i}.err'))}")
     opts = ["-F", "/dev/null", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-i", f"{d}/client_key"]
     ssh_opts = " ".join(shlex.quote(o) for o in opts)
@@ -216,7 +208,7 @@ def _sshd_relay(h, ssh_port: int, rtt_ms: float, rate: str) -> Relay:
                       log=log, env=h.sprat_env)
     lines = proc.wait_line(log + ".out", "listening on ", p)
     if not lines:
-        raise StartError(f"sprat relay in front of sshd did not start: {_tail(log + '.err')}")
+        raise StartError(f"sprat relay in front of sshd did not start: {proc.tail(log + '.err')}")
     return Relay(RELAY_HOST, int(lines[0].rsplit(":", 1)[1]), p.pid, log + ".err", ctx={"remote_sprat": wrapper})
 
 
@@ -240,7 +232,7 @@ def start_relay(h, to_port: int, rtt_ms: float, rate: str) -> tuple[int, int]:
                        f"{rtt_ms / 2:g}ms", "--rate", rate], log=log, env=h.sprat_env)
     lines = proc.wait_line(log + ".out", "listening on ", p)
     if not lines:
-        raise StartError(f"sprat relay did not start: {_tail(log + '.err')}")
+        raise StartError(f"sprat relay did not start: {proc.tail(log + '.err')}")
     return int(lines[0].rsplit(":", 1)[1]), p.pid
 
 
@@ -313,13 +305,13 @@ def start_gridftp_behind_relay(h, n: int, rtt_ms: float, rate: str) -> Server:
                        "-allow-root", "-p", str(ctl), "-data-interface", out_ip, "-port-range",
                        f"{first},{first + 127}", "-d", "error", "-l", log + ".log"], log=log)
     if not proc.wait_listen(ctl, p, netns=ns):
-        raise StartError(f"globus-gridftp-server (namespace {ns}) did not start: {_tail(log + '.err')}")
+        raise StartError(f"globus-gridftp-server (namespace {ns}) did not start: {proc.tail(log + '.err')}")
     rlog = os.path.join(h.logs, f"relay-gridftp-{rtt_ms:g}ms")
     r = h.procs.start([h.sprat, "relay", "--listen", f"{out_ip}:0", "--to", f"{in_ip}:{ctl}", "--delay",
                        f"{rtt_ms / 2:g}ms", "--rate", rate, "--ports", f"{first}-{first + 127}"], log=rlog,
                       env=h.sprat_env)
     lines = proc.wait_line(rlog + ".out", "listening on ", r)
     if not lines:
-        raise StartError(f"sprat relay for GridFTP did not start: {_tail(rlog + '.err')}")
+        raise StartError(f"sprat relay for GridFTP did not start: {proc.tail(rlog + '.err')}")
     port = int(lines[0].rsplit(":", 1)[1])
     return Server("gridftp", out_ip, port, h.root, p.pid)

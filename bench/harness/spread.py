@@ -32,14 +32,14 @@ def start_spread_servers(h, n: int, export: str, rate: str) -> tuple[list[str], 
                           env=h.sprat_env)
         lines = proc.wait_line(log + ".out", "listening on ", p, lines=2)
         if len(lines) < 2 or not lines[1].startswith("fingerprint "):
-            raise servers.StartError(f"sprat serve in {ns} did not start: {servers._tail(log + '.err')}")
+            raise servers.StartError(f"sprat serve in {ns} did not start: {proc.tail(log + '.err')}")
         fingerprint = lines[1].split(" ", 1)[1]
         rlog = os.path.join(h.logs, f"spread-relay-{k}")
         r = h.procs.start([h.sprat, "relay", "--listen", f"{out_ip}:0", "--to", f"{in_ip}:7400", "--rate", rate],
                           log=rlog, env=h.sprat_env)
         got = proc.wait_line(rlog + ".out", "listening on ", r)
         if not got:
-            raise servers.StartError(f"sprat relay to {ns} did not start: {servers._tail(rlog + '.err')}")
+            raise servers.StartError(f"sprat relay to {ns} did not start: {proc.tail(rlog + '.err')}")
         addrs.append(got[0].split()[-1])
     return addrs, fingerprint
 

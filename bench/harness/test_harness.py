@@ -17,6 +17,18 @@ from harness import proc, progress, report, servers, sets, stats, suites, tools,
 REPO = "/repo"
 
 
+
+def parse_fails(test: unittest.TestCase, argv: list[str]) -> SystemExit:
+    """Asserts that `suites.parse(argv)` exits (its message to stderr, hidden); returns the exit."""
+    with test.assertRaises(SystemExit, msg=argv) as e:
+        with open(os.devnull, "w") as devnull:
+            old, sys.stderr = sys.stderr, devnull
+            try:
+                suites.parse(argv, REPO)
+            finally:
+                sys.stderr = old
+    return e.exception
+
 class Stats(unittest.TestCase):
     def test_median_odd_even_empty(self):
         self.assertEqual(stats.median([3.0, 1.0, 2.0]), 2.0)
@@ -226,14 +238,8 @@ class Suites(unittest.TestCase):
         for argv in (["nosuite"], ["local", "--rounds", "0"], ["local", "--cache", "hot"],
                      ["local", "--tools", "ftp"], ["local", "--sets", "huge"], ["local", "--modes", "noop-push"],
                      ["local", "--rtts", "x"], ["local", "--limits", "sprat"]):
-            with self.subTest(argv=argv), self.assertRaises(SystemExit) as e:
-                with open(os.devnull, "w") as devnull:
-                    old, sys.stderr = sys.stderr, devnull
-                    try:
-                        suites.parse(argv, REPO)
-                    finally:
-                        sys.stderr = old
-            self.assertEqual(e.exception.code, 2)
+            with self.subTest(argv=argv):
+                self.assertEqual(parse_fails(self, argv).code, 2)
 
 
 def _row(tool, rnd, secs, kind="copy", check="ok", exit="0", **kw):
@@ -441,15 +447,6 @@ class Progress(unittest.TestCase):
         self.assertIn("4.50 / 6.00", out[2])
         self.assertIn("1.350", out[2])
 
-    def assertParseFails(self, argv):
-        with self.assertRaises(SystemExit, msg=argv):
-            with open(os.devnull, "w") as devnull:
-                old, sys.stderr = sys.stderr, devnull
-                try:
-                    suites.parse(argv, REPO)
-                finally:
-                    sys.stderr = old
-
     def test_suites_parse(self):
         p = suites.parse(["eta"], REPO)
         self.assertEqual(p.tools, ["sprat-local", "sprat-push", "sprat-pull", "rsync-local", "rclone-local"])
@@ -460,7 +457,7 @@ class Progress(unittest.TestCase):
         self.assertEqual(progress._parts(suites.parse(["eta"], REPO)), ("20000x16KiB", "20x32MiB"))
         for bad in (["eta", "--tools", "cpa"], ["eta", "--modes", "push"], ["eta", "--sets", "small,big"],
                     ["eta", "--sets", "1x1KiB"], ["local", "--bwlimit-mib", "4"], ["eta", "--limits", "read"]):
-            self.assertParseFails(bad)
+            parse_fails(self, bad)
         p = suites.parse(["progress-overhead"], REPO)
         self.assertEqual((p.sets, p.tools, p.modes, p.baseline, p.rounds, p.limits),
                          (["small"], ["progress-off", "progress-on"], ["local", "push"], "progress-off", 5, []))
@@ -470,7 +467,7 @@ class Progress(unittest.TestCase):
         p = suites.parse(["servers", "--sets", "small", "--rate", "80mbit", "--modes", "pull"], REPO)
         self.assertEqual((p.sets, p.rate, p.modes), (["small"], "80mbit", ["pull"]))
         for bad in (["servers", "--tools", "rsyncd"], ["servers", "--limits", "read"], ["servers", "--modes", "third"]):
-            self.assertParseFails(bad)
+            parse_fails(self, bad)
         reg = tools.registry()
         self.assertEqual(reg["progress-on"].args, ("--progress",))
         self.assertFalse(reg["progress-on"].sync or reg["progress-off"].sync)

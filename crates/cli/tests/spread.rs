@@ -23,9 +23,41 @@ fn servers(root: &Path, rate: &str) -> (Vec<Server>, Vec<RelayProc>) {
     (servers, relays)
 }
 
-fn url(relays: &[RelayProc], path: &str) -> String {
-    let addrs: Vec<String> = relays.iter().map(|r| r.addr.to_string()).collect();
+fn url<'a>(relays: impl IntoIterator<Item = &'a RelayProc>, path: &str) -> String {
+    let addrs: Vec<String> = relays.into_iter().map(|r| r.addr.to_string()).collect();
     format!("sprat://{}/{path}", addrs.join(","))
+}
+
+/// Runs `cp -a --retry-for 0 SRC DST` and kills the second server once the copy is well
+/// under way (about 26 MB at 5 MB/s per server: after 0.6 s, far from done); the copy must
+/// fail naming that server's relay.
+#[track_caller]
+fn kill_second_server_during(
+    servers: &mut [Server],
+    relays: &[RelayProc],
+    src: impl AsRef<std::ffi::OsStr>,
+    dst: impl AsRef<std::ffi::OsStr>,
+) {
+    let args = cp_args(Some(&servers[0]), &["-a", "--retry-for", "0"], src, dst);
+    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    servers[1].kill();
+    let out = child.wait_or_panic(std::time::Duration::from_secs(60));
+    assert_failed(&out);
+    assert_error_names(&out, &[&relays[1].addr.to_string()]);
+}
+
+/// Panics unless `out` (a `--json` copy run again after a failed one) succeeded and counted
+/// files as up to date.
+#[track_caller]
+fn assert_resumed(out: &std::process::Output, server: &Server) {
+    assert_ok(out, Some(server));
+    let report = parse_json_report(&out.stdout);
+    assert!(
+        report.get("up_to_date").as_u64().unwrap() > 0,
+        "{}",
+        report.value
+    );
 }
 
 /// Panics unless the `--json` report of `out` has a line per relay (in order), each with
@@ -208,38 +240,14 @@ fn a_server_killed_during_a_push_fails_it_naming_the_server_and_a_rerun_complete
     let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);
     fs::set_permissions(&locked, mode(0o555)).unwrap();
     let (mut servers, relays) = servers(&root, "40mbit");
-    let args = cp_args(
-        Some(&servers[0]),
-        &["-a", "--retry-for", "0"],
-        &src,
-        url(&relays, "copy"),
-    );
-    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
-    // About 26 MB at 5 MB/s per server: well under way after 0.6 s, far from done.
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    servers[1].kill();
-    let out = child.wait_or_panic(std::time::Duration::from_secs(60));
-    assert_failed(&out);
-    assert_error_names(&out, &[&relays[1].addr.to_string()]);
+    kill_second_server_during(&mut servers, &relays, &src, url(&relays, "copy"));
     // Nothing incomplete under a final name.
     let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &root.join("copy"));
     assert!(violations.is_empty(), "{violations:?}");
     // The servers that are left finish it; what was written counts as up to date.
-    let alive = [&relays[0], &relays[2]];
-    let addrs: Vec<String> = alive.iter().map(|r| r.addr.to_string()).collect();
-    let rerun = cp(
-        &servers[0],
-        &["-a", "--json"],
-        &src,
-        format!("sprat://{}/copy", addrs.join(",")),
-    );
-    assert_ok(&rerun, Some(&servers[0]));
-    let report = parse_json_report(&rerun.stdout);
-    assert!(
-        report.get("up_to_date").as_u64().unwrap() > 0,
-        "{}",
-        report.value
-    );
+    let alive = url([&relays[0], &relays[2]], "copy");
+    let rerun = cp(&servers[0], &["-a", "--json"], &src, alive);
+    assert_resumed(&rerun, &servers[0]);
     assert_trees_equal(&src, &root.join("copy"));
     for dir in [locked, root.join("copy/d000")] {
         fs::set_permissions(dir, mode(0o755)).unwrap();
@@ -253,35 +261,12 @@ fn a_server_killed_during_a_pull_fails_it_naming_the_server_and_a_rerun_complete
     let src = root.join("tree");
     sprat_testkit::make_many_files(&src, 1600, 16 << 10, 6);
     let (mut servers, relays) = servers(&root, "40mbit");
-    let args = cp_args(
-        Some(&servers[0]),
-        &["-a", "--retry-for", "0"],
-        url(&relays, "tree"),
-        &pulled,
-    );
-    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
-    // About 26 MB at 5 MB/s per server: well under way after 0.6 s, far from done.
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    servers[1].kill();
-    let out = child.wait_or_panic(std::time::Duration::from_secs(60));
-    assert_failed(&out);
-    assert_error_names(&out, &[&relays[1].addr.to_string()]);
+    kill_second_server_during(&mut servers, &relays, url(&relays, "tree"), &pulled);
     let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &pulled);
     assert!(violations.is_empty(), "{violations:?}");
-    let addrs = [relays[0].addr.to_string(), relays[2].addr.to_string()];
-    let rerun = cp(
-        &servers[0],
-        &["-a", "--json"],
-        format!("sprat://{}/tree", addrs.join(",")),
-        &pulled,
-    );
-    assert_ok(&rerun, Some(&servers[0]));
-    let report = parse_json_report(&rerun.stdout);
-    assert!(
-        report.get("up_to_date").as_u64().unwrap() > 0,
-        "{}",
-        report.value
-    );
+    let alive = url([&relays[0], &relays[2]], "tree");
+    let rerun = cp(&servers[0], &["-a", "--json"], alive, &pulled);
+    assert_resumed(&rerun, &servers[0]);
     assert_trees_equal(&src, &pulled);
 }
 

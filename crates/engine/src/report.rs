@@ -115,6 +115,20 @@ pub struct ServerShare {
     pub rtt_ms: f64,
 }
 
+impl ServerShare {
+    /// What `counts` (the server at `server`'s part) amounts to over a transfer of `seconds`.
+    pub fn new(server: &str, counts: &Counts, streams: usize, rtt_ms: f64, seconds: f64) -> Self {
+        ServerShare {
+            server: server.to_string(),
+            files: counts.files,
+            bytes: counts.bytes,
+            mb_per_s: counts.bytes as f64 / seconds.max(1e-9) / 1e6,
+            streams,
+            rtt_ms,
+        }
+    }
+}
+
 /// Most failures listed in a report.
 pub const MAX_LISTED_FAILURES: usize = 100;
 

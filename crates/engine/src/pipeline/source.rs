@@ -320,11 +320,8 @@ fn start_with(
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             counted.count(&batch);
-                            let sent = match deferred {
-                                true => deferred_tx.send(batch).is_ok(),
-                                false => batch_tx.send(batch).is_ok(),
-                            };
-                            if !sent {
+                            let queue = if deferred { &deferred_tx } else { &batch_tx };
+                            if queue.send(batch).is_err() {
                                 break;
                             }
                         }

@@ -146,9 +146,10 @@ pub(crate) fn start_source(
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
-            match defer_namespace {
-                true => source::start_deferring(source, options, skip)?,
-                false => source::start(source, options, skip)?,
+            if defer_namespace {
+                source::start_deferring(source, options, skip)?
+            } else {
+                source::start(source, options, skip)?
             }
         }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,

@@ -118,22 +118,15 @@ pub(crate) fn push(
         .ok_or_else(|| TransferError::Local("a session's thread failed".into()))?;
     let mut counts = Counts::default();
     let mut shares = Vec::new();
-    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let seconds = started.elapsed().as_secs_f64();
     let (mut network_ns, mut write_ns, mut streams) = (0u64, 0u64, 0usize);
     for (run, server) in runs.iter().zip(servers) {
-        let c = &run.counts;
-        counts.absorb(c);
+        counts.absorb(&run.counts);
         network_ns = network_ns.max(run.remote.network_busy_ns);
         write_ns = write_ns.max(run.remote.write_busy_ns);
         streams += run.streams_max;
-        shares.push(ServerShare {
-            server: server.to_string(),
-            files: c.files,
-            bytes: c.bytes,
-            mb_per_s: c.bytes as f64 / seconds / 1e6,
-            streams: run.streams_max,
-            rtt_ms: run.path.rtt_ms,
-        });
+        let (n, rtt_ms) = (run.streams_max, run.path.rtt_ms);
+        shares.push(ServerShare::new(server, &run.counts, n, rtt_ms, seconds));
     }
     let stages = Stages {
         scan_read_s: read_busy.as_secs_f64(),
@@ -142,20 +135,14 @@ pub(crate) fn push(
     };
     let mut path_report = runs[0].path.clone();
     path_report.streams_max = streams;
-    let mut report = Report::new(
-        "push",
-        src_ep.to_string(),
-        dst_ep.to_string(),
-        &counts,
-        started.elapsed(),
-        streams,
-        stages,
-    )
-    .with_durable(options.durable)
-    .with_skipped(&skipped)
-    .with_path(path_report);
-    report.servers = shares;
-    Ok(report)
+    let report = spread_report("push", (src_ep, dst_ep), &counts, started, streams, stages);
+    Ok(Report {
+        servers: shares,
+        ..report
+            .with_durable(options.durable)
+            .with_skipped(&skipped)
+            .with_path(path_report)
+    })
 }
 
 /// Pulls `path` from every server of `servers` (which export the same file system) into
@@ -265,14 +252,10 @@ pub(crate) fn pull(
     last_options.file_log = None;
     let last = super::pull::pull(servers[0], path, dst, key, &last_options, src_ep, dst_ep)?;
     let mut counts = Counts::default();
-    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    let seconds = started.elapsed().as_secs_f64();
     let mut lines = Vec::new();
     let mut streams = 0;
-    let mut stages = Stages {
-        scan_read_s: 0.0,
-        network_s: Some(0.0),
-        write_s: 0.0,
-    };
+    let mut stages = Stages::default();
     for (i, (server, share)) in servers.iter().zip(&shares).enumerate() {
         let mut share = lock(share);
         if i == 0 {
@@ -283,57 +266,51 @@ pub(crate) fn pull(
         stages.write_s = stages.write_s.max(share.stages.write_s);
         let net = |s: &Stages| s.network_s.unwrap_or(0.0);
         stages.network_s = Some(net(&stages).max(net(&share.stages)));
-        let (c, most, rtt_ms) = (&share.counts, share.streams, share.rtt_ms);
-        counts.absorb(c);
-        streams += most;
-        lines.push(ServerShare {
-            server: server.to_string(),
-            files: c.files,
-            bytes: c.bytes,
-            mb_per_s: c.bytes as f64 / seconds / 1e6,
-            streams: most,
-            rtt_ms,
-        });
+        counts.absorb(&share.counts);
+        streams += share.streams;
+        let (n, rtt_ms) = (share.streams, share.rtt_ms);
+        lines.push(ServerShare::new(server, &share.counts, n, rtt_ms, seconds));
     }
     counts.dirs = last.dirs;
-    let mut report = Report::new(
-        "pull",
-        src_ep.to_string(),
-        dst_ep.to_string(),
-        &counts,
+    let report = spread_report("pull", (src_ep, dst_ep), &counts, started, streams, stages);
+    Ok(Report {
+        path: last.path.clone(),
+        servers: lines,
+        ..report
+            .with_durable(options.durable)
+            .with_not_sent(plan.same_files, 0, plan.same_bytes)
+    })
+}
+
+/// The report of a transfer spread over several servers, from its counts summed over them.
+fn spread_report(
+    direction: &'static str,
+    (src_ep, dst_ep): (&Endpoint, &Endpoint),
+    counts: &Counts,
+    started: Instant,
+    streams: usize,
+    stages: Stages,
+) -> Report {
+    let (src, dst) = (src_ep.to_string(), dst_ep.to_string());
+    Report::new(
+        direction,
+        src,
+        dst,
+        counts,
         started.elapsed(),
         streams,
         stages,
     )
-    .with_durable(options.durable)
-    .with_not_sent(plan.same_files, 0, plan.same_bytes);
-    report.path = last.path.clone();
-    report.servers = lines;
-    Ok(report)
 }
 
 /// What one server's pieces of a pull did, summed.
+#[derive(Default)]
 struct PulledShare {
     counts: Counts,
     /// Most streams of one of its pieces.
     streams: usize,
     rtt_ms: f64,
     stages: Stages,
-}
-
-impl Default for PulledShare {
-    fn default() -> Self {
-        PulledShare {
-            counts: Counts::default(),
-            streams: 0,
-            rtt_ms: 0.0,
-            stages: Stages {
-                scan_read_s: 0.0,
-                network_s: Some(0.0),
-                write_s: 0.0,
-            },
-        }
-    }
 }
 
 impl PulledShare {
@@ -484,7 +461,6 @@ fn mode_matches(have: u32, source: u32, keep_setid: bool) -> bool {
 #[derive(Default)]
 struct Failure {
     first: Mutex<Option<TransferError>>,
-    set: AtomicBool,
 }
 
 impl Failure {
@@ -497,7 +473,6 @@ impl Failure {
                 return;
             }
             *first = Some(e);
-            self.set.store(true, Ordering::SeqCst);
         }
         for abort in aborts {
             abort.fail(TransferError::Local(format!(
@@ -507,7 +482,7 @@ impl Failure {
     }
 
     fn is_set(&self) -> bool {
-        self.set.load(Ordering::SeqCst)
+        lock(&self.first).is_some()
     }
 }
 
