@@ -315,6 +315,61 @@ fn a_local_re_run_gives_back_an_owner_changed_at_the_destination() {
     assert_eq!(owners(&dst), owners(&src));
 }
 
+/// A file created in a set-group-ID directory takes that directory's group: the writer skips
+/// `fchown` only where a new file already has the wanted owner and group, so files of the
+/// writer's own ids (root's here) keep group 0 there, and files of the directory's group
+/// keep theirs, in a push and in a local copy.
+#[test]
+fn files_written_into_a_set_group_id_directory_keep_their_own_group() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    for (name, gid) in [
+        ("root-owned", 0),
+        ("adm-owned", group("adm")),
+        ("sub/root-too", 0),
+    ] {
+        fs::write(src.join(name), name.as_bytes()).unwrap();
+        lchown(src.join(name), Some(0), Some(gid)).unwrap();
+    }
+    let check = |dst: &Path, how: &str| {
+        for (name, gid) in [
+            ("root-owned", 0),
+            ("adm-owned", group("adm")),
+            ("sub/root-too", 0),
+        ] {
+            let m = fs::symlink_metadata(dst.join(name)).unwrap();
+            assert_eq!(
+                (m.uid(), m.gid()),
+                (0, gid),
+                "{how}: owner and group of {name}"
+            );
+        }
+    };
+    // Destinations that exist already, set-group-ID and owned by group `adm`, with a
+    // set-group-ID subdirectory as `mkdir` in such a directory makes it.
+    let setgid_dir = |dir: &Path| {
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        for d in [dir.to_path_buf(), dir.join("sub")] {
+            lchown(&d, Some(0), Some(group("adm"))).unwrap();
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o2775)).unwrap();
+        }
+    };
+    let local = t.path().join("local");
+    setgid_dir(&local);
+    assert_ok(&cp_local(&[], &src, &local), None);
+    check(&local, "local copy");
+
+    let root = t.path().join("exported");
+    setgid_dir(&root.join("pushed"));
+    let srv = server(&root);
+    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), None);
+    check(&root.join("pushed"), "push");
+}
+
 /// Files and bytes a copy's `--json` report says it sent.
 fn sent(out: &std::process::Output) -> (u64, u64) {
     let r = sprat_testkit::parse_json_report(&out.stdout);

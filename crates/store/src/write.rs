@@ -616,6 +616,7 @@ impl TreeWriter {
             writer: self,
             dir: Vec::new(),
             fd: None,
+            new_file_owner: None,
             xattrs: None,
         }
     }
@@ -911,6 +912,10 @@ pub struct WriterCursor<'w> {
     writer: &'w TreeWriter,
     dir: Vec<u8>,
     fd: Option<OwnedFd>,
+    /// The owner and group a file created in `dir` gets from the kernel (the effective ids,
+    /// or the directory's group where it is set-group-ID), learnt once per directory opened
+    /// and only when owners are set: a file that is to have exactly these needs no `fchown`.
+    new_file_owner: Option<(u32, u32)>,
     /// The extended attributes the next item written at this path is to have.
     xattrs: Option<(Vec<u8>, XattrUpdate)>,
 }
@@ -986,12 +991,39 @@ impl WriterCursor<'_> {
             self.dir.clear();
             self.dir.extend_from_slice(dir);
             self.fd = Some(fd);
+            self.new_file_owner = None;
         }
         let fd = self
             .fd
             .as_ref()
             .ok_or_else(|| StoreError::other("open directory", dir, "no descriptor"))?;
         Ok((fd, name))
+    }
+
+    /// [`WriterCursor::parent`], with the owner and group a file created there gets from the
+    /// kernel when this writer sets owners (`None` otherwise, or when the directory cannot be
+    /// examined): one `fstat` per directory opened.
+    #[allow(clippy::type_complexity)]
+    fn parent_of_new_file<'t>(
+        &mut self,
+        target: &'t [u8],
+    ) -> Result<(&OwnedFd, &'t [u8], Option<(u32, u32)>), StoreError> {
+        self.parent(target)?;
+        if self.writer.owners && self.new_file_owner.is_none() {
+            if let Some(fd) = &self.fd {
+                self.new_file_owner = rustix::fs::fstat(fd).ok().map(|st| {
+                    let gid = if st.st_mode & 0o2000 != 0 {
+                        st.st_gid
+                    } else {
+                        rustix::process::getegid().as_raw()
+                    };
+                    (rustix::process::geteuid().as_raw(), gid)
+                });
+            }
+        }
+        let owner = self.new_file_owner;
+        let (fd, name) = self.parent(target)?;
+        Ok((fd, name, owner))
     }
 
     /// Writes a whole file at `path` with `data`, then its mode and mtime.
@@ -1004,13 +1036,18 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let xattrs = self.take_xattrs(path);
         let target = writer.target(path)?;
-        let (dir, name) = self.parent(target)?;
+        let (dir, name, new_file_owner) = self.parent_of_new_file(target)?;
         let mode = writer.file_mode(attrs.mode);
         // With a zero umask the file is created with its final permission bits, saving an
         // fchmod (not when ACLs are set: they change the mode, which is set again after).
         let exact = writer.exact_create_mode && mode & 0o7000 == 0 && xattrs.is_none();
         let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
+        // Created with the wanted owner and group already: no `fchown`.
+        let born_owned = new_file_owner.is_some_and(|(uid, gid)| {
+            (attrs.uid == u32::MAX || attrs.uid == uid)
+                && (attrs.gid == u32::MAX || attrs.gid == gid)
+        });
         // A new file: its runs of zeros are left as holes.
         let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
@@ -1020,7 +1057,12 @@ impl WriterCursor<'_> {
             })
             .and_then(|()| {
                 // A file created with its exact mode has no setuid or setgid bit to lose.
-                let set = writer.chown_fd(&fd, attrs).and_then(|()| {
+                let chown = if born_owned {
+                    Ok(())
+                } else {
+                    writer.chown_fd(&fd, attrs)
+                };
+                let set = chown.and_then(|()| {
                     if exact {
                         Ok(())
                     } else {
