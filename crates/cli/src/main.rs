@@ -208,6 +208,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Auto => PublishChoice::Auto,
             args::PublishArg::Rename => PublishChoice::Rename,
         },
+        reflink: t.reflink == args::ReflinkArg::Auto,
         keep_setid: t.keep_setuid,
         owners: !t.no_owners,
         numeric_ids: t.numeric_ids,

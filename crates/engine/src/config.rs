@@ -61,6 +61,9 @@ pub struct TransferOptions {
     pub xattrs: bool,
     /// `-A`: POSIX ACLs are copied.
     pub acls: bool,
+    /// A local copy clones large files where the file system shares blocks between files
+    /// (`--reflink auto`, the default), instead of reading and writing their data.
+    pub reflink: bool,
     /// What of the destination a copy leaves alone (files already there).
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
@@ -123,6 +126,7 @@ impl Default for TransferOptions {
             owners: true,
             numeric_ids: false,
             hard_links: false,
+            reflink: true,
             xattrs: false,
             acls: false,
             skip: SkipRule::QuickCheck,

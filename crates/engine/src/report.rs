@@ -76,6 +76,9 @@ pub struct Report {
     pub up_to_date: u64,
     /// Files whose content the destination had: only their mode and mtime were set.
     pub attrs_fixed: u64,
+    /// Large files a local copy cloned (they share the source's blocks: no data was read or
+    /// written; counted in `files` and `bytes` too).
+    pub cloned: u64,
     /// Bytes of those files, which did not travel.
     pub bytes_not_sent: u64,
     /// Entries removed from the destination because the source does not have them
@@ -154,6 +157,12 @@ impl Report {
         self
     }
 
+    /// Adds how many large files a local copy cloned.
+    pub(crate) fn with_cloned(mut self, files: u64) -> Report {
+        self.cloned = files;
+        self
+    }
+
     /// Records one more failure (listed while under the report's limit).
     pub(crate) fn add_failure(&mut self, path: &[u8], error: &str) {
         self.failed += 1;
@@ -217,6 +226,7 @@ impl Report {
             syncs: counts.syncs,
             up_to_date: 0,
             attrs_fixed: 0,
+            cloned: 0,
             bytes_not_sent: 0,
             deleted: 0,
             attempts: 1,
@@ -326,6 +336,13 @@ impl fmt::Display for Report {
                 self.up_to_date + self.attrs_fixed,
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)
+            )?;
+        }
+        if self.cloned > 0 {
+            writeln!(
+                f,
+                "  cloned: {} large files share their blocks with the source (reflink: no data read or written)",
+                self.cloned
             )?;
         }
         if self.attempts > 1 {

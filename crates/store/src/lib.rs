@@ -11,6 +11,7 @@
 
 pub mod attrs;
 pub mod batch_read;
+pub mod clone;
 pub mod compare;
 pub mod direct;
 pub mod error;

@@ -69,6 +69,9 @@ pub struct TreeWriter {
     publish: AtomicU8,
     /// Batches are synced to stable storage before they count as written.
     durable: bool,
+    /// Whole files may be cloned from a local source (see [`TreeWriter::cloning`]); cleared
+    /// once the file systems refuse it, so that no later file tries again.
+    pub(crate) cloning: AtomicBool,
     /// How large files' chunks are written (see [`TreeWriter::direct_chunks`]).
     chunk_writes: ChunkWrites,
     /// Started by [`TreeWriter::early_writeback`].
@@ -317,6 +320,7 @@ impl TreeWriter {
             ids: Some(crate::owner::LocalIds::default()),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
+            cloning: AtomicBool::new(false),
             chunk_writes: ChunkWrites::default(),
             writeback: None,
             syncs: Mutex::new(SyncState::default()),
@@ -497,7 +501,7 @@ impl TreeWriter {
     }
 
     /// Sets the owner and group of `fd` when this writer sets owners.
-    fn chown_fd(&self, fd: &impl AsFd, attrs: &Attrs) -> Result<(), Errno> {
+    pub(crate) fn chown_fd(&self, fd: &impl AsFd, attrs: &Attrs) -> Result<(), Errno> {
         if !self.owners {
             return Ok(());
         }
@@ -506,7 +510,7 @@ impl TreeWriter {
     }
 
     /// The mode a regular file is given for the `mode` it was sent with.
-    fn file_mode(&self, mode: u32) -> u32 {
+    pub(crate) fn file_mode(&self, mode: u32) -> u32 {
         if self.keep_setid {
             mode
         } else {
@@ -622,7 +626,7 @@ impl TreeWriter {
     }
 
     /// Maps a transfer path to a path below `base`.
-    fn target<'p>(&'p self, path: &'p [u8]) -> Result<&'p [u8], StoreError> {
+    pub(crate) fn target<'p>(&'p self, path: &'p [u8]) -> Result<&'p [u8], StoreError> {
         match &self.file_name {
             None => Ok(path),
             Some(name) if path.is_empty() => Ok(name),
@@ -674,7 +678,7 @@ impl TreeWriter {
 
     /// Creates the file that will become `name` in `dir`: an unnamed inode where the file
     /// system has `O_TMPFILE`, a hidden temporary name otherwise.
-    fn create_pending(
+    pub(crate) fn create_pending(
         &self,
         dir: &OwnedFd,
         name: &[u8],
@@ -696,7 +700,7 @@ impl TreeWriter {
     }
 
     /// Gives the written file `fd` its final name `name` in `dir`, replacing what is there.
-    fn publish(
+    pub(crate) fn publish(
         &self,
         fd: &OwnedFd,
         dir: &OwnedFd,
@@ -892,7 +896,7 @@ fn depth(path: &[u8]) -> usize {
     }
 }
 
-fn timestamps(attrs: &Attrs) -> Timestamps {
+pub(crate) fn timestamps(attrs: &Attrs) -> Timestamps {
     let t = Timespec {
         tv_sec: attrs.mtime_sec,
         tv_nsec: attrs.mtime_nsec as _,
@@ -903,13 +907,13 @@ fn timestamps(attrs: &Attrs) -> Timestamps {
     }
 }
 
-fn os(name: &[u8]) -> &OsStr {
+pub(crate) fn os(name: &[u8]) -> &OsStr {
     OsStr::from_bytes(name)
 }
 
 /// One thread's handle on a [`TreeWriter`]; remembers the last directory it wrote into.
 pub struct WriterCursor<'w> {
-    writer: &'w TreeWriter,
+    pub(crate) writer: &'w TreeWriter,
     dir: Vec<u8>,
     fd: Option<OwnedFd>,
     /// The owner and group a file created in `dir` gets from the kernel (the effective ids,
@@ -1004,7 +1008,7 @@ impl WriterCursor<'_> {
     /// kernel when this writer sets owners (`None` otherwise, or when the directory cannot be
     /// examined): one `fstat` per directory opened.
     #[allow(clippy::type_complexity)]
-    fn parent_of_new_file<'t>(
+    pub(crate) fn parent_of_new_file<'t>(
         &mut self,
         target: &'t [u8],
     ) -> Result<(&OwnedFd, &'t [u8], Option<(u32, u32)>), StoreError> {

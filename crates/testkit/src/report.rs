@@ -47,7 +47,8 @@ impl JsonReport {
         &self.value[key]
     }
 
-    fn u64(&self, key: &str) -> u64 {
+    /// The integer at `key` (panics, naming it, when it is not one).
+    pub fn u64(&self, key: &str) -> u64 {
         self.value[key]
             .as_u64()
             .unwrap_or_else(|| panic!("--json report: `{key}` is not an integer: {}", self.value))

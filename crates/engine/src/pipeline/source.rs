@@ -15,7 +15,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver};
 use sprat_proto::{Batch, FileMeta, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
-use sprat_store::{Attrs, ScanOptions, Source, StoreError};
+use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -106,6 +106,7 @@ fn plan_entry(
     entry: sprat_store::ScanEntry,
     emit: &mut impl FnMut(BatchPlan),
     digests: &mut digest::Pool<'_, sprat_store::ScanEntry>,
+    take_whole: TakeWhole<'_>,
 ) {
     // `-H`: a second name of a file travels as a link to the first, whatever the
     // destination has at that name (the link replaces it unless it is that link already).
@@ -113,12 +114,35 @@ fn plan_entry(
         return planner.push_link(entry.path, target, emit);
     }
     let Some((index, rule, counts)) = skip else {
-        return planner.push(entry, emit);
+        return push_or_take(planner, entry, emit, take_whole);
     };
     match index.verdict(&entry, *rule) {
         Verdict::Compare => digests.submit(entry),
-        verdict => apply(planner, counts, verdict, entry, emit),
+        verdict => apply(planner, counts, verdict, entry, emit, take_whole),
     }
+}
+
+/// Puts a large file at the destination another way than in batches (a local copy's clone,
+/// see [`start_cloning`]): whether it did. Called from the planning thread.
+pub type TakeWholeFile =
+    dyn Fn(&Root, Option<&[u8]>, &sprat_store::ScanEntry) -> bool + Send + Sync;
+
+/// [`TakeWholeFile`] bound to the source's root and file name, if any.
+type TakeWhole<'a> = Option<&'a dyn Fn(&sprat_store::ScanEntry) -> bool>;
+
+/// Plans `entry`, unless it is a large file that `take_whole` put at the destination itself.
+fn push_or_take(
+    planner: &mut Planner,
+    entry: sprat_store::ScanEntry,
+    emit: &mut impl FnMut(BatchPlan),
+    take_whole: TakeWhole<'_>,
+) {
+    if let Some(take) = take_whole {
+        if planner.is_chunked(&entry) && take(&entry) {
+            return;
+        }
+    }
+    planner.push(entry, emit)
 }
 
 /// Plans a file whose digest came back from the pool.
@@ -127,13 +151,14 @@ fn plan_compared(
     skip: Option<&Resolved>,
     (entry, digest): digest::Digested<sprat_store::ScanEntry>,
     emit: &mut impl FnMut(BatchPlan),
+    take_whole: TakeWhole<'_>,
 ) {
     match skip {
         Some((index, _, counts)) => {
             let verdict = index.compared(&entry, digest);
-            apply(planner, counts, verdict, entry, emit)
+            apply(planner, counts, verdict, entry, emit, take_whole)
         }
-        None => planner.push(entry, emit),
+        None => push_or_take(planner, entry, emit, take_whole),
     }
 }
 
@@ -143,9 +168,10 @@ fn apply(
     verdict: Verdict,
     entry: sprat_store::ScanEntry,
     emit: &mut impl FnMut(BatchPlan),
+    take_whole: TakeWhole<'_>,
 ) {
     match verdict {
-        Verdict::Send | Verdict::Compare => planner.push(entry, emit),
+        Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
         Verdict::Skip => {
             counts.skipped(entry.size);
             if planner.rechecks_xattrs() {
@@ -170,7 +196,18 @@ pub fn start(
     options: &TransferOptions,
     skip: Option<Skip>,
 ) -> Result<SourceHandle, TransferError> {
-    start_with(source, options, skip, false)
+    start_with(source, options, skip, false, None)
+}
+
+/// [`start`], offering each large file to `take_whole` before it is planned: a file it takes
+/// is neither read nor sent (a local copy clones it).
+pub fn start_cloning(
+    source: Source,
+    options: &TransferOptions,
+    skip: Option<Skip>,
+    take_whole: Arc<TakeWholeFile>,
+) -> Result<SourceHandle, TransferError> {
+    start_with(source, options, skip, false, Some(take_whole))
 }
 
 /// [`start`], with directories and hard links in batches of their own on
@@ -180,7 +217,7 @@ pub fn start_deferring(
     options: &TransferOptions,
     skip: Option<Skip>,
 ) -> Result<SourceHandle, TransferError> {
-    start_with(source, options, skip, true)
+    start_with(source, options, skip, true, None)
 }
 
 fn start_with(
@@ -188,6 +225,7 @@ fn start_with(
     options: &TransferOptions,
     skip: Option<Skip>,
     defer_namespace: bool,
+    take_whole_file: Option<Arc<TakeWholeFile>>,
 ) -> Result<SourceHandle, TransferError> {
     let options = options.clone();
     let (batch_tx, batches) = bounded::<Batch>(options.ready_batches());
@@ -214,6 +252,12 @@ fn start_with(
                     if defer_namespace {
                         planner = planner.deferring_namespace();
                     }
+                    let take = |entry: &sprat_store::ScanEntry| {
+                        take_whole_file
+                            .as_ref()
+                            .is_some_and(|t| t(root, file_name, entry))
+                    };
+                    let take_whole: TakeWhole<'_> = take_whole_file.is_some().then_some(&take);
                     let receivers_gone = std::cell::Cell::new(false);
                     let mut emit = |p: BatchPlan| {
                         if plan_tx.send(p).is_err() {
@@ -226,12 +270,19 @@ fn start_with(
                             match skip.map(Skip::resolve) {
                                 Some((index, rule, counts)) => match index.verdict(&entry, rule) {
                                     // `--checksum` on a single file sends it (no digests).
-                                    Verdict::Compare => planner.push(entry, &mut emit),
-                                    verdict => {
-                                        apply(&mut planner, &counts, verdict, entry, &mut emit)
+                                    Verdict::Compare => {
+                                        push_or_take(&mut planner, entry, &mut emit, take_whole)
                                     }
+                                    verdict => apply(
+                                        &mut planner,
+                                        &counts,
+                                        verdict,
+                                        entry,
+                                        &mut emit,
+                                        take_whole,
+                                    ),
                                 },
-                                None => planner.push(entry, &mut emit),
+                                None => push_or_take(&mut planner, entry, &mut emit, take_whole),
                             }
                         }
                         None => {
@@ -272,11 +323,18 @@ fn start_with(
                                                     entry,
                                                     &mut emit,
                                                     &mut digests,
+                                                    take_whole,
                                                 );
                                             }
                                             digests.flush();
                                             for done in digests.ready() {
-                                                plan_compared(&mut planner, skip, done, &mut emit);
+                                                plan_compared(
+                                                    &mut planner,
+                                                    skip,
+                                                    done,
+                                                    &mut emit,
+                                                    take_whole,
+                                                );
                                             }
                                             if receivers_gone.get() {
                                                 // Nobody reads any more: stop the scan too.
@@ -284,7 +342,13 @@ fn start_with(
                                             }
                                         }
                                         for done in digests.finish() {
-                                            plan_compared(&mut planner, skip, done, &mut emit);
+                                            plan_compared(
+                                                &mut planner,
+                                                skip,
+                                                done,
+                                                &mut emit,
+                                                take_whole,
+                                            );
                                         }
                                     },
                                 );

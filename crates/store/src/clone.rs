@@ -1,0 +1,146 @@
+//! Whole files cloned from a local source: on a file system that shares blocks between files
+//! (XFS, Btrfs, bcachefs, OCFS2: the `FICLONE` ioctl, what `cp --reflink` uses), a local copy
+//! of a large file onto the same file system need not read or write its data at all. The
+//! clone is made as any written file is: an unnamed file (or a hidden temporary name) that
+//! gets its owner, mode and mtime, then its final name, so a name appears only for a complete
+//! file. The source must still be the file the scan saw, before and after the clone; if it is
+//! not, or the file systems refuse (ext4, two file systems, tmpfs), nothing is written and
+//! the file is copied the ordinary way, which reads, checks and writes its bytes.
+
+use crate::attrs::Attrs;
+use crate::error::StoreError;
+use crate::write::{os, timestamps, TreeWriter, WriterCursor};
+use rustix::fs::{fchmod, futimens, statx, unlinkat, AtFlags, Mode, StatxFlags};
+use rustix::io::Errno;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering;
+
+/// What [`WriterCursor::clone_file`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cloned {
+    /// The file is in place under its final name, sharing the source's blocks.
+    Done,
+    /// Nothing was written: copy the file the ordinary way. The file systems cannot share
+    /// blocks here (the writer then stops trying, see [`TreeWriter::may_clone`]), the source
+    /// is no longer the file the scan saw, or cloning failed for this file.
+    No,
+}
+
+/// The scanned size and mtime of the source file to clone.
+#[derive(Debug, Clone, Copy)]
+pub struct CloneSource<'a> {
+    /// The directory holding the source file, and its name there.
+    pub dir: BorrowedFd<'a>,
+    pub name: &'a [u8],
+    pub size: u64,
+}
+
+impl TreeWriter {
+    /// Whether to try cloning whole files from a local source (see
+    /// [`WriterCursor::clone_file`]); once the file systems refuse, the writer stops trying.
+    pub fn allow_cloning(&self, on: bool) {
+        self.cloning.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a clone is still worth trying.
+    pub fn may_clone(&self) -> bool {
+        self.cloning.load(Ordering::Relaxed)
+    }
+}
+
+/// Errors of `FICLONE` that say these two files can never share blocks (not this file alone):
+/// no such ioctl here, two file systems, or a file system without shared extents.
+fn refused_for_good(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::OPNOTSUPP | Errno::XDEV | Errno::INVAL | Errno::NOTTY | Errno::NOSYS | Errno::PERM
+    )
+}
+
+/// Whether the open file `fd` has the size the scan saw and the mtime of `attrs`.
+fn is_scanned_version(fd: &impl AsFd, size: u64, attrs: &Attrs) -> bool {
+    statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::SIZE | StatxFlags::MTIME,
+    )
+    .is_ok_and(|st| {
+        st.stx_size == size
+            && st.stx_mtime.tv_sec == attrs.mtime_sec
+            && st.stx_mtime.tv_nsec == attrs.mtime_nsec
+    })
+}
+
+impl WriterCursor<'_> {
+    /// Puts at `path` a clone of the local file `source` (all its blocks shared, nothing read
+    /// or written), with the owner (when this writer sets owners), mode and mtime of `attrs`.
+    /// Returns [`Cloned::No`], having written nothing, whenever the ordinary copy should do
+    /// it instead; an error only where that copy would fail too (the destination's directory
+    /// cannot be made, or the clone cannot be put in place).
+    pub fn clone_file(
+        &mut self,
+        source: CloneSource<'_>,
+        path: &[u8],
+        attrs: &Attrs,
+    ) -> Result<Cloned, StoreError> {
+        let writer = self.writer;
+        if !writer.may_clone() {
+            return Ok(Cloned::No);
+        }
+        let Ok(src) = crate::read::open_regular(source.dir, source.name, path, "read") else {
+            return Ok(Cloned::No);
+        };
+        if !is_scanned_version(&src, source.size, attrs) {
+            return Ok(Cloned::No);
+        }
+        let target = writer.target(path)?;
+        let (dir, name, new_file_owner) = self.parent_of_new_file(target)?;
+        let (fd, temp) = writer.create_pending(dir, name, path, 0o600)?;
+        let discard = |temp: Option<&[u8]>| {
+            if let Some(temp) = temp {
+                let _ = unlinkat(dir, os(temp), AtFlags::empty());
+            }
+        };
+        if let Err(e) = rustix::fs::ioctl_ficlone(&fd, &src) {
+            if refused_for_good(e) {
+                writer.cloning.store(false, Ordering::Relaxed);
+            }
+            discard(temp.as_deref());
+            return Ok(Cloned::No);
+        }
+        // Cloned from the version the scan saw only if it is still that version now.
+        if !is_scanned_version(&src, source.size, attrs) {
+            discard(temp.as_deref());
+            return Ok(Cloned::No);
+        }
+        let born_owned = new_file_owner.is_some_and(|(uid, gid)| {
+            (attrs.uid == u32::MAX || attrs.uid == uid)
+                && (attrs.gid == u32::MAX || attrs.gid == gid)
+        });
+        let set = (if born_owned {
+            Ok(())
+        } else {
+            writer.chown_fd(&fd, attrs)
+        })
+        .and_then(|()| fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode))))
+        .and_then(|()| futimens(&fd, &timestamps(attrs)))
+        .and_then(|()| {
+            if writer.is_durable() {
+                rustix::fs::fsync(&fd)
+            } else {
+                Ok(())
+            }
+        })
+        .map_err(|e| StoreError::new("set attributes of", path, e))
+        .and_then(|()| {
+            writer
+                .publish(&fd, dir, temp.as_deref(), name)
+                .map_err(|e| StoreError::new("put in place", path, e))
+        });
+        if set.is_err() {
+            discard(temp.as_deref());
+        }
+        set.map(|()| Cloned::Done)
+    }
+}
