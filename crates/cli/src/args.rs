@@ -436,6 +436,13 @@ pub struct CpArgs {
     /// what the destination has as separate files. Without -H each name is a file of its own.
     #[arg(long, short = 'H')]
     pub hard_links: bool,
+    /// Large files in a local copy onto a file system that shares blocks between files (XFS,
+    /// Btrfs): `auto` clones each where the source and destination allow it, like `cp
+    /// --reflink=auto` (no data is read or written; the copy shares the source's blocks
+    /// until either is changed), and copies it otherwise; `never` always reads and writes the
+    /// bytes, for a physically separate copy. Not with -X, -A or --bwlimit, which copy.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = ReflinkArg::Auto)]
+    pub reflink: ReflinkArg,
     /// Copy extended attributes, like rsync -X: `user.*` always; `trusted.*` and
     /// `security.*` too when both the reading and the writing side run as root (others
     /// cannot read or set them; they are left alone) and the writer keeps setuid bits (a
@@ -581,13 +588,6 @@ pub struct Tuning {
     /// temporary name renamed into place. Either way a name appears only for a complete file.
     #[arg(long, value_name = "HOW", value_enum, default_value_t = PublishArg::Auto)]
     pub publish: PublishArg,
-    /// Large files in a local copy onto a file system that shares blocks between files (XFS,
-    /// Btrfs): `auto` clones each where the source and destination allow it, like `cp
-    /// --reflink=auto` (no data is read or written; the copy shares the source's blocks
-    /// until either is changed), and copies it otherwise; `never` always reads and writes the
-    /// bytes, for a physically separate copy. Not with -X, -A or --bwlimit, which copy.
-    #[arg(long, value_name = "WHEN", value_enum, default_value_t = ReflinkArg::Auto)]
-    pub reflink: ReflinkArg,
     /// Keep the setuid and setgid bits of regular files whose content comes from the
     /// network. By default they are cleared, so that a peer cannot create set-user-ID or
     /// set-group-ID programs owned by the user writing them (a server often runs as root).

@@ -208,7 +208,6 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Auto => PublishChoice::Auto,
             args::PublishArg::Rename => PublishChoice::Rename,
         },
-        reflink: t.reflink == args::ReflinkArg::Auto,
         keep_setid: t.keep_setuid,
         owners: !t.no_owners,
         numeric_ids: t.numeric_ids,
@@ -567,6 +566,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     let mut options = options(&a.tuning, a.streams.0, network);
     options.hard_links = a.hard_links;
+    options.reflink = a.reflink == args::ReflinkArg::Auto;
     options.xattrs = a.xattrs;
     options.acls = a.acls;
     options.skip = match (a.checksum, a.ignore_existing, a.ignore_times) {
