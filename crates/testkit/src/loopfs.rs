@@ -8,21 +8,14 @@
 //! out to `mkfs`, `mount` and `umount`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use crate::tmpfs::run_quiet;
+use std::process::Command;
 
 /// A mounted image file system, unmounted and removed on drop.
 pub struct LoopFs {
     mount_point: PathBuf,
     // Dropped last: holds the image and the mount point.
     _dir: tempfile::TempDir,
-}
-
-fn run_quiet(cmd: &mut Command) -> bool {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 impl LoopFs {

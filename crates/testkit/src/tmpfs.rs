@@ -14,7 +14,8 @@ pub struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
-fn run_quiet(cmd: &mut Command) -> bool {
+/// Runs `cmd` with no input or output: whether it ran and succeeded.
+pub(crate) fn run_quiet(cmd: &mut Command) -> bool {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
