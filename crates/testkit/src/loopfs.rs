@@ -7,8 +7,8 @@
 //! (lazily, if it is still busy), and the image removed. Not for anything but tests: it shells
 //! out to `mkfs`, `mount` and `umount`.
 
-use std::path::{Path, PathBuf};
 use crate::tmpfs::run_quiet;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A mounted image file system, unmounted and removed on drop.
