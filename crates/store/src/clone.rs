@@ -9,7 +9,7 @@
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
-use crate::write::{os, timestamps, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, timestamps, TreeWriter, WriterCursor};
 use rustix::fs::{fchmod, futimens, statx, unlinkat, AtFlags, Mode, StatxFlags};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -114,11 +114,7 @@ impl WriterCursor<'_> {
             discard(temp.as_deref());
             return Ok(Cloned::No);
         }
-        let born_owned = new_file_owner.is_some_and(|(uid, gid)| {
-            (attrs.uid == u32::MAX || attrs.uid == uid)
-                && (attrs.gid == u32::MAX || attrs.gid == gid)
-        });
-        let set = (if born_owned {
+        let set = (if born_owned(new_file_owner, attrs) {
             Ok(())
         } else {
             writer.chown_fd(&fd, attrs)

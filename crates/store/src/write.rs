@@ -896,6 +896,15 @@ fn depth(path: &[u8]) -> usize {
     }
 }
 
+/// Whether a file the kernel created with `new_file_owner` (see
+/// [`WriterCursor::parent_of_new_file`]) has the owner and group `attrs` want already, so
+/// needs no `fchown` (`u32::MAX`: not to be changed).
+pub(crate) fn born_owned(new_file_owner: Option<(u32, u32)>, attrs: &Attrs) -> bool {
+    new_file_owner.is_some_and(|(uid, gid)| {
+        (attrs.uid == u32::MAX || attrs.uid == uid) && (attrs.gid == u32::MAX || attrs.gid == gid)
+    })
+}
+
 pub(crate) fn timestamps(attrs: &Attrs) -> Timestamps {
     let t = Timespec {
         tv_sec: attrs.mtime_sec,
@@ -1048,10 +1057,7 @@ impl WriterCursor<'_> {
         let create_mode = if exact { mode } else { 0o600 };
         let (fd, temp) = writer.create_pending(dir, name, path, create_mode)?;
         // Created with the wanted owner and group already: no `fchown`.
-        let born_owned = new_file_owner.is_some_and(|(uid, gid)| {
-            (attrs.uid == u32::MAX || attrs.uid == uid)
-                && (attrs.gid == u32::MAX || attrs.gid == gid)
-        });
+        let born_owned = born_owned(new_file_owner, attrs);
         // A new file: its runs of zeros are left as holes.
         let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
