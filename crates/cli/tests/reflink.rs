@@ -104,7 +104,17 @@ fn a_local_copy_onto_xfs_clones_large_files_and_is_exact() {
     let human = cp_local(&[], src.join("d"), xfs.path().join("human"));
     assert_ok(&human, None);
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("cloned: 2 large files"), "report: {text}");
+    assert!(
+        text.contains("cloned: 2 large files share their blocks"),
+        "report: {text}"
+    );
+    let single = cp_local(&[], src.join("big"), xfs.path().join("single"));
+    assert_ok(&single, None);
+    let text = String::from_utf8_lossy(&single.stdout);
+    assert!(
+        text.contains("cloned: 1 large file shares its blocks"),
+        "report: {text}"
+    );
 }
 
 #[test]

@@ -339,9 +339,14 @@ impl fmt::Display for Report {
             )?;
         }
         if self.cloned > 0 {
+            let (noun, verb) = if self.cloned == 1 {
+                ("file", "shares its")
+            } else {
+                ("files", "share their")
+            };
             writeln!(
                 f,
-                "  cloned: {} large files share their blocks with the source (reflink: no data read or written)",
+                "  cloned: {} large {noun} {verb} blocks with the source (reflink: no data read or written)",
                 self.cloned
             )?;
         }
