@@ -308,7 +308,7 @@ fn in_hole(fd: &OwnedFd, offset: u64, len: u64) -> bool {
 
 /// Whether the open file `fd` still has the size and mtime the scan saw (an error examining
 /// it counts as a change).
-fn unchanged(fd: &OwnedFd, scanned: &Scanned) -> bool {
+pub(crate) fn unchanged(fd: &OwnedFd, scanned: &Scanned) -> bool {
     use rustix::fs::{statx, AtFlags, StatxFlags};
     match statx(
         fd,

@@ -8,11 +8,12 @@
 //! the file is copied the ordinary way, which reads, checks and writes its bytes.
 
 use crate::attrs::Attrs;
+use crate::batch_read::{unchanged, Scanned};
 use crate::error::StoreError;
-use crate::write::{born_owned, os, timestamps, TreeWriter, WriterCursor};
-use rustix::fs::{fchmod, futimens, statx, unlinkat, AtFlags, Mode, StatxFlags};
+use crate::write::{born_owned, os, TreeWriter, WriterCursor};
+use rustix::fs::{unlinkat, AtFlags};
 use rustix::io::Errno;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
 /// What [`WriterCursor::clone_file`] did.
@@ -26,13 +27,12 @@ pub enum Cloned {
     No,
 }
 
-/// The scanned size and mtime of the source file to clone.
+/// The source file to clone: its directory, its name there, and what the scan saw of it.
 #[derive(Debug, Clone, Copy)]
 pub struct CloneSource<'a> {
-    /// The directory holding the source file, and its name there.
     pub dir: BorrowedFd<'a>,
     pub name: &'a [u8],
-    pub size: u64,
+    pub scanned: Scanned,
 }
 
 impl TreeWriter {
@@ -57,21 +57,6 @@ fn refused_for_good(e: Errno) -> bool {
     )
 }
 
-/// Whether the open file `fd` has the size the scan saw and the mtime of `attrs`.
-fn is_scanned_version(fd: &impl AsFd, size: u64, attrs: &Attrs) -> bool {
-    statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH,
-        StatxFlags::SIZE | StatxFlags::MTIME,
-    )
-    .is_ok_and(|st| {
-        st.stx_size == size
-            && st.stx_mtime.tv_sec == attrs.mtime_sec
-            && st.stx_mtime.tv_nsec == attrs.mtime_nsec
-    })
-}
-
 impl WriterCursor<'_> {
     /// Puts at `path` a clone of the local file `source` (all its blocks shared, nothing read
     /// or written), with the owner (when this writer sets owners), mode and mtime of `attrs`.
@@ -91,7 +76,7 @@ impl WriterCursor<'_> {
         let Ok(src) = crate::read::open_regular(source.dir, source.name, path, "read") else {
             return Ok(Cloned::No);
         };
-        if !is_scanned_version(&src, source.size, attrs) {
+        if !unchanged(&src, &source.scanned) {
             return Ok(Cloned::No);
         }
         let target = writer.target(path)?;
@@ -110,33 +95,22 @@ impl WriterCursor<'_> {
             return Ok(Cloned::No);
         }
         // Cloned from the version the scan saw only if it is still that version now.
-        if !is_scanned_version(&src, source.size, attrs) {
+        if !unchanged(&src, &source.scanned) {
             discard(temp.as_deref());
             return Ok(Cloned::No);
         }
-        let set = (if born_owned(new_file_owner, attrs) {
-            Ok(())
-        } else {
-            writer.chown_fd(&fd, attrs)
-        })
-        .and_then(|()| fchmod(&fd, Mode::from_raw_mode(writer.file_mode(attrs.mode))))
-        .and_then(|()| futimens(&fd, &timestamps(attrs)))
-        .and_then(|()| {
-            if writer.is_durable() {
-                rustix::fs::fsync(&fd)
-            } else {
-                Ok(())
-            }
-        })
-        .map_err(|e| StoreError::new("set attributes of", path, e))
-        .and_then(|()| {
-            writer
-                .publish(&fd, dir, temp.as_deref(), name)
-                .map_err(|e| StoreError::new("put in place", path, e))
-        });
-        if set.is_err() {
+        let chmod = Some(writer.file_mode(attrs.mode));
+        let place = (dir, temp.as_deref(), name);
+        let born_owned = born_owned(new_file_owner, attrs);
+        if let Err(e) = writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod) {
             discard(temp.as_deref());
+            return Err(e);
         }
-        set.map(|()| Cloned::Done)
+        // `--durable`: done once a sync of the destination that started after it is done, as
+        // a written batch is.
+        if writer.is_durable() {
+            writer.sync(path)?;
+        }
+        Ok(Cloned::Done)
     }
 }

@@ -699,6 +699,34 @@ impl TreeWriter {
         Ok((fd, Some(temp)))
     }
 
+    /// Gives a new file `fd` (from [`TreeWriter::create_pending`]) its owner unless
+    /// `born_owned`, the mode `chmod` unless it was created with it (`None`), and its mtime,
+    /// then its final name: `place` is its directory, temporary name and final name.
+    pub(crate) fn settle_new_file(
+        &self,
+        fd: &OwnedFd,
+        (dir, temp, name): (&OwnedFd, Option<&[u8]>, &[u8]),
+        path: &[u8],
+        attrs: &Attrs,
+        born_owned: bool,
+        chmod: Option<u32>,
+    ) -> Result<(), StoreError> {
+        let chown = if born_owned {
+            Ok(())
+        } else {
+            self.chown_fd(fd, attrs)
+        };
+        chown
+            .and_then(|()| match chmod {
+                Some(mode) => fchmod(fd, Mode::from_raw_mode(mode)),
+                None => Ok(()),
+            })
+            .and_then(|()| futimens(fd, &timestamps(attrs)))
+            .map_err(|e| StoreError::new("set attributes of", path, e))?;
+        self.publish(fd, dir, temp, name)
+            .map_err(|e| StoreError::new("put in place", path, e))
+    }
+
     /// Gives the written file `fd` its final name `name` in `dir`, replacing what is there.
     pub(crate) fn publish(
         &self,
@@ -1021,22 +1049,22 @@ impl WriterCursor<'_> {
         &mut self,
         target: &'t [u8],
     ) -> Result<(&OwnedFd, &'t [u8], Option<(u32, u32)>), StoreError> {
-        self.parent(target)?;
+        let (_, name) = self.parent(target)?;
+        let fd = self
+            .fd
+            .as_ref()
+            .ok_or_else(|| StoreError::other("open directory", target, "no descriptor"))?;
         if self.writer.owners && self.new_file_owner.is_none() {
-            if let Some(fd) = &self.fd {
-                self.new_file_owner = rustix::fs::fstat(fd).ok().map(|st| {
-                    let gid = if st.st_mode & 0o2000 != 0 {
-                        st.st_gid
-                    } else {
-                        rustix::process::getegid().as_raw()
-                    };
-                    (rustix::process::geteuid().as_raw(), gid)
-                });
-            }
+            self.new_file_owner = rustix::fs::fstat(fd).ok().map(|st| {
+                let gid = if st.st_mode & 0o2000 != 0 {
+                    st.st_gid
+                } else {
+                    rustix::process::getegid().as_raw()
+                };
+                (rustix::process::geteuid().as_raw(), gid)
+            });
         }
-        let owner = self.new_file_owner;
-        let (fd, name) = self.parent(target)?;
-        Ok((fd, name, owner))
+        Ok((fd, name, self.new_file_owner))
     }
 
     /// Writes a whole file at `path` with `data`, then its mode and mtime.
@@ -1067,25 +1095,9 @@ impl WriterCursor<'_> {
             })
             .and_then(|()| {
                 // A file created with its exact mode has no setuid or setgid bit to lose.
-                let chown = if born_owned {
-                    Ok(())
-                } else {
-                    writer.chown_fd(&fd, attrs)
-                };
-                let set = chown.and_then(|()| {
-                    if exact {
-                        Ok(())
-                    } else {
-                        fchmod(&fd, Mode::from_raw_mode(mode))
-                    }
-                });
-                set.and_then(|()| futimens(&fd, &timestamps(attrs)))
-                    .map_err(|e| StoreError::new("set attributes of", path, e))
-            })
-            .and_then(|()| {
-                writer
-                    .publish(&fd, dir, temp.as_deref(), name)
-                    .map_err(|e| StoreError::new("put in place", path, e))
+                let chmod = (!exact).then_some(mode);
+                let place = (dir, temp.as_deref(), name);
+                writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod)
             });
         if let (Err(_), Some(temp)) = (&result, &temp) {
             let _ = unlinkat(dir, os(temp), AtFlags::empty());

@@ -252,12 +252,10 @@ fn start_with(
                     if defer_namespace {
                         planner = planner.deferring_namespace();
                     }
-                    let take = |entry: &sprat_store::ScanEntry| {
-                        take_whole_file
-                            .as_ref()
-                            .is_some_and(|t| t(root, file_name, entry))
-                    };
-                    let take_whole: TakeWhole<'_> = take_whole_file.is_some().then_some(&take);
+                    let take = take_whole_file
+                        .as_deref()
+                        .map(|t| move |entry: &sprat_store::ScanEntry| t(root, file_name, entry));
+                    let take_whole: TakeWhole<'_> = take.as_ref().map(|t| t as _);
                     let receivers_gone = std::cell::Cell::new(false);
                     let mut emit = |p: BatchPlan| {
                         if plan_tx.send(p).is_err() {

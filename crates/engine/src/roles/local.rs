@@ -12,6 +12,7 @@ use crate::pipeline::sink::{Incoming, WriteJob, WriterPool};
 use crate::pipeline::source;
 use crate::report::{Counts, Report, Stages};
 use crossbeam_channel::unbounded;
+use sprat_store::batch_read::Scanned;
 use sprat_store::clone::CloneSource;
 use sprat_store::{Root, ScanEntry, Source, TreeWriter};
 use std::os::fd::AsFd;
@@ -157,7 +158,11 @@ fn cloner(
             let from = CloneSource {
                 dir,
                 name,
-                size: entry.size,
+                scanned: Scanned {
+                    size: entry.size,
+                    mtime_sec: entry.attrs.mtime_sec,
+                    mtime_nsec: entry.attrs.mtime_nsec,
+                },
             };
             // An error puts nothing in place: the ordinary copy then meets and reports it.
             match writer.cursor().clone_file(from, &entry.path, &entry.attrs) {
