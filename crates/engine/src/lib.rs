@@ -15,6 +15,7 @@ pub(crate) mod pipeline;
 pub mod report;
 pub(crate) mod roles;
 pub(crate) mod session;
+pub(crate) mod spare;
 pub mod sync;
 pub mod text;
 pub mod tune;

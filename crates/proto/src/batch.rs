@@ -304,6 +304,19 @@ impl Batch {
         }
     }
 
+    /// A batch whose file data goes into `data`, emptied first: memory an earlier batch
+    /// used, with its pages mapped already.
+    pub fn with_data(seq: u64, mut data: Vec<u8>) -> Batch {
+        data.clear();
+        Batch {
+            seq,
+            count: 0,
+            header: Vec::with_capacity(4096),
+            data,
+            totals: Totals::default(),
+        }
+    }
+
     fn begin(&mut self, entry: u8, path: &[u8]) {
         self.count += 1;
         self.totals.entries += 1;

@@ -150,7 +150,11 @@ impl WriterPool {
                                 charge,
                                 ..
                             } = job;
-                            drop((incoming, charge));
+                            crate::spare::give_back(match incoming {
+                                Incoming::Wire(payload) => payload,
+                                Incoming::Local(batch) => batch.data,
+                            });
+                            drop(charge);
                             let _ = reply.send(outcome);
                             // Only after the reply: on a shared reply channel the cause (e.g.
                             // disk full) then comes before the "transfer aborted" of others.

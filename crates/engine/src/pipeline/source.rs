@@ -466,7 +466,7 @@ fn read_batch(
     mut plan: BatchPlan,
     xattrs: &XattrSource<'_>,
 ) -> Batch {
-    let mut batch = Batch::new(plan.seq, plan.data_bytes as usize);
+    let mut batch = Batch::with_data(plan.seq, crate::spare::empty(plan.data_bytes as usize));
     // `-X`/`-A`: each item's attributes, read first: an item whose attributes cannot be
     // read (or are too many) fails whole, and its data is not read.
     let mut attrs_of: Vec<Option<sprat_store::xattr::Xattrs>> = Vec::new();
@@ -663,7 +663,7 @@ impl SyntheticBatches<'_> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let batch = std::mem::replace(
             &mut self.batch,
-            Batch::new(seq, self.options.batch_size as usize),
+            Batch::with_data(seq, crate::spare::empty(self.options.batch_size as usize)),
         );
         self.counted.count(&batch);
         batch

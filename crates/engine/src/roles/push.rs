@@ -27,7 +27,7 @@ use crate::session::client::{self as session, Change, Session, Tail};
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
-use sprat_proto::session::client::{ClientStream, Event};
+use sprat_proto::session::client::{ClientStream, Event, Sent};
 use sprat_proto::{Batch, Operation, RemoteStats};
 use sprat_store::Source;
 use std::path::Path;
@@ -606,10 +606,14 @@ impl Lanes<'_> {
         batch: Batch,
         sent: Result<(), TransferError>,
     ) -> Result<Option<Ended>, TransferError> {
-        let back = lock(self.machine).sent(batch);
-        if let Some(back) = back {
-            let _ = self.push.resend.send(back);
-            return Ok(Some(Ended::Refused));
+        let what = lock(self.machine).sent(batch);
+        match what {
+            Sent::Refused(back) => {
+                let _ = self.push.resend.send(back);
+                return Ok(Some(Ended::Refused));
+            }
+            Sent::Held => {}
+            Sent::Done(batch) => crate::spare::give_back(batch.data),
         }
         sent?;
         while lock(self.machine).over_limit() {

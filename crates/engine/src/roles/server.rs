@@ -1234,7 +1234,10 @@ fn serve_pull(
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return end(&mut machine),
             }
         };
-        send::send(&mut conn, &mut next, |_, sent| sent.map(|()| None))?;
+        send::send(&mut conn, &mut next, |batch, sent| {
+            crate::spare::give_back(batch.data);
+            sent.map(|()| None)
+        })?;
         if !stream.control {
             return Ok(false);
         }

@@ -13,6 +13,18 @@ use crate::auth::{ClientHandshake, TokenKey};
 use crate::{Batch, ErrorCode, Message, RemoteStats};
 use std::time::Instant;
 
+/// What became of a batch handed to [`ClientStream::sent`].
+#[derive(Debug)]
+pub enum Sent {
+    /// The server refused the connection before announcing it and read none of the batch:
+    /// send it elsewhere.
+    Refused(Batch),
+    /// Kept until the server announces the connection (or refuses it).
+    Held,
+    /// Nothing more to do with it: its memory is the caller's again.
+    Done(Batch),
+}
+
 /// What arrived on a connection, for the driver to act on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
@@ -402,17 +414,16 @@ impl ClientStream {
     }
 
     /// Records that `batch` went out (or failed to): kept whole until the announcement.
-    /// Returns the batch if the server refused the connection before announcing it: it read
-    /// none of it, send it elsewhere.
-    pub fn sent(&mut self, batch: Batch) -> Option<Batch> {
+    pub fn sent(&mut self, batch: Batch) -> Sent {
         if self.refused_unannounced {
-            return Some(batch);
+            return Sent::Refused(batch);
         }
         if matches!(self.receiving, Receiving::Announcing) {
             self.held_bytes += (batch.header.len() + batch.data.len()) as u64;
             self.held.push(batch);
+            return Sent::Held;
         }
-        None
+        Sent::Done(batch)
     }
 
     /// Whether the connection, not announced yet, holds [`HELD_LIMIT`] bytes or more of
@@ -573,7 +584,10 @@ mod tests {
     /// Sends `b` as the engine does: in flight before the write, held after it.
     fn send(c: &mut ClientStream, b: Batch) -> Option<Batch> {
         c.sending(b.seq);
-        c.sent(b)
+        match c.sent(b) {
+            Sent::Refused(b) => Some(b),
+            Sent::Held | Sent::Done(_) => None,
+        }
     }
 
     fn ack(seq: u64) -> Message {

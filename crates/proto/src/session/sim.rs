@@ -230,7 +230,7 @@ impl SimClient {
                     stream.sending(b.seq);
                     net.send(i, To::Server, Frame::Batch(b.clone()));
                     self.sent_on[i].push(b.seq);
-                    if let Some(back) = stream.sent(b) {
+                    if let super::client::Sent::Refused(back) = stream.sent(b) {
                         self.again.push_back(back);
                     }
                 } else if self.gate.open() && stream.announced() {
