@@ -51,12 +51,14 @@ class StartError(Exception):
     """A server that did not come up; the tools needing it are skipped with this reason."""
 
 
-def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", listen_port: int = 0) -> Server:
-    """`sprat serve` on 127.0.0.1 (a free port, or `listen_port` to restart one where it was)."""
+def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", listen_port: int = 0,
+                bin: Optional[str] = None) -> Server:
+    """`sprat serve` on 127.0.0.1 (a free port, or `listen_port` to restart one where it was), of
+    the binary under test or `bin`."""
     log = os.path.join(h.logs, f"{kind}-serve-{i}")
     while os.path.exists(log + ".out"):
         log += "+"
-    p = h.procs.start([h.sprat, "serve", "--root", h.root, "--listen", f"127.0.0.1:{listen_port}", "--token-file",
+    p = h.procs.start([bin or h.sprat, "serve", "--root", h.root, "--listen", f"127.0.0.1:{listen_port}", "--token-file",
                        h.token_file, *extra], log=log, env=h.sprat_env)
     lines = proc.wait_line(log + ".out", "listening on ", p, lines=1)
     if not lines:
@@ -215,6 +217,8 @@ def _sshd_relay(h, ssh_port: int, rtt_ms: float, rate: str) -> Relay:
 KINDS = {
     "sprat": start_sprat,
     "sprat-plain": lambda h, i: start_sprat(h, i, ("--no-encryption",), kind="sprat-plain"),
+    # --old-sprat: the old build's own server, so that an A/B of two builds covers both sides.
+    "sprat-old": lambda h, i: start_sprat(h, i, kind="sprat-old", bin=h.plan.old_sprat),
     "rsyncd": start_rsyncd,
     "tarnc": start_tarnc,
     "gridftp": start_gridftp,

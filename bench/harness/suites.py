@@ -272,7 +272,7 @@ def parse(argv: list[str], repo: str) -> Plan:
             t = toolsmod.parse_variant(v, reg)
             reg[t.name] = t
         if a.old_sprat:
-            reg["sprat-old"] = toolsmod.variant(reg["sprat"], "sprat-old", label="sprat (old build)", bin=a.old_sprat)
+            reg["sprat-old"] = toolsmod.old_sprat(reg["sprat"], a.old_sprat)
         if not suite.special:
             toolsmod.resolve(tools + limits, reg)
     except ValueError as e:
@@ -314,5 +314,5 @@ def tool_registry(plan: Plan) -> dict:
         t = toolsmod.parse_variant(v, reg)
         reg[t.name] = t
     if plan.old_sprat:
-        reg["sprat-old"] = toolsmod.variant(reg["sprat"], "sprat-old", label="sprat (old build)", bin=plan.old_sprat)
+        reg["sprat-old"] = toolsmod.old_sprat(reg["sprat"], plan.old_sprat)
     return reg

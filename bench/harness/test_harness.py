@@ -233,6 +233,7 @@ class Suites(unittest.TestCase):
         self.assertEqual(p.sprat_args, ["--io", "threads"])
         reg = suites.tool_registry(p)
         self.assertEqual(reg["sprat-old"].bin, "/old")
+        self.assertEqual(reg["sprat-old"].server, "sprat-old")
 
     def test_bad_input_exits_2(self):
         for argv in (["nosuite"], ["local", "--rounds", "0"], ["local", "--cache", "hot"],

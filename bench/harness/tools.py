@@ -105,6 +105,11 @@ def variant(base: Tool, name: str, args: tuple[str, ...] = (), label: str = "", 
                    args=base.args + tuple(args), bin=bin if bin is not None else base.bin)
 
 
+def old_sprat(base: Tool, bin: str) -> Tool:
+    """`--old-sprat`: `base` run with another sprat binary, client and server (its own `sprat serve`)."""
+    return replace(variant(base, "sprat-old", label="sprat (old build)", bin=bin), server="sprat-old")
+
+
 # ---------------------------------------------------------------- the entries
 
 SPRAT_CP = "{sprat} cp --json {args}"
