@@ -28,28 +28,39 @@ static IDLE: Mutex<Idle> = Mutex::new(Idle {
     bytes: 0,
 });
 
-/// A buffer of exactly `len` bytes to read a payload into: a spare one when there is one
-/// (its contents are stale), else a new one.
+/// A buffer of exactly `len` bytes to read a payload into: a spare one with room for them
+/// when there is one (its contents are stale), else a new one.
 pub(crate) fn buffer(len: usize) -> Vec<u8> {
-    let spare = {
-        let mut idle = lock(&IDLE);
-        let spare = idle.buffers.pop();
-        if let Some(b) = &spare {
-            idle.bytes -= b.capacity();
+    match take(len) {
+        Some(mut spare) => {
+            // Within its capacity: shrinking keeps the memory, growing initialises only the
+            // new part.
+            spare.resize(len, 0);
+            spare
         }
-        spare
-    };
-    let mut buffer = spare.unwrap_or_default();
-    // Shrinking keeps the memory; growing initialises only the new part.
-    buffer.resize(len, 0);
-    buffer
+        None => vec![0; len],
+    }
 }
 
 /// An empty buffer with room for `capacity` bytes, for a batch being built.
 pub(crate) fn empty(capacity: usize) -> Vec<u8> {
-    let mut buffer = buffer(0);
-    buffer.reserve(capacity);
-    buffer
+    match take(capacity) {
+        Some(mut spare) => {
+            spare.clear();
+            spare
+        }
+        None => Vec::with_capacity(capacity),
+    }
+}
+
+/// The most recently given back idle buffer with room for `len` bytes. One too small is not
+/// grown: that would copy its stale bytes and double its size.
+fn take(len: usize) -> Option<Vec<u8>> {
+    let mut idle = lock(&IDLE);
+    let at = idle.buffers.iter().rposition(|b| b.capacity() >= len)?;
+    let spare = idle.buffers.swap_remove(at);
+    idle.bytes -= spare.capacity();
+    Some(spare)
 }
 
 /// Keeps `buffer` for a later [`buffer`] if the idle ones leave room for it, else frees it.
@@ -80,5 +91,18 @@ mod tests {
         assert!(lock(&IDLE).bytes <= IDLE_BYTES);
         let b = buffer(5 << 20);
         assert_eq!(b.len(), 5 << 20);
+        let e = empty(3 << 20);
+        assert!(e.is_empty() && e.capacity() >= 3 << 20);
+    }
+
+    #[test]
+    fn a_spare_buffer_too_small_is_not_taken() {
+        give_back(vec![7u8; 100]);
+        let b = buffer(1 << 20);
+        assert_eq!(b.len(), 1 << 20);
+        assert!(
+            b.iter().all(|&x| x == 0),
+            "a new buffer, not the small spare grown"
+        );
     }
 }

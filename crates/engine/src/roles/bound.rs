@@ -25,7 +25,7 @@ use sprat_proto::path::MAX_PATH;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryBound {
     /// The process before any client: code, libraries, the allocator's arenas, the main
-    /// thread.
+    /// thread; and the spare batch buffers it keeps between batches (`crate::spare`).
     pub base: u64,
     /// The budget for clients' data (see `crate::budget`).
     pub clients: u64,
@@ -92,7 +92,7 @@ impl MemoryBound {
         let writers = options.write_threads.max(1) as u64;
         let per_push_session = writers * (MAX_ENTRIES as u64 * BATCH_ENTRY + outcome + STACK);
         MemoryBound {
-            base: BASE,
+            base: BASE + crate::spare::IDLE_BYTES as u64,
             clients: max_client_memory,
             per_connection,
             per_push_session,
