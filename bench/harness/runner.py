@@ -277,6 +277,8 @@ class Harness:
             if proc.can_drop_caches():
                 proc.drop_caches(1)
             proc.read_tree(src)
+        if p.warm_memory and tmode not in toolsmod.NO_COPY_MODES:
+            proc.warm_memory(2 * r.bytes + (512 << 20))
         receiver = None
         if tmode in t.receiver:
             receiver = self.procs.start(toolsmod.expand(t.receiver[tmode], ctx), log=logbase + ".recv", shell=True)

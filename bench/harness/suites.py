@@ -143,6 +143,7 @@ class Plan:
     variants: list[str] = field(default_factory=list)
     old_sprat: Optional[str] = None
     bwlimit_mib: float = 48.0
+    warm_memory: bool = True
 
     def cells(self) -> list[tuple[str, str, str, Optional[float]]]:
         """(set, mode, cache, rtt) of every table row, in the order they run within a round."""
@@ -212,6 +213,10 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--kill-at", type=int, default=50, help="resume: percent of a full copy's loopback bytes at the kill [50]")
     p.add_argument("--bwlimit-mib", type=float, help="eta: every tool's bandwidth limit in MiB/s [48; quick 8]")
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
+    p.add_argument("--no-warm-memory", action="store_true",
+                   help="do not touch and free twice the set's size (+512 MiB) of memory in /dev/shm before "
+                   "each run (on a VM that gives idle memory back to its host, the first touch of a page costs "
+                   "a host fault: which tool pays it would depend on what ran before)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and every command, run nothing")
     return p
 
@@ -304,6 +309,7 @@ def parse(argv: list[str], repo: str) -> Plan:
         netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at, variants=a.variant,
         old_sprat=a.old_sprat,
         bwlimit_mib=a.bwlimit_mib or (8.0 if a.quick else 48.0),
+        warm_memory=not a.no_warm_memory,
     )
 
 

@@ -174,6 +174,14 @@ class Proc(unittest.TestCase):
             p.wait()
         self.assertTrue(proc.wait_childless([os.getpid()], timeout=1))
 
+    def test_warm_memory_touches_what_it_may_and_leaves_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            if proc.mem_available() > (2 << 30):
+                self.assertEqual(proc.warm_memory(3 << 20, where=d), 3 << 20)
+            self.assertEqual(os.listdir(d), [])
+            self.assertEqual(proc.warm_memory(0, where=d), 0)
+            self.assertEqual(proc.warm_memory(1 << 20, where=os.path.join(d, "missing")), 0)
+
 
 class Servers(unittest.TestCase):
     def test_relayed_wrapper_announces_the_relay(self):
