@@ -53,15 +53,26 @@ pub(crate) fn empty(capacity: usize) -> Vec<u8> {
     }
 }
 
-/// The most recently given back idle buffer with room for `len` bytes. One too small is not
-/// grown: that would copy its stale bytes and double its size.
+/// The most recently given back idle buffer that fits `len` bytes (see [`fits`]).
 fn take(len: usize) -> Option<Vec<u8>> {
     let mut idle = lock(&IDLE);
-    let at = idle.buffers.iter().rposition(|b| b.capacity() >= len)?;
+    let at = idle.buffers.iter().rposition(|b| fits(b.capacity(), len))?;
     let spare = idle.buffers.swap_remove(at);
     idle.bytes -= spare.capacity();
     Some(spare)
 }
+
+/// Whether a buffer of `capacity` bytes may hold `len`. One too small is not grown: that
+/// would copy its stale bytes and double its size. One much larger is not taken either: a
+/// server charges a batch its length against the clients' memory budget (`crate::budget`), so
+/// a small batch must not hold a large buffer. The slack, an eighth and 64 KiB, lets batches of
+/// one target size share buffers; the server's memory bound counts it (`MemoryBound`).
+fn fits(capacity: usize, len: usize) -> bool {
+    capacity >= len && capacity - len <= len / 8 + SLACK
+}
+
+/// The fixed part of the slack [`fits`] allows.
+pub(crate) const SLACK: usize = 64 << 10;
 
 /// Keeps `buffer` for a later [`buffer`] if the idle ones leave room for it, else frees it.
 pub(crate) fn give_back(buffer: Vec<u8>) {
@@ -93,6 +104,16 @@ mod tests {
         assert_eq!(b.len(), 5 << 20);
         let e = empty(3 << 20);
         assert!(e.is_empty() && e.capacity() >= 3 << 20);
+    }
+
+    #[test]
+    fn a_buffer_fits_a_length_within_an_eighth_and_64_kib_above_it() {
+        assert!(fits(4 << 20, 4 << 20));
+        assert!(fits((4 << 20) + (512 << 10) + SLACK, 4 << 20));
+        assert!(!fits((4 << 20) + (512 << 10) + SLACK + 1, 4 << 20));
+        assert!(!fits((4 << 20) - 1, 4 << 20));
+        assert!(fits(SLACK, 0));
+        assert!(!fits(1 << 20, 4096));
     }
 
     #[test]

@@ -341,8 +341,6 @@ impl Conn {
         }
         if header.kind == kind::BATCH {
             admit(self, header.len)?;
-        }
-        if header.kind == kind::BATCH {
             // Megabytes: into a spare buffer, which the writers give back (see `spare`).
             let mut payload = crate::spare::buffer(header.len as usize);
             self.metered()

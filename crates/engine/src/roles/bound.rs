@@ -27,7 +27,8 @@ pub struct MemoryBound {
     /// The process before any client: code, libraries, the allocator's arenas, the main
     /// thread; and the spare batch buffers it keeps between batches (`crate::spare`).
     pub base: u64,
-    /// The budget for clients' data (see `crate::budget`).
+    /// The budget for clients' data (see `crate::budget`), and the eighth more a batch's
+    /// spare buffer may hold beyond the length it is charged (`crate::spare`).
     pub clients: u64,
     /// Each authenticated connection: one control frame being read (at most 1 MiB) and
     /// decoded (at most 65,536 entries of a listing or an index, each about 80 bytes and its
@@ -87,13 +88,17 @@ impl MemoryBound {
         let outcome = MAX_ACK_FAILURES as u64 * failure + 256;
         let control = MAX_CONTROL_PAYLOAD as u64 * 2 + MAX_ENTRIES_PER_FRAME as u64 * DECODED_ENTRY;
         // The reader, the acknowledger, and on a control connection the watchdog.
+        // A spare buffer's fixed slack (`crate::spare`): on the batch a connection reads, and
+        // on each batch its session's writers hold (queued two per writer, one being written).
+        let slack = crate::spare::SLACK as u64;
         let per_connection =
-            control + (super::server::ACKS_QUEUED as u64 + 2) * outcome + 3 * STACK;
+            control + (super::server::ACKS_QUEUED as u64 + 2) * outcome + 3 * STACK + slack;
         let writers = options.write_threads.max(1) as u64;
-        let per_push_session = writers * (MAX_ENTRIES as u64 * BATCH_ENTRY + outcome + STACK);
+        let per_push_session =
+            writers * (MAX_ENTRIES as u64 * BATCH_ENTRY + outcome + STACK + 3 * slack);
         MemoryBound {
             base: BASE + crate::spare::IDLE_BYTES as u64,
-            clients: max_client_memory,
+            clients: max_client_memory + max_client_memory / 8,
             per_connection,
             per_push_session,
             per_pull_session: pull_session(options),
