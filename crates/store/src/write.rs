@@ -1767,9 +1767,17 @@ fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8]) -> Result<(), Errn
     }
 }
 
+/// Most bytes one buffered write carries. The kernel sizes the page-cache folios of a write
+/// by its length: a write of 4 MiB takes 2 MiB folios, blocks of the order a virtual machine's
+/// balloon reports free to its host, whose first touch then faults in the host. Measured with
+/// `dd` into ext4 on such a machine: 2.6 s of system time per GiB in 16 MiB writes against
+/// 0.2-0.3 s in 1 MiB writes; elsewhere the smaller writes cost a few more system calls.
+const WRITE_PIECE: usize = 1 << 20;
+
 fn write_all_at(fd: impl AsFd, mut data: &[u8], mut offset: u64) -> Result<(), Errno> {
     while !data.is_empty() {
-        match rustix::io::pwrite(&fd, data, offset) {
+        let piece = &data[..data.len().min(WRITE_PIECE)];
+        match rustix::io::pwrite(&fd, piece, offset) {
             Ok(0) => return Err(Errno::NOSPC),
             Ok(n) => {
                 data = &data[n..];

@@ -93,14 +93,13 @@ pub(crate) fn local_writer(
     // writeback (a syncfs after each batch) is opt-in, SPRAT_EARLY_WRITEBACK=1: its gains
     // were mixed (0.82x to 1.3x) and syncfs writes back the whole file system, other
     // programs' data included, which a copy on a shared file system must not impose.
-    let on = |var: &str| std::env::var_os(var).is_none_or(|v| v != "0");
     let early_writeback =
         !options.durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_some_and(|v| v == "1");
     Ok(Arc::new(
         writer
             .publishing(options.publish)
             .durable(options.durable)
-            .direct_chunks(on("SPRAT_DIRECT_CHUNKS"))
+            .direct_chunks(direct_chunks())
             .early_writeback(early_writeback)
             .keep_setid(keep_setid)
             .owners(options.owners)
@@ -108,6 +107,13 @@ pub(crate) fn local_writer(
             // the same whichever way they are found.
             .numeric_ids(options.numeric_ids || !from_peer),
     ))
+}
+
+/// Whether tree writers write large files' chunks with `O_DIRECT` where the file system
+/// allows: yes, unless `SPRAT_DIRECT_CHUNKS=0` (to measure what it gains). Shared by local
+/// and pulled copies and by a server receiving a push.
+pub(crate) fn direct_chunks() -> bool {
+    std::env::var_os("SPRAT_DIRECT_CHUNKS").is_none_or(|v| v != "0")
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory

@@ -788,7 +788,9 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid)
                         .owners(owners && shared.options.owners)
-                        .numeric_ids(numeric_ids || shared.options.numeric_ids);
+                        .numeric_ids(numeric_ids || shared.options.numeric_ids)
+                        // As a client's own destination: chunks on the device as they come.
+                        .direct_chunks(super::destination::direct_chunks());
                     let w = w.remembering(Box::new(remember));
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
