@@ -1,11 +1,11 @@
-//! Spare payload buffers: the memory of a batch the writers are done with, kept for the next
-//! batch a socket delivers.
+//! Spare batch buffers: the memory of a batch that has been written (by the writers) or sent
+//! (by a send stage), kept for the next batch a socket delivers or a reader fills.
 //!
-//! A batch is megabytes read from a socket into a buffer that lives until the batch is
-//! written. Allocated afresh each time, every batch costs the kernel a page fault and a
-//! zeroed page per 4 KiB, and the allocator another pass to initialise what the socket then
-//! overwrites: a third of a receiving server's CPU in a profile of 1 MiB files over loopback.
-//! A spare buffer is mapped and initialised already.
+//! A batch is megabytes in a buffer that lives until the batch is written or sent. Allocated
+//! afresh each time, every batch costs the kernel a page fault and a zeroed page per 4 KiB,
+//! and the allocator another pass to initialise what the socket or the files then overwrite:
+//! a third of a receiving server's CPU in a profile of 1 MiB files over loopback. A spare
+//! buffer is mapped and initialised already.
 //!
 //! One list for the whole process, holding at most [`IDLE_BYTES`]: the batches themselves are
 //! bounded by the server's memory budget while they are in flight, and what waits here for
