@@ -295,13 +295,7 @@ pub struct Batch {
 
 impl Batch {
     pub fn new(seq: u64, data_capacity: usize) -> Batch {
-        Batch {
-            seq,
-            count: 0,
-            header: Vec::with_capacity(4096),
-            data: Vec::with_capacity(data_capacity),
-            totals: Totals::default(),
-        }
+        Batch::with_data(seq, Vec::with_capacity(data_capacity))
     }
 
     /// A batch whose file data goes into `data`, emptied first: memory an earlier batch
