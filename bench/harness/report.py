@@ -96,7 +96,8 @@ def _add(c: Cell, r: dict) -> None:
 
 def limit_of(c: Cell, kinds: dict, rate: Optional[float], rtt_relay: bool) -> tuple[Optional[float], str]:
     """t_limit of a cell and what sets it: the slowest of the fastest read limit, the write
-    limit, the network limit and bytes / cap (through a relay)."""
+    limit, the network limit and bytes / cap (through a relay). The copy limit (`rw`: read and
+    write at once) is not a candidate: `markdown` gives it a column of its own."""
     cands = []
     reads = [(c.median(t), t) for t, k in kinds.items() if k == "read" and c.median(t) is not None]
     if reads:
@@ -130,14 +131,17 @@ def markdown(cells: list[Cell], tools: list[str], kinds: dict, baseline: str, ra
     medians table (every tool and limit: median, min-max, MB/s, checks)."""
     show_rtt = any(c.rtt for c in cells)
     others = [t for t in tools if t != baseline]
+    shared = [t for t, k in kinds.items() if k == "rw"]
     head = ["set", "mode", "cache"] + (["RTT ms"] if show_rtt else []) + [
-        "t_limit s (which)", f"{baseline} s", f"t_limit / {baseline}"] + [f"{t} / {baseline}" for t in others]
+        "t_limit s (which)", f"{baseline} s", f"t_limit / {baseline}"] + [f"{t} limit / {baseline}" for t in shared] + [
+        f"{t} / {baseline}" for t in others]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * (3 + show_rtt) + "--:|" * (len(head) - 3 - show_rtt)]
     for c in cells:
         tl, which = limit_of(c, kinds, rate, bool(c.rtt))
         b = c.median(baseline)
         row = [c.set, c.mode, c.cache] + ([c.rtt] if show_rtt else [])
         row += [f"{stats.fmt_secs(tl)} ({which})" if tl else "-", stats.fmt_secs(b), stats.fmt_ratio(stats.ratio(tl, b))]
+        row += [stats.fmt_ratio(stats.ratio(c.median(t), b)) for t in shared]
         for t in others:
             q = stats.fmt_ratio(stats.ratio(c.median(t), b))
             chk = check_summary(c.checks.get(t, []))

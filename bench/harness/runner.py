@@ -248,19 +248,19 @@ class Harness:
                "src_bytes": r.bytes, "load1": os.getloadavg()[0]}
         if t.name in self.unavailable:
             return dict(row, check="SKIP", note=self.unavailable[t.name])
-        ctx, raw, env, why = self.context(t, s, tmode, cache, None if t.kind in ("read", "write") else rtt, dst_rel)
+        ctx, raw, env, why = self.context(t, s, tmode, cache, None if t.kind in ("read", "write", "rw") else rtt, dst_rel)
         if why:
             return dict(row, check="SKIP", note=why)
         cmd = toolsmod.expand(t.modes[tmode], ctx)
         dst = None
         if t.kind == "copy" and tmode not in toolsmod.NO_COPY_MODES:
             dst = toolsmod.expand(t.copy_at, raw)
-        elif t.kind == "write":
+        elif t.kind in ("write", "rw"):
             dst = raw["dst"]
         logbase = os.path.join(self.logs, tag)
         with open(logbase + ".cmd", "w") as f:
             f.write(cmd + "\n")
-        if t.kind in ("copy", "write") and tmode not in toolsmod.NO_COPY_MODES:
+        if t.kind in ("copy", "write", "rw") and tmode not in toolsmod.NO_COPY_MODES:
             os.makedirs(os.path.dirname(raw["dst"]), exist_ok=True)  # tools differ in making parents
         prep = t.prepare.get(tmode)
         if prep:
@@ -289,7 +289,7 @@ class Harness:
                 if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
         srv_pids = [srv.pid for srv in srvs]
         cpu0 = sum(proc.cpu_of(pid) for pid in srv_pids)
-        relay = self.relays.get((t.server, 0, rtt)) if rtt is not None and t.kind not in ("read", "write") else None
+        relay = self.relays.get((t.server, 0, rtt)) if rtt is not None and t.kind not in ("read", "write", "rw") else None
         conns0 = self._relay_conns(relay)
         limit = toolsmod.time_limit(t, rtt, p.timeout)
         timed = proc.run_timed(cmd, out=logbase + ".out", err=logbase + ".err", env=env, timeout=limit,
@@ -330,9 +330,9 @@ class Harness:
             row.update(check=c.status, dst_files=c.files, dst_bytes=c.bytes)
             if c.detail:
                 notes.append(c.detail)
-        elif t.kind in ("read", "write", "net"):
+        elif t.kind in ("read", "write", "rw", "net"):
             row["check"] = "-"
-        if t.kind == "write" and dst:
+        if t.kind in ("write", "rw") and dst:
             shutil.rmtree(dst, ignore_errors=True)
         if row.get("exit"):
             row["check"] = "FAIL"

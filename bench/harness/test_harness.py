@@ -290,6 +290,16 @@ class Report(unittest.TestCase):
         self.assertEqual(lines[2], "| small | push | cold | 0.900 (write) | 1.500 | 0.60 | 2.00 (FAIL 1/3) |")
         self.assertIn("| small | push | cold | rsyncd | 3.000 | 3.000-3.000 | 0 | 3.00, 1.50 | - | - | FAIL 1/3 |", md)
 
+    def test_copy_limit_has_its_own_column_and_does_not_set_t_limit(self):
+        rows = self.rows() + [_row("rw", 1, 1.2, kind="rw", check="-"), _row("rw", 2, 1.4, kind="rw", check="-")]
+        kinds = {"read": "read", "write": "write", "rw": "rw"}
+        (c,) = report.summarize(rows)
+        self.assertEqual(report.limit_of(c, kinds, None, False), (0.9, "write"))
+        lines = report.markdown([c], ["sprat", "rsyncd"], kinds, "sprat", None).splitlines()
+        self.assertEqual(lines[0], "| set | mode | cache | t_limit s (which) | sprat s | t_limit / sprat | "
+                                   "rw limit / sprat | rsyncd / sprat |")
+        self.assertEqual(lines[2], "| small | push | cold | 0.900 (write) | 1.500 | 0.60 | 0.87 | 2.00 (FAIL 1/3) |")
+
     def test_csv_round_trip(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "runs.csv")

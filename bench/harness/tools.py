@@ -27,7 +27,8 @@ class Tool:
     its remote modes talk to (`servers.KINDS`); `receiver` maps a mode to a command started and
     listening before the clock starts and waited for before it stops; `prepare` runs untimed
     before the clock (e.g. mkdir); `copy_at` is where the copy lands (to verify it).
-    `kind` is copy, read (a read limit), write (a write limit) or net (a network limit);
+    `kind` is copy, read (a read limit), write (a write limit), rw (both at once: the copy
+    limit of one host) or net (a network limit);
     `timing` is wall (the harness's clock) or report (the `seconds` of the tool's JSON report,
     plus the final sync). `sync`: the timed part ends with a sync of the destination's file
     system, so that no tool wins by leaving data unwritten. `needs`: commands that must be on
@@ -139,6 +140,8 @@ ENTRIES: list[Tool] = [
          modes={m: "find {src} -type f -print0 | xargs -0 -r -P 16 -n 256 cat >/dev/null" for m in MODES[:4]}),
     Tool(name="write", label="write limit (sprat bench write)", kind="write", timing="report",
          modes={m: "{sprat} bench write --json {drop} {src} {dst}" for m in MODES[:4]}),
+    Tool(name="rw", label="copy limit (sprat bench copy: the read and write limits at once)", kind="rw",
+         timing="report", modes={m: "{sprat} bench copy --json {drop} {src} {dst}" for m in MODES[:4]}),
     Tool(name="net", label="network limit (sprat bench network, memory to memory)", kind="net",
          timing="report", sync=False, server="sprat", gen_only=True,
          modes={m: "{sprat} bench network --json {conn} {gen} sprat://{host}:{port}/" for m in ("push", "pull")}),
@@ -215,7 +218,8 @@ ENTRIES += [
     replace(SPRAT, name="progress-on", label="sprat cp --progress (stderr to the run's log; not synced in the timed part)",
             sync=False, args=("--progress",)),
 ]
-ALIASES = {"cp": "cpa", "tar": "tartar", "rsync-daemon": "rsyncd", "read-limit": "read", "write-limit": "write"}
+ALIASES = {"cp": "cpa", "tar": "tartar", "rsync-daemon": "rsyncd", "read-limit": "read", "write-limit": "write",
+           "copy-limit": "rw"}
 
 
 def registry(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:

@@ -192,6 +192,26 @@ pub enum BenchCommand {
     /// Read limit: scan SRC and read every file to nothing with parallel threads, in the
     /// order sprat reads (inode order within each directory).
     Read(BenchReadArgs),
+    /// Copy limit on one host: load SRC into memory (untimed), then time the read limit of
+    /// SRC and the write limit of its loaded copy into DST at the same time. Where reading and
+    /// writing share the CPUs (a local copy, or both ends on one machine), this bounds a copy
+    /// better than either limit alone.
+    ///
+    /// Example: `sprat bench copy --drop-caches /data/set /scratch/out`.
+    Copy(BenchCopyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchCopyArgs {
+    /// Tree to read, and to load into memory first (at most half of the available memory).
+    pub src: PathBuf,
+    /// Destination directory (created; must be missing or empty).
+    pub dst: PathBuf,
+    /// Reading threads (`--threads` sets the writing threads).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub read_threads: usize,
+    #[command(flatten)]
+    pub common: BenchCommon,
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,7 @@
 //! `sprat bench`: subsystem measurements printed as a line of text or one JSON object.
 
 use crate::args::{
-    BenchCommand, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs, BenchWriteArgs,
+    BenchCommand, BenchCopyArgs, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs, BenchWriteArgs,
 };
 use anyhow::Context;
 use sprat_engine::{push_input, PushInput};
@@ -15,6 +15,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<i32> {
         BenchCommand::Read(a) => read(a),
         BenchCommand::Network(a) => network(a),
         BenchCommand::Overhead(a) => overhead(a),
+        BenchCommand::Copy(a) => copy(a),
     }
 }
 
@@ -121,15 +122,15 @@ fn network(a: BenchNetworkArgs) -> anyhow::Result<i32> {
     Ok(if report.failed > 0 { 1 } else { 0 })
 }
 
-fn check_threads(threads: usize) -> anyhow::Result<()> {
+fn check_threads(threads: usize, option: &str) -> anyhow::Result<()> {
     if !(1..=256).contains(&threads) {
-        return Err(TransferError::Usage("--threads must be between 1 and 256".into()).into());
+        return Err(TransferError::Usage(format!("{option} must be between 1 and 256")).into());
     }
     Ok(())
 }
 
 fn read(a: BenchReadArgs) -> anyhow::Result<i32> {
-    check_threads(a.common.threads)?;
+    check_threads(a.common.threads, "--threads")?;
     if !a.src.is_dir() {
         return Err(
             TransferError::Usage(format!("'{}' is not a directory", a.src.display())).into(),
@@ -165,7 +166,7 @@ fn print(run: &SubsystemRun, what: &str, json: bool) -> anyhow::Result<i32> {
 }
 
 fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
-    check_threads(a.common.threads)?;
+    check_threads(a.common.threads, "--threads")?;
     crate::preserve_modes_exactly();
     if !a.src.is_dir() {
         return Err(
@@ -181,6 +182,32 @@ fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
         "write limit",
         a.common.json,
     )
+}
+
+fn copy(a: BenchCopyArgs) -> anyhow::Result<i32> {
+    check_threads(a.common.threads, "--threads")?;
+    check_threads(a.read_threads, "--read-threads")?;
+    crate::preserve_modes_exactly();
+    if !a.src.is_dir() {
+        return Err(
+            TransferError::Usage(format!("'{}' is not a directory", a.src.display())).into(),
+        );
+    }
+    let tree = bench::load_tree(&a.src)?;
+    if a.common.drop_caches {
+        drop_caches()?;
+    }
+    let run = bench::copy_limit(&a.src, &tree, &a.dst, a.read_threads, a.common.threads)?;
+    if a.common.json {
+        println!("{}", serde_json::to_string(&run)?);
+        return Ok(0);
+    }
+    print(&run.both, "copy limit", false)?;
+    println!(
+        "  reading done at {:.3} s ({} threads), writing done at {:.3} s ({} threads)",
+        run.read_seconds, run.read_threads, run.write_seconds, run.both.threads
+    );
+    Ok(0)
 }
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.

@@ -149,6 +149,53 @@ fn bench_write_and_read_cover_the_whole_tree() {
 }
 
 #[test]
+fn bench_copy_reads_and_writes_the_whole_tree_at_once() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 300, 3000, 5);
+    make_fidelity_tree(&src.join("fid"));
+    let dst = t.path().join("written");
+    let args = |extra: &[&str]| {
+        ["bench", "copy", "--json"]
+            .iter()
+            .chain(extra)
+            .map(std::ffi::OsString::from)
+            .chain([src.clone().into_os_string(), dst.clone().into_os_string()])
+            .collect::<Vec<_>>()
+    };
+    let out = run_sprat(bin(), args(&["--threads", "2", "--read-threads", "3"]), &[]);
+    assert_ok(&out, None);
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let opts = CompareOptions {
+        root_metadata: false,
+        modes: false,
+        mtimes: false,
+    };
+    assert_trees_equal_with(&src, &dst, &opts);
+    assert_eq!(c["subsystem"], "copy");
+    assert!(c["files"].as_u64().unwrap() > 300, "{c}");
+    assert_eq!(
+        (c["threads"].as_u64(), c["read_threads"].as_u64()),
+        (Some(2), Some(3))
+    );
+    // The whole lasts as long as the slower of its two parts, which both ran.
+    let (all, read, write) = (
+        c["seconds"].as_f64().unwrap(),
+        c["read_seconds"].as_f64().unwrap(),
+        c["write_seconds"].as_f64().unwrap(),
+    );
+    assert!(read > 0.0 && write > 0.0 && all >= read.max(write), "{c}");
+
+    // Bad input: a thread count out of range is named; so is a destination that is not empty.
+    let out = run_sprat(bin(), args(&["--read-threads", "0"]), &[]);
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--read-threads"));
+    let out = run_sprat(bin(), args(&[]), &[]);
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+}
+
+#[test]
 fn every_read_backend_and_order_copies_exactly_on_ext4_and_tmpfs() {
     let t = tmp();
     // /dev/shm is tmpfs (no FIEMAP: inode order is kept); the temporary directory is on the

@@ -8,6 +8,7 @@
 //! each fitted to `T = N * t0 + B / R`.
 //! `write`: a tree loaded into memory first (untimed), then written as plain files by
 //! [`sprat_store::limit::write_plain`]; the time covers the write alone.
+//! `copy`: `read` and `write` at once, a copy's limit on a host whose CPUs serve both.
 
 use crate::model::{fit_overhead, Fit, Sample, Stages};
 use serde::Serialize;
@@ -22,7 +23,7 @@ use std::time::Instant;
 /// What one subsystem run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct SubsystemRun {
-    /// `read`, `write`, `network` or `end_to_end`.
+    /// `read`, `write`, `copy`, `network` or `end_to_end`.
     pub subsystem: &'static str,
     pub files: u64,
     pub dirs: u64,
@@ -232,6 +233,56 @@ pub fn write_limit(
         started.elapsed().as_secs_f64(),
         threads,
     ))
+}
+
+/// What `sprat bench copy` measured: the read limit and the write limit run at the same time,
+/// on the same CPUs and disks, as a copy on one host runs them.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyLimitRun {
+    /// The whole: until both the reading and the writing are done.
+    #[serde(flatten)]
+    pub both: SubsystemRun,
+    /// When the reading threads were done, from the common start.
+    pub read_seconds: f64,
+    /// When the writing threads were done, from the common start.
+    pub write_seconds: f64,
+    pub read_threads: usize,
+}
+
+/// Times reading `src` to nothing with `read_threads` threads and writing `tree` (a copy of it
+/// loaded before) into `dst` with `write_threads` threads, both started together. On a host
+/// where both share the CPUs, this, not the slower of the two alone, bounds a copy.
+pub fn copy_limit(
+    src: &Path,
+    tree: &MemTree,
+    dst: &Path,
+    read_threads: usize,
+    write_threads: usize,
+) -> Result<CopyLimitRun, TransferError> {
+    let started = Instant::now();
+    let (read, write) = std::thread::scope(|s| {
+        let reading = s.spawn(|| read_limit(src, read_threads));
+        let write = write_limit(tree, dst, write_threads);
+        let read = reading.join().unwrap_or_else(|_| {
+            Err(TransferError::Local(
+                "a thread of the read limit panicked".into(),
+            ))
+        });
+        (read, write)
+    });
+    let (read, write) = (read?, write?);
+    let both = SubsystemRun::new(
+        "copy",
+        &tree.counts,
+        started.elapsed().as_secs_f64(),
+        write_threads,
+    );
+    Ok(CopyLimitRun {
+        both,
+        read_seconds: read.seconds,
+        write_seconds: write.seconds,
+        read_threads,
+    })
 }
 
 /// What `sprat bench overhead` measured and fitted.
