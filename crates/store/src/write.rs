@@ -74,6 +74,9 @@ pub struct TreeWriter {
     pub(crate) cloning: AtomicBool,
     /// How large files' chunks are written (see [`TreeWriter::direct_chunks`]).
     chunk_writes: ChunkWrites,
+    /// Whole files of [`crate::writeback::FILE_MIN`] bytes or more start going to disk as soon
+    /// as they are written (see [`TreeWriter::file_writeback`]).
+    file_writeback: bool,
     /// Started by [`TreeWriter::early_writeback`].
     writeback: Option<crate::writeback::Writeback>,
     syncs: Mutex<SyncState>,
@@ -322,6 +325,7 @@ impl TreeWriter {
             durable: false,
             cloning: AtomicBool::new(false),
             chunk_writes: ChunkWrites::default(),
+            file_writeback: false,
             writeback: None,
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
@@ -532,6 +536,14 @@ impl TreeWriter {
     /// [`crate::direct`]): on the device when written, not left for the final sync.
     pub fn direct_chunks(mut self, direct: bool) -> TreeWriter {
         self.chunk_writes.direct = direct;
+        self
+    }
+
+    /// Starts writing each whole file of [`crate::writeback::FILE_MIN`] bytes or more to disk
+    /// as soon as it is written (see [`crate::writeback::start_file`]), so that the disk works
+    /// while the copy goes on instead of in the final sync.
+    pub fn file_writeback(mut self, on: bool) -> TreeWriter {
+        self.file_writeback = on;
         self
     }
 
@@ -1089,6 +1101,12 @@ impl WriterCursor<'_> {
         // A new file: its runs of zeros are left as holes.
         let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
+            .map(|()| {
+                let len = data.len() as u64;
+                if writer.file_writeback && len >= crate::writeback::FILE_MIN {
+                    crate::writeback::start_file(&fd, len);
+                }
+            })
             .and_then(|()| match &xattrs {
                 Some(x) => writer.apply_xattrs(&fd, x, true, path),
                 None => Ok(()),

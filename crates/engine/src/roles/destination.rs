@@ -100,6 +100,7 @@ pub(crate) fn local_writer(
             .publishing(options.publish)
             .durable(options.durable)
             .direct_chunks(direct_chunks())
+            .file_writeback(file_writeback())
             .early_writeback(early_writeback)
             .keep_setid(keep_setid)
             .owners(options.owners)
@@ -114,6 +115,13 @@ pub(crate) fn local_writer(
 /// and pulled copies and by a server receiving a push.
 pub(crate) fn direct_chunks() -> bool {
     std::env::var_os("SPRAT_DIRECT_CHUNKS").is_none_or(|v| v != "0")
+}
+
+/// Whether tree writers start writing each whole file of 256 KiB or more to disk as soon as it
+/// is written (see `sprat_store::writeback::start_file`): yes, unless `SPRAT_FILE_WRITEBACK=0`
+/// (to measure what it gains). Shared like [`direct_chunks`].
+pub(crate) fn file_writeback() -> bool {
+    std::env::var_os("SPRAT_FILE_WRITEBACK").is_none_or(|v| v != "0")
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory

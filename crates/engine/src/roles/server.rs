@@ -789,8 +789,10 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .keep_setid(shared.options.keep_setid)
                         .owners(owners && shared.options.owners)
                         .numeric_ids(numeric_ids || shared.options.numeric_ids)
-                        // As a client's own destination: chunks on the device as they come.
-                        .direct_chunks(super::destination::direct_chunks());
+                        // As a client's own destination: chunks on the device as they come,
+                        // and whole files of 256 KiB or more on their way there.
+                        .direct_chunks(super::destination::direct_chunks())
+                        .file_writeback(super::destination::file_writeback());
                     let w = w.remembering(Box::new(remember));
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
