@@ -1,13 +1,14 @@
 //! `sprat bench`: subsystem measurements printed as a line of text or one JSON object.
 
 use crate::args::{
-    BenchCommand, BenchCopyArgs, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs, BenchWriteArgs,
+    BenchCommand, BenchCommon, BenchCopyArgs, BenchNetworkArgs, BenchOverheadArgs, BenchReadArgs,
+    BenchWriteArgs,
 };
 use anyhow::Context;
 use sprat_engine::{push_input, PushInput};
 use sprat_engine::{Endpoint, TransferError, TransferOptions};
 use sprat_lab::bench;
-use sprat_lab::bench::SubsystemRun;
+use sprat_lab::bench::{MemTree, SubsystemRun};
 
 pub fn run(command: BenchCommand) -> anyhow::Result<i32> {
     match command {
@@ -165,18 +166,23 @@ fn print(run: &SubsystemRun, what: &str, json: bool) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
-    check_threads(a.common.threads, "--threads")?;
+/// The untimed part of `write` and `copy`: the tree at `src` loaded into memory, then the
+/// caches dropped if asked.
+fn load_for_writing(src: &std::path::Path, common: &BenchCommon) -> anyhow::Result<MemTree> {
+    check_threads(common.threads, "--threads")?;
     crate::preserve_modes_exactly();
-    if !a.src.is_dir() {
-        return Err(
-            TransferError::Usage(format!("'{}' is not a directory", a.src.display())).into(),
-        );
+    if !src.is_dir() {
+        return Err(TransferError::Usage(format!("'{}' is not a directory", src.display())).into());
     }
-    let tree = bench::load_tree(&a.src)?;
-    if a.common.drop_caches {
+    let tree = bench::load_tree(src)?;
+    if common.drop_caches {
         drop_caches()?;
     }
+    Ok(tree)
+}
+
+fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
+    let tree = load_for_writing(&a.src, &a.common)?;
     print(
         &bench::write_limit(&tree, &a.dst, a.common.threads)?,
         "write limit",
@@ -185,18 +191,8 @@ fn write(a: BenchWriteArgs) -> anyhow::Result<i32> {
 }
 
 fn copy(a: BenchCopyArgs) -> anyhow::Result<i32> {
-    check_threads(a.common.threads, "--threads")?;
     check_threads(a.read_threads, "--read-threads")?;
-    crate::preserve_modes_exactly();
-    if !a.src.is_dir() {
-        return Err(
-            TransferError::Usage(format!("'{}' is not a directory", a.src.display())).into(),
-        );
-    }
-    let tree = bench::load_tree(&a.src)?;
-    if a.common.drop_caches {
-        drop_caches()?;
-    }
+    let tree = load_for_writing(&a.src, &a.common)?;
     let run = bench::copy_limit(&a.src, &tree, &a.dst, a.read_threads, a.common.threads)?;
     if a.common.json {
         println!("{}", serde_json::to_string(&run)?);

@@ -89,6 +89,17 @@ fn rename_fallback_copies_and_replaces_exactly() {
     assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
 }
 
+/// What the plain writer of `sprat bench write` and `copy` keeps: content and links.
+/// Directories get 0755 and nothing gets its mtime (it measures the file system, it is not a
+/// copy).
+fn plain_written() -> CompareOptions {
+    CompareOptions {
+        root_metadata: false,
+        modes: false,
+        mtimes: false,
+    }
+}
+
 #[test]
 fn bench_write_and_read_cover_the_whole_tree() {
     let t = tmp();
@@ -106,14 +117,7 @@ fn bench_write_and_read_cover_the_whole_tree() {
     );
     assert_ok(&out, None);
     let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // The plain writer keeps content and links; directories get 0755 and nothing gets its
-    // mtime (it measures the file system, it is not a copy).
-    let opts = CompareOptions {
-        root_metadata: false,
-        modes: false,
-        mtimes: false,
-    };
-    assert_trees_equal_with(&src, &dst, &opts);
+    assert_trees_equal_with(&src, &dst, &plain_written());
 
     let out = run_sprat(
         bin(),
@@ -166,12 +170,7 @@ fn bench_copy_reads_and_writes_the_whole_tree_at_once() {
     let out = run_sprat(bin(), args(&["--threads", "2", "--read-threads", "3"]), &[]);
     assert_ok(&out, None);
     let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let opts = CompareOptions {
-        root_metadata: false,
-        modes: false,
-        mtimes: false,
-    };
-    assert_trees_equal_with(&src, &dst, &opts);
+    assert_trees_equal_with(&src, &dst, &plain_written());
     assert_eq!(c["subsystem"], "copy");
     assert!(c["files"].as_u64().unwrap() > 300, "{c}");
     assert_eq!(
