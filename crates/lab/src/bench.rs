@@ -242,9 +242,9 @@ pub struct CopyLimitRun {
     /// The whole: until both the reading and the writing are done.
     #[serde(flatten)]
     pub both: SubsystemRun,
-    /// When the reading threads were done, from the common start.
+    /// How long the reading took (it starts with the writing).
     pub read_seconds: f64,
-    /// When the writing threads were done, from the common start.
+    /// How long the writing took.
     pub write_seconds: f64,
     pub read_threads: usize,
 }

@@ -28,6 +28,7 @@ use crate::sync::{lock, unpoisoned};
 use rustix::fs::{fadvise, Advice};
 use std::num::NonZeroU64;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Whole files this large or larger start going to disk as soon as they are written.
 pub const FILE_MIN: u64 = 256 << 10;
@@ -42,7 +43,6 @@ pub fn start_file(fd: impl AsFd, len: u64) {
         let _ = fadvise(fd, 0, Some(len), Advice::DontNeed);
     }
 }
-use std::sync::{Arc, Condvar, Mutex};
 
 /// A thread starting writeback of one file system whenever it is kicked (see the module's doc).
 pub struct Writeback {

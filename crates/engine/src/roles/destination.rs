@@ -88,19 +88,16 @@ pub(crate) fn local_writer(
     };
     let keep_setid = !from_peer || options.keep_setid;
     // The data goes to disk while the copy runs, not all in the final sync (see
-    // docs/performance.md, "Time until the data is on disk"): large files' chunks are
-    // written with O_DIRECT (SPRAT_DIRECT_CHUNKS=0 turns that off, to measure it). Early
+    // docs/performance.md, "Time until the data is on disk"): see [`to_disk_early`]. Early
     // writeback (a syncfs after each batch) is opt-in, SPRAT_EARLY_WRITEBACK=1: its gains
     // were mixed (0.82x to 1.3x) and syncfs writes back the whole file system, other
     // programs' data included, which a copy on a shared file system must not impose.
     let early_writeback =
         !options.durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_some_and(|v| v == "1");
     Ok(Arc::new(
-        writer
+        to_disk_early(writer)
             .publishing(options.publish)
             .durable(options.durable)
-            .direct_chunks(direct_chunks())
-            .file_writeback(file_writeback())
             .early_writeback(early_writeback)
             .keep_setid(keep_setid)
             .owners(options.owners)
@@ -110,18 +107,16 @@ pub(crate) fn local_writer(
     ))
 }
 
-/// Whether tree writers write large files' chunks with `O_DIRECT` where the file system
-/// allows: yes, unless `SPRAT_DIRECT_CHUNKS=0` (to measure what it gains). Shared by local
-/// and pulled copies and by a server receiving a push.
-pub(crate) fn direct_chunks() -> bool {
-    std::env::var_os("SPRAT_DIRECT_CHUNKS").is_none_or(|v| v != "0")
-}
-
-/// Whether tree writers start writing each whole file of 256 KiB or more to disk as soon as it
-/// is written (see `sprat_store::writeback::start_file`): yes, unless `SPRAT_FILE_WRITEBACK=0`
-/// (to measure what it gains). Shared like [`direct_chunks`].
-pub(crate) fn file_writeback() -> bool {
-    std::env::var_os("SPRAT_FILE_WRITEBACK").is_none_or(|v| v != "0")
+/// `writer` sending its data to the disk while the copy runs, as every destination does (local
+/// and pulled copies, and a server receiving a push): large files' chunks with `O_DIRECT`
+/// where the file system allows, and each whole file of 256 KiB or more started on its way
+/// as soon as it is written (see `sprat_store::writeback::start_file`). `SPRAT_DIRECT_CHUNKS=0`
+/// and `SPRAT_FILE_WRITEBACK=0` turn them off, to measure what they gain.
+pub(crate) fn to_disk_early(writer: TreeWriter) -> TreeWriter {
+    let on = |var: &str| std::env::var_os(var).is_none_or(|v| v != "0");
+    writer
+        .direct_chunks(on("SPRAT_DIRECT_CHUNKS"))
+        .file_writeback(on("SPRAT_FILE_WRITEBACK"))
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory

@@ -784,15 +784,12 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         Some(claim) => w.holding(Box::new(claim)),
                         None => w,
                     };
-                    let w = w
+                    // As a client's own destination: its data on the way to the disk as it comes.
+                    let w = super::destination::to_disk_early(w)
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid)
                         .owners(owners && shared.options.owners)
-                        .numeric_ids(numeric_ids || shared.options.numeric_ids)
-                        // As a client's own destination: chunks on the device as they come,
-                        // and whole files of 256 KiB or more on their way there.
-                        .direct_chunks(super::destination::direct_chunks())
-                        .file_writeback(super::destination::file_writeback());
+                        .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
                     Arc::new(w.durable(durable || shared.options.durable))
                 }),
