@@ -16,6 +16,7 @@ pub mod compare;
 pub mod direct;
 pub mod error;
 pub mod filter;
+pub mod kernel_copy;
 pub mod limit;
 pub mod namespace;
 pub mod owner;

@@ -72,6 +72,9 @@ pub struct TreeWriter {
     /// Whole files may be cloned from a local source (see [`TreeWriter::cloning`]); cleared
     /// once the file systems refuse it, so that no later file tries again.
     pub(crate) cloning: AtomicBool,
+    /// Whole files from a local source may be copied inside the kernel (see
+    /// [`TreeWriter::allow_kernel_copy`]); cleared once the file systems refuse it.
+    pub(crate) kernel_copy: AtomicBool,
     /// How large files' chunks are written (see [`TreeWriter::direct_chunks`]).
     chunk_writes: ChunkWrites,
     /// Whole files of [`crate::writeback::FILE_MIN`] bytes or more start going to disk as soon
@@ -324,6 +327,7 @@ impl TreeWriter {
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
             cloning: AtomicBool::new(false),
+            kernel_copy: AtomicBool::new(false),
             chunk_writes: ChunkWrites::default(),
             file_writeback: false,
             writeback: None,
@@ -545,6 +549,17 @@ impl TreeWriter {
     pub fn file_writeback(mut self, on: bool) -> TreeWriter {
         self.file_writeback = on;
         self
+    }
+
+    /// Whether a whole file of `len` bytes, just written, starts going to disk now (see
+    /// [`TreeWriter::file_writeback`]).
+    pub(crate) fn starts_file_writeback(&self, len: u64) -> bool {
+        self.file_writeback && len >= crate::writeback::FILE_MIN
+    }
+
+    /// Whether files can be created with their final permission bits (the umask is 0).
+    pub(crate) fn exact_create_mode(&self) -> bool {
+        self.exact_create_mode
     }
 
     /// Starts writing to disk while the copy goes on (see [`crate::writeback`]): a sync of
@@ -1103,7 +1118,7 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("write", path, e))
             .map(|()| {
                 let len = data.len() as u64;
-                if writer.file_writeback && len >= crate::writeback::FILE_MIN {
+                if writer.starts_file_writeback(len) {
                     crate::writeback::start_file(&fd, len);
                 }
             })
@@ -1792,7 +1807,7 @@ fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8]) -> Result<(), Errn
 /// 0.2-0.3 s in 1 MiB writes; elsewhere the smaller writes cost a few more system calls.
 const WRITE_PIECE: usize = 1 << 20;
 
-fn write_all_at(fd: impl AsFd, mut data: &[u8], mut offset: u64) -> Result<(), Errno> {
+pub(crate) fn write_all_at(fd: impl AsFd, mut data: &[u8], mut offset: u64) -> Result<(), Errno> {
     while !data.is_empty() {
         let piece = &data[..data.len().min(WRITE_PIECE)];
         match rustix::io::pwrite(&fd, piece, offset) {

@@ -169,11 +169,6 @@ impl Planner {
         }
     }
 
-    /// Whether `entry` is a regular file this planner would cut into chunks (a large file).
-    pub fn is_chunked(&self, entry: &ScanEntry) -> bool {
-        entry.error.is_none() && entry.kind == EntryType::File && entry.size > self.threshold
-    }
-
     /// Adds one entry; completed batch plans are handed to `emit`.
     pub fn push(&mut self, entry: ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
         if let Some(text) = entry.error.clone() {

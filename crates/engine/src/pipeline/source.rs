@@ -122,15 +122,16 @@ fn plan_entry(
     }
 }
 
-/// Puts a large file at the destination another way than in batches (a local copy's clone,
-/// see [`start_cloning`]): whether it did. Called from the planning thread.
+/// Puts a regular file at the destination another way than in batches (a local copy's clone
+/// or copy inside the kernel, see [`start_cloning`]): whether it did or will (then the file
+/// is not planned). Called from the planning thread, which it may hold up.
 pub type TakeWholeFile =
     dyn Fn(&Root, Option<&[u8]>, &sprat_store::ScanEntry) -> bool + Send + Sync;
 
 /// [`TakeWholeFile`] bound to the source's root and file name, if any.
 type TakeWhole<'a> = Option<&'a dyn Fn(&sprat_store::ScanEntry) -> bool>;
 
-/// Plans `entry`, unless it is a large file that `take_whole` put at the destination itself.
+/// Plans `entry`, unless it is a regular file that `take_whole` puts at the destination itself.
 fn push_or_take(
     planner: &mut Planner,
     entry: sprat_store::ScanEntry,
@@ -138,7 +139,8 @@ fn push_or_take(
     take_whole: TakeWhole<'_>,
 ) {
     if let Some(take) = take_whole {
-        if planner.is_chunked(&entry) && take(&entry) {
+        let regular = entry.error.is_none() && entry.kind == sprat_store::EntryType::File;
+        if regular && take(&entry) {
             return;
         }
     }
@@ -199,8 +201,8 @@ pub fn start(
     start_with(source, options, skip, false, None)
 }
 
-/// [`start`], offering each large file to `take_whole` before it is planned: a file it takes
-/// is neither read nor sent (a local copy clones it).
+/// [`start`], offering each regular file to `take_whole` before it is planned: a file it takes
+/// is neither read nor sent (a local copy clones it, or copies it inside the kernel).
 pub fn start_cloning(
     source: Source,
     options: &TransferOptions,
