@@ -79,6 +79,9 @@ pub struct Report {
     /// Large files a local copy cloned (they share the source's blocks: no data was read or
     /// written; counted in `files` and `bytes` too).
     pub cloned: u64,
+    /// Large files a local copy copied inside the kernel (`copy_file_range`: their bytes did
+    /// not pass through sprat's memory; counted in `files` and `bytes` too).
+    pub kernel_copied: u64,
     /// Bytes of those files, which did not travel.
     pub bytes_not_sent: u64,
     /// Entries removed from the destination because the source does not have them
@@ -163,6 +166,12 @@ impl Report {
         self
     }
 
+    /// Adds how many large files a local copy copied inside the kernel.
+    pub(crate) fn with_kernel_copied(mut self, files: u64) -> Report {
+        self.kernel_copied = files;
+        self
+    }
+
     /// Records one more failure (listed while under the report's limit).
     pub(crate) fn add_failure(&mut self, path: &[u8], error: &str) {
         self.failed += 1;
@@ -227,6 +236,7 @@ impl Report {
             up_to_date: 0,
             attrs_fixed: 0,
             cloned: 0,
+            kernel_copied: 0,
             bytes_not_sent: 0,
             deleted: 0,
             attempts: 1,
@@ -348,6 +358,18 @@ impl fmt::Display for Report {
                 f,
                 "  cloned: {} large {noun} {verb} blocks with the source (reflink: no data read or written)",
                 self.cloned
+            )?;
+        }
+        if self.kernel_copied > 0 {
+            let noun = if self.kernel_copied == 1 {
+                "file"
+            } else {
+                "files"
+            };
+            writeln!(
+                f,
+                "  copied inside the kernel: {} large {noun} (copy_file_range: the bytes did not pass through sprat)",
+                self.kernel_copied
             )?;
         }
         if self.attempts > 1 {

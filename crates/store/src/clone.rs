@@ -10,7 +10,7 @@
 use crate::attrs::Attrs;
 use crate::batch_read::{unchanged, Scanned};
 use crate::error::StoreError;
-use crate::write::{born_owned, os, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, remove_stale_partial, TreeWriter, WriterCursor};
 use rustix::fs::{unlinkat, AtFlags};
 use rustix::io::Errno;
 use std::os::fd::BorrowedFd;
@@ -106,6 +106,7 @@ impl WriterCursor<'_> {
             discard(temp.as_deref());
             return Err(e);
         }
+        remove_stale_partial(dir, name);
         // `--durable`: done once a sync of the destination that started after it is done, as
         // a written batch is.
         if writer.is_durable() {

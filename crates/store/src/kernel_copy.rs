@@ -23,7 +23,7 @@ use crate::attrs::Attrs;
 use crate::batch_read::{unchanged, CHANGED, VANISHED};
 use crate::clone::CloneSource;
 use crate::error::StoreError;
-use crate::write::{born_owned, os, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, remove_stale_partial, TreeWriter, WriterCursor};
 use rustix::fs::{seek, unlinkat, AtFlags, SeekFrom};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, OwnedFd};
@@ -60,8 +60,9 @@ fn refused_for_good(e: Errno) -> bool {
 
 impl WriterCursor<'_> {
     /// Puts at `path` a copy of the local file `source`, its bytes copied inside the kernel,
-    /// with the owner (when this writer sets owners), mode and mtime of `attrs`, and returns
-    /// the bytes of data copied. On any error nothing is left at `path` that was not there
+    /// with the owner (when this writer sets owners), mode and mtime of `attrs`; returns
+    /// whether all of it was copied inside the kernel (not so where the file systems refused,
+    /// see the module's doc). On any error nothing is left at `path` that was not there
     /// before; a source that is gone or no longer the file the scan saw fails as it does for a
     /// read ([`VANISHED`], [`CHANGED`]).
     pub fn copy_in_kernel(
@@ -69,7 +70,7 @@ impl WriterCursor<'_> {
         source: CloneSource<'_>,
         path: &[u8],
         attrs: &Attrs,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<bool, StoreError> {
         let writer = self.writer;
         let src = crate::read::open_regular(source.dir, source.name, path, "read").map_err(
             |e| match e.errno() {
@@ -87,7 +88,7 @@ impl WriterCursor<'_> {
         let (fd, temp) =
             writer.create_pending(dir, name, path, if exact { mode } else { 0o600 })?;
         let result = copy_extents(writer, &src, &fd, source.scanned.size, path)
-            .and_then(|copied| {
+            .and_then(|in_kernel| {
                 // Copied from the version the scan saw only if it is still that version now.
                 if !unchanged(&src, &source.scanned) {
                     return Err(StoreError::other("read", path, CHANGED));
@@ -99,15 +100,16 @@ impl WriterCursor<'_> {
                 let place = (dir, temp.as_deref(), name);
                 let born_owned = born_owned(new_file_owner, attrs);
                 writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod)?;
-                Ok(copied)
+                remove_stale_partial(dir, name);
+                Ok(in_kernel)
             })
-            .and_then(|copied| {
+            .and_then(|in_kernel| {
                 // `--durable`: done once a sync of the destination that started after it is
                 // done, as a written batch is.
                 if writer.is_durable() {
                     writer.sync(path)?;
                 }
-                Ok(copied)
+                Ok(in_kernel)
             });
         if let (Err(_), Some(temp)) = (&result, &temp) {
             let _ = unlinkat(dir, os(temp), AtFlags::empty());
@@ -117,15 +119,16 @@ impl WriterCursor<'_> {
 }
 
 /// Copies the data of the first `size` bytes of `src` into the new file `dst` at the same
-/// offsets, skipping the source's holes, and gives `dst` that size; returns the bytes copied.
+/// offsets, skipping the source's holes, and gives `dst` that size; returns whether all of it
+/// was copied inside the kernel.
 fn copy_extents(
     writer: &TreeWriter,
     src: &OwnedFd,
     dst: &OwnedFd,
     size: u64,
     path: &[u8],
-) -> Result<u64, StoreError> {
-    let mut copied = 0;
+) -> Result<bool, StoreError> {
+    let mut in_kernel = true;
     let mut at = 0;
     while at < size {
         let data = match seek(src, SeekFrom::Data(at)) {
@@ -142,16 +145,16 @@ fn copy_extents(
             Ok(hole) => hole.clamp(data + 1, size),
             Err(_) => size,
         };
-        copy_range(writer, src, dst, data, end, path)?;
-        copied += end - data;
+        in_kernel &= copy_range(writer, src, dst, data, end, path)?;
         at = end;
     }
     rustix::fs::ftruncate(dst, size).map_err(|e| StoreError::new("write", path, e))?;
-    Ok(copied)
+    Ok(in_kernel)
 }
 
 /// Copies bytes `start..end` of `src` to the same offsets of `dst`, inside the kernel unless
-/// the file systems refuse (then through a buffer, and the writer stops offering files).
+/// the file systems refuse (then through a buffer, and the writer stops offering files);
+/// whether all of it was copied inside the kernel.
 fn copy_range(
     writer: &TreeWriter,
     src: &OwnedFd,
@@ -159,20 +162,21 @@ fn copy_range(
     start: u64,
     end: u64,
     path: &[u8],
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let (mut from, mut to) = (start, start);
     while from < end && writer.may_copy_in_kernel() {
         let len = (end - from).min(CALL_MAX as u64) as usize;
         match rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), len) {
             // The source ended early: it changed, which the check after the copy reports.
-            Ok(0) => return Ok(()),
+            Ok(0) => return Ok(true),
             Ok(_) => {}
             Err(Errno::INTR) => {}
             Err(e) if refused_for_good(e) => writer.allow_kernel_copy(false),
             Err(e) => return Err(StoreError::new("write", path, e)),
         }
     }
-    copy_through_buffer(src, dst, from, end, path)
+    copy_through_buffer(src, dst, from, end, path)?;
+    Ok(from >= end)
 }
 
 /// Copies bytes `start..end` of `src` to the same offsets of `dst` by reading and writing.

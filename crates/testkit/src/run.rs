@@ -42,13 +42,41 @@ pub(crate) fn kill_with_parent(cmd: &mut Command) {
 pub fn isolate(cmd: &mut Command) {
     static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     let home = HOME.get_or_init(|| {
+        let dir = std::env::temp_dir();
+        remove_homes_of_ended_processes(&dir);
         tempfile::Builder::new()
-            .prefix("sprat-test-home-")
-            .tempdir()
+            .prefix(&format!("{HOME_PREFIX}{}-", std::process::id()))
+            .tempdir_in(dir)
             .unwrap_or_else(|e| panic!("tempdir for the test's home: {e}"))
     });
     cmd.env("XDG_CONFIG_HOME", home.path().join("config"))
         .env("XDG_STATE_HOME", home.path().join("state"));
+}
+
+/// How the name of a test process's home starts; its process id follows.
+const HOME_PREFIX: &str = "sprat-test-home-";
+
+/// Removes from `dir` the homes of test processes that have ended. A `static` is never
+/// dropped, so each test process leaves its home behind when it exits (nextest runs one
+/// process per test); the next one to start removes them. A home whose process id is in use
+/// again is left for later.
+fn remove_homes_of_ended_processes(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(HOME_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new("/proc").join(pid.to_string()).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// Builds a command for `bin` with `args` and `env`, stdin closed, stdout and stderr piped.

@@ -33,6 +33,15 @@ pub(crate) struct KernelCopyPool {
     jobs: Sender<Job>,
     threads: Vec<JoinHandle<()>>,
     busy_ns: Arc<AtomicU64>,
+    in_kernel: Arc<AtomicU64>,
+}
+
+/// What the pool did, once finished.
+pub(crate) struct KernelCopied {
+    /// Files all of whose bytes were copied inside the kernel.
+    pub(crate) files: u64,
+    /// The stage's busy time, summed over its threads.
+    pub(crate) busy: Duration,
 }
 
 /// A handle the planning thread offers files with (it may outlive nothing: once every handle
@@ -57,10 +66,12 @@ impl KernelCopyPool {
         let threads = threads.max(1);
         let (jobs, rx) = bounded::<Job>(threads * 2);
         let busy_ns = Arc::new(AtomicU64::new(0));
+        let in_kernel = Arc::new(AtomicU64::new(0));
         let threads = (0..threads)
             .map(|i| {
                 let (rx, writer, reply) = (rx.clone(), writer.clone(), reply.clone());
                 let (abort, busy_ns) = (abort.clone(), busy_ns.clone());
+                let in_kernel = in_kernel.clone();
                 std::thread::Builder::new()
                     .name(format!("sprat-kcopy-{i}"))
                     .spawn(move || {
@@ -70,7 +81,10 @@ impl KernelCopyPool {
                                 continue;
                             }
                             let started = Instant::now();
-                            let outcome = copy_one(&mut cursor, &job, list);
+                            let (outcome, all_in_kernel) = copy_one(&mut cursor, &job, list);
+                            if all_in_kernel {
+                                in_kernel.fetch_add(1, Ordering::Relaxed);
+                            }
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             let fatal = outcome.fatal.is_some();
@@ -89,6 +103,7 @@ impl KernelCopyPool {
             jobs,
             threads,
             busy_ns,
+            in_kernel,
         })
     }
 
@@ -101,13 +116,16 @@ impl KernelCopyPool {
     }
 
     /// Waits until every file handed over is done (every [`Offer`] must be dropped first);
-    /// returns the stage's busy time, summed over its threads.
-    pub(crate) fn finish(self) -> Duration {
+    /// returns what it did.
+    pub(crate) fn finish(self) -> KernelCopied {
         drop(self.jobs);
         for t in self.threads {
             let _ = t.join();
         }
-        Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed))
+        KernelCopied {
+            files: self.in_kernel.load(Ordering::Relaxed),
+            busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
+        }
     }
 }
 
@@ -129,8 +147,9 @@ impl Offer {
     }
 }
 
-/// Copies one file; its outcome as a one-file batch's.
-fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> BatchOutcome {
+/// Copies one file; its outcome as a one-file batch's, and whether all of its bytes were
+/// copied inside the kernel.
+fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> (BatchOutcome, bool) {
     let entry = &job.entry;
     let source = CloneSource {
         dir: job.dir.as_fd(),
@@ -142,8 +161,10 @@ fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> BatchOutcom
         },
     };
     let mut out = BatchOutcome::default();
+    let mut in_kernel = false;
     match cursor.copy_in_kernel(source, &entry.path, &entry.attrs) {
-        Ok(_) => {
+        Ok(all) => {
+            in_kernel = all;
             out.files = 1;
             out.bytes = entry.size;
             if list {
@@ -153,5 +174,5 @@ fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> BatchOutcom
         Err(e) if e.is_fatal() => out.fatal = Some((crate::error::code_for(&e), e.to_string())),
         Err(e) => out.fail(&entry.path, e.to_string()),
     }
-    out
+    (out, in_kernel)
 }

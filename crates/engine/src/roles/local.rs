@@ -95,9 +95,11 @@ pub(crate) fn copy(
     let sent = handle.totals.clone();
     let read_busy = handle.finish();
     // The planning is over (no file is offered any more): wait for the last kernel copies.
+    let mut kernel_copied = 0;
     if let Some(pool) = kernel_copies {
-        let threads = options.write_threads.max(1) as u32;
-        write_busy += pool.finish() / threads;
+        let done = pool.finish();
+        write_busy += done.busy / options.write_threads.max(1) as u32;
+        kernel_copied = done.files;
     }
     for o in reply_rx.iter() {
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
@@ -130,7 +132,8 @@ pub(crate) fn copy(
     )
     .with_durable(options.durable)
     .with_skipped(&skipped.unwrap_or_default())
-    .with_cloned(cloned_files))
+    .with_cloned(cloned_files)
+    .with_kernel_copied(kernel_copied))
 }
 
 /// Large files a local copy cloned (see [`take_whole_files`]).
@@ -145,6 +148,12 @@ struct Cloned {
 /// files took 1.6 times as long with four threads copying each inside the kernel.
 pub(crate) const KERNEL_COPY_MIN: u64 = 1 << 20;
 
+/// Files larger than this are not copied inside the kernel but in chunks, whose journal lets a
+/// copy cut in the middle resume (a copy inside the kernel has no checksums to journal, so an
+/// interrupted one starts its file again): at most this much per kernel-copy thread is copied
+/// again after an interruption.
+pub(crate) const KERNEL_COPY_MAX: u64 = 64 << 20;
+
 /// Whether a local copy with `options` puts large files in place itself, cloned or copied
 /// inside the kernel: not where the ordinary copy does more than that can (`-X`/`-A` set
 /// extended attributes and ACLs as the writers apply them; `--bwlimit` paces data these do
@@ -154,15 +163,19 @@ fn takes_whole_files(options: &TransferOptions) -> bool {
 }
 
 /// Whether a local copy copies large files inside the kernel: by default, unless
-/// `SPRAT_KERNEL_COPY=0` (to measure what it gains).
+/// `SPRAT_KERNEL_COPY=0` (to measure what it gains); not with `--reflink never`, since XFS and
+/// Btrfs answer `copy_file_range` with a clone.
 fn copies_in_kernel(options: &TransferOptions) -> bool {
-    takes_whole_files(options) && std::env::var_os("SPRAT_KERNEL_COPY").is_none_or(|v| v != "0")
+    takes_whole_files(options)
+        && options.reflink
+        && std::env::var_os("SPRAT_KERNEL_COPY").is_none_or(|v| v != "0")
 }
 
 /// What the planning thread offers each regular file to: a clone of it at the destination
 /// (`--reflink auto`, for files past the batch threshold), counted in `cloned` (and as
 /// written: progress, `-v`) when the file systems share blocks; else, for a file of
-/// [`KERNEL_COPY_MIN`] bytes or more, the kernel-copy pool (`offer`), which reports it itself.
+/// [`KERNEL_COPY_MIN`] to [`KERNEL_COPY_MAX`] bytes, the kernel-copy pool (`offer`), which
+/// reports it itself.
 fn take_whole_files(
     writer: Arc<TreeWriter>,
     cloned: Arc<Cloned>,
@@ -177,7 +190,7 @@ fn take_whole_files(
             // `-H`: a file's other names are linked to it as soon as it is planned, so it must
             // be in place by then (a clone is made here and now; a kernel copy is not).
             let copy = offer.is_some()
-                && entry.size >= KERNEL_COPY_MIN
+                && (KERNEL_COPY_MIN..=KERNEL_COPY_MAX).contains(&entry.size)
                 && !(hard_links && entry.nlink > 1)
                 && writer.may_copy_in_kernel();
             if !clone && !copy {
