@@ -201,14 +201,7 @@ fn a_disk_that_fills_during_kernel_copies_fails_cleanly_and_completes_once_freed
     let dst = disk.path().join("dst");
     let out = cp_local(&[], &src, &dst);
     let why = sprat_testkit::describe(&out);
-    assert_eq!(out.status.code(), Some(5), "{why}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr
-            .lines()
-            .any(|l| l.contains("No space left on device")),
-        "the cause is not named: {why}"
-    );
+    common::assert_disk_full(&out, &why);
     no_wrong_file(&src, &dst).unwrap_or_else(|e| panic!("{e}: {why}"));
 
     assert!(disk.resize("64m"));

@@ -90,6 +90,20 @@ pub fn assert_exit(out: &Output, code: i32) {
     );
 }
 
+/// Panics unless `out` stopped on a full disk: exit 5, a stderr line naming the cause (`why`
+/// describes the run).
+#[track_caller]
+pub fn assert_disk_full(out: &Output, why: &str) {
+    assert_eq!(out.status.code(), Some(5), "{why}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("No space left on device")),
+        "the cause is not named: {why}"
+    );
+}
+
 /// Panics unless `out` failed (non-zero exit) without panicking.
 #[track_caller]
 pub fn assert_failed(out: &Output) {
