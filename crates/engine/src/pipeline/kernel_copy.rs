@@ -1,17 +1,21 @@
 //! The kernel-copy stage of a local copy: a pool of threads that each put whole large files
 //! at the destination with the store's copy inside the kernel
 //! ([`WriterCursor::copy_in_kernel`]), beside the batches. The planning thread hands such a
-//! file over instead of planning it into batches ([`KernelCopyPool::offer`]); what became of
-//! each goes back on the reply channel the writers use, as a one-file [`BatchOutcome`], so the
-//! role counts, lists and reports it like any written batch.
+//! file over instead of planning it into batches ([`KernelCopyPool::offer`]). Each thread
+//! shows each file it completes at once (progress, `-v`), and collects what became of its files
+//! in a [`BatchOutcome`] that the role counts and reports like a written batch's once the pool
+//! is finished.
 //!
 //! Several threads, because one `copy_file_range` at a time leaves the disk waiting on each
 //! file's reads: on the development machine four of them copied 1 MiB files from and to the
 //! ext4 disk in 0.76 of the time of the batches (docs/performance.md).
 
 use crate::error::TransferError;
+use crate::measurement::listing::FileLog;
+use crate::measurement::progress::Progress;
 use crate::pipeline::sink::BatchOutcome;
 use crossbeam_channel::{bounded, Sender};
+use sprat_proto::ErrorCode;
 use sprat_store::batch_read::Scanned;
 use sprat_store::clone::CloneSource;
 use sprat_store::{ScanEntry, TreeWriter, WriterCursor};
@@ -31,9 +35,16 @@ struct Job {
 /// A running pool of kernel-copy threads.
 pub(crate) struct KernelCopyPool {
     jobs: Sender<Job>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<BatchOutcome>>,
     busy_ns: Arc<AtomicU64>,
     in_kernel: Arc<AtomicU64>,
+}
+
+/// Where a thread shows each file it completes as it does.
+#[derive(Clone)]
+pub(crate) struct Shown {
+    pub(crate) progress: Progress,
+    pub(crate) file_log: Option<FileLog>,
 }
 
 /// What the pool did, once finished.
@@ -42,6 +53,9 @@ pub(crate) struct KernelCopied {
     pub(crate) files: u64,
     /// The stage's busy time, summed over its threads.
     pub(crate) busy: Duration,
+    /// What became of the files, one outcome per thread (`files`, `bytes`, failures, the
+    /// first fatal error).
+    pub(crate) outcomes: Vec<BatchOutcome>,
 }
 
 /// A handle the planning thread offers files with (it may outlive nothing: once every handle
@@ -53,15 +67,14 @@ pub(crate) struct Offer {
 }
 
 impl KernelCopyPool {
-    /// Starts `threads` threads copying into `writer`; each file's outcome goes to `reply`
-    /// (naming the file in `completed` when `list`). The first fatal error (disk full) sets
-    /// `abort`, after which the files still queued are dropped unwritten.
+    /// Starts `threads` threads copying into `writer`, showing each completed file in `shown`.
+    /// The first fatal error (disk full) sets `abort`, after which the files still queued are
+    /// dropped unwritten (as batches are).
     pub(crate) fn start(
         writer: Arc<TreeWriter>,
         threads: usize,
-        reply: Sender<BatchOutcome>,
+        shown: Shown,
         abort: Arc<AtomicBool>,
-        list: bool,
     ) -> Result<KernelCopyPool, TransferError> {
         let threads = threads.max(1);
         let (jobs, rx) = bounded::<Job>(threads * 2);
@@ -69,30 +82,29 @@ impl KernelCopyPool {
         let in_kernel = Arc::new(AtomicU64::new(0));
         let threads = (0..threads)
             .map(|i| {
-                let (rx, writer, reply) = (rx.clone(), writer.clone(), reply.clone());
+                let (rx, writer, shown) = (rx.clone(), writer.clone(), shown.clone());
                 let (abort, busy_ns) = (abort.clone(), busy_ns.clone());
                 let in_kernel = in_kernel.clone();
                 std::thread::Builder::new()
                     .name(format!("sprat-kcopy-{i}"))
                     .spawn(move || {
                         let mut cursor = writer.cursor();
+                        let mut outcome = BatchOutcome::default();
                         for job in rx {
                             if abort.load(Ordering::Relaxed) {
                                 continue;
                             }
                             let started = Instant::now();
-                            let (outcome, all_in_kernel) = copy_one(&mut cursor, &job, list);
-                            if all_in_kernel {
+                            if copy_one(&mut cursor, &job, &shown, &mut outcome) {
                                 in_kernel.fetch_add(1, Ordering::Relaxed);
                             }
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                            let fatal = outcome.fatal.is_some();
-                            let _ = reply.send(outcome);
-                            if fatal {
+                            if outcome.fatal.is_some() {
                                 abort.store(true, Ordering::SeqCst);
                             }
                         }
+                        outcome
                     })
                     .map_err(|e| {
                         TransferError::Local(format!("cannot start a kernel-copy thread: {e}"))
@@ -119,12 +131,20 @@ impl KernelCopyPool {
     /// returns what it did.
     pub(crate) fn finish(self) -> KernelCopied {
         drop(self.jobs);
-        for t in self.threads {
-            let _ = t.join();
-        }
+        let outcomes = self
+            .threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|_| BatchOutcome {
+                    fatal: Some((ErrorCode::Io, "a kernel-copy thread panicked".into())),
+                    ..BatchOutcome::default()
+                })
+            })
+            .collect();
         KernelCopied {
             files: self.in_kernel.load(Ordering::Relaxed),
             busy: Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed)),
+            outcomes,
         }
     }
 }
@@ -147,9 +167,15 @@ impl Offer {
     }
 }
 
-/// Copies one file; its outcome as a one-file batch's, and whether all of its bytes were
-/// copied inside the kernel.
-fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> (BatchOutcome, bool) {
+/// Copies one file, shows it in `shown` once it is complete and adds what became of it to
+/// `outcome` (a fatal error only if it is the first); whether all of its bytes were copied
+/// inside the kernel.
+fn copy_one(
+    cursor: &mut WriterCursor<'_>,
+    job: &Job,
+    shown: &Shown,
+    outcome: &mut BatchOutcome,
+) -> bool {
     let entry = &job.entry;
     let source = CloneSource {
         dir: job.dir.as_fd(),
@@ -160,19 +186,24 @@ fn copy_one(cursor: &mut WriterCursor<'_>, job: &Job, list: bool) -> (BatchOutco
             mtime_nsec: entry.attrs.mtime_nsec,
         },
     };
-    let mut out = BatchOutcome::default();
-    let mut in_kernel = false;
     match cursor.copy_in_kernel(source, &entry.path, &entry.attrs) {
         Ok(all) => {
-            in_kernel = all;
-            out.files = 1;
-            out.bytes = entry.size;
-            if list {
-                out.completed.push(entry.path.clone());
+            outcome.files += 1;
+            outcome.bytes += entry.size;
+            shown.progress.add(1, entry.size);
+            if let Some(log) = &shown.file_log {
+                log.completed(&entry.path);
             }
+            all
         }
-        Err(e) if e.is_fatal() => out.fatal = Some((crate::error::code_for(&e), e.to_string())),
-        Err(e) => out.fail(&entry.path, e.to_string()),
+        Err(e) if e.is_fatal() => {
+            let code = crate::error::code_for(&e);
+            outcome.fatal.get_or_insert_with(|| (code, e.to_string()));
+            false
+        }
+        Err(e) => {
+            outcome.fail(&entry.path, e.to_string());
+            false
+        }
     }
-    (out, in_kernel)
 }

@@ -8,7 +8,7 @@ use super::destination::{
 use super::endpoint::Endpoint;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
-use crate::pipeline::kernel_copy::{KernelCopyPool, Offer};
+use crate::pipeline::kernel_copy::{KernelCopyPool, Offer, Shown};
 use crate::pipeline::sink::{Incoming, WriteJob, WriterPool};
 use crate::pipeline::source;
 use crate::report::{Counts, Report, Stages};
@@ -52,9 +52,12 @@ pub(crate) fn copy(
         writer.allow_cloning(options.reflink);
         let offer = if copies_in_kernel(options) {
             writer.allow_kernel_copy(true);
-            let list = options.file_log.is_some();
+            let shown = Shown {
+                progress: options.progress.clone(),
+                file_log: options.file_log.clone(),
+            };
             let (w, threads) = (writer.clone(), options.write_threads);
-            let pool = KernelCopyPool::start(w, threads, reply_tx.clone(), abort.clone(), list)?;
+            let pool = KernelCopyPool::start(w, threads, shown, abort.clone())?;
             let offer = pool.offer(writer.clone());
             kernel_copies = Some(pool);
             Some(offer)
@@ -100,6 +103,10 @@ pub(crate) fn copy(
         let done = pool.finish();
         write_busy += done.busy / options.write_threads.max(1) as u32;
         kernel_copied = done.files;
+        for o in &done.outcomes {
+            fatal = fatal.or_else(|| fatal_outcome(o, dst));
+            counts.add_outcome(o);
+        }
     }
     for o in reply_rx.iter() {
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
