@@ -134,6 +134,27 @@ impl<'r> BatchReader<'r> {
         let start = buf.len();
         let total: u64 = items.iter().map(|i| i.len).sum();
         buf.resize(start + total as usize, 0);
+        self.read_at(items, buf, start)
+    }
+
+    /// [`BatchReader::read`] into `buf` from its first byte, whatever it holds: a spare
+    /// buffer's stale bytes are overwritten where they are not dropped, so only a buffer that
+    /// must grow is zeroed (the part it grows by), not the whole of it for every batch. What
+    /// `buf` holds afterwards is the data read and nothing else, as with `read`.
+    pub fn read_over(&mut self, items: &[ReadItem<'_>], buf: &mut Vec<u8>) -> Vec<ItemResult> {
+        let total: u64 = items.iter().map(|i| i.len).sum();
+        buf.resize(total as usize, 0);
+        self.read_at(items, buf, 0)
+    }
+
+    /// Reads every item's data into `buf` from `start` on (`buf` holds exactly their total
+    /// there), moves it down over the gaps of failed items and truncates `buf` after it.
+    fn read_at(
+        &mut self,
+        items: &[ReadItem<'_>],
+        buf: &mut Vec<u8>,
+        start: usize,
+    ) -> Vec<ItemResult> {
         let mut slots = Vec::with_capacity(items.len());
         let mut offset = start;
         for item in items {
@@ -231,12 +252,14 @@ impl<'r> BatchReader<'r> {
                 opened = keyed.into_iter().map(|(_, o)| o).collect();
             }
         }
-        // A chunk of a large file that lies wholly in a hole is not read: its slot keeps the
-        // zeros it was made with (checked against the scan afterwards like any read).
+        // A chunk of a large file that lies wholly in a hole is not read: its slot is filled
+        // with zeros (checked against the scan afterwards like any read).
         let (holes, opened): (Vec<_>, Vec<_>) = opened
             .into_iter()
             .partition(|(i, fd)| !items[*i].whole && in_hole(fd, items[*i].offset, items[*i].len));
         for (i, fd) in &holes {
+            // Zeros, whatever the buffer held before (see `read_over`).
+            buf[slots[*i]..slots[*i] + items[*i].len as usize].fill(0);
             state.got[*i] = items[*i].len as usize;
             state.errors[*i] = None;
             state.changed[*i] = !unchanged(fd, &items[*i].scanned);

@@ -468,7 +468,7 @@ fn read_batch(
     mut plan: BatchPlan,
     xattrs: &XattrSource<'_>,
 ) -> Batch {
-    let mut batch = Batch::with_data(plan.seq, crate::spare::empty(plan.data_bytes as usize));
+    let mut batch = Batch::with_data(plan.seq, Vec::new());
     // `-X`/`-A`: each item's attributes, read first: an item whose attributes cannot be
     // read (or are too many) fails whole, and its data is not read.
     let mut attrs_of: Vec<Option<sprat_store::xattr::Xattrs>> = Vec::new();
@@ -514,7 +514,12 @@ fn read_batch(
             _ => None,
         })
         .collect();
-    let mut results = reader.read(&items, &mut batch.data).into_iter();
+    // Read over a spare buffer's stale bytes rather than into a zeroed one: zeroing every
+    // batch's data first was 3% of a pull's CPU (both sides) in a profile of 2 GiB of mixed
+    // sizes. The batch's data is then the data read, as if pushed one file after another.
+    let mut data = crate::spare::buffer(plan.data_bytes as usize);
+    let mut results = reader.read_over(&items, &mut data).into_iter();
+    batch.data = data;
     drop(items);
     let mut next = |path: &[u8]| {
         results
