@@ -503,8 +503,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// Chunks in a hole are not read but give zeros; chunks with data are read, whichever
-    /// back end; a file shorter than scanned is still refused.
+    /// Chunks in a hole are not read but give zeros, even over a stale buffer; chunks with
+    /// data are read, whichever back end; a file shorter than scanned is still refused.
     #[test]
     fn chunks_in_holes_read_as_zeros() {
         use std::os::unix::fs::{FileExt, MetadataExt};
@@ -539,6 +539,17 @@ pub(crate) mod tests {
                 let (n, hash) = r.unwrap();
                 let want = &content[c << 20..(c + 1) << 20];
                 assert_eq!((n, hash), (1 << 20, crate::attrs::checksum(want)));
+            }
+            // Over a stale buffer (a spare one): its bytes never show through, holes included,
+            // whether it is longer or shorter than the data.
+            for stale_len in [(5 << 20) + 7, 1 << 20] {
+                let mut stale = vec![0xEE; stale_len];
+                let results = reader.read_over(&items, &mut stale);
+                assert!(
+                    stale == content,
+                    "{backend:?}, stale buffer of {stale_len} bytes"
+                );
+                assert!(results.iter().all(Result::is_ok), "{backend:?}");
             }
             let shorter = Scanned {
                 size: st.len() + 1,
