@@ -153,8 +153,9 @@ fn copy_extents(
 }
 
 /// Copies bytes `start..end` of `src` to the same offsets of `dst`, inside the kernel unless
-/// the file systems refuse (then through a buffer, and the writer stops offering files);
-/// whether all of it was copied inside the kernel.
+/// the file systems refuse (then through a buffer, and the writer stops offering files) or
+/// the kernel copy fails (then through a buffer too); whether all of it was copied inside the
+/// kernel.
 fn copy_range(
     writer: &TreeWriter,
     src: &OwnedFd,
@@ -172,7 +173,10 @@ fn copy_range(
             Ok(_) => {}
             Err(Errno::INTR) => {}
             Err(e) if refused_for_good(e) => writer.allow_kernel_copy(false),
-            Err(e) => return Err(StoreError::new("write", path, e)),
+            // Any other error (`EIO`, `ENOSPC`...) may be the source's or the destination's:
+            // the rest of this file goes through a buffer, whose reads and writes meet it
+            // again and tell which (a bad source file fails alone; a full disk stops the copy).
+            Err(_) => break,
         }
     }
     copy_through_buffer(src, dst, from, end, path)?;

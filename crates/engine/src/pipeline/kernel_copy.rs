@@ -196,7 +196,9 @@ fn copy_one(
             }
             all
         }
-        Err(e) if e.is_fatal() => {
+        // A source that cannot be read fails alone, as in a batch; the destination's errors
+        // that no file can get past (disk full) stop the copy.
+        Err(e) if e.is_fatal() && e.op != "read" => {
             let code = crate::error::code_for(&e);
             outcome.fatal.get_or_insert_with(|| (code, e.to_string()));
             false
