@@ -14,7 +14,9 @@
 //! Where the file systems refuse (two file systems, or one without the call), the bytes of
 //! that file are read and written by this thread instead (nothing is lost), and the writer
 //! stops offering further files ([`TreeWriter::may_copy_in_kernel`]): they go through the
-//! ordinary batches, which are faster than this fallback.
+//! ordinary batches, which are faster than this fallback. Any other error of the call sends
+//! the rest of the file through a buffer too: `copy_file_range` does not say whether the
+//! source or the destination failed, a separate read and write do.
 //!
 //! No checksum is computed: the bytes never enter sprat's memory, so there is no hand-off
 //! between a reader and a writer for a checksum to guard.
