@@ -459,8 +459,10 @@ pub struct CpArgs {
     /// Large files in a local copy onto a file system that shares blocks between files (XFS,
     /// Btrfs): `auto` clones each where the source and destination allow it, like `cp
     /// --reflink=auto` (no data is read or written; the copy shares the source's blocks
-    /// until either is changed), and copies it otherwise; `never` always reads and writes the
-    /// bytes, for a physically separate copy. Not with -X, -A or --bwlimit, which copy.
+    /// until either is changed), and copies it otherwise (a file of 1 to 64 MiB on one file
+    /// system inside the kernel, with copy_file_range, like cp); `never` always reads, checks
+    /// and writes the bytes, for a physically separate copy. Not with -X, -A or --bwlimit,
+    /// which copy.
     #[arg(long, value_name = "WHEN", value_enum, default_value_t = ReflinkArg::Auto)]
     pub reflink: ReflinkArg,
     /// Copy extended attributes, like rsync -X: `user.*` always; `trusted.*` and
