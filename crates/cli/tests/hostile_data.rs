@@ -199,7 +199,10 @@ fn a_fifo_swapped_in_during_a_pull_fails_that_file_instead_of_blocking() {
     let root = t.path().join("root");
     let many = root.join("src/many");
     fs::create_dir_all(&many).unwrap();
-    let content = random_bytes(2000, 9);
+    // 3000 x 40 KB: more than the server may read ahead of the client (its ready batches and
+    // the streams' socket buffers, under 50 MB), so the target cannot have been read before
+    // the client has written most of the others, whenever the swap below comes.
+    let content = random_bytes(40_000, 9);
     for i in 0..3000 {
         fs::write(many.join(format!("f{i:05}")), &content).unwrap();
     }
