@@ -951,9 +951,6 @@ fn depth(path: &[u8]) -> usize {
     }
 }
 
-/// Whether a file the kernel created with `new_file_owner` (see
-/// [`WriterCursor::parent_of_new_file`]) has the owner and group `attrs` want already, so
-/// needs no `fchown` (`u32::MAX`: not to be changed).
 /// Removes the partial file and journal an earlier run left for `name` in `dir`, if any: a
 /// file put in place whole (cloned, copied inside the kernel) makes them useless, as the
 /// chunks' own writer does when it completes the file.
@@ -962,6 +959,9 @@ pub(crate) fn remove_stale_partial(dir: impl AsFd, name: &[u8]) {
     let _ = unlinkat(&dir, os(&partial::log_name(name)), AtFlags::empty());
 }
 
+/// Whether a file the kernel created with `new_file_owner` (see
+/// [`WriterCursor::parent_of_new_file`]) has the owner and group `attrs` want already, so
+/// needs no `fchown` (`u32::MAX`: not to be changed).
 pub(crate) fn born_owned(new_file_owner: Option<(u32, u32)>, attrs: &Attrs) -> bool {
     new_file_owner.is_some_and(|(uid, gid)| {
         (attrs.uid == u32::MAX || attrs.uid == uid) && (attrs.gid == u32::MAX || attrs.gid == gid)

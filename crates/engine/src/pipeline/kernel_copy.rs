@@ -16,7 +16,6 @@ use crate::measurement::progress::Progress;
 use crate::pipeline::sink::BatchOutcome;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::ErrorCode;
-use sprat_store::batch_read::Scanned;
 use sprat_store::clone::CloneSource;
 use sprat_store::{ScanEntry, TreeWriter, WriterCursor};
 use std::os::fd::{AsFd, OwnedFd};
@@ -58,12 +57,11 @@ pub(crate) struct KernelCopied {
     pub(crate) outcomes: Vec<BatchOutcome>,
 }
 
-/// A handle the planning thread offers files with (it may outlive nothing: once every handle
-/// and the pool's own are dropped, the threads finish what they hold and stop).
+/// A handle the planning thread offers files with (once every handle and the pool's own are
+/// dropped, the threads finish what they hold and stop).
 #[derive(Clone)]
 pub(crate) struct Offer {
     jobs: Sender<Job>,
-    writer: Arc<TreeWriter>,
 }
 
 impl KernelCopyPool {
@@ -120,10 +118,9 @@ impl KernelCopyPool {
     }
 
     /// A handle for the planning thread.
-    pub(crate) fn offer(&self, writer: Arc<TreeWriter>) -> Offer {
+    pub(crate) fn offer(&self) -> Offer {
         Offer {
             jobs: self.jobs.clone(),
-            writer,
         }
     }
 
@@ -150,14 +147,11 @@ impl KernelCopyPool {
 }
 
 impl Offer {
-    /// Hands over the file `name` in the source directory `dir` (`entry` as the scan saw it)
-    /// unless copies inside the kernel stopped (the file systems refused): whether it was
-    /// taken. Waits while the pool is busy, which holds the planning back as a full batch
-    /// queue does.
+    /// Hands over the file `name` in the source directory `dir` (`entry` as the scan saw it):
+    /// whether it was taken (not once the pool is gone). Waits while the pool is busy, which
+    /// holds the planning back as a full batch queue does. The caller asks
+    /// [`TreeWriter::may_copy_in_kernel`] first.
     pub(crate) fn take(&self, dir: OwnedFd, name: &[u8], entry: &ScanEntry) -> bool {
-        if !self.writer.may_copy_in_kernel() {
-            return false;
-        }
         let job = Job {
             dir,
             name: name.to_vec(),
@@ -180,11 +174,7 @@ fn copy_one(
     let source = CloneSource {
         dir: job.dir.as_fd(),
         name: &job.name,
-        scanned: Scanned {
-            size: entry.size,
-            mtime_sec: entry.attrs.mtime_sec,
-            mtime_nsec: entry.attrs.mtime_nsec,
-        },
+        scanned: crate::pipeline::source::scanned(entry),
     };
     match cursor.copy_in_kernel(source, &entry.path, &entry.attrs) {
         Ok(all) => {

@@ -410,7 +410,7 @@ fn start_with(
 }
 
 /// What the scan saw of a file, for the reader's check that it did not change.
-fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
+pub(crate) fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
     Scanned {
         size: e.size,
         mtime_sec: e.attrs.mtime_sec,

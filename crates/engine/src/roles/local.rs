@@ -13,7 +13,6 @@ use crate::pipeline::sink::{Incoming, WriteJob, WriterPool};
 use crate::pipeline::source;
 use crate::report::{Counts, Report, Stages};
 use crossbeam_channel::unbounded;
-use sprat_store::batch_read::Scanned;
 use sprat_store::clone::CloneSource;
 use sprat_store::{Root, ScanEntry, Source, TreeWriter};
 use std::os::fd::AsFd;
@@ -58,7 +57,7 @@ pub(crate) fn copy(
             };
             let (w, threads) = (writer.clone(), options.write_threads);
             let pool = KernelCopyPool::start(w, threads, shown, abort.clone())?;
-            let offer = pool.offer(writer.clone());
+            let offer = pool.offer();
             kernel_copies = Some(pool);
             Some(offer)
         } else {
@@ -169,13 +168,12 @@ fn takes_whole_files(options: &TransferOptions) -> bool {
     !options.xattrs && !options.acls && options.bwlimit.is_none()
 }
 
-/// Whether a local copy copies large files inside the kernel: by default, unless
-/// `SPRAT_KERNEL_COPY=0` (to measure what it gains); not with `--reflink never`, since XFS and
-/// Btrfs answer `copy_file_range` with a clone.
+/// Whether a local copy that puts large files in place itself ([`takes_whole_files`]) copies
+/// them inside the kernel: by default, unless `SPRAT_KERNEL_COPY=0` (to measure what it
+/// gains); not with `--reflink never`, since XFS and Btrfs answer `copy_file_range` with a
+/// clone.
 fn copies_in_kernel(options: &TransferOptions) -> bool {
-    takes_whole_files(options)
-        && options.reflink
-        && std::env::var_os("SPRAT_KERNEL_COPY").is_none_or(|v| v != "0")
+    options.reflink && std::env::var_os("SPRAT_KERNEL_COPY").is_none_or(|v| v != "0")
 }
 
 /// What the planning thread offers each regular file to: a clone of it at the destination
@@ -220,11 +218,7 @@ fn take_whole_files(
                 let from = CloneSource {
                     dir: dir.as_fd(),
                     name,
-                    scanned: Scanned {
-                        size: entry.size,
-                        mtime_sec: entry.attrs.mtime_sec,
-                        mtime_nsec: entry.attrs.mtime_nsec,
-                    },
+                    scanned: source::scanned(entry),
                 };
                 // An error puts nothing in place: the ordinary copy then meets and reports it.
                 if let Ok(sprat_store::clone::Cloned::Done) =
