@@ -234,7 +234,9 @@ fn a_server_killed_during_a_push_fails_it_naming_the_server_and_a_rerun_complete
     let t = tmp();
     let (src, root) = (t.path().join("src"), t.path().join("export"));
     // Small files only (a large file goes whole to one server, which may be another than the
-    // one killed): every server is busy until the end.
+    // one killed): every server is busy until the end, since none may hold much more than it
+    // writes in a quarter of a second (a server that started late, under load, once got 14
+    // files in all when the others could take batches as fast as their relays buffered them).
     sprat_testkit::make_many_files(&src, 1600, 16 << 10, 5);
     let locked = src.join("d000");
     let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);

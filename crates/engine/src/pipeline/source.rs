@@ -44,7 +44,12 @@ pub struct SentTotals(Arc<Mutex<Totals>>);
 impl SentTotals {
     /// Counts a batch about to be queued.
     pub fn count(&self, batch: &Batch) {
-        lock(&self.0).add(&batch.totals);
+        self.add(&batch.totals);
+    }
+
+    /// Counts the totals of a batch that was queued.
+    pub fn add(&self, totals: &Totals) {
+        lock(&self.0).add(totals);
     }
 
     /// What was counted so far.

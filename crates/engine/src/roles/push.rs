@@ -65,6 +65,17 @@ pub enum PushInput {
     Synthetic(Vec<u64>),
 }
 
+/// What the server of one push session acknowledged as written so far, updated as each
+/// batch's acknowledgement arrives, and the session's round trip once it is open (a push
+/// over several servers shares its batches out by these).
+#[derive(Default)]
+pub(crate) struct SessionAcks {
+    pub(crate) files: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    /// Nanoseconds; 0 until the session is open.
+    pub(crate) rtt_ns: AtomicU64,
+}
+
 /// What the streams of one push share.
 struct Push<'a> {
     session: &'a Session,
@@ -83,8 +94,9 @@ struct Push<'a> {
     cancel_tx: Mutex<Option<Sender<()>>>,
     abort: &'a Abort,
     counts: Mutex<Counts>,
-    /// Bytes acknowledged (what the stream adapter measures).
-    acked: AtomicU64,
+    /// What the server acknowledged as written (its bytes are what the stream adapter
+    /// measures).
+    acked: &'a SessionAcks,
     /// A stream ran out of batches.
     drained: AtomicBool,
     tail: Tail,
@@ -185,7 +197,7 @@ pub fn push_input(
         options,
         &abort,
         &handle.batches,
-        &handle.totals,
+        (&handle.totals, &SessionAcks::default()),
         None,
     );
     let read_busy = handle.finish();
@@ -237,7 +249,7 @@ pub(crate) fn run_session(
     options: &TransferOptions,
     abort: &Abort,
     batches: &Receiver<Batch>,
-    sent: &source::SentTotals,
+    (sent, acked): (&source::SentTotals, &SessionAcks),
     moved: Option<&(dyn Fn() -> u64 + Sync)>,
 ) -> Result<SessionRun, TransferError> {
     let addr = target.addr;
@@ -249,6 +261,8 @@ pub(crate) fn run_session(
         options,
         |_| Ok(()),
     )?;
+    let rtt_ns = u64::try_from(session.rtt().as_nanos()).unwrap_or(u64::MAX);
+    acked.rtt_ns.store(rtt_ns, Ordering::Relaxed);
     let (resend, again) = unbounded();
     let (cancel_tx, cancel) = bounded::<()>(0);
     let push = Push {
@@ -262,7 +276,7 @@ pub(crate) fn run_session(
         cancel_tx: Mutex::new(Some(cancel_tx)),
         abort,
         counts: Mutex::new(Counts::default()),
-        acked: AtomicU64::new(0),
+        acked,
         drained: AtomicBool::new(false),
         tail: Tail::default(),
         refused_streams: AtomicUsize::new(0),
@@ -284,7 +298,7 @@ pub(crate) fn run_session(
             if session.auto {
                 let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
                 let mut added = Vec::new();
-                streams_max = session.adapt(&push.acked, finished, |change| match change {
+                streams_max = session.adapt(&push.acked.bytes, finished, |change| match change {
                     Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
                     Change::Retire(n) => {
                         for _ in 0..n {
@@ -688,7 +702,10 @@ fn receive_acks(
                 failures,
                 unlisted,
             } => {
-                push.acked.fetch_add(bytes, Ordering::Relaxed);
+                push.acked
+                    .files
+                    .fetch_add(u64::from(files), Ordering::Relaxed);
+                push.acked.bytes.fetch_add(bytes, Ordering::Relaxed);
                 push.progress.add(files as u64, bytes);
                 if let Some(listing) = &push.listing {
                     listing.acked(seq, &failures);

@@ -1,8 +1,9 @@
 //! A push spread over several servers that export the same shared file system
 //! (`sprat cp SRC sprat://a:7400,b:7400,c:7400/PATH`): one session per server, all fed by one
-//! source. A dispatcher hands each batch to whichever server's queue has room first, so that
-//! each server takes a share in proportion to how fast it drains; the chunks of a large file
-//! all go to the server that took its first chunk (a partial file is one writer's).
+//! source. A dispatcher hands each batch to the server that will be done soonest with what it
+//! holds (see [`load`]), so that each server takes a share in proportion to how fast it
+//! writes; the chunks of a large file all go to the server that took its first chunk (a
+//! partial file is one writer's).
 //!
 //! Directories and hard links are held back by the source (see
 //! `Planner::deferring_namespace`) and go to the first server once every other server has
@@ -18,10 +19,12 @@
 //! everything already in place, sets the directories' modes and mtimes and fetches anything
 //! that changed meanwhile.
 
+mod load;
+
 use super::destination::open_source;
 use super::endpoint::Endpoint;
 use super::push::{
-    push_operation, run_session, start_source, PushInput, SessionRun, SessionTarget,
+    push_operation, run_session, start_source, PushInput, SessionAcks, SessionRun, SessionTarget,
 };
 use crate::config::TransferOptions;
 use crate::error::TransferError;
@@ -30,7 +33,9 @@ use crate::pipeline::skip::SkipRule;
 use crate::pipeline::source::SentTotals;
 use crate::report::{Counts, Report, ServerShare, Stages};
 use crate::sync::{lock, Abort};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender};
+use crossbeam_channel::{
+    bounded, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError,
+};
 use sprat_proto::batch::EntryKind;
 use sprat_proto::namespace::NsKind;
 use sprat_proto::Batch;
@@ -66,6 +71,7 @@ pub(crate) fn push(
     let (queues, shares): (Vec<Sender<Batch>>, Vec<Receiver<Batch>>) =
         (0..n).map(|_| bounded(QUEUE_DEPTH)).unzip();
     let sent: Vec<SentTotals> = (0..n).map(|_| SentTotals::default()).collect();
+    let acked: Vec<SessionAcks> = (0..n).map(|_| SessionAcks::default()).collect();
     let aborts: Vec<Abort> = (0..n).map(|_| Abort::default()).collect();
     let moved = || aborts.iter().map(Abort::moved).sum::<u64>();
     let failure = Failure::default();
@@ -74,7 +80,7 @@ pub(crate) fn push(
     let runs: Vec<Option<SessionRun>> = std::thread::scope(|s| {
         let dispatcher = Dispatcher {
             queues,
-            sent: &sent,
+            load: load::Load::new(&sent, &acked),
             failure: &failure,
             pinned: HashMap::new(),
         };
@@ -83,7 +89,8 @@ pub(crate) fn push(
         let sessions: Vec<_> = (0..n)
             .map(|i| {
                 let done = (i > 0).then(|| others_done_tx.clone());
-                let (share, sent, abort, moved) = (&shares[i], &sent[i], &aborts[i], &moved);
+                let (share, abort, moved) = (&shares[i], &aborts[i], &moved);
+                let totals = (&sent[i], &acked[i]);
                 let failure = &failure;
                 let aborts = &aborts;
                 s.spawn(move || {
@@ -93,7 +100,7 @@ pub(crate) fn push(
                         op,
                         path,
                     };
-                    let run = run_session(&target, options, abort, share, sent, Some(moved));
+                    let run = run_session(&target, options, abort, share, totals, Some(moved));
                     // A failure is recorded before the dispatcher can see this server done.
                     let run = run.map_err(|e| failure.set(servers[i], e, aborts)).ok();
                     drop(done);
@@ -489,7 +496,7 @@ impl Failure {
 /// Hands the source's batches to the servers' queues.
 struct Dispatcher<'a> {
     queues: Vec<Sender<Batch>>,
-    sent: &'a [SentTotals],
+    load: load::Load<'a>,
     failure: &'a Failure,
     /// Large files whose chunks went to a server, by path: the rest follow.
     pinned: HashMap<Vec<u8>, usize>,
@@ -517,6 +524,7 @@ impl Dispatcher<'_> {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
+        tracing::debug!(held = ?self.load.held(), "every batch handed out");
         // The other servers' streams end once their queues are drained.
         self.queues.truncate(1);
         loop {
@@ -536,39 +544,50 @@ impl Dispatcher<'_> {
         }
     }
 
-    /// Sends `batch` to the server its large file is pinned to, or to whichever server
-    /// takes it first. False if the transfer failed meanwhile.
-    fn hand_out(&mut self, batch: Batch) -> bool {
+    /// Sends `batch` to the server its large file is pinned to, or else to the server that
+    /// will be done soonest with what it holds, among those that may hold more (see
+    /// [`load`]) and whose queue has room. False if the transfer failed meanwhile.
+    fn hand_out(&mut self, mut batch: Batch) -> bool {
         let chunked = chunk_paths(&batch);
         if let Some(&to) = chunked.iter().find_map(|p| self.pinned.get(p)) {
             return self.send_to(to, batch);
         }
-        let mut select = Select::new();
-        for q in &self.queues {
-            select.send(q);
-        }
         loop {
-            let Ok(op) = select.select_timeout(POLL) else {
-                if self.failure.is_set() {
-                    return false;
+            let candidates = self.load.candidates(&batch.totals);
+            for &to in &candidates {
+                let totals = batch.totals;
+                match self.queues[to].try_send(batch) {
+                    Ok(()) => {
+                        self.load.given(to, &totals);
+                        for path in chunked {
+                            self.pinned.insert(path, to);
+                        }
+                        return true;
+                    }
+                    Err(TrySendError::Full(back)) => batch = back,
+                    Err(TrySendError::Disconnected(_)) => return false,
                 }
-                continue;
-            };
-            let to = op.index();
-            self.sent[to].count(&batch);
-            if op.send(&self.queues[to], batch).is_err() {
+            }
+            if self.failure.is_set() {
                 return false;
             }
-            for path in chunked {
-                self.pinned.insert(path, to);
+            // Wait until a candidate's queue has room, or (every server holding all it may)
+            // for acknowledgements.
+            let mut select = Select::new();
+            for &to in &candidates {
+                select.send(&self.queues[to]);
             }
-            return true;
+            if candidates.is_empty() {
+                std::thread::sleep(load::RECHECK);
+            } else {
+                let _ = select.ready_timeout(load::RECHECK);
+            }
         }
     }
 
     /// Sends `batch` to server `to`, waiting for room. False if the transfer failed.
     fn send_to(&self, to: usize, mut batch: Batch) -> bool {
-        self.sent[to].count(&batch);
+        self.load.given(to, &batch.totals);
         loop {
             match self.queues[to].send_timeout(batch, POLL) {
                 Ok(()) => return true,
