@@ -41,6 +41,7 @@ class DataSet:
 # name -> (full recipe, quick recipe); a recipe is (kind, args). Sizes match the old scripts.
 _GEN = {
     "small": (("files", "100000", "4KiB"), ("files", "5000", "4KiB"), "files of 4 KiB"),
+    "k16": (("files", "1600", "16KiB"), ("files", "400", "16KiB"), "files of 16 KiB"),
     "k64": (("files", "10000", "64KiB"), ("files", "1000", "64KiB"), "files of 64 KiB"),
     "m1": (("files", "1000", "1MiB"), ("files", "64", "1MiB"), "files of 1 MiB"),
     "mixed": (("total", "2GiB"), ("total", "64MiB"), "GridFTP file sizes capped at 16 MiB"),

@@ -140,6 +140,7 @@ class Plan:
     dry_run: bool
     calls: int = 50
     kill_at: int = 50
+    servers_on: str = "veth"
     variants: list[str] = field(default_factory=list)
     old_sprat: Optional[str] = None
     bwlimit_mib: float = 48.0
@@ -211,6 +212,9 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--touch-pct", type=float, default=1.0, help="resync: percent of files changed per touch round [1]")
     p.add_argument("--calls", type=int, default=50, help="mode ls: sequential `sprat ls` calls per run [50]")
     p.add_argument("--kill-at", type=int, default=50, help="resume: percent of a full copy's loopback bytes at the kill [50]")
+    p.add_argument("--servers-on", choices=("veth", "loopback"), default="veth",
+                   help="servers: each server in a network namespace of its own behind a veth pair, or all on "
+                        "loopback (where larger socket buffers let streams take batches further ahead) [veth]")
     p.add_argument("--bwlimit-mib", type=float, help="eta: every tool's bandwidth limit in MiB/s [48; quick 8]")
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
     p.add_argument("--no-warm-memory", action="store_true",
@@ -306,7 +310,8 @@ def parse(argv: list[str], repo: str) -> Plan:
         sprat_args=shlex.split(a.sprat_args), data_dir=data_dir, results_dir=a.results_dir,
         verify=a.verify, timeout=a.timeout, quick=a.quick, seed=a.seed, tree=a.tree,
         tree_files=a.tree_files, refresh=a.refresh, rate=a.rate or suite.rate, touch_pct=a.touch_pct,
-        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at, variants=a.variant,
+        netns=suite.netns and not a.no_netns, dry_run=a.dry_run, calls=a.calls, kill_at=a.kill_at,
+        servers_on=a.servers_on, variants=a.variant,
         old_sprat=a.old_sprat,
         bwlimit_mib=a.bwlimit_mib or (8.0 if a.quick else 48.0),
         warm_memory=not a.no_warm_memory,
