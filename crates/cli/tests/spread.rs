@@ -290,3 +290,38 @@ fn several_servers_are_refused_where_only_one_can_serve() {
     assert_error_names(&out, &["names several servers"]);
     assert!(!root.join("y").exists());
 }
+
+#[test]
+fn a_push_over_three_servers_where_most_files_fail_ends_naming_them_and_writes_the_rest() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("export"));
+    // 40 directories of 100 files of 4 KiB; at the destination the first 30 are files, so
+    // their 3,000 files fail on whichever server takes them: more failed work than any server
+    // may hold, which must count as done with once acknowledged, or the push would wait for
+    // it forever.
+    sprat_testkit::make_many_files(&src, 4000, 4 << 10, 8);
+    let dst = root.join("copy");
+    fs::create_dir_all(&dst).unwrap();
+    for d in 0..30 {
+        fs::write(dst.join(format!("d{d:03}")), b"not a directory").unwrap();
+    }
+    let (servers, relays) = servers(&root, "400mbit");
+    let args = ["-a", "--json", "--stall-timeout", "20s"];
+    let out = cp(&servers[0], &args, &src, url(&relays, "copy"));
+    assert_exit(&out, 1);
+    let report = parse_json_report(&out.stdout);
+    assert_eq!(
+        report.get("failed").as_u64(),
+        Some(3000),
+        "{}",
+        report.value
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let names_one = |l: &str| (0..30).any(|d| l.contains(&format!("d{d:03}/f")));
+    assert!(stderr.lines().any(names_one), "{stderr}");
+    for d in 30..40 {
+        let name = format!("d{d:03}");
+        assert_trees_equal(&src.join(&name), &dst.join(&name));
+    }
+    assert_a_share_on_each(&out, &relays);
+}

@@ -47,7 +47,7 @@ impl SentTotals {
         self.add(&batch.totals);
     }
 
-    /// Counts the totals of a batch that was queued.
+    /// Counts a batch with `totals`, queued or about to be.
     pub fn add(&self, totals: &Totals) {
         lock(&self.0).add(totals);
     }

@@ -14,6 +14,7 @@ use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::measurement::acked::SessionAcks;
 use crate::measurement::listing::PushListing;
 use crate::measurement::pace::Pace;
 use crate::net::Credentials;
@@ -31,7 +32,7 @@ use sprat_proto::session::client::{ClientStream, Event, Sent};
 use sprat_proto::{Batch, Operation, RemoteStats};
 use sprat_store::Source;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,17 +66,6 @@ pub enum PushInput {
     Synthetic(Vec<u64>),
 }
 
-/// What the server of one push session acknowledged as written so far, updated as each
-/// batch's acknowledgement arrives, and the session's round trip once it is open (a push
-/// over several servers shares its batches out by these).
-#[derive(Default)]
-pub(crate) struct SessionAcks {
-    pub(crate) files: AtomicU64,
-    pub(crate) bytes: AtomicU64,
-    /// Nanoseconds; 0 until the session is open.
-    pub(crate) rtt_ns: AtomicU64,
-}
-
 /// What the streams of one push share.
 struct Push<'a> {
     session: &'a Session,
@@ -94,8 +84,7 @@ struct Push<'a> {
     cancel_tx: Mutex<Option<Sender<()>>>,
     abort: &'a Abort,
     counts: Mutex<Counts>,
-    /// What the server acknowledged as written (its bytes are what the stream adapter
-    /// measures).
+    /// What the server acknowledged (its bytes are what the stream adapter measures).
     acked: &'a SessionAcks,
     /// A stream ran out of batches.
     drained: AtomicBool,
@@ -261,8 +250,7 @@ pub(crate) fn run_session(
         options,
         |_| Ok(()),
     )?;
-    let rtt_ns = u64::try_from(session.rtt().as_nanos()).unwrap_or(u64::MAX);
-    acked.rtt_ns.store(rtt_ns, Ordering::Relaxed);
+    acked.set_rtt(session.rtt());
     let (resend, again) = unbounded();
     let (cancel_tx, cancel) = bounded::<()>(0);
     let push = Push {
@@ -584,6 +572,7 @@ impl Lanes<'_> {
             if let Some(listing) = &push.listing {
                 listing.sending(&batch);
             }
+            push.acked.sending(batch.seq, &batch.totals);
             lock(self.machine).sending(batch.seq);
             Next::Batch(batch)
         };
@@ -702,10 +691,7 @@ fn receive_acks(
                 failures,
                 unlisted,
             } => {
-                push.acked
-                    .files
-                    .fetch_add(u64::from(files), Ordering::Relaxed);
-                push.acked.bytes.fetch_add(bytes, Ordering::Relaxed);
+                push.acked.acked(seq, bytes);
                 push.progress.add(files as u64, bytes);
                 if let Some(listing) = &push.listing {
                     listing.acked(seq, &failures);

@@ -24,10 +24,11 @@ mod load;
 use super::destination::open_source;
 use super::endpoint::Endpoint;
 use super::push::{
-    push_operation, run_session, start_source, PushInput, SessionAcks, SessionRun, SessionTarget,
+    push_operation, run_session, start_source, PushInput, SessionRun, SessionTarget,
 };
 use crate::config::TransferOptions;
 use crate::error::TransferError;
+use crate::measurement::acked::SessionAcks;
 use crate::net::Credentials;
 use crate::pipeline::skip::SkipRule;
 use crate::pipeline::source::SentTotals;
@@ -524,7 +525,7 @@ impl Dispatcher<'_> {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        tracing::debug!(held = ?self.load.held(), "every batch handed out");
+        tracing::debug!(held_work = ?self.load.held(), "every batch handed out");
         // The other servers' streams end once their queues are drained.
         self.queues.truncate(1);
         loop {
@@ -571,15 +572,14 @@ impl Dispatcher<'_> {
             if self.failure.is_set() {
                 return false;
             }
-            // Wait until a candidate's queue has room, or (every server holding all it may)
-            // for acknowledgements.
-            let mut select = Select::new();
-            for &to in &candidates {
-                select.send(&self.queues[to]);
-            }
+            // Wait until a candidate's queue has room, or (no candidate) for acknowledgements.
             if candidates.is_empty() {
                 std::thread::sleep(load::RECHECK);
             } else {
+                let mut select = Select::new();
+                for &to in &candidates {
+                    select.send(&self.queues[to]);
+                }
                 let _ = select.ready_timeout(load::RECHECK);
             }
         }
