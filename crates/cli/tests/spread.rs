@@ -295,15 +295,16 @@ fn several_servers_are_refused_where_only_one_can_serve() {
 fn a_push_over_three_servers_where_most_files_fail_ends_naming_them_and_writes_the_rest() {
     let t = tmp();
     let (src, root) = (t.path().join("src"), t.path().join("export"));
-    // 40 directories of 100 files of 4 KiB; at the destination the first 30 are files, so
-    // their 3,000 files fail on whichever server takes them: more failed work than any server
-    // may hold, which must count as done with once acknowledged, or the push would wait for
-    // it forever.
+    // 40 directories of 100 files of 4 KiB; at the destination each file of the first 30
+    // is a directory that is not empty (which a copy does not remove), so those 3,000 files
+    // fail on whichever server takes them: more failed work than any server may hold, which
+    // must count as done with once acknowledged, or the push would wait for it forever.
     sprat_testkit::make_many_files(&src, 4000, 4 << 10, 8);
     let dst = root.join("copy");
-    fs::create_dir_all(&dst).unwrap();
-    for d in 0..30 {
-        fs::write(dst.join(format!("d{d:03}")), b"not a directory").unwrap();
+    for i in 0..3000 {
+        let in_the_way = dst.join(format!("d{:03}/f{i:05}.bin", i / 100));
+        fs::create_dir_all(&in_the_way).unwrap();
+        fs::write(in_the_way.join("keep"), b"not removed by a copy").unwrap();
     }
     let (servers, relays) = servers(&root, "400mbit");
     let args = ["-a", "--json", "--stall-timeout", "20s"];

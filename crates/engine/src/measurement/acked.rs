@@ -41,7 +41,8 @@ impl SessionAcks {
     /// Counts the acknowledgement of batch `seq`, in which the server wrote `bytes`.
     pub(crate) fn acked(&self, seq: u64, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if let Some(work) = lock(&self.sent).remove(&seq) {
+        let work = lock(&self.sent).remove(&seq);
+        if let Some(work) = work {
             self.work.fetch_add(work, Ordering::Relaxed);
         }
     }
