@@ -967,6 +967,10 @@ pub struct RelayArgs {
     /// stream.
     #[arg(long, value_name = "OFFSET", value_parser = crate::units::size)]
     pub flip_bit_at: Option<u64>,
+    /// Fault: hold back the server's first bytes on every connection for this long more (a
+    /// busy server: on a short path its hello comes late, as if the path were long).
+    #[arg(long, value_name = "TIME", default_value = "0ms", value_parser = crate::units::duration)]
+    pub slow_hello: std::time::Duration,
     /// Apply the faults to the Nth connection accepted only (1 = the first); without it, to
     /// every connection.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

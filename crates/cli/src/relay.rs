@@ -21,6 +21,8 @@
 //!   that many bytes went from client to server, `--stall-after BYTES` stops forwarding in both
 //!   directions then (the connection stays open), `--flip-bit-at OFFSET` flips one bit of the
 //!   client-to-server stream; `--fault-connection N` applies them to the Nth connection only.
+//!   `--slow-hello TIME` holds back the server's first bytes on every connection (a busy
+//!   server, whose hello comes late on a short path).
 //!
 //! Not modelled: loss and congestion control (the queue never drops), and buffer sizes the
 //! endpoints set on their own sockets (the relay's `--window` stands for them).
@@ -49,6 +51,8 @@ const PIECE: usize = 64 << 10;
 struct Shape {
     delay: Duration,
     window: usize,
+    /// Added to the time the server's first byte of each connection may arrive.
+    slow_hello: Duration,
 }
 
 /// Faults injected into the client-to-server direction of a connection.
@@ -144,6 +148,7 @@ pub fn run(a: RelayArgs) -> anyhow::Result<i32> {
     let shape = Shape {
         delay: a.delay,
         window,
+        slow_hello: a.slow_hello,
     };
     let rate = (a.rate.bytes_per_s() > 0.0).then_some(a.rate.bytes_per_s());
     let link = |rate| {
@@ -231,7 +236,7 @@ impl Path {
                 // this relay reaches at once, could on a real path only answer a first byte
                 // half a round trip later than that (when the handshake's last ACK arrives).
                 std::thread::sleep(shape.delay * 2);
-                let server_first = accepted + shape.delay * 4;
+                let server_first = accepted + shape.delay * 4 + shape.slow_hello;
                 let server = match TcpStream::connect(to) {
                     Ok(s) => s,
                     Err(e) => {

@@ -462,6 +462,50 @@ fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
     assert_trees_equal(&src, &back);
 }
 
+/// A busy server's hello comes after the client's grace even on a short path, so the client
+/// starts wide, as on a long path. Once the `Opened` shows the path is short, a push retires
+/// the streams the path does not need instead of keeping 32 connections to that server.
+#[test]
+fn a_push_retires_a_wide_start_once_the_path_proves_short() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree::make_many_files(&src, 2000, 16 << 10, 5);
+    let srv = server(&t.path().join("root"));
+    // No delay, but the server's first bytes on each connection come 60 ms late. Small
+    // batches keep the push handing them out past the adapter's first step.
+    let relay = RelayProc::start(srv.addr(), &["--slow-hello", "60ms"]);
+    let args = ["--json", "--batch-size", "64KiB"];
+    let out = cp(&srv, &args, &src, relay.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &t.path().join("root/pushed"));
+    let path = &json(&out)["path"];
+    let (start, end, rtt) = (
+        path["streams_start"].as_u64().unwrap(),
+        path["streams_end"].as_u64().unwrap(),
+        path["rtt_ms"].as_f64().unwrap(),
+    );
+    assert_eq!(start, 32, "a late hello starts wide");
+    // The round trips measured (to the `Opened`, and on a probe's connection) include the
+    // server's work: a loaded host can stretch them past 10 ms even on loopback, and then
+    // the path is not known to be short.
+    if rtt < 10.0 {
+        assert!(end <= 4, "streams {start} -> {end} on a path of {rtt} ms");
+    } else {
+        eprintln!("the round trip measured {rtt} ms on loopback: host too busy to tell");
+    }
+    // `--streams` is the user's: nothing is retired.
+    let out = cp(
+        &srv,
+        &["--json", "--streams", "6"],
+        &src,
+        relay.url("pushed-6"),
+    );
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &t.path().join("root/pushed-6"));
+    let path = &json(&out)["path"];
+    assert_eq!(path["streams_end"].as_u64(), Some(6));
+}
+
 /// What each connection to a [`collector`] sent, and whether it ended, in accept order.
 type Collected = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, bool)>>>;
 

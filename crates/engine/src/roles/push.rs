@@ -285,15 +285,22 @@ pub(crate) fn run_session(
             let _ = session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
             if session.auto {
                 let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
+                let probe = session.started_wide().then(|| probe_path(addr, target.key));
                 let mut added = Vec::new();
-                streams_max = session.adapt(&push.acked.bytes, finished, |change| match change {
-                    Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
-                    Change::Retire(n) => {
-                        for _ in 0..n {
-                            drop(added.pop());
+                let probe = probe.as_ref();
+                streams_max =
+                    session.adapt(&push.acked.bytes, finished, probe, |change| match change {
+                        Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
+                        // The newest first: streams the adapter added, then those that joined at
+                        // the start (a wide start's surplus), never the control connection's.
+                        Change::Retire(n) => {
+                            for _ in 0..n {
+                                if added.pop().is_none() && retirements.len() > 1 {
+                                    drop(retirements.pop());
+                                }
+                            }
                         }
-                    }
-                });
+                    });
                 retirements.extend(added);
             }
         })
@@ -303,7 +310,9 @@ pub(crate) fn run_session(
         Some(moved) => stall::watched_by(abort, moved, limits, addr, streams),
         None => stall::watched(abort, limits, addr, streams),
     }
-    let streams_end = retirements.len() - push.refused_streams.load(Ordering::SeqCst);
+    let streams_end = retirements
+        .len()
+        .saturating_sub(push.refused_streams.load(Ordering::SeqCst));
     drop(retirements);
     let Push {
         counts,
@@ -406,6 +415,24 @@ pub(crate) fn check_totals(
     Err(TransferError::Incomplete(format!(
         "the transfer is incomplete: {sent} sent, {received} received (with {peer})"
     )))
+}
+
+/// The round trip to the server at `addr`, measured on a connection of its own (the least of
+/// three small requests) in a thread that nothing waits for; the receiver gets nothing if it
+/// fails. A session that started wide learns from it whether its path is short.
+fn probe_path(addr: &str, key: &Credentials) -> Receiver<Duration> {
+    let (tx, rx) = bounded(1);
+    let (addr, key) = (addr.to_string(), key.clone());
+    std::thread::spawn(move || {
+        // The last three are the requests' (a first one may be the connection's estimate).
+        if let Some(least) = remote::probe_rtt(&addr, &key, 3)
+            .ok()
+            .and_then(|rtts| rtts.into_iter().rev().take(3).min())
+        {
+            let _ = tx.send(least);
+        }
+    });
+    rx
 }
 
 /// Why a stream stopped sending.

@@ -17,7 +17,7 @@ use crate::net::{self, SessionConn};
 use crate::report::PathReport;
 use crate::sync::{lock, unpoisoned};
 use crate::tune::{self, Adapter, StartPlan, Step, TcpLimits};
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use sprat_proto::session::client::CommitGate;
 use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
@@ -41,7 +41,14 @@ pub(crate) struct Session {
     /// by connection set-up on a busy host.
     open_sent: Instant,
     rtt_opened: AtomicU64,
+    /// The least round trip of a probe on a connection of its own, in nanoseconds (0 until
+    /// one came): a session that started wide measures one (see [`Session::adapt`]).
+    rtt_probed: AtomicU64,
     pub plan: StartPlan,
+    /// The host's TCP limits and the user's `--tcp-buffer`, to plan again once the round
+    /// trip is measured.
+    limits: TcpLimits,
+    tcp_buffer: Option<u64>,
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
     /// Connections joining while the session opened.
@@ -175,7 +182,10 @@ pub(crate) fn open(
         rtt_estimate: rtt,
         open_sent,
         rtt_opened,
+        rtt_probed: AtomicU64::new(0),
         plan,
+        limits,
+        tcp_buffer: options.tcp_buffer,
         auto: options.streams.is_none(),
         joining: Mutex::new(joining),
         state: Mutex::new(SessionState {
@@ -249,13 +259,16 @@ impl Session {
         &self.gate_open
     }
 
-    /// The path's round trip: measured on the `Opened` once it arrived (if it came sooner
-    /// than the estimate from the hello), else that estimate.
+    /// The path's round trip: the least of the estimate from the hello, the round trip to the
+    /// `Opened` once it arrived, and a probe's once one came.
     pub fn rtt(&self) -> Duration {
-        match self.rtt_opened.load(Ordering::Relaxed) {
-            0 => self.rtt_estimate,
-            n => self.rtt_estimate.min(Duration::from_nanos(n)),
-        }
+        [&self.rtt_opened, &self.rtt_probed]
+            .into_iter()
+            .map(|m| m.load(Ordering::Relaxed))
+            .filter(|&n| n != 0)
+            .fold(self.rtt_estimate, |least, n| {
+                least.min(Duration::from_nanos(n))
+            })
     }
 
     /// Records whether a push's control connection read `Opened` (true) or failed first.
@@ -335,11 +348,15 @@ impl Session {
     /// Grows the session's streams while throughput grows (hill climbing, see
     /// [`tune::Adapter`]), until `finished` says the data ran out or the transfer failed.
     /// `progress` counts bytes delivered; `apply` starts streams on new connections or
-    /// retires the newest ones. Returns the most streams open at once.
+    /// retires the newest ones. A push that started wide retires what the path does not need
+    /// at the first step if the path proved short, from its own round trip or from `probe`
+    /// (a round trip measured on a connection of its own, if it came by then). Returns the
+    /// most streams open at once.
     pub fn adapt(
         &self,
         progress: &AtomicU64,
         finished: impl Fn() -> bool,
+        probe: Option<&Receiver<Duration>>,
         mut apply: impl FnMut(Change),
     ) -> usize {
         let mut adapter = Adapter::new(self.plan.streams, tune::MAX_AUTO_STREAMS);
@@ -347,9 +364,37 @@ impl Session {
         let interval = tune::adapt_interval(self.rtt());
         // Measure only the later part of each interval: new streams first leave slow start.
         let settle = interval.mul_f64(0.4);
+        // Only a push can end one of its streams early (a pull's server sends on every stream
+        // until its data runs out). Decided once the path is known short, or known long from
+        // both the `Opened` and the probe (or the probe failed).
+        let mut wide_start_open = self.direction == Direction::Push && self.started_wide();
+        let mut probe = probe;
         while !adapter.settled() {
             if !sleep_unless(settle, &finished) {
                 break;
+            }
+            if wide_start_open {
+                match probe.map(|p| p.try_recv()) {
+                    Some(Ok(rtt)) => {
+                        self.rtt_probed.store(nanos(rtt).max(1), Ordering::Relaxed);
+                        probe = None;
+                    }
+                    Some(Err(TryRecvError::Disconnected)) => probe = None,
+                    Some(Err(TryRecvError::Empty)) | None => {}
+                }
+                let surplus = self.wide_start_surplus(adapter.streams());
+                if surplus > 0 {
+                    tracing::debug!(
+                        surplus,
+                        rtt_ms = self.rtt().as_secs_f64() * 1e3,
+                        "late hello on a short path: retiring the wide start's surplus"
+                    );
+                    adapter = Adapter::new(adapter.streams() - surplus, tune::MAX_AUTO_STREAMS);
+                    apply(Change::Retire(surplus));
+                    wide_start_open = false;
+                } else if probe.is_none() && self.rtt_opened.load(Ordering::Relaxed) != 0 {
+                    wide_start_open = false;
+                }
             }
             let (from, at) = (progress.load(Ordering::Relaxed), Instant::now());
             if !sleep_unless(interval - settle, &finished) {
@@ -380,6 +425,31 @@ impl Session {
             }
         }
         most
+    }
+
+    /// Streams an automatic session wants on a path of round trip `rtt`.
+    fn wanted_streams(&self, rtt: Duration) -> usize {
+        tune::start_plan(&self.limits, rtt, None, self.tcp_buffer).streams
+    }
+
+    /// Whether the session started wide: its hello came late, so it opened more streams than
+    /// the round trip it then estimated calls for (see [`tune::WIDE_START_STREAMS`]).
+    pub fn started_wide(&self) -> bool {
+        self.auto && self.plan.streams > self.wanted_streams(self.rtt_estimate)
+    }
+
+    /// Streams a wide start opened beyond what the path wants, if the path turned out short:
+    /// the round trip (the least measured, a probe's included) is so short that the hello, two round trips after
+    /// `connect`, would have come within [`tune::HELLO_GRACE`]. Then the hello came late
+    /// because the server or this host was busy, not because the path is long. 0 otherwise:
+    /// on a long path the early streams are what shortens slow start, and `--streams` is the
+    /// user's choice.
+    fn wide_start_surplus(&self, open: usize) -> usize {
+        let rtt = self.rtt();
+        if !self.started_wide() || rtt * 2 >= tune::HELLO_GRACE {
+            return 0;
+        }
+        open.saturating_sub(self.wanted_streams(rtt))
     }
 
     /// The report's account of the path: measurements, choices and the tail.
