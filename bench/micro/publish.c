@@ -4,6 +4,7 @@
 //  0: open(O_CREAT|O_EXCL) + pwrite + futimens + close            (tar's way)
 //  1: open(O_TMPFILE) + pwrite + futimens + linkat(AT_EMPTY_PATH) + close (sprat's way)
 //  2: open(".name.tmp", O_CREAT|O_EXCL) + pwrite + futimens + close + renameat  (rsync's way)
+//  3: open(O_CREAT|O_EXCL) + pwrite + close, no mtime            (`sprat bench write`, the write limit)
 //
 //   gcc -O2 -o /tmp/publish bench/micro/publish.c
 //   /tmp/publish ROOT MODE DIRS PER      (ROOT must not exist; run each mode on a fresh file system)
@@ -19,7 +20,7 @@
 #include <unistd.h>
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: %s ROOT MODE(0|1|2) DIRS PER\n", argv[0]);
+        fprintf(stderr, "usage: %s ROOT MODE(0|1|2|3) DIRS PER\n", argv[0]);
         return 2;
     }
     const char *root = argv[1]; int mode = atoi(argv[2]); int dirs = atoi(argv[3]); int per = atoi(argv[4]);
@@ -43,6 +44,9 @@ int main(int argc, char **argv) {
                 pwrite(fd, buf, 4096, 0); futimens(fd, ts);
                 if (linkat(fd, "", dfd, fn, AT_EMPTY_PATH)) { perror("linkat"); return 1; }
                 close(fd);
+            } else if (mode == 3) {
+                fd = openat(dfd, fn, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                pwrite(fd, buf, 4096, 0); close(fd);
             } else {
                 char tn[40]; snprintf(tn, sizeof tn, ".%s.tmp", fn);
                 fd = openat(dfd, tn, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
