@@ -349,9 +349,8 @@ impl Session {
     /// [`tune::Adapter`]), until `finished` says the data ran out or the transfer failed.
     /// `progress` counts bytes delivered; `apply` starts streams on new connections or
     /// retires the newest ones. A push that started wide retires what the path does not need
-    /// at the first step if the path proved short, from its own round trip or from `probe`
-    /// (a round trip measured on a connection of its own, if it came by then). Returns the
-    /// most streams open at once.
+    /// at the first step that finds the path short, by its own round trips or by `probe`'s
+    /// (measured on a connection of its own). Returns the most streams open at once.
     pub fn adapt(
         &self,
         progress: &AtomicU64,
@@ -439,11 +438,11 @@ impl Session {
     }
 
     /// Streams a wide start opened beyond what the path wants, if the path turned out short:
-    /// the round trip (the least measured, a probe's included) is so short that the hello, two round trips after
-    /// `connect`, would have come within [`tune::HELLO_GRACE`]. Then the hello came late
-    /// because the server or this host was busy, not because the path is long. 0 otherwise:
-    /// on a long path the early streams are what shortens slow start, and `--streams` is the
-    /// user's choice.
+    /// the least round trip measured (a probe's included) is so short that the hello, two
+    /// round trips after `connect`, would have come within [`tune::HELLO_GRACE`]. Then the
+    /// hello came late because the server or this host was busy, not because the path is
+    /// long. 0 otherwise: on a long path the early streams are what shortens slow start, and
+    /// `--streams` is the user's choice.
     fn wide_start_surplus(&self, open: usize) -> usize {
         let rtt = self.rtt();
         if !self.started_wide() || rtt * 2 >= tune::HELLO_GRACE {
