@@ -206,7 +206,7 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800, help="seconds before one run is killed (FAIL) [1800]")
     p.add_argument("--quick", action="store_true", help="the small versions of the sets (smoke runs)")
     p.add_argument("--seed", type=int, default=1, help="seed of `sprat gen` [1]")
-    p.add_argument("--tree", help="the real tree of the `tree` set [~/.cargo/registry/src, /usr/share or target/]")
+    p.add_argument("--tree", help="the real tree of the `tree` set [the first of /usr/share, ~/.cargo/registry/src and target/ with 10,000 files or more]")
     p.add_argument("--tree-files", type=int, default=0, help="only the first N files of the tree [all; quick 2000]")
     p.add_argument("--refresh", action="store_true", help="remake the data sets")
     p.add_argument("--touch-pct", type=float, default=1.0, help="resync: percent of files changed per touch round [1]")
