@@ -287,9 +287,11 @@ pub(crate) fn run_session(
                 let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
                 let probe = session.started_wide().then(|| probe_path(addr, target.key));
                 let mut added = Vec::new();
-                let probe = probe.as_ref();
-                streams_max =
-                    session.adapt(&push.acked.bytes, finished, probe, |change| match change {
+                streams_max = session.adapt(
+                    &push.acked.bytes,
+                    finished,
+                    probe.as_ref(),
+                    |change| match change {
                         Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
                         // The newest first: streams the adapter added, then those that joined at
                         // the start (a wide start's surplus), never the control connection's.
@@ -300,7 +302,8 @@ pub(crate) fn run_session(
                                 }
                             }
                         }
-                    });
+                    },
+                );
                 retirements.extend(added);
             }
         })

@@ -373,26 +373,19 @@ impl Session {
                 break;
             }
             if wide_start_open {
-                match probe.map(|p| p.try_recv()) {
-                    Some(Ok(rtt)) => {
-                        self.rtt_probed.store(nanos(rtt).max(1), Ordering::Relaxed);
-                        probe = None;
+                match self.review_wide_start(&mut probe, adapter.streams()) {
+                    WideStart::Retire(surplus) => {
+                        tracing::debug!(
+                            surplus,
+                            rtt_ms = self.rtt().as_secs_f64() * 1e3,
+                            "late hello on a short path: retiring the wide start's surplus"
+                        );
+                        adapter = Adapter::new(adapter.streams() - surplus, tune::MAX_AUTO_STREAMS);
+                        apply(Change::Retire(surplus));
+                        wide_start_open = false;
                     }
-                    Some(Err(TryRecvError::Disconnected)) => probe = None,
-                    Some(Err(TryRecvError::Empty)) | None => {}
-                }
-                let surplus = self.wide_start_surplus(adapter.streams());
-                if surplus > 0 {
-                    tracing::debug!(
-                        surplus,
-                        rtt_ms = self.rtt().as_secs_f64() * 1e3,
-                        "late hello on a short path: retiring the wide start's surplus"
-                    );
-                    adapter = Adapter::new(adapter.streams() - surplus, tune::MAX_AUTO_STREAMS);
-                    apply(Change::Retire(surplus));
-                    wide_start_open = false;
-                } else if probe.is_none() && self.rtt_opened.load(Ordering::Relaxed) != 0 {
-                    wide_start_open = false;
+                    WideStart::Keep => wide_start_open = false,
+                    WideStart::Undecided => {}
                 }
             }
             let (from, at) = (progress.load(Ordering::Relaxed), Instant::now());
@@ -437,18 +430,31 @@ impl Session {
         self.auto && self.plan.streams > self.wanted_streams(self.rtt_estimate)
     }
 
-    /// Streams a wide start opened beyond what the path wants, if the path turned out short:
-    /// the least round trip measured (a probe's included) is so short that the hello, two
-    /// round trips after `connect`, would have come within [`tune::HELLO_GRACE`]. Then the
-    /// hello came late because the server or this host was busy, not because the path is
-    /// long. 0 otherwise: on a long path the early streams are what shortens slow start, and
-    /// `--streams` is the user's choice.
-    fn wide_start_surplus(&self, open: usize) -> usize {
-        let rtt = self.rtt();
-        if !self.started_wide() || rtt * 2 >= tune::HELLO_GRACE {
-            return 0;
+    /// One adapting step's look at a session that started wide, with `open` streams: takes the
+    /// probe's round trip if it came (then forgets the probe, as when it failed), and says
+    /// whether the path proved short, so the streams beyond what it wants go; long (the
+    /// `Opened` and the probe both in), so they stay; or neither yet. Short means the hello,
+    /// two round trips after `connect`, would have come within [`tune::HELLO_GRACE`]: it came
+    /// late because the server or this host was busy, not because the path is long. On a long
+    /// path the early streams are what shortens slow start.
+    fn review_wide_start(&self, probe: &mut Option<&Receiver<Duration>>, open: usize) -> WideStart {
+        match probe.map(|p| p.try_recv()) {
+            Some(Ok(rtt)) => {
+                self.rtt_probed.store(nanos(rtt).max(1), Ordering::Relaxed);
+                *probe = None;
+            }
+            Some(Err(TryRecvError::Disconnected)) => *probe = None,
+            Some(Err(TryRecvError::Empty)) | None => {}
         }
-        open.saturating_sub(self.wanted_streams(rtt))
+        let rtt = self.rtt();
+        let surplus = open.saturating_sub(self.wanted_streams(rtt));
+        if rtt * 2 < tune::HELLO_GRACE && surplus > 0 {
+            WideStart::Retire(surplus)
+        } else if probe.is_none() && self.rtt_opened.load(Ordering::Relaxed) != 0 {
+            WideStart::Keep
+        } else {
+            WideStart::Undecided
+        }
     }
 
     /// The report's account of the path: measurements, choices and the tail.
@@ -501,6 +507,16 @@ pub(crate) enum Change {
     Grow(Box<SessionConn>),
     /// End this many of the most recently started streams.
     Retire(usize),
+}
+
+/// What an adapting step makes of a wide start (see [`Session::review_wide_start`]).
+enum WideStart {
+    /// The path is short: retire this many streams.
+    Retire(usize),
+    /// The path is long: keep them.
+    Keep,
+    /// Not known yet.
+    Undecided,
 }
 
 /// Sleeps `d` in short slices; false as soon as `finished` holds.
