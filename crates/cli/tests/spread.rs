@@ -295,14 +295,17 @@ fn several_servers_are_refused_where_only_one_can_serve() {
 fn a_push_over_three_servers_where_most_files_fail_ends_naming_them_and_writes_the_rest() {
     let t = tmp();
     let (src, root) = (t.path().join("src"), t.path().join("export"));
-    // 40 directories of 100 files of 4 KiB; at the destination each file of the first 30
-    // is a directory that is not empty (which a copy does not remove), so those 3,000 files
+    // 40 directories of 100 files of 4 KiB; at the destination three files of every four
+    // are directories that are not empty (which a copy does not remove), so those 3,000 files
     // fail on whichever server takes them: more failed work than any server may hold, which
-    // must count as done with once acknowledged, or the push would wait for it forever.
+    // must count as done with once acknowledged, or the push would wait for it forever. The
+    // failing files are spread through the tree, so that every server's batches also hold
+    // files it writes (a server's share counts written files only).
     sprat_testkit::make_many_files(&src, 4000, 4 << 10, 8);
     let dst = root.join("copy");
-    for i in 0..3000 {
-        let in_the_way = dst.join(format!("d{:03}/f{i:05}.bin", i / 100));
+    let name = |i: usize| format!("d{:03}/f{i:05}.bin", i / 100);
+    for i in (0..4000).filter(|i| i % 4 != 0) {
+        let in_the_way = dst.join(name(i));
         fs::create_dir_all(&in_the_way).unwrap();
         fs::write(in_the_way.join("keep"), b"not removed by a copy").unwrap();
     }
@@ -318,11 +321,23 @@ fn a_push_over_three_servers_where_most_files_fail_ends_naming_them_and_writes_t
         report.value
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let names_one = |l: &str| (0..30).any(|d| l.contains(&format!("d{d:03}/f")));
+    let names_one = |l: &str| {
+        (0..4000)
+            .filter(|i| i % 4 != 0)
+            .any(|i| l.contains(&name(i)))
+    };
     assert!(stderr.lines().any(names_one), "{stderr}");
-    for d in 30..40 {
-        let name = format!("d{d:03}");
-        assert_trees_equal(&src.join(&name), &dst.join(&name));
+    for i in (0..4000).step_by(4) {
+        let (from, to) = (src.join(name(i)), dst.join(name(i)));
+        assert_eq!(
+            fs::read(&from).unwrap(),
+            fs::read(&to).unwrap(),
+            "{}",
+            name(i)
+        );
+        let (a, b) = (fs::metadata(&from).unwrap(), fs::metadata(&to).unwrap());
+        assert_eq!(a.modified().unwrap(), b.modified().unwrap(), "{}", name(i));
+        assert_eq!(a.permissions(), b.permissions(), "{}", name(i));
     }
     assert_a_share_on_each(&out, &relays);
 }
