@@ -1,6 +1,7 @@
 """The rounds: prepare sets, servers and relays, then for every round every cell (set, mode,
 cache, RTT) with every tool in an order rotated by one each round; each run is timed until its
-data is on disk, checked against the source manifest and its destination deleted, untimed."""
+data is on disk, checked against the source manifest, untimed, and its destination kept until the
+suite ends (`disposal`: deleting it would slow the next run)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import time
 from typing import Optional
 
-from . import proc, servers, sets as setsmod, stats, tools as toolsmod, verify
+from . import disposal, proc, servers, sets as setsmod, stats, tools as toolsmod, verify
 from .suites import RESYNC_MODES, Plan, tool_registry
 
 CSV_FIELDS = ["stamp", "suite", "set", "mode", "cache", "rtt_ms", "round", "order", "tool", "kind", "seconds",
@@ -34,6 +35,7 @@ class Harness:
         self.dst_rel_base = f"harness-dst/{stamp}"
         self.procs = proc.Procs()
         self.cleanup: list[str] = []
+        self.disposer = disposal.Disposer()
         self.exit_hooks: list[list[str]] = []
         self.reg = tool_registry(plan)
         self.servers: dict[tuple[str, int], servers.Server] = {}
@@ -333,7 +335,7 @@ class Harness:
         elif t.kind in ("read", "write", "rw", "net"):
             row["check"] = "-"
         if t.kind in ("write", "rw") and dst:
-            shutil.rmtree(dst, ignore_errors=True)
+            self.disposer.keep(dst, r.bytes, r.bytes, self.log)
         if row.get("exit"):
             row["check"] = "FAIL"
             if timed.timed_out:
@@ -343,7 +345,7 @@ class Harness:
             else:
                 notes.insert(0, f"exit {row['exit']}: {proc.tail(logbase + '.err')}")
         if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:
-            self._delete(raw["dst"])
+            self.disposer.keep(raw["dst"], r.bytes, r.bytes, self.log)
         row["note"] = "; ".join(notes)
         self.log(f"{s:<8} {mode:<10} {cache:<4} {rtt_s + ' ms' if rtt_s else '':<8} {t.name:<14} r{rnd} "
                  f"{row['seconds']:9.3f} s  {row.get('check', '')} {row['note'][:160]}")
@@ -358,12 +360,6 @@ class Harness:
                 return servers.relay_connections(f.read())
         except OSError:
             return 0
-
-    def _delete(self, *paths: Optional[str]) -> None:
-        for d in paths:
-            if d and os.path.lexists(d):
-                subprocess.run(["rm", "-rf", "--", d], check=False)
-        os.sync()
 
     def manifest(self, s: str) -> dict:
         if not hasattr(self, "_manifests"):
@@ -417,6 +413,7 @@ class Harness:
         self.procs.stop_all()
         for cmd in self.exit_hooks:
             subprocess.run(cmd, capture_output=True)
+        self.disposer.delete_all()
         for d in self.cleanup:
             shutil.rmtree(d, ignore_errors=True)
 

@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import proc, progress, report, servers, sets, stats, suites, tools, verify  # noqa: E402
+from harness import disposal, proc, progress, report, servers, sets, stats, suites, tools, verify  # noqa: E402
 
 REPO = "/repo"
 
@@ -181,6 +181,39 @@ class Proc(unittest.TestCase):
             self.assertEqual(os.listdir(d), [])
             self.assertEqual(proc.warm_memory(0, where=d), 0)
             self.assertEqual(proc.warm_memory(1 << 20, where=os.path.join(d, "missing")), 0)
+
+
+class Disposal(unittest.TestCase):
+    def test_to_delete_frees_the_oldest_first_and_only_what_is_needed(self):
+        kept = [("a", 5), ("b", 3), ("c", 7)]
+        self.assertEqual(disposal.to_delete(kept, spare=10, reserve=10), [])
+        self.assertEqual(disposal.to_delete(kept, spare=4, reserve=9), ["a"])
+        self.assertEqual(disposal.to_delete(kept, spare=4, reserve=10), ["a", "b"])
+        self.assertEqual(disposal.to_delete(kept, spare=0, reserve=100), ["a", "b", "c"])
+        self.assertEqual(disposal.to_delete([], spare=0, reserve=1), [])
+
+    def test_keep_deletes_only_when_the_disk_runs_short(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for name in ("one", "two"):
+                path = os.path.join(tmp, name)
+                os.makedirs(path)
+                with open(os.path.join(path, "f"), "wb") as f:
+                    f.write(b"x" * 100)
+                paths.append(path)
+            roomy = disposal.Disposer(margin=0)
+            roomy.keep(paths[0], 100, 100)
+            self.assertTrue(os.path.isdir(paths[0]))
+            self.assertEqual(roomy.deleted, 0)
+            spare = disposal.spare_bytes(os.path.join(tmp, "not", "yet"))
+            self.assertGreater(spare, 0)
+            logged = []
+            short = disposal.Disposer(margin=spare * 4)  # more than this disk will ever have spare
+            short.keep(paths[1], 100, 100, logged.append)
+            self.assertFalse(os.path.exists(paths[1]))
+            self.assertEqual((short.deleted, short.kept, len(logged)), (1, [], 1))
+            roomy.delete_all()
+            self.assertFalse(os.path.exists(paths[0]))
 
 
 class Servers(unittest.TestCase):
