@@ -15,9 +15,51 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 GiB = 1 << 30
+# How long a deleted inode stays "recent" at most: 60 s, plus 300 s while its block is dirty.
+RECENT_S = 360
+STAMP = "last-deletion"
+
+
+def journal_less_ext4(path: str, mountinfo: str = "/proc/self/mountinfo", jbd2: str = "/proc/fs/jbd2") -> bool:
+    """Whether `path` is on an ext4 mounted without a journal (no jbd2 entry for its device)."""
+    try:
+        dev = os.stat(path).st_dev
+        with open(mountinfo) as f:
+            lines = f.read().splitlines()
+        journals = {name.rsplit("-", 1)[0] for name in os.listdir(jbd2)} if os.path.isdir(jbd2) else set()
+    except OSError:
+        return False
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 10 or fields[2] != want or "-" not in fields:
+            continue
+        after = fields[fields.index("-") + 1:]
+        if after[0] == "ext4":
+            return os.path.basename(after[1]) not in journals
+    return False
+
+
+def wait_out_deletions(meta: str, data: str, log, now: Optional[float] = None, sleep=time.sleep) -> float:
+    """Before a suite on a journal-less ext4: sleep until the last deletion of finished copies
+    (ours, recorded in `meta`) is `RECENT_S` old. Returns the seconds slept."""
+    try:
+        with open(os.path.join(meta, STAMP)) as f:
+            last = float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+    left = RECENT_S - ((time.time() if now is None else now) - last)
+    if left <= 0 or not journal_less_ext4(data):
+        return 0.0
+    log(f"waiting {left:.0f} s: finished copies were deleted {RECENT_S - left:.0f} s ago on this journal-less "
+        "ext4, and new files would be slow to create until their inodes are no longer recent")
+    sleep(left)
+    return left
 
 
 def spare_bytes(path: str) -> int:
@@ -52,6 +94,7 @@ class Disposer:
     if the disk would no longer hold the next copy of `next_bytes` with `margin` to spare."""
 
     margin: int = 4 * GiB
+    meta: Optional[str] = None  # where the time of the last deletion is recorded
     kept: list[tuple[str, int]] = field(default_factory=list)
     deleted: int = 0
 
@@ -64,6 +107,7 @@ class Disposer:
         for p in gone:
             subprocess.run(["rm", "-rf", "--", p], check=False)
         os.sync()
+        self._stamp()
         self.kept = self.kept[len(gone):]
         self.deleted += len(gone)
         if log:
@@ -71,6 +115,15 @@ class Disposer:
                 "may create files where many were just deleted")
 
     def delete_all(self) -> None:
+        if not self.kept:
+            return
         for p, _ in self.kept:
             shutil.rmtree(p, ignore_errors=True)
         self.kept.clear()
+        os.sync()
+        self._stamp()
+
+    def _stamp(self) -> None:
+        if self.meta:
+            with open(os.path.join(self.meta, STAMP), "w") as f:
+                f.write(f"{time.time():.0f}\n")

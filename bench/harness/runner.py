@@ -35,7 +35,7 @@ class Harness:
         self.dst_rel_base = f"harness-dst/{stamp}"
         self.procs = proc.Procs()
         self.cleanup: list[str] = []
-        self.disposer = disposal.Disposer()
+        self.disposer = disposal.Disposer(meta=self.meta)
         self.exit_hooks: list[list[str]] = []
         self.reg = tool_registry(plan)
         self.servers: dict[tuple[str, int], servers.Server] = {}
@@ -62,6 +62,7 @@ class Harness:
             raise SystemExit(f"bench/run: --old-sprat {p.old_sprat}: missing or not executable")
         for d in (self.root, self.meta, self.logs, self.tmp, self.outdir):
             os.makedirs(d, exist_ok=True)
+        disposal.wait_out_deletions(self.meta, self.data_dir, self.log)
         self.cleanup += [self.tmp, os.path.join(self.root, self.dst_rel_base)]
         # every run uses the same build, whatever happens to target/ meanwhile
         self.sprat = os.path.join(self.tmp, "sprat")

@@ -216,6 +216,46 @@ class Disposal(unittest.TestCase):
             self.assertFalse(os.path.exists(paths[0]))
 
 
+    def test_journal_less_ext4_reads_mountinfo_and_jbd2(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            dev = os.stat(tmp).st_dev
+            mountinfo, jbd2 = os.path.join(tmp, "mountinfo"), os.path.join(tmp, "jbd2")
+            os.makedirs(jbd2)
+
+            def mounted(fstype: str) -> None:
+                with open(mountinfo, "w") as f:
+                    f.write("22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+                            f"27 1 {os.major(dev)}:{os.minor(dev)} / / rw,relatime - {fstype} /dev/fakedisk rw\n")
+
+            mounted("ext4")
+            self.assertTrue(disposal.journal_less_ext4(tmp, mountinfo, jbd2))
+            os.makedirs(os.path.join(jbd2, "fakedisk-8"))
+            self.assertFalse(disposal.journal_less_ext4(tmp, mountinfo, jbd2))
+            os.rmdir(os.path.join(jbd2, "fakedisk-8"))
+            mounted("xfs")
+            self.assertFalse(disposal.journal_less_ext4(tmp, mountinfo, jbd2))
+
+    def test_wait_out_deletions_only_after_a_recorded_recent_one(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            slept, logged = [], []
+            self.assertEqual(disposal.wait_out_deletions(tmp, tmp, logged.append, sleep=slept.append), 0.0)
+            d = disposal.Disposer(meta=tmp)
+            path = os.path.join(tmp, "copy")
+            os.makedirs(path)
+            d.kept.append((path, 1))
+            d.delete_all()
+            self.assertFalse(os.path.exists(path))
+            with open(os.path.join(tmp, disposal.STAMP)) as f:
+                last = float(f.read())
+            later = last + disposal.RECENT_S + 1
+            self.assertEqual(disposal.wait_out_deletions(tmp, tmp, logged.append, now=later, sleep=slept.append), 0.0)
+            left = disposal.wait_out_deletions(tmp, tmp, logged.append, now=last + 60, sleep=slept.append)
+            if disposal.journal_less_ext4(tmp):
+                self.assertEqual((left, slept, len(logged)), (disposal.RECENT_S - 60, [disposal.RECENT_S - 60], 1))
+            else:
+                self.assertEqual((left, slept, logged), (0.0, [], []))
+
+
 class Servers(unittest.TestCase):
     def test_relayed_wrapper_announces_the_relay(self):
         w = servers.relayed_sprat_wrapper("/t/my sprat", 4242)
