@@ -4,6 +4,7 @@ ports, a timed shell command with its CPU time, cache states and the final sync.
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import socket
@@ -206,6 +207,7 @@ def warm_memory(nbytes: int, where: str = "/dev/shm") -> int:
     nbytes = max(0, min(nbytes, room))
     if nbytes == 0:
         return 0
+    _touch_huge(nbytes)
     block = b"\1" * (1 << 20)
     fd, path = tempfile.mkstemp(prefix="warm-memory-", dir=where)
     try:
@@ -216,6 +218,26 @@ def warm_memory(nbytes: int, where: str = "/dev/shm") -> int:
     finally:
         os.unlink(path)
     return nbytes
+
+
+def _touch_huge(nbytes: int) -> None:
+    """Touches `nbytes` of anonymous memory in transparent huge pages (where the kernel gives
+    them) and frees it: the 2 MiB blocks a file's large page-cache folios are carved from come
+    back fast too, not only the 4 KiB pages the tmpfs file above gets. A server writing 1 MiB
+    files in one `pwrite` each took 1.5-1.9 s of CPU for 1,000 of them on a fresh process
+    with only the tmpfs file touched, 0.7-0.8 s with this as well (2026-11-27)."""
+    try:
+        m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, ValueError):
+        return
+    try:
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            m.madvise(mmap.MADV_HUGEPAGE)
+        block = b"\1" * (1 << 20)
+        while m.tell() < nbytes:
+            m.write(block[: nbytes - m.tell()])
+    finally:
+        m.close()
 
 
 def syncfs(path: str) -> None:
