@@ -209,7 +209,8 @@ def write_report(h: runner.Harness, argv: list[str], stamp: str, outdir: str, lo
              "every run is timed until its data is on disk (`sync -f` of the destination inside the timed part); "
              f"fresh destination per run, checked ({plan.verify}), untimed, and kept until the suite ends "
              "(deleting it would slow the next runs on a journal-less ext4)"
-             + ("; before each run, twice the set's size + 512 MiB of memory touched and freed in /dev/shm "
+             + ("; before each run, twice the set's size + 512 MiB of memory touched and freed in /dev/shm and "
+                "as much in huge pages "
                 "(untimed: pages a VM's host took back are slow to touch again)" if plan.warm_memory else ""),
              f"- ratios: t_tool / t_{plan.baseline} of the medians (> 1: {plan.baseline} is faster); t_limit / "
              f"t_{plan.baseline} (1 = at the limit); t_limit = the slowest of the fastest read limit, the write "
