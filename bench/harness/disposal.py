@@ -13,7 +13,6 @@ and bias in every small-file cell, limits included. With a journal the check is 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -89,25 +88,22 @@ def to_delete(kept: list[tuple[str, int]], spare: int, reserve: int) -> list[str
 
 @dataclass
 class Disposer:
-    """Copies kept for deletion at the end (`Harness.close` removes their common parent).
-    `keep(path, nbytes, next_bytes)` keeps a checked copy, first deleting the oldest kept ones
-    if the disk would no longer hold the next copy of `next_bytes` with `margin` to spare."""
+    """Copies kept until the suite ends (`delete_all`, from `Harness.close`). `keep(path,
+    nbytes)` keeps a checked copy of `nbytes`, first deleting the oldest kept ones if the disk
+    would no longer hold two more such copies with `margin` to spare."""
 
     margin: int = 4 * GiB
     meta: Optional[str] = None  # where the time of the last deletion is recorded
     kept: list[tuple[str, int]] = field(default_factory=list)
     deleted: int = 0
 
-    def keep(self, path: str, nbytes: int, next_bytes: int, log=None) -> None:
+    def keep(self, path: str, nbytes: int, log=None) -> None:
         self.kept.append((path, nbytes))
-        reserve = 2 * next_bytes + self.margin
+        reserve = 2 * nbytes + self.margin
         gone = to_delete(self.kept, spare_bytes(path), reserve)
         if not gone:
             return
-        for p in gone:
-            subprocess.run(["rm", "-rf", "--", p], check=False)
-        os.sync()
-        self._stamp()
+        self._remove(gone)
         self.kept = self.kept[len(gone):]
         self.deleted += len(gone)
         if log:
@@ -115,15 +111,15 @@ class Disposer:
                 "may create files where many were just deleted")
 
     def delete_all(self) -> None:
-        if not self.kept:
-            return
-        for p, _ in self.kept:
-            shutil.rmtree(p, ignore_errors=True)
-        self.kept.clear()
-        os.sync()
-        self._stamp()
+        if self.kept:
+            self._remove([p for p, _ in self.kept])
+            self.kept.clear()
 
-    def _stamp(self) -> None:
+    def _remove(self, paths: list[str]) -> None:
+        """Deletes `paths`, syncs, and records when (see `wait_out_deletions`)."""
+        for p in paths:
+            subprocess.run(["rm", "-rf", "--", p], check=False)
+        os.sync()
         if self.meta:
             with open(os.path.join(self.meta, STAMP), "w") as f:
                 f.write(f"{time.time():.0f}\n")

@@ -194,7 +194,8 @@ def mem_available() -> int:
 
 def warm_memory(nbytes: int, where: str = "/dev/shm") -> int:
     """Write `nbytes` (at most what memory and `where` leave, with 1 GiB spare) into a file in
-    `where` (a tmpfs) and delete it; returns the bytes touched. A virtual machine that gives
+    `where` (a tmpfs) and delete it, after touching and freeing as much in huge pages
+    (`_touch_huge`); returns the bytes touched. A virtual machine that gives
     its idle memory back to the host (free page reporting) makes the next first touch of each
     page cost a fault in the host, about 2.5 s of system time per GiB here against 0.2-0.4 s for
     memory freed a moment before: which a tool gets depends on what ran before it. Touched and
@@ -208,24 +209,26 @@ def warm_memory(nbytes: int, where: str = "/dev/shm") -> int:
     if nbytes == 0:
         return 0
     _touch_huge(nbytes)
-    block = b"\1" * (1 << 20)
     fd, path = tempfile.mkstemp(prefix="warm-memory-", dir=where)
     try:
         with os.fdopen(fd, "wb", buffering=0) as f:
             done = 0
             while done < nbytes:
-                done += f.write(block[: min(len(block), nbytes - done)])
+                done += f.write(_MIB_OF_ONES[: nbytes - done])
     finally:
         os.unlink(path)
     return nbytes
 
 
+_MIB_OF_ONES = b"\1" * (1 << 20)
+
+
 def _touch_huge(nbytes: int) -> None:
     """Touches `nbytes` of anonymous memory in transparent huge pages (where the kernel gives
     them) and frees it: the 2 MiB blocks a file's large page-cache folios are carved from come
-    back fast too, not only the 4 KiB pages the tmpfs file above gets. A server writing 1 MiB
-    files in one `pwrite` each took 1.5-1.9 s of CPU for 1,000 of them on a fresh process
-    with only the tmpfs file touched, 0.7-0.8 s with this as well (2026-11-27)."""
+    back fast too, not only the 4 KiB pages the tmpfs file of `warm_memory` gets. A server
+    writing 1 MiB files in one `pwrite` each took 1.5-1.9 s of CPU for 1,000 of them on a fresh
+    process with only the tmpfs file touched, 0.7-0.8 s with this as well (2026-11-27)."""
     try:
         m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, ValueError):
@@ -233,9 +236,8 @@ def _touch_huge(nbytes: int) -> None:
     try:
         if hasattr(mmap, "MADV_HUGEPAGE"):
             m.madvise(mmap.MADV_HUGEPAGE)
-        block = b"\1" * (1 << 20)
         while m.tell() < nbytes:
-            m.write(block[: nbytes - m.tell()])
+            m.write(_MIB_OF_ONES[: nbytes - m.tell()])
     finally:
         m.close()
 

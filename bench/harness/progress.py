@@ -321,7 +321,7 @@ def run_eta(h) -> str:
                 c = verify.check(man, dst, plan.verify)
                 check = "FAIL" if rc else c.status
                 note = f"exit {rc}" if rc else c.detail
-                h.disposer.keep(dst, c.bytes, c.bytes, h.log)
+                h.disposer.keep(dst, c.bytes, h.log)
                 row = {"stamp": h.stamp, "round": rnd, "order": order, "tool": t.name, "direction": t.direction,
                        "seconds": round(total, 3), "exit": rc, "check": check, "dst_files": c.files,
                        "dst_bytes": c.bytes, "samples": len(etas), "load1": os.getloadavg()[0], "note": note or ""}

@@ -90,7 +90,7 @@ def run_servers(h) -> str:
                     rows.append((build, mode, n, rnd, took, ready.bytes / took, c.status, shares))
                     h.log(f"round {rnd}, {build}, {mode}, {n} server(s): {took:.2f} s, "
                           f"{ready.bytes / took / 1e6:.1f} MB/s, {c.status} {c.detail} (files per server {shares})")
-                    h.disposer.keep(dst, ready.bytes, ready.bytes, h.log)
+                    h.disposer.keep(dst, ready.bytes, h.log)
     with open(os.path.join(h.outdir, "runs.csv"), "w") as f:
         f.write("build,mode,servers,round,seconds,bytes_per_s,check,files_per_server\n")
         for build, mode, n, rnd, took, rate, check, shares in rows:

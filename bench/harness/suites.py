@@ -219,8 +219,9 @@ def parser(repo: str) -> argparse.ArgumentParser:
     p.add_argument("--no-netns", action="store_true", help="stay in the host's network namespace")
     p.add_argument("--no-warm-memory", action="store_true",
                    help="do not touch and free twice the set's size (+512 MiB) of memory in /dev/shm, and as "
-                   "much in huge pages, before each run (on a VM that gives idle memory back to its host, the first touch of a page costs "
-                   "a host fault: which tool pays it would depend on what ran before)")
+                   "much in huge pages, before each run (on a VM that gives idle memory back to its host, "
+                   "the first touch of a page costs a host fault: which tool pays it would depend on what "
+                   "ran before)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and every command, run nothing")
     return p
 

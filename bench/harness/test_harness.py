@@ -202,19 +202,18 @@ class Disposal(unittest.TestCase):
                     f.write(b"x" * 100)
                 paths.append(path)
             roomy = disposal.Disposer(margin=0)
-            roomy.keep(paths[0], 100, 100)
+            roomy.keep(paths[0], 100)
             self.assertTrue(os.path.isdir(paths[0]))
             self.assertEqual(roomy.deleted, 0)
             spare = disposal.spare_bytes(os.path.join(tmp, "not", "yet"))
             self.assertGreater(spare, 0)
             logged = []
             short = disposal.Disposer(margin=spare * 4)  # more than this disk will ever have spare
-            short.keep(paths[1], 100, 100, logged.append)
+            short.keep(paths[1], 100, logged.append)
             self.assertFalse(os.path.exists(paths[1]))
             self.assertEqual((short.deleted, short.kept, len(logged)), (1, [], 1))
             roomy.delete_all()
             self.assertFalse(os.path.exists(paths[0]))
-
 
     def test_journal_less_ext4_reads_mountinfo_and_jbd2(self):
         with tempfile.TemporaryDirectory() as tmp:
