@@ -155,7 +155,7 @@ class Harness:
                      "src_name": os.path.basename(r.path), "tmp": self.tmp, "host": "127.0.0.1",
                      "host2": "127.0.0.1", "listen_port": "", "port": "", "port2": "",
                      "drop": "--drop-caches" if cache == "cold" else "", "conn": "", "conn2": "",
-                     "calls": self.plan.calls}
+                     "calls": self.plan.calls, "alloc_4m": max(1, -(-r.allocated // (4 << 20)))}
         verbatim = ["drop", "conn", "conn2", "args", "args_remote", "gen"]
         env = dict(self.sprat_env)
         args = list(tool.args)

@@ -125,6 +125,8 @@ class Ready:
     dirs: int = 0
     symlinks: int = 0
     median_size: int = 0
+    # bytes the set takes on its file system: every entry's blocks (`du -s --block-size=1`)
+    allocated: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -162,7 +164,24 @@ def ensure(ds: DataSet, root: str, meta: str, sprat: str, log, refresh: bool = F
             f.write(ds.recipe + "\n")
     tree = verify.load_manifest(man)
     s = verify.summary(tree)
-    return Ready(ds, path, man, s["files"], s["bytes"], s["dirs"], s["symlinks"], s["median"])
+    return Ready(ds, path, man, s["files"], s["bytes"], s["dirs"], s["symlinks"], s["median"], allocated(path))
+
+
+def allocated(path: str) -> int:
+    """Bytes the tree at `path` takes on its file system: the blocks of every entry, hard links
+    counted once, as `du -s --block-size=1` counts them."""
+    seen: set = set()
+    total = 0
+    for d, dirs, names in os.walk(path):
+        for n in [""] + dirs + names:
+            try:
+                st = os.lstat(os.path.join(d, n) if n else d)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
 
 
 def snapshot_tree(src: str, nfiles: int, dst: str) -> None:

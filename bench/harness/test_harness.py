@@ -90,6 +90,19 @@ class Sets(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown data set 'huge'"):
             sets.resolve_set("huge")
 
+    def test_allocated_counts_blocks_as_du_does(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "a", "b"))
+            for i, size in enumerate((0, 1, 4096, 70000)):
+                with open(os.path.join(d, "a", f"f{i}"), "wb") as f:
+                    f.write(b"x" * size)
+            os.link(os.path.join(d, "a", "f3"), os.path.join(d, "a", "b", "hard"))
+            os.symlink("f1", os.path.join(d, "a", "link"))
+            du = int(subprocess.run(["du", "-s", "--block-size=1", d], capture_output=True, text=True,
+                                    check=True).stdout.split()[0])
+            self.assertEqual(sets.allocated(d), du)
+            self.assertGreaterEqual(du, 70000 + 4096)
+
 
 class Tools(unittest.TestCase):
     def test_expand_quotes_and_double_quotes(self):
@@ -102,13 +115,26 @@ class Tools(unittest.TestCase):
     def test_every_entry_expands_with_a_full_context(self):
         fields = ["sprat", "src", "dst", "src_rel", "dst_rel", "src_name", "host", "host2", "port", "port2",
                   "listen_port", "args", "args_remote", "conn", "conn2", "drop", "gen", "tmp", "ssh", "ssh_opts", "ssh_e",
-                  "ssh_e2", "rclone_pass", "xrd_user", "calls", "remote_sprat"]
+                  "ssh_e2", "rclone_pass", "xrd_user", "calls", "remote_sprat", "alloc_4m"]
         ctx = {f: f"<{f}>" for f in fields}
         for t in tools.ENTRIES:
             for m, tmpl in list(t.modes.items()) + list(t.receiver.items()) + list(t.prepare.items()):
                 tools.expand(tmpl, ctx)
             tools.expand(t.copy_at, ctx)
             self.assertTrue(set(t.modes) <= set(tools.MODES), t.name)
+
+    def test_disk_limit_writes_the_allocated_bytes_and_reports_failures(self):
+        disk = tools.registry()["disk"]
+        with tempfile.TemporaryDirectory() as d:
+            for reader, want in (("true", 0), ("false", 1)):
+                dst = os.path.join(d, f"copy-{reader}")
+                ctx = tools.quote_ctx({"sprat": reader, "src": d, "dst": dst, "alloc_4m": 2})
+                rc = subprocess.run(["bash", "-o", "pipefail", "-c", tools.expand(disk.modes["local"], ctx)]).returncode
+                self.assertEqual(rc, want, reader)
+                self.assertEqual(os.path.getsize(os.path.join(dst, "disk-limit")), 8 << 20)
+            ctx = tools.quote_ctx({"sprat": "true", "src": d, "dst": "/proc/none/x", "alloc_4m": 1})
+            cmd = tools.expand(disk.modes["local"], ctx)
+            self.assertNotEqual(subprocess.run(["bash", "-c", cmd], stderr=subprocess.DEVNULL).returncode, 0)
 
     def test_variants(self):
         reg = tools.registry()

@@ -142,6 +142,17 @@ ENTRIES: list[Tool] = [
          modes={m: "{sprat} bench write --json {drop} {src} {dst}" for m in MODES[:4]}),
     Tool(name="rw", label="copy limit (sprat bench copy: the read and write limits at once)", kind="rw",
          timing="report", modes={m: "{sprat} bench copy --json {drop} {src} {dst}" for m in MODES[:4]}),
+    # One disk for source and copy: whatever reads the source and writes the copy shares the
+    # disk's bandwidth (on this VM's disk, reading and writing at once take about the time of
+    # both apart). `disk` reads the source as `read` does while the destination's file system
+    # takes the source's allocated bytes as one sequential O_DIRECT write, the cheapest way to
+    # put that many bytes on it (a plain write where O_DIRECT is refused, e.g. tmpfs).
+    Tool(name="disk", label="one-disk copy limit (the read limit while the destination's disk takes the "
+         "source's allocated bytes in one sequential O_DIRECT write)", kind="rw",
+         modes={m: "{sprat} bench read --threads 16 {src} >/dev/null & r=$!; mkdir -p {dst} && "
+                   "{{ dd if=/dev/zero of={dst}/disk-limit bs=4M count={alloc_4m} oflag=direct status=none 2>/dev/null "
+                   "|| dd if=/dev/zero of={dst}/disk-limit bs=4M count={alloc_4m} status=none; }}; d=$?; "
+                   "wait $r && exit $d" for m in MODES[:4]}),
     Tool(name="net", label="network limit (sprat bench network, memory to memory)", kind="net",
          timing="report", sync=False, server="sprat", gen_only=True,
          modes={m: "{sprat} bench network --json {conn} {gen} sprat://{host}:{port}/" for m in ("push", "pull")}),
@@ -219,7 +230,7 @@ ENTRIES += [
             sync=False, args=("--progress",)),
 ]
 ALIASES = {"cp": "cpa", "tar": "tartar", "rsync-daemon": "rsyncd", "read-limit": "read", "write-limit": "write",
-           "copy-limit": "rw"}
+           "copy-limit": "rw", "disk-limit": "disk"}
 
 
 def registry(extra: tuple[Tool, ...] = ()) -> dict[str, Tool]:
