@@ -89,16 +89,17 @@ pub(crate) fn local_writer(
     let keep_setid = !from_peer || options.keep_setid;
     // The data goes to disk while the copy runs, not all in the final sync (see
     // docs/performance.md, "Time until the data is on disk"): see [`to_disk_early`]. Early
-    // writeback (a syncfs after each batch) is opt-in, SPRAT_EARLY_WRITEBACK=1: its gains
-    // were mixed (0.82x to 1.3x) and syncfs writes back the whole file system, other
-    // programs' data included, which a copy on a shared file system must not impose.
-    let early_writeback =
-        !options.durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_some_and(|v| v == "1");
+    // writeback (a syncfs after each batch) is opt-in, SPRAT_EARLY_WRITEBACK=1, for every
+    // destination (a server receiving a push too): it empties the final sync, but the writing
+    // then slows the copy itself (the real tree: 2-5% sooner cold, no change warm;
+    // docs/performance.md, "One disk for source and copy"), and syncfs writes back the whole
+    // file system, other programs' data included, which a copy on a shared file system must
+    // not impose.
     Ok(Arc::new(
         to_disk_early(writer)
             .publishing(options.publish)
             .durable(options.durable)
-            .early_writeback(early_writeback)
+            .early_writeback(early_writeback(options.durable))
             .keep_setid(keep_setid)
             .owners(options.owners)
             // A local copy's source and destination share one user database: the ids are
@@ -117,6 +118,13 @@ pub(crate) fn to_disk_early(writer: TreeWriter) -> TreeWriter {
     writer
         .direct_chunks(on("SPRAT_DIRECT_CHUNKS"))
         .file_writeback(on("SPRAT_FILE_WRITEBACK"))
+}
+
+/// Whether a destination syncs its file system after each batch without waiting for it
+/// (`SPRAT_EARLY_WRITEBACK=1`, see [`local_writer`]); never for a durable one, which syncs and
+/// waits anyway.
+pub(crate) fn early_writeback(durable: bool) -> bool {
+    !durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_some_and(|v| v == "1")
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory

@@ -791,7 +791,9 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .owners(owners && shared.options.owners)
                         .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
-                    Arc::new(w.durable(durable || shared.options.durable))
+                    let durable = durable || shared.options.durable;
+                    let early = super::destination::early_writeback(durable);
+                    Arc::new(w.durable(durable).early_writeback(early))
                 }),
                 Err(e) => return served.refuse_store(&e),
             };
