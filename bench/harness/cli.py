@@ -81,7 +81,12 @@ def main(argv: list[str]) -> int:
         if os.geteuid() == 0 and shutil_which("unshare"):
             enter_netns(argv)
         log("warning: not root (or no unshare): running in the host's network namespace")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    def stopped(signum, _frame):
+        log(f"stopped by {signal.Signals(signum).name}")
+        sys.exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stopped)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     outdir = os.path.join(plan.results_dir, f"{plan.suite.name}-{stamp}")
     h = runner.Harness(plan, REPO, stamp, log, outdir)
@@ -104,13 +109,17 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         log("interrupted: the report covers the runs done so far")
     finally:
-        h.close()
-    if not h.rows:
-        return 1
-    md = write_report(h, argv, stamp, outdir, load0, time.monotonic() - t0)
-    print(md)
-    log(f"results in {outdir}")
-    return 0 if all(r.get("check") != "FAIL" for r in h.rows) else 1
+        h.stop()
+    # The report before the copies are deleted: that takes minutes on a disk with `discard`.
+    try:
+        if not h.rows:
+            return 1
+        md = write_report(h, argv, stamp, outdir, load0, time.monotonic() - t0)
+        print(md)
+        log(f"results in {outdir}")
+        return 0 if all(r.get("check") != "FAIL" for r in h.rows) else 1
+    finally:
+        h.dispose()
 
 
 def run_special(h: runner.Harness, argv: list[str], stamp: str, outdir: str, load0) -> int:

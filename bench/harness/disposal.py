@@ -86,6 +86,26 @@ def to_delete(kept: list[tuple[str, int]], spare: int, reserve: int) -> list[str
     return out
 
 
+def stale_suites(dst_base: str, idle_s: float = 3600, now: Optional[float] = None) -> list[str]:
+    """The suites' destination directories under `dst_base` (`harness-dst/STAMP`) that nothing
+    changed for `idle_s`: left by a suite stopped before it deleted its copies (a running suite
+    adds a copy every few seconds)."""
+    try:
+        names = sorted(os.listdir(dst_base))
+    except OSError:
+        return []
+    now = time.time() if now is None else now
+    out = []
+    for n in names:
+        d = os.path.join(dst_base, n)
+        try:
+            if os.path.isdir(d) and not os.path.islink(d) and now - os.lstat(d).st_mtime >= idle_s:
+                out.append(d)
+        except OSError:
+            continue
+    return out
+
+
 @dataclass
 class Disposer:
     """Copies kept until the suite ends (`delete_all`, from `Harness.close`). `keep(path,
@@ -103,7 +123,7 @@ class Disposer:
         gone = to_delete(self.kept, spare_bytes(path), reserve)
         if not gone:
             return
-        self._remove(gone)
+        self.remove(gone)
         self.kept = self.kept[len(gone):]
         self.deleted += len(gone)
         if log:
@@ -112,14 +132,19 @@ class Disposer:
 
     def delete_all(self) -> None:
         if self.kept:
-            self._remove([p for p, _ in self.kept])
+            self.remove([p for p, _ in self.kept])
             self.kept.clear()
 
-    def _remove(self, paths: list[str]) -> None:
-        """Deletes `paths`, syncs, and records when (see `wait_out_deletions`)."""
+    def remove(self, paths: list[str]) -> None:
+        """Deletes `paths`, syncs, and records when (see `wait_out_deletions`): before it
+        starts too, so that a deletion cut short still makes the next suite wait."""
+        self._stamp()
         for p in paths:
             subprocess.run(["rm", "-rf", "--", p], check=False)
         os.sync()
+        self._stamp()
+
+    def _stamp(self) -> None:
         if self.meta:
             with open(os.path.join(self.meta, STAMP), "w") as f:
                 f.write(f"{time.time():.0f}\n")

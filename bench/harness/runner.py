@@ -62,6 +62,9 @@ class Harness:
             raise SystemExit(f"bench/run: --old-sprat {p.old_sprat}: missing or not executable")
         for d in (self.root, self.meta, self.logs, self.tmp, self.outdir):
             os.makedirs(d, exist_ok=True)
+        for d in disposal.stale_suites(os.path.join(self.root, "harness-dst")):
+            self.log(f"deleting {d}: copies of a suite that stopped before deleting them")
+            self.disposer.remove([d])
         disposal.wait_out_deletions(self.meta, self.data_dir, self.log)
         self.cleanup += [self.tmp, os.path.join(self.root, self.dst_rel_base)]
         # every run uses the same build, whatever happens to target/ meanwhile
@@ -410,13 +413,24 @@ class Harness:
         verify.save_manifest(man, r.manifest)
         self.log(f"touched {len(picked)} files of {s}")
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stops the servers and relays and runs the exit hooks (the copies stay)."""
         self.procs.stop_all()
         for cmd in self.exit_hooks:
             subprocess.run(cmd, capture_output=True)
+        self.exit_hooks = []
+
+    def dispose(self) -> None:
+        """Deletes the copies kept until now and the suite's scratch directories."""
+        if self.disposer.kept:
+            self.log(f"deleting {len(self.disposer.kept)} finished copies")
         self.disposer.delete_all()
         for d in self.cleanup:
             shutil.rmtree(d, ignore_errors=True)
+
+    def close(self) -> None:
+        self.stop()
+        self.dispose()
 
 
 def _json_report(path: str) -> dict:

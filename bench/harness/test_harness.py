@@ -241,6 +241,21 @@ class Disposal(unittest.TestCase):
             roomy.delete_all()
             self.assertFalse(os.path.exists(paths[0]))
 
+    def test_stale_suites_are_the_idle_destination_directories(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(disposal.stale_suites(os.path.join(d, "none")), [])
+            for name, age in (("20261128-000000", 7200), ("20261128-010000", 60)):
+                os.makedirs(os.path.join(d, name, "copy"))
+                t = 1_800_000_000 - age
+                os.utime(os.path.join(d, name), (t, t))
+            with open(os.path.join(d, "a-file"), "w"):
+                pass
+            os.utime(os.path.join(d, "a-file"), (0, 0))
+            self.assertEqual(disposal.stale_suites(d, now=1_800_000_000), [os.path.join(d, "20261128-000000")])
+            disp = disposal.Disposer(meta=d)
+            disp.remove(disposal.stale_suites(d, now=1_800_000_000))
+            self.assertEqual(sorted(os.listdir(d)), ["20261128-010000", "a-file", disposal.STAMP])
+
     def test_journal_less_ext4_reads_mountinfo_and_jbd2(self):
         with tempfile.TemporaryDirectory() as tmp:
             dev = os.stat(tmp).st_dev
