@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 /// Writes one transfer's tree below a destination directory.
@@ -82,6 +82,9 @@ pub struct TreeWriter {
     file_writeback: bool,
     /// Started by [`TreeWriter::early_writeback`].
     writeback: Option<crate::writeback::Writeback>,
+    /// Bytes of whole files written since the last early writeback that nothing else started
+    /// on their way to disk (see [`TreeWriter::batch_written`]).
+    left_in_cache: AtomicU64,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
@@ -331,6 +334,7 @@ impl TreeWriter {
             chunk_writes: ChunkWrites::default(),
             file_writeback: false,
             writeback: None,
+            left_in_cache: AtomicU64::new(0),
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
@@ -578,11 +582,29 @@ impl TreeWriter {
         self
     }
 
-    /// Tells the writer that a batch was written: with [`TreeWriter::early_writeback`], its
-    /// data starts going to disk.
+    /// Tells the writer that a batch was written: with [`TreeWriter::early_writeback`], what
+    /// it left in the page cache starts going to disk once that is at least
+    /// [`crate::writeback::EARLY_MIN`] bytes since the last time (whole files written through
+    /// the page cache and not started on their own; large files' direct chunks and files of
+    /// [`crate::writeback::FILE_MIN`] or more are on their way already).
     pub fn batch_written(&self) {
-        if let Some(wb) = &self.writeback {
+        let Some(wb) = &self.writeback else { return };
+        let due = self
+            .left_in_cache
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                (left >= crate::writeback::EARLY_MIN).then_some(0)
+            })
+            .is_ok();
+        if due {
             wb.kick();
+        }
+    }
+
+    /// Counts a whole file of `len` bytes left in the page cache (see
+    /// [`TreeWriter::batch_written`]).
+    pub(crate) fn left_in_cache(&self, len: u64) {
+        if self.writeback.is_some() {
+            self.left_in_cache.fetch_add(len, Ordering::Relaxed);
         }
     }
 
@@ -1128,6 +1150,8 @@ impl WriterCursor<'_> {
                 let len = data.len() as u64;
                 if writer.starts_file_writeback(len) {
                     crate::writeback::start_file(&fd, len);
+                } else {
+                    writer.left_in_cache(len);
                 }
             })
             .and_then(|()| match &xattrs {
@@ -1876,6 +1900,46 @@ mod tests {
         // Created, with the mode it was made with: its own was never kept.
         assert_eq!(mode("c"), 0o755);
         assert_eq!(*lock(&left), 0);
+    }
+
+    #[test]
+    fn batches_start_early_writeback_once_enough_small_files_are_left_in_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into())
+            .file_writeback(true)
+            .early_writeback(true);
+        let mut c = writer.cursor();
+        let small = vec![7u8; 64 << 10];
+        let per_batch = 64;
+        let batches_to_min = crate::writeback::EARLY_MIN / (per_batch * small.len() as u64);
+        let syncs_after = |writer: &TreeWriter| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while writer.writeback_runs() == 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            writer.writeback_runs()
+        };
+        // A large file is on its way to disk already: it counts for nothing.
+        c.write_file(b"large", &attrs(0o644), &vec![1u8; 1 << 20])
+            .unwrap();
+        for batch in 0..batches_to_min {
+            for i in 0..per_batch {
+                let name = format!("d{batch}/f{i}");
+                c.write_file(name.as_bytes(), &attrs(0o644), &small)
+                    .unwrap();
+            }
+            writer.batch_written();
+            if batch + 1 < batches_to_min {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                assert_eq!(writer.writeback_runs(), 0, "after batch {batch}");
+            }
+        }
+        assert_eq!(syncs_after(&writer), 1);
+        // The count starts again: one more batch is not enough.
+        c.write_file(b"more", &attrs(0o644), &small).unwrap();
+        writer.batch_written();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(writer.writeback_runs(), 1);
     }
 
     #[test]

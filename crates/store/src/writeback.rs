@@ -5,24 +5,31 @@
 //! background threshold (10% of memory here, about 2 GB) or are 30 s old, so a copy smaller
 //! than that finishes with everything still in memory and the whole write to disk happens in
 //! the final `sync` (the user's, or the next writeback): the disk idles while the copy runs,
-//! and the CPU idles while the disk writes. A [`Writeback`] runs one thread that, each time it
-//! is kicked (after every batch), calls `syncfs` on the destination's file system unless one is
-//! under way already, so the write to disk overlaps the copy. Nobody waits for it: it is not
-//! durability (a durable writer syncs and waits per batch, see `TreeWriter::sync`), and its
-//! errors are not reported (a non-durable copy promises nothing about the disk; the user's own
-//! `sync` reports a write error).
+//! and the CPU idles while the disk writes.
 //!
-//! Large files' chunks mostly bypass this: they are written with `O_DIRECT` where the file
-//! system allows (see `crate::direct`). Starting the writeback of each chunk written through
-//! the page cache (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) was tried and made a warm copy of
-//! 2 x 1 GiB slower, not faster (docs/performance.md).
+//! Large files' chunks mostly bypass the page cache: they are written with `O_DIRECT` where
+//! the file system allows (see `crate::direct`). Starting the writeback of each chunk written
+//! through the page cache (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) was tried and made a warm
+//! copy of 2 x 1 GiB slower, not faster (docs/performance.md).
 //!
-//! Whole files of [`FILE_MIN`] bytes or more are different: [`start_file`] starts the writeback
-//! of each one as it is written (on by default, see `TreeWriter::file_writeback`). That
-//! concerns only the file itself, not the whole file system, and it made a warm push of 1 MiB
-//! files to ext4 finish a quarter sooner, sync included. Smaller files are left to the kernel,
-//! which writes many of them back together; starting each 64 KiB file on its own made a copy
-//! of them slower.
+//! Whole files of [`FILE_MIN`] bytes or more: [`start_file`] starts the writeback of each one
+//! as it is written (on by default, see `TreeWriter::file_writeback`). That concerns only the
+//! file itself, and it made a warm push of 1 MiB files to ext4 finish a quarter sooner, sync
+//! included.
+//!
+//! Smaller files are many, and starting each on its own makes the disk take them one by one.
+//! For them a [`Writeback`] runs one thread that, each time it is kicked, calls `syncfs` on the
+//! destination's file system unless one is under way already: the kernel writes all that is
+//! dirty there together, in order, while the copy goes on. The writer kicks it after a batch
+//! once [`EARLY_MIN`] bytes of such files were written since the last kick
+//! (`TreeWriter::batch_written`), so a copy of large files makes no `syncfs` at all. Nobody
+//! waits for it: it is not durability (a durable writer syncs and waits per batch, see
+//! `TreeWriter::sync`), and its errors are not reported (a non-durable copy promises nothing
+//! about the disk; the user's own `sync` reports a write error). It also starts the writeback
+//! of other programs' dirty data on that file system, which the kernel would write within
+//! 30 s anyway; nobody waits for that either. On this machine's ext4 it made copies of
+//! 100,000 x 4 KiB finish 7-12% sooner, sync included (docs/performance.md, "One disk for
+//! source and copy").
 
 use crate::sync::{lock, unpoisoned};
 use rustix::fs::{fadvise, Advice};
@@ -32,6 +39,10 @@ use std::sync::{Arc, Condvar, Mutex};
 
 /// Whole files this large or larger start going to disk as soon as they are written.
 pub const FILE_MIN: u64 = 256 << 10;
+
+/// Bytes of smaller files written through the page cache after which a batch kicks the
+/// [`Writeback`]: a few syncs per second of copying, none for a copy of large files.
+pub const EARLY_MIN: u64 = 16 << 20;
 
 /// Starts writing the first `len` bytes of the file `fd` to disk, without waiting for it.
 /// `POSIX_FADV_DONTNEED` does that on Linux (it starts the writeback of the range's dirty

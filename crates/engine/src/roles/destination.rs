@@ -88,13 +88,8 @@ pub(crate) fn local_writer(
     };
     let keep_setid = !from_peer || options.keep_setid;
     // The data goes to disk while the copy runs, not all in the final sync (see
-    // docs/performance.md, "Time until the data is on disk"): see [`to_disk_early`]. Early
-    // writeback (a syncfs after each batch) is opt-in, SPRAT_EARLY_WRITEBACK=1, for every
-    // destination (a server receiving a push too): it empties the final sync, but the writing
-    // then slows the copy itself (the real tree: 2-5% sooner cold, no change warm;
-    // docs/performance.md, "One disk for source and copy"), and syncfs writes back the whole
-    // file system, other programs' data included, which a copy on a shared file system must
-    // not impose.
+    // docs/performance.md, "Time until the data is on disk"): see [`to_disk_early`] and
+    // [`early_writeback`].
     Ok(Arc::new(
         to_disk_early(writer)
             .publishing(options.publish)
@@ -120,11 +115,13 @@ pub(crate) fn to_disk_early(writer: TreeWriter) -> TreeWriter {
         .file_writeback(on("SPRAT_FILE_WRITEBACK"))
 }
 
-/// Whether a destination syncs its file system after each batch without waiting for it
-/// (`SPRAT_EARLY_WRITEBACK=1`, see [`local_writer`]); never for a durable one, which syncs and
-/// waits anyway.
+/// Whether a destination (local, pulled, or a server receiving a push) starts the writeback
+/// of its file system while the copy goes on (`sprat_store::writeback`: a `syncfs` nobody
+/// waits for, after batches once 16 MiB of small files are left in the page cache). Never for
+/// a durable one, which syncs and waits anyway; `SPRAT_EARLY_WRITEBACK=0` turns it off, to
+/// measure what it gains.
 pub(crate) fn early_writeback(durable: bool) -> bool {
-    !durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_some_and(|v| v == "1")
+    !durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_none_or(|v| v != "0")
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory
