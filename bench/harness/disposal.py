@@ -44,21 +44,26 @@ def journal_less_ext4(path: str, mountinfo: str = "/proc/self/mountinfo", jbd2: 
     return False
 
 
-def wait_out_deletions(meta: str, data: str, log, now: Optional[float] = None, sleep=time.sleep) -> float:
+def wait_out_deletions(meta: str, data: str, log, now=None, sleep=time.sleep) -> float:
     """Before a suite on a journal-less ext4: sleep until the last deletion of finished copies
-    (ours, recorded in `meta`) is `RECENT_S` old. Returns the seconds slept."""
-    try:
-        with open(os.path.join(meta, STAMP)) as f:
-            last = float(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return 0.0
-    left = RECENT_S - ((time.time() if now is None else now) - last)
-    if left <= 0 or not journal_less_ext4(data):
-        return 0.0
-    log(f"waiting {left:.0f} s: finished copies were deleted {RECENT_S - left:.0f} s ago on this journal-less "
-        "ext4, and new files would be slow to create until their inodes are no longer recent")
-    sleep(left)
-    return left
+    (ours, recorded in `meta`) is `RECENT_S` old, reading the record again after each sleep (a
+    suite still deleting its copies updates it when it is done). `now`: a clock (seconds).
+    Returns the seconds slept."""
+    clock = now or time.time
+    slept = 0.0
+    while True:
+        try:
+            with open(os.path.join(meta, STAMP)) as f:
+                last = float(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return slept
+        left = RECENT_S - (clock() - last)
+        if left <= 0 or not journal_less_ext4(data):
+            return slept
+        log(f"waiting {left:.0f} s: finished copies were deleted {RECENT_S - left:.0f} s ago on this journal-less "
+            "ext4, and new files would be slow to create until their inodes are no longer recent")
+        sleep(left)
+        slept += left
 
 
 def spare_bytes(path: str) -> int:

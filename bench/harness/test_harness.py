@@ -288,10 +288,23 @@ class Disposal(unittest.TestCase):
             with open(os.path.join(tmp, disposal.STAMP)) as f:
                 last = float(f.read())
             later = last + disposal.RECENT_S + 1
-            self.assertEqual(disposal.wait_out_deletions(tmp, tmp, logged.append, now=later, sleep=slept.append), 0.0)
-            left = disposal.wait_out_deletions(tmp, tmp, logged.append, now=last + 60, sleep=slept.append)
+            self.assertEqual(disposal.wait_out_deletions(tmp, tmp, logged.append, now=lambda: later,
+                                                         sleep=slept.append), 0.0)
+            # 60 s after the deletion; during the wait another suite finishes deleting (the
+            # record moves 100 s on), so a second wait follows.
+            clock = [last + 60]
+
+            def sleep(s):
+                slept.append(s)
+                clock[0] += s
+                if len(slept) == 1:
+                    with open(os.path.join(tmp, disposal.STAMP), "w") as f:
+                        f.write(f"{last + 100:.0f}\n")
+
+            left = disposal.wait_out_deletions(tmp, tmp, logged.append, now=lambda: clock[0], sleep=sleep)
             if disposal.journal_less_ext4(tmp):
-                self.assertEqual((left, slept, len(logged)), (disposal.RECENT_S - 60, [disposal.RECENT_S - 60], 1))
+                self.assertEqual(slept, [disposal.RECENT_S - 60, 100])
+                self.assertEqual((left, len(logged)), (disposal.RECENT_S + 40, 2))
             else:
                 self.assertEqual((left, slept, logged), (0.0, [], []))
 
