@@ -83,8 +83,10 @@ pub struct TreeWriter {
     /// Started by [`TreeWriter::early_writeback`].
     writeback: Option<crate::writeback::Writeback>,
     /// Bytes of whole files written since the last early writeback that nothing else started
-    /// on their way to disk (see [`TreeWriter::batch_written`]).
+    /// on their way to disk, and of all data written since then (see
+    /// [`TreeWriter::batch_written`]).
     left_in_cache: AtomicU64,
+    written_since_kick: AtomicU64,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
@@ -335,6 +337,7 @@ impl TreeWriter {
             file_writeback: false,
             writeback: None,
             left_in_cache: AtomicU64::new(0),
+            written_since_kick: AtomicU64::new(0),
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
@@ -584,27 +587,30 @@ impl TreeWriter {
 
     /// Tells the writer that a batch was written: with [`TreeWriter::early_writeback`], what
     /// it left in the page cache starts going to disk once that is at least
-    /// [`crate::writeback::EARLY_MIN`] bytes since the last time (whole files written through
-    /// the page cache and not started on their own; large files' direct chunks and files of
-    /// [`crate::writeback::FILE_MIN`] or more are on their way already).
+    /// [`crate::writeback::EARLY_MIN`] bytes and a quarter of all it wrote since the last
+    /// time (see [`crate::writeback::early_due`]).
     pub fn batch_written(&self) {
         let Some(wb) = &self.writeback else { return };
-        let due = self
-            .left_in_cache
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
-                (left >= crate::writeback::EARLY_MIN).then_some(0)
-            })
-            .is_ok();
-        if due {
-            wb.kick();
+        let left = self.left_in_cache.load(Ordering::Relaxed);
+        let written = self.written_since_kick.load(Ordering::Relaxed);
+        if !crate::writeback::early_due(left, written) {
+            return;
         }
+        // Concurrent batches may count a little twice or not at all: it only moves a kick.
+        self.left_in_cache.fetch_sub(left, Ordering::Relaxed);
+        self.written_since_kick
+            .fetch_sub(written, Ordering::Relaxed);
+        wb.kick();
     }
 
-    /// Counts a whole file of `len` bytes left in the page cache (see
-    /// [`TreeWriter::batch_written`]).
-    pub(crate) fn left_in_cache(&self, len: u64) {
+    /// Counts `len` bytes written: a whole file left in the page cache (`cached`), or data on
+    /// its way to disk already (see [`TreeWriter::batch_written`]).
+    pub(crate) fn count_written(&self, len: u64, cached: bool) {
         if self.writeback.is_some() {
-            self.left_in_cache.fetch_add(len, Ordering::Relaxed);
+            if cached {
+                self.left_in_cache.fetch_add(len, Ordering::Relaxed);
+            }
+            self.written_since_kick.fetch_add(len, Ordering::Relaxed);
         }
     }
 
@@ -1148,11 +1154,11 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("write", path, e))
             .map(|()| {
                 let len = data.len() as u64;
-                if writer.starts_file_writeback(len) {
+                let started = writer.starts_file_writeback(len);
+                if started {
                     crate::writeback::start_file(&fd, len);
-                } else {
-                    writer.left_in_cache(len);
                 }
+                writer.count_written(len, !started);
             })
             .and_then(|()| match &xattrs {
                 Some(x) => writer.apply_xattrs(&fd, x, true, path),
@@ -1241,6 +1247,8 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let xattrs = self.take_xattrs(path);
         let len = data.len() as u64;
+        // Chunks go to the disk directly where they can: on their way already.
+        writer.count_written(len, false);
         if offset.checked_add(len).is_none_or(|end| end > file_size) {
             return Err(StoreError::other(
                 "write",
@@ -1937,6 +1945,22 @@ mod tests {
         assert_eq!(syncs_after(&writer), 1);
         // The count starts again: one more batch is not enough.
         c.write_file(b"more", &attrs(0o644), &small).unwrap();
+        writer.batch_written();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(writer.writeback_runs(), 1);
+        // Small files amid more than three times their bytes of large ones: the disk is busy
+        // with those already, no kick.
+        let large = vec![3u8; 1 << 20];
+        for i in 0..(4 * crate::writeback::EARLY_MIN / large.len() as u64) {
+            let name = format!("big/{i}");
+            c.write_file(name.as_bytes(), &attrs(0o644), &large)
+                .unwrap();
+        }
+        for i in 0..(crate::writeback::EARLY_MIN / small.len() as u64) {
+            let name = format!("amid/{i}");
+            c.write_file(name.as_bytes(), &attrs(0o644), &small)
+                .unwrap();
+        }
         writer.batch_written();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(writer.writeback_runs(), 1);

@@ -21,8 +21,9 @@
 //! For them a [`Writeback`] runs one thread that, each time it is kicked, calls `syncfs` on the
 //! destination's file system unless one is under way already: the kernel writes all that is
 //! dirty there together, in order, while the copy goes on. The writer kicks it after a batch
-//! once [`EARLY_MIN`] bytes of such files were written since the last kick
-//! (`TreeWriter::batch_written`), so a copy of large files makes no `syncfs` at all. Nobody
+//! once [`EARLY_MIN`] bytes of such files, and a quarter of all it wrote, were written since
+//! the last kick ([`early_due`], `TreeWriter::batch_written`), so a copy of mostly large
+//! files makes no `syncfs` at all. Nobody
 //! waits for it: it is not durability (a durable writer syncs and waits per batch, see
 //! `TreeWriter::sync`), and its errors are not reported (a non-durable copy promises nothing
 //! about the disk; the user's own `sync` reports a write error). It also starts the writeback
@@ -43,6 +44,16 @@ pub const FILE_MIN: u64 = 256 << 10;
 /// Bytes of smaller files written through the page cache after which a batch kicks the
 /// [`Writeback`]: a few syncs per second of copying, none for a copy of large files.
 pub const EARLY_MIN: u64 = 16 << 20;
+
+/// Whether a batch kicks the [`Writeback`], given the bytes of small files `left` in the page
+/// cache and all bytes `written` since the last kick: at least [`EARLY_MIN`] of them, and at
+/// least a quarter of what was written. Where large files carry most of the bytes, the disk
+/// is busy with them already (they go to it as they are written), and a `syncfs` would only
+/// add flushes to its work (on 2 GiB of GridFTP sizes, 4% of the bytes in small files, a copy
+/// kicking after every 16 MiB of them was 4% slower cold).
+pub fn early_due(left: u64, written: u64) -> bool {
+    left >= EARLY_MIN && left.saturating_mul(4) >= written
+}
 
 /// Starts writing the first `len` bytes of the file `fd` to disk, without waiting for it.
 /// `POSIX_FADV_DONTNEED` does that on Linux (it starts the writeback of the range's dirty
@@ -132,6 +143,15 @@ fn run(shared: &Shared, fd: &OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kick_is_due_for_enough_small_files_that_are_a_quarter_of_the_bytes() {
+        assert!(!early_due(EARLY_MIN - 1, EARLY_MIN - 1));
+        assert!(early_due(EARLY_MIN, EARLY_MIN));
+        assert!(early_due(EARLY_MIN, 4 * EARLY_MIN));
+        assert!(!early_due(EARLY_MIN, 4 * EARLY_MIN + 1));
+        assert!(early_due(u64::MAX, u64::MAX));
+    }
 
     #[test]
     fn kicks_start_syncs_and_a_dropped_writeback_stops() {
