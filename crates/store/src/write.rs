@@ -82,11 +82,13 @@ pub struct TreeWriter {
     file_writeback: bool,
     /// Started by [`TreeWriter::early_writeback`].
     writeback: Option<crate::writeback::Writeback>,
-    /// Bytes of whole files written since the last early writeback that nothing else started
-    /// on their way to disk, and of all data written since then (see
-    /// [`TreeWriter::batch_written`]).
+    /// Bytes written since the last kick of the early writeback that nothing else started
+    /// on their way to disk (see [`TreeWriter::batch_written`]).
     left_in_cache: AtomicU64,
+    /// All bytes written since the last kick (or since the counts last started again).
     written_since_kick: AtomicU64,
+    /// Held by the one batch deciding about a kick.
+    deciding_kick: AtomicBool,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
@@ -247,6 +249,11 @@ impl LargeFile {
         })
     }
 
+    /// Whether chunks go to the disk directly (`O_DIRECT`), not through the page cache.
+    fn writes_direct(&self) -> bool {
+        self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
+    }
+
     /// Writes `data` at `offset` of the partial file: directly where it can (see
     /// [`crate::direct`]), otherwise through the page cache.
     fn write_data(&self, data: &[u8], offset: u64) -> Result<(), Errno> {
@@ -338,6 +345,7 @@ impl TreeWriter {
             writeback: None,
             left_in_cache: AtomicU64::new(0),
             written_since_kick: AtomicU64::new(0),
+            deciding_kick: AtomicBool::new(false),
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
@@ -533,9 +541,13 @@ impl TreeWriter {
         }
     }
 
-    /// Makes every batch durable before it counts as written (see [`TreeWriter::sync`]).
+    /// Makes every batch durable before it counts as written (see [`TreeWriter::sync`]); a
+    /// durable writer has no early writeback (it syncs and waits anyway).
     pub fn durable(mut self, durable: bool) -> TreeWriter {
         self.durable = durable;
+        if durable {
+            self.writeback = None;
+        }
         self
     }
 
@@ -570,10 +582,11 @@ impl TreeWriter {
     }
 
     /// Starts writing to disk while the copy goes on (see [`crate::writeback`]): a sync of
-    /// the destination's file system after batches ([`TreeWriter::batch_written`]), on a
-    /// thread of its own that nobody waits for. Not durability: see [`TreeWriter::durable`].
+    /// the destination's file system after batches, once due ([`TreeWriter::batch_written`]),
+    /// on a thread of its own that nobody waits for. Not durability, and never for a durable
+    /// writer: see [`TreeWriter::durable`].
     pub fn early_writeback(mut self, on: bool) -> TreeWriter {
-        self.writeback = if on {
+        self.writeback = if on && !self.durable {
             self.base
                 .fd()
                 .try_clone_to_owned()
@@ -591,16 +604,24 @@ impl TreeWriter {
     /// time (see [`crate::writeback::early_due`]).
     pub fn batch_written(&self) {
         let Some(wb) = &self.writeback else { return };
-        let left = self.left_in_cache.load(Ordering::Relaxed);
-        let written = self.written_since_kick.load(Ordering::Relaxed);
-        if !crate::writeback::early_due(left, written) {
+        // One batch at a time decides; one that finds another deciding leaves its bytes
+        // counted for the next decision.
+        if self.deciding_kick.swap(true, Ordering::Acquire) {
             return;
         }
-        // Concurrent batches may count a little twice or not at all: it only moves a kick.
-        self.left_in_cache.fetch_sub(left, Ordering::Relaxed);
-        self.written_since_kick
-            .fetch_sub(written, Ordering::Relaxed);
-        wb.kick();
+        let left = self.left_in_cache.load(Ordering::Relaxed);
+        let written = self.written_since_kick.load(Ordering::Relaxed);
+        let due = crate::writeback::early_due(left, written);
+        // Bytes counted meanwhile stay for the next decision.
+        if due || crate::writeback::count_again(written) {
+            self.left_in_cache.fetch_sub(left, Ordering::Relaxed);
+            self.written_since_kick
+                .fetch_sub(written, Ordering::Relaxed);
+        }
+        self.deciding_kick.store(false, Ordering::Release);
+        if due {
+            wb.kick();
+        }
     }
 
     /// Counts `len` bytes written: a whole file left in the page cache (`cached`), or data on
@@ -1247,8 +1268,6 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let xattrs = self.take_xattrs(path);
         let len = data.len() as u64;
-        // Chunks go to the disk directly where they can: on their way already.
-        writer.count_written(len, false);
         if offset.checked_add(len).is_none_or(|end| end > file_size) {
             return Err(StoreError::other(
                 "write",
@@ -1322,6 +1341,9 @@ impl WriterCursor<'_> {
                     file.write_data(d, at)
                 })
                 .map_err(|e| fail(StoreError::new("write", path, e)))?;
+                // Written directly, the chunk is on the disk already; else it waits in the
+                // page cache like a small file.
+                writer.count_written(len, !file.writes_direct());
                 let record = partial::encode_record(&Record { offset, len, hash });
                 write_all(&file.log, &record)
                     .map_err(|e| fail(StoreError::new("write the journal of", path, e)))?;

@@ -18,12 +18,15 @@
 //! included.
 //!
 //! Smaller files are many, and starting each on its own makes the disk take them one by one.
-//! For them a [`Writeback`] runs one thread that, each time it is kicked, calls `syncfs` on the
-//! destination's file system unless one is under way already: the kernel writes all that is
-//! dirty there together, in order, while the copy goes on. The writer kicks it after a batch
-//! once [`EARLY_MIN`] bytes of such files, and a quarter of all it wrote, were written since
-//! the last kick ([`early_due`], `TreeWriter::batch_written`), so a copy of mostly large
-//! files makes no `syncfs` at all. Nobody
+//! For them a [`Writeback`] runs one thread that, when kicked, calls `syncfs` on the
+//! destination's file system (a kick during a `syncfs` asks for one more after it): the kernel
+//! writes all that is dirty there together, in order, while the copy goes on. The writer kicks
+//! it after a batch once [`EARLY_MIN`] bytes of such files (and of large files' chunks written
+//! through the page cache), and a quarter of all it wrote, were written since the last kick
+//! ([`early_due`], `TreeWriter::batch_written`; the counts start again every 256 MiB without
+//! a kick, [`count_again`]), so a copy of mostly large files makes no `syncfs` at all. A
+//! durable writer has none (it syncs and waits per batch); `SPRAT_EARLY_WRITEBACK=0` turns it
+//! off. Nobody
 //! waits for it: it is not durability (a durable writer syncs and waits per batch, see
 //! `TreeWriter::sync`), and its errors are not reported (a non-durable copy promises nothing
 //! about the disk; the user's own `sync` reports a write error). It also starts the writeback
@@ -53,6 +56,12 @@ pub const EARLY_MIN: u64 = 16 << 20;
 /// kicking after every 16 MiB of them was 4% slower cold).
 pub fn early_due(left: u64, written: u64) -> bool {
     left >= EARLY_MIN && left.saturating_mul(4) >= written
+}
+
+/// Whether the counts start again without a kick: after this many bytes written without one,
+/// so that a copy whose small files come after many large ones is judged on the recent bytes.
+pub fn count_again(written: u64) -> bool {
+    written >= 16 * EARLY_MIN
 }
 
 /// Starts writing the first `len` bytes of the file `fd` to disk, without waiting for it.
@@ -151,6 +160,12 @@ mod tests {
         assert!(early_due(EARLY_MIN, 4 * EARLY_MIN));
         assert!(!early_due(EARLY_MIN, 4 * EARLY_MIN + 1));
         assert!(early_due(u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn the_counts_start_again_after_many_bytes_without_a_kick() {
+        assert!(!count_again(16 * EARLY_MIN - 1));
+        assert!(count_again(16 * EARLY_MIN));
     }
 
     #[test]

@@ -117,7 +117,8 @@ pub(crate) fn to_disk_early(writer: TreeWriter) -> TreeWriter {
 
 /// Whether a destination (local, pulled, or a server receiving a push) starts the writeback
 /// of its file system while the copy goes on (`sprat_store::writeback`: a `syncfs` nobody
-/// waits for, after batches once 16 MiB of small files are left in the page cache). Never for
+/// waits for, after batches once 16 MiB of small files are left in the page cache and they
+/// are a quarter of the bytes written since the last one). Never for
 /// a durable one, which syncs and waits anyway; `SPRAT_EARLY_WRITEBACK=0` turns it off, to
 /// measure what it gains.
 pub(crate) fn early_writeback(durable: bool) -> bool {
