@@ -95,11 +95,7 @@ impl WriterCursor<'_> {
                 if !unchanged(&src, &source.scanned) {
                     return Err(StoreError::other("read", path, CHANGED));
                 }
-                let started = writer.starts_file_writeback(source.scanned.size);
-                if started {
-                    crate::writeback::start_file(&fd, source.scanned.size);
-                }
-                writer.count_written(source.scanned.size, !started);
+                writer.whole_file_written(&fd, source.scanned.size);
                 let chmod = (!exact).then_some(mode);
                 let place = (dir, temp.as_deref(), name);
                 let born_owned = born_owned(new_file_owner, attrs);

@@ -570,10 +570,15 @@ impl TreeWriter {
         self
     }
 
-    /// Whether a whole file of `len` bytes, just written, starts going to disk now (see
-    /// [`TreeWriter::file_writeback`]).
-    pub(crate) fn starts_file_writeback(&self, len: u64) -> bool {
-        self.file_writeback && len >= crate::writeback::FILE_MIN
+    /// A whole file of `len` bytes was just written to `fd`: it starts going to disk now if it
+    /// is large enough (see [`TreeWriter::file_writeback`]); else it waits in the page cache,
+    /// counted for the early writeback (see [`TreeWriter::batch_written`]).
+    pub(crate) fn whole_file_written(&self, fd: impl AsFd, len: u64) {
+        let started = self.file_writeback && len >= crate::writeback::FILE_MIN;
+        if started {
+            crate::writeback::start_file(fd, len);
+        }
+        self.count_written(len, !started);
     }
 
     /// Whether files can be created with their final permission bits (the umask is 0).
@@ -612,7 +617,6 @@ impl TreeWriter {
         let left = self.left_in_cache.load(Ordering::Relaxed);
         let written = self.written_since_kick.load(Ordering::Relaxed);
         let due = crate::writeback::early_due(left, written);
-        // Bytes counted meanwhile stay for the next decision.
         if due || crate::writeback::count_again(written) {
             self.left_in_cache.fetch_sub(left, Ordering::Relaxed);
             self.written_since_kick
@@ -626,7 +630,7 @@ impl TreeWriter {
 
     /// Counts `len` bytes written: a whole file left in the page cache (`cached`), or data on
     /// its way to disk already (see [`TreeWriter::batch_written`]).
-    pub(crate) fn count_written(&self, len: u64, cached: bool) {
+    fn count_written(&self, len: u64, cached: bool) {
         if self.writeback.is_some() {
             if cached {
                 self.left_in_cache.fetch_add(len, Ordering::Relaxed);
@@ -1173,14 +1177,7 @@ impl WriterCursor<'_> {
         // A new file: its runs of zeros are left as holes.
         let result = crate::sparse::write_at(&fd, data, 0, true, |d, at| write_all_at(&fd, d, at))
             .map_err(|e| StoreError::new("write", path, e))
-            .map(|()| {
-                let len = data.len() as u64;
-                let started = writer.starts_file_writeback(len);
-                if started {
-                    crate::writeback::start_file(&fd, len);
-                }
-                writer.count_written(len, !started);
-            })
+            .map(|()| writer.whole_file_written(&fd, data.len() as u64))
             .and_then(|()| match &xattrs {
                 Some(x) => writer.apply_xattrs(&fd, x, true, path),
                 None => Ok(()),

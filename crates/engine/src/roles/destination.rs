@@ -94,7 +94,7 @@ pub(crate) fn local_writer(
         to_disk_early(writer)
             .publishing(options.publish)
             .durable(options.durable)
-            .early_writeback(early_writeback(options.durable))
+            .early_writeback(early_writeback())
             .keep_setid(keep_setid)
             .owners(options.owners)
             // A local copy's source and destination share one user database: the ids are
@@ -118,11 +118,11 @@ pub(crate) fn to_disk_early(writer: TreeWriter) -> TreeWriter {
 /// Whether a destination (local, pulled, or a server receiving a push) starts the writeback
 /// of its file system while the copy goes on (`sprat_store::writeback`: a `syncfs` nobody
 /// waits for, after batches once 16 MiB of small files are left in the page cache and they
-/// are a quarter of the bytes written since the last one). Never for
-/// a durable one, which syncs and waits anyway; `SPRAT_EARLY_WRITEBACK=0` turns it off, to
-/// measure what it gains.
-pub(crate) fn early_writeback(durable: bool) -> bool {
-    !durable && std::env::var_os("SPRAT_EARLY_WRITEBACK").is_none_or(|v| v != "0")
+/// are a quarter of the bytes written since the last one). A durable writer never has it
+/// (`TreeWriter::durable`: it syncs and waits anyway); `SPRAT_EARLY_WRITEBACK=0` turns it
+/// off, to measure what it gains.
+pub(crate) fn early_writeback() -> bool {
+    std::env::var_os("SPRAT_EARLY_WRITEBACK").is_none_or(|v| v != "0")
 }
 
 /// Calls `each` for every entry of the local tree `dst` (nothing if it is not a directory

@@ -791,9 +791,11 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .owners(owners && shared.options.owners)
                         .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
-                    let durable = durable || shared.options.durable;
-                    let early = super::destination::early_writeback(durable);
-                    Arc::new(w.durable(durable).early_writeback(early))
+                    let early = super::destination::early_writeback();
+                    Arc::new(
+                        w.durable(durable || shared.options.durable)
+                            .early_writeback(early),
+                    )
                 }),
                 Err(e) => return served.refuse_store(&e),
             };
