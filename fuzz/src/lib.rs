@@ -454,6 +454,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             },
             nonce: u.arbitrary()?,
             hint: u.arbitrary()?,
+            mac: u.arbitrary()?,
         },
         1 => Message::ServerHello {
             version: if u.ratio(7, 8)? {

@@ -289,6 +289,26 @@ fn a_machine_in_the_middle_with_its_own_key_is_refused() {
         !srv.root().join("y").exists(),
         "a push through the MITM wrote data"
     );
+    // A key met for the first time is not trusted with more than the hello before the token
+    // is proved: no `Open`, no batch crossed the MITM (a client that trusts the key sends
+    // them with its hello).
+    let hello = sprat_proto::Message::ClientHello {
+        version: sprat_proto::PROTOCOL_VERSION,
+        nonce: [0; 32],
+        hint: [0; 32],
+        mac: [0; 32],
+    };
+    assert_eq!(
+        mitm.most_from_one_client(),
+        hello.encode().len() as u64,
+        "a client sent more than its hello through a key it met for the first time"
+    );
+    // Nor is the MITM's key remembered: it never proved the token.
+    let pinned = std::fs::read_to_string(&fresh).unwrap_or_default();
+    assert!(
+        pinned.trim().is_empty(),
+        "a key that did not prove the token was pinned: {pinned}"
+    );
     let pulled = t.path().join("pulled");
     let out = cp(
         &srv,

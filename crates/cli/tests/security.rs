@@ -78,10 +78,11 @@ fn push_with_wrong_token_exits_3_and_writes_nothing() {
     );
 }
 
-/// Anyone can answer a hello with "no token needed": a client that holds a token sends nothing
-/// to such a server, since it cannot prove it is the server the token is for.
+/// Anyone can answer a hello with "no token needed": a client that holds a token stops at such
+/// a server, since it cannot prove it is the server the token is for, and the server (whose
+/// pinned key got the push's first batches behind the hello) acts on none of it.
 #[test]
-fn a_client_with_a_token_sends_nothing_to_a_server_without_one() {
+fn a_client_with_a_token_gets_nothing_done_by_a_server_without_one() {
     let t = tmp();
     let src = t.path().join("src");
     make_secret_dir(&src);

@@ -2,14 +2,25 @@
 //!
 //! Both sides derive a key from the shared token. The client speaks first: its nonce, and a
 //! hint (a MAC of that nonce) that tells the server which of its keys the client holds (the
-//! server's token or a one-time ticket). The server answers with its own nonce and proves the
-//! key at once with a MAC over both nonces; the client checks that proof before it sends
-//! anything else, then proves the key in turn with its own MAC, and sends its first request (or
-//! the first data of a push) right behind it. The server reads nothing more until that proof is
-//! checked. So each side authenticates the other, and data starts two round trips after
-//! `connect`, the same as a request's reply. Each handshake state is its own type, consumed by
-//! the message that moves it on; nonces are supplied by the caller (no I/O, no randomness in
-//! this crate).
+//! server's token or a one-time ticket). Two forms of the exchange follow:
+//!
+//! - **On plain TCP** the server answers with its own nonce and proves the key at once with a
+//!   MAC over both nonces; the client checks that proof before it sends anything else, then
+//!   proves the key in turn with its own MAC, and sends its first request (or the first data
+//!   of a push) right behind it. The server reads nothing more until that proof is checked.
+//!   Data starts two round trips after `connect`.
+//! - **On a channel the keys are bound to** (TLS: both keys are first bound to the session's
+//!   exporter, see [`TokenKey::bound_to`]) a proof cannot be replayed on another channel, so
+//!   the server's nonce is not needed for freshness: the client's hello carries its proof
+//!   already ([`ClientHandshake::new_bound`]), and the server answers with its own
+//!   ([`ServerHandshake::on_bound_hello`]). A client that already trusts the server's TLS key
+//!   sends its first request (or data) right behind the hello, so data starts at the TLS
+//!   handshake's end (two round trips after `connect`) rather than one round trip later; it
+//!   checks the server's proof before it believes any answer.
+//!
+//! Each side authenticates the other either way. Each handshake state is its own type,
+//! consumed by the message that moves it on; nonces are supplied by the caller (no I/O, no
+//! randomness in this crate).
 
 use crate::message::Message;
 use crate::PROTOCOL_VERSION;
@@ -49,6 +60,12 @@ impl TokenKey {
     fn proof(&self, role: &[u8], server_nonce: &[u8; 32], client_nonce: &[u8; 32]) -> blake3::Hash {
         self.mac(&[role, server_nonce, client_nonce])
     }
+
+    /// The client's proof in a channel-bound hello: fresh through the channel, not a nonce of
+    /// the server's.
+    fn bound_client_proof(&self, client_nonce: &[u8; 32]) -> blake3::Hash {
+        self.mac(&[b"client-bound", client_nonce])
+    }
 }
 
 impl std::fmt::Debug for TokenKey {
@@ -68,7 +85,7 @@ pub enum AuthError {
     ServerNotAuthentic,
     #[error(
         "the server runs without a token (--no-auth), so it cannot prove it is the server \
-         the token is for; nothing was sent (connect without a token to use an open server)"
+         the token is for; nothing was done (connect without a token to use an open server)"
     )]
     ServerWithoutToken,
     #[error("protocol version {0} is not supported (this build speaks {PROTOCOL_VERSION})")]
@@ -155,6 +172,8 @@ impl ServerHandshake {
             version,
             nonce: client_nonce,
             hint,
+            // Plain TCP: the proof follows in `ClientAuth`, after the server's nonce.
+            mac: _,
         } = msg
         else {
             return Err(AuthError::Unexpected);
@@ -198,6 +217,79 @@ impl ServerHandshake {
     }
 }
 
+/// What a server makes of a channel-bound hello ([`ServerHandshake::on_bound_hello`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum BoundHello {
+    /// The client proved this credential: send `reply` (which proves the key in turn); the
+    /// client's first message may already follow the hello.
+    Authenticated {
+        credential: Credential,
+        reply: Message,
+    },
+    /// A client brought a token to a server run with `--no-auth`, which cannot prove it:
+    /// send `reply` (which says so) and read nothing more, so that nothing the client sent
+    /// behind its hello is acted on.
+    Unprovable { reply: Message },
+}
+
+impl ServerHandshake {
+    /// Checks a hello that carries the client's proof (a TLS connection, whose keys are bound
+    /// to it; see the module page) and answers it with the server's proof. A hint or proof
+    /// that matches none of the server's keys is a wrong token.
+    pub fn on_bound_hello(self, msg: Message) -> Result<BoundHello, AuthError> {
+        let Message::ClientHello {
+            version,
+            nonce: client_nonce,
+            hint,
+            mac,
+        } = msg
+        else {
+            return Err(AuthError::Unexpected);
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(AuthError::Version(version));
+        }
+        let ServerKeys::Tokens(tokens) = &self.keys else {
+            let reply = Message::ServerHello {
+                version: PROTOCOL_VERSION,
+                auth_required: false,
+                nonce: self.nonce,
+                mac: [0; 32],
+            };
+            // A zero hint: the client holds no token, and expects none.
+            return Ok(if hint == [0; 32] {
+                BoundHello::Authenticated {
+                    credential: Credential::Open,
+                    reply,
+                }
+            } else {
+                BoundHello::Unprovable { reply }
+            });
+        };
+        let hint = blake3::Hash::from_bytes(hint);
+        // blake3::Hash compares in constant time.
+        let matched = tokens
+            .iter()
+            .chain(self.tickets.iter())
+            .position(|k| k.hint(&client_nonce) == hint)
+            .ok_or(AuthError::WrongToken)?;
+        let (used, credential) = match matched.checked_sub(tokens.len()) {
+            None => (&tokens[matched], Credential::Token(matched)),
+            Some(i) => (&self.tickets[i], Credential::Ticket(i)),
+        };
+        if used.bound_client_proof(&client_nonce) != blake3::Hash::from_bytes(mac) {
+            return Err(AuthError::WrongToken);
+        }
+        let reply = Message::ServerHello {
+            version: PROTOCOL_VERSION,
+            auth_required: true,
+            nonce: self.nonce,
+            mac: *used.proof(b"server", &self.nonce, &client_nonce).as_bytes(),
+        };
+        Ok(BoundHello::Authenticated { credential, reply })
+    }
+}
+
 impl ServerAwaitingProof {
     /// Checks the client's proof; on success the client is authenticated with the returned
     /// credential.
@@ -230,8 +322,28 @@ impl ClientHandshake {
             version: PROTOCOL_VERSION,
             nonce,
             hint,
+            mac: [0; 32],
         };
         (ClientHandshake { key, nonce }, hello)
+    }
+
+    /// Starts a handshake on a channel `key` is bound to (TLS): the hello carries the client's
+    /// proof, and what the client sends behind it is read once that proof is checked. The
+    /// returned state checks the server's answer, which must come before any other.
+    pub fn new_bound(key: Option<TokenKey>, nonce: [u8; 32]) -> (ClientBoundHandshake, Message) {
+        let (hint, mac) = key.as_ref().map_or(([0; 32], [0; 32]), |k| {
+            (
+                *k.hint(&nonce).as_bytes(),
+                *k.bound_client_proof(&nonce).as_bytes(),
+            )
+        });
+        let hello = Message::ClientHello {
+            version: PROTOCOL_VERSION,
+            nonce,
+            hint,
+            mac,
+        };
+        (ClientBoundHandshake(ClientHandshake { key, nonce }), hello)
     }
 
     /// Checks the server's hello and its proof of the key; returns the client's own proof,
@@ -279,6 +391,25 @@ impl ClientHandshake {
         } else {
             AuthError::TokenRequired
         }
+    }
+}
+
+/// Client side of a channel-bound handshake ([`ClientHandshake::new_bound`]): its hello, with
+/// its proof, is sent; the server's answer and proof are due.
+#[derive(Debug)]
+pub struct ClientBoundHandshake(ClientHandshake);
+
+impl ClientBoundHandshake {
+    /// Checks the server's answer to the hello: its proof of the key, or that it runs without
+    /// a token (accepted only by a client without one). An `Error` with code `AuthFailed` in
+    /// its place means the server knows no such key.
+    pub fn on_message(self, msg: Message) -> Result<(), AuthError> {
+        self.0.on_message(msg).map(|_| ())
+    }
+
+    /// What a refusal of the hello means for this client.
+    pub fn refused(&self) -> AuthError {
+        self.0.refused()
     }
 }
 
@@ -399,8 +530,113 @@ mod tests {
             version: 2,
             nonce: [2; 32],
             hint: [0; 32],
+            mac: [0; 32],
         };
-        assert_eq!(server.on_message(hello).err(), Some(AuthError::Version(2)));
+        assert_eq!(
+            server.on_message(hello.clone()).err(),
+            Some(AuthError::Version(2))
+        );
+        let server = ServerHandshake::new(None, Vec::new(), [1; 32]);
+        assert_eq!(
+            server.on_bound_hello(hello).err(),
+            Some(AuthError::Version(2))
+        );
+    }
+
+    /// Runs a whole channel-bound handshake; returns the credential the server saw.
+    fn run_bound(
+        server_token: Option<&[u8]>,
+        tickets: &[&[u8]],
+        client_token: Option<&[u8]>,
+    ) -> Result<Credential, AuthError> {
+        let tickets = tickets.iter().map(|t| TokenKey::from_token(t)).collect();
+        let server = ServerHandshake::new(server_token.map(TokenKey::from_token), tickets, [1; 32]);
+        let (client, hello) =
+            ClientHandshake::new_bound(client_token.map(TokenKey::from_token), [2; 32]);
+        match server.on_bound_hello(hello) {
+            Ok(BoundHello::Authenticated { credential, reply }) => {
+                client.on_message(reply)?;
+                Ok(credential)
+            }
+            Ok(BoundHello::Unprovable { reply }) => {
+                // The client refuses such an answer itself.
+                assert_eq!(client.on_message(reply), Err(AuthError::ServerWithoutToken));
+                Err(AuthError::ServerWithoutToken)
+            }
+            Err(AuthError::WrongToken) => Err(client.refused()),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[test]
+    fn a_bound_hello_authenticates_exactly_the_holders_of_a_key() {
+        assert_eq!(
+            run_bound(Some(b"secret"), &[], Some(b"secret")),
+            Ok(Credential::Token(0))
+        );
+        assert_eq!(
+            run_bound(Some(b"secret"), &[b"t1", b"t2"], Some(b"t2")),
+            Ok(Credential::Ticket(1))
+        );
+        assert_eq!(
+            run_bound(Some(b"secret"), &[], Some(b"guess")),
+            Err(AuthError::WrongToken)
+        );
+        assert_eq!(
+            run_bound(Some(b"secret"), &[], None),
+            Err(AuthError::TokenRequired)
+        );
+        assert_eq!(run_bound(None, &[], None), Ok(Credential::Open));
+        assert_eq!(
+            run_bound(None, &[], Some(b"x")),
+            Err(AuthError::ServerWithoutToken)
+        );
+    }
+
+    #[test]
+    fn a_bound_hello_with_the_hint_but_not_the_proof_is_refused() {
+        // The hint alone names the key; without the proof the server refuses, whatever follows.
+        let key = TokenKey::from_token(b"secret");
+        let (_, hello) = ClientHandshake::new_bound(Some(key.clone()), [2; 32]);
+        let Message::ClientHello {
+            version,
+            nonce,
+            hint,
+            ..
+        } = hello
+        else {
+            panic!("not a hello: {hello:?}");
+        };
+        let forged = Message::ClientHello {
+            version,
+            nonce,
+            hint,
+            mac: [7; 32],
+        };
+        let server = ServerHandshake::new(Some(key), Vec::new(), [1; 32]);
+        assert_eq!(server.on_bound_hello(forged), Err(AuthError::WrongToken));
+    }
+
+    #[test]
+    fn a_bound_hello_does_not_verify_on_another_channel() {
+        // A machine in the middle relays a client's hello made on its own TLS session with the
+        // client to the server, on another session: the keys are bound to each, so it fails.
+        let token = TokenKey::from_token(b"secret");
+        let (_, hello) = ClientHandshake::new_bound(Some(token.bound_to(&[1; 32])), [2; 32]);
+        let server = ServerHandshake::new(Some(token.bound_to(&[2; 32])), Vec::new(), [1; 32]);
+        assert_eq!(server.on_bound_hello(hello), Err(AuthError::WrongToken));
+    }
+
+    #[test]
+    fn a_bound_client_detects_a_server_without_the_token() {
+        let (client, _) = ClientHandshake::new_bound(Some(TokenKey::from_token(b"s")), [2; 32]);
+        let hello = Message::ServerHello {
+            version: PROTOCOL_VERSION,
+            auth_required: true,
+            nonce: [1; 32],
+            mac: [0; 32],
+        };
+        assert_eq!(client.on_message(hello), Err(AuthError::ServerNotAuthentic));
     }
 
     #[test]

@@ -188,11 +188,14 @@ pub struct RemoteStats {
 /// A control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
-    /// The client's first message: its nonce and which key it holds (see [`crate::auth`]).
+    /// The client's first message: its nonce and which key it holds (see [`crate::auth`]);
+    /// on a channel the proofs are bound to (TLS), also its proof of the key (`mac`; zeros on
+    /// plain TCP, where the proof follows in `ClientAuth`).
     ClientHello {
         version: u16,
         nonce: [u8; 32],
         hint: [u8; 32],
+        mac: [u8; 32],
     },
     /// The server's answer: its nonce and its proof of the key.
     ServerHello {
@@ -309,10 +312,12 @@ impl Message {
                 version,
                 nonce,
                 hint,
+                mac,
             } => {
                 out.extend_from_slice(&version.to_le_bytes());
                 out.extend_from_slice(nonce);
                 out.extend_from_slice(hint);
+                out.extend_from_slice(mac);
                 kind::CLIENT_HELLO
             }
             Message::ServerHello {
@@ -477,12 +482,14 @@ impl Message {
                         version,
                         nonce: [0; 32],
                         hint: [0; 32],
+                        mac: [0; 32],
                     })
                 }
                 version => Message::ClientHello {
                     version,
                     nonce: r.array("nonce")?,
                     hint: r.array("hint")?,
+                    mac: r.array("mac")?,
                 },
             },
             kind::SERVER_HELLO => match r.u16("version")? {
@@ -713,6 +720,7 @@ mod tests {
             version: crate::PROTOCOL_VERSION,
             nonce: [1; 32],
             hint: [4; 32],
+            mac: [5; 32],
         });
         roundtrip(Message::ServerHello {
             version: crate::PROTOCOL_VERSION,

@@ -252,10 +252,13 @@ fn ns_entry() -> impl Strategy<Value = NsEntry> {
 /// Every control message, with the fields a peer may send.
 fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
-        any::<([u8; 32], [u8; 32])>().prop_map(|(nonce, hint)| Message::ClientHello {
-            version: PROTOCOL_VERSION,
-            nonce,
-            hint,
+        any::<([u8; 32], [u8; 32], [u8; 32])>().prop_map(|(nonce, hint, mac)| {
+            Message::ClientHello {
+                version: PROTOCOL_VERSION,
+                nonce,
+                hint,
+                mac,
+            }
         }),
         any::<(bool, [u8; 32], [u8; 32])>().prop_map(|(auth_required, nonce, mac)| {
             Message::ServerHello {
@@ -556,7 +559,7 @@ proptest! {
         let m = if server {
             Message::ServerHello { version, auth_required: true, nonce, mac: nonce }
         } else {
-            Message::ClientHello { version, nonce, hint: nonce }
+            Message::ClientHello { version, nonce, hint: nonce, mac: nonce }
         };
         let frame = m.encode();
         let (header, body) = split(&frame);

@@ -20,8 +20,10 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 pub struct Mitm {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    /// Plaintext bytes it passed from clients to the server.
+    /// Plaintext bytes it passed between clients and the server, both ways.
     relayed: Arc<AtomicU64>,
+    /// The most plaintext bytes one client connection sent through it.
+    most_from_one_client: Arc<AtomicU64>,
 }
 
 /// The MITM's verifier of the real server: accepts any key (it is the attacker).
@@ -96,21 +98,23 @@ impl Mitm {
             .expect("non-blocking listener");
         let stop = Arc::new(AtomicBool::new(false));
         let relayed = Arc::new(AtomicU64::new(0));
-        let (stop2, relayed2) = (stop.clone(), relayed.clone());
+        let most_from_one_client = Arc::new(AtomicU64::new(0));
+        let (stop2, relayed2, most2) =
+            (stop.clone(), relayed.clone(), most_from_one_client.clone());
         std::thread::spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 let Ok((client, _)) = listener.accept() else {
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 };
-                let (sc, cc, stop, relayed) = (
-                    server_config.clone(),
-                    client_config.clone(),
-                    stop2.clone(),
-                    relayed2.clone(),
-                );
+                let (sc, cc, stop) = (server_config.clone(), client_config.clone(), stop2.clone());
+                let counts = Counts {
+                    relayed: relayed2.clone(),
+                    most_from_one_client: most2.clone(),
+                    from_this_client: AtomicU64::new(0),
+                };
                 std::thread::spawn(move || {
-                    let _ = pump(client, target, sc, cc, &stop, &relayed);
+                    let _ = pump(client, target, sc, cc, &stop, &counts);
                 });
             }
         });
@@ -118,6 +122,7 @@ impl Mitm {
             addr,
             stop,
             relayed,
+            most_from_one_client,
         }
     }
 
@@ -126,9 +131,14 @@ impl Mitm {
         format!("sprat://{}/{}", self.addr, path)
     }
 
-    /// Decrypted bytes it passed from clients to the server.
+    /// Decrypted bytes it passed between clients and the server, both ways.
     pub fn relayed(&self) -> u64 {
         self.relayed.load(Ordering::Relaxed)
+    }
+
+    /// The most decrypted bytes one client connection sent through it to the server.
+    pub fn most_from_one_client(&self) -> u64 {
+        self.most_from_one_client.load(Ordering::Relaxed)
     }
 }
 
@@ -136,6 +146,13 @@ impl Drop for Mitm {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// What one connection's pump counts.
+struct Counts {
+    relayed: Arc<AtomicU64>,
+    most_from_one_client: Arc<AtomicU64>,
+    from_this_client: AtomicU64,
 }
 
 /// Moves bytes between the client's TLS session (the MITM as server) and the server's (the
@@ -146,7 +163,7 @@ fn pump(
     server_config: Arc<rustls::ServerConfig>,
     client_config: Arc<rustls::ClientConfig>,
     stop: &AtomicBool,
-    relayed: &AtomicU64,
+    counts: &Counts,
 ) -> std::io::Result<()> {
     let server = TcpStream::connect(target)?;
     client.set_nonblocking(true)?;
@@ -165,14 +182,22 @@ fn pump(
             &mut facing_client,
             &mut facing_server,
             &mut buf,
-            relayed,
+            &|n| {
+                counts.relayed.fetch_add(n, Ordering::Relaxed);
+                let sent = counts.from_this_client.fetch_add(n, Ordering::Relaxed) + n;
+                counts
+                    .most_from_one_client
+                    .fetch_max(sent, Ordering::Relaxed);
+            },
         );
         let b = step(
             &server,
             &mut facing_server,
             &mut facing_client,
             &mut buf,
-            relayed,
+            &|n| {
+                counts.relayed.fetch_add(n, Ordering::Relaxed);
+            },
         );
         // What either side said before it closed still reaches the other.
         flush(&client, &mut facing_client)?;
@@ -191,14 +216,14 @@ fn pump(
     Ok(())
 }
 
-/// Reads what arrived on `sock` into `from`, and writes its plaintext into `to`. Returns
-/// whether anything moved; an error once the socket is closed.
+/// Reads what arrived on `sock` into `from`, and writes its plaintext into `to`, telling
+/// `count` how much. Returns whether anything moved; an error once the socket is closed.
 fn step(
     mut sock: &TcpStream,
     from: &mut rustls::Connection,
     to: &mut rustls::Connection,
     buf: &mut [u8],
-    relayed: &AtomicU64,
+    count: &dyn Fn(u64),
 ) -> std::io::Result<bool> {
     let moved = match from.read_tls(&mut sock) {
         Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
@@ -211,7 +236,7 @@ fn step(
         match from.reader().read(buf) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => {
-                relayed.fetch_add(n as u64, Ordering::Relaxed);
+                count(n as u64);
                 to.writer().write_all(&buf[..n])?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,

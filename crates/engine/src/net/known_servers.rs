@@ -1,5 +1,6 @@
 //! Servers a client has met, like ssh's known_hosts: the first connection to a `HOST:PORT` pins
-//! the fingerprint of the key it presented, and later connections must present the same key.
+//! the fingerprint of the key it presented (once the server proved the client's token, when
+//! the client has one), and later connections must present the same key.
 //! The file has one `HOST:PORT SHA256:<base64>` line per server ('#' starts a comment). Clients
 //! running at once append under an exclusive lock, so the file is never torn.
 
@@ -25,6 +26,8 @@ pub enum Verdict {
     Known,
     /// Not met before: now pinned.
     Added,
+    /// Not met before, and not pinned (yet).
+    New,
     /// Pinned earlier with another key, at this line.
     Changed { pinned: Fingerprint, line: usize },
 }
@@ -53,8 +56,14 @@ impl KnownServers {
         Some(base.join("sprat").join("known_servers"))
     }
 
-    /// Checks `key` against the pin for `server` (`HOST:PORT`), pinning it if there is none.
-    pub fn check(&self, server: &str, key: &Fingerprint) -> std::io::Result<Verdict> {
+    /// Checks `key` against the pin for `server` (`HOST:PORT`); if there is none, pins it when
+    /// `pin_new` says so ([`Verdict::Added`]), else leaves it ([`Verdict::New`]).
+    pub fn check(
+        &self,
+        server: &str,
+        key: &Fingerprint,
+        pin_new: bool,
+    ) -> std::io::Result<Verdict> {
         let server = server.to_ascii_lowercase();
         let mut confirmed = self
             .confirmed
@@ -82,6 +91,7 @@ impl KnownServers {
                 Ok(Verdict::Known)
             }
             Some((pinned, line)) => Ok(Verdict::Changed { pinned, line }),
+            None if !pin_new => Ok(Verdict::New),
             None => {
                 let end = file.seek(std::io::SeekFrom::End(0))?;
                 let sep = if end > 0 && !text.ends_with('\n') {
@@ -133,14 +143,18 @@ mod tests {
         let a = Fingerprint::of_public_key(b"a");
         let b = Fingerprint::of_public_key(b"b");
         let known = KnownServers::new(path.clone());
-        assert_eq!(known.check("Host:7400", &a).unwrap(), Verdict::Added);
-        assert_eq!(known.check("host:7400", &a).unwrap(), Verdict::Known);
-        assert_eq!(known.check("other:7400", &b).unwrap(), Verdict::Added);
+        // Met but not pinned (its proof of the token is still due): nothing written.
+        assert_eq!(known.check("Host:7400", &a, false).unwrap(), Verdict::New);
+        assert_eq!(known.check("Host:7400", &a, false).unwrap(), Verdict::New);
+        assert_eq!(known.check("Host:7400", &a, true).unwrap(), Verdict::Added);
+        assert_eq!(known.check("host:7400", &a, false).unwrap(), Verdict::Known);
+        assert_eq!(known.check("host:7400", &a, true).unwrap(), Verdict::Known);
+        assert_eq!(known.check("other:7400", &b, true).unwrap(), Verdict::Added);
         // A second process sees the file, not this one's memory.
         let again = KnownServers::new(path.clone());
-        assert_eq!(again.check("host:7400", &a).unwrap(), Verdict::Known);
+        assert_eq!(again.check("host:7400", &a, false).unwrap(), Verdict::Known);
         assert_eq!(
-            again.check("host:7400", &b).unwrap(),
+            again.check("host:7400", &b, true).unwrap(),
             Verdict::Changed { pinned: a, line: 1 }
         );
         let text = std::fs::read_to_string(&path).unwrap();

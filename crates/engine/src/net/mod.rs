@@ -15,7 +15,8 @@ pub use tls::ServerTls;
 pub use trust::{Credentials, ServerAccess, Trust};
 
 use crate::error::TransferError;
-use sprat_proto::auth::{ClientHandshake, Credential, ServerKeys, TokenKey};
+use crate::sync::lock;
+use sprat_proto::auth::{ClientBoundHandshake, ClientHandshake, Credential, ServerKeys, TokenKey};
 use sprat_proto::frame::kind;
 use sprat_proto::session::client::{self as client_session, ClientStream};
 use sprat_proto::session::server::{self as server_session, ServerStream};
@@ -26,7 +27,7 @@ use sprat_proto::{Batch, FrameHeader, Message, FRAME_HEADER_LEN};
 use std::io::{IoSlice, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tls::{HandshakeError, Tls};
 /// Most bytes a socket holds that TCP has not sent yet (`TCP_NOTSENT_LOWAT`): a stream that
@@ -71,6 +72,13 @@ pub struct Conn {
     deadline: Arc<Deadline>,
     /// The TLS session on this socket, shared by every handle (`None`: plain TCP).
     tls: Option<Arc<Tls>>,
+    /// Client side: the server's answer to a channel-bound hello sent together with the
+    /// connection's first message, to be checked before anything else is read (see
+    /// [`Conn::check_server_proof`]). Shared by every handle on the socket.
+    server_proof: Option<Arc<Mutex<Option<ClientBoundHandshake>>>>,
+    /// Client side: the server's TLS key was vouched for before this process met it (see
+    /// `Credentials::check_server`).
+    vouched: bool,
 }
 
 /// A read deadline shared by the handles on one socket: nanoseconds after [`epoch`], plus
@@ -152,6 +160,8 @@ impl Conn {
             moved: Arc::default(),
             deadline: Arc::default(),
             tls: None,
+            server_proof: None,
+            vouched: false,
         }
     }
 
@@ -171,7 +181,9 @@ impl Conn {
     fn start_tls_client(&mut self, credentials: &Credentials) -> Result<(), TransferError> {
         let tls = Tls::connect(&self.stream, self.deadline.get(), &self.moved)
             .map_err(|e| self.handshake_failed(e))?;
-        credentials.check_server(&self.peer, tls.server_key)?;
+        // A client with a token pins a new key only once the server proved the token.
+        let pin_new = credentials.token_for(&self.peer).is_none();
+        self.vouched = credentials.check_server(&self.peer, tls.server_key, pin_new)?;
         self.tls = Some(Arc::new(tls));
         Ok(())
     }
@@ -225,6 +237,8 @@ impl Conn {
             moved: self.moved.clone(),
             deadline: self.deadline.clone(),
             tls: self.tls.clone(),
+            server_proof: self.server_proof.clone(),
+            vouched: self.vouched,
         })
     }
 
@@ -330,6 +344,7 @@ impl Conn {
         allow_batch: bool,
         admit: impl FnOnce(&Conn, u32) -> Result<(), TransferError>,
     ) -> Result<Frame, TransferError> {
+        self.check_server_proof()?;
         let mut header = [0u8; FRAME_HEADER_LEN];
         self.metered()
             .read_exact(&mut header)
@@ -391,6 +406,43 @@ impl Conn {
 
     /// Reads a small control message (the handshake): anything larger is refused unread.
     pub fn recv_small(&mut self) -> Result<Message, TransferError> {
+        self.check_server_proof()?;
+        self.read_small()
+    }
+
+    /// Client side, after a channel-bound hello sent together with the first message: the
+    /// server's answer to the hello comes before anything else, and nothing the server sends
+    /// is believed before its proof of the token is checked. Does nothing on other
+    /// connections, or once checked.
+    fn check_server_proof(&mut self) -> Result<(), TransferError> {
+        let Some(due) = &self.server_proof else {
+            return Ok(());
+        };
+        let Some(handshake) = lock(due).take() else {
+            return Ok(());
+        };
+        let reply = self.read_small()?;
+        self.server_answered(handshake, reply)
+    }
+
+    /// Checks the server's answer to a channel-bound hello.
+    fn server_answered(
+        &self,
+        handshake: ClientBoundHandshake,
+        reply: Message,
+    ) -> Result<(), TransferError> {
+        if let Some(e) = refused_hello(&self.peer, &reply) {
+            return Err(e);
+        }
+        handshake
+            .on_message(reply)
+            .map_err(|e| self.session_error(e.into()))?;
+        server_proved();
+        Ok(())
+    }
+
+    /// [`Conn::recv_small`] without the check of the server's proof.
+    fn read_small(&mut self) -> Result<Message, TransferError> {
         let mut header = [0u8; FRAME_HEADER_LEN];
         self.metered()
             .read_exact(&mut header)
@@ -523,12 +575,15 @@ pub fn connect_with(
     dial(addr, credentials, tcp_buffer)?.authenticate(first)
 }
 
-/// A connection whose server has answered the client's hello and proved the key; the
-/// client's own proof is not sent yet. Dialled ahead so that its connect and greeting overlap
-/// other work (the streams a session will join).
+/// A connection ready for its first message: the server has answered the client's hello and
+/// proved the key, and the client's own proof is not sent yet; or, on TLS to a server whose
+/// key was vouched for, the client's hello (which carries its proof) is not sent yet and goes
+/// with the first message (see [`greet_bound`]). Dialled ahead so that its connect and
+/// greeting overlap other work (the streams a session will join).
 pub struct Dialed {
     conn: Conn,
-    proof: Message,
+    /// What goes in front of the first message.
+    ahead: Option<Message>,
 }
 
 /// Connects to `addr` and, unless `credentials` say not to, runs a TLS handshake and checks the
@@ -574,10 +629,41 @@ fn greet(conn: &mut Conn, hello: &Message) -> Result<Message, TransferError> {
 }
 
 /// The round trip estimated from dialling: the time from `connect` to the server's hello is
-/// two round trips on a real path (the TCP handshake, then the hellos), three with TLS.
-fn estimated_rtt(conn: &Conn, started: Instant) -> Duration {
-    let trips = if conn.tls.is_some() { 3 } else { 2 };
+/// two round trips on a real path (the TCP handshake, then the hellos), three with TLS when
+/// the client waited for the server's answer; the end of the TLS handshake, two.
+fn estimated_rtt(conn: &Conn, started: Instant, answered: bool) -> Duration {
+    let trips = match (conn.tls.is_some(), answered) {
+        (true, true) => 3,
+        _ => 2,
+    };
     started.elapsed() / trips
+}
+
+/// The channel-bound handshake of a TLS connection (see `sprat_proto::auth`): the client's
+/// hello carries its proof. When the server's key was vouched for before (pinned, or known
+/// from an earlier run), or the client has no token the server could prove, the hello is
+/// returned to go out with the first message and the server's answer is checked before
+/// anything else is read ([`Conn::check_server_proof`]): data starts at the end of the TLS
+/// handshake. A server met for the first time must prove the token first (its TLS key alone
+/// is only trusted on first use): the hello is sent and its answer checked now, one round trip
+/// more. Returns what goes in front of the first message, and whether the server answered.
+fn greet_bound(
+    conn: &mut Conn,
+    credentials: &Credentials,
+    key: Option<TokenKey>,
+) -> Result<(Option<Message>, bool), TransferError> {
+    let early = conn.vouched || key.is_none();
+    let (handshake, hello) = ClientHandshake::new_bound(key, random());
+    if early {
+        conn.server_proof = Some(Arc::new(Mutex::new(Some(handshake))));
+        return Ok((Some(hello), false));
+    }
+    conn.send(&hello)?;
+    let reply = conn.read_small()?;
+    conn.server_answered(handshake, reply)?;
+    // The server proved the token with this key: remember it (trust on first use).
+    conn.vouched = credentials.check_server(&conn.peer, conn.server_key(), true)?;
+    Ok((None, true))
 }
 
 /// A server's refusal of the hello for another reason than the key (for example a busy or
@@ -618,6 +704,11 @@ pub fn dial(
     tcp_buffer: Option<u64>,
 ) -> Result<Dialed, TransferError> {
     let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    if conn.tls.is_some() {
+        let (ahead, answered) = greet_bound(&mut conn, credentials, key)?;
+        conn.rtt = Some(estimated_rtt(&conn, started, answered));
+        return Ok(Dialed { conn, ahead });
+    }
     let (handshake, hello) = ClientHandshake::new(key, random());
     let reply = greet(&mut conn, &hello)?;
     if let Some(e) = refused_hello(addr, &reply) {
@@ -627,8 +718,11 @@ pub fn dial(
         .on_message(reply)
         .map_err(|e| conn.session_error(e.into()))?;
     server_proved();
-    conn.rtt = Some(estimated_rtt(&conn, started));
-    Ok(Dialed { conn, proof })
+    conn.rtt = Some(estimated_rtt(&conn, started, true));
+    Ok(Dialed {
+        conn,
+        ahead: Some(proof),
+    })
 }
 
 impl Dialed {
@@ -636,8 +730,9 @@ impl Dialed {
     /// server reads `first` only once the proof is checked, and answers it (or refuses the
     /// proof with `Error`) as the first thing it sends.
     pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
-        let Dialed { mut conn, proof } = self;
-        conn.send_all(&[proof, first.clone()])?;
+        let Dialed { mut conn, ahead } = self;
+        let msgs: Vec<Message> = ahead.into_iter().chain([first.clone()]).collect();
+        conn.send_all(&msgs)?;
         conn.read_until(None);
         Ok(conn)
     }
@@ -666,6 +761,12 @@ pub fn dial_session(
     role: Role,
 ) -> Result<DialedSession, TransferError> {
     let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    if conn.tls.is_some() {
+        let (ahead, answered) = greet_bound(&mut conn, credentials, key)?;
+        conn.rtt = Some(estimated_rtt(&conn, started, answered));
+        let machine = ClientStream::authenticated(direction, role, ahead);
+        return Ok(DialedSession { conn, machine });
+    }
     let (mut machine, hello) = ClientStream::new(direction, role, key, random(), Instant::now());
     let reply = greet(&mut conn, &hello)?;
     if let Some(e) = refused_hello(addr, &reply) {
@@ -678,7 +779,7 @@ pub fn dial_session(
         Ok(other) => return Err(conn.protocol(format!("unexpected {other:?} in the handshake"))),
         Err(e) => return Err(conn.session_error(e)),
     }
-    conn.rtt = Some(estimated_rtt(&conn, started));
+    conn.rtt = Some(estimated_rtt(&conn, started, true));
     Ok(DialedSession { conn, machine })
 }
 
@@ -806,7 +907,11 @@ pub fn accept(
     let binding = conn.binding();
     let keys = keys.bound_to(&binding);
     let tickets = tickets.iter().map(|t| t.bound_to(&binding)).collect();
-    let mut machine = ServerStream::new(keys, tickets, random(), Instant::now());
+    let mut machine = if encrypted {
+        ServerStream::new_bound(keys, tickets, random(), Instant::now())
+    } else {
+        ServerStream::new(keys, tickets, random(), Instant::now())
+    };
     loop {
         conn.read_until(machine.deadline());
         let msg = conn.recv_small()?;
@@ -815,6 +920,20 @@ pub fn accept(
             Ok(server_session::Event::Authenticated(credential)) => {
                 conn.read_until(machine.deadline());
                 return Ok((machine, credential));
+            }
+            Ok(server_session::Event::Greeted { reply, credential }) => {
+                conn.send(&reply)?;
+                conn.read_until(machine.deadline());
+                return Ok((machine, credential));
+            }
+            Ok(server_session::Event::Unprovable(reply)) => {
+                conn.refuse_with(&reply);
+                return Err(auth_error(
+                    conn,
+                    "the client brought a token, which a server run with --no-auth cannot \
+                     prove it knows: refused"
+                        .into(),
+                ));
             }
             Ok(other) => return Err(conn.protocol(format!("unexpected {other:?}"))),
             Err(SessionError::Auth(e)) => {

@@ -105,12 +105,18 @@ impl Credentials {
     }
 
     /// Checks the key the server at `addr` presented in its TLS handshake, before anything
-    /// is sent to it.
+    /// is sent to it. Returns whether the key is vouched for (pinned, or in the known-servers
+    /// file): only then may a client send more than its hello before the server has proved
+    /// the token too. A key met for the first time is written to the known-servers file only
+    /// with `pin_new`: at once by a client without a token (nothing to prove), otherwise once
+    /// the server proved the token (so that no key of a machine in the middle is ever pinned
+    /// by a client holding a token).
     pub(crate) fn check_server(
         &self,
         addr: &str,
         key: Option<Fingerprint>,
-    ) -> Result<(), TransferError> {
+        pin_new: bool,
+    ) -> Result<bool, TransferError> {
         let refuse = |why: String| TransferError::Identity {
             peer: addr.to_string(),
             why,
@@ -125,7 +131,7 @@ impl Credentials {
         };
         if !pins.is_empty() {
             if pins.contains(&key) {
-                return Ok(());
+                return Ok(true);
             }
             let given: Vec<String> = pins.iter().map(|p| p.to_string()).collect();
             return Err(refuse(format!(
@@ -141,13 +147,14 @@ impl Credentials {
             )));
         };
         let file = known.path().display();
-        match known.check(addr, &key) {
-            Ok(Verdict::Known) => Ok(()),
+        match known.check(addr, &key, pin_new) {
+            Ok(Verdict::Known) => Ok(true),
+            Ok(Verdict::New) => Ok(false),
             Ok(Verdict::Added) => {
                 eprintln!(
                     "sprat: first connection to {addr}: its key {key} is now pinned in {file}"
                 );
-                Ok(())
+                Ok(false)
             }
             Ok(Verdict::Changed { pinned, line }) => Err(refuse(format!(
                 "THE SERVER'S KEY CHANGED: it presented {key}, but line {line} of {file} pins \

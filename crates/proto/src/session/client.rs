@@ -66,8 +66,10 @@ pub enum Event {
 enum Receiving {
     /// Its hello is sent; the server's answer and proof are due.
     Greeting(ClientHandshake),
-    /// The server proved the key; the client's proof and first message are not sent yet.
-    Proved(Message),
+    /// The server proved the key (or the driver runs the handshake, see
+    /// [`ClientStream::authenticated`]); the first message is not sent yet, nor what goes in
+    /// front of it (the client's proof or channel-bound hello), if anything.
+    Proved(Option<Message>),
     /// `Open` or `Join` is sent; the server's announcement is due.
     Announcing,
     /// Announced: acknowledgements (push) or batches (pull) arrive.
@@ -120,19 +122,30 @@ impl ClientStream {
         now: Instant,
     ) -> (ClientStream, Message) {
         let (handshake, hello) = ClientHandshake::new(key, nonce);
-        let stream = ClientStream {
+        let mut stream = ClientStream::authenticated(direction, role, None);
+        stream.receiving = Receiving::Greeting(handshake);
+        stream.deadline = Some(now + HANDSHAKE_TIMEOUT);
+        (stream, hello)
+    }
+
+    /// A connection whose handshake the driver runs itself (a channel-bound hello, see
+    /// [`crate::auth::ClientHandshake::new_bound`], whose answer the driver checks before it
+    /// hands this machine anything): `ahead` goes out in front of the first message (the
+    /// hello, when the client sends it together with `Open` or `Join`; `None` when it was
+    /// sent and answered already).
+    pub fn authenticated(direction: Direction, role: Role, ahead: Option<Message>) -> ClientStream {
+        ClientStream {
             direction,
             role,
-            receiving: Receiving::Greeting(handshake),
+            receiving: Receiving::Proved(ahead),
             sending: Sending::Open,
             in_flight: Vec::new(),
             held: Vec::new(),
             held_bytes: 0,
             refused_unannounced: false,
             index_ended: false,
-            deadline: Some(now + HANDSHAKE_TIMEOUT),
-        };
-        (stream, hello)
+            deadline: None,
+        }
     }
 
     pub fn direction(&self) -> Direction {
@@ -237,7 +250,7 @@ impl ClientStream {
         match std::mem::replace(&mut self.receiving, Receiving::Closed) {
             Receiving::Greeting(handshake) => {
                 let proof = handshake.on_message(msg)?;
-                self.receiving = Receiving::Proved(proof);
+                self.receiving = Receiving::Proved(Some(proof));
                 self.deadline = None;
                 Ok(Event::ServerProved)
             }
@@ -336,7 +349,7 @@ impl ClientStream {
 
     /// Once the server proved the key: the client's proof and `first` (`Open` or `Join`), to
     /// be sent together in one write. The announcement is due from `now`.
-    pub fn open(&mut self, first: Message, now: Instant) -> Result<[Message; 2], SessionError> {
+    pub fn open(&mut self, first: Message, now: Instant) -> Result<Vec<Message>, SessionError> {
         let fits = matches!(
             (&first, self.role),
             (Message::Open { .. }, Role::Control) | (Message::Join { .. }, Role::Joining)
@@ -345,9 +358,9 @@ impl ClientStream {
             return Err(self.not_now("open or join with that message"));
         }
         match std::mem::replace(&mut self.receiving, Receiving::Announcing) {
-            Receiving::Proved(proof) => {
+            Receiving::Proved(ahead) => {
                 self.deadline = Some(now + HANDSHAKE_TIMEOUT);
-                Ok([proof, first])
+                Ok(ahead.into_iter().chain([first]).collect())
             }
             state => {
                 self.receiving = state;
@@ -598,6 +611,26 @@ mod tests {
             failures: Vec::new(),
             unlisted: 0,
         }
+    }
+
+    #[test]
+    fn a_stream_authenticated_by_its_driver_sends_what_goes_ahead_with_its_first_message() {
+        let now = Instant::now();
+        let (_, hello) = crate::auth::ClientHandshake::new_bound(Some(key()), [1; 32]);
+        let join = Message::Join { session: [3; 16] };
+        // The hello goes with the `Join` (the server's key was known).
+        let mut c =
+            ClientStream::authenticated(Direction::Push, Role::Joining, Some(hello.clone()));
+        assert_eq!(c.open(join.clone(), now), Ok(vec![hello, join.clone()]));
+        assert_eq!(
+            c.on_message(Message::Joined, now),
+            Ok(Event::Announced { root_is_dir: None })
+        );
+        // The hello was answered already: the `Join` goes alone.
+        let mut c = ClientStream::authenticated(Direction::Push, Role::Joining, None);
+        assert_eq!(c.open(join.clone(), now), Ok(vec![join]));
+        // A stream opens once.
+        assert!(c.open(Message::Join { session: [3; 16] }, now).is_err());
     }
 
     #[test]

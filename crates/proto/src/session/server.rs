@@ -9,7 +9,7 @@
 
 use super::{Direction, Role, SessionError, CLIENT_AUTH_TIMEOUT, CLIENT_HELLO_PATIENCE};
 use crate::auth::{
-    AuthError, Credential, ServerAwaitingProof, ServerHandshake, ServerKeys, TokenKey,
+    AuthError, BoundHello, Credential, ServerAwaitingProof, ServerHandshake, ServerKeys, TokenKey,
 };
 use crate::namespace::Request;
 use crate::{ErrorCode, Message, Operation, RemoteStats};
@@ -22,6 +22,15 @@ pub enum Event {
     Reply(Message),
     /// The client proved this credential.
     Authenticated(Credential),
+    /// Send this answer to the client's hello, which proved this credential already (a
+    /// channel-bound hello, see [`ServerStream::new_bound`]): the first message is due.
+    Greeted {
+        reply: Message,
+        credential: Credential,
+    },
+    /// Send this answer and read nothing more: a client brought a token to a server run with
+    /// `--no-auth`, which cannot prove it (the client stops on this answer).
+    Unprovable(Message),
     /// The client asks to open a session: [`ServerStream::accept_open`] or
     /// [`ServerStream::refuse`].
     Open {
@@ -99,6 +108,8 @@ struct Pull {
 pub struct ServerStream {
     state: State,
     deadline: Option<Instant>,
+    /// The connection's keys are bound to its TLS session: the hello carries the proof.
+    bound: bool,
 }
 
 /// The error code a failed handshake is refused with.
@@ -122,6 +133,22 @@ impl ServerStream {
         ServerStream {
             state: State::Hello(ServerHandshake::new(keys, tickets, nonce)),
             deadline: Some(now + CLIENT_HELLO_PATIENCE),
+            bound: false,
+        }
+    }
+
+    /// [`ServerStream::new`] for a connection whose `keys` and `tickets` are bound to its
+    /// channel (TLS): the client's hello carries its proof, and the server answers it with
+    /// its own ([`crate::auth::ServerHandshake::on_bound_hello`]).
+    pub fn new_bound(
+        keys: impl Into<ServerKeys>,
+        tickets: Vec<TokenKey>,
+        nonce: [u8; 32],
+        now: Instant,
+    ) -> ServerStream {
+        ServerStream {
+            bound: true,
+            ..ServerStream::new(keys, tickets, nonce, now)
         }
     }
 
@@ -196,6 +223,18 @@ impl ServerStream {
     /// Handles a control message from the client.
     pub fn on_message(&mut self, msg: Message, now: Instant) -> Result<Event, SessionError> {
         match std::mem::replace(&mut self.state, State::Closed) {
+            State::Hello(handshake) if self.bound => match handshake.on_bound_hello(msg)? {
+                BoundHello::Authenticated { credential, reply } => {
+                    self.state = State::First;
+                    self.deadline = Some(now + CLIENT_AUTH_TIMEOUT);
+                    Ok(Event::Greeted { reply, credential })
+                }
+                BoundHello::Unprovable { reply } => {
+                    self.state = State::Refusing;
+                    self.deadline = None;
+                    Ok(Event::Unprovable(reply))
+                }
+            },
             State::Hello(handshake) => {
                 let (waiting, reply) = handshake.on_message(msg)?;
                 self.state = State::Proof(waiting);

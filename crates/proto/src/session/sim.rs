@@ -360,7 +360,9 @@ impl SimServer {
         };
         let event = self.conns[conn].stream.on_message(msg, net.now)?;
         match event {
-            server::Event::Reply(r) => net.send(conn, To::Client, Frame::Msg(r)),
+            server::Event::Reply(r)
+            | server::Event::Greeted { reply: r, .. }
+            | server::Event::Unprovable(r) => net.send(conn, To::Client, Frame::Msg(r)),
             server::Event::Authenticated(_) | server::Event::Dropped => {}
             server::Event::Open { session, op, .. } => {
                 let direction = match op {
