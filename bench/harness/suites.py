@@ -234,7 +234,9 @@ def parse(argv: list[str], repo: str) -> Plan:
     extra_tools = [v.split("=", 1)[0] for v in a.variant]
     if a.old_sprat:
         extra_tools.append("sprat-old")
-    tools = a.tools if a.tools is not None else list(suite.tools) + extra_tools
+    # --variant and --old-sprat add their tools to --tools too (naming them there is optional).
+    tools = list(a.tools) if a.tools is not None else list(suite.tools)
+    tools += [t for t in extra_tools if t not in tools]
     limits = a.limits if a.limits is not None else list(suite.limits)
     if limits == ["none"]:
         limits = []

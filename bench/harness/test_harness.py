@@ -368,6 +368,11 @@ class Suites(unittest.TestCase):
         reg = suites.tool_registry(p)
         self.assertEqual(reg["sprat-old"].bin, "/old")
         self.assertEqual(reg["sprat-old"].server, "sprat-old")
+        # With --tools too (once, even when named there).
+        p = suites.parse(["wan", "--tools", "sprat", "--old-sprat", "/old"], REPO)
+        self.assertEqual(p.tools, ["sprat", "sprat-old"])
+        p = suites.parse(["wan", "--tools", "sprat-old,sprat", "--old-sprat", "/old"], REPO)
+        self.assertEqual(p.tools, ["sprat-old", "sprat"])
 
     def test_bad_input_exits_2(self):
         for argv in (["nosuite"], ["local", "--rounds", "0"], ["local", "--cache", "hot"],
