@@ -78,16 +78,30 @@ def spare_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def to_delete(kept: list[tuple[str, int]], spare: int, reserve: int) -> list[str]:
-    """The oldest of the `kept` copies (path, bytes; oldest first) to delete so that at least
-    `reserve` bytes are spare, given `spare` now; none if there are already; all if even that
-    is not enough."""
+def spare_files(path: str) -> int:
+    """Inodes an unprivileged writer may still use on the file system of `path` (or of the
+    nearest existing parent); a tmpfs runs out of them (`nr_inodes`) long before its bytes
+    when it holds many copies of a set of small files."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return os.statvfs(path).f_favail
+
+
+def to_delete(kept: list, spare, reserve) -> list[str]:
+    """The oldest of the `kept` copies (path, bytes[, files]; oldest first) to delete so that
+    at least `reserve` bytes (and files: pass tuples) are spare, given `spare` now; none if
+    there are already; all if even that is not enough."""
+    spare = list(spare) if isinstance(spare, tuple) else [spare]
+    reserve = list(reserve) if isinstance(reserve, tuple) else [reserve]
     out: list[str] = []
-    for path, nbytes in kept:
-        if spare >= reserve:
+    for path, *sizes in kept:
+        if all(s >= r for s, r in zip(spare, reserve)):
             break
         out.append(path)
-        spare += nbytes
+        spare = [s + n for s, n in zip(spare, list(sizes) + [0] * len(spare))]
     return out
 
 
@@ -118,26 +132,27 @@ class Disposer:
     would no longer hold two more such copies with `margin` to spare."""
 
     margin: int = 4 * GiB
+    file_margin: int = 100_000
     meta: Optional[str] = None  # where the time of the last deletion is recorded
     kept: list[tuple[str, int]] = field(default_factory=list)
     deleted: int = 0
 
-    def keep(self, path: str, nbytes: int, log=None) -> None:
-        self.kept.append((path, nbytes))
-        reserve = 2 * nbytes + self.margin
-        gone = to_delete(self.kept, spare_bytes(path), reserve)
+    def keep(self, path: str, nbytes: int, log=None, nfiles: int = 0) -> None:
+        self.kept.append((path, nbytes, nfiles))
+        reserve = (2 * nbytes + self.margin, 2 * nfiles + self.file_margin)
+        gone = to_delete(self.kept, (spare_bytes(path), spare_files(path)), reserve)
         if not gone:
             return
         self.remove(gone)
         self.kept = self.kept[len(gone):]
         self.deleted += len(gone)
         if log:
-            log(f"deleted {len(gone)} finished copies to keep {reserve / GiB:.1f} GiB spare: the next run "
-                "may create files where many were just deleted")
+            log(f"deleted {len(gone)} finished copies to keep {reserve[0] / GiB:.1f} GiB and {reserve[1]:,} "
+                "inodes spare: the next run may create files where many were just deleted")
 
     def delete_all(self) -> None:
         if self.kept:
-            self.remove([p for p, _ in self.kept])
+            self.remove([p for p, *_ in self.kept])
             self.kept.clear()
 
     def remove(self, paths: list[str]) -> None:

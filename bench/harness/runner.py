@@ -339,7 +339,7 @@ class Harness:
         elif t.kind in ("read", "write", "rw", "net"):
             row["check"] = "-"
         if t.kind in ("write", "rw") and dst:
-            self.disposer.keep(dst, r.bytes, self.log)
+            self.disposer.keep(dst, r.bytes, self.log, nfiles=r.files)
         if row.get("exit"):
             row["check"] = "FAIL"
             if timed.timed_out:
@@ -349,7 +349,7 @@ class Harness:
             else:
                 notes.insert(0, f"exit {row['exit']}: {proc.tail(logbase + '.err')}")
         if t.kind == "copy" and not resync and tmode not in toolsmod.NO_COPY_MODES:
-            self.disposer.keep(raw["dst"], r.bytes, self.log)
+            self.disposer.keep(raw["dst"], r.bytes, self.log, nfiles=r.files)
         row["note"] = "; ".join(notes)
         self.log(f"{s:<8} {mode:<10} {cache:<4} {rtt_s + ' ms' if rtt_s else '':<8} {t.name:<14} r{rnd} "
                  f"{row['seconds']:9.3f} s  {row.get('check', '')} {row['note'][:160]}")

@@ -217,6 +217,12 @@ class Disposal(unittest.TestCase):
         self.assertEqual(disposal.to_delete(kept, spare=4, reserve=10), ["a", "b"])
         self.assertEqual(disposal.to_delete(kept, spare=0, reserve=100), ["a", "b", "c"])
         self.assertEqual(disposal.to_delete([], spare=0, reserve=1), [])
+        # Bytes and files: whichever runs short decides.
+        kept = [("a", 5, 100), ("b", 3, 1000), ("c", 7, 10)]
+        self.assertEqual(disposal.to_delete(kept, spare=(100, 5000), reserve=(10, 5000)), [])
+        self.assertEqual(disposal.to_delete(kept, spare=(100, 4500), reserve=(10, 5000)), ["a", "b"])
+        self.assertEqual(disposal.to_delete(kept, spare=(4, 9000), reserve=(9, 5000)), ["a"])
+        self.assertGreater(disposal.spare_files(tempfile.gettempdir()), 0)
 
     def test_keep_deletes_only_when_the_disk_runs_short(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -238,6 +244,11 @@ class Disposal(unittest.TestCase):
             short.keep(paths[1], 100, logged.append)
             self.assertFalse(os.path.exists(paths[1]))
             self.assertEqual((short.deleted, short.kept, len(logged)), (1, [], 1))
+            # Short of inodes alone.
+            os.makedirs(paths[1])
+            few = disposal.Disposer(margin=0, file_margin=disposal.spare_files(tmp) * 4)
+            few.keep(paths[1], 100, nfiles=1)
+            self.assertEqual((few.deleted, os.path.exists(paths[1])), (1, False))
             roomy.delete_all()
             self.assertFalse(os.path.exists(paths[0]))
 
