@@ -81,7 +81,7 @@ pub struct TreeWriter {
     /// as they are written (see [`TreeWriter::file_writeback`]).
     file_writeback: bool,
     /// Started by [`TreeWriter::early_writeback`].
-    writeback: Option<crate::writeback::Writeback>,
+    writeback: Option<std::sync::Arc<crate::writeback::Writeback>>,
     /// Bytes written since the last kick of the early writeback that nothing else started
     /// on their way to disk (see [`TreeWriter::batch_written`]).
     left_in_cache: AtomicU64,
@@ -89,6 +89,9 @@ pub struct TreeWriter {
     written_since_kick: AtomicU64,
     /// Held by the one batch deciding about a kick.
     deciding_kick: AtomicBool,
+    /// Kicks this writer gave its early writeback (whose thread other writers on the same
+    /// file system share).
+    kicks: AtomicU64,
     syncs: Mutex<SyncState>,
     sync_done: Condvar,
     /// Kept alive as long as the writer (see [`TreeWriter::holding`]).
@@ -346,6 +349,7 @@ impl TreeWriter {
             left_in_cache: AtomicU64::new(0),
             written_since_kick: AtomicU64::new(0),
             deciding_kick: AtomicBool::new(false),
+            kicks: AtomicU64::new(0),
             syncs: Mutex::new(SyncState::default()),
             sync_done: Condvar::new(),
             _held: None,
@@ -596,7 +600,7 @@ impl TreeWriter {
                 .fd()
                 .try_clone_to_owned()
                 .ok()
-                .and_then(|fd| crate::writeback::Writeback::start(fd).ok())
+                .and_then(|fd| crate::writeback::Writeback::for_file_system(fd).ok())
         } else {
             None
         };
@@ -624,6 +628,7 @@ impl TreeWriter {
         }
         self.deciding_kick.store(false, Ordering::Release);
         if due {
+            self.kicks.fetch_add(1, Ordering::Relaxed);
             wb.kick();
         }
     }
@@ -639,9 +644,10 @@ impl TreeWriter {
         }
     }
 
-    /// How many early writeback syncs were started (see [`TreeWriter::early_writeback`]).
-    pub fn writeback_runs(&self) -> u64 {
-        self.writeback.as_ref().map_or(0, |wb| wb.runs())
+    /// How many times this writer asked for an early writeback sync (see
+    /// [`TreeWriter::early_writeback`]; the thread that runs them is shared per file system).
+    pub fn writeback_kicks(&self) -> u64 {
+        self.kicks.load(Ordering::Relaxed)
     }
 
     /// Number of `syncfs` calls made so far.
@@ -1939,13 +1945,6 @@ mod tests {
         let small = vec![7u8; 64 << 10];
         let per_batch = 64;
         let batches_to_min = crate::writeback::EARLY_MIN / (per_batch * small.len() as u64);
-        let syncs_after = |writer: &TreeWriter| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while writer.writeback_runs() == 0 && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            writer.writeback_runs()
-        };
         // A large file is on its way to disk already: it counts for nothing.
         c.write_file(b"large", &attrs(0o644), &vec![1u8; 1 << 20])
             .unwrap();
@@ -1957,16 +1956,14 @@ mod tests {
             }
             writer.batch_written();
             if batch + 1 < batches_to_min {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                assert_eq!(writer.writeback_runs(), 0, "after batch {batch}");
+                assert_eq!(writer.writeback_kicks(), 0, "after batch {batch}");
             }
         }
-        assert_eq!(syncs_after(&writer), 1);
+        assert_eq!(writer.writeback_kicks(), 1);
         // The count starts again: one more batch is not enough.
         c.write_file(b"more", &attrs(0o644), &small).unwrap();
         writer.batch_written();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(writer.writeback_runs(), 1);
+        assert_eq!(writer.writeback_kicks(), 1);
         // Small files amid more than three times their bytes of large ones: the disk is busy
         // with those already, no kick.
         let large = vec![3u8; 1 << 20];
@@ -1981,8 +1978,7 @@ mod tests {
                 .unwrap();
         }
         writer.batch_written();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(writer.writeback_runs(), 1);
+        assert_eq!(writer.writeback_kicks(), 1);
     }
 
     #[test]

@@ -19,7 +19,9 @@
 //!
 //! Smaller files are many, and starting each on its own makes the disk take them one by one.
 //! For them a [`Writeback`] runs one thread that, when kicked, calls `syncfs` on the
-//! destination's file system (a kick during a `syncfs` asks for one more after it): the kernel
+//! destination's file system (a kick during a `syncfs` asks for one more after it), one thread
+//! per file system in a process, shared by every writer on it ([`Writeback::for_file_system`]:
+//! a server taking many pushes at once makes one `syncfs` at a time, not one per push): the kernel
 //! writes all that is dirty there together, in order, while the copy goes on. The writer kicks
 //! it after a batch once [`EARLY_MIN`] bytes of such files (and of large files' chunks written
 //! through the page cache), and a quarter of all it wrote, were written since the last kick
@@ -37,9 +39,10 @@
 
 use crate::sync::{lock, unpoisoned};
 use rustix::fs::{fadvise, Advice};
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 /// Whole files this large or larger start going to disk as soon as they are written.
 pub const FILE_MIN: u64 = 256 << 10;
@@ -95,7 +98,28 @@ struct State {
     runs: u64,
 }
 
+/// The writebacks in use in this process, by the device of their file system.
+fn in_use() -> &'static Mutex<HashMap<u64, Weak<Writeback>>> {
+    static IN_USE: OnceLock<Mutex<HashMap<u64, Weak<Writeback>>>> = OnceLock::new();
+    IN_USE.get_or_init(Mutex::default)
+}
+
 impl Writeback {
+    /// The writeback of the file system holding `fd` (a descriptor of the destination's root):
+    /// the one other writers of this process on that file system use, or a new one, whose
+    /// thread owns `fd`. It stops once its last user drops it.
+    pub fn for_file_system(fd: OwnedFd) -> std::io::Result<Arc<Writeback>> {
+        let dev = rustix::fs::fstat(&fd)?.st_dev;
+        let mut in_use = lock(in_use());
+        if let Some(running) = in_use.get(&dev).and_then(Weak::upgrade) {
+            return Ok(running);
+        }
+        in_use.retain(|_, w| w.strong_count() > 0);
+        let started = Arc::new(Writeback::start(fd)?);
+        in_use.insert(dev, Arc::downgrade(&started));
+        Ok(started)
+    }
+
     /// Starts the thread for the file system holding `fd` (a descriptor of the destination's
     /// root, which the thread owns).
     pub fn start(fd: OwnedFd) -> std::io::Result<Writeback> {
@@ -180,5 +204,32 @@ mod tests {
         }
         assert!(wb.runs() >= 1);
         drop(wb);
+    }
+
+    #[test]
+    fn writers_on_one_file_system_share_one_writeback() {
+        let a = tempfile::tempdir().expect("tempdir");
+        let b = tempfile::tempdir_in(a.path()).expect("tempdir");
+        let open = |p: &std::path::Path| OwnedFd::from(std::fs::File::open(p).expect("open"));
+        let first = Writeback::for_file_system(open(a.path())).expect("start");
+        let second = Writeback::for_file_system(open(b.path())).expect("share");
+        assert!(
+            Arc::ptr_eq(&first, &second),
+            "two threads for one file system"
+        );
+        // The registry holds it weakly: its users alone keep it (2 here, or more while
+        // another test of this process writes to the same file system).
+        assert!(Arc::strong_count(&first) >= 2);
+        drop(second);
+        let again = first;
+        // Another file system (tmpfs, when there is one) gets its own.
+        let shm = std::path::Path::new("/dev/shm");
+        if let (Ok(here), Ok(there)) = (std::fs::metadata(a.path()), std::fs::metadata(shm)) {
+            use std::os::unix::fs::MetadataExt;
+            if here.dev() != there.dev() {
+                let other = Writeback::for_file_system(open(shm)).expect("start");
+                assert!(!Arc::ptr_eq(&again, &other));
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod tls;
 pub mod trust;
 
 pub use identity::{Fingerprint, ServerIdentity};
+use known_servers::Pin;
 pub use tls::ServerTls;
 pub use trust::{Credentials, ServerAccess, Trust};
 
@@ -75,10 +76,22 @@ pub struct Conn {
     /// Client side: the server's answer to a channel-bound hello sent together with the
     /// connection's first message, to be checked before anything else is read (see
     /// [`Conn::check_server_proof`]). Shared by every handle on the socket.
-    server_proof: Option<Arc<Mutex<Option<ClientBoundHandshake>>>>,
+    server_proof: Option<Arc<Mutex<ServerProof>>>,
     /// Client side: the server's TLS key was vouched for before this process met it (see
     /// `Credentials::check_server`).
     vouched: bool,
+}
+
+/// Client side, where a channel-bound hello went out with the first message: whether the
+/// server's answer to it is still due (and by when), checked, or failed (then every later read
+/// fails too: nothing that arrives may be believed).
+enum ServerProof {
+    Due {
+        handshake: ClientBoundHandshake,
+        deadline: Instant,
+    },
+    Checked,
+    Failed,
 }
 
 /// A read deadline shared by the handles on one socket: nanoseconds after [`epoch`], plus
@@ -182,8 +195,12 @@ impl Conn {
         let tls = Tls::connect(&self.stream, self.deadline.get(), &self.moved)
             .map_err(|e| self.handshake_failed(e))?;
         // A client with a token pins a new key only once the server proved the token.
-        let pin_new = credentials.token_for(&self.peer).is_none();
-        self.vouched = credentials.check_server(&self.peer, tls.server_key, pin_new)?;
+        let pin = if credentials.token_for(&self.peer).is_none() {
+            Pin::Key
+        } else {
+            Pin::No
+        };
+        self.vouched = credentials.check_server(&self.peer, tls.server_key, pin)?;
         self.tls = Some(Arc::new(tls));
         Ok(())
     }
@@ -415,14 +432,41 @@ impl Conn {
     /// is believed before its proof of the token is checked. Does nothing on other
     /// connections, or once checked.
     fn check_server_proof(&mut self) -> Result<(), TransferError> {
-        let Some(due) = &self.server_proof else {
+        let Some(proof) = self.server_proof.clone() else {
             return Ok(());
         };
-        let Some(handshake) = lock(due).take() else {
-            return Ok(());
-        };
-        let reply = self.read_small()?;
-        self.server_answered(handshake, reply)
+        // Held while the answer is read: another handle reading meanwhile waits for it.
+        let mut proof = lock(&proof);
+        match std::mem::replace(&mut *proof, ServerProof::Failed) {
+            ServerProof::Checked => {
+                *proof = ServerProof::Checked;
+                Ok(())
+            }
+            ServerProof::Failed => Err(TransferError::Auth {
+                peer: self.peer.clone(),
+                why: "the server's answer to the hello could not be checked".into(),
+            }),
+            ServerProof::Due {
+                handshake,
+                deadline,
+            } => {
+                // The answer comes within the handshake's time, whatever the caller reads.
+                let before = self.deadline.get();
+                self.read_until(Some(before.map_or(deadline, |b| b.min(deadline))));
+                let reply = self.read_small();
+                self.read_until(before);
+                self.server_answered(handshake, reply?)?;
+                *proof = ServerProof::Checked;
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits for the server's answer to a channel-bound hello sent ahead, if one is due, and
+    /// checks its proof of the token: before sending something only the server may read (a
+    /// checked pull's index of the destination).
+    pub fn ensure_server_proved(&mut self) -> Result<(), TransferError> {
+        self.check_server_proof()
     }
 
     /// Checks the server's answer to a channel-bound hello.
@@ -655,15 +699,28 @@ fn greet_bound(
     let early = conn.vouched || key.is_none();
     let (handshake, hello) = ClientHandshake::new_bound(key, random());
     if early {
-        conn.server_proof = Some(Arc::new(Mutex::new(Some(handshake))));
+        conn.server_proof = Some(Arc::new(Mutex::new(ServerProof::Due {
+            handshake,
+            deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+        })));
         return Ok((Some(hello), false));
     }
     conn.send(&hello)?;
     let reply = conn.read_small()?;
     conn.server_answered(handshake, reply)?;
     // The server proved the token with this key: remember it (trust on first use).
-    conn.vouched = credentials.check_server(&conn.peer, conn.server_key(), true)?;
+    conn.vouched = credentials.check_server(&conn.peer, conn.server_key(), Pin::Proved)?;
     Ok((None, true))
+}
+
+/// Whether `first` carries what only a server that proved the token may read, and so waits
+/// for that proof even where a request may go with the hello: a third-party copy's `SendTo`,
+/// whose ticket lets its holder write to the destination.
+fn carries_a_secret(first: &Message) -> bool {
+    matches!(
+        first,
+        Message::Request(sprat_proto::namespace::Request::SendTo { .. })
+    )
 }
 
 /// A server's refusal of the hello for another reason than the key (for example a busy or
@@ -731,6 +788,16 @@ impl Dialed {
     /// proof with `Error`) as the first thing it sends.
     pub fn authenticate(self, first: &Message) -> Result<Conn, TransferError> {
         let Dialed { mut conn, ahead } = self;
+        if carries_a_secret(first) && conn.server_proof.is_some() {
+            // Not before the server proved the token: the hello alone, then its answer.
+            if let Some(hello) = ahead {
+                conn.send(&hello)?;
+            }
+            conn.check_server_proof()?;
+            conn.send(first)?;
+            conn.read_until(None);
+            return Ok(conn);
+        }
         let msgs: Vec<Message> = ahead.into_iter().chain([first.clone()]).collect();
         conn.send_all(&msgs)?;
         conn.read_until(None);

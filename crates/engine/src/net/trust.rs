@@ -5,7 +5,7 @@
 //! named by an alias of the client's config file, with its own token file and fingerprint).
 
 use super::identity::Fingerprint;
-use super::known_servers::{KnownServers, Verdict};
+use super::known_servers::{KnownServers, Pin, Verdict};
 use crate::error::TransferError;
 use sprat_proto::auth::TokenKey;
 use std::collections::BTreeMap;
@@ -105,17 +105,18 @@ impl Credentials {
     }
 
     /// Checks the key the server at `addr` presented in its TLS handshake, before anything
-    /// is sent to it. Returns whether the key is vouched for (pinned, or in the known-servers
-    /// file): only then may a client send more than its hello before the server has proved
-    /// the token too. A key met for the first time is written to the known-servers file only
-    /// with `pin_new`: at once by a client without a token (nothing to prove), otherwise once
-    /// the server proved the token (so that no key of a machine in the middle is ever pinned
-    /// by a client holding a token).
+    /// is sent to it. Returns whether the key is vouched for: pinned on the command line or in
+    /// the config, or marked in the known-servers file as having proved a token; only then
+    /// may a client send more than its hello before the server has proved the token on this
+    /// connection. What is written to the known-servers file is `pin`'s: nothing before the
+    /// server proved the token (so that no key of a machine in the middle is ever pinned by a
+    /// client holding a token), the key alone for a client without a token (nothing to prove),
+    /// the key marked as proved once the server proved the token.
     pub(crate) fn check_server(
         &self,
         addr: &str,
         key: Option<Fingerprint>,
-        pin_new: bool,
+        pin: Pin,
     ) -> Result<bool, TransferError> {
         let refuse = |why: String| TransferError::Identity {
             peer: addr.to_string(),
@@ -147,14 +148,14 @@ impl Credentials {
             )));
         };
         let file = known.path().display();
-        match known.check(addr, &key, pin_new) {
-            Ok(Verdict::Known) => Ok(true),
+        match known.check(addr, &key, pin) {
+            Ok(Verdict::Known { proved }) => Ok(proved),
             Ok(Verdict::New) => Ok(false),
             Ok(Verdict::Added) => {
                 eprintln!(
                     "sprat: first connection to {addr}: its key {key} is now pinned in {file}"
                 );
-                Ok(false)
+                Ok(pin == Pin::Proved)
             }
             Ok(Verdict::Changed { pinned, line }) => Err(refuse(format!(
                 "THE SERVER'S KEY CHANGED: it presented {key}, but line {line} of {file} pins \

@@ -544,7 +544,13 @@ fn start_stream<'s>(
             Ok(()) => return,
             Err(refusal) => refusal,
         };
-        if control || announced {
+        // A server that failed to prove the token (or whose key is wrong) is no refusal: what
+        // went on this stream went to a machine that is not the server, and the copy stops.
+        let impostor = matches!(
+            error,
+            TransferError::Auth { .. } | TransferError::Identity { .. }
+        );
+        if control || announced || impostor {
             if control && !announced {
                 session.set_opened(false);
             }
