@@ -168,12 +168,32 @@ impl ServerHandshake {
     /// Answers the client's hello with the server's own, which proves the key the client's
     /// hint names. A hint that names none of the server's keys is a wrong token.
     pub fn on_message(self, msg: Message) -> Result<(ServerAwaitingProof, Message), AuthError> {
+        // Plain TCP: the client's proof follows in `ClientAuth`, after the server's nonce.
+        match self.read_hello(msg)? {
+            Named::Open { .. } => Ok((ServerAwaitingProof { expected: None }, self.open_reply())),
+            Named::Key {
+                key,
+                credential,
+                client_nonce,
+                ..
+            } => {
+                let expected = key.proof(b"client", &self.nonce, &client_nonce);
+                let awaiting = ServerAwaitingProof {
+                    expected: Some((expected, credential)),
+                };
+                Ok((awaiting, self.proving_reply(key, &client_nonce)))
+            }
+        }
+    }
+
+    /// Reads a client's hello: its version, and the key its hint names (a hint that names
+    /// none of the server's keys is a wrong token).
+    fn read_hello(&self, msg: Message) -> Result<Named<'_>, AuthError> {
         let Message::ClientHello {
             version,
             nonce: client_nonce,
             hint,
-            // Plain TCP: the proof follows in `ClientAuth`, after the server's nonce.
-            mac: _,
+            mac,
         } = msg
         else {
             return Err(AuthError::Unexpected);
@@ -182,13 +202,9 @@ impl ServerHandshake {
             return Err(AuthError::Version(version));
         }
         let ServerKeys::Tokens(tokens) = &self.keys else {
-            let hello = Message::ServerHello {
-                version: PROTOCOL_VERSION,
-                auth_required: false,
-                nonce: self.nonce,
-                mac: [0; 32],
-            };
-            return Ok((ServerAwaitingProof { expected: None }, hello));
+            return Ok(Named::Open {
+                no_token: hint == [0; 32],
+            });
         };
         let hint = blake3::Hash::from_bytes(hint);
         // blake3::Hash compares in constant time.
@@ -197,24 +213,52 @@ impl ServerHandshake {
             .chain(self.tickets.iter())
             .position(|k| k.hint(&client_nonce) == hint)
             .ok_or(AuthError::WrongToken)?;
-        let (used, credential) = match matched.checked_sub(tokens.len()) {
+        let (key, credential) = match matched.checked_sub(tokens.len()) {
             None => (&tokens[matched], Credential::Token(matched)),
             Some(i) => (&self.tickets[i], Credential::Ticket(i)),
         };
-        let hello = Message::ServerHello {
+        Ok(Named::Key {
+            key,
+            credential,
+            client_nonce,
+            mac,
+        })
+    }
+
+    /// The hello of a server run with `--no-auth`: no proof.
+    fn open_reply(&self) -> Message {
+        Message::ServerHello {
+            version: PROTOCOL_VERSION,
+            auth_required: false,
+            nonce: self.nonce,
+            mac: [0; 32],
+        }
+    }
+
+    /// The server's hello, proving `key`.
+    fn proving_reply(&self, key: &TokenKey, client_nonce: &[u8; 32]) -> Message {
+        Message::ServerHello {
             version: PROTOCOL_VERSION,
             auth_required: true,
             nonce: self.nonce,
-            mac: *used.proof(b"server", &self.nonce, &client_nonce).as_bytes(),
-        };
-        let expected = used.proof(b"client", &self.nonce, &client_nonce);
-        Ok((
-            ServerAwaitingProof {
-                expected: Some((expected, credential)),
-            },
-            hello,
-        ))
+            mac: *key.proof(b"server", &self.nonce, client_nonce).as_bytes(),
+        }
     }
+}
+
+/// What a client's hello names ([`ServerHandshake::read_hello`]).
+enum Named<'a> {
+    /// Nothing: the server runs with `--no-auth`; `no_token`: the client's hint is zero (it
+    /// holds no token, and expects none).
+    Open { no_token: bool },
+    /// The server's key the hint names, the credential it stands for, the client's nonce and
+    /// the proof its hello carries (zeros on plain TCP).
+    Key {
+        key: &'a TokenKey,
+        credential: Credential,
+        client_nonce: [u8; 32],
+        mac: [u8; 32],
+    },
 }
 
 /// What a server makes of a channel-bound hello ([`ServerHandshake::on_bound_hello`]).
@@ -237,56 +281,27 @@ impl ServerHandshake {
     /// to it; see the module page) and answers it with the server's proof. A hint or proof
     /// that matches none of the server's keys is a wrong token.
     pub fn on_bound_hello(self, msg: Message) -> Result<BoundHello, AuthError> {
-        let Message::ClientHello {
-            version,
-            nonce: client_nonce,
-            hint,
-            mac,
-        } = msg
-        else {
-            return Err(AuthError::Unexpected);
-        };
-        if version != PROTOCOL_VERSION {
-            return Err(AuthError::Version(version));
-        }
-        let ServerKeys::Tokens(tokens) = &self.keys else {
-            let reply = Message::ServerHello {
-                version: PROTOCOL_VERSION,
-                auth_required: false,
-                nonce: self.nonce,
-                mac: [0; 32],
-            };
-            // A zero hint: the client holds no token, and expects none.
-            return Ok(if hint == [0; 32] {
-                BoundHello::Authenticated {
-                    credential: Credential::Open,
-                    reply,
+        match self.read_hello(msg)? {
+            Named::Open { no_token: true } => Ok(BoundHello::Authenticated {
+                credential: Credential::Open,
+                reply: self.open_reply(),
+            }),
+            Named::Open { no_token: false } => Ok(BoundHello::Unprovable {
+                reply: self.open_reply(),
+            }),
+            Named::Key {
+                key,
+                credential,
+                client_nonce,
+                mac,
+            } => {
+                if key.bound_client_proof(&client_nonce) != blake3::Hash::from_bytes(mac) {
+                    return Err(AuthError::WrongToken);
                 }
-            } else {
-                BoundHello::Unprovable { reply }
-            });
-        };
-        let hint = blake3::Hash::from_bytes(hint);
-        // blake3::Hash compares in constant time.
-        let matched = tokens
-            .iter()
-            .chain(self.tickets.iter())
-            .position(|k| k.hint(&client_nonce) == hint)
-            .ok_or(AuthError::WrongToken)?;
-        let (used, credential) = match matched.checked_sub(tokens.len()) {
-            None => (&tokens[matched], Credential::Token(matched)),
-            Some(i) => (&self.tickets[i], Credential::Ticket(i)),
-        };
-        if used.bound_client_proof(&client_nonce) != blake3::Hash::from_bytes(mac) {
-            return Err(AuthError::WrongToken);
+                let reply = self.proving_reply(key, &client_nonce);
+                Ok(BoundHello::Authenticated { credential, reply })
+            }
         }
-        let reply = Message::ServerHello {
-            version: PROTOCOL_VERSION,
-            auth_required: true,
-            nonce: self.nonce,
-            mac: *used.proof(b"server", &self.nonce, &client_nonce).as_bytes(),
-        };
-        Ok(BoundHello::Authenticated { credential, reply })
     }
 }
 

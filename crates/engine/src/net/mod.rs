@@ -974,11 +974,10 @@ pub fn accept(
     let binding = conn.binding();
     let keys = keys.bound_to(&binding);
     let tickets = tickets.iter().map(|t| t.bound_to(&binding)).collect();
-    let mut machine = if encrypted {
-        ServerStream::new_bound(keys, tickets, random(), Instant::now())
-    } else {
-        ServerStream::new(keys, tickets, random(), Instant::now())
-    };
+    let mut machine = ServerStream::new(keys, tickets, random(), Instant::now());
+    if encrypted {
+        machine = machine.bound();
+    }
     loop {
         conn.read_until(machine.deadline());
         let msg = conn.recv_small()?;

@@ -23,7 +23,7 @@ pub enum Event {
     /// The client proved this credential.
     Authenticated(Credential),
     /// Send this answer to the client's hello, which proved this credential already (a
-    /// channel-bound hello, see [`ServerStream::new_bound`]): the first message is due.
+    /// channel-bound hello, see [`ServerStream::bound`]): the first message is due.
     Greeted {
         reply: Message,
         credential: Credential,
@@ -137,19 +137,12 @@ impl ServerStream {
         }
     }
 
-    /// [`ServerStream::new`] for a connection whose `keys` and `tickets` are bound to its
-    /// channel (TLS): the client's hello carries its proof, and the server answers it with
-    /// its own ([`crate::auth::ServerHandshake::on_bound_hello`]).
-    pub fn new_bound(
-        keys: impl Into<ServerKeys>,
-        tickets: Vec<TokenKey>,
-        nonce: [u8; 32],
-        now: Instant,
-    ) -> ServerStream {
-        ServerStream {
-            bound: true,
-            ..ServerStream::new(keys, tickets, nonce, now)
-        }
+    /// This stream for a connection whose `keys` and `tickets` are bound to its channel
+    /// (TLS): the client's hello carries its proof, and the server answers it with its own
+    /// ([`crate::auth::ServerHandshake::on_bound_hello`]).
+    pub fn bound(mut self) -> ServerStream {
+        self.bound = true;
+        self
     }
 
     /// Where the connection stands, in words (for errors).
