@@ -1575,36 +1575,129 @@ mod open_files {
     }
 }
 
-/// The tags of the tree writers alive in this process, so that the temporary names of a
-/// session still writing are never taken for a killed writer's leftovers.
 mod live_tags {
+    //! The tags of the tree writers alive, so that the temporary names of a session still
+    //! writing are never taken for a killed writer's leftovers: in this process (counted) and in other processes on this
+    //! host: each process holds an exclusive `flock` on a file named after each tag it uses,
+    //! in a directory of its user's (`$TMPDIR/sprat-writers-UID`), so that a copy cleaning up
+    //! a killed writer's temporary names leaves alone those of another copy writing into the
+    //! same tree right now (the shards of a plan run at once). Best effort: where the
+    //! directory cannot be had safely, only this process's tags count.
+    use rustix::fs::{flock, openat, FlockOperation, Mode, OFlags, CWD};
+    use rustix::io::Errno;
     use std::collections::HashMap;
+    use std::os::fd::OwnedFd;
     use std::sync::{LazyLock, Mutex};
 
-    static LIVE: LazyLock<Mutex<HashMap<Vec<u8>, usize>>> = LazyLock::new(Mutex::default);
+    /// Per tag: how many writers of this process use it, and the lock held for it.
+    type Live = HashMap<Vec<u8>, (usize, Option<OwnedFd>)>;
+
+    static LIVE: LazyLock<Mutex<Live>> = LazyLock::new(Mutex::default);
+
+    /// The directory of this user's writers' lock files: created private, and used only if
+    /// it is a directory owned by this user that nobody else may write to (not a symlink).
+    static DIR: LazyLock<Option<OwnedFd>> = LazyLock::new(|| {
+        let uid = rustix::process::getuid().as_raw();
+        let path = std::env::temp_dir().join(format!("sprat-writers-{uid}"));
+        let _ = rustix::fs::mkdir(&path, Mode::from_raw_mode(0o700));
+        let fd = openat(
+            CWD,
+            &path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (st.st_uid == uid && st.st_mode & 0o022 == 0).then_some(fd)
+    });
 
     /// The hex digits of a writer's tag (`sprat-XXXXXXXX`); other tags (tests) have none.
     fn digits(tag: &str) -> &[u8] {
         tag.as_bytes().strip_prefix(b"sprat-").unwrap_or(b"")
     }
 
+    /// The lock file's name for `digits`, if they make one.
+    fn lock_name(digits: &[u8]) -> Option<&std::ffi::OsStr> {
+        use std::os::unix::ffi::OsStrExt;
+        (digits.len() == 8 && digits.iter().all(u8::is_ascii_hexdigit))
+            .then(|| std::ffi::OsStr::from_bytes(digits))
+    }
+
+    /// Holds the lock that tells other processes `digits` is in use.
+    fn hold(digits: &[u8]) -> Option<OwnedFd> {
+        let (dir, name) = (DIR.as_ref()?, lock_name(digits)?);
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = openat(dir, name, flags, Mode::from_raw_mode(0o600)).ok()?;
+        flock(&fd, FlockOperation::LockExclusive).ok()?;
+        Some(fd)
+    }
+
+    /// Whether another process holds the lock of `digits` (a stale lock file is removed).
+    fn held_elsewhere(digits: &[u8]) -> bool {
+        let (Some(dir), Some(name)) = (DIR.as_ref(), lock_name(digits)) else {
+            return false;
+        };
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Ok(fd) = openat(dir, name, flags, Mode::empty()) else {
+            return false;
+        };
+        match flock(&fd, FlockOperation::NonBlockingLockShared) {
+            Err(Errno::WOULDBLOCK) => true,
+            Ok(()) => {
+                let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
     pub(super) fn register(tag: &str) {
-        *super::lock(&LIVE).entry(digits(tag).to_vec()).or_default() += 1;
+        let key = digits(tag);
+        let mut live = super::lock(&LIVE);
+        let entry = live.entry(key.to_vec()).or_insert((0, None));
+        if entry.0 == 0 {
+            entry.1 = hold(key);
+        }
+        entry.0 += 1;
     }
 
     pub(super) fn release(tag: &str) {
         let mut live = super::lock(&LIVE);
         let key = digits(tag);
-        if let Some(n) = live.get_mut(key) {
+        if let Some((n, held)) = live.get_mut(key) {
             *n -= 1;
             if *n == 0 {
+                if held.take().is_some() {
+                    if let (Some(dir), Some(name)) = (DIR.as_ref(), lock_name(key)) {
+                        let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+                    }
+                }
                 live.remove(key);
             }
         }
     }
 
+    /// Whether a writer with these tag digits is alive, in this process or another.
     pub(super) fn contains(digits: &[u8]) -> bool {
-        super::lock(&LIVE).contains_key(digits)
+        super::lock(&LIVE).contains_key(digits) || held_elsewhere(digits)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn a_tag_in_use_is_seen_from_another_open_file_and_forgotten_once_released() {
+            let tag = format!("sprat-{:08x}", std::process::id() ^ 0x5eed_0000);
+            let digits = super::digits(&tag).to_vec();
+            super::register(&tag);
+            // Another process's view: a new open file description of the lock.
+            let seen = super::held_elsewhere(&digits);
+            super::release(&tag);
+            if super::DIR.is_some() {
+                assert!(seen, "a live tag's lock was not seen");
+            }
+            assert!(!super::held_elsewhere(&digits));
+            assert!(!super::contains(&digits));
+        }
     }
 }
 
