@@ -1577,12 +1577,12 @@ mod open_files {
 
 mod live_tags {
     //! The tags of the tree writers alive, so that the temporary names of a session still
-    //! writing are never taken for a killed writer's leftovers: in this process (counted) and in other processes on this
-    //! host: each process holds an exclusive `flock` on a file named after each tag it uses,
-    //! in a directory of its user's (`$TMPDIR/sprat-writers-UID`), so that a copy cleaning up
-    //! a killed writer's temporary names leaves alone those of another copy writing into the
-    //! same tree right now (the shards of a plan run at once). Best effort: where the
-    //! directory cannot be had safely, only this process's tags count.
+    //! writing are never taken for a killed writer's leftovers: in this process (counted),
+    //! and in other processes on this host: each process holds an exclusive `flock` on a file
+    //! named after each tag it uses, in a directory of its user's (`$TMPDIR/sprat-writers-UID`),
+    //! so that a copy cleaning up a killed writer's temporary names leaves alone those of
+    //! another copy writing into the same tree right now (the shards of a plan run at once).
+    //! Best effort: where the directory cannot be had safely, only this process's tags count.
     use rustix::fs::{flock, openat, FlockOperation, Mode, OFlags, CWD};
     use rustix::io::Errno;
     use std::collections::HashMap;
@@ -1616,16 +1616,17 @@ mod live_tags {
         tag.as_bytes().strip_prefix(b"sprat-").unwrap_or(b"")
     }
 
-    /// The lock file's name for `digits`, if they make one.
-    fn lock_name(digits: &[u8]) -> Option<&std::ffi::OsStr> {
+    /// The directory and name of the lock file for `digits`, if they make one.
+    fn lock_file(digits: &[u8]) -> Option<(&'static OwnedFd, &std::ffi::OsStr)> {
         use std::os::unix::ffi::OsStrExt;
+        let dir = DIR.as_ref()?;
         (digits.len() == 8 && digits.iter().all(u8::is_ascii_hexdigit))
-            .then(|| std::ffi::OsStr::from_bytes(digits))
+            .then(|| (dir, std::ffi::OsStr::from_bytes(digits)))
     }
 
     /// Holds the lock that tells other processes `digits` is in use.
     fn hold(digits: &[u8]) -> Option<OwnedFd> {
-        let (dir, name) = (DIR.as_ref()?, lock_name(digits)?);
+        let (dir, name) = lock_file(digits)?;
         let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = openat(dir, name, flags, Mode::from_raw_mode(0o600)).ok()?;
         flock(&fd, FlockOperation::LockExclusive).ok()?;
@@ -1634,7 +1635,7 @@ mod live_tags {
 
     /// Whether another process holds the lock of `digits` (a stale lock file is removed).
     fn held_elsewhere(digits: &[u8]) -> bool {
-        let (Some(dir), Some(name)) = (DIR.as_ref(), lock_name(digits)) else {
+        let Some((dir, name)) = lock_file(digits) else {
             return false;
         };
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -1667,10 +1668,9 @@ mod live_tags {
         if let Some((n, held)) = live.get_mut(key) {
             *n -= 1;
             if *n == 0 {
-                if held.take().is_some() {
-                    if let (Some(dir), Some(name)) = (DIR.as_ref(), lock_name(key)) {
-                        let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
-                    }
+                // Removed while still locked, then unlocked (the descriptor closes).
+                if let (Some(_lock), Some((dir, name))) = (held.take(), lock_file(key)) {
+                    let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
                 }
                 live.remove(key);
             }

@@ -121,8 +121,8 @@ impl Writeback {
     }
 
     /// Starts the thread for the file system holding `fd` (a descriptor of the destination's
-    /// root, which the thread owns).
-    pub fn start(fd: OwnedFd) -> std::io::Result<Writeback> {
+    /// root, which the thread owns); writers get it through [`Writeback::for_file_system`].
+    fn start(fd: OwnedFd) -> std::io::Result<Writeback> {
         let shared = Arc::new(Shared::default());
         let mine = shared.clone();
         std::thread::Builder::new()

@@ -77,9 +77,6 @@ pub struct Conn {
     /// connection's first message, to be checked before anything else is read (see
     /// [`Conn::check_server_proof`]). Shared by every handle on the socket.
     server_proof: Option<Arc<Mutex<ServerProof>>>,
-    /// Client side: the server's TLS key was vouched for before this process met it (see
-    /// `Credentials::check_server`).
-    vouched: bool,
 }
 
 /// Client side, where a channel-bound hello went out with the first message: whether the
@@ -174,7 +171,6 @@ impl Conn {
             deadline: Arc::default(),
             tls: None,
             server_proof: None,
-            vouched: false,
         }
     }
 
@@ -190,8 +186,9 @@ impl Conn {
     }
 
     /// Runs the client side of a TLS handshake and checks the server's key with `credentials`
-    /// before anything else is sent.
-    fn start_tls_client(&mut self, credentials: &Credentials) -> Result<(), TransferError> {
+    /// before anything else is sent. Returns whether the key is vouched for (see
+    /// `Credentials::check_server`).
+    fn start_tls_client(&mut self, credentials: &Credentials) -> Result<bool, TransferError> {
         let tls = Tls::connect(&self.stream, self.deadline.get(), &self.moved)
             .map_err(|e| self.handshake_failed(e))?;
         // A client with a token pins a new key only once the server proved the token.
@@ -200,9 +197,9 @@ impl Conn {
         } else {
             Pin::No
         };
-        self.vouched = credentials.check_server(&self.peer, tls.server_key, pin)?;
+        let vouched = credentials.check_server(&self.peer, tls.server_key, pin)?;
         self.tls = Some(Arc::new(tls));
-        Ok(())
+        Ok(vouched)
     }
 
     /// Runs the server side of a TLS handshake.
@@ -255,7 +252,6 @@ impl Conn {
             deadline: self.deadline.clone(),
             tls: self.tls.clone(),
             server_proof: self.server_proof.clone(),
-            vouched: self.vouched,
         })
     }
 
@@ -429,9 +425,10 @@ impl Conn {
 
     /// Client side, after a channel-bound hello sent together with the first message: the
     /// server's answer to the hello comes before anything else, and nothing the server sends
-    /// is believed before its proof of the token is checked. Does nothing on other
-    /// connections, or once checked.
-    fn check_server_proof(&mut self) -> Result<(), TransferError> {
+    /// is believed before its proof of the token is checked (every read calls this; call it
+    /// before sending something only the server may read, such as a checked pull's index).
+    /// Does nothing on other connections, or once checked.
+    pub fn check_server_proof(&mut self) -> Result<(), TransferError> {
         let Some(proof) = self.server_proof.clone() else {
             return Ok(());
         };
@@ -460,13 +457,6 @@ impl Conn {
                 Ok(())
             }
         }
-    }
-
-    /// Waits for the server's answer to a channel-bound hello sent ahead, if one is due, and
-    /// checks its proof of the token: before sending something only the server may read (a
-    /// checked pull's index of the destination).
-    pub fn ensure_server_proved(&mut self) -> Result<(), TransferError> {
-        self.check_server_proof()
     }
 
     /// Checks the server's answer to a channel-bound hello.
@@ -630,25 +620,35 @@ pub struct Dialed {
     ahead: Option<Message>,
 }
 
+/// A connection [`open`] made, before the token handshake.
+struct Opened {
+    conn: Conn,
+    /// The key the token handshake is to use (bound to this channel).
+    key: Option<TokenKey>,
+    /// When the dialling began.
+    started: Instant,
+    /// The server's TLS key is vouched for (see `Credentials::check_server`).
+    vouched: bool,
+}
+
 /// Connects to `addr` and, unless `credentials` say not to, runs a TLS handshake and checks the
-/// server's key, all under the handshake's timeout. Returns the connection, the key the token
-/// handshake is to use on it (bound to this channel) and when the dialling began.
+/// server's key, all under the handshake's timeout.
 fn open(
     addr: &str,
     credentials: &Credentials,
     tcp_buffer: Option<u64>,
-) -> Result<(Conn, Option<TokenKey>, Instant), TransferError> {
+) -> Result<Opened, TransferError> {
     let mut attempt = 0;
-    let (conn, started) = loop {
+    let (conn, started, vouched) = loop {
         let started = Instant::now();
         let stream = open_tcp(addr, tcp_buffer)?;
         let mut conn = Conn::new(stream, addr.to_string());
         conn.read_until(Some(started + HANDSHAKE_TIMEOUT));
         if !credentials.trust.encrypt {
-            break (conn, started);
+            break (conn, started, false);
         }
         match conn.start_tls_client(credentials) {
-            Ok(()) => break (conn, started),
+            Ok(vouched) => break (conn, started, vouched),
             // A server at its limit of connections in their handshake closes new ones at
             // once (it cannot answer before TLS): such a connection is tried again, a few
             // times, a little later.
@@ -663,7 +663,12 @@ fn open(
     let key = credentials
         .token_for(addr)
         .map(|k| k.bound_to(&conn.binding()));
-    Ok((conn, key, started))
+    Ok(Opened {
+        conn,
+        key,
+        started,
+        vouched,
+    })
 }
 
 /// Sends `hello` and reads the server's answer (small, under the handshake's timeout).
@@ -684,8 +689,8 @@ fn estimated_rtt(conn: &Conn, started: Instant, answered: bool) -> Duration {
 }
 
 /// The channel-bound handshake of a TLS connection (see `sprat_proto::auth`): the client's
-/// hello carries its proof. When the server's key was vouched for before (pinned, or known
-/// from an earlier run), or the client has no token the server could prove, the hello is
+/// hello carries its proof. When the server's key is `vouched` for (pinned, or marked as
+/// having proved a token in the known-servers file), or the client has no token, the hello is
 /// returned to go out with the first message and the server's answer is checked before
 /// anything else is read ([`Conn::check_server_proof`]): data starts at the end of the TLS
 /// handshake. A server met for the first time must prove the token first (its TLS key alone
@@ -695,8 +700,9 @@ fn greet_bound(
     conn: &mut Conn,
     credentials: &Credentials,
     key: Option<TokenKey>,
+    vouched: bool,
 ) -> Result<(Option<Message>, bool), TransferError> {
-    let early = conn.vouched || key.is_none();
+    let early = vouched || key.is_none();
     let (handshake, hello) = ClientHandshake::new_bound(key, random());
     if early {
         conn.server_proof = Some(Arc::new(Mutex::new(ServerProof::Due {
@@ -709,7 +715,7 @@ fn greet_bound(
     let reply = conn.read_small()?;
     conn.server_answered(handshake, reply)?;
     // The server proved the token with this key: remember it (trust on first use).
-    conn.vouched = credentials.check_server(&conn.peer, conn.server_key(), Pin::Proved)?;
+    credentials.check_server(&conn.peer, conn.server_key(), Pin::Proved)?;
     Ok((None, true))
 }
 
@@ -760,9 +766,14 @@ pub fn dial(
     credentials: &Credentials,
     tcp_buffer: Option<u64>,
 ) -> Result<Dialed, TransferError> {
-    let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    let Opened {
+        mut conn,
+        key,
+        started,
+        vouched,
+    } = open(addr, credentials, tcp_buffer)?;
     if conn.tls.is_some() {
-        let (ahead, answered) = greet_bound(&mut conn, credentials, key)?;
+        let (ahead, answered) = greet_bound(&mut conn, credentials, key, vouched)?;
         conn.rtt = Some(estimated_rtt(&conn, started, answered));
         return Ok(Dialed { conn, ahead });
     }
@@ -827,9 +838,14 @@ pub fn dial_session(
     direction: Direction,
     role: Role,
 ) -> Result<DialedSession, TransferError> {
-    let (mut conn, key, started) = open(addr, credentials, tcp_buffer)?;
+    let Opened {
+        mut conn,
+        key,
+        started,
+        vouched,
+    } = open(addr, credentials, tcp_buffer)?;
     if conn.tls.is_some() {
-        let (ahead, answered) = greet_bound(&mut conn, credentials, key)?;
+        let (ahead, answered) = greet_bound(&mut conn, credentials, key, vouched)?;
         conn.rtt = Some(estimated_rtt(&conn, started, answered));
         let machine = ClientStream::authenticated(direction, role, ahead);
         return Ok(DialedSession { conn, machine });

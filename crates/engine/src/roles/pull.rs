@@ -45,7 +45,7 @@ pub(crate) fn pull(
         let Some(scan) = scan else { return Ok(()) };
         // The names and digests of the destination's files go only to a server that proved
         // the token (not merely one whose key the client knew).
-        c.conn.ensure_server_proved()?;
+        c.conn.check_server_proof()?;
         let (entries, sums) = scan
             .join()
             .map_err(|_| TransferError::Local("the scan of the destination failed".into()))??;
