@@ -1,6 +1,7 @@
 //! A pull: the server's source feeds the session's streams; on this side each stream runs the
-//! receive stage into one writer pool, its state machine checking every frame, and the
-//! control connection commits as soon as its own stream ended.
+//! receive stage into one writer pool, its state machine checking every frame. The control
+//! connection's `Commit` goes right behind its `Open` (and index), so that the server's
+//! `Done` follows its last batch there without a round trip of its own.
 
 use super::destination::{check_complete, fatal_outcome, finish_dirs, local_entries, local_writer};
 use super::endpoint::Endpoint;
@@ -43,12 +44,15 @@ pub(crate) fn pull(
     });
     let send_index = |c: &mut SessionConn| -> Result<(), TransferError> {
         let Some(scan) = scan else { return Ok(()) };
-        // The names and digests of the destination's files go only to a server that proved
-        // the token (not merely one whose key the client knew).
-        c.conn.check_server_proof()?;
         let (entries, sums) = scan
             .join()
             .map_err(|_| TransferError::Local("the scan of the destination failed".into()))??;
+        // The names and digests of the destination's files go only to a server that proved
+        // the token (not merely one whose key the client knew); an empty destination's
+        // empty index tells nothing and goes at once.
+        if !entries.is_empty() || !sums.is_empty() {
+            c.conn.check_server_proof()?;
+        }
         for part in index_parts(entries, |e| e.path.len() + e.target.len() + 64) {
             let part = c.machine.index_part(part);
             c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
@@ -65,7 +69,14 @@ pub(crate) fn pull(
         check,
         meta: options.meta_flags(),
     };
-    let (session, control) = session::open(addr, key, op, path, options, send_index)?;
+    // The `Commit` goes right behind the `Open` and the index: the server reads it once it
+    // has sent its last batch, and answers with `Done` at once.
+    let send_index_and_commit = |c: &mut SessionConn| -> Result<(), TransferError> {
+        send_index(c)?;
+        let commit = c.machine.commit(sprat_proto::Totals::default());
+        c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
+    };
+    let (session, control) = session::open(addr, key, op, path, options, send_index_and_commit)?;
     let writer = local_writer(dst, session.root_is_dir, true, options)?;
     let pool = WriterPool::start(
         Some(writer.clone()),
@@ -91,12 +102,11 @@ pub(crate) fn pull(
         addr,
         || {
             std::thread::scope(|s| {
-                // The control connection commits as soon as its own stream ended: the server's
-                // totals then come back while the other streams and the writes finish.
+                // The server's totals come behind the control connection's last batch, while
+                // the other streams and the writes finish.
                 let start = |conn: &Conn,
                              machine: Arc<Mutex<ClientStream>>,
-                             reply: Sender<BatchOutcome>,
-                             control: bool| {
+                             reply: Sender<BatchOutcome>| {
                     abort.watch(conn);
                     let Ok(mut rx) = conn.try_clone() else {
                         abort.fail(conn.protocol("cannot duplicate the socket".into()));
@@ -111,7 +121,7 @@ pub(crate) fn pull(
                         list: options.file_log.is_some(),
                         pace: options.bwlimit.as_ref(),
                     };
-                    let (abort, drained, tail, session) = (&abort, &drained, &tail, &session);
+                    let (abort, drained, tail) = (&abort, &drained, &tail);
                     s.spawn(move || {
                         let received = receive::receive(
                             &mut rx,
@@ -129,13 +139,6 @@ pub(crate) fn pull(
                             Ok(()) => {
                                 drained.store(true, Ordering::SeqCst);
                                 tail.record();
-                                if control && !abort.is_set() {
-                                    let nothing_sent = sprat_proto::Totals::default();
-                                    if let Err(e) = session.commit(&mut rx, &machine, nothing_sent)
-                                    {
-                                        abort.fail(e);
-                                    }
-                                }
                             }
                             // After our own abort the socket is shut down: that is not a new error.
                             Err(_) if abort.is_set() => {}
@@ -143,20 +146,10 @@ pub(crate) fn pull(
                         }
                     });
                 };
-                start(
-                    &control_conn,
-                    control_machine.clone(),
-                    reply_tx.clone(),
-                    true,
-                );
+                start(&control_conn, control_machine.clone(), reply_tx.clone());
                 let start_joined = |c: SessionConn| {
                     let SessionConn { conn, machine } = c;
-                    start(
-                        &conn,
-                        Arc::new(Mutex::new(machine)),
-                        reply_tx.clone(),
-                        false,
-                    );
+                    start(&conn, Arc::new(Mutex::new(machine)), reply_tx.clone());
                 };
                 // The server already sends on the control connection while the others join. A join
                 // the server refused (a full server) received nothing: the pull goes on without it.

@@ -451,13 +451,26 @@ enum Ended {
 }
 
 /// Holds a push session's commit gate while a stream awaits its announcement; released
-/// when the server announces or refuses it, or when the stream ends otherwise.
-struct GateHold<'a>(Option<&'a Session>);
+/// when the server announces or refuses it, when the stream has nothing left to send and
+/// holds no batch unannounced (see [`Lanes::next`]), or when it ends otherwise. Shared by
+/// the stream's sender and receiver; the first release counts.
+struct GateHold<'a> {
+    session: &'a Session,
+    held: AtomicBool,
+}
 
-impl GateHold<'_> {
-    fn release(&mut self) {
-        if let Some(session) = self.0.take() {
-            session.settled();
+impl<'a> GateHold<'a> {
+    fn new(session: &'a Session) -> GateHold<'a> {
+        session.expect_announcement();
+        GateHold {
+            session,
+            held: AtomicBool::new(true),
+        }
+    }
+
+    fn release(&self) {
+        if self.held.swap(false, Ordering::SeqCst) {
+            self.session.settled();
         }
     }
 }
@@ -487,10 +500,8 @@ fn start_stream<'s>(
     let session = push.session;
     // A stream that has not read the server's `Opened` or `Joined` yet holds back the commit
     // until it has (see `Session::commit`).
-    let gate = (!machine.announced()).then(|| {
-        session.expect_announcement();
-        GateHold(Some(session))
-    });
+    let gate = (!machine.announced()).then(|| Arc::new(GateHold::new(session)));
+    let sender_gate = gate.clone();
     let machine = Arc::new(Mutex::new(machine));
     let (retire_tx, retire) = bounded::<()>(0);
     let (Ok(mut tx), Ok(mut rx), handle) = (conn.try_clone(), conn.try_clone(), conn.try_clone())
@@ -511,6 +522,8 @@ fn start_stream<'s>(
         let lanes = Lanes {
             push,
             machine: &sender_machine,
+            control,
+            gate: sender_gate.as_deref(),
             cancel: &cancel,
             retire: &retire,
             stop: &stop,
@@ -537,8 +550,7 @@ fn start_stream<'s>(
     });
     let receiver_machine = machine.clone();
     s.spawn(move || {
-        let mut gate = gate;
-        let replies = receive_acks(&mut rx, push, &receiver_machine, &mut gate, control);
+        let replies = receive_acks(&mut rx, push, &receiver_machine, gate.as_deref(), control);
         let Refused { error, announced } = match replies {
             Ok(()) if !ack_retired.load(Ordering::SeqCst) => return push.tail.record(),
             Ok(()) => return,
@@ -572,7 +584,9 @@ fn start_stream<'s>(
         drop(stop_tx);
         rx.shutdown();
         let _ = ended_rx.recv();
-        drop(gate);
+        if let Some(gate) = &gate {
+            gate.release();
+        }
     });
     (retire_tx, handle, machine)
 }
@@ -581,6 +595,10 @@ fn start_stream<'s>(
 struct Lanes<'a> {
     push: &'a Push<'a>,
     machine: &'a Mutex<ClientStream>,
+    /// The control connection (which sends the `Commit` behind its own `End`).
+    control: bool,
+    /// The stream's hold on the commit gate, until its announcement.
+    gate: Option<&'a GateHold<'a>>,
     cancel: &'a Receiver<()>,
     retire: &'a Receiver<()>,
     /// Disconnected when the server refused this stream.
@@ -589,8 +607,14 @@ struct Lanes<'a> {
 
 impl Lanes<'_> {
     /// The stream's next batch: one handed back by a refused stream, else the source's next.
-    /// A stream that runs out waits until every planned stream is announced or refused, and
-    /// sends what refused streams handed back, before it ends.
+    /// A stream that runs out waits until every planned stream that holds batches is
+    /// announced or refused, and sends what refused streams handed back, before it ends. One
+    /// that runs out holding no batch unannounced (or the control connection, whose batches
+    /// reach the server before its `Commit`) settles its part of the gate at once: a push
+    /// whose data fit on the streams already announced, or on the control connection alone
+    /// (one small file), commits right behind it instead of a round trip later. Such a
+    /// stream, still unannounced, takes nothing handed back: the server may refuse it once
+    /// the session ended.
     fn next(&self) -> Next<Ended> {
         let push = self.push;
         let end = |why| {
@@ -618,15 +642,20 @@ impl Lanes<'_> {
                 recv(push.batches) -> b => match b {
                     Ok(batch) => return send(batch),
                     Err(_) => {
+                        let settles = self.control || !lock(self.machine).holds_unannounced();
+                        if let (true, Some(gate)) = (settles, self.gate) {
+                            gate.release();
+                        }
                         // Still hears `stop`: a refused stream's receiver waits for this sender.
                         select! {
                             recv(push.session.planned()) -> _ => {}
                             recv(self.stop) -> _ => return Next::Stop(Ended::Refused),
                             recv(self.cancel) -> _ => return Next::Stop(Ended::Cancelled),
                         }
-                        return match push.again.try_recv() {
-                            Ok(batch) => send(batch),
-                            Err(_) => end(Ended::Drained),
+                        let takes_back = self.control || lock(self.machine).announced();
+                        return match takes_back.then(|| push.again.try_recv().ok()).flatten() {
+                            Some(batch) => send(batch),
+                            None => end(Ended::Drained),
                         };
                     }
                 },
@@ -679,7 +708,7 @@ fn receive_acks(
     conn: &mut Conn,
     push: &Push,
     machine: &Mutex<ClientStream>,
-    gate: &mut Option<GateHold>,
+    gate: Option<&GateHold>,
     control: bool,
 ) -> Result<(), Refused> {
     loop {
@@ -715,7 +744,7 @@ fn receive_acks(
                 if control {
                     push.session.set_opened(true);
                 }
-                if let Some(g) = gate.as_mut() {
+                if let Some(g) = gate {
                     g.release();
                 }
                 conn.read_until(None);

@@ -139,25 +139,35 @@ struct PushSession {
 
 /// The streams of a push session still receiving. A client may send `Commit` as soon as its
 /// control connection's own stream ends; the server answers once every stream has ended.
+/// A client does not wait for the announcement of a stream that sent no batch before it
+/// commits (protocol 13): such a stream's `Join` may come once every stream has ended, and
+/// is refused (the session is closed to new streams from then on).
 #[derive(Default)]
 struct Receiving {
-    streams: Mutex<usize>,
+    /// Streams receiving, and whether the session is closed to new ones.
+    streams: Mutex<(usize, bool)>,
     none_left: Condvar,
 }
 
 impl Receiving {
     /// Counts a stream in, before it is announced (`Opened`, `Joined`), so that a `Commit`
-    /// racing with a new stream waits for it.
-    fn enter(&self) -> ReceivingStream<'_> {
-        *lock(&self.streams) += 1;
-        ReceivingStream(self)
+    /// racing with a new stream waits for it; `None` once the session is closed.
+    fn enter(&self) -> Option<ReceivingStream<'_>> {
+        let mut streams = lock(&self.streams);
+        if streams.1 {
+            return None;
+        }
+        streams.0 += 1;
+        Some(ReceivingStream(self))
     }
 
+    /// Waits until every stream has ended, then closes the session to new ones.
     fn wait_until_none(&self) {
         let mut streams = lock(&self.streams);
-        while *streams > 0 {
+        while streams.0 > 0 {
             streams = unpoisoned(self.none_left.wait(streams));
         }
+        streams.1 = true;
     }
 }
 
@@ -166,7 +176,7 @@ struct ReceivingStream<'a>(&'a Receiving);
 
 impl Drop for ReceivingStream<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.streams) -= 1;
+        lock(&self.0.streams).0 -= 1;
         self.0.none_left.notify_all();
     }
 }
@@ -943,6 +953,18 @@ fn announce_and_serve(
         SessionKind::Push(p) => (Direction::Push, p.root_is_dir),
         SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir),
     };
+    // A push stream counts in before its announcement; a join after every stream ended
+    // finds the session closed (its client committed without waiting for it).
+    let receiving = match &session.kind {
+        SessionKind::Push(p) => match p.receiving.enter() {
+            Some(receiving) => Some(receiving),
+            None => {
+                served.refuse(ErrorCode::UnknownSession, "the session has ended".into());
+                return Ok(());
+            }
+        },
+        SessionKind::Pull(_) => None,
+    };
     let announcement = if control {
         served.machine.accept_open(direction, root_is_dir)
     } else {
@@ -957,13 +979,13 @@ fn announce_and_serve(
         ip,
         control,
     };
-    match &session.kind {
-        SessionKind::Push(p) => {
-            let receiving = p.receiving.enter();
+    match (&session.kind, receiving) {
+        (SessionKind::Push(p), Some(receiving)) => {
             served.conn.send(&announcement)?;
             serve_push(&stream, served, p, receiving)
         }
-        SessionKind::Pull(p) => {
+        (SessionKind::Push(_), None) => Ok(()),
+        (SessionKind::Pull(p), _) => {
             served.conn.send(&announcement)?;
             serve_pull(&stream, served, p)
         }

@@ -229,11 +229,12 @@ impl Session {
         }
     }
 
-    /// Sends `Commit` on the control connection (`conn` and its machine) as soon as its own
-    /// stream has ended, while the other streams finish: the server's totals then come back
-    /// without a round trip of their own. Waits for the commit gate first: the server forgets
-    /// the session once it answers, and a join after that would fail. `totals` is what the
-    /// client sent in all (a push's; zero for a pull), which the server checks.
+    /// Sends a push's `Commit` on the control connection (`conn` and its machine) as soon as
+    /// its own stream has ended, while the other streams finish: the server's totals then
+    /// come back without a round trip of their own. Waits for the commit gate first: the
+    /// server forgets the session once it answers, and a join that carried batches must have
+    /// been announced by then. `totals` is what the client sent in all, which the server
+    /// checks. (A pull's `Commit` goes right behind its `Open`, see `roles::pull`.)
     pub fn commit(
         &self,
         conn: &mut net::Conn,

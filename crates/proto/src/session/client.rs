@@ -398,6 +398,7 @@ impl ClientStream {
     fn may_index(&self) -> Result<(), SessionError> {
         let ok = self.direction == Direction::Pull
             && self.role == Role::Control
+            && self.sending == Sending::Open
             && !self.index_ended
             && matches!(self.receiving, Receiving::Announcing);
         if ok {
@@ -468,21 +469,27 @@ impl ClientStream {
     /// Whether this connection may send `Commit` now (the session's other connections are the
     /// driver's to check, see [`CommitGate`]): the control connection, once it sent its `End`
     /// (push; the server reads `Commit` after its `EndAck`, so it may go before the `Opened`
-    /// and the acknowledgements are read) or received the server's (pull).
+    /// and the acknowledgements are read) or its `Open` and index (pull: the server reads
+    /// `Commit` once it has sent its `End`, so it may go right behind the `Open`, and `Done`
+    /// follows the data without a round trip of its own).
     pub fn may_commit(&self) -> bool {
-        self.role == Role::Control
-            && match self.direction {
-                Direction::Push => {
-                    self.sending == Sending::Ended
-                        && matches!(
-                            self.receiving,
-                            Receiving::Announcing | Receiving::Transferring | Receiving::Ended
-                        )
-                }
-                Direction::Pull => {
-                    self.sending == Sending::Open && matches!(self.receiving, Receiving::Ended)
-                }
-            }
+        let receiving = matches!(
+            self.receiving,
+            Receiving::Announcing | Receiving::Transferring | Receiving::Ended
+        );
+        let sending = match self.direction {
+            Direction::Push => Sending::Ended,
+            Direction::Pull => Sending::Open,
+        };
+        self.role == Role::Control && self.sending == sending && receiving
+    }
+
+    /// Whether batches sent on this push connection wait for its announcement: if the server
+    /// refused it now, they would go on the session's other connections
+    /// ([`ClientStream::take_held`]). A connection that holds none can lose nothing, and need
+    /// not hold up the session's `Commit`.
+    pub fn holds_unannounced(&self) -> bool {
+        !self.held.is_empty()
     }
 
     /// The control connection's `Commit`, telling what the client sent in all (a push's
@@ -518,10 +525,13 @@ impl ClientStream {
     }
 }
 
-/// When a client may send `Commit`. The server forgets a session once it has answered the
-/// `Commit`, so a connection still joining then would fail, and a push connection counts on
-/// the server only from its announcement: the commit waits until every planned connection
-/// has been announced or refused (or failed to connect).
+/// When a push client may send `Commit`. The server forgets a session once it has answered
+/// the `Commit`, so a connection still joining then is refused, and a push connection counts
+/// on the server only from its announcement: the commit waits until every planned connection
+/// that sent batches has been announced or refused (or failed to connect), and what refused
+/// connections handed back went out again. A connection that sent none may settle without
+/// its announcement once nothing is left to send (a refusal then loses nothing): a small
+/// push commits right behind its data, one round trip sooner.
 #[derive(Debug, Default)]
 pub struct CommitGate {
     /// Planned connections whose fate is not known yet.
@@ -766,33 +776,56 @@ mod tests {
     }
 
     #[test]
-    fn the_control_stream_of_a_pull_commits_after_its_end_and_reads_done() {
+    fn the_control_stream_of_a_pull_commits_right_behind_its_open_and_reads_done_after_its_end() {
         let (mut c, now) = opened(Direction::Pull, Role::Control);
         assert!(c
             .on_batch()
             .is_err_and(|e| matches!(e, SessionError::Unexpected { .. })));
-        let (mut c2, _) = opened(Direction::Pull, Role::Control);
-        assert_eq!(
-            c2.on_message(Message::Opened { root_is_dir: true }, now),
-            Ok(Event::Announced {
-                root_is_dir: Some(true)
-            })
-        );
-        assert!(c2.on_batch().is_ok());
-        assert!(!c2.may_commit());
-        assert!(c2.commit(crate::Totals::default()).is_err());
-        assert_eq!(c2.on_message(Message::End, now), Ok(Event::Ended));
-        c = c2;
+        // Before the announcement: the `Commit` goes behind the `Open` (and the index).
+        let (mut c, _) = opened(Direction::Pull, Role::Control);
+        assert!(c.may_commit());
         assert_eq!(
             c.commit(crate::Totals::default()),
             Ok(Message::Commit(crate::Totals::default()))
         );
+        assert!(!c.may_commit(), "one commit");
+        assert!(c.index_end().is_err(), "no index after the commit");
+        assert_eq!(
+            c.on_message(Message::Opened { root_is_dir: true }, now),
+            Ok(Event::Announced {
+                root_is_dir: Some(true)
+            })
+        );
+        assert!(c.on_batch().is_ok(), "the data still comes");
         let stats = RemoteStats::default();
+        let (mut early, _) = opened(Direction::Pull, Role::Control);
+        early.commit(crate::Totals::default()).expect("commits");
+        early
+            .on_message(Message::Opened { root_is_dir: true }, now)
+            .expect("announced");
+        assert!(
+            early.on_message(Message::Done(stats), now).is_err(),
+            "Done only after End"
+        );
+        assert_eq!(c.on_message(Message::End, now), Ok(Event::Ended));
         assert_eq!(
             c.on_message(Message::Done(stats), now),
             Ok(Event::Done(stats))
         );
         assert!(c.on_message(Message::Done(stats), now).is_err());
+        // After its `End` (as before protocol 13) it may commit too.
+        let (mut late, _) = opened(Direction::Pull, Role::Control);
+        late.on_message(Message::Opened { root_is_dir: true }, now)
+            .expect("announced");
+        late.on_message(Message::End, now).expect("ended");
+        assert!(late.commit(crate::Totals::default()).is_ok());
+        assert_eq!(
+            late.on_message(Message::Done(stats), now),
+            Ok(Event::Done(stats))
+        );
+        // A joining stream never commits.
+        let (join, _) = opened(Direction::Pull, Role::Joining);
+        assert!(!join.may_commit());
     }
 
     #[test]
