@@ -2,6 +2,8 @@
 //! the server's token, and assertions on exit codes. Each test file uses only part of this.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Output;
