@@ -210,14 +210,16 @@ impl Session {
         joined
     }
 
-    /// A stream not announced yet holds the commit gate until it is announced or refused
-    /// ([`Session::settled`]). Called for the control connection and the planned streams
-    /// of a push, before [`Session::join_planned`] returns.
+    /// A stream not announced yet holds the commit gate until it is announced or refused, or
+    /// has run out of batches holding none unannounced ([`Session::settled`]). Called for
+    /// the control connection and the planned streams of a push, before
+    /// [`Session::join_planned`] returns.
     pub fn expect_announcement(&self) {
         lock(&self.state).gate.joining();
     }
 
-    /// A stream that held the commit gate was announced or refused.
+    /// A stream that held the commit gate was announced or refused, or can lose nothing
+    /// (see `roles::push`'s `Lanes::next`).
     pub fn settled(&self) {
         lock(&self.state).gate.settled();
         self.gate_changed();
@@ -249,8 +251,8 @@ impl Session {
         conn.send(&commit)
     }
 
-    /// Waits until the planned streams have joined and each push stream among them has read
-    /// its `Joined` or been refused (and handed back what it sent).
+    /// Waits until the planned streams have joined and each push stream among them that sent
+    /// batches has read its `Joined` or been refused (and handed back what it sent).
     pub fn wait_planned(&self) {
         let _ = self.gate_open.recv();
     }

@@ -487,9 +487,11 @@ impl ClientStream {
     /// Whether batches sent on this push connection wait for its announcement: if the server
     /// refused it now, they would go on the session's other connections
     /// ([`ClientStream::take_held`]). A connection that holds none can lose nothing, and need
-    /// not hold up the session's `Commit`.
+    /// not hold up the session's `Commit`. One refused (or lost) before its announcement
+    /// counts as holding until its driver has handed back what it sent: `take_held` empties
+    /// the machine before the batches are on their way to the others.
     pub fn holds_unannounced(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || self.refused_unannounced
     }
 
     /// The control connection's `Commit`, telling what the client sent in all (a push's
@@ -707,9 +709,22 @@ mod tests {
         ));
         let back: Vec<u64> = c.take_held().iter().map(|b| b.seq).collect();
         assert_eq!(back, [1, 2]);
+        // Still counted as holding: its batches are on their way back to the others, and
+        // the session's commit must wait for them.
+        assert!(c.holds_unannounced());
         // A batch whose send was under way when the refusal came is handed back at once.
         assert_eq!(send(&mut c, batch(3, 1)).map(|b| b.seq), Some(3));
         assert!(c.unacknowledged().is_empty());
+    }
+
+    #[test]
+    fn a_stream_holds_batches_unannounced_until_its_announcement() {
+        let (mut c, now) = opened(Direction::Push, Role::Joining);
+        assert!(!c.holds_unannounced(), "nothing sent");
+        send(&mut c, batch(1, 10));
+        assert!(c.holds_unannounced());
+        c.on_message(Message::Joined, now).expect("announced");
+        assert!(!c.holds_unannounced(), "the server counts it now");
     }
 
     #[test]

@@ -113,6 +113,10 @@ struct SimClient {
     error: Option<SessionError>,
     committed_at: Option<Instant>,
     done_at: Option<Instant>,
+    /// How many batches had arrived when `Done` did (a pull).
+    received_at_done: usize,
+    /// When the control connection's `End` arrived (a pull).
+    control_ended_at: Option<Instant>,
     announced_at: Vec<Option<Instant>>,
 }
 
@@ -148,6 +152,8 @@ impl SimClient {
             error: None,
             committed_at: None,
             done_at: None,
+            received_at_done: 0,
+            control_ended_at: None,
             announced_at: vec![None; n],
         }
     }
@@ -198,6 +204,7 @@ impl SimClient {
                 }
             }
             client::Event::Acked { seq, .. } => self.acked.push(seq),
+            client::Event::Ended if conn == 0 => self.control_ended_at = Some(net.now),
             client::Event::EndAcked
             | client::Event::Ended
             | client::Event::DirFailures(..)
@@ -205,6 +212,7 @@ impl SimClient {
             client::Event::Done(stats) => {
                 self.done = Some(stats);
                 self.done_at = Some(net.now);
+                self.received_at_done = self.received.len();
             }
             client::Event::Refused {
                 code,
@@ -259,7 +267,9 @@ impl SimClient {
                     net.send(i, To::Server, Frame::Msg(stream.end()?));
                 }
             }
-            if stream.may_commit() && self.gate.open() && self.committed_at.is_none() {
+            // A pull's `Commit` goes right behind its `Open`; a push's waits for the gate.
+            let gate_open = self.direction == Direction::Pull || self.gate.open();
+            if stream.may_commit() && gate_open && self.committed_at.is_none() {
                 net.send(
                     i,
                     To::Server,
@@ -299,6 +309,11 @@ struct SimServer {
     /// What arrived on a held join, unread until the server decided on it (as a real server
     /// reads nothing from a connection meanwhile).
     backlog: HashMap<usize, VecDeque<Frame>>,
+    /// What arrived on a pull's control connection after its `Open`, unread until the server
+    /// has sent its `End` there (as a real server reads the `Commit` only then).
+    after_end: HashMap<usize, VecDeque<Frame>>,
+    /// Pull connections whose `End` is sent.
+    pull_ended: Vec<usize>,
     refused_ids: Vec<[u8; 16]>,
     /// Sessions answered and forgotten: a join for one is refused at once.
     ended_ids: Vec<[u8; 16]>,
@@ -325,6 +340,8 @@ impl SimServer {
             read_only: false,
             waiting: Vec::new(),
             backlog: HashMap::new(),
+            after_end: HashMap::new(),
+            pull_ended: Vec::new(),
             refused_ids: Vec::new(),
             ended_ids: Vec::new(),
             written: Vec::new(),
@@ -361,6 +378,14 @@ impl SimServer {
     fn on_frame(&mut self, net: &mut Net, conn: usize, frame: Frame) -> Result<(), SessionError> {
         if self.waiting.iter().any(|w| w.0 == conn) {
             self.backlog.entry(conn).or_default().push_back(frame);
+            return Ok(());
+        }
+        let pull_control = self.conns[conn]
+            .session
+            .and_then(|id| self.sessions.get(&id))
+            .is_some_and(|s| s.direction == Direction::Pull && s.control == conn);
+        if pull_control && !self.pull_ended.contains(&conn) {
+            self.after_end.entry(conn).or_default().push_back(frame);
             return Ok(());
         }
         let msg = match frame {
@@ -517,7 +542,13 @@ impl SimServer {
             }
             match self.pull_source.pop_front() {
                 Some(b) => net.send(c, To::Client, Frame::Batch(b)),
-                None => net.send(c, To::Client, Frame::Msg(stream.end()?)),
+                None => {
+                    net.send(c, To::Client, Frame::Msg(stream.end()?));
+                    self.pull_ended.push(c);
+                    for frame in self.after_end.remove(&c).unwrap_or_default() {
+                        self.on_frame(net, c, frame)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -654,18 +685,44 @@ fn a_push_over_streams_of_different_delays_writes_and_acknowledges_each_batch_on
 #[test]
 fn a_pull_over_reordered_streams_delivers_every_batch_then_done() {
     let (mut net, mut client, mut server) = setup(&[2, 40, 9], Direction::Pull, 0);
-    server.pull_source = (1..=45).map(batch).collect();
+    server.pull_source = (1..=400).map(batch).collect();
     run(&mut net, &mut client, &mut server, None);
     assert_eq!(client.error, None);
     assert_eq!(
         sorted(client.received.clone()),
-        (1..=45).collect::<Vec<_>>()
+        (1..=400).collect::<Vec<_>>()
     );
     assert!(
         client.received.windows(2).any(|w| w[0] > w[1]),
         "batches arrive out of order"
     );
     assert!(client.done.is_some());
+    // The `Commit` went right behind the `Open`, before the session was announced.
+    let committed = client.committed_at.expect("committed");
+    assert!(client.announced_at[0].is_some_and(|a| committed < a));
+}
+
+#[test]
+fn a_pulls_early_commit_is_answered_after_the_control_connections_last_batch() {
+    // One connection: the server reads the `Commit` (sent with the `Open`) only once it has
+    // sent its `End`, so `Done` comes behind every batch and right behind the `End`, not a
+    // round trip later.
+    let (mut net, mut client, mut server) = setup(&[10], Direction::Pull, 0);
+    server.pull_source = (1..=30).map(batch).collect();
+    let started = net.now;
+    run(&mut net, &mut client, &mut server, None);
+    assert_eq!(client.error, None);
+    assert_eq!(client.received, (1..=30).collect::<Vec<_>>());
+    assert_eq!(
+        client.received_at_done, 30,
+        "Done came after the last batch"
+    );
+    let committed = client.committed_at.map(|c| c - started);
+    assert_eq!(committed, Some(ms(20)), "behind the Open, after the hellos");
+    assert_eq!(
+        client.done_at, client.control_ended_at,
+        "Done right behind End"
+    );
 }
 
 #[test]
