@@ -417,3 +417,76 @@ fn a_peer_that_does_not_speak_tls_is_named_as_such() {
     assert_exit(&out, 3);
     assert_error_names(&out, &["does not speak TLS"]);
 }
+
+/// Whether `srv` opened a session on `path` (its `-vv` log says so).
+fn opened_session_on(srv: &sprat_testkit::Server, path: &str) -> bool {
+    srv.stderr_log()
+        .lines()
+        .any(|l| l.contains("session opened") && l.contains(&format!("path={path}")))
+}
+
+#[test]
+fn an_impostor_answering_one_connection_of_a_push_stops_it() {
+    // The impostor holds the server's private key (the same key file) but not the token. A
+    // relay sends the first connection of each push to it and the others to the real server:
+    // the destination's listing (it dials first), or with `--ignore-times` (no listing)
+    // usually a joining stream (joins dial before the control connection), sometimes the
+    // control connection.
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 40, 32 << 10, 9);
+    let key = t.path().join("server.key");
+    let with_key = |token: &str, verbose: bool| {
+        let mut extra_args: Vec<OsString> = vec!["--key-file".into(), key.clone().into()];
+        if verbose {
+            extra_args.push("-vv".into());
+        }
+        ServerOptions {
+            token: Some(token.to_string()),
+            extra_args,
+            ..ServerOptions::default()
+        }
+    };
+    let real = server_with(&t.path().join("root"), &with_key(DEFAULT_TOKEN, true));
+    let impostor = server_with(
+        &t.path().join("impostor"),
+        &with_key("not-the-token-4e1d", false),
+    );
+    assert_eq!(real.fingerprint(), impostor.fingerprint());
+    let mut joins_answered = 0;
+    for attempt in 0..8 {
+        // With the key pinned (a join sends its `Join` and first batches with its hello, and
+        // learns of the failed proof from the answer), or met for the first time (a join
+        // waits for the proof before it sends anything).
+        let known = t.path().join(format!("known-{attempt}"));
+        let mut args = vec!["--streams", "4"];
+        if attempt % 4 < 2 {
+            args.extend(["--server-fingerprint", real.fingerprint()]);
+        } else {
+            args.extend(["--known-servers", known.to_str().unwrap()]);
+        }
+        let no_listing = attempt % 2 == 1;
+        if no_listing {
+            args.push("--ignore-times");
+        }
+        let relay = Relay::start_first_to(impostor.addr(), real.addr());
+        let dst = format!("x{attempt}");
+        let out = cp(&real, &args, &src, relay.url(&dst));
+        assert_exit(&out, 3);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("authentic") || err.contains("token"), "{err}");
+        assert!(
+            entries_below(&t.path().join("impostor")).is_empty(),
+            "the impostor wrote something"
+        );
+        // The real server opened this push, which had no listing: the impostor answered one
+        // of its joins.
+        if no_listing && opened_session_on(&real, &dst) {
+            joins_answered += 1;
+        }
+    }
+    assert!(
+        joins_answered > 0,
+        "the impostor never answered a join in 4 pushes: the test proved nothing about joins"
+    );
+}

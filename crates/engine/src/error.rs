@@ -66,6 +66,16 @@ impl From<crate::config::OptionError> for TransferError {
 }
 
 impl TransferError {
+    /// Whether this says the machine answered is not the server (it failed to prove the
+    /// token, or showed another key): on any connection of a session, that stops the copy,
+    /// never a stream the transfer could do without.
+    pub fn is_authentication(&self) -> bool {
+        matches!(
+            self,
+            TransferError::Auth { .. } | TransferError::Identity { .. }
+        )
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             TransferError::Usage(_) => 2,

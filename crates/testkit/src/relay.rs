@@ -5,7 +5,8 @@
 //! check what went over the wire, e.g. that a secret never crossed it in the clear. Built with
 //! [`Relay::start_cutting_after`], the relay drops every connection once that many bytes have
 //! crossed it (both directions counted): a connection lost mid-transfer while the server stays
-//! up.
+//! up. Built with [`Relay::start_first_to`], the first connection goes to another server than
+//! the rest (an impostor on the path of one stream of a session).
 //!
 //! Listens on 127.0.0.1 only and connects only to the address it is given. Not a network
 //! emulator: no delay, no bandwidth limit.
@@ -98,16 +99,22 @@ fn pump(
 impl Relay {
     /// A relay that forwards every connection to `target` and records both directions.
     pub fn start(target: SocketAddr) -> Relay {
-        Relay::start_inner(target, None)
+        Relay::start_inner((target, target), None)
     }
 
     /// Like [`Relay::start`], but once `bytes` have crossed the relay (both directions counted),
     /// every connection is shut down and new ones are refused.
     pub fn start_cutting_after(target: SocketAddr, bytes: u64) -> Relay {
-        Relay::start_inner(target, Some(bytes))
+        Relay::start_inner((target, target), Some(bytes))
     }
 
-    fn start_inner(target: SocketAddr, cut_after: Option<u64>) -> Relay {
+    /// Like [`Relay::start`], but the first connection accepted goes to `first` and every
+    /// later one to `rest`.
+    pub fn start_first_to(first: SocketAddr, rest: SocketAddr) -> Relay {
+        Relay::start_inner((first, rest), None)
+    }
+
+    fn start_inner((first, rest): (SocketAddr, SocketAddr), cut_after: Option<u64>) -> Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("relay: {e}"));
         let addr = listener
             .local_addr()
@@ -126,6 +133,10 @@ impl Relay {
                             continue;
                         }
                         let _ = client.set_nonblocking(false);
+                        let target = match sh.connections.load(Ordering::SeqCst) {
+                            0 => first,
+                            _ => rest,
+                        };
                         let Ok(server) = TcpStream::connect(target) else {
                             drop(client);
                             continue;

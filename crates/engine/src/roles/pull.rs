@@ -177,10 +177,10 @@ pub(crate) fn pull(
                     let finished = || drained.load(Ordering::SeqCst) || abort.is_set();
                     // A pulling client cannot ask the server to stop one stream early: a growth
                     // that did not pay stays.
-                    streams_max = session.adapt(&received, finished, None, |change| {
-                        if let Change::Grow(new) = change {
-                            start_joined(*new);
-                        }
+                    streams_max = session.adapt(&received, finished, None, |change| match change {
+                        Change::Grow(new) => start_joined(*new),
+                        Change::Failed(e) => abort.fail(e),
+                        Change::Retire(_) => {}
                     });
                 }
                 drop(reply_tx);

@@ -123,24 +123,55 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
     }
 }
 
+/// What answered the listing of a push's destination when that was not the server (it
+/// failed to prove the token, or showed another key). A destination that cannot be listed
+/// is otherwise taken as empty; this stops the push instead (see [`ListingImpostor::check`]).
+#[derive(Clone, Default)]
+pub(crate) struct ListingImpostor(Arc<Mutex<Option<TransferError>>>);
+
+impl ListingImpostor {
+    /// The error to stop the push with, if the listing found an impostor.
+    pub fn check(&self) -> Result<(), TransferError> {
+        lock(&self.0).take().map_or(Ok(()), Err)
+    }
+}
+
 /// Starts reading `input`, leaving out what the destination (`path` on `addr`, from one
 /// listing) has already; with `defer_namespace`, directories and hard links come on
-/// [`source::SourceHandle::deferred`]. Also returns what the check spared.
+/// [`source::SourceHandle::deferred`]. Also returns what the check spared, and what the
+/// caller must check once the source is drained: whether the listing found an impostor.
 pub(crate) fn start_source(
     input: PushInput,
     (addr, path): (&str, &[u8]),
     key: &Credentials,
     options: &TransferOptions,
     defer_namespace: bool,
-) -> Result<(source::SourceHandle, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
+) -> Result<
+    (
+        source::SourceHandle,
+        Arc<crate::pipeline::skip::SkipCounts>,
+        ListingImpostor,
+    ),
+    TransferError,
+> {
     let mut skipped = Arc::default();
+    let impostor = ListingImpostor::default();
     let handle = match input {
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let owners = options.owners.then_some(!options.numeric_ids);
+            let found = impostor.clone();
             let skip = skip_for(options, move || {
-                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests, owners))?;
+                let listed = index_patiently(|| remote::index(&a, &k, &p, digests, owners));
+                let mut index = match listed {
+                    Err(e) if e.is_authentication() => {
+                        let told = TransferError::Local(e.to_string());
+                        *lock(&found.0) = Some(e);
+                        return Err(told);
+                    }
+                    listed => listed?,
+                };
                 remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
@@ -155,7 +186,7 @@ pub(crate) fn start_source(
         }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
-    Ok((handle, skipped))
+    Ok((handle, skipped, impostor))
 }
 
 /// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
@@ -173,7 +204,7 @@ pub fn push_input(
     let op = push_operation(&input, options);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.
-    let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;
+    let (handle, skipped, impostor) = start_source(input, (addr, path), key, options, false)?;
     let abort = Abort::default();
     let target = SessionTarget {
         addr,
@@ -190,6 +221,7 @@ pub fn push_input(
         None,
     );
     let read_busy = handle.finish();
+    impostor.check()?;
     let run = ran?;
     let stages = Stages {
         scan_read_s: read_busy.as_secs_f64(),
@@ -281,8 +313,14 @@ pub(crate) fn run_session(
             control_end = Some((control_conn, control_machine));
             // The control connection already carries data while the others join. A stream that
             // could not join carried nothing: the transfer goes on with the streams it has (the
-            // control connection reports what is wrong with the server itself).
-            let _ = session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
+            // control connection reports what is wrong with the server itself), unless what
+            // answered it was not the server.
+            let joined =
+                session.join_planned(|c| retirements.push(start_stream(s, &push, c, false).0));
+            match joined {
+                Err(e) if e.is_authentication() => push.fail(e),
+                _ => {}
+            }
             if session.auto {
                 let finished = || push.drained.load(Ordering::SeqCst) || push.abort.is_set();
                 let probe = session.started_wide().then(|| probe_path(addr, target.key));
@@ -295,6 +333,7 @@ pub(crate) fn run_session(
                         Change::Grow(new) => added.push(start_stream(s, &push, *new, false).0),
                         // The newest first: streams the adapter added, then those that joined at
                         // the start (a wide start's surplus), never the control connection's.
+                        Change::Failed(e) => push.fail(e),
                         Change::Retire(n) => {
                             for _ in 0..n {
                                 if added.pop().is_none() && retirements.len() > 1 {
@@ -558,11 +597,7 @@ fn start_stream<'s>(
         };
         // A server that failed to prove the token (or whose key is wrong) is no refusal: what
         // went on this stream went to a machine that is not the server, and the copy stops.
-        let impostor = matches!(
-            error,
-            TransferError::Auth { .. } | TransferError::Identity { .. }
-        );
-        if control || announced || impostor {
+        if control || announced || error.is_authentication() {
             if control && !announced {
                 session.set_opened(false);
             }

@@ -335,13 +335,16 @@ impl Session {
                 });
             }
             drop(done_tx);
-            let mut failed = None;
+            let mut failed: Option<TransferError> = None;
             for joined in done {
                 match joined {
                     Ok(conn) => on_joined(conn),
-                    Err(e) => {
-                        failed.get_or_insert(e);
+                    // A machine that is not the server is the failure to report, whatever
+                    // else failed.
+                    Err(e) if failed.as_ref().is_none_or(|f| !f.is_authentication()) => {
+                        failed = Some(e)
                     }
+                    Err(_) => {}
                 }
             }
             failed.map_or(Ok(()), Err)
@@ -410,8 +413,12 @@ impl Session {
                 Step::Add(n) => {
                     let joined = self.join(n, |conn| apply(Change::Grow(Box::new(conn))));
                     most = most.max(adapter.streams());
-                    // The transfer goes on with the streams it has.
-                    if joined.is_err() {
+                    // The transfer goes on with the streams it has, unless what answered a
+                    // join was not the server.
+                    if let Err(e) = joined {
+                        if e.is_authentication() {
+                            apply(Change::Failed(e));
+                        }
                         break;
                     }
                 }
@@ -510,6 +517,8 @@ pub(crate) enum Change {
     Grow(Box<SessionConn>),
     /// End this many of the most recently started streams.
     Retire(usize),
+    /// Stop the transfer: a join found a machine that is not the server.
+    Failed(TransferError),
 }
 
 /// What an adapting step makes of a wide start (see [`Session::review_wide_start`]).

@@ -67,7 +67,7 @@ pub(crate) fn push(
     let started = Instant::now();
     let input = PushInput::Source(open_source(src)?);
     let op = push_operation(&input, options);
-    let (handle, skipped) = start_source(input, (servers[0], path), key, options, true)?;
+    let (handle, skipped, impostor) = start_source(input, (servers[0], path), key, options, true)?;
     let n = servers.len();
     let (queues, shares): (Vec<Sender<Batch>>, Vec<Receiver<Batch>>) =
         (0..n).map(|_| bounded(QUEUE_DEPTH)).unzip();
@@ -116,6 +116,7 @@ pub(crate) fn push(
             .collect()
     });
     let read_busy = handle.finish();
+    impostor.check()?;
     let failed = lock(&failure.first).take();
     if let Some(e) = failed {
         return Err(e);
