@@ -984,6 +984,7 @@ fn announce_and_serve(
             served.conn.send(&announcement)?;
             serve_push(&stream, served, p, receiving)
         }
+        // Not reached: a push stream was counted in above, or refused.
         (SessionKind::Push(_), None) => Ok(()),
         (SessionKind::Pull(p), _) => {
             served.conn.send(&announcement)?;
