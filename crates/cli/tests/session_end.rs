@@ -23,16 +23,6 @@ fn plain_server(root: &Path) -> Server {
     server_with(root, &opts)
 }
 
-fn push() -> Operation {
-    Operation::Push {
-        source_is_dir: true,
-        durable: false,
-        discard: false,
-        owners: true,
-        numeric_ids: false,
-    }
-}
-
 /// Reads control messages until `Done`; their names in order, `Done`'s included.
 fn names_until_done(s: &mut std::net::TcpStream) -> Vec<&'static str> {
     let mut names = Vec::new();
@@ -104,7 +94,7 @@ fn a_join_after_its_push_session_ended_is_refused_at_once() {
     let id = raw::session_id();
     // A push that sends nothing: its `End` and `Commit` right behind the `Open`.
     let behind = [Message::End, Message::Commit(Totals::default())];
-    let mut control = raw::open_with(&srv, "127.0.0.1", (id, push()), b"dst", &behind);
+    let mut control = raw::open_with(&srv, "127.0.0.1", (id, raw::push_op()), b"dst", &behind);
     assert_eq!(names_until_done(&mut control), ["Opened", "EndAck", "Done"]);
     // A stream of that session that sent nothing joins late (its client committed without
     // waiting for it): refused at once, not after the 10 s a join waits for its `Open`.

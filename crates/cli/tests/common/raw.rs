@@ -44,14 +44,12 @@ pub fn connect(srv: &Server, from: &str) -> TcpStream {
     socket.into()
 }
 
-/// Reads one whole frame as a message.
+/// Reads one whole frame as a message (a batch is an error).
 pub fn read_message(s: &mut TcpStream) -> std::io::Result<Message> {
-    let mut header = [0u8; FRAME_HEADER_LEN];
-    s.read_exact(&mut header)?;
-    let header = FrameHeader::decode(&header).map_err(std::io::Error::other)?;
-    let mut payload = vec![0u8; header.len as usize];
-    s.read_exact(&mut payload)?;
-    Message::decode(header.kind, &payload).map_err(std::io::Error::other)
+    match read_frame(s)? {
+        Frame::Msg(m) => Ok(m),
+        Frame::Batch(_) => Err(std::io::Error::other("a batch where a message was due")),
+    }
 }
 
 /// A frame as the server sent it: a batch (its payload's length) or a control message.
@@ -139,16 +137,20 @@ pub fn open(srv: &Server, from: &str, op: Operation, path: &[u8]) -> TcpStream {
     }
 }
 
-/// A push of a tree to `path`, opened from `from`.
-pub fn open_push(srv: &Server, from: &str, path: &str) -> TcpStream {
-    let op = Operation::Push {
+/// A push of a tree, as sprat's client asks for one by default.
+pub fn push_op() -> Operation {
+    Operation::Push {
         source_is_dir: true,
         durable: false,
         discard: false,
         owners: true,
         numeric_ids: false,
-    };
-    open(srv, from, op, path.as_bytes())
+    }
+}
+
+/// A push of a tree to `path`, opened from `from`.
+pub fn open_push(srv: &Server, from: &str, path: &str) -> TcpStream {
+    open(srv, from, push_op(), path.as_bytes())
 }
 
 /// An authenticated connection from `from` whose first request, `req`, is sent.
