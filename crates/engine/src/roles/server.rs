@@ -955,15 +955,15 @@ fn announce_and_serve(
     };
     // A push stream counts in before its announcement; a join after every stream ended
     // finds the session closed (its client committed without waiting for it).
-    let receiving = match &session.kind {
+    let serving = match &session.kind {
         SessionKind::Push(p) => match p.receiving.enter() {
-            Some(receiving) => Some(receiving),
+            Some(receiving) => Serving::Push(p, receiving),
             None => {
                 served.refuse(ErrorCode::UnknownSession, "the session has ended".into());
                 return Ok(());
             }
         },
-        SessionKind::Pull(_) => None,
+        SessionKind::Pull(p) => Serving::Pull(p),
     };
     let announcement = if control {
         served.machine.accept_open(direction, root_is_dir)
@@ -979,18 +979,23 @@ fn announce_and_serve(
         ip,
         control,
     };
-    match (&session.kind, receiving) {
-        (SessionKind::Push(p), Some(receiving)) => {
+    match serving {
+        Serving::Push(p, receiving) => {
             served.conn.send(&announcement)?;
             serve_push(&stream, served, p, receiving)
         }
-        // Not reached: a push stream was counted in above, or refused.
-        (SessionKind::Push(_), None) => Ok(()),
-        (SessionKind::Pull(p), _) => {
+        Serving::Pull(p) => {
             served.conn.send(&announcement)?;
             serve_pull(&stream, served, p)
         }
     }
+}
+
+/// What a connection of a session serves: a push's, counted in among its receiving streams,
+/// or a pull's.
+enum Serving<'a> {
+    Push(&'a PushSession, ReceivingStream<'a>),
+    Pull(&'a PullSession),
 }
 
 /// One connection of a session, as its serving needs it.
