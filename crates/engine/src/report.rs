@@ -258,6 +258,12 @@ pub struct Counts {
     pub failed: u64,
     pub failures: Vec<Failure>,
     pub syncs: u64,
+    /// Regular files sent before the destination's listing was in that the receiver had
+    /// already, and kept instead of writing them again (see `KeepRule`).
+    pub kept: u64,
+    /// Files sent before the listing whose attributes alone the receiver set (their content
+    /// was the same).
+    pub kept_fixed: u64,
     /// What the written batches held (whatever became of each entry), for the check
     /// against the sender's totals.
     pub received: sprat_proto::Totals,
@@ -312,6 +318,8 @@ impl Counts {
         self.dirs += o.dirs;
         self.symlinks += o.symlinks;
         self.bytes += o.bytes;
+        self.kept += o.kept;
+        self.kept_fixed += o.kept_fixed;
         self.received.add(&o.got);
         for (p, e) in &o.failures {
             self.add_failure(p, e);

@@ -38,6 +38,40 @@ const ENTRY_USER: u8 = 7;
 const ENTRY_GROUP: u8 = 8;
 const ENTRY_HARD_LINK: u8 = 9;
 const ENTRY_XATTRS: u8 = 10;
+const ENTRY_FILE_UNLESS: u8 = 11;
+
+/// When a receiver keeps what it has instead of writing a [`EntryKind::File`] sent with
+/// `unless`: the sender sent it before it knew what the destination has (a push's first
+/// files, while its listing of the destination is on its way), so the receiver checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepRule {
+    /// The destination has a regular file there of the same size and mtime (to the
+    /// nanosecond), with the mode (and, where the receiver sets owners, the owner) the
+    /// entry would give it: the quick check.
+    SameSizeAndTime,
+    /// The destination has anything at that path (`--ignore-existing`).
+    Present,
+}
+
+impl KeepRule {
+    fn to_u8(self) -> u8 {
+        match self {
+            KeepRule::SameSizeAndTime => 1,
+            KeepRule::Present => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> Result<KeepRule, DecodeError> {
+        match v {
+            1 => Ok(KeepRule::SameSizeAndTime),
+            2 => Ok(KeepRule::Present),
+            other => Err(DecodeError::Unknown {
+                what: "keep rule",
+                value: other as u64,
+            }),
+        }
+    }
+}
 
 /// Most bytes of one item's extended attributes, names and values together (the kernel's
 /// limit on one listing of names is the same 64 KiB). A receiver refuses a batch with more;
@@ -162,11 +196,14 @@ pub struct FileMeta {
 /// What one entry of a batch describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind<'a> {
-    /// A whole regular file; `data.len()` is its size, `hash` the xxh3-128 of `data`.
+    /// A whole regular file; `data.len()` is its size, `hash` the xxh3-128 of `data`. With
+    /// `unless`, the receiver leaves what it has at the path alone if the rule holds (and
+    /// counts the file as up to date), else writes the file as usual.
     File {
         meta: FileMeta,
         hash: u128,
         data: &'a [u8],
+        unless: Option<KeepRule>,
     },
     /// A directory (its attributes are applied after everything inside it is written).
     Dir { meta: FileMeta },
@@ -329,9 +366,32 @@ impl Batch {
 
     /// Records a file whose `len` bytes were just appended to `data`.
     pub fn push_file(&mut self, path: &[u8], meta: &FileMeta, len: u64, hash: u128) {
-        self.begin(ENTRY_FILE, path);
+        self.push_file_unless(path, meta, len, hash, None)
+    }
+
+    /// [`Batch::push_file`], which the receiver leaves out if `unless` holds there (see
+    /// [`KeepRule`]); counted in the totals as any file.
+    pub fn push_file_unless(
+        &mut self,
+        path: &[u8],
+        meta: &FileMeta,
+        len: u64,
+        hash: u128,
+        unless: Option<KeepRule>,
+    ) {
+        self.begin(
+            if unless.is_some() {
+                ENTRY_FILE_UNLESS
+            } else {
+                ENTRY_FILE
+            },
+            path,
+        );
         self.totals.files += 1;
         self.totals.bytes += len;
+        if let Some(rule) = unless {
+            self.header.push(rule.to_u8());
+        }
         self.put_meta(meta);
         self.header.extend_from_slice(&len.to_le_bytes());
         self.header.extend_from_slice(&hash.to_le_bytes());
@@ -558,7 +618,11 @@ impl<'a> BatchView<'a> {
             let entry = r.u8("entry kind")?;
             let path = path::validate(r.bytes16("entry path", MAX_PATH)?)?;
             let kind = match entry {
-                ENTRY_FILE => {
+                ENTRY_FILE | ENTRY_FILE_UNLESS => {
+                    let unless = match entry {
+                        ENTRY_FILE_UNLESS => Some(KeepRule::from_u8(r.u8("keep rule")?)?),
+                        _ => None,
+                    };
                     let meta = read_meta(&mut r)?;
                     let len = r.u64("file size")?;
                     let hash = r.u128("file hash")?;
@@ -566,6 +630,7 @@ impl<'a> BatchView<'a> {
                         meta,
                         hash,
                         data: take_data(len)?,
+                        unless,
                     }
                 }
                 ENTRY_DIR => EntryKind::Dir {
@@ -733,6 +798,8 @@ mod tests {
         b.push_user_name(1000, b"alice");
         b.push_group_name(4, b"adm");
         b.push_hard_link(b"a/other", b"a/b\xff");
+        b.data.extend_from_slice(b"sent early");
+        b.push_file_unless(b"early", &meta, 10, 77, Some(KeepRule::Present));
         let list = [
             (b"user.k".to_vec(), b"v".to_vec()),
             (b"system.posix_acl_access".to_vec(), vec![2, 0, 0, 0]),
@@ -773,12 +840,19 @@ mod tests {
         let bytes = payload(&b);
         let view = BatchView::decode(&bytes).unwrap();
         assert_eq!(view.seq, 7);
-        assert_eq!(view.entries.len(), 12);
+        assert_eq!(view.entries.len(), 13);
+        match &view.entries[10].kind {
+            EntryKind::File { data, unless, .. } => {
+                assert_eq!(*data, b"sent early");
+                assert_eq!(*unless, Some(KeepRule::Present));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
         assert_eq!(
             view.entries[9].kind,
             EntryKind::HardLink { target: b"a/b\xff" }
         );
-        match &view.entries[10].kind {
+        match &view.entries[11].kind {
             EntryKind::Xattrs { scope, list } => {
                 assert_eq!(*scope, xattr_scope::USER | xattr_scope::ACL);
                 let got: Vec<_> = list.iter().collect();
@@ -807,9 +881,12 @@ mod tests {
             EntryKind::Attrs { size: 1234, .. }
         ));
         match &view.entries[0].kind {
-            EntryKind::File { data, hash, .. } => {
+            EntryKind::File {
+                data, hash, unless, ..
+            } => {
                 assert_eq!(*data, b"hello");
                 assert_eq!(*hash, 42);
+                assert_eq!(*unless, None);
             }
             other => panic!("unexpected {other:?}"),
         }

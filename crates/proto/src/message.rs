@@ -176,7 +176,10 @@ pub struct RemoteStats {
     /// File system syncs the writer made (durable pushes sync every batch).
     pub syncs: u64,
     /// A checked pull: files the client's destination had already (not sent), files whose
-    /// attributes alone were sent, and the bytes of both.
+    /// attributes alone were sent, and the bytes of both. A push: of the files sent before
+    /// the client had the destination's listing (see [`crate::KeepRule`]), those the
+    /// destination had already and kept (`up_to_date`) and those whose attributes alone it
+    /// set (`attrs_fixed`); `bytes_not_sent` zero.
     pub up_to_date: u64,
     pub attrs_fixed: u64,
     pub bytes_not_sent: u64,

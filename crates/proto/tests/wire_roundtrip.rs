@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
-    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, Message, MetaFlags,
-    Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, KeepRule, Message,
+    MetaFlags, Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// A valid relative path: empty (the root) or 1-4 names of 1-12 bytes, none `.` or `..`,
@@ -336,7 +336,7 @@ fn split(frame: &[u8]) -> (FrameHeader, &[u8]) {
 /// One batch entry as a sender pushes it.
 #[derive(Debug, Clone)]
 enum Item {
-    File(Vec<u8>, FileMeta, Vec<u8>, u128),
+    File(Vec<u8>, FileMeta, Vec<u8>, u128, Option<KeepRule>),
     Dir(Vec<u8>, FileMeta),
     Symlink(Vec<u8>, FileMeta, Vec<u8>),
     UserName(u32, Vec<u8>),
@@ -388,11 +388,20 @@ fn meta() -> impl Strategy<Value = FileMeta> {
         })
 }
 
+/// No rule (an ordinary file) or one of the rules of a file sent before the listing.
+fn keep_rule() -> impl Strategy<Value = Option<KeepRule>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(KeepRule::SameSizeAndTime)),
+        Just(Some(KeepRule::Present)),
+    ]
+}
+
 fn item() -> impl Strategy<Value = Item> {
     let target = proptest::collection::vec(1u8..=255, 1..30);
     prop_oneof![
-        (rel_path(), meta(), bytes(200), any::<u128>())
-            .prop_map(|(p, m, d, h)| Item::File(p, m, d, h)),
+        (rel_path(), meta(), bytes(200), any::<u128>(), keep_rule())
+            .prop_map(|(p, m, d, h, k)| Item::File(p, m, d, h, k)),
         (rel_path(), meta()).prop_map(|(p, m)| Item::Dir(p, m)),
         (rel_path(), meta(), target).prop_map(|(p, m, t)| Item::Symlink(p, m, t)),
         (any::<u32>(), proptest::collection::vec(1u8..=255, 1..32))
@@ -428,9 +437,9 @@ fn build(seq: u64, items: &[Item]) -> Batch {
     let mut b = Batch::new(seq, 0);
     for item in items {
         match item {
-            Item::File(p, m, d, h) => {
+            Item::File(p, m, d, h, k) => {
                 b.data.extend_from_slice(d);
-                b.push_file(p, m, d.len() as u64, *h);
+                b.push_file_unless(p, m, d.len() as u64, *h, *k);
             }
             Item::Dir(p, m) => b.push_dir(p, m),
             Item::Symlink(p, m, t) => b.push_symlink(p, m, t),
@@ -452,7 +461,7 @@ fn build(seq: u64, items: &[Item]) -> Batch {
 /// The entry a decoder should return for `item`.
 fn expected(item: &Item) -> (Vec<u8>, String) {
     let (path, kind) = match item {
-        Item::File(p, m, d, h) => (p, format!("file {m:?} {h} {d:?}")),
+        Item::File(p, m, d, h, k) => (p, format!("file {m:?} {h} {d:?} {k:?}")),
         Item::Dir(p, m) => (p, format!("dir {m:?}")),
         Item::Symlink(p, m, t) => (
             p,
@@ -476,7 +485,12 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
 
 fn described(kind: &EntryKind<'_>) -> String {
     match kind {
-        EntryKind::File { meta, hash, data } => format!("file {meta:?} {hash} {data:?}"),
+        EntryKind::File {
+            meta,
+            hash,
+            data,
+            unless,
+        } => format!("file {meta:?} {hash} {data:?} {unless:?}"),
         EntryKind::Dir { meta } => format!("dir {meta:?}"),
         EntryKind::Symlink {
             mtime_sec,

@@ -34,6 +34,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
+/// What the destination has against a file a sender sent (see [`WriterCursor::quick_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuickCheck {
+    /// Not a regular file of the same size and mtime (or nothing, or it cannot be looked
+    /// at): the file is to be written.
+    Differs,
+    /// The same size and mtime, mode and (where the writer sets owners) owner: nothing to do.
+    Same,
+    /// The same size and mtime, another mode or owner: its attributes alone are to be set.
+    SameContent,
+}
+
 /// Writes one transfer's tree below a destination directory.
 pub struct TreeWriter {
     base: Root,
@@ -1200,6 +1212,55 @@ impl WriterCursor<'_> {
         result
     }
 
+    /// What the destination has at `path` against a regular file of `size` bytes with
+    /// `attrs` that a sender sent before it had the destination's listing (the quick check,
+    /// made here): see [`QuickCheck`]. [`QuickCheck::Differs`] when anything cannot be looked
+    /// at: the file is written then. Never follows a symlink.
+    pub fn quick_check(&mut self, path: &[u8], attrs: &Attrs, size: u64) -> QuickCheck {
+        let writer = self.writer;
+        let wanted = StatxFlags::TYPE
+            | StatxFlags::MODE
+            | StatxFlags::SIZE
+            | StatxFlags::MTIME
+            | StatxFlags::UID
+            | StatxFlags::GID;
+        let Some(st) = self.examine(path, wanted) else {
+            return QuickCheck::Differs;
+        };
+        let mode = u32::from(st.stx_mode);
+        let same_content = mode & 0o170000 == 0o100000
+            && st.stx_size == size
+            && st.stx_mtime.tv_sec == attrs.mtime_sec
+            && st.stx_mtime.tv_nsec == attrs.mtime_nsec;
+        // An id of `u32::MAX` is left as it is (see `owner_ids`).
+        let same_id = |want: u32, has: u32| want == u32::MAX || want == has;
+        let same_owner =
+            !writer.owners || (same_id(attrs.uid, st.stx_uid) && same_id(attrs.gid, st.stx_gid));
+        let same_mode = mode & 0o7777 == writer.file_mode(attrs.mode) & 0o7777;
+        match (same_content, same_mode && same_owner) {
+            (false, _) => QuickCheck::Differs,
+            (true, true) => QuickCheck::Same,
+            (true, false) => QuickCheck::SameContent,
+        }
+    }
+
+    /// Whether the destination has anything at `path` (`--ignore-existing` asked by a
+    /// sender that had not seen the destination's listing yet). Never follows a symlink.
+    pub fn has_anything(&mut self, path: &[u8]) -> bool {
+        self.examine(path, StatxFlags::TYPE).is_some()
+    }
+
+    /// `statx` of `path` below the destination without following a symlink (`None` if it
+    /// cannot be looked at); its parent directories are opened as for a write.
+    fn examine(&mut self, path: &[u8], wanted: StatxFlags) -> Option<rustix::fs::Statx> {
+        let target = self.writer.target(path).ok()?;
+        if target.is_empty() {
+            return None;
+        }
+        let (dir, name) = self.parent(target).ok()?;
+        statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted).ok()
+    }
+
     /// Sets the mode and mtime of the regular file at `path`, which the destination already
     /// has with the right content (`size` bytes): opened without following a symlink, and
     /// refused if it is no longer a regular file of that size.
@@ -1993,6 +2054,35 @@ mod tests {
             mtime_nsec: 123_456_789,
             ..Attrs::default()
         }
+    }
+
+    #[test]
+    fn the_quick_check_of_a_file_sent_before_the_listing_tells_same_from_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        c.write_file(b"d/f", &attrs(0o644), b"four").unwrap();
+        assert_eq!(c.quick_check(b"d/f", &attrs(0o644), 4), QuickCheck::Same);
+        assert_eq!(
+            c.quick_check(b"d/f", &attrs(0o600), 4),
+            QuickCheck::SameContent
+        );
+        assert_eq!(c.quick_check(b"d/f", &attrs(0o644), 5), QuickCheck::Differs);
+        let later = Attrs {
+            mtime_nsec: 123_456_790,
+            ..attrs(0o644)
+        };
+        assert_eq!(c.quick_check(b"d/f", &later, 4), QuickCheck::Differs);
+        assert_eq!(
+            c.quick_check(b"d/none", &attrs(0o644), 4),
+            QuickCheck::Differs
+        );
+        // A symlink to a file that would match is not followed.
+        std::os::unix::fs::symlink("f", dir.path().join("d/l")).unwrap();
+        assert_eq!(c.quick_check(b"d/l", &attrs(0o644), 4), QuickCheck::Differs);
+        assert!(c.has_anything(b"d/l"));
+        assert!(c.has_anything(b"d/f"));
+        assert!(!c.has_anything(b"d/none"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! and small first batches are ready for every stream sooner. Pure logic: no I/O.
 
 use crate::config::TransferOptions;
+use sprat_proto::KeepRule;
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +17,9 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub enum PlanItem {
     File(ScanEntry),
+    /// A whole file sent before the destination's listing was in: the receiver keeps what
+    /// it has at the path if the rule holds (see [`KeepRule`]).
+    EarlyFile(ScanEntry, KeepRule),
     Chunk {
         entry: Arc<ScanEntry>,
         offset: u64,
@@ -55,9 +59,11 @@ const ENTRY_OVERHEAD: u64 = 64;
 impl PlanItem {
     pub fn path(&self) -> &[u8] {
         match self {
-            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) | PlanItem::Attrs(e) => {
-                &e.path
-            }
+            PlanItem::File(e)
+            | PlanItem::EarlyFile(e, _)
+            | PlanItem::Dir(e)
+            | PlanItem::Symlink(e)
+            | PlanItem::Attrs(e) => &e.path,
             PlanItem::Chunk { entry, .. } => &entry.path,
             PlanItem::Failed { path, .. } | PlanItem::HardLink { path, .. } => path,
         }
@@ -167,6 +173,23 @@ impl Planner {
         if self.deferred.is_none() {
             self.current.budget_bytes += bytes;
         }
+    }
+
+    /// Whether `entry` would travel as one whole file (not in chunks, not failed).
+    pub fn is_whole_file(&self, entry: &ScanEntry) -> bool {
+        entry.error.is_none() && entry.kind == EntryType::File && entry.size <= self.threshold
+    }
+
+    /// Adds a whole file ([`Planner::is_whole_file`]) sent before the destination's listing
+    /// is in, which the receiver leaves out if `rule` holds there.
+    pub fn push_early_file(
+        &mut self,
+        entry: ScanEntry,
+        rule: KeepRule,
+        emit: &mut impl FnMut(BatchPlan),
+    ) {
+        let size = entry.size;
+        self.add(PlanItem::EarlyFile(entry, rule), size, emit)
     }
 
     /// Adds one entry; completed batch plans are handed to `emit`.

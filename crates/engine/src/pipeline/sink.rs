@@ -12,8 +12,8 @@ use crate::error::TransferError;
 use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::message::MAX_ACK_FAILURES;
-use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, Totals};
-use sprat_store::write::ChunkOutcome;
+use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, KeepRule, Totals};
+use sprat_store::write::{ChunkOutcome, QuickCheck};
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,6 +49,13 @@ pub struct BatchOutcome {
     pub bytes: u64,
     /// Files whose content the destination had already: only their attributes were set.
     pub attrs_fixed: u64,
+    /// Files sent before the sender had the destination's listing that the destination had
+    /// already: kept, not written (see [`sprat_proto::KeepRule`]).
+    pub kept: u64,
+    /// Of those, files whose mode or owner alone differed: only their attributes were set.
+    pub kept_fixed: u64,
+    /// The bytes of both (they crossed the network: the acknowledgement counts them).
+    pub kept_bytes: u64,
     /// Items that failed, with the reason (the first [`MAX_ACK_FAILURES`]); the transfer
     /// goes on.
     pub failures: Vec<(Vec<u8>, String)>,
@@ -279,12 +286,44 @@ pub fn write_batch(
             }
         }
         let result = match &entry.kind {
-            EntryKind::File { meta, hash, data } => {
+            EntryKind::File {
+                meta,
+                hash,
+                data,
+                unless,
+            } => {
                 if sprat_store::checksum(data) != *hash {
                     out.fail(path, "checksum mismatch: data corrupted in transit");
                     continue;
                 }
                 let a = attrs(&cursor, meta);
+                if let (Some(rule), Some(c)) = (unless, cursor.as_deref_mut()) {
+                    let size = data.len() as u64;
+                    let check = match rule {
+                        KeepRule::SameSizeAndTime => c.quick_check(path, &a, size),
+                        KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
+                        KeepRule::Present => QuickCheck::Differs,
+                    };
+                    match check {
+                        QuickCheck::Differs => {}
+                        QuickCheck::Same => {
+                            out.kept += 1;
+                            out.kept_bytes += size;
+                            continue;
+                        }
+                        QuickCheck::SameContent => {
+                            // As if the sender had sent its attributes alone.
+                            match c.set_file_attrs(path, &a, size) {
+                                Ok(()) => {
+                                    out.kept_fixed += 1;
+                                    out.kept_bytes += size;
+                                }
+                                Err(e) => out.fail(path, e.to_string()),
+                            }
+                            continue;
+                        }
+                    }
+                }
                 match cursor.as_deref_mut() {
                     Some(c) => c.write_file(path, &a, data),
                     None => Ok(()),

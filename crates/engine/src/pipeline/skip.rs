@@ -397,6 +397,15 @@ impl SkipCounts {
         self.done(1, bytes);
     }
 
+    /// Files sent before the destination's listing was in that the destination had already:
+    /// `kept` were kept as they were, `fixed` had their attributes set. Their bytes were sent
+    /// (not counted as spared; their acknowledgements counted them as done).
+    pub fn kept_by_destination(&self, kept: u64, fixed: u64) {
+        self.files.fetch_add(kept, Ordering::Relaxed);
+        self.attrs_fixed.fetch_add(fixed, Ordering::Relaxed);
+        self.done(kept + fixed, 0);
+    }
+
     /// Bytes of a file being resumed that the destination had already (counted in the
     /// bytes not sent).
     pub fn resumed(&self, bytes: u64) {

@@ -12,10 +12,10 @@ use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crate::sync::lock;
 use crossbeam_channel::{bounded, unbounded, Receiver};
-use sprat_proto::{Batch, FileMeta, Totals};
+use sprat_proto::{Batch, FileMeta, KeepRule, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
-use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
+use sprat_store::{Attrs, EntryType, Root, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -80,22 +80,138 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 
 /// What the destination has, for a source to leave out (see [`crate::pipeline::skip`]).
 pub struct Skip {
-    /// Made on the planner's thread when the source starts, in parallel with the rest of the
-    /// start (a listing costs round trips); the planner waits for it before its first entry.
-    /// A destination that cannot be listed is taken as empty: everything is sent.
+    /// Made on a thread of its own when the source starts, while the scan goes on (a listing
+    /// costs round trips); the planner waits for it before it plans a file, unless `early`
+    /// lets it send the first files before (see [`EarlyFiles`]). A destination that cannot
+    /// be listed is taken as empty: everything is sent.
     pub index: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>,
     pub rule: SkipRule,
     pub counts: Arc<SkipCounts>,
+    /// Whether the first files may travel before the index is in, for the receiver to check
+    /// (a push: its listing answers a round trip after the session could take data).
+    pub early: bool,
+}
+
+/// Most bytes of file data a source sends before the destination's index is in
+/// ([`Skip::early`]): about what a session's streams carry in their first round trip, so that
+/// a push into a new destination starts a round trip sooner, while a re-run that finds
+/// everything up to date sends no more than this for nothing.
+pub const EARLY_BYTES: u64 = 512 << 10;
+/// Most files a source sends before the destination's index is in (each costs the receiver
+/// one `statx` more).
+pub const EARLY_FILES: u64 = 1024;
+/// Most scanned entries a source holds while it waits for the destination's index; then
+/// the scan waits too.
+const MAX_HELD: usize = 1 << 16;
+
+/// A destination's index on its way (see [`Skip::begin`]).
+struct PendingIndex {
+    index: Receiver<DestIndex>,
+    rule: SkipRule,
+    counts: Arc<SkipCounts>,
+    /// What the first files may still take before the index is in (`None`: nothing: wait).
+    early: Option<EarlyFiles>,
+    /// Entries scanned since the first that could not go early, in order.
+    held: Vec<sprat_store::ScanEntry>,
+}
+
+/// What the files sent before the destination's index is in may still take.
+struct EarlyFiles {
+    rule: KeepRule,
+    bytes: u64,
+    files: u64,
+}
+
+impl EarlyFiles {
+    /// Whether one more file of `size` bytes fits.
+    fn fits(&self, size: u64) -> bool {
+        self.files > 0 && size <= self.bytes
+    }
+
+    /// Takes one more file of `size` bytes, which [`EarlyFiles::fits`].
+    fn take(&mut self, size: u64) {
+        self.files = self.files.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(size);
+    }
 }
 
 impl Skip {
-    /// Waits for the index (see [`Skip::index`]).
-    fn resolve(self) -> (DestIndex, SkipRule, Arc<SkipCounts>) {
-        let index = (self.index)().unwrap_or_else(|e| {
-            tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot list the destination: sending everything");
-            DestIndex::default()
-        });
-        (index, self.rule, self.counts)
+    /// Starts making the index on a thread of its own; the thread is returned too, for the
+    /// source to wait for once it ends (what the listing found, an impostor, must be known
+    /// by then even when every file went early).
+    fn begin(self) -> (PendingIndex, Option<JoinHandle<()>>) {
+        let (tx, index) = bounded(1);
+        let make = self.index;
+        let listing = std::thread::Builder::new()
+            .name("sprat-dest-index".into())
+            .spawn(move || {
+                let _ = tx.send(made(make));
+            })
+            .ok();
+        let early = match self.rule {
+            SkipRule::QuickCheck if self.early => Some(KeepRule::SameSizeAndTime),
+            SkipRule::IgnoreExisting if self.early => Some(KeepRule::Present),
+            _ => None,
+        };
+        let pending = PendingIndex {
+            index,
+            rule: self.rule,
+            counts: self.counts,
+            early: early.map(|rule| EarlyFiles {
+                rule,
+                bytes: EARLY_BYTES,
+                files: EARLY_FILES,
+            }),
+            held: Vec::new(),
+        };
+        (pending, listing)
+    }
+}
+
+/// Runs `make`, an index of the destination; one that cannot be made is empty.
+fn made(make: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>) -> DestIndex {
+    make().unwrap_or_else(|e| {
+        tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot list the destination: sending everything");
+        DestIndex::default()
+    })
+}
+
+impl PendingIndex {
+    /// The index once it is in (without waiting unless `wait`).
+    fn take(&self, wait: bool) -> Option<Resolved> {
+        let index = if wait {
+            // The thread could not start or ended without a word: nothing is known.
+            self.index.recv().unwrap_or_default()
+        } else {
+            self.index.try_recv().ok()?
+        };
+        Some((index, self.rule, self.counts.clone()))
+    }
+
+    /// Plans `entry` before the index is in, if it needs no index or may go early; else
+    /// holds it. (Order does not matter: batches travel on many streams, a receiver makes
+    /// the parents of what it writes, and hard links are made at the end.)
+    fn offer(
+        &mut self,
+        planner: &mut Planner,
+        entry: sprat_store::ScanEntry,
+        emit: &mut impl FnMut(BatchPlan),
+    ) {
+        let needs_no_index = entry.error.is_some() || entry.kind != EntryType::File;
+        if needs_no_index {
+            return planner.push(entry, emit);
+        }
+        if let Some(early) = &mut self.early {
+            if planner.is_whole_file(&entry) && early.fits(entry.size) {
+                // `-H`: asked once per entry, here or when a held entry is planned.
+                if let Some(target) = planner.link_target(&entry) {
+                    return planner.push_link(entry.path, target, emit);
+                }
+                early.take(entry.size);
+                return planner.push_early_file(entry, early.rule, emit);
+            }
+        }
+        self.held.push(entry);
     }
 }
 
@@ -124,6 +240,119 @@ fn plan_entry(
     match index.verdict(&entry, *rule) {
         Verdict::Compare => digests.submit(entry),
         verdict => apply(planner, counts, verdict, entry, emit, take_whole),
+    }
+}
+
+/// The planner of a source tree, with what the destination has: the index once it is in,
+/// what goes or waits before that, and the files waiting for their digests (`--checksum`).
+struct Planning<'p, 'd, 't> {
+    planner: &'p mut Planner,
+    /// The index while it is on its way.
+    pending: Option<PendingIndex>,
+    skip: Option<Resolved>,
+    digests: digest::Pool<'d, sprat_store::ScanEntry>,
+    take_whole: TakeWhole<'t>,
+}
+
+impl Planning<'_, '_, '_> {
+    /// Plans one scanned entry (or holds it until the index is in).
+    fn plan(&mut self, entry: sprat_store::ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
+        if let Some(pending) = &mut self.pending {
+            let too_many = pending.held.len() >= MAX_HELD;
+            match pending.take(too_many) {
+                Some(resolved) => self.resolved(resolved, emit),
+                None => return pending.offer(self.planner, entry, emit),
+            }
+        }
+        let skip = self.skip.as_ref();
+        plan_entry(
+            self.planner,
+            skip,
+            entry,
+            emit,
+            &mut self.digests,
+            self.take_whole,
+        );
+    }
+
+    /// The index is in: plans what was held for it, in order.
+    fn resolved(&mut self, resolved: Resolved, emit: &mut impl FnMut(BatchPlan)) {
+        let held = self.pending.take().map(|p| p.held).unwrap_or_default();
+        self.skip = Some(resolved);
+        for entry in held {
+            let skip = self.skip.as_ref();
+            plan_entry(
+                self.planner,
+                skip,
+                entry,
+                emit,
+                &mut self.digests,
+                self.take_whole,
+            );
+        }
+    }
+
+    /// After each directory's entries: starts the digests of the files submitted and plans
+    /// those whose digests are back.
+    fn planned(&mut self, emit: &mut impl FnMut(BatchPlan)) {
+        self.digests.flush();
+        for done in self.digests.ready() {
+            plan_compared(
+                self.planner,
+                self.skip.as_ref(),
+                done,
+                emit,
+                self.take_whole,
+            );
+        }
+    }
+
+    /// Once the scan is over: waits for the index if an entry still needs it (not when every
+    /// entry went without it), then for every digest.
+    fn finish(mut self, emit: &mut impl FnMut(BatchPlan)) {
+        if let Some(pending) = &self.pending {
+            if !pending.held.is_empty() {
+                if let Some(resolved) = pending.take(true) {
+                    self.resolved(resolved, emit);
+                }
+                self.planned(emit);
+            }
+        }
+        for done in self.digests.finish() {
+            plan_compared(
+                self.planner,
+                self.skip.as_ref(),
+                done,
+                emit,
+                self.take_whole,
+            );
+        }
+    }
+}
+
+/// Plans a source that is a single file, with what the destination has: the file goes
+/// before the index is in if it may ([`Skip::early`]), else once it is.
+fn plan_root_file(
+    planner: &mut Planner,
+    pending: Option<PendingIndex>,
+    entry: sprat_store::ScanEntry,
+    emit: &mut impl FnMut(BatchPlan),
+    take_whole: TakeWhole<'_>,
+) {
+    let Some(mut pending) = pending else {
+        return push_or_take(planner, entry, emit, take_whole);
+    };
+    pending.offer(planner, entry, emit);
+    let Some(entry) = pending.held.pop() else {
+        return;
+    };
+    let Some((index, rule, counts)) = pending.take(true) else {
+        return push_or_take(planner, entry, emit, take_whole);
+    };
+    match index.verdict(&entry, rule) {
+        // `--checksum` on a single file sends it (no digests).
+        Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
+        verdict => apply(planner, &counts, verdict, entry, emit, take_whole),
     }
 }
 
@@ -250,6 +479,11 @@ fn start_with(
             };
             let (plan_tx, plan_rx) = bounded::<BatchPlan>(options.read_threads * 2);
             let busy_ns = AtomicU64::new(0);
+            // The destination's index is made while the scan goes on.
+            let (pending, listing) = match skip.map(Skip::begin) {
+                Some((pending, listing)) => (Some(pending), listing),
+                None => (None, None),
+            };
             std::thread::scope(|s| {
                 let root = &root;
                 let file_name = file_name.as_deref();
@@ -272,23 +506,7 @@ fn start_with(
                     match file_name {
                         Some(name) => {
                             let entry = sprat_store::stat_root_file(root, name);
-                            match skip.map(Skip::resolve) {
-                                Some((index, rule, counts)) => match index.verdict(&entry, rule) {
-                                    // `--checksum` on a single file sends it (no digests).
-                                    Verdict::Compare => {
-                                        push_or_take(&mut planner, entry, &mut emit, take_whole)
-                                    }
-                                    verdict => apply(
-                                        &mut planner,
-                                        &counts,
-                                        verdict,
-                                        entry,
-                                        &mut emit,
-                                        take_whole,
-                                    ),
-                                },
-                                None => push_or_take(&mut planner, entry, &mut emit, take_whole),
-                            }
+                            plan_root_file(&mut planner, pending, entry, &mut emit, take_whole)
                         }
                         None => {
                             let (scan_tx, scan_rx) = bounded(64);
@@ -296,12 +514,11 @@ fn start_with(
                                 threads: options.scan_threads,
                                 ..ScanOptions::default()
                             };
-                            let skip = skip.map(Skip::resolve);
                             // `--checksum`: the source's digests of files the destination has
                             // with the same size, computed by threads of their own while the
                             // scan and the planning go on.
-                            let digest_threads = match &skip {
-                                Some((_, SkipRule::Checksum, _)) => options.read_threads,
+                            let digest_threads = match &pending {
+                                Some(p) if p.rule == SkipRule::Checksum => options.read_threads,
                                 _ => 0,
                             };
                             std::thread::scope(|inner| {
@@ -318,43 +535,25 @@ fn start_with(
                                     root,
                                     digest_threads,
                                     digest::scanned_path,
-                                    |mut digests| {
-                                        let skip = skip.as_ref();
+                                    |digests| {
+                                        let mut planning = Planning {
+                                            planner: &mut planner,
+                                            pending,
+                                            skip: None,
+                                            digests,
+                                            take_whole,
+                                        };
                                         for listing in scan_rx {
                                             for entry in listing {
-                                                plan_entry(
-                                                    &mut planner,
-                                                    skip,
-                                                    entry,
-                                                    &mut emit,
-                                                    &mut digests,
-                                                    take_whole,
-                                                );
+                                                planning.plan(entry, &mut emit);
                                             }
-                                            digests.flush();
-                                            for done in digests.ready() {
-                                                plan_compared(
-                                                    &mut planner,
-                                                    skip,
-                                                    done,
-                                                    &mut emit,
-                                                    take_whole,
-                                                );
-                                            }
+                                            planning.planned(&mut emit);
                                             if receivers_gone.get() {
                                                 // Nobody reads any more: stop the scan too.
                                                 return;
                                             }
                                         }
-                                        for done in digests.finish() {
-                                            plan_compared(
-                                                &mut planner,
-                                                skip,
-                                                done,
-                                                &mut emit,
-                                                take_whole,
-                                            );
-                                        }
+                                        planning.finish(&mut emit);
                                     },
                                 );
                             });
@@ -402,6 +601,11 @@ fn start_with(
                 // sends fail and it stops; a plan receiver kept here would block it for ever.
                 drop(plan_rx);
             });
+            // Every batch is queued: what the listing found (an impostor) is known once its
+            // thread ends, even when every file went before it was in.
+            if let Some(listing) = listing {
+                let _ = listing.join();
+            }
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)
         })
         .map_err(|e| TransferError::Local(format!("cannot start the source pipeline: {e}")))?;
@@ -480,7 +684,10 @@ fn read_batch(
     if xattrs.scope != 0 {
         for item in plan.items.iter_mut() {
             let path = match item {
-                PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Attrs(e) => &e.path,
+                PlanItem::File(e)
+                | PlanItem::EarlyFile(e, _)
+                | PlanItem::Dir(e)
+                | PlanItem::Attrs(e) => &e.path,
                 PlanItem::Chunk { entry, .. } => &entry.path,
                 _ => {
                     attrs_of.push(None);
@@ -502,7 +709,7 @@ fn read_batch(
         .items
         .iter()
         .filter_map(|item| match item {
-            PlanItem::File(e) => Some(ReadItem {
+            PlanItem::File(e) | PlanItem::EarlyFile(e, _) => Some(ReadItem {
                 path: &e.path,
                 offset: 0,
                 len: e.size,
@@ -539,9 +746,11 @@ fn read_batch(
             batch.push_xattrs(item.path(), xattrs.scope, &list);
         }
         let attrs = match &item {
-            PlanItem::File(e) | PlanItem::Dir(e) | PlanItem::Symlink(e) | PlanItem::Attrs(e) => {
-                Some(&e.attrs)
-            }
+            PlanItem::File(e)
+            | PlanItem::EarlyFile(e, _)
+            | PlanItem::Dir(e)
+            | PlanItem::Symlink(e)
+            | PlanItem::Attrs(e) => Some(&e.attrs),
             PlanItem::Chunk { entry, .. } => Some(&entry.attrs),
             PlanItem::Failed { .. } | PlanItem::HardLink { .. } => None,
         };
@@ -556,6 +765,12 @@ fn read_batch(
         match item {
             PlanItem::File(e) => match next(&e.path) {
                 Ok((len, hash)) => batch.push_file(&e.path, &meta(&e.attrs), len, hash),
+                Err(err) => batch.push_failed(&e.path, &err.to_string()),
+            },
+            PlanItem::EarlyFile(e, rule) => match next(&e.path) {
+                Ok((len, hash)) => {
+                    batch.push_file_unless(&e.path, &meta(&e.attrs), len, hash, Some(rule))
+                }
                 Err(err) => batch.push_failed(&e.path, &err.to_string()),
             },
             PlanItem::Chunk { entry, offset, len } => match next(&entry.path) {

@@ -383,6 +383,7 @@ pub(crate) fn skip_for(
         index: Box::new(index),
         rule: options.skip,
         counts: Arc::new(SkipCounts::with_progress(options.progress.clone())),
+        early: false,
     })
 }
 

@@ -175,6 +175,13 @@ pub(crate) fn start_source(
                 remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
+            // The first files go before the listing is in, for the server to check them
+            // itself, unless the server's check would differ from this side's: extended
+            // attributes (which listings do not carry), a list of the files written (`-v`:
+            // the server does not say which it kept), a push over several servers.
+            let early =
+                options.xattr_scope() == 0 && options.file_log.is_none() && !defer_namespace;
+            let skip = skip.map(|s| source::Skip { early, ..s });
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
@@ -223,6 +230,8 @@ pub fn push_input(
     let read_busy = handle.finish();
     impostor.check()?;
     let run = ran?;
+    // Files sent before the listing was in that the server had already.
+    skipped.kept_by_destination(run.remote.up_to_date, run.remote.attrs_fixed);
     let stages = Stages {
         scan_read_s: read_busy.as_secs_f64(),
         network_s: Some(Duration::from_nanos(run.remote.network_busy_ns).as_secs_f64()),

@@ -862,6 +862,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 index: Box::new(move || Ok(index)),
                 rule: SkipRule::from_check(check),
                 counts: counts.clone(),
+                early: false,
             });
             let options = TransferOptions {
                 selection,
@@ -1190,6 +1191,8 @@ fn serve_push(
         network_busy_ns: session.network_ns.load(Ordering::Relaxed) / streams,
         write_busy_ns: write_busy.as_nanos() as u64,
         syncs: session.writer.as_ref().map_or(0, |w| w.sync_count()),
+        up_to_date: counts.kept,
+        attrs_fixed: counts.kept_fixed,
         totals: received,
         ..RemoteStats::default()
     });
@@ -1228,7 +1231,10 @@ fn acknowledge(
         lock(&session.counts).add_outcome(&o);
         lock(&session.received).add(&o.got);
         let mut o = o;
-        let ack = lock(machine).ack(o.seq, o.files as u32, o.bytes, o.ack_failures());
+        // Files kept because the destination had them (sent before the client had its
+        // listing) count with their bytes, not as files written.
+        let bytes = o.bytes + o.kept_bytes;
+        let ack = lock(machine).ack(o.seq, o.files as u32, bytes, o.ack_failures());
         conn.send(&ack.map_err(|e| conn.session_error(e))?)?;
     }
     let end_ack = lock(machine).end_ack();
