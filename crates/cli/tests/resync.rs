@@ -254,8 +254,8 @@ fn a_push_again_sends_only_what_changed() {
 
 /// The same through a path of 50 ms round trips: the destination's listing comes a round
 /// trip after the session could take data, so the push sends its first files before it has
-/// the listing (about 260 of the 300 small ones), and the server checks those itself. The
-/// counts and the trees must be exactly those of a push that waited.
+/// the listing (its first 12 KiB: five of the small ones), and the server checks those
+/// itself. The counts and the trees must be exactly those of a push that waited.
 #[test]
 fn a_push_whose_first_files_go_before_the_listing_sends_only_what_changed() {
     let t = tmp();

@@ -92,14 +92,16 @@ pub struct Skip {
     pub early: bool,
 }
 
-/// Most bytes of file data a source sends before the destination's index is in
-/// ([`Skip::early`]): about what a session's streams carry in their first round trip, so that
-/// a push into a new destination starts a round trip sooner, while a re-run that finds
-/// everything up to date sends no more than this for nothing.
-pub const EARLY_BYTES: u64 = 512 << 10;
+/// Most bytes a source sends before the destination's index is in ([`Skip::early`]), file
+/// data and entry headers: what one stream carries in its first round trip (TCP starts with
+/// 10 segments, 14.5 KB, less the hellos). A push of a few small files into a new
+/// destination then ends a round trip sooner, and a re-run that finds them all up to date
+/// costs nothing more: those bytes arrive with the first round trip, before the listing.
+/// More would take more round trips of slow start than the listing saves.
+pub const EARLY_BYTES: u64 = 12 << 10;
 /// Most files a source sends before the destination's index is in (each costs the receiver
 /// one `statx` more).
-pub const EARLY_FILES: u64 = 1024;
+pub const EARLY_FILES: u64 = 64;
 /// Most scanned entries a source holds while it waits for the destination's index; then
 /// the scan waits too.
 const MAX_HELD: usize = 1 << 16;
@@ -123,15 +125,15 @@ struct EarlyFiles {
 }
 
 impl EarlyFiles {
-    /// Whether one more file of `size` bytes fits.
-    fn fits(&self, size: u64) -> bool {
-        self.files > 0 && size <= self.bytes
+    /// Whether one more file of `bytes` (data and header) fits.
+    fn fits(&self, bytes: u64) -> bool {
+        self.files > 0 && bytes <= self.bytes
     }
 
-    /// Takes one more file of `size` bytes, which [`EarlyFiles::fits`].
-    fn take(&mut self, size: u64) {
+    /// Takes one more file of `bytes`, which [`EarlyFiles::fits`].
+    fn take(&mut self, bytes: u64) {
         self.files = self.files.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(size);
+        self.bytes = self.bytes.saturating_sub(bytes);
     }
 }
 
@@ -202,16 +204,19 @@ impl PendingIndex {
             return planner.push(entry, emit);
         }
         if let Some(early) = &mut self.early {
-            if planner.is_whole_file(&entry) && early.fits(entry.size) {
+            let bytes = Planner::entry_bytes(&entry.path, entry.size);
+            if planner.is_whole_file(&entry) && early.fits(bytes) {
                 // `-H`: asked once per entry, here or when a held entry is planned.
                 if let Some(target) = planner.link_target(&entry) {
                     return planner.push_link(entry.path, target, emit);
                 }
-                early.take(entry.size);
+                early.take(bytes);
                 return planner.push_early_file(entry, early.rule, emit);
             }
         }
         self.held.push(entry);
+        // What went before the listing leaves now, not once its batch is full.
+        planner.flush_early(emit);
     }
 }
 
@@ -295,6 +300,9 @@ impl Planning<'_, '_, '_> {
     /// After each directory's entries: starts the digests of the files submitted and plans
     /// those whose digests are back.
     fn planned(&mut self, emit: &mut impl FnMut(BatchPlan)) {
+        if self.pending.is_some() {
+            self.planner.flush_early(emit);
+        }
         self.digests.flush();
         for done in self.digests.ready() {
             plan_compared(
