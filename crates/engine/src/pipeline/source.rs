@@ -11,7 +11,7 @@ use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crate::sync::lock;
-use crossbeam_channel::{bounded, unbounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use sprat_proto::{Batch, FileMeta, KeepRule, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
@@ -102,13 +102,17 @@ pub const EARLY_BYTES: u64 = 12 << 10;
 /// Most files a source sends before the destination's index is in (each costs the receiver
 /// one `statx` more).
 pub const EARLY_FILES: u64 = 64;
-/// Most scanned entries a source holds while it waits for the destination's index; then
-/// the scan waits too.
-const MAX_HELD: usize = 1 << 16;
+/// Most scanned entries the planner holds for the destination's index before it waits for
+/// it (the scan goes on meanwhile, into its own bounded queue). Holding more (65,536) let
+/// the planner go on with what needs no index, but measured no faster: the scan and the
+/// listing share the same two CPUs.
+const MAX_HELD: usize = 1;
 
 /// A destination's index on its way (see [`Skip::begin`]).
 struct PendingIndex {
     index: Receiver<DestIndex>,
+    /// Where the index goes back once planned, to be freed by the thread that made it.
+    home: Sender<DestIndex>,
     rule: SkipRule,
     counts: Arc<SkipCounts>,
     /// What the first files may still take before the index is in (`None`: nothing: wait).
@@ -143,11 +147,15 @@ impl Skip {
     /// by then even when every file went early).
     fn begin(self) -> (PendingIndex, Option<JoinHandle<()>>) {
         let (tx, index) = bounded(1);
+        let (home, back) = bounded::<DestIndex>(1);
         let make = self.index;
         let listing = std::thread::Builder::new()
             .name("sprat-dest-index".into())
             .spawn(move || {
                 let _ = tx.send(made(make));
+                // Freed where it was made: the allocator frees hundreds of thousands of
+                // paths made on another thread more slowly (8% of a no-op push's CPU).
+                drop(back.recv());
             })
             .ok();
         let early = match self.rule {
@@ -157,6 +165,7 @@ impl Skip {
         };
         let pending = PendingIndex {
             index,
+            home,
             rule: self.rule,
             counts: self.counts,
             early: early.map(|rule| EarlyFiles {
@@ -255,6 +264,8 @@ struct Planning<'p, 'd, 't> {
     /// The index while it is on its way.
     pending: Option<PendingIndex>,
     skip: Option<Resolved>,
+    /// Where the index goes back once planned (see [`PendingIndex::home`]).
+    home: Option<Sender<DestIndex>>,
     digests: digest::Pool<'d, sprat_store::ScanEntry>,
     take_whole: TakeWhole<'t>,
 }
@@ -282,7 +293,11 @@ impl Planning<'_, '_, '_> {
 
     /// The index is in: plans what was held for it, in order.
     fn resolved(&mut self, resolved: Resolved, emit: &mut impl FnMut(BatchPlan)) {
-        let held = self.pending.take().map(|p| p.held).unwrap_or_default();
+        let mut held = Vec::new();
+        if let Some(pending) = self.pending.take() {
+            self.home = Some(pending.home);
+            held = pending.held;
+        }
         self.skip = Some(resolved);
         for entry in held {
             let skip = self.skip.as_ref();
@@ -334,6 +349,10 @@ impl Planning<'_, '_, '_> {
                 emit,
                 self.take_whole,
             );
+        }
+        // Freed by the thread that made it (see `Skip::begin`).
+        if let (Some(home), Some((index, _, _))) = (self.home, self.skip) {
+            let _ = home.send(index);
         }
     }
 }
@@ -548,6 +567,7 @@ fn start_with(
                                             planner: &mut planner,
                                             pending,
                                             skip: None,
+                                            home: None,
                                             digests,
                                             take_whole,
                                         };
