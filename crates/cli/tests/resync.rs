@@ -252,23 +252,59 @@ fn a_push_again_sends_only_what_changed() {
     );
 }
 
-/// The same through a path of 50 ms round trips: the destination's listing comes a round
-/// trip after the session could take data, so the push sends its first files before it has
-/// the listing (its first 12 KiB: five of the small ones), and the server checks those
-/// itself. The counts and the trees must be exactly those of a push that waited.
+/// A push of one small file through a path of 50 ms round trips sends it before the
+/// destination's listing is in (protocol 14), and the server checks it itself: each case
+/// must end as a push that waited would (the counts of the report, the file's content and
+/// mode). A larger file waits for the listing.
 #[test]
-fn a_push_whose_first_files_go_before_the_listing_sends_only_what_changed() {
+fn a_single_small_file_sent_before_the_listing_is_checked_by_the_server() {
     let t = tmp();
     let src = t.path().join("src");
     let root = t.path().join("root");
+    std::fs::create_dir_all(&src).unwrap();
     let srv = server(&root);
     let relay = RelayProc::start(srv.addr(), &["--delay", "25ms"]);
-    let url = |name: &str| format!("sprat://{}/{name}", relay.addr);
-    scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &src, url(name)),
-        &|name| root.join(name),
-    );
+    let push = |name: &str, extra: &[&str]| {
+        let url = format!("sprat://{}/{name}", relay.addr);
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let out = cp(&srv, &args, src.join(name), url);
+        assert_ok(&out, Some(&srv));
+        counts(&report(&out))
+    };
+    for (name, size) in [("small", 4096usize), ("large", 64 << 10)] {
+        let data = tree::random_bytes(size, 7);
+        let f = src.join(name);
+        tree::make_file(&f, &data, 0o644);
+        let copy = root.join(name);
+        let n = size as u64;
+        // New, then up to date.
+        assert_eq!(push(name, &[]), (1, 0, 0, n), "{name}");
+        assert_eq!(push(name, &[]), (0, 1, 0, 0), "{name}");
+        // Another content of the same size and mtime: the quick check keeps it.
+        rewrite_keeping_size_and_mtime(&copy);
+        let kept = std::fs::read(&copy).unwrap();
+        assert_ne!(kept, data);
+        assert_eq!(push(name, &[]), (0, 1, 0, 0), "{name}");
+        assert_eq!(std::fs::read(&copy).unwrap(), kept, "{name}");
+        // A mode alone differs: only it is set.
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(push(name, &[]), (0, 0, 1, 0), "{name}");
+        let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o644, "{name}");
+        assert_eq!(std::fs::read(&copy).unwrap(), kept, "{name}");
+        // --ignore-existing keeps it; --ignore-times sends it again.
+        assert_eq!(push(name, &["--ignore-existing"]), (0, 1, 0, 0), "{name}");
+        assert_eq!(std::fs::read(&copy).unwrap(), kept, "{name}");
+        assert_eq!(push(name, &["--ignore-times"]), (1, 0, 0, n), "{name}");
+        assert_eq!(std::fs::read(&copy).unwrap(), data, "{name}");
+        // A new mtime: sent.
+        set_mtime(&f, SystemTime::now() - Duration::from_secs(3600));
+        assert_eq!(push(name, &[]), (1, 0, 0, n), "{name}");
+        assert_eq!(std::fs::read(&copy).unwrap(), data, "{name}");
+        let mtime = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+        assert_eq!(mtime(&copy), mtime(&f), "{name}");
+    }
 }
 
 #[test]

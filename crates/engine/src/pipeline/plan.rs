@@ -89,9 +89,6 @@ pub struct Planner {
     chunk_size: u64,
     next_seq: u64,
     current: BatchPlan,
-    /// `current` holds a file sent before the destination's listing (see
-    /// [`Planner::flush_early`]).
-    current_has_early: bool,
     /// `-H`: the first path seen of each (device, inode) with more than one name, and how
     /// many of its names are still to come (forgotten once all came).
     links: Option<LinkTable>,
@@ -120,7 +117,6 @@ impl Planner {
             chunk_size: options.chunk_size,
             next_seq: 1,
             current: BatchPlan::default(),
-            current_has_early: false,
             links: options.hard_links.then(HashMap::new),
             recheck_xattrs: options.xattrs || options.acls,
             deferred: None,
@@ -193,16 +189,7 @@ impl Planner {
         emit: &mut impl FnMut(BatchPlan),
     ) {
         let size = entry.size;
-        self.add(PlanItem::EarlyFile(entry, rule), size, emit);
-        self.current_has_early = true;
-    }
-
-    /// Emits the batch being filled if it holds a file sent before the listing: such files
-    /// go at once, not once the batch is full.
-    pub fn flush_early(&mut self, emit: &mut impl FnMut(BatchPlan)) {
-        if self.current_has_early {
-            self.flush_current(emit);
-        }
+        self.add(PlanItem::EarlyFile(entry, rule), size, emit)
     }
 
     /// Bytes an entry of `data` bytes at `path` counts against a batch's size (its header
@@ -359,7 +346,6 @@ impl Planner {
             return;
         }
         let mut plan = std::mem::take(&mut self.current);
-        self.current_has_early = false;
         plan.seq = self.next_seq;
         self.next_seq += 1;
         emit(plan);

@@ -11,11 +11,11 @@ use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crate::sync::lock;
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver};
 use sprat_proto::{Batch, FileMeta, KeepRule, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
-use sprat_store::{Attrs, EntryType, Root, ScanOptions, Source, StoreError};
+use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -80,82 +80,51 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 
 /// What the destination has, for a source to leave out (see [`crate::pipeline::skip`]).
 pub struct Skip {
-    /// Made on a thread of its own when the source starts, while the scan goes on (a listing
-    /// costs round trips); the planner waits for it before it plans a file, unless `early`
-    /// lets it send the first files before (see [`EarlyFiles`]). A destination that cannot
-    /// be listed is taken as empty: everything is sent.
+    /// Made when the source starts (a listing costs round trips): by the planner before the
+    /// scan of a tree starts, on a thread of its own for a single file (see `early`). A
+    /// destination that cannot be listed is taken as empty: everything is sent.
     pub index: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>,
     pub rule: SkipRule,
     pub counts: Arc<SkipCounts>,
-    /// Whether the first files may travel before the index is in, for the receiver to check
-    /// (a push: its listing answers a round trip after the session could take data).
+    /// Whether a single small file may travel before the index is in, for the receiver to
+    /// check (a push: its listing answers a round trip after the session could take data).
     pub early: bool,
 }
 
-/// Most bytes a source sends before the destination's index is in ([`Skip::early`]), file
-/// data and entry headers: what one stream carries in its first round trip (TCP starts with
-/// 10 segments, 14.5 KB, less the hellos). A push of a few small files into a new
-/// destination then ends a round trip sooner, and a re-run that finds them all up to date
-/// costs nothing more: those bytes arrive with the first round trip, before the listing.
-/// More would take more round trips of slow start than the listing saves.
+/// Largest file a source sends before the destination's index is in ([`Skip::early`]), data
+/// and entry header: what one stream carries in its first round trip (TCP starts with 10
+/// segments, 14.5 KB, less the hellos). A push of one small file then ends a round trip
+/// sooner, and a re-run that finds it up to date costs nothing more. More would take more
+/// round trips of slow start than the listing saves (512 KiB of a tree's first files made a
+/// 100-file re-run through 100 ms 1.7x slower); the first files of a tree do not go early
+/// either: planning a tree while its listing comes measured slower on loopback.
 pub const EARLY_BYTES: u64 = 12 << 10;
-/// Most files a source sends before the destination's index is in (each costs the receiver
-/// one `statx` more).
-pub const EARLY_FILES: u64 = 64;
-/// Most scanned entries the planner holds for the destination's index before it waits for
-/// it (the scan goes on meanwhile, into its own bounded queue). Holding more (65,536) let
-/// the planner go on with what needs no index, but measured no faster: the scan and the
-/// listing share the same two CPUs.
-const MAX_HELD: usize = 1;
 
 /// A destination's index on its way (see [`Skip::begin`]).
 struct PendingIndex {
     index: Receiver<DestIndex>,
-    /// Where the index goes back once planned, to be freed by the thread that made it.
-    home: Sender<DestIndex>,
     rule: SkipRule,
     counts: Arc<SkipCounts>,
-    /// What the first files may still take before the index is in (`None`: nothing: wait).
-    early: Option<EarlyFiles>,
-    /// Entries scanned since the first that could not go early, in order.
-    held: Vec<sprat_store::ScanEntry>,
-}
-
-/// What the files sent before the destination's index is in may still take.
-struct EarlyFiles {
-    rule: KeepRule,
-    bytes: u64,
-    files: u64,
-}
-
-impl EarlyFiles {
-    /// Whether one more file of `bytes` (data and header) fits.
-    fn fits(&self, bytes: u64) -> bool {
-        self.files > 0 && bytes <= self.bytes
-    }
-
-    /// Takes one more file of `bytes`, which [`EarlyFiles::fits`].
-    fn take(&mut self, bytes: u64) {
-        self.files = self.files.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(bytes);
-    }
+    /// How the receiver checks a file sent before the index is in (`None`: none may go).
+    early: Option<KeepRule>,
 }
 
 impl Skip {
+    /// Makes the index on the caller's thread.
+    fn resolve(self) -> Resolved {
+        (made(self.index), self.rule, self.counts)
+    }
+
     /// Starts making the index on a thread of its own; the thread is returned too, for the
     /// source to wait for once it ends (what the listing found, an impostor, must be known
-    /// by then even when every file went early).
+    /// by then even when the file went before it was in).
     fn begin(self) -> (PendingIndex, Option<JoinHandle<()>>) {
         let (tx, index) = bounded(1);
-        let (home, back) = bounded::<DestIndex>(1);
         let make = self.index;
         let listing = std::thread::Builder::new()
             .name("sprat-dest-index".into())
             .spawn(move || {
                 let _ = tx.send(made(make));
-                // Freed where it was made: the allocator frees hundreds of thousands of
-                // paths made on another thread more slowly (8% of a no-op push's CPU).
-                drop(back.recv());
             })
             .ok();
         let early = match self.rule {
@@ -165,15 +134,9 @@ impl Skip {
         };
         let pending = PendingIndex {
             index,
-            home,
             rule: self.rule,
             counts: self.counts,
-            early: early.map(|rule| EarlyFiles {
-                rule,
-                bytes: EARLY_BYTES,
-                files: EARLY_FILES,
-            }),
-            held: Vec::new(),
+            early,
         };
         (pending, listing)
     }
@@ -188,44 +151,13 @@ fn made(make: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>) -> D
 }
 
 impl PendingIndex {
-    /// The index once it is in (without waiting unless `wait`).
-    fn take(&self, wait: bool) -> Option<Resolved> {
-        let index = if wait {
-            // The thread could not start or ended without a word: nothing is known.
-            self.index.recv().unwrap_or_default()
-        } else {
-            self.index.try_recv().ok()?
-        };
-        Some((index, self.rule, self.counts.clone()))
-    }
-
-    /// Plans `entry` before the index is in, if it needs no index or may go early; else
-    /// holds it. (Order does not matter: batches travel on many streams, a receiver makes
-    /// the parents of what it writes, and hard links are made at the end.)
-    fn offer(
-        &mut self,
-        planner: &mut Planner,
-        entry: sprat_store::ScanEntry,
-        emit: &mut impl FnMut(BatchPlan),
-    ) {
-        let needs_no_index = entry.error.is_some() || entry.kind != EntryType::File;
-        if needs_no_index {
-            return planner.push(entry, emit);
-        }
-        if let Some(early) = &mut self.early {
-            let bytes = Planner::entry_bytes(&entry.path, entry.size);
-            if planner.is_whole_file(&entry) && early.fits(bytes) {
-                // `-H`: asked once per entry, here or when a held entry is planned.
-                if let Some(target) = planner.link_target(&entry) {
-                    return planner.push_link(entry.path, target, emit);
-                }
-                early.take(bytes);
-                return planner.push_early_file(entry, early.rule, emit);
-            }
-        }
-        self.held.push(entry);
-        // What went before the listing leaves now, not once its batch is full.
-        planner.flush_early(emit);
+    /// Waits for the index (empty if its thread could not start or ended without a word).
+    fn wait(self) -> Resolved {
+        (
+            self.index.recv().unwrap_or_default(),
+            self.rule,
+            self.counts,
+        )
     }
 }
 
@@ -257,108 +189,8 @@ fn plan_entry(
     }
 }
 
-/// The planner of a source tree, with what the destination has: the index once it is in,
-/// what goes or waits before that, and the files waiting for their digests (`--checksum`).
-struct Planning<'p, 'd, 't> {
-    planner: &'p mut Planner,
-    /// The index while it is on its way.
-    pending: Option<PendingIndex>,
-    skip: Option<Resolved>,
-    /// Where the index goes back once planned (see [`PendingIndex::home`]).
-    home: Option<Sender<DestIndex>>,
-    digests: digest::Pool<'d, sprat_store::ScanEntry>,
-    take_whole: TakeWhole<'t>,
-}
-
-impl Planning<'_, '_, '_> {
-    /// Plans one scanned entry (or holds it until the index is in).
-    fn plan(&mut self, entry: sprat_store::ScanEntry, emit: &mut impl FnMut(BatchPlan)) {
-        if let Some(pending) = &mut self.pending {
-            let too_many = pending.held.len() >= MAX_HELD;
-            match pending.take(too_many) {
-                Some(resolved) => self.resolved(resolved, emit),
-                None => return pending.offer(self.planner, entry, emit),
-            }
-        }
-        let skip = self.skip.as_ref();
-        plan_entry(
-            self.planner,
-            skip,
-            entry,
-            emit,
-            &mut self.digests,
-            self.take_whole,
-        );
-    }
-
-    /// The index is in: plans what was held for it, in order.
-    fn resolved(&mut self, resolved: Resolved, emit: &mut impl FnMut(BatchPlan)) {
-        let mut held = Vec::new();
-        if let Some(pending) = self.pending.take() {
-            self.home = Some(pending.home);
-            held = pending.held;
-        }
-        self.skip = Some(resolved);
-        for entry in held {
-            let skip = self.skip.as_ref();
-            plan_entry(
-                self.planner,
-                skip,
-                entry,
-                emit,
-                &mut self.digests,
-                self.take_whole,
-            );
-        }
-    }
-
-    /// After each directory's entries: starts the digests of the files submitted and plans
-    /// those whose digests are back.
-    fn planned(&mut self, emit: &mut impl FnMut(BatchPlan)) {
-        if self.pending.is_some() {
-            self.planner.flush_early(emit);
-        }
-        self.digests.flush();
-        for done in self.digests.ready() {
-            plan_compared(
-                self.planner,
-                self.skip.as_ref(),
-                done,
-                emit,
-                self.take_whole,
-            );
-        }
-    }
-
-    /// Once the scan is over: waits for the index if an entry still needs it (not when every
-    /// entry went without it), then for every digest.
-    fn finish(mut self, emit: &mut impl FnMut(BatchPlan)) {
-        if let Some(pending) = &self.pending {
-            if !pending.held.is_empty() {
-                if let Some(resolved) = pending.take(true) {
-                    self.resolved(resolved, emit);
-                }
-                self.planned(emit);
-            }
-        }
-        for done in self.digests.finish() {
-            plan_compared(
-                self.planner,
-                self.skip.as_ref(),
-                done,
-                emit,
-                self.take_whole,
-            );
-        }
-        // Freed by the thread that made it (see `Skip::begin`).
-        if let (Some(home), Some((index, _, _))) = (self.home, self.skip) {
-            let _ = home.send(index);
-        }
-    }
-}
-
 /// Plans a source that is a single file, with what the destination has: the file goes
-/// before the index is in if it may ([`Skip::early`]), else once it is.
+/// before the index is in if it may ([`Skip::early`]) and is small enough, else once it is.
 fn plan_root_file(
     planner: &mut Planner,
     pending: Option<PendingIndex>,
@@ -366,16 +198,16 @@ fn plan_root_file(
     emit: &mut impl FnMut(BatchPlan),
     take_whole: TakeWhole<'_>,
 ) {
-    let Some(mut pending) = pending else {
+    let Some(pending) = pending else {
         return push_or_take(planner, entry, emit, take_whole);
     };
-    pending.offer(planner, entry, emit);
-    let Some(entry) = pending.held.pop() else {
-        return;
-    };
-    let Some((index, rule, counts)) = pending.take(true) else {
-        return push_or_take(planner, entry, emit, take_whole);
-    };
+    if let Some(rule) = pending.early {
+        let bytes = Planner::entry_bytes(&entry.path, entry.size);
+        if planner.is_whole_file(&entry) && bytes <= EARLY_BYTES {
+            return planner.push_early_file(entry, rule, emit);
+        }
+    }
+    let (index, rule, counts) = pending.wait();
     match index.verdict(&entry, rule) {
         // `--checksum` on a single file sends it (no digests).
         Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
@@ -506,10 +338,16 @@ fn start_with(
             };
             let (plan_tx, plan_rx) = bounded::<BatchPlan>(options.read_threads * 2);
             let busy_ns = AtomicU64::new(0);
-            // The destination's index is made while the scan goes on.
-            let (pending, listing) = match skip.map(Skip::begin) {
-                Some((pending, listing)) => (Some(pending), listing),
-                None => (None, None),
+            // A single file may go before the destination's index is in (see `Skip::early`):
+            // the index is then made on a thread of its own. A tree's planner makes it
+            // first, before the scan starts (planning alongside measured slower: the scan
+            // and the listing share the CPUs).
+            let (pending, listing, skip) = match skip {
+                Some(skip) if file_name.is_some() => {
+                    let (pending, listing) = skip.begin();
+                    (Some(pending), listing, None)
+                }
+                skip => (None, None, skip),
             };
             std::thread::scope(|s| {
                 let root = &root;
@@ -541,11 +379,12 @@ fn start_with(
                                 threads: options.scan_threads,
                                 ..ScanOptions::default()
                             };
+                            let skip = skip.map(Skip::resolve);
                             // `--checksum`: the source's digests of files the destination has
                             // with the same size, computed by threads of their own while the
                             // scan and the planning go on.
-                            let digest_threads = match &pending {
-                                Some(p) if p.rule == SkipRule::Checksum => options.read_threads,
+                            let digest_threads = match &skip {
+                                Some((_, SkipRule::Checksum, _)) => options.read_threads,
                                 _ => 0,
                             };
                             std::thread::scope(|inner| {
@@ -562,26 +401,43 @@ fn start_with(
                                     root,
                                     digest_threads,
                                     digest::scanned_path,
-                                    |digests| {
-                                        let mut planning = Planning {
-                                            planner: &mut planner,
-                                            pending,
-                                            skip: None,
-                                            home: None,
-                                            digests,
-                                            take_whole,
-                                        };
+                                    |mut digests| {
+                                        let skip = skip.as_ref();
                                         for listing in scan_rx {
                                             for entry in listing {
-                                                planning.plan(entry, &mut emit);
+                                                plan_entry(
+                                                    &mut planner,
+                                                    skip,
+                                                    entry,
+                                                    &mut emit,
+                                                    &mut digests,
+                                                    take_whole,
+                                                );
                                             }
-                                            planning.planned(&mut emit);
+                                            digests.flush();
+                                            for done in digests.ready() {
+                                                plan_compared(
+                                                    &mut planner,
+                                                    skip,
+                                                    done,
+                                                    &mut emit,
+                                                    take_whole,
+                                                );
+                                            }
                                             if receivers_gone.get() {
                                                 // Nobody reads any more: stop the scan too.
                                                 return;
                                             }
                                         }
-                                        planning.finish(&mut emit);
+                                        for done in digests.finish() {
+                                            plan_compared(
+                                                &mut planner,
+                                                skip,
+                                                done,
+                                                &mut emit,
+                                                take_whole,
+                                            );
+                                        }
                                     },
                                 );
                             });

@@ -175,7 +175,7 @@ pub(crate) fn start_source(
                 remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
-            // The first files go before the listing is in, for the server to check them
+            // A single small file goes before the listing is in, for the server to check it
             // itself, unless the server's check would differ from this side's: extended
             // attributes (which listings do not carry), a list of the files written (`-v`:
             // the server does not say which it kept), a push over several servers.
