@@ -318,6 +318,12 @@ pub fn write_batch(
                                     out.kept_fixed += 1;
                                     out.kept_bytes += size;
                                 }
+                                // As for an Attrs entry: a full disk or a read-only file
+                                // system stops the transfer.
+                                Err(e) if e.is_fatal() => {
+                                    out.fatal = Some((crate::error::code_for(&e), e.to_string()));
+                                    return out;
+                                }
                                 Err(e) => out.fail(path, e.to_string()),
                             }
                             continue;
