@@ -297,50 +297,42 @@ pub fn write_batch(
                     continue;
                 }
                 let a = attrs(&cursor, meta);
-                if let (Some(rule), Some(c)) = (unless, cursor.as_deref_mut()) {
-                    let size = data.len() as u64;
-                    let check = match rule {
-                        KeepRule::SameSizeAndTime => c.quick_check(path, &a, size),
-                        KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
-                        KeepRule::Present => QuickCheck::Differs,
-                    };
-                    match check {
-                        QuickCheck::Differs => {}
-                        QuickCheck::Same => {
-                            out.kept += 1;
+                let size = data.len() as u64;
+                // A file sent before the sender had the listing: the sender's check, made here.
+                let check = match (unless, cursor.as_deref_mut()) {
+                    (Some(KeepRule::SameSizeAndTime), Some(c)) => c.quick_check(path, &a, size),
+                    (Some(KeepRule::Present), Some(c)) => {
+                        if c.has_anything(path) {
+                            QuickCheck::Same
+                        } else {
+                            QuickCheck::Differs
+                        }
+                    }
+                    _ => QuickCheck::Differs,
+                };
+                match (check, cursor.as_deref_mut()) {
+                    (QuickCheck::Same, _) => {
+                        out.kept += 1;
+                        out.kept_bytes += size;
+                        Ok(())
+                    }
+                    // As if the sender had sent its attributes alone.
+                    (QuickCheck::SameContent, Some(c)) => {
+                        c.set_file_attrs(path, &a, size).map(|()| {
+                            out.kept_fixed += 1;
                             out.kept_bytes += size;
-                            continue;
-                        }
-                        QuickCheck::SameContent => {
-                            // As if the sender had sent its attributes alone.
-                            match c.set_file_attrs(path, &a, size) {
-                                Ok(()) => {
-                                    out.kept_fixed += 1;
-                                    out.kept_bytes += size;
-                                }
-                                // As for an Attrs entry: a full disk or a read-only file
-                                // system stops the transfer.
-                                Err(e) if e.is_fatal() => {
-                                    out.fatal = Some((crate::error::code_for(&e), e.to_string()));
-                                    return out;
-                                }
-                                Err(e) => out.fail(path, e.to_string()),
+                        })
+                    }
+                    (_, c) => c
+                        .map_or(Ok(()), |c| c.write_file(path, &a, data))
+                        .map(|()| {
+                            out.files += 1;
+                            out.bytes += size;
+                            if list {
+                                out.completed.push(path.to_vec());
                             }
-                            continue;
-                        }
-                    }
+                        }),
                 }
-                match cursor.as_deref_mut() {
-                    Some(c) => c.write_file(path, &a, data),
-                    None => Ok(()),
-                }
-                .map(|()| {
-                    out.files += 1;
-                    out.bytes += data.len() as u64;
-                    if list {
-                        out.completed.push(path.to_vec());
-                    }
-                })
             }
             EntryKind::Chunk {
                 meta,
