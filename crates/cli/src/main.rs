@@ -220,6 +220,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
         numeric_ids: t.numeric_ids,
         skip: SkipRule::QuickCheck,
         delete: false,
+        slow_start_opening: network,
         ..TransferOptions::default()
     }
 }

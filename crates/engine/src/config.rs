@@ -85,6 +85,10 @@ pub struct TransferOptions {
     pub file_log: Option<crate::measurement::listing::FileLog>,
     /// The rate all the transfer's connections together keep to (`cp --bwlimit`).
     pub bwlimit: Option<crate::measurement::pace::Pace>,
+    /// The first batches grow as TCP's slow start does (see `plan::FIRST_OPENING_BATCH_SIZE`),
+    /// so that on a long path every stream carries its share of the first round trips; off
+    /// for copies between local file systems, which have no slow start.
+    pub slow_start_opening: bool,
 }
 
 /// Default of [`TransferOptions::stall_timeout`].
@@ -138,6 +142,7 @@ impl Default for TransferOptions {
             progress: Default::default(),
             file_log: None,
             bwlimit: None,
+            slow_start_opening: true,
         }
     }
 }

@@ -4,8 +4,19 @@
 //! and at most `batch_files` entries; files above `small_file_threshold` are cut into chunks of
 //! `chunk_size` bytes that travel in batches of their own, so a large file is spread over every
 //! stream. The first batches, one for each stream a session may start at once, are smaller
-//! ([`OPENING_BATCH_SIZE`]): in slow start a stream sends only 14.5 KB in its first round trip,
-//! and small first batches are ready for every stream sooner. Pure logic: no I/O.
+//! ([`OPENING_BATCH_SIZE`]): small first batches are ready for every stream sooner.
+//!
+//! Over a network they grow as TCP's slow start lets a new connection send: a connection
+//! sends only 14.5 KB in its first round trip, so a larger first batch waits round trips on
+//! one stream while the others stand idle. The opening batches then come in rounds of one
+//! batch per stream. The first round's batches hold what that first round trip carries
+//! ([`FIRST_OPENING_BATCH_SIZE`]); each later round's hold what a stream that took one batch
+//! of every earlier round may send: the first round's size plus the smallest batch of each
+//! earlier round (slow start's window grows by what was acknowledged). The rounds end once
+//! that reaches [`RAMP_END`]. A stream keeps to that window while it takes them (see
+//! `session::opening`).
+//!
+//! Pure logic: no I/O.
 
 use crate::config::TransferOptions;
 use sprat_proto::KeepRule;
@@ -75,6 +86,23 @@ pub const MAX_XATTR_BATCH_FILES: usize = 1024;
 
 /// Size of the opening batches (see the module comment).
 pub const OPENING_BATCH_SIZE: u64 = 128 << 10;
+/// Data and entry headers of the first round of opening batches over a network: what one
+/// connection's first round trip carries (TCP's initial window, 14,480 bytes, less the
+/// frame's and the TLS record's headers; entry headers are over-counted, see
+/// `ENTRY_OVERHEAD`). Three files of 4 KiB fit.
+pub const FIRST_OPENING_BATCH_SIZE: u64 = 14_000;
+/// A stream's window at which the opening rounds end over a network (and a stream takes
+/// batches as fast as its socket does again): twice the largest opening batch.
+pub const RAMP_END: u64 = 2 * OPENING_BATCH_SIZE;
+
+/// The opening rounds over a network (see the module comment).
+#[derive(Debug)]
+struct Ramp {
+    /// What a stream may send when it takes this round's batch: this round's batches' size.
+    window: u64,
+    /// The smallest batch of this round so far.
+    smallest: u64,
+}
 
 /// `-H`'s table: by (device, inode), the first name seen and how many names are to come.
 type LinkTable = HashMap<(u64, u64), (Vec<u8>, u32)>;
@@ -82,8 +110,13 @@ type LinkTable = HashMap<(u64, u64), (Vec<u8>, u32)>;
 /// Packs entries into batch plans.
 pub struct Planner {
     batch_size: u64,
-    /// Batches emitted at [`OPENING_BATCH_SIZE`] before `batch_size` applies.
+    /// Batches in one round of opening batches (one per stream that may start at once).
     opening_batches: u64,
+    /// Over a network, the opening rounds (until they end); `None`: one round at
+    /// [`OPENING_BATCH_SIZE`].
+    ramp: Option<Ramp>,
+    /// Whether the opening batches are made in rounds that grow (over a network).
+    slow_start: bool,
     batch_files: usize,
     threshold: u64,
     chunk_size: u64,
@@ -105,6 +138,11 @@ impl Planner {
         Planner {
             batch_size: options.batch_size,
             opening_batches: options.opening_batches() as u64,
+            ramp: options.slow_start_opening.then_some(Ramp {
+                window: FIRST_OPENING_BATCH_SIZE,
+                smallest: u64::MAX,
+            }),
+            slow_start: options.slow_start_opening,
             // `-X`/`-A`: each entry may carry up to 64 KiB of attributes in the batch's
             // headers, which the planner does not see; 1024 entries keep the largest batch
             // (64 MiB of data, 64 MiB of attributes, the paths) below a frame's limit.
@@ -284,12 +322,30 @@ impl Planner {
         self.add(PlanItem::Attrs(entry), 0, emit)
     }
 
-    /// `size`, capped at [`OPENING_BATCH_SIZE`] while batch `seq` is an opening batch.
+    /// `size`, capped while batch `seq` is an opening batch: over a network at the current
+    /// round's window while the rounds last, otherwise at [`OPENING_BATCH_SIZE`] in the one
+    /// opening round.
     fn sized_for(&self, seq: u64, size: u64) -> u64 {
-        if seq <= self.opening_batches {
-            size.min(OPENING_BATCH_SIZE)
-        } else {
-            size
+        match &self.ramp {
+            _ if self.opening_batches == 0 => size,
+            Some(ramp) => size.min(ramp.window),
+            None if !self.slow_start && seq <= self.opening_batches => size.min(OPENING_BATCH_SIZE),
+            None => size,
+        }
+    }
+
+    /// Batch `plan` is made: the opening rounds move on (see the module comment).
+    fn made(&mut self, plan: &BatchPlan) {
+        let Some(ramp) = &mut self.ramp else {
+            return;
+        };
+        ramp.smallest = ramp.smallest.min(plan.budget_bytes);
+        if plan.seq % self.opening_batches.max(1) == 0 {
+            ramp.window += ramp.smallest;
+            ramp.smallest = u64::MAX;
+            if ramp.window >= RAMP_END {
+                self.ramp = None;
+            }
         }
     }
 
@@ -348,6 +404,7 @@ impl Planner {
         let mut plan = std::mem::take(&mut self.current);
         plan.seq = self.next_seq;
         self.next_seq += 1;
+        self.made(&plan);
         emit(plan);
     }
 
@@ -367,6 +424,7 @@ impl Planner {
         );
         plan.seq = self.next_seq;
         self.next_seq += 1;
+        self.made(&plan);
         emit(plan);
     }
 }
@@ -427,8 +485,9 @@ mod tests {
             batch_size: 1 << 20,
             small_file_threshold: 1 << 20,
             chunk_size: 1 << 20,
-            // One opening batch: the first chunk is 128 KiB.
+            // One opening batch (a local copy's): the first chunk is 128 KiB.
             streams: Some(1),
+            slow_start_opening: false,
             ..TransferOptions::default()
         };
         let size = (5 << 20) + 123;
@@ -451,7 +510,10 @@ mod tests {
 
     #[test]
     fn the_first_batches_are_small_ones_for_every_stream_that_may_start() {
-        let options = TransferOptions::default();
+        let options = TransferOptions {
+            slow_start_opening: false,
+            ..TransferOptions::default()
+        };
         let files = 40 * (options.batch_size / 4096) as usize;
         let plans = plan(
             (0..files).map(|i| file(&format!("f{i}"), 4096)).collect(),
@@ -469,6 +531,57 @@ mod tests {
                 .all(|p| p.data_bytes > options.batch_size / 2
                     && p.budget_bytes <= options.batch_size)
         );
+    }
+
+    #[test]
+    fn over_a_network_the_opening_batches_grow_as_a_window_in_slow_start() {
+        let options = TransferOptions::default();
+        assert!(options.slow_start_opening);
+        let streams = options.opening_batches();
+        // Files of 4,000 bytes (entries of 4,068 counted) and some of 10,000.
+        let files = (0..20_000)
+            .map(|i| file(&format!("{i:05}"), if i % 7 == 3 { 10_000 } else { 4000 }))
+            .collect();
+        let plans = plan(files, &options);
+        // Each round's batches fit the window of a stream that took one batch of every
+        // earlier round: the first round's size plus the smallest batch of each.
+        let mut window = FIRST_OPENING_BATCH_SIZE;
+        let mut rounds = 0;
+        for round in plans.chunks(streams) {
+            if window >= RAMP_END {
+                break;
+            }
+            assert!(
+                round.iter().all(|p| p.budget_bytes <= window),
+                "round {rounds}: batches over {window}"
+            );
+            // Full enough: no batch smaller than the window less one entry.
+            assert!(round.iter().all(|p| p.budget_bytes + 10_100 > window));
+            window += round.iter().map(|p| p.budget_bytes).min().unwrap_or(0);
+            rounds += 1;
+        }
+        assert_eq!(
+            plans[0].items.len(),
+            3,
+            "three files in the first round trip"
+        );
+        assert!(
+            (4..=6).contains(&rounds),
+            "{rounds} rounds before {RAMP_END}"
+        );
+        // Then batches of the configured size.
+        let after = &plans[rounds * streams..plans.len() - 1];
+        assert!(!after.is_empty());
+        assert!(
+            after
+                .iter()
+                .all(|p| p.budget_bytes <= options.batch_size
+                    && p.data_bytes > options.batch_size / 2)
+        );
+        // A large file's first chunks are opening-sized too.
+        let big = plan(vec![file("big", 8 << 20)], &options);
+        assert!(big[0].data_bytes <= FIRST_OPENING_BATCH_SIZE);
+        assert_eq!(big.iter().map(|p| p.data_bytes).sum::<u64>(), 8 << 20);
     }
 
     #[test]

@@ -47,6 +47,11 @@ pub(crate) fn copy(
     let abort = Arc::new(AtomicBool::new(false));
     let (reply_tx, reply_rx) = unbounded();
     let mut kernel_copies = None;
+    // No network between the stages: the opening batches need not grow as slow start does.
+    let source_options = TransferOptions {
+        slow_start_opening: false,
+        ..options.clone()
+    };
     let handle = if takes_whole_files(options) {
         writer.allow_cloning(options.reflink);
         let offer = if copies_in_kernel(options) {
@@ -64,9 +69,9 @@ pub(crate) fn copy(
             None
         };
         let take = take_whole_files(writer.clone(), cloned.clone(), offer, options);
-        source::start_cloning(source, options, skip, take)?
+        source::start_cloning(source, &source_options, skip, take)?
     } else {
-        source::start(source, options, skip)?
+        source::start(source, &source_options, skip)?
     };
     let pool = WriterPool::start(Some(writer.clone()), options.write_threads, abort.clone())?;
     let jobs = pool.sender();

@@ -25,6 +25,7 @@ use crate::pipeline::skip::DestIndex;
 use crate::pipeline::source;
 use crate::report::{Counts, PathReport, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
+use crate::session::opening::OpeningWindow;
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
@@ -88,6 +89,10 @@ struct Push<'a> {
     acked: &'a SessionAcks,
     /// A stream ran out of batches.
     drained: AtomicBool,
+    /// Dropped by the first stream that finds the source drained: wakes the streams that wait
+    /// for their opening window (their `End` goes behind their last batch at once).
+    source_ended_tx: Mutex<Option<Sender<()>>>,
+    source_ended: Receiver<()>,
     tail: Tail,
     refused_streams: AtomicUsize,
     /// What each batch in flight held, when files are reported as they complete (`cp -v`).
@@ -100,6 +105,14 @@ impl Push<'_> {
     fn fail(&self, e: TransferError) {
         lock(&self.cancel_tx).take();
         self.abort.fail(e);
+    }
+
+    /// Whether a stream found the source drained.
+    fn source_ended(&self) -> bool {
+        matches!(
+            self.source_ended.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
     }
 }
 
@@ -294,6 +307,7 @@ pub(crate) fn run_session(
     acked.set_rtt(session.rtt());
     let (resend, again) = unbounded();
     let (cancel_tx, cancel) = bounded::<()>(0);
+    let (source_ended_tx, source_ended) = bounded::<()>(0);
     let push = Push {
         session: &session,
         progress: &options.progress,
@@ -307,6 +321,8 @@ pub(crate) fn run_session(
         counts: Mutex::new(Counts::default()),
         acked,
         drained: AtomicBool::new(false),
+        source_ended_tx: Mutex::new(Some(source_ended_tx)),
+        source_ended,
         tail: Tail::default(),
         refused_streams: AtomicUsize::new(0),
         listing: options.file_log.clone().map(PushListing::new),
@@ -565,11 +581,14 @@ fn start_stream<'s>(
     let (ended_tx, ended_rx) = bounded::<()>(0);
     let sender_machine = machine.clone();
     let cancel = push.cancel.clone();
+    let opening = Arc::new(OpeningWindow::new(session.rtt()));
+    let acks_opening = opening.clone();
     s.spawn(move || {
         let _ended = ended_tx;
         let lanes = Lanes {
             push,
             machine: &sender_machine,
+            opening: &opening,
             control,
             gate: sender_gate.as_deref(),
             cancel: &cancel,
@@ -598,7 +617,13 @@ fn start_stream<'s>(
     });
     let receiver_machine = machine.clone();
     s.spawn(move || {
-        let replies = receive_acks(&mut rx, push, &receiver_machine, gate.as_deref(), control);
+        let replies = receive_acks(
+            &mut rx,
+            push,
+            (&receiver_machine, &acks_opening),
+            gate.as_deref(),
+            control,
+        );
         let Refused { error, announced } = match replies {
             Ok(()) if !ack_retired.load(Ordering::SeqCst) => return push.tail.record(),
             Ok(()) => return,
@@ -639,6 +664,8 @@ fn start_stream<'s>(
 struct Lanes<'a> {
     push: &'a Push<'a>,
     machine: &'a Mutex<ClientStream>,
+    /// What the stream may take while slow start opens its window.
+    opening: &'a OpeningWindow,
     /// The control connection (which sends the `Commit` behind its own `End`).
     control: bool,
     /// The stream's hold on the commit gate, until its announcement.
@@ -677,15 +704,29 @@ impl Lanes<'_> {
                 listing.sending(&batch);
             }
             push.acked.sending(batch.seq, &batch.totals);
+            self.opening
+                .sending(batch.seq, (batch.header.len() + batch.data.len()) as u64);
             lock(self.machine).sending(batch.seq);
             Next::Batch(batch)
         };
         loop {
+            // On a long path, no batch beyond what slow start lets the stream send: the
+            // others take it (see `session::opening`).
+            if !self.opening.may_take() && !push.source_ended() {
+                select! {
+                    recv(self.opening.woken()) -> _ => continue,
+                    recv(push.source_ended) -> _ => continue,
+                    recv(self.retire) -> _ => return end(Ended::Retired),
+                    recv(self.stop) -> _ => return Next::Stop(Ended::Refused),
+                    recv(self.cancel) -> _ => return Next::Stop(Ended::Cancelled),
+                }
+            }
             select! {
                 recv(push.again) -> b => if let Ok(batch) = b { return send(batch) },
                 recv(push.batches) -> b => match b {
                     Ok(batch) => return send(batch),
                     Err(_) => {
+                        lock(&push.source_ended_tx).take();
                         let settles = self.control || !lock(self.machine).holds_unannounced();
                         if let (true, Some(gate)) = (settles, self.gate) {
                             gate.release();
@@ -751,7 +792,7 @@ struct Refused {
 fn receive_acks(
     conn: &mut Conn,
     push: &Push,
-    machine: &Mutex<ClientStream>,
+    (machine, opening): (&Mutex<ClientStream>, &OpeningWindow),
     gate: Option<&GateHold>,
     control: bool,
 ) -> Result<(), Refused> {
@@ -801,6 +842,7 @@ fn receive_acks(
                 unlisted,
             } => {
                 push.acked.acked(seq, bytes);
+                opening.acked(seq);
                 push.progress.add(files as u64, bytes);
                 if let Some(listing) = &push.listing {
                     listing.acked(seq, &failures);
