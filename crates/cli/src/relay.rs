@@ -24,6 +24,9 @@
 //!   `--slow-hello TIME` holds back the server's first bytes on every connection (a busy
 //!   server, whose hello comes late on a short path).
 //!
+//! Each connection is logged on stderr when it opens, and with the bytes it carried each way
+//! when it closes.
+//!
 //! Not modelled: loss and congestion control (the queue never drops), and buffer sizes the
 //! endpoints set on their own sockets (the relay's `--window` stands for them).
 
@@ -210,7 +213,8 @@ struct Path {
 }
 
 impl Path {
-    /// Forwards every connection accepted on `listener` to `to`; logs each on stderr.
+    /// Forwards every connection accepted on `listener` to `to`; logs each on stderr, and
+    /// what it carried once it closed.
     fn serve(&self, listener: TcpListener, to: SocketAddr) {
         for client in listener.incoming() {
             let Ok(client) = client else { continue };
@@ -259,8 +263,11 @@ impl Path {
                     faults: Faults::default(),
                     stalled,
                 };
-                pipe(s2, c2, shape, &down, server_first, down_end);
-                let _ = forward.join();
+                let down = pipe(s2, c2, shape, &down, server_first, down_end);
+                let up = forward.join().unwrap_or_default();
+                eprintln!(
+                    "sprat relay: connection {nth} closed: {up} bytes to the server, {down} to the client"
+                );
             });
         }
     }
@@ -313,7 +320,8 @@ fn stall_forever() -> ! {
 }
 
 /// Forwards `from` to `to` through `link` with the delay and window of `shape`, delivering
-/// nothing before `not_before`, with `ends`' faults; ends on end of stream.
+/// nothing before `not_before`, with `ends`' faults; ends on end of stream. Returns the bytes
+/// forwarded.
 fn pipe(
     mut from: TcpStream,
     mut to: TcpStream,
@@ -321,7 +329,7 @@ fn pipe(
     link: &Link,
     not_before: Instant,
     ends: Ends,
-) {
+) -> u64 {
     let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>, Cut)>();
     let window = Arc::new((
         Mutex::new(Window {
@@ -336,7 +344,7 @@ fn pipe(
     let writer_window = window.clone();
     let delay = shape.delay;
     let Ok(from_handle) = from.try_clone() else {
-        return;
+        return 0;
     };
     let writer_stalled = ends.stalled.clone();
     let writer = std::thread::spawn(move || {
@@ -415,6 +423,7 @@ fn pipe(
     }
     drop(tx);
     let _ = writer.join();
+    forwarded
 }
 
 #[cfg(test)]

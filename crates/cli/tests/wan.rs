@@ -705,3 +705,46 @@ fn doctor_sizes_transfer_nodes_from_a_data_set_read_on_this_host() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["--data"]);
 }
+
+/// A few hundred kilobytes pushed over a long path go out in the first round trip after the
+/// listing: one small batch on each of the session's streams, not a few batches of 128 KiB
+/// on a few streams that each need several round trips of slow start to send them. Checked
+/// on what each connection carried through the relay (its log), not on time.
+#[test]
+fn a_small_push_over_a_long_path_spreads_its_first_batches_over_the_streams() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..100u32 {
+        let content: Vec<u8> = (0..4096u32).map(|j| (i * 31 + j * 7) as u8).collect();
+        tree::make_file(&src.join(format!("f{i:03}")), &content, 0o644);
+    }
+    let srv = server(&t.path().join("root"));
+    let log = t.path().join("relay.log");
+    let relay = RelayProc::start_logged(srv.addr(), &["--delay", "20ms"], &log);
+    let out = cp(&srv, &["--json"], &src, relay.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &t.path().join("root/pushed"));
+    let streams = json(&out)["path"]["streams_start"].as_u64().unwrap();
+    assert_eq!(streams, 32, "a 40 ms path starts its streams wide");
+    drop(out);
+    let closed = relay.closed();
+    // 100 files of 4 KiB: about 410 KB, three files to a first-round batch.
+    let carrying: Vec<u64> = closed
+        .iter()
+        .map(|&(up, _)| up)
+        .filter(|&up| up >= 12_000)
+        .collect();
+    let total: u64 = carrying.iter().sum();
+    assert!(total >= 409_600, "{closed:?}");
+    assert!(
+        carrying.len() >= 28,
+        "only {} connections carried a batch: {closed:?}",
+        carrying.len()
+    );
+    let most = carrying.iter().max().copied().unwrap_or(0);
+    assert!(
+        most < 40_000,
+        "one connection carried {most} bytes of about 410 KB: {closed:?}"
+    );
+}

@@ -87,8 +87,11 @@ pub struct TransferOptions {
     pub bwlimit: Option<crate::measurement::pace::Pace>,
     /// The first batches grow as TCP's slow start does (see `plan::FIRST_OPENING_BATCH_SIZE`),
     /// so that on a long path every stream carries its share of the first round trips; off
-    /// for copies between local file systems, which have no slow start.
+    /// for copies between local file systems, which have no slow start, and once `path_rtt`
+    /// says the path is short.
     pub slow_start_opening: bool,
+    /// The path's round trip once the session measured it.
+    pub path_rtt: crate::tune::PathRtt,
 }
 
 /// Default of [`TransferOptions::stall_timeout`].
@@ -143,6 +146,7 @@ impl Default for TransferOptions {
             file_log: None,
             bwlimit: None,
             slow_start_opening: true,
+            path_rtt: Default::default(),
         }
     }
 }

@@ -156,6 +156,40 @@ pub const HELLO_GRACE: Duration = Duration::from_millis(20);
 /// 32. The adapter retires what the path does not need.
 pub const WIDE_START_STREAMS: usize = MAX_AUTO_STREAMS;
 
+/// Shortest round trip on which a transfer's first batches are shaped for slow start (see
+/// `pipeline::plan` and `session::opening`): on loopback and a LAN a round trip of slow start
+/// costs too little to pay for more, smaller batches.
+pub const SLOW_START_FROM_RTT: Duration = Duration::from_millis(1);
+
+/// The round trip of a transfer's path once its session measured it, shared by every clone
+/// of the transfer's options: the planner reads it as it sizes the first batches.
+#[derive(Debug, Clone, Default)]
+pub struct PathRtt(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl PathRtt {
+    /// Records the measured round trip.
+    pub fn set(&self, rtt: Duration) {
+        let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.0.store(
+            nanos.saturating_add(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The measured round trip, if one was recorded.
+    pub fn get(&self) -> Option<Duration> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
+    }
+
+    /// Whether the path is known to be short (below [`SLOW_START_FROM_RTT`]).
+    pub fn is_short(&self) -> bool {
+        self.get().is_some_and(|rtt| rtt < SLOW_START_FROM_RTT)
+    }
+}
+
 /// TCP's initial congestion window (10 segments, RFC 6928): what a new connection may send
 /// in its first round trip before slow start doubles it each round trip.
 pub const INITIAL_CWND: u64 = 10 * 1448;

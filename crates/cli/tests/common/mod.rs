@@ -310,10 +310,51 @@ pub fn check_special_files_outcome(out: &Output, src: &Path, dst: &Path, server:
 pub struct RelayProc {
     child: std::process::Child,
     pub addr: std::net::SocketAddr,
+    /// Where its stderr goes, when kept ([`RelayProc::start_logged`]).
+    log: Option<PathBuf>,
 }
 
 impl RelayProc {
     pub fn start(to: std::net::SocketAddr, args: &[&str]) -> RelayProc {
+        RelayProc::spawn(to, args, None)
+    }
+
+    /// [`RelayProc::start`], keeping its log in `log` (see [`RelayProc::closed`]).
+    pub fn start_logged(to: std::net::SocketAddr, args: &[&str], log: &Path) -> RelayProc {
+        RelayProc::spawn(to, args, Some(log))
+    }
+
+    /// Bytes to the server and to the client of each connection closed so far, as logged;
+    /// waits (up to 10 s) until every connection the relay accepted has closed.
+    pub fn closed(&self) -> Vec<(u64, u64)> {
+        let log = self
+            .log
+            .as_ref()
+            .expect("a relay started with start_logged");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let accepted = text
+                .lines()
+                .filter(|l| l.matches(" -> ").count() == 2 && !l.contains("RTT"))
+                .count();
+            let closed: Vec<(u64, u64)> = text
+                .lines()
+                .filter_map(|l| {
+                    let rest = l.split_once(" closed: ")?.1;
+                    let (up, down) = rest.split_once(" bytes to the server, ")?;
+                    let down = down.strip_suffix(" to the client")?;
+                    Some((up.parse().ok()?, down.parse().ok()?))
+                })
+                .collect();
+            if closed.len() >= accepted || std::time::Instant::now() > deadline {
+                return closed;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    fn spawn(to: std::net::SocketAddr, args: &[&str], log: Option<&Path>) -> RelayProc {
         let mut cmd = sprat_testkit::run::command(
             bin(),
             ["relay", "--listen", "127.0.0.1:0", "--to", &to.to_string()]
@@ -321,7 +362,10 @@ impl RelayProc {
                 .chain(args),
             &[],
         );
-        cmd.stderr(std::process::Stdio::null());
+        match log {
+            Some(log) => cmd.stderr(std::fs::File::create(log).unwrap()),
+            None => cmd.stderr(std::process::Stdio::null()),
+        };
         let mut child = cmd.spawn().unwrap();
         let mut line = String::new();
         std::io::BufRead::read_line(
@@ -335,7 +379,11 @@ impl RelayProc {
             .unwrap_or_else(|| panic!("relay printed {line:?}"))
             .parse()
             .unwrap();
-        RelayProc { child, addr }
+        RelayProc {
+            child,
+            addr,
+            log: log.map(Path::to_path_buf),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

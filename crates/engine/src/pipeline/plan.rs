@@ -13,8 +13,9 @@
 //! ([`FIRST_OPENING_BATCH_SIZE`]); each later round's hold what a stream that took one batch
 //! of every earlier round may send: the first round's size plus the smallest batch of each
 //! earlier round (slow start's window grows by what was acknowledged). The rounds end once
-//! that reaches [`RAMP_END`]. A stream keeps to that window while it takes them (see
-//! `session::opening`).
+//! that reaches [`RAMP_END`]. On a long path a stream takes no more than its first round
+//! trip carries before its first acknowledgement (see `session::opening`); later rounds'
+//! small batches still spread over the streams that have room for them.
 //!
 //! Pure logic: no I/O.
 
@@ -91,8 +92,8 @@ pub const OPENING_BATCH_SIZE: u64 = 128 << 10;
 /// frame's and the TLS record's headers; entry headers are over-counted, see
 /// `ENTRY_OVERHEAD`). Three files of 4 KiB fit.
 pub const FIRST_OPENING_BATCH_SIZE: u64 = 14_000;
-/// A stream's window at which the opening rounds end over a network (and a stream takes
-/// batches as fast as its socket does again): twice the largest opening batch.
+/// A stream's window at which the opening rounds end over a network: twice the largest
+/// opening batch.
 pub const RAMP_END: u64 = 2 * OPENING_BATCH_SIZE;
 
 /// The opening rounds over a network (see the module comment).
@@ -117,6 +118,8 @@ pub struct Planner {
     ramp: Option<Ramp>,
     /// Whether the opening batches are made in rounds that grow (over a network).
     slow_start: bool,
+    /// The path's round trip, once known: on a short path the rounds stop.
+    path_rtt: crate::tune::PathRtt,
     batch_files: usize,
     threshold: u64,
     chunk_size: u64,
@@ -143,6 +146,7 @@ impl Planner {
                 smallest: u64::MAX,
             }),
             slow_start: options.slow_start_opening,
+            path_rtt: options.path_rtt.clone(),
             // `-X`/`-A`: each entry may carry up to 64 KiB of attributes in the batch's
             // headers, which the planner does not see; 1024 entries keep the largest batch
             // (64 MiB of data, 64 MiB of attributes, the paths) below a frame's limit.
@@ -324,13 +328,14 @@ impl Planner {
 
     /// `size`, capped while batch `seq` is an opening batch: over a network at the current
     /// round's window while the rounds last, otherwise at [`OPENING_BATCH_SIZE`] in the one
-    /// opening round.
+    /// opening round (a local copy, or a path known to be short).
     fn sized_for(&self, seq: u64, size: u64) -> u64 {
+        let rounds = self.slow_start && !self.path_rtt.is_short();
         match &self.ramp {
             _ if self.opening_batches == 0 => size,
-            Some(ramp) => size.min(ramp.window),
-            None if !self.slow_start && seq <= self.opening_batches => size.min(OPENING_BATCH_SIZE),
-            None => size,
+            Some(ramp) if rounds => size.min(ramp.window),
+            _ if !rounds && seq <= self.opening_batches => size.min(OPENING_BATCH_SIZE),
+            _ => size,
         }
     }
 

@@ -25,7 +25,7 @@ use crate::pipeline::skip::DestIndex;
 use crate::pipeline::source;
 use crate::report::{Counts, PathReport, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
-use crate::session::opening::OpeningWindow;
+use crate::session::opening::FirstRoundTrip;
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
@@ -90,7 +90,8 @@ struct Push<'a> {
     /// A stream ran out of batches.
     drained: AtomicBool,
     /// Dropped by the first stream that finds the source drained: wakes the streams that wait
-    /// for their opening window (their `End` goes behind their last batch at once).
+    /// for their first round trip's acknowledgement (their `End` goes behind their last batch
+    /// at once).
     source_ended_tx: Mutex<Option<Sender<()>>>,
     source_ended: Receiver<()>,
     tail: Tail,
@@ -305,6 +306,7 @@ pub(crate) fn run_session(
         |_| Ok(()),
     )?;
     acked.set_rtt(session.rtt());
+    options.path_rtt.set(session.rtt());
     let (resend, again) = unbounded();
     let (cancel_tx, cancel) = bounded::<()>(0);
     let (source_ended_tx, source_ended) = bounded::<()>(0);
@@ -581,7 +583,7 @@ fn start_stream<'s>(
     let (ended_tx, ended_rx) = bounded::<()>(0);
     let sender_machine = machine.clone();
     let cancel = push.cancel.clone();
-    let opening = Arc::new(OpeningWindow::new(session.rtt()));
+    let opening = Arc::new(FirstRoundTrip::new(session.rtt()));
     let acks_opening = opening.clone();
     s.spawn(move || {
         let _ended = ended_tx;
@@ -664,8 +666,8 @@ fn start_stream<'s>(
 struct Lanes<'a> {
     push: &'a Push<'a>,
     machine: &'a Mutex<ClientStream>,
-    /// What the stream may take while slow start opens its window.
-    opening: &'a OpeningWindow,
+    /// What the stream may take in its first round trip.
+    opening: &'a FirstRoundTrip,
     /// The control connection (which sends the `Commit` behind its own `End`).
     control: bool,
     /// The stream's hold on the commit gate, until its announcement.
@@ -710,8 +712,8 @@ impl Lanes<'_> {
             Next::Batch(batch)
         };
         loop {
-            // On a long path, no batch beyond what slow start lets the stream send: the
-            // others take it (see `session::opening`).
+            // On a long path, no batch beyond what the stream's first round trip carries
+            // until it is acknowledged: the others take it (see `session::opening`).
             if !self.opening.may_take() && !push.source_ended() {
                 select! {
                     recv(self.opening.woken()) -> _ => continue,
@@ -792,7 +794,7 @@ struct Refused {
 fn receive_acks(
     conn: &mut Conn,
     push: &Push,
-    (machine, opening): (&Mutex<ClientStream>, &OpeningWindow),
+    (machine, opening): (&Mutex<ClientStream>, &FirstRoundTrip),
     gate: Option<&GateHold>,
     control: bool,
 ) -> Result<(), Refused> {
