@@ -748,3 +748,42 @@ fn a_small_push_over_a_long_path_spreads_its_first_batches_over_the_streams() {
         "one connection carried {most} bytes of about 410 KB: {closed:?}"
     );
 }
+
+/// The same for a pull: the server's connections hold after their first batch for a round
+/// trip (measured in their TLS handshake), so the first few to join do not take what the
+/// others, joining a little later, could carry in the same round trip.
+#[test]
+fn a_small_pull_over_a_long_path_spreads_its_first_batches_over_the_streams() {
+    let t = tmp();
+    let src = t.path().join("root/src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..100u32 {
+        let content: Vec<u8> = (0..4096u32).map(|j| (i * 17 + j * 5) as u8).collect();
+        tree::make_file(&src.join(format!("f{i:03}")), &content, 0o644);
+    }
+    let srv = server(&t.path().join("root"));
+    let log = t.path().join("relay.log");
+    let relay = RelayProc::start_logged(srv.addr(), &["--delay", "50ms"], &log);
+    let back = t.path().join("back");
+    let out = cp(&srv, &["--json"], relay.url("src"), &back);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &back);
+    let closed = relay.closed();
+    let carrying: Vec<u64> = closed
+        .iter()
+        .map(|&(_, down)| down)
+        .filter(|&down| down >= 12_000)
+        .collect();
+    let total: u64 = carrying.iter().sum();
+    assert!(total >= 409_600, "{closed:?}");
+    assert!(
+        carrying.len() >= 24,
+        "only {} connections carried a batch: {closed:?}",
+        carrying.len()
+    );
+    let most = carrying.iter().max().copied().unwrap_or(0);
+    assert!(
+        most < 40_000,
+        "one connection carried {most} bytes of about 410 KB: {closed:?}"
+    );
+}

@@ -187,6 +187,14 @@ impl TransferOptions {
         scope
     }
 
+    /// These options for one transfer: with a record of the path's round trip of its own.
+    pub fn for_one_transfer(&self) -> TransferOptions {
+        TransferOptions {
+            path_rtt: Default::default(),
+            ..self.clone()
+        }
+    }
+
     /// Streams to plan queues for before the session has measured its path.
     pub fn expected_streams(&self) -> usize {
         self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)

@@ -61,7 +61,8 @@ pub enum Frame {
 pub struct Conn {
     pub stream: TcpStream,
     pub peer: String,
-    /// Round trip estimated from the handshake (client side; `None` elsewhere), see [`dial`].
+    /// Round trip estimated from the handshake: on a client see [`dial`]; on a server, the
+    /// TLS handshake's last round trip (`None` without TLS).
     pub rtt: Option<Duration>,
     /// Bytes read and written on this socket so far, by every handle on it: what the stall
     /// watchdog (`session::stall`) looks at, counted per system call so that a slow link
@@ -206,6 +207,7 @@ impl Conn {
     fn start_tls_server(&mut self, config: &ServerTls) -> Result<(), TransferError> {
         let tls = Tls::accept(&self.stream, config, self.deadline.get(), &self.moved)
             .map_err(|e| self.handshake_failed(e))?;
+        self.rtt = tls.handshake_rtt;
         self.tls = Some(Arc::new(tls));
         Ok(())
     }

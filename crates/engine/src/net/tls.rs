@@ -23,7 +23,7 @@ use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The label of the exporter both sides bind their token proofs to.
 const BINDING_LABEL: &[u8] = b"EXPORTER-sprat-token-binding";
@@ -157,6 +157,9 @@ pub(crate) struct Tls {
     suite: String,
     /// The server's key (client side).
     pub(crate) server_key: Option<Fingerprint>,
+    /// Server side: the time from its flight (after the client's hello) to the client's
+    /// answer that ended the handshake, a round trip of the path.
+    pub(crate) handshake_rtt: Option<Duration>,
 }
 
 struct State {
@@ -166,6 +169,10 @@ struct State {
     end: usize,
     /// The socket reached end of stream (and rustls was told).
     eof: bool,
+    /// Something came from the peer.
+    heard: bool,
+    /// When this side first sent something after that (a server's first flight).
+    answered_at: Option<Instant>,
 }
 
 /// What one attempt to take in ciphertext did.
@@ -195,6 +202,7 @@ impl State {
         let mut pending = &self.inbox[self.start..self.end];
         let n = self.conn.read_tls(&mut pending)?;
         self.start += n;
+        self.heard |= n > 0;
         if let Err(e) = self.conn.process_new_packets() {
             // rustls queued an alert saying why; send it if the socket takes it now.
             let _ = self.send_out(tcp, moved);
@@ -213,6 +221,9 @@ impl State {
             match self.conn.write_tls(&mut &*tcp) {
                 Ok(n) => {
                     moved.fetch_add(n as u64, Ordering::Relaxed);
+                    if self.heard && self.answered_at.is_none() {
+                        self.answered_at = Some(Instant::now());
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -275,7 +286,7 @@ impl Tls {
         })?;
         let conn =
             rustls::ClientConnection::new(Arc::new(config), name).map_err(HandshakeError::Tls)?;
-        let mut tls = Tls::handshake(tcp, conn.into(), deadline, moved)?;
+        let (mut tls, _) = Tls::handshake(tcp, conn.into(), deadline, moved)?;
         tls.server_key = *lock(&verifier.seen);
         Ok(tls)
     }
@@ -289,15 +300,20 @@ impl Tls {
     ) -> Result<Tls, HandshakeError> {
         let conn =
             rustls::ServerConnection::new(config.config.clone()).map_err(HandshakeError::Tls)?;
-        Tls::handshake(tcp, conn.into(), deadline, moved)
+        let (mut tls, answered_after) = Tls::handshake(tcp, conn.into(), deadline, moved)?;
+        tls.handshake_rtt = answered_after;
+        Ok(tls)
     }
 
+    /// Runs the handshake; also returns the time from this side's first flight sent after
+    /// the peer's first (a server's, after the client's hello) to its end (meaningless on
+    /// the client, whose last flight ends it).
     fn handshake(
         tcp: &TcpStream,
         mut conn: rustls::Connection,
         deadline: Option<Instant>,
         moved: &AtomicU64,
-    ) -> Result<Tls, HandshakeError> {
+    ) -> Result<(Tls, Option<Duration>), HandshakeError> {
         let io = HandshakeError::Io;
         let tcp = tcp.try_clone().map_err(io)?;
         tcp.set_nonblocking(true).map_err(io)?;
@@ -308,6 +324,8 @@ impl Tls {
             start: 0,
             end: 0,
             eof: false,
+            heard: false,
+            answered_at: None,
         };
         loop {
             let flushed = state.send_out(&tcp, moved).map_err(io)?;
@@ -353,13 +371,16 @@ impl Tls {
             .negotiated_cipher_suite()
             .map(|s| format!("{:?}", s.suite()))
             .unwrap_or_default();
-        Ok(Tls {
+        let tls = Tls {
             tcp,
             state: Mutex::new(state),
             binding,
             suite,
             server_key: None,
-        })
+            handshake_rtt: None,
+        };
+        let answered_after = lock(&tls.state).answered_at.map(|t| t.elapsed());
+        Ok((tls, answered_after))
     }
 
     /// The value both sides' token proofs are bound to.

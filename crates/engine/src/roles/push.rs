@@ -222,6 +222,9 @@ pub fn push_input(
     dst_label: String,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
+    // This transfer's own record of its path's round trip (the caller's options may serve
+    // other transfers at once: a server's third-party copies).
+    let options = &options.for_one_transfer();
     let op = push_operation(&input, options);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.

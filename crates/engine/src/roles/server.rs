@@ -28,6 +28,7 @@ use crate::pipeline::skip::{digest_from_bytes, DestIndex, SkipCounts, SkipRule};
 use crate::pipeline::source::{self, Skip, SourceHandle};
 use crate::report::Counts;
 use crate::session::admission::{Full, HandshakeSlot, Handshakes, Places, Use};
+use crate::session::opening::FirstRoundTrip;
 use crate::session::registry::{Registry, SessionId, Taken};
 use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort, Cancel};
@@ -191,9 +192,21 @@ struct PullSession {
     _index: Charge,
     /// When the session last told the client what was skipped, and what.
     told: Mutex<(Option<Instant>, (u64, u64))>,
+    /// Dropped by the first connection that finds the source drained: wakes the connections
+    /// holding in their first round trip (their `End` goes behind their last batch at once).
+    source_ended_tx: Mutex<Option<Sender<()>>>,
+    source_ended: Receiver<()>,
 }
 
 impl PullSession {
+    /// Whether a connection found the source drained.
+    fn source_ended(&self) -> bool {
+        matches!(
+            self.source_ended.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        )
+    }
+
     /// The `Progress` one of the session's connections is to send now, between batches: the
     /// client counts what it writes itself, but not what the check spared. When that changed,
     /// at most once per [`PROGRESS_EVERY`] for the whole session (the first time at once),
@@ -858,6 +871,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
             };
             let counts = Arc::new(SkipCounts::default());
+            let (source_ended_tx, source_ended) = bounded::<()>(0);
             let skip = index.map(|index| Skip {
                 index: Box::new(move || Ok(index)),
                 rule: SkipRule::from_check(check),
@@ -866,8 +880,13 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             });
             let options = TransferOptions {
                 selection,
-                ..shared.options.clone().with_meta(meta)
+                ..shared.options.for_one_transfer().with_meta(meta)
             };
+            // The opening batches take the shape of slow start on a long path (the round
+            // trip of the control connection's TLS handshake).
+            if let Some(rtt) = served.conn.rtt {
+                options.path_rtt.set(rtt);
+            }
             let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
@@ -879,6 +898,8 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 skipped: counts,
                 _index: charge,
                 told: Mutex::new((None, (0, 0))),
+                source_ended_tx: Mutex::new(Some(source_ended_tx)),
+                source_ended,
             })
         }
     };
@@ -1261,16 +1282,31 @@ fn serve_pull(
             Ok(end) => Next::End(end, ()),
             Err(_) => Next::Stop(()),
         };
+        // On a long path, no batch beyond what this connection's first round trip carries
+        // until that round trip is over: the session's other connections take it (see
+        // `session::opening`).
+        let first = FirstRoundTrip::timed(conn.rtt);
         let mut next = || loop {
             if let Some(progress) = session.progress_due() {
                 if let Ok(msg) = machine.progress(progress) {
                     return Next::Control(msg);
                 }
             }
+            if !first.may_take() && !session.source_ended() {
+                let left = first.left().unwrap_or(PROGRESS_EVERY).min(PROGRESS_EVERY);
+                let _ = session.source_ended.recv_timeout(left);
+                continue;
+            }
             match session.batches.recv_timeout(PROGRESS_EVERY) {
-                Ok(batch) => return Next::Batch(batch),
+                Ok(batch) => {
+                    first.sending(batch.seq, (batch.header.len() + batch.data.len()) as u64);
+                    return Next::Batch(batch);
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return end(&mut machine),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    lock(&session.source_ended_tx).take();
+                    return end(&mut machine);
+                }
             }
         };
         send::send(&mut conn, &mut next, |batch, sent| {

@@ -4,7 +4,7 @@
 //! the server's table of open sessions, where early joins wait for their `Open`; [`stall`]
 //! fails a session whose progress stops; [`claims`] keeps two push sessions from writing one
 //! tree at once; [`admission`] counts the server's places, while authenticating and after;
-//! [`opening`] spreads a push's first batches over its streams on a long path.
+//! [`opening`] spreads a transfer's first batches over its streams on a long path.
 
 pub(crate) mod admission;
 pub(crate) mod claims;

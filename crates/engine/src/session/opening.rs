@@ -10,6 +10,10 @@
 //! batch as large as its last fit in TCP's initial window, or when it has nothing
 //! unacknowledged. The planner makes the first round's batches that size (`pipeline::plan`).
 //!
+//! A pull's server hears no acknowledgements: its streams hold until a round trip (measured
+//! in the TLS handshake) has passed since their first batch went out, when TCP's first
+//! acknowledgement comes.
+//!
 //! Only the first round trip: holding later rounds to the window too (until the window
 //! reached 256 KiB) spread them no better and cost 100,000 x 4 KiB through 100 ms about
 //! 2.5% (each held round waits for the server to write the batch and acknowledge it, where
@@ -22,7 +26,7 @@ use crate::sync::lock;
 use crate::tune::{INITIAL_CWND, SLOW_START_FROM_RTT};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One stream's first round trip, shared by its sender (which takes batches) and its
 /// receiver (which reads their acknowledgements).
@@ -35,6 +39,9 @@ pub(crate) struct FirstRoundTrip {
 struct State {
     /// No acknowledgement yet (on a long path).
     held: bool,
+    /// A sender that hears no acknowledgements: the round trip after its first batch that
+    /// ends the hold, and when (once that batch went).
+    timed: Option<(Duration, Option<Instant>)>,
     /// Batches sent and not acknowledged, while held: sequence number and bytes.
     in_flight: Vec<(u64, u64)>,
     unacked: u64,
@@ -45,10 +52,22 @@ struct State {
 impl FirstRoundTrip {
     /// The first round trip of a stream on a path of round trip `rtt`: not held on a short one.
     pub(crate) fn new(rtt: Duration) -> FirstRoundTrip {
+        FirstRoundTrip::with(rtt >= SLOW_START_FROM_RTT, None)
+    }
+
+    /// The first round trip of a stream that hears no acknowledgements (a pull's server): held
+    /// until `rtt` after its first batch, where `rtt` is known and long.
+    pub(crate) fn timed(rtt: Option<Duration>) -> FirstRoundTrip {
+        let long = rtt.filter(|&r| r >= SLOW_START_FROM_RTT);
+        FirstRoundTrip::with(long.is_some(), long.map(|r| (r, None)))
+    }
+
+    fn with(held: bool, timed: Option<(Duration, Option<Instant>)>) -> FirstRoundTrip {
         let (wake_tx, wake) = bounded(1);
         FirstRoundTrip {
             state: Mutex::new(State {
-                held: rtt >= SLOW_START_FROM_RTT,
+                held,
+                timed,
                 in_flight: Vec::new(),
                 unacked: 0,
                 last: 0,
@@ -60,8 +79,23 @@ impl FirstRoundTrip {
 
     /// Whether the stream may take another batch now.
     pub(crate) fn may_take(&self) -> bool {
-        let s = lock(&self.state);
+        let mut s = lock(&self.state);
+        if let Some((_, Some(until))) = s.timed {
+            if Instant::now() >= until {
+                s.held = false;
+                s.timed = None;
+            }
+        }
         !s.held || s.unacked == 0 || s.unacked + s.last <= INITIAL_CWND
+    }
+
+    /// How long a timed hold ([`FirstRoundTrip::timed`]) still lasts, once it started.
+    pub(crate) fn left(&self) -> Option<Duration> {
+        let timed = lock(&self.state).timed;
+        match timed {
+            Some((_, Some(until))) => Some(until.saturating_duration_since(Instant::now())),
+            _ => None,
+        }
     }
 
     /// Signalled when the first acknowledgement came (wait on it while [`may_take`] says no).
@@ -74,6 +108,9 @@ impl FirstRoundTrip {
     /// Batch `seq` of `bytes` is about to go out.
     pub(crate) fn sending(&self, seq: u64, bytes: u64) {
         let mut s = lock(&self.state);
+        if let Some((rtt, until @ None)) = &mut s.timed {
+            *until = Some(Instant::now() + *rtt);
+        }
         if s.held {
             s.last = bytes;
             s.in_flight.push((seq, bytes));
@@ -124,6 +161,27 @@ mod tests {
         assert!(small.may_take());
         small.sending(3, 4_000);
         assert!(!small.may_take());
+    }
+
+    #[test]
+    fn a_pull_server_stream_holds_for_a_round_trip_after_its_first_batch() {
+        let w = FirstRoundTrip::timed(Some(Duration::from_millis(30)));
+        assert!(w.may_take());
+        assert_eq!(w.left(), None, "the hold starts with the first batch");
+        w.sending(1, 12_500);
+        assert!(!w.may_take());
+        let left = w.left().unwrap();
+        assert!(left > Duration::ZERO && left <= Duration::from_millis(30));
+        std::thread::sleep(left + Duration::from_millis(1));
+        assert!(w.may_take(), "a round trip after the first batch");
+        w.sending(2, 1 << 20);
+        assert!(w.may_take());
+        // Without TLS (no round trip measured) or on a short path: never held.
+        for rtt in [None, Some(Duration::from_micros(100))] {
+            let w = FirstRoundTrip::timed(rtt);
+            w.sending(1, 1 << 20);
+            assert!(w.may_take());
+        }
     }
 
     #[test]

@@ -65,6 +65,7 @@ pub(crate) fn push(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
+    let options = &options.for_one_transfer();
     let input = PushInput::Source(open_source(src)?);
     let op = push_operation(&input, options);
     let (handle, skipped, impostor) = start_source(input, (servers[0], path), key, options, true)?;
