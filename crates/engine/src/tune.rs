@@ -167,10 +167,11 @@ pub const SLOW_START_FROM_RTT: Duration = Duration::from_millis(1);
 pub struct PathRtt(std::sync::Arc<std::sync::atomic::AtomicU64>);
 
 impl PathRtt {
-    /// Records the measured round trip.
+    /// Records a measured round trip; the longest recorded counts (a push over several
+    /// servers: the first batches are shaped for the longest path among them).
     pub fn set(&self, rtt: Duration) {
         let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX - 1);
-        self.0.store(
+        self.0.fetch_max(
             nanos.saturating_add(1),
             std::sync::atomic::Ordering::Relaxed,
         );

@@ -101,9 +101,17 @@ pub const RAMP_END: u64 = 2 * OPENING_BATCH_SIZE;
 struct Ramp {
     /// What a stream may send when it takes this round's batch: this round's batches' size.
     window: u64,
-    /// The smallest batch of this round so far.
+    /// The smallest batch of this round so far that was filled to half the window or more
+    /// (a batch cut short because the next entry did not fit, a directory before a large
+    /// file, says nothing of the window).
     smallest: u64,
+    /// Rounds made.
+    rounds: u64,
 }
+
+/// Most opening rounds over a network, however small their batches came out (five take
+/// files of 4 KiB to [`RAMP_END`]).
+const MAX_RAMP_ROUNDS: u64 = 6;
 
 /// `-H`'s table: by (device, inode), the first name seen and how many names are to come.
 type LinkTable = HashMap<(u64, u64), (Vec<u8>, u32)>;
@@ -144,6 +152,7 @@ impl Planner {
             ramp: options.slow_start_opening.then_some(Ramp {
                 window: FIRST_OPENING_BATCH_SIZE,
                 smallest: u64::MAX,
+                rounds: 0,
             }),
             slow_start: options.slow_start_opening,
             path_rtt: options.path_rtt.clone(),
@@ -310,7 +319,7 @@ impl Planner {
     ) {
         let mut offset = start;
         while offset < end {
-            let len = self.chunk_size_now().min(end - offset);
+            let len = self.chunk_size_now(&entry.path).min(end - offset);
             let item = PlanItem::Chunk {
                 entry: entry.clone(),
                 offset,
@@ -344,21 +353,32 @@ impl Planner {
         let Some(ramp) = &mut self.ramp else {
             return;
         };
-        ramp.smallest = ramp.smallest.min(plan.budget_bytes);
+        if plan.budget_bytes >= ramp.window / 2 {
+            ramp.smallest = ramp.smallest.min(plan.budget_bytes);
+        }
         if plan.seq % self.opening_batches.max(1) == 0 {
-            ramp.window += ramp.smallest;
+            // No batch filled: the window doubles, as slow start's does.
+            ramp.window += ramp.smallest.min(ramp.window);
             ramp.smallest = u64::MAX;
-            if ramp.window >= RAMP_END {
+            ramp.rounds += 1;
+            if ramp.window >= RAMP_END || ramp.rounds >= MAX_RAMP_ROUNDS {
                 self.ramp = None;
             }
         }
     }
 
     /// Chunks are opening-sized too while the opening batches are made (a chunk starts the
-    /// next batch when the current one holds something).
-    fn chunk_size_now(&self) -> u64 {
+    /// next batch when the current one holds something); in a round shaped by slow start,
+    /// with room for the chunk's entry header (of `path`) in the window.
+    fn chunk_size_now(&self, path: &[u8]) -> u64 {
         let seq = self.next_seq + u64::from(!self.current.items.is_empty());
-        self.sized_for(seq, self.chunk_size)
+        let size = self.sized_for(seq, self.chunk_size);
+        let in_rounds = self.ramp.is_some() && self.slow_start && !self.path_rtt.is_short();
+        if in_rounds && size < self.chunk_size {
+            size.saturating_sub(Planner::entry_bytes(path, 0)).max(4096)
+        } else {
+            size
+        }
     }
 
     fn add(&mut self, item: PlanItem, data: u64, emit: &mut impl FnMut(BatchPlan)) {
@@ -587,6 +607,35 @@ mod tests {
         let big = plan(vec![file("big", 8 << 20)], &options);
         assert!(big[0].data_bytes <= FIRST_OPENING_BATCH_SIZE);
         assert_eq!(big.iter().map(|p| p.data_bytes).sum::<u64>(), 8 << 20);
+    }
+
+    #[test]
+    fn the_opening_rounds_end_even_when_their_batches_are_cut_short() {
+        // A directory before each file too large to share its batch: every other batch holds
+        // one directory entry of a few dozen bytes.
+        let options = TransferOptions::default();
+        let dir = |path: &str| ScanEntry {
+            kind: EntryType::Dir,
+            ..file(path, 0)
+        };
+        let mut entries = Vec::new();
+        for i in 0..200 {
+            entries.push(dir(&format!("d{i:03}")));
+            entries.push(file(&format!("d{i:03}/img"), 600_000));
+        }
+        entries.extend((0..10_000).map(|i| file(&format!("s/{i:05}"), 4000)));
+        let plans = plan(entries, &options);
+        // The pairs alone make more batches than the rounds may take (200 dir-file pairs,
+        // 32 batches a round): once they are planned, the small files go in batches of the
+        // configured size.
+        let small: Vec<&BatchPlan> = plans
+            .iter()
+            .filter(|p| p.items.iter().all(|i| i.path().starts_with(b"s/")))
+            .collect();
+        assert!(small.len() >= 10, "{} batches of small files", small.len());
+        assert!(small[..small.len() - 1]
+            .iter()
+            .all(|p| p.data_bytes > options.batch_size / 2));
     }
 
     #[test]

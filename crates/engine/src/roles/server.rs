@@ -883,10 +883,11 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 ..shared.options.for_one_transfer().with_meta(meta)
             };
             // The opening batches take the shape of slow start on a long path (the round
-            // trip of the control connection's TLS handshake).
-            if let Some(rtt) = served.conn.rtt {
-                options.path_rtt.set(rtt);
-            }
+            // trip of the control connection's TLS handshake; without TLS none is measured,
+            // and the path is taken as short).
+            options
+                .path_rtt
+                .set(served.conn.rtt.unwrap_or(Duration::ZERO));
             let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),

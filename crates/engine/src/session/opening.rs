@@ -105,9 +105,16 @@ impl FirstRoundTrip {
         &self.wake
     }
 
-    /// Batch `seq` of `bytes` is about to go out.
+    /// Batch `seq` of `bytes` is about to go out. A first batch larger than the initial
+    /// window ends the hold at once: it takes round trips of slow start by itself (a stream
+    /// joining once the opening batches are behind), and holding would only leave the
+    /// stream's socket empty once it is acknowledged.
     pub(crate) fn sending(&self, seq: u64, bytes: u64) {
         let mut s = lock(&self.state);
+        if s.held && s.in_flight.is_empty() && s.unacked == 0 && bytes > INITIAL_CWND {
+            s.held = false;
+            s.timed = None;
+        }
         if let Some((rtt, until @ None)) = &mut s.timed {
             *until = Some(Instant::now() + *rtt);
         }
@@ -154,6 +161,10 @@ mod tests {
             w.sending(seq, 1 << 20);
             assert!(w.may_take(), "open once the first acknowledgement came");
         }
+        // A stream whose first batch is larger than the initial window is not held.
+        let late = FirstRoundTrip::new(Duration::from_millis(100));
+        late.sending(1, 1 << 20);
+        assert!(late.may_take());
         // Small batches that fit the initial window together go at once.
         let small = FirstRoundTrip::new(Duration::from_millis(100));
         small.sending(1, 4_000);
