@@ -714,11 +714,7 @@ fn doctor_sizes_transfer_nodes_from_a_data_set_read_on_this_host() {
 fn a_small_push_over_a_long_path_spreads_its_first_batches_over_the_streams() {
     let t = tmp();
     let src = t.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    for i in 0..100u32 {
-        let content: Vec<u8> = (0..4096u32).map(|j| (i * 31 + j * 7) as u8).collect();
-        tree::make_file(&src.join(format!("f{i:03}")), &content, 0o644);
-    }
+    hundred_small_files(&src);
     let srv = server(&t.path().join("root"));
     let log = t.path().join("relay.log");
     let relay = RelayProc::start_logged(srv.addr(), &["--delay", "50ms"], &log);
@@ -728,17 +724,32 @@ fn a_small_push_over_a_long_path_spreads_its_first_batches_over_the_streams() {
     let streams = json(&out)["path"]["streams_start"].as_u64().unwrap();
     assert_eq!(streams, 32, "a 100 ms path starts its streams wide");
     drop(out);
+    // Before: 10 connections, one with 126 KB. A stream that joins late leaves its share
+    // to the first one acknowledged, so not every one of the 32 carries a batch every time.
+    assert_carried_by_many(&relay, |(to_server, _)| to_server);
+}
+
+/// 100 files of 4 KiB, each of its own content, in `dir`.
+fn hundred_small_files(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for i in 0..100u32 {
+        let content: Vec<u8> = (0..4096u32).map(|j| (i * 31 + j * 7) as u8).collect();
+        tree::make_file(&dir.join(format!("f{i:03}")), &content, 0o644);
+    }
+}
+
+/// Of the connections through `relay`, those that carried one way (`way` picks bytes to the
+/// server or to the client) at least a first-round batch (three files of 4 KiB) carried the
+/// 100 files of 4 KiB between them, and there are 20 or more of them.
+fn assert_carried_by_many(relay: &RelayProc, way: impl Fn((u64, u64)) -> u64) {
     let closed = relay.closed();
-    // 100 files of 4 KiB: about 410 KB, three files to a first-round batch.
     let carrying: Vec<u64> = closed
         .iter()
-        .map(|&(up, _)| up)
-        .filter(|&up| up >= 12_000)
+        .map(|&c| way(c))
+        .filter(|&bytes| bytes >= 12_000)
         .collect();
     let total: u64 = carrying.iter().sum();
     assert!(total >= 409_600, "{closed:?}");
-    // Before: 10 connections, one with 126 KB. A stream that joins late leaves its share
-    // to the first one acknowledged, so not every one of the 32 carries a batch every time.
     assert!(
         carrying.len() >= 20,
         "only {} connections carried a batch: {closed:?}",
@@ -753,11 +764,7 @@ fn a_small_push_over_a_long_path_spreads_its_first_batches_over_the_streams() {
 fn a_small_pull_over_a_long_path_spreads_its_first_batches_over_the_streams() {
     let t = tmp();
     let src = t.path().join("root/src");
-    std::fs::create_dir_all(&src).unwrap();
-    for i in 0..100u32 {
-        let content: Vec<u8> = (0..4096u32).map(|j| (i * 17 + j * 5) as u8).collect();
-        tree::make_file(&src.join(format!("f{i:03}")), &content, 0o644);
-    }
+    hundred_small_files(&src);
     let srv = server(&t.path().join("root"));
     let log = t.path().join("relay.log");
     let relay = RelayProc::start_logged(srv.addr(), &["--delay", "50ms"], &log);
@@ -765,18 +772,6 @@ fn a_small_pull_over_a_long_path_spreads_its_first_batches_over_the_streams() {
     let out = cp(&srv, &["--json"], relay.url("src"), &back);
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &back);
-    let closed = relay.closed();
-    let carrying: Vec<u64> = closed
-        .iter()
-        .map(|&(_, down)| down)
-        .filter(|&down| down >= 12_000)
-        .collect();
-    let total: u64 = carrying.iter().sum();
-    assert!(total >= 409_600, "{closed:?}");
     // Before: 4 connections, one with 251 KB.
-    assert!(
-        carrying.len() >= 20,
-        "only {} connections carried a batch: {closed:?}",
-        carrying.len()
-    );
+    assert_carried_by_many(&relay, |(_, to_client)| to_client);
 }
