@@ -24,23 +24,35 @@ RECENT_S = 360
 STAMP = "last-deletion"
 
 
-def journal_less_ext4(path: str, mountinfo: str = "/proc/self/mountinfo", jbd2: str = "/proc/fs/jbd2") -> bool:
-    """Whether `path` is on an ext4 mounted without a journal (no jbd2 entry for its device)."""
+def mounts_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str]]:
+    """The (file system type, source) of each line of `mountinfo` for the device `path` is on."""
     try:
         dev = os.stat(path).st_dev
         with open(mountinfo) as f:
             lines = f.read().splitlines()
-        journals = {name.rsplit("-", 1)[0] for name in os.listdir(jbd2)} if os.path.isdir(jbd2) else set()
     except OSError:
-        return False
+        return []
     want = f"{os.major(dev)}:{os.minor(dev)}"
+    out = []
     for line in lines:
         fields = line.split()
         if len(fields) < 10 or fields[2] != want or "-" not in fields:
             continue
         after = fields[fields.index("-") + 1:]
-        if after[0] == "ext4":
-            return os.path.basename(after[1]) not in journals
+        if len(after) >= 2:
+            out.append((after[0], after[1]))
+    return out
+
+
+def journal_less_ext4(path: str, mountinfo: str = "/proc/self/mountinfo", jbd2: str = "/proc/fs/jbd2") -> bool:
+    """Whether `path` is on an ext4 mounted without a journal (no jbd2 entry for its device)."""
+    try:
+        journals = {name.rsplit("-", 1)[0] for name in os.listdir(jbd2)} if os.path.isdir(jbd2) else set()
+    except OSError:
+        return False
+    for fstype, source in mounts_of(path, mountinfo):
+        if fstype == "ext4":
+            return os.path.basename(source) not in journals
     return False
 
 
@@ -66,16 +78,42 @@ def wait_out_deletions(meta: str, data: str, log, now=None, sleep=time.sleep) ->
         slept += left
 
 
-def spare_bytes(path: str) -> int:
+def fs_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> Optional[str]:
+    """The type of the file system `path` is on (`ext4`, `tmpfs`...); None if unknown."""
+    mounts = mounts_of(path, mountinfo)
+    return mounts[0][0] if mounts else None
+
+
+def mem_available(meminfo: str = "/proc/meminfo") -> Optional[int]:
+    """Bytes of memory the kernel could still give (`MemAvailable`); None if unknown."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def spare_bytes(path: str, mountinfo: str = "/proc/self/mountinfo", meminfo: str = "/proc/meminfo") -> int:
     """Bytes an unprivileged writer may still use on the file system of `path` (or of the
-    nearest existing parent)."""
+    nearest existing parent). On a tmpfs, no more than the memory still available: its size
+    is a limit, not a reservation, and the copies kept there take the memory the servers,
+    relays and tools need (a wan suite once ran out of memory with 17 GB of copies in
+    /dev/shm, and the kernel killed two relays)."""
     while not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
             break
         path = parent
     st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    spare = st.f_bavail * st.f_frsize
+    if fs_type(path, mountinfo) == "tmpfs":
+        available = mem_available(meminfo)
+        if available is not None:
+            spare = min(spare, available)
+    return spare
 
 
 def spare_files(path: str) -> int:

@@ -224,6 +224,28 @@ class Disposal(unittest.TestCase):
         self.assertEqual(disposal.to_delete(kept, spare=(4, 9000), reserve=(9, 5000)), ["a"])
         self.assertGreater(disposal.spare_files(tempfile.gettempdir()), 0)
 
+    def test_a_tmpfs_has_no_more_spare_than_the_memory_still_available(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            st = os.stat(tmp)
+            dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+            meminfo = os.path.join(tmp, "meminfo")
+            with open(meminfo, "w") as f:
+                f.write("MemTotal:       24000000 kB\nMemAvailable:       1024 kB\n")
+            on_disk = disposal.spare_bytes(tmp)
+            self.assertGreater(on_disk, 1 << 20)
+            for fstype, expect in (("tmpfs", 1 << 20), ("ext4", None)):
+                mountinfo = os.path.join(tmp, f"mountinfo-{fstype}")
+                with open(mountinfo, "w") as f:
+                    f.write(f"36 25 {dev} / /somewhere rw,relatime shared:1 - {fstype} {fstype}-dev rw\n")
+                self.assertEqual(disposal.fs_type(tmp, mountinfo), fstype)
+                spare = disposal.spare_bytes(tmp, mountinfo=mountinfo, meminfo=meminfo)
+                if expect is None:
+                    self.assertGreater(spare, 1 << 20)
+                else:
+                    self.assertEqual(spare, expect)
+            self.assertIsNone(disposal.mem_available(os.path.join(tmp, "missing")))
+            self.assertIsNone(disposal.fs_type(tmp, os.path.join(tmp, "missing")))
+
     def test_keep_deletes_only_when_the_disk_runs_short(self):
         with tempfile.TemporaryDirectory() as tmp:
             paths = []
