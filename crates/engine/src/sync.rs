@@ -1,11 +1,13 @@
-//! The engine's two small concurrency helpers: [`lock`] (the store's, which ignores poison:
+//! The engine's small concurrency helpers: [`lock`] (the store's, which ignores poison:
 //! a thread that panicked while holding a lock has already failed the transfer, and what the
-//! lock guards stays meaningful), re-exported for the crates above, and [`Abort`], the first
+//! lock guards stays meaningful), re-exported for the crates above; [`Abort`], the first
 //! fatal error of a transfer together with the sockets to shut down so that no thread stays
-//! blocked; and [`Cancel`], a transfer's stop signal from outside it.
+//! blocked; [`Cancel`], a transfer's stop signal from outside it; and [`Signal`], a one-time
+//! signal threads wait for among their channels.
 
 use crate::error::TransferError;
 use crate::net::Conn;
+use crossbeam_channel::{bounded, Receiver, Sender, TryRecvError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +27,41 @@ impl Cancel {
     /// Whether the transfer was asked to stop.
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A one-time signal that any number of threads wait for among their other channels
+/// (`select!` on [`Signal::receiver`], which is ready once it is set), or look at without
+/// waiting. Set by dropping the only sender.
+pub(crate) struct Signal {
+    tx: Mutex<Option<Sender<()>>>,
+    rx: Receiver<()>,
+}
+
+impl Default for Signal {
+    fn default() -> Signal {
+        let (tx, rx) = bounded(0);
+        Signal {
+            tx: Mutex::new(Some(tx)),
+            rx,
+        }
+    }
+}
+
+impl Signal {
+    /// Sets the signal (again: no effect).
+    pub(crate) fn set(&self) {
+        lock(&self.tx).take();
+    }
+
+    /// Whether it is set.
+    pub(crate) fn is_set(&self) -> bool {
+        matches!(self.rx.try_recv(), Err(TryRecvError::Disconnected))
+    }
+
+    /// Ready (disconnected) once the signal is set.
+    pub(crate) fn receiver(&self) -> &Receiver<()> {
+        &self.rx
     }
 }
 

@@ -158,7 +158,7 @@ pub(crate) struct Tls {
     /// The server's key (client side).
     pub(crate) server_key: Option<Fingerprint>,
     /// Server side: the time from its flight (after the client's hello) to the client's
-    /// answer that ended the handshake, a round trip of the path.
+    /// answer that ended the handshake, a round trip of the path (`None` on a client).
     pub(crate) handshake_rtt: Option<Duration>,
 }
 
@@ -286,7 +286,9 @@ impl Tls {
         })?;
         let conn =
             rustls::ClientConnection::new(Arc::new(config), name).map_err(HandshakeError::Tls)?;
-        let (mut tls, _) = Tls::handshake(tcp, conn.into(), deadline, moved)?;
+        let mut tls = Tls::handshake(tcp, conn.into(), deadline, moved)?;
+        // Its last flight ended the handshake: nothing was measured.
+        tls.handshake_rtt = None;
         tls.server_key = *lock(&verifier.seen);
         Ok(tls)
     }
@@ -300,20 +302,17 @@ impl Tls {
     ) -> Result<Tls, HandshakeError> {
         let conn =
             rustls::ServerConnection::new(config.config.clone()).map_err(HandshakeError::Tls)?;
-        let (mut tls, answered_after) = Tls::handshake(tcp, conn.into(), deadline, moved)?;
-        tls.handshake_rtt = answered_after;
-        Ok(tls)
+        Tls::handshake(tcp, conn.into(), deadline, moved)
     }
 
-    /// Runs the handshake; also returns the time from this side's first flight sent after
-    /// the peer's first (a server's, after the client's hello) to its end (meaningless on
-    /// the client, whose last flight ends it).
+    /// Runs the handshake, timing it from this side's first flight sent after the peer's
+    /// first (a server's, after the client's hello) to its end (`handshake_rtt`).
     fn handshake(
         tcp: &TcpStream,
         mut conn: rustls::Connection,
         deadline: Option<Instant>,
         moved: &AtomicU64,
-    ) -> Result<(Tls, Option<Duration>), HandshakeError> {
+    ) -> Result<Tls, HandshakeError> {
         let io = HandshakeError::Io;
         let tcp = tcp.try_clone().map_err(io)?;
         tcp.set_nonblocking(true).map_err(io)?;
@@ -371,16 +370,15 @@ impl Tls {
             .negotiated_cipher_suite()
             .map(|s| format!("{:?}", s.suite()))
             .unwrap_or_default();
-        let tls = Tls {
+        let handshake_rtt = state.answered_at.map(|t| t.elapsed());
+        Ok(Tls {
             tcp,
             state: Mutex::new(state),
             binding,
             suite,
             server_key: None,
-            handshake_rtt: None,
-        };
-        let answered_after = lock(&tls.state).answered_at.map(|t| t.elapsed());
-        Ok((tls, answered_after))
+            handshake_rtt,
+        })
     }
 
     /// The value both sides' token proofs are bound to.

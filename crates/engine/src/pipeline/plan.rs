@@ -339,13 +339,23 @@ impl Planner {
     /// round's window while the rounds last, otherwise at [`OPENING_BATCH_SIZE`] in the one
     /// opening round (a local copy, or a path known to be short).
     fn sized_for(&self, seq: u64, size: u64) -> u64 {
-        let rounds = self.slow_start && !self.path_rtt.is_short();
-        match &self.ramp {
-            _ if self.opening_batches == 0 => size,
-            Some(ramp) if rounds => size.min(ramp.window),
-            _ if !rounds && seq <= self.opening_batches => size.min(OPENING_BATCH_SIZE),
-            _ => size,
+        if self.opening_batches == 0 {
+            return size;
         }
+        match self.rounds_now() {
+            Some(ramp) => size.min(ramp.window),
+            None if seq <= self.opening_batches
+                && (!self.slow_start || self.path_rtt.is_short()) =>
+            {
+                size.min(OPENING_BATCH_SIZE)
+            }
+            None => size,
+        }
+    }
+
+    /// The opening rounds, while they last and the path is not known to be short.
+    fn rounds_now(&self) -> Option<&Ramp> {
+        self.ramp.as_ref().filter(|_| !self.path_rtt.is_short())
     }
 
     /// Batch `plan` is made: the opening rounds move on (see the module comment).
@@ -373,8 +383,7 @@ impl Planner {
     fn chunk_size_now(&self, path: &[u8]) -> u64 {
         let seq = self.next_seq + u64::from(!self.current.items.is_empty());
         let size = self.sized_for(seq, self.chunk_size);
-        let in_rounds = self.ramp.is_some() && self.slow_start && !self.path_rtt.is_short();
-        if in_rounds && size < self.chunk_size {
+        if self.rounds_now().is_some() && size < self.chunk_size {
             size.saturating_sub(Planner::entry_bytes(path, 0)).max(4096)
         } else {
             size

@@ -27,7 +27,7 @@ use crate::report::{Counts, PathReport, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
 use crate::session::opening::FirstRoundTrip;
 use crate::session::stall;
-use crate::sync::{lock, unpoisoned, Abort};
+use crate::sync::{lock, unpoisoned, Abort, Signal};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::session::client::{ClientStream, Event, Sent};
 use sprat_proto::{Batch, Operation, RemoteStats};
@@ -80,20 +80,18 @@ struct Push<'a> {
     /// Batches of refused streams, to be sent again by the others.
     again: Receiver<Batch>,
     resend: Sender<Batch>,
-    /// Disconnected when the transfer fails.
-    cancel: Receiver<()>,
-    cancel_tx: Mutex<Option<Sender<()>>>,
+    /// Set when the transfer fails.
+    cancel: Signal,
     abort: &'a Abort,
     counts: Mutex<Counts>,
     /// What the server acknowledged (its bytes are what the stream adapter measures).
     acked: &'a SessionAcks,
     /// A stream ran out of batches.
     drained: AtomicBool,
-    /// Dropped by the first stream that finds the source drained: wakes the streams that wait
+    /// Set by the first stream that finds the source drained: wakes the streams that wait
     /// for their first round trip's acknowledgement (their `End` goes behind their last batch
     /// at once).
-    source_ended_tx: Mutex<Option<Sender<()>>>,
-    source_ended: Receiver<()>,
+    source_ended: Signal,
     tail: Tail,
     refused_streams: AtomicUsize,
     /// What each batch in flight held, when files are reported as they complete (`cp -v`).
@@ -104,16 +102,8 @@ struct Push<'a> {
 
 impl Push<'_> {
     fn fail(&self, e: TransferError) {
-        lock(&self.cancel_tx).take();
+        self.cancel.set();
         self.abort.fail(e);
-    }
-
-    /// Whether a stream found the source drained.
-    fn source_ended(&self) -> bool {
-        matches!(
-            self.source_ended.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Disconnected)
-        )
     }
 }
 
@@ -311,8 +301,6 @@ pub(crate) fn run_session(
     acked.set_rtt(session.rtt());
     options.path_rtt.set(session.rtt());
     let (resend, again) = unbounded();
-    let (cancel_tx, cancel) = bounded::<()>(0);
-    let (source_ended_tx, source_ended) = bounded::<()>(0);
     let push = Push {
         session: &session,
         progress: &options.progress,
@@ -320,14 +308,12 @@ pub(crate) fn run_session(
         sent: sent.clone(),
         again,
         resend,
-        cancel,
-        cancel_tx: Mutex::new(Some(cancel_tx)),
+        cancel: Signal::default(),
         abort,
         counts: Mutex::new(Counts::default()),
         acked,
         drained: AtomicBool::new(false),
-        source_ended_tx: Mutex::new(Some(source_ended_tx)),
-        source_ended,
+        source_ended: Signal::default(),
         tail: Tail::default(),
         refused_streams: AtomicUsize::new(0),
         listing: options.file_log.clone().map(PushListing::new),
@@ -585,7 +571,6 @@ fn start_stream<'s>(
     let (stop_tx, stop) = bounded::<()>(0);
     let (ended_tx, ended_rx) = bounded::<()>(0);
     let sender_machine = machine.clone();
-    let cancel = push.cancel.clone();
     let opening = Arc::new(FirstRoundTrip::new(session.rtt()));
     let acks_opening = opening.clone();
     s.spawn(move || {
@@ -596,7 +581,7 @@ fn start_stream<'s>(
             opening: &opening,
             control,
             gate: sender_gate.as_deref(),
-            cancel: &cancel,
+            cancel: push.cancel.receiver(),
             retire: &retire,
             stop: &stop,
         };
@@ -709,18 +694,17 @@ impl Lanes<'_> {
                 listing.sending(&batch);
             }
             push.acked.sending(batch.seq, &batch.totals);
-            self.opening
-                .sending(batch.seq, (batch.header.len() + batch.data.len()) as u64);
+            self.opening.sending(batch.seq, batch.payload_len() as u64);
             lock(self.machine).sending(batch.seq);
             Next::Batch(batch)
         };
         loop {
             // On a long path, no batch beyond what the stream's first round trip carries
             // until it is acknowledged: the others take it (see `session::opening`).
-            if !self.opening.may_take() && !push.source_ended() {
+            if !self.opening.may_take() && !push.source_ended.is_set() {
                 select! {
                     recv(self.opening.woken()) -> _ => continue,
-                    recv(push.source_ended) -> _ => continue,
+                    recv(push.source_ended.receiver()) -> _ => continue,
                     recv(self.retire) -> _ => return end(Ended::Retired),
                     recv(self.stop) -> _ => return Next::Stop(Ended::Refused),
                     recv(self.cancel) -> _ => return Next::Stop(Ended::Cancelled),
@@ -731,7 +715,7 @@ impl Lanes<'_> {
                 recv(push.batches) -> b => match b {
                     Ok(batch) => return send(batch),
                     Err(_) => {
-                        lock(&push.source_ended_tx).take();
+                        push.source_ended.set();
                         let settles = self.control || !lock(self.machine).holds_unannounced();
                         if let (true, Some(gate)) = (settles, self.gate) {
                             gate.release();

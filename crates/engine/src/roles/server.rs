@@ -31,7 +31,7 @@ use crate::session::admission::{Full, HandshakeSlot, Handshakes, Places, Use};
 use crate::session::opening::FirstRoundTrip;
 use crate::session::registry::{Registry, SessionId, Taken};
 use crate::session::stall;
-use crate::sync::{lock, unpoisoned, Abort, Cancel};
+use crate::sync::{lock, unpoisoned, Abort, Cancel, Signal};
 use crate::text::printable;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sprat_proto::auth::{Credential, TokenKey};
@@ -192,21 +192,12 @@ struct PullSession {
     _index: Charge,
     /// When the session last told the client what was skipped, and what.
     told: Mutex<(Option<Instant>, (u64, u64))>,
-    /// Dropped by the first connection that finds the source drained: wakes the connections
+    /// Set by the first connection that finds the source drained: wakes the connections
     /// holding in their first round trip (their `End` goes behind their last batch at once).
-    source_ended_tx: Mutex<Option<Sender<()>>>,
-    source_ended: Receiver<()>,
+    source_ended: Signal,
 }
 
 impl PullSession {
-    /// Whether a connection found the source drained.
-    fn source_ended(&self) -> bool {
-        matches!(
-            self.source_ended.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Disconnected)
-        )
-    }
-
     /// The `Progress` one of the session's connections is to send now, between batches: the
     /// client counts what it writes itself, but not what the check spared. When that changed,
     /// at most once per [`PROGRESS_EVERY`] for the whole session (the first time at once),
@@ -871,7 +862,6 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
             };
             let counts = Arc::new(SkipCounts::default());
-            let (source_ended_tx, source_ended) = bounded::<()>(0);
             let skip = index.map(|index| Skip {
                 index: Box::new(move || Ok(index)),
                 rule: SkipRule::from_check(check),
@@ -899,8 +889,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 skipped: counts,
                 _index: charge,
                 told: Mutex::new((None, (0, 0))),
-                source_ended_tx: Mutex::new(Some(source_ended_tx)),
-                source_ended,
+                source_ended: Signal::default(),
             })
         }
     };
@@ -1293,19 +1282,19 @@ fn serve_pull(
                     return Next::Control(msg);
                 }
             }
-            if !first.may_take() && !session.source_ended() {
+            if !first.may_take() && !session.source_ended.is_set() {
                 let left = first.left().unwrap_or(PROGRESS_EVERY).min(PROGRESS_EVERY);
-                let _ = session.source_ended.recv_timeout(left);
+                let _ = session.source_ended.receiver().recv_timeout(left);
                 continue;
             }
             match session.batches.recv_timeout(PROGRESS_EVERY) {
                 Ok(batch) => {
-                    first.sending(batch.seq, (batch.header.len() + batch.data.len()) as u64);
+                    first.sending(batch.seq, batch.payload_len() as u64);
                     return Next::Batch(batch);
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    lock(&session.source_ended_tx).take();
+                    session.source_ended.set();
                     return end(&mut machine);
                 }
             }

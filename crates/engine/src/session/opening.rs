@@ -42,8 +42,8 @@ struct State {
     /// A sender that hears no acknowledgements: the round trip after its first batch that
     /// ends the hold, and when (once that batch went).
     timed: Option<(Duration, Option<Instant>)>,
-    /// Batches sent and not acknowledged, while held: sequence number and bytes.
-    in_flight: Vec<(u64, u64)>,
+    /// Sequence numbers of the batches sent while held.
+    in_flight: Vec<u64>,
     unacked: u64,
     /// Bytes of the batch taken last.
     last: u64,
@@ -111,7 +111,7 @@ impl FirstRoundTrip {
     /// stream's socket empty once it is acknowledged.
     pub(crate) fn sending(&self, seq: u64, bytes: u64) {
         let mut s = lock(&self.state);
-        if s.held && s.in_flight.is_empty() && s.unacked == 0 && bytes > INITIAL_CWND {
+        if s.held && s.in_flight.is_empty() && bytes > INITIAL_CWND {
             s.held = false;
             s.timed = None;
         }
@@ -120,7 +120,7 @@ impl FirstRoundTrip {
         }
         if s.held {
             s.last = bytes;
-            s.in_flight.push((seq, bytes));
+            s.in_flight.push(seq);
             s.unacked += bytes;
         }
     }
@@ -129,7 +129,7 @@ impl FirstRoundTrip {
     /// stream's.
     pub(crate) fn acked(&self, seq: u64) {
         let mut s = lock(&self.state);
-        if s.held && s.in_flight.iter().any(|&(q, _)| q == seq) {
+        if s.held && s.in_flight.contains(&seq) {
             s.held = false;
             s.in_flight = Vec::new();
             drop(s);
