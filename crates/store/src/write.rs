@@ -17,6 +17,8 @@
 //! ([`TreeWriter::keep_setid`]): files that arrive from a network peer must not become
 //! set-user-ID programs of whoever runs the writer (often root). Directories keep theirs.
 
+mod finish;
+
 use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::partial::{self, Coverage, Identity, Record};
@@ -870,59 +872,6 @@ impl TreeWriter {
                 AtFlags::SYMLINK_FOLLOW,
             )
         }
-    }
-
-    /// Applies directory modes and mtimes, deepest first. Returns the first
-    /// [`MAX_LISTED_ERRORS`] errors met and how many more there were.
-    pub fn finish(&self) -> (Vec<StoreError>, u64) {
-        let links = std::mem::take(&mut *lock(&self.links));
-        let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
-        dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
-        let mut errors = Vec::new();
-        let mut more = 0u64;
-        let mut record = |e: StoreError| {
-            if errors.len() < MAX_LISTED_ERRORS {
-                errors.push(e);
-            } else {
-                more += 1;
-            }
-        };
-        // Links change their directories' mtimes: made before those are set.
-        for (path, target) in links {
-            if let Err(e) = self.make_hard_link(&path, &target) {
-                record(e);
-            }
-        }
-        for (path, (attrs, xattrs)) in dirs {
-            let res = self
-                .base
-                .open_dir_nofollow(&path)
-                .map_err(|e| StoreError::new("set attributes of", &path, escape_error(e)))
-                .and_then(|fd| {
-                    self.chown_fd(&fd, &attrs)
-                        .map_err(|e| StoreError::new("set attributes of", &path, e))?;
-                    if let Some(x) = &xattrs {
-                        let (scope, list) = &**x;
-                        let update = XattrUpdate {
-                            scope: *scope,
-                            list: list.clone(),
-                        };
-                        self.apply_xattrs(&fd, &update, false, &path)?;
-                    }
-                    fchmod(&fd, Mode::from_raw_mode(attrs.mode))
-                        .and_then(|()| futimens(&fd, &timestamps(&attrs)))
-                        .map_err(|e| StoreError::new("set attributes of", &path, e))
-                });
-            if let Err(e) = res {
-                record(e);
-            }
-        }
-        if self.durable {
-            if let Err(e) = self.sync(b"") {
-                record(e);
-            }
-        }
-        (errors, more)
     }
 
     /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
