@@ -874,51 +874,6 @@ impl TreeWriter {
         }
     }
 
-    /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
-    /// what is at `path`; nothing to do when it is one already.
-    fn make_hard_link(&self, path: &[u8], target: &[u8]) -> Result<(), StoreError> {
-        let (tdir, tname) = crate::relpath::split_parent(self.target(target)?);
-        let (pdir, pname) = crate::relpath::split_parent(self.target(path)?);
-        let open = |dir: &[u8]| {
-            self.base
-                .open_dir_nofollow(dir)
-                .map_err(|e| StoreError::new("open directory", dir, escape_error(e)))
-        };
-        let tfd = open(tdir)?;
-        let pfd = open(pdir)?;
-        let wanted = StatxFlags::TYPE | StatxFlags::INO;
-        let t = statx(&tfd, os(tname), AtFlags::SYMLINK_NOFOLLOW, wanted)
-            .map_err(|e| StoreError::new("hard link to", target, e))?;
-        if FileType::from_raw_mode(t.stx_mode as u32) != FileType::RegularFile {
-            return Err(StoreError::other(
-                "hard link",
-                path,
-                "what it links to is not a regular file at the destination",
-            ));
-        }
-        if let Ok(p) = statx(&pfd, os(pname), AtFlags::SYMLINK_NOFOLLOW, wanted) {
-            let same_dev = (p.stx_dev_major, p.stx_dev_minor) == (t.stx_dev_major, t.stx_dev_minor);
-            if same_dev && p.stx_ino == t.stx_ino {
-                return Ok(());
-            }
-        }
-        let temp = self.temp_name(pname);
-        let link = || linkat(&tfd, os(tname), &pfd, os(&temp), AtFlags::empty());
-        match link() {
-            Err(Errno::EXIST) => {
-                let _ = unlinkat(&pfd, os(&temp), AtFlags::empty());
-                link()
-            }
-            other => other,
-        }
-        .and_then(|()| {
-            rename_into_place(&pfd, &temp, pname).inspect_err(|_| {
-                let _ = unlinkat(&pfd, os(&temp), AtFlags::empty());
-            })
-        })
-        .map_err(|e| StoreError::new("hard link", path, e))
-    }
-
     /// Number of large files still waiting for chunks (their partial files stay, for a
     /// later run to resume).
     pub fn incomplete_files(&self) -> usize {

@@ -1,6 +1,9 @@
 //! The end of a tree's writing: hard links, then every directory's owner, extended
 //! attributes, mode and mtime ([`TreeWriter::finish`]).
 //!
+//! Hard links are made once every file is written (the first name of each file carries its
+//! data), on several threads when there are many; a name with nothing in the way is linked
+//! directly, any other through a temporary name renamed over it.
 //! Directories are finished deepest first, one depth at a time, so that no directory loses
 //! the search or write permission its subdirectories still need before they are done.
 //! Directories of one depth do not depend on each other (setting a directory's attributes
@@ -10,16 +13,22 @@
 //! this writer created with them, or met as it should be) is not given them again: one
 //! `fstat` instead of a `fchown`, a `fchmod` and a `futimens` that would each dirty its inode.
 
-use super::{depth, owner_ids, timestamps, DirRecord, TreeWriter, XattrUpdate, MAX_LISTED_ERRORS};
+use super::{
+    depth, os, owner_ids, rename_into_place, timestamps, DirRecord, TreeWriter, XattrUpdate,
+    MAX_LISTED_ERRORS,
+};
 use crate::attrs::Attrs;
 use crate::error::StoreError;
 use crate::root::escape_error;
 use crate::sync::lock;
-use rustix::fs::{fchmod, fstat, futimens, Mode, Stat};
+use rustix::fs::{
+    fchmod, fstat, futimens, linkat, statx, unlinkat, AtFlags, FileType, Mode, Stat, StatxFlags,
+};
+use rustix::io::Errno;
 use std::os::fd::OwnedFd;
 
-/// A depth with at least this many directories is shared among threads (a thread costs tens
-/// of microseconds to start, a directory a few).
+/// At least this many directories of one depth, or hard links, are shared among threads (a
+/// thread costs tens of microseconds to start, a directory or a link a few).
 const PARALLEL_FROM: usize = 256;
 /// At most this many threads finish one depth (the work is the file system's metadata).
 const MAX_THREADS: usize = 8;
@@ -58,13 +67,17 @@ impl TreeWriter {
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Errors::default();
         // Links change their directories' mtimes: made before those are set.
-        for (path, target) in links {
-            if let Err(e) = self.make_hard_link(&path, &target) {
-                errors.record(e);
-            }
-        }
+        errors.absorb(in_parallel(
+            &links,
+            OpenDirs::default,
+            |dirs, (path, target)| self.make_hard_link(dirs, path, target),
+        ));
         for level in dirs.chunk_by(|a, b| depth(&a.0) == depth(&b.0)) {
-            errors.absorb(self.finish_level(level));
+            errors.absorb(in_parallel(
+                level,
+                || (),
+                |(), (path, record)| self.finish_dir(path, record),
+            ));
         }
         if self.durable {
             if let Err(e) = self.sync(b"") {
@@ -74,40 +87,54 @@ impl TreeWriter {
         (errors.listed, errors.more)
     }
 
-    /// Finishes directories of one depth, on several threads when there are many.
-    fn finish_level(&self, level: &[(Vec<u8>, DirRecord)]) -> Errors {
-        let threads = finish_threads(level.len());
-        let finish_all = |part: &[(Vec<u8>, DirRecord)]| {
-            let mut errors = Errors::default();
-            for (path, record) in part {
-                if let Err(e) = self.finish_dir(path, record) {
-                    errors.record(e);
-                }
-            }
-            errors
-        };
-        if threads <= 1 {
-            return finish_all(level);
+    /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
+    /// what is at `path`; nothing to do when it is one already.
+    fn make_hard_link(
+        &self,
+        dirs: &mut OpenDirs,
+        path: &[u8],
+        target: &[u8],
+    ) -> Result<(), StoreError> {
+        let (tdir, tname) = crate::relpath::split_parent(self.target(target)?);
+        let (pdir, pname) = crate::relpath::split_parent(self.target(path)?);
+        let (tfd, pfd) = dirs.open_pair(self, tdir, pdir)?;
+        let wanted = StatxFlags::TYPE | StatxFlags::INO;
+        let t = statx(tfd, os(tname), AtFlags::SYMLINK_NOFOLLOW, wanted)
+            .map_err(|e| StoreError::new("hard link to", target, e))?;
+        if FileType::from_raw_mode(t.stx_mode as u32) != FileType::RegularFile {
+            return Err(StoreError::other(
+                "hard link",
+                path,
+                "what it links to is not a regular file at the destination",
+            ));
         }
-        let mut errors = Errors::default();
-        std::thread::scope(|scope| {
-            let workers: Vec<_> = level
-                .chunks(level.len().div_ceil(threads))
-                .map(|part| (part, scope.spawn(move || finish_all(part))))
-                .collect();
-            for (part, worker) in workers {
-                match worker.join() {
-                    Ok(found) => errors.absorb(found),
-                    // Not expected (no panics on this path); the directories still count.
-                    Err(_) => errors.record(StoreError::other(
-                        "set attributes of",
-                        &part[0].0,
-                        "the thread finishing this and the next directories stopped",
-                    )),
-                }
+        // Linked under its name at once (the file it links to is whole already), unless
+        // something has the name.
+        match linkat(tfd, os(tname), pfd, os(pname), AtFlags::empty()) {
+            Err(Errno::EXIST) => {}
+            other => return other.map_err(|e| StoreError::new("hard link", path, e)),
+        }
+        if let Ok(p) = statx(pfd, os(pname), AtFlags::SYMLINK_NOFOLLOW, wanted) {
+            let same_dev = (p.stx_dev_major, p.stx_dev_minor) == (t.stx_dev_major, t.stx_dev_minor);
+            if same_dev && p.stx_ino == t.stx_ino {
+                return Ok(());
             }
-        });
-        errors
+        }
+        let temp = self.temp_name(pname);
+        let link = || linkat(tfd, os(tname), pfd, os(&temp), AtFlags::empty());
+        match link() {
+            Err(Errno::EXIST) => {
+                let _ = unlinkat(pfd, os(&temp), AtFlags::empty());
+                link()
+            }
+            other => other,
+        }
+        .and_then(|()| {
+            rename_into_place(pfd, &temp, pname).inspect_err(|_| {
+                let _ = unlinkat(pfd, os(&temp), AtFlags::empty());
+            })
+        })
+        .map_err(|e| StoreError::new("hard link", path, e))
     }
 
     /// Gives the directory at `path` the owner, extended attributes, mode and mtime of
@@ -142,13 +169,106 @@ impl TreeWriter {
     }
 }
 
-/// Threads for finishing `dirs` directories of one depth.
-fn finish_threads(dirs: usize) -> usize {
-    if dirs < PARALLEL_FROM {
+/// Does `work` on every item, on several threads when there are many, each with a `state`
+/// of its own, and gathers the errors.
+fn in_parallel<T: Sync, S>(
+    items: &[T],
+    state: impl Fn() -> S + Sync,
+    work: impl Fn(&mut S, &T) -> Result<(), StoreError> + Sync,
+) -> Errors {
+    let work_all = |part: &[T]| {
+        let mut errors = Errors::default();
+        let mut state = state();
+        for item in part {
+            if let Err(e) = work(&mut state, item) {
+                errors.record(e);
+            }
+        }
+        errors
+    };
+    let threads = finish_threads(items.len());
+    if threads <= 1 {
+        return work_all(items);
+    }
+    let mut errors = Errors::default();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = items
+            .chunks(items.len().div_ceil(threads))
+            .map(|part| scope.spawn(move || work_all(part)))
+            .collect();
+        for worker in workers {
+            match worker.join() {
+                Ok(found) => errors.absorb(found),
+                // Not expected: nothing on this path panics.
+                Err(_) => errors.record(StoreError::other(
+                    "finish",
+                    b"",
+                    "a thread finishing directories or hard links stopped",
+                )),
+            }
+        }
+    });
+    errors
+}
+
+/// The directories a thread making hard links opened last: links come in the order their
+/// names were sent, so the next one is most often in the same directories.
+#[derive(Default)]
+struct OpenDirs {
+    /// (path below the root, descriptor), the most recently used last.
+    open: Vec<(Vec<u8>, OwnedFd)>,
+}
+
+impl OpenDirs {
+    /// Directories kept open per thread.
+    const KEPT: usize = 4;
+
+    /// Descriptors of directories `a` and `b` (paths below the writer's root).
+    fn open_pair(
+        &mut self,
+        writer: &TreeWriter,
+        a: &[u8],
+        b: &[u8],
+    ) -> Result<(&OwnedFd, &OwnedFd), StoreError> {
+        self.use_dir(writer, a)?;
+        self.use_dir(writer, b)?;
+        // Both are among the two most recently used, so both are still open.
+        let fd = |dir: &[u8]| {
+            self.open
+                .iter()
+                .find(|(p, _)| p == dir)
+                .map(|(_, fd)| fd)
+                .ok_or_else(|| StoreError::other("open directory", dir, "not kept open"))
+        };
+        Ok((fd(a)?, fd(b)?))
+    }
+
+    /// Makes `dir` the most recently used, opening it if it is not open.
+    fn use_dir(&mut self, writer: &TreeWriter, dir: &[u8]) -> Result<(), StoreError> {
+        if let Some(i) = self.open.iter().position(|(p, _)| p == dir) {
+            let kept = self.open.remove(i);
+            self.open.push(kept);
+            return Ok(());
+        }
+        let fd = writer
+            .base
+            .open_dir_nofollow(dir)
+            .map_err(|e| StoreError::new("open directory", dir, escape_error(e)))?;
+        if self.open.len() == Self::KEPT {
+            self.open.remove(0);
+        }
+        self.open.push((dir.to_vec(), fd));
+        Ok(())
+    }
+}
+
+/// Threads for `items` directories or links.
+fn finish_threads(items: usize) -> usize {
+    if items < PARALLEL_FROM {
         return 1;
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cpus.min(MAX_THREADS).min(dirs / (PARALLEL_FROM / 2))
+    cpus.min(MAX_THREADS).min(items / (PARALLEL_FROM / 2))
 }
 
 fn has_owner(st: &Stat, attrs: &Attrs) -> bool {
@@ -212,6 +332,58 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn many_hard_links_are_made_whatever_is_in_their_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 2 * PARALLEL_FROM + 5;
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        for d in ["b", "b/0", "b/1", "b/2", "b/3", "b/4"] {
+            c.make_dir(d.as_bytes(), &attrs(0o755, 1)).unwrap();
+        }
+        for i in 0..n {
+            c.make_dir(format!("c{i}").as_bytes(), &attrs(0o755, 1))
+                .unwrap();
+            let file = format!("a/{}/f{i}", i % 7);
+            c.write_file(file.as_bytes(), &attrs(0o644, 1), format!("{i}").as_bytes())
+                .unwrap();
+            // One link beside it, one in another tree, one more in a directory of its own.
+            for link in [
+                format!("a/{}/g{i}", i % 7),
+                format!("b/{}/f{i}", i % 5),
+                format!("c{i}/h"),
+            ] {
+                c.hard_link(link.as_bytes(), file.as_bytes()).unwrap();
+            }
+        }
+        // In the way: another file under a link's name, and the link itself already made.
+        c.write_file(b"b/0/f0", &attrs(0o644, 1), b"another")
+            .unwrap();
+        drop(c);
+        std::fs::hard_link(dir.path().join("a/1/f1"), dir.path().join("c1/h")).unwrap();
+        let (errors, more) = writer.finish();
+        assert!(errors.is_empty() && more == 0, "{errors:?}");
+        for i in 0..n {
+            let file = std::fs::metadata(dir.path().join(format!("a/{}/f{i}", i % 7))).unwrap();
+            assert_eq!(file.nlink(), 4, "f{i}");
+            for link in [
+                format!("a/{}/g{i}", i % 7),
+                format!("b/{}/f{i}", i % 5),
+                format!("c{i}/h"),
+            ] {
+                let m = std::fs::symlink_metadata(dir.path().join(&link)).unwrap();
+                assert_eq!(m.ino(), file.ino(), "{link}");
+            }
+        }
+        // No temporary name left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("b/0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]
