@@ -11,7 +11,8 @@
 //! threads: on a tree of many small directories this is the serial tail of every copy, after
 //! the last file. A directory that already has the owner, mode or mtime it is to get (one
 //! this writer created with them, or met as it should be) is not given them again: one
-//! `fstat` instead of a `fchown`, a `fchmod` and a `futimens` that would each dirty its inode.
+//! `fstat` instead of a `fchown`, a `fchmod` and a `futimens` that would each dirty its inode
+//! (a directory whose mtime is right keeps the atime it has).
 
 use super::{
     depth, os, owner_ids, rename_into_place, timestamps, DirRecord, TreeWriter, XattrUpdate,
@@ -62,7 +63,7 @@ impl TreeWriter {
     /// mtimes, deepest first. Returns the first [`MAX_LISTED_ERRORS`] errors met and how
     /// many more there were.
     pub fn finish(&self) -> (Vec<StoreError>, u64) {
-        let links = std::mem::take(&mut *lock(&self.links));
+        let links = last_of_each(std::mem::take(&mut *lock(&self.links)));
         let mut dirs: Vec<_> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         dirs.sort_unstable_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| b.0.cmp(&a.0)));
         let mut errors = Errors::default();
@@ -192,10 +193,15 @@ fn in_parallel<T: Sync, S>(
     }
     let mut errors = Errors::default();
     std::thread::scope(|scope| {
-        let workers: Vec<_> = items
-            .chunks(items.len().div_ceil(threads))
-            .map(|part| scope.spawn(move || work_all(part)))
-            .collect();
+        let mut workers = Vec::new();
+        for part in items.chunks(items.len().div_ceil(threads)) {
+            let work_all = &work_all;
+            // A thread the system will not start leaves its part to this one.
+            match std::thread::Builder::new().spawn_scoped(scope, move || work_all(part)) {
+                Ok(worker) => workers.push(worker),
+                Err(_) => errors.absorb(work_all(part)),
+            }
+        }
         for worker in workers {
             match worker.join() {
                 Ok(found) => errors.absorb(found),
@@ -260,6 +266,19 @@ impl OpenDirs {
         self.open.push((dir.to_vec(), fd));
         Ok(())
     }
+}
+
+/// The links to make, one per path: the last sent of each, as when they were made one after
+/// another (two threads must never make the same name, whose temporary names would clash).
+fn last_of_each(links: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut seen = std::collections::HashSet::new();
+    let mut kept: Vec<_> = links
+        .into_iter()
+        .rev()
+        .filter(|(path, _)| seen.insert(path.clone()))
+        .collect();
+    kept.reverse();
+    kept
 }
 
 /// Threads for `items` directories or links.
@@ -387,11 +406,61 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_that_has_its_attributes_already_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = attrs(0o750, 1_500_000_000);
+        let path = dir.path().join("d");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::set_permissions(&path, PermissionsExt::from_mode(0o750)).unwrap();
+        let mtime = std::time::UNIX_EPOCH + std::time::Duration::new(1_500_000_000, 123_456_789);
+        std::fs::File::open(&path)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_modified(mtime))
+            .unwrap();
+        let before = std::fs::metadata(&path).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        writer.cursor().make_dir(b"d", &want).unwrap();
+        // And one that needs only its mtime.
+        writer
+            .cursor()
+            .make_dir(b"e", &attrs(0o755, 1_500_000_000))
+            .unwrap();
+        assert!(writer.finish().0.is_empty());
+        let after = std::fs::metadata(&path).unwrap();
+        // No attribute call touched it: its inode did not change.
+        assert_eq!(
+            (after.ctime(), after.ctime_nsec()),
+            (before.ctime(), before.ctime_nsec())
+        );
+        assert_eq!(
+            (after.mode() & 0o7777, after.mtime()),
+            (0o750, 1_500_000_000)
+        );
+        let e = std::fs::metadata(dir.path().join("e")).unwrap();
+        assert_eq!((e.mode() & 0o7777, e.mtime()), (0o755, 1_500_000_000));
+    }
+
+    #[test]
+    fn only_the_last_link_sent_for_a_name_is_made() {
+        let link = |p: &str, t: &str| (p.as_bytes().to_vec(), t.as_bytes().to_vec());
+        let kept = last_of_each(vec![
+            link("a", "x"),
+            link("b", "x"),
+            link("a", "y"),
+            link("c", "z"),
+        ]);
+        assert_eq!(kept, vec![link("b", "x"), link("a", "y"), link("c", "z")]);
+    }
+
+    #[test]
     fn threads_only_for_many_directories_and_never_more_than_a_few() {
         assert_eq!(finish_threads(0), 1);
         assert_eq!(finish_threads(PARALLEL_FROM - 1), 1);
         assert!(finish_threads(1_000_000) <= MAX_THREADS);
-        assert!(finish_threads(PARALLEL_FROM) >= 1);
+        // Never fewer than half of PARALLEL_FROM items per thread.
+        assert!(finish_threads(PARALLEL_FROM) <= 2);
+        assert!(finish_threads(10 * PARALLEL_FROM) <= 20);
     }
 
     #[test]
