@@ -10,9 +10,11 @@
 //! does not change its parent's mtime), so a depth with many of them is shared among a few
 //! threads: on a tree of many small directories this is the serial tail of every copy, after
 //! the last file. A directory that already has the owner, mode or mtime it is to get (one
-//! this writer created with them, or met as it should be) is not given them again: one
-//! `fstat` instead of a `fchown`, a `fchmod` and a `futimens` that would each dirty its inode
-//! (a directory whose mtime is right keeps the atime it has).
+//! this writer created with them, or met as it should be) is not given them again (a
+//! directory whose mtime is right keeps the atime it has). The common case, a directory
+//! without extended attributes whose owner and mode are right, is not even opened: a `statx`
+//! and a `utimensat` by its name in its parent (kept open), never through a symlink; any
+//! other is opened and set through its descriptor.
 
 use super::{
     depth, os, owner_ids, rename_into_place, timestamps, DirRecord, TreeWriter, XattrUpdate,
@@ -23,7 +25,8 @@ use crate::error::StoreError;
 use crate::root::escape_error;
 use crate::sync::lock;
 use rustix::fs::{
-    fchmod, fstat, futimens, linkat, statx, unlinkat, AtFlags, FileType, Mode, Stat, StatxFlags,
+    fchmod, fstat, futimens, linkat, statx, unlinkat, utimensat, AtFlags, FileType, Mode, Stat,
+    Statx, StatxFlags,
 };
 use rustix::io::Errno;
 use std::os::fd::OwnedFd;
@@ -76,8 +79,8 @@ impl TreeWriter {
         for level in dirs.chunk_by(|a, b| depth(&a.0) == depth(&b.0)) {
             errors.absorb(in_parallel(
                 level,
-                || (),
-                |(), (path, record)| self.finish_dir(path, record),
+                OpenDirs::default,
+                |open, (path, record)| self.finish_dir(open, path, record),
             ));
         }
         if self.durable {
@@ -140,14 +143,23 @@ impl TreeWriter {
 
     /// Gives the directory at `path` the owner, extended attributes, mode and mtime of
     /// `record`, leaving alone what it has already.
-    fn finish_dir(&self, path: &[u8], (attrs, xattrs): &DirRecord) -> Result<(), StoreError> {
+    fn finish_dir(
+        &self,
+        open: &mut OpenDirs,
+        path: &[u8],
+        record: &DirRecord,
+    ) -> Result<(), StoreError> {
+        if self.finish_dir_from_parent(open, path, record) {
+            return Ok(());
+        }
+        let (attrs, xattrs) = record;
         let fail = |e| StoreError::new("set attributes of", path, e);
         let fd: OwnedFd = self
             .base
             .open_dir_nofollow(path)
             .map_err(|e| StoreError::new("set attributes of", path, escape_error(e)))?;
-        let now = fstat(&fd).ok();
-        let chown = self.owners && !now.as_ref().is_some_and(|st| has_owner(st, attrs));
+        let now = fstat(&fd).ok().map(|st| Current::of_stat(&st));
+        let chown = self.owners && !now.as_ref().is_some_and(|now| now.has_owner(attrs));
         if chown {
             self.chown_fd(&fd, attrs).map_err(fail)?;
         }
@@ -160,13 +172,95 @@ impl TreeWriter {
             self.apply_xattrs(&fd, &update, false, path)?;
         }
         // A change of owner or ACLs may change the mode: set it again after them.
-        if chown || xattrs.is_some() || !now.as_ref().is_some_and(|st| has_mode(st, attrs.mode)) {
+        if chown || xattrs.is_some() || !now.as_ref().is_some_and(|now| now.has_mode(attrs.mode)) {
             fchmod(&fd, Mode::from_raw_mode(attrs.mode)).map_err(fail)?;
         }
-        if !now.as_ref().is_some_and(|st| has_mtime(st, attrs)) {
+        if !now.as_ref().is_some_and(|now| now.has_mtime(attrs)) {
             futimens(&fd, &timestamps(attrs)).map_err(fail)?;
         }
         Ok(())
+    }
+
+    /// The common case without opening the directory: no extended attributes, and its owner
+    /// and mode right already (a directory this writer made, most often), so at most its
+    /// mtime is set, by name in its parent, never through a symlink. Whether it is done; when
+    /// not (anything else to set, or any error), [`TreeWriter::finish_dir`] opens it.
+    fn finish_dir_from_parent(&self, open: &mut OpenDirs, path: &[u8], record: &DirRecord) -> bool {
+        let (attrs, xattrs) = record;
+        if xattrs.is_some() || path.is_empty() {
+            return false;
+        }
+        let (parent, name) = crate::relpath::split_parent(path);
+        let Ok(parent) = open.open_one(self, parent) else {
+            return false;
+        };
+        let wanted = StatxFlags::TYPE
+            | StatxFlags::MODE
+            | StatxFlags::UID
+            | StatxFlags::GID
+            | StatxFlags::MTIME;
+        let Ok(st) = statx(parent, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted) else {
+            return false;
+        };
+        let now = Current::of_statx(&st);
+        if FileType::from_raw_mode(now.mode) != FileType::Directory
+            || (self.owners && !now.has_owner(attrs))
+            || !now.has_mode(attrs.mode)
+        {
+            return false;
+        }
+        now.has_mtime(attrs)
+            || utimensat(
+                parent,
+                os(name),
+                &timestamps(attrs),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .is_ok()
+    }
+}
+
+/// What a directory has: from `fstat` or `statx`.
+struct Current {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime_sec: i64,
+    mtime_nsec: i64,
+}
+
+impl Current {
+    fn of_stat(st: &Stat) -> Current {
+        Current {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mtime_sec: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec as i64,
+        }
+    }
+
+    fn of_statx(st: &Statx) -> Current {
+        Current {
+            mode: u32::from(st.stx_mode),
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            mtime_sec: st.stx_mtime.tv_sec,
+            mtime_nsec: i64::from(st.stx_mtime.tv_nsec),
+        }
+    }
+
+    fn has_owner(&self, attrs: &Attrs) -> bool {
+        let (uid, gid) = owner_ids(attrs);
+        uid.is_none_or(|u| u.as_raw() == self.uid) && gid.is_none_or(|g| g.as_raw() == self.gid)
+    }
+
+    fn has_mode(&self, mode: u32) -> bool {
+        self.mode & 0o7777 == mode & 0o7777
+    }
+
+    fn has_mtime(&self, attrs: &Attrs) -> bool {
+        self.mtime_sec == attrs.mtime_sec && self.mtime_nsec == attrs.mtime_nsec as i64
     }
 }
 
@@ -249,6 +343,15 @@ impl OpenDirs {
         Ok((fd(a)?, fd(b)?))
     }
 
+    /// The descriptor of directory `dir`, kept open.
+    fn open_one(&mut self, writer: &TreeWriter, dir: &[u8]) -> Result<&OwnedFd, StoreError> {
+        self.use_dir(writer, dir)?;
+        self.open
+            .last()
+            .map(|(_, fd)| fd)
+            .ok_or_else(|| StoreError::other("open directory", dir, "not kept open"))
+    }
+
     /// Makes `dir` the most recently used, opening it if it is not open.
     fn use_dir(&mut self, writer: &TreeWriter, dir: &[u8]) -> Result<(), StoreError> {
         if let Some(i) = self.open.iter().position(|(p, _)| p == dir) {
@@ -288,19 +391,6 @@ fn finish_threads(items: usize) -> usize {
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     cpus.min(MAX_THREADS).min(items / (PARALLEL_FROM / 2))
-}
-
-fn has_owner(st: &Stat, attrs: &Attrs) -> bool {
-    let (uid, gid) = owner_ids(attrs);
-    uid.is_none_or(|u| u.as_raw() == st.st_uid) && gid.is_none_or(|g| g.as_raw() == st.st_gid)
-}
-
-fn has_mode(st: &Stat, mode: u32) -> bool {
-    st.st_mode & 0o7777 == mode & 0o7777
-}
-
-fn has_mtime(st: &Stat, attrs: &Attrs) -> bool {
-    st.st_mtime == attrs.mtime_sec && st.st_mtime_nsec as i64 == attrs.mtime_nsec as i64
 }
 
 #[cfg(test)]
@@ -439,6 +529,32 @@ mod tests {
         );
         let e = std::fs::metadata(dir.path().join("e")).unwrap();
         assert_eq!((e.mode() & 0o7777, e.mtime()), (0o755, 1_500_000_000));
+    }
+
+    #[test]
+    fn a_symlink_put_in_place_of_a_directory_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let before = std::fs::metadata(outside.path()).unwrap();
+        let writer = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+        writer
+            .cursor()
+            .make_dir(b"d", &attrs(0o755, 1_500_000_000))
+            .unwrap();
+        std::fs::remove_dir(dir.path().join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("d")).unwrap();
+        let (errors, _) = writer.finish();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].to_string().contains('d'), "{}", errors[0]);
+        let after = std::fs::metadata(outside.path()).unwrap();
+        assert_eq!(
+            (after.mtime(), after.mode()),
+            (before.mtime(), before.mode())
+        );
+        assert_eq!(
+            (after.ctime(), after.ctime_nsec()),
+            (before.ctime(), before.ctime_nsec())
+        );
     }
 
     #[test]
