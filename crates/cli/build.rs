@@ -57,5 +57,14 @@ fn main() {
     if !any {
         // Not in a work tree: rebuilt when the package's files change (cargo's default).
         println!("cargo:rerun-if-changed=.");
+        return;
+    }
+    // An edit of any crate's sources makes the work tree dirty without touching the files
+    // above: without this, a build after it would still carry the clean commit's name.
+    if let Some(crates) = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .and_then(|dir| dir.parent().map(std::path::Path::to_path_buf))
+    {
+        println!("cargo:rerun-if-changed={}", crates.display());
     }
 }
