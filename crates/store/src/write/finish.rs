@@ -311,8 +311,9 @@ fn in_parallel<T: Sync, S>(
     errors
 }
 
-/// The directories a thread making hard links opened last: links come in the order their
-/// names were sent, so the next one is most often in the same directories.
+/// The directories a finishing thread opened last: links come in the order their names were
+/// sent and directories of one depth sorted by path, so the next one is most often in the
+/// same directories (a link's, or a directory's parent).
 #[derive(Default)]
 struct OpenDirs {
     /// (path below the root, descriptor), the most recently used last.
