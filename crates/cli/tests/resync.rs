@@ -437,3 +437,47 @@ fn checksum_with_ignore_times_or_ignore_existing_is_a_usage_error() {
         );
     }
 }
+
+#[test]
+fn a_pull_again_into_a_destination_indexed_in_many_pieces_sends_only_what_changed() {
+    // 3,000 files with names of 150 bytes: the destination's index (and, with --checksum,
+    // its digests) goes to the server in several pieces as the scan of the destination
+    // makes them, each piece 256 KiB at most.
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("data");
+    let files = 3000;
+    for d in 0..10 {
+        std::fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+    }
+    for n in 0..files {
+        let name = format!("d{}/f{n:04}-{}", n % 10, "n".repeat(140));
+        tree::make_file(&src.join(name), format!("file {n}").as_bytes(), 0o644);
+    }
+    let srv = server(&root);
+    let url = format!("sprat://{}/data", srv.addr());
+    let dst = t.path().join("dst");
+    let first = cp(&srv, &["--json"], &url, &dst);
+    assert_ok(&first, Some(&srv));
+    assert_eq!(counts(&report(&first)).0, files);
+
+    let again = cp(&srv, &["--json"], &url, &dst);
+    assert_ok(&again, Some(&srv));
+    assert_eq!(counts(&report(&again)), (0, files, 0, 0));
+
+    // The last file the scan of the destination meets is as likely as any to change.
+    let changed = src.join(format!("d9/f2999-{}", "n".repeat(140)));
+    tree::make_file(&changed, b"changed!!", 0o644);
+    set_mtime(
+        &changed,
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000),
+    );
+    let one = cp(&srv, &["--json"], &url, &dst);
+    assert_ok(&one, Some(&srv));
+    assert_eq!(counts(&report(&one)), (1, files - 1, 0, 9));
+
+    let summed = cp(&srv, &["--json", "--checksum"], &url, &dst);
+    assert_ok(&summed, Some(&srv));
+    assert_eq!(counts(&report(&summed)), (0, files, 0, 0));
+    assert_trees_equal(&src, &dst);
+}

@@ -11,7 +11,7 @@ use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipCounts, S
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
-use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, PathDigest};
+use sprat_proto::namespace::{entry_wire_size, NsEntry, NsKind, NsOwner, PathDigest};
 use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
@@ -259,14 +259,67 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
     }
 }
 
+/// A piece of a pulling client's index of its destination, as [`local_entries`] makes them,
+/// each of at most [`PIECE_BYTES`] encoded (a piece is one message, and a control message
+/// stays well under its 1 MiB frame).
+pub(crate) enum IndexPiece {
+    Entries(Vec<NsEntry>),
+    Sums(Vec<PathDigest>),
+}
+
+/// Encoded bytes of entries or digests in one [`IndexPiece`].
+const PIECE_BYTES: usize = 256 << 10;
+
+/// Gathers items into pieces of at most [`PIECE_BYTES`] encoded (an item larger than that
+/// alone makes one).
+struct Pieces<T> {
+    items: Vec<T>,
+    bytes: usize,
+}
+
+impl<T> Pieces<T> {
+    fn new() -> Pieces<T> {
+        Pieces {
+            items: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Adds `item` of `size` encoded bytes; returns the piece it did not fit in, if any.
+    fn push(&mut self, item: T, size: usize) -> Option<Vec<T>> {
+        let full = self.bytes + size > PIECE_BYTES && !self.items.is_empty();
+        let piece = full.then(|| {
+            self.bytes = 0;
+            std::mem::take(&mut self.items)
+        });
+        self.bytes += size;
+        self.items.push(item);
+        piece
+    }
+
+    /// The last piece, unless it is empty.
+    fn rest(self) -> Option<Vec<T>> {
+        (!self.items.is_empty()).then_some(self.items)
+    }
+}
+
 /// The local destination's regular files as a pulling client sends them to the server (what
-/// the check needs: path, size, mode, mtime), its partial files, and with `--checksum`
-/// their digests. Temporary names a killed writer left are removed, not listed.
+/// the check needs: path, size, mode, mtime), then its partial files, and with `--checksum`
+/// their digests: handed to `each` in pieces as the scan goes, so that the index of a tree
+/// of millions of files is never whole in memory (`each` returns false when it wants no
+/// more). Temporary names a killed writer left are removed, not listed.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
-) -> Result<(Vec<NsEntry>, Vec<PathDigest>), TransferError> {
-    let mut out = Vec::new();
+    mut each: impl FnMut(IndexPiece) -> bool,
+) -> Result<(), TransferError> {
+    let mut wanted = true;
+    let mut give = |piece: IndexPiece| {
+        if wanted {
+            wanted = each(piece);
+        }
+    };
+    let mut pieces = Pieces::new();
     let digests = options.skip == SkipRule::Checksum;
     let mut logs = Vec::new();
     let mut leftovers = Vec::new();
@@ -275,6 +328,12 @@ pub(crate) fn local_entries(
     let mut names = (options.owners && sprat_store::owner::running_as_root())
         .then(sprat_store::owner::NameCache::default);
     let numeric = options.numeric_ids;
+    let mut add = |e: NsEntry| {
+        let size = entry_wire_size(&e);
+        if let Some(piece) = pieces.push(e, size) {
+            give(IndexPiece::Entries(piece));
+        }
+    };
     let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
@@ -282,7 +341,7 @@ pub(crate) fn local_entries(
         if crate::pipeline::skip::is_leftover(&e.path) {
             leftovers.push(e.path);
         } else if e.kind == EntryType::File {
-            out.push(NsEntry {
+            add(NsEntry {
                 path: e.path,
                 kind: NsKind::File,
                 size: e.size,
@@ -308,16 +367,23 @@ pub(crate) fn local_entries(
         }
     })?;
     remove_local_leftovers(dst, &leftovers);
-    out.extend(
-        local_partials(dst, logs)
-            .into_iter()
-            .map(|(path, p)| p.to_listed(path)),
-    );
-    let sums = summed
-        .into_iter()
-        .map(|(path, d)| (path, digest_bytes(d)))
-        .collect();
-    Ok((out, sums))
+    for (path, partial) in local_partials(dst, logs) {
+        add(partial.to_listed(path));
+    }
+    if let Some(piece) = pieces.rest() {
+        give(IndexPiece::Entries(piece));
+    }
+    let mut sums = Pieces::new();
+    for (path, digest) in summed {
+        let size = path.len() + 16 + 8;
+        if let Some(piece) = sums.push((path, digest_bytes(digest)), size) {
+            give(IndexPiece::Sums(piece));
+        }
+    }
+    if let Some(piece) = sums.rest() {
+        give(IndexPiece::Sums(piece));
+    }
+    Ok(())
 }
 
 /// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).

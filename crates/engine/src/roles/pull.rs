@@ -3,7 +3,9 @@
 //! connection's `Commit` goes right behind its `Open` (and index), so that the server's
 //! `Done` follows its last batch there without a round trip of its own.
 
-use super::destination::{check_complete, fatal_outcome, finish_dirs, local_entries, local_writer};
+use super::destination::{
+    check_complete, fatal_outcome, finish_dirs, local_entries, local_writer, IndexPiece,
+};
 use super::endpoint::Endpoint;
 use super::push::await_done;
 use crate::config::TransferOptions;
@@ -25,6 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Pieces of the destination's index the scan may make ahead of the connection sending them.
+const INDEX_PIECES_AHEAD: usize = 4;
+
 pub(crate) fn pull(
     addr: &str,
     path: &[u8],
@@ -36,32 +41,43 @@ pub(crate) fn pull(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     // A checked pull sends what the destination has right behind its `Open`; the local scan
-    // runs while the session's connection is dialled.
+    // starts while the session's connection is dialled, and its pieces go as they come (a
+    // few held while the dial goes on).
     let check = options.skip.as_check();
     let scan = (check != DestCheck::None).then(|| {
         let (dst, options) = (dst.to_path_buf(), options.clone());
-        std::thread::spawn(move || local_entries(&dst, &options))
+        let (pieces, scanned) = crossbeam_channel::bounded(INDEX_PIECES_AHEAD);
+        let scan = std::thread::spawn(move || {
+            let done = local_entries(&dst, &options, |piece| pieces.send(Ok(piece)).is_ok());
+            if let Err(e) = done {
+                let _ = pieces.send(Err(e));
+            }
+        });
+        (scanned, scan)
     });
     let send_index = |c: &mut SessionConn| -> Result<(), TransferError> {
-        let Some(scan) = scan else { return Ok(()) };
-        let (entries, sums) = scan
-            .join()
-            .map_err(|_| TransferError::Local("the scan of the destination failed".into()))??;
-        // The names and digests of the destination's files go only to a server that proved
-        // the token (not merely one whose key the client knew); an empty destination's
-        // empty index tells nothing and goes at once.
-        if !entries.is_empty() || !sums.is_empty() {
-            c.conn.check_server_proof()?;
-        }
-        for part in index_parts(entries, |e| e.path.len() + e.target.len() + 64) {
-            let part = c.machine.index_part(part);
+        let Some((scanned, scan)) = scan else {
+            return Ok(());
+        };
+        let mut proven = false;
+        for piece in &scanned {
+            // The names and digests of the destination's files go only to a server that
+            // proved the token (not merely one whose key the client knew); an empty
+            // destination's empty index tells nothing and goes at once.
+            if !proven {
+                c.conn.check_server_proof()?;
+                proven = true;
+            }
+            let part = match piece? {
+                IndexPiece::Entries(entries) => c.machine.index_part(entries),
+                // `--checksum`: the digests of those files, behind them in the same index.
+                IndexPiece::Sums(sums) => c.machine.index_sums(sums),
+            };
             c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
         }
-        // `--checksum`: the digests of those files, behind them in the same index.
-        for part in index_parts(sums, |(path, digest)| path.len() + digest.len() + 8) {
-            let part = c.machine.index_sums(part);
-            c.conn.send(&part.map_err(|e| c.conn.session_error(e))?)?;
-        }
+        // A scan that ended without its last word sent only part of the index.
+        scan.join()
+            .map_err(|_| TransferError::Local("the scan of the destination failed".into()))?;
         let end = c.machine.index_end();
         c.conn.send(&end.map_err(|e| c.conn.session_error(e))?)
     };
@@ -224,29 +240,6 @@ pub(crate) fn pull(
     .with_durable(options.durable)
     .with_not_sent(remote.up_to_date, remote.attrs_fixed, remote.bytes_not_sent)
     .with_path(session.report(streams_max, streams_max, &tail)))
-}
-
-/// Splits a destination's index into `Entries` messages well under the 1 MiB control frame.
-fn index_parts<T>(entries: Vec<T>, encoded_size: fn(&T) -> usize) -> Vec<Vec<T>> {
-    const PART_BYTES: usize = 256 << 10;
-    let mut parts = Vec::new();
-    let mut part = Vec::new();
-    let mut bytes = 0;
-    for e in entries {
-        // At least its encoding (an entry's is its path and target plus under 64 bytes of
-        // fields): a part stays well within a frame's count and size limits.
-        let size = encoded_size(&e);
-        if bytes + size > PART_BYTES && !part.is_empty() {
-            parts.push(std::mem::take(&mut part));
-            bytes = 0;
-        }
-        bytes += size;
-        part.push(e);
-    }
-    if !part.is_empty() {
-        parts.push(part);
-    }
-    parts
 }
 
 /// What a control message means to a pull stream: its `End`, the server's refusal, or how

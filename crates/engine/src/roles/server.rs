@@ -218,13 +218,13 @@ impl PullSession {
     }
 }
 
-/// Most entries a pulling client's index of its destination may hold.
-const MAX_PULL_INDEX: usize = 4_000_000;
-/// Bytes an entry of a pulling client's index takes in memory beyond its path (and a
-/// partial file's ranges), charged to the clients' budget as it arrives.
-const INDEX_ENTRY_COST: u64 = 96;
-/// Bytes an entry's owner names take beyond the names themselves (their allocations).
-const INDEX_OWNER_COST: u64 = 96;
+/// Most entries a pulling client's index of its destination may hold (the clients' memory
+/// budget, which the index is charged to as it arrives, most often ends it before).
+const MAX_PULL_INDEX: usize = 64_000_000;
+/// Bytes a digest of a pulling client's index takes in memory beyond its path, charged to the
+/// clients' budget as it arrives (kept in a list until the index is complete, then in a table
+/// by the entry's position).
+const INDEX_DIGEST_COST: u64 = 96;
 
 /// Reads a checked pull's index of the client's destination (`Entries` up to `ReplyEnd`,
 /// each read within the handshake's patience), charging what it takes to `charge`.
@@ -279,15 +279,7 @@ fn read_index(
                         ),
                     ));
                 }
-                let bytes = entries
-                    .iter()
-                    .map(|e| {
-                        let owner = e.owner.as_ref().map_or(0, |o| {
-                            INDEX_OWNER_COST + (o.user.len() + o.group.len()) as u64
-                        });
-                        (e.path.len() + e.target.len()) as u64 + INDEX_ENTRY_COST + owner
-                    })
-                    .sum();
+                let bytes = entries.iter().map(|e| index.listed_cost(e)).sum();
                 charged(bytes)?;
                 entries.into_iter().for_each(|e| index.insert_listed(e));
             }
@@ -302,7 +294,7 @@ fn read_index(
                 }
                 let bytes = sums
                     .iter()
-                    .map(|(path, _)| path.len() as u64 + INDEX_ENTRY_COST)
+                    .map(|(path, _)| path.len() as u64 + INDEX_DIGEST_COST)
                     .sum();
                 charged(bytes)?;
                 for (path, bytes) in sums {

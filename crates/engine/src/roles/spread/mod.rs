@@ -387,10 +387,14 @@ fn plan_pieces(
     if dst.is_dir() {
         let mut local = options.clone();
         local.skip = SkipRule::QuickCheck;
-        let (entries, _) = super::destination::local_entries(dst, &local)?;
-        for e in entries {
-            have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
-        }
+        super::destination::local_entries(dst, &local, |piece| {
+            if let super::destination::IndexPiece::Entries(entries) = piece {
+                for e in entries {
+                    have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
+                }
+            }
+            true
+        })?;
     }
     let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
     let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();

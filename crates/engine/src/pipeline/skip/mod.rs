@@ -12,12 +12,15 @@
 //! travel (they cost no data). Pure logic, no I/O: the roles build the index.
 
 use crate::measurement::progress::Progress;
+use paths::PathTable;
 use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
 use sprat_proto::DestCheck;
 use sprat_store::partial::{Coverage, Identity};
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod paths;
 
 /// How a copy decides what the destination already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,10 +106,38 @@ pub fn digest_from_bytes(bytes: &[u8]) -> Option<u128> {
     Some(u128::from_be_bytes(bytes.try_into().ok()?))
 }
 
+/// What the index keeps of a [`DestEntry`], in 40 bytes: its digest, which only
+/// `--checksum` gives, is kept apart by the entry's position in the table, and the names of
+/// its owner and group, which most entries share with many others, once for all of them.
+struct Kept {
+    size: u64,
+    mtime_sec: i64,
+    mtime_nsec: u32,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    /// The owner's and group's names: their position in [`DestIndex::names`] plus one;
+    /// 0: none.
+    names: u32,
+    is_file: bool,
+    has_owner: bool,
+}
+
+impl Kept {
+    fn owner(&self) -> Option<(u32, u32)> {
+        self.has_owner.then_some((self.uid, self.gid))
+    }
+}
+
 /// The destination's entries by path (relative to the copy's root).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct DestIndex {
-    entries: HashMap<Vec<u8>, DestEntry>,
+    entries: PathTable<Kept>,
+    /// Digests of the entries that have one (`--checksum`), by position in `entries`.
+    digests: HashMap<u32, u128>,
+    /// Every pair of owner and group names the entries carry, once, and where each is.
+    names: Vec<(Vec<u8>, Vec<u8>)>,
+    names_at: HashMap<(Vec<u8>, Vec<u8>), u32>,
     /// Partial files by the final path of their file.
     partials: HashMap<Vec<u8>, PartialEntry>,
     /// Temporary names left by a writer that was killed (see
@@ -155,7 +186,57 @@ impl DestIndex {
             self.leftovers.push(path);
             return;
         }
-        self.entries.insert(path, entry);
+        let (uid, gid) = entry.owner.unwrap_or_default();
+        let names = entry.owner_names.map_or(0, |names| self.name_pair(*names));
+        let kept = Kept {
+            size: entry.size,
+            mtime_sec: entry.mtime_sec,
+            mtime_nsec: entry.mtime_nsec,
+            mode: entry.mode,
+            uid,
+            gid,
+            names,
+            is_file: entry.is_file,
+            has_owner: entry.owner.is_some(),
+        };
+        // A path the table has no room for is left out: its file is sent again.
+        let Some(at) = self.entries.insert(&path, kept) else {
+            return;
+        };
+        // A path listed again replaces all it had.
+        match entry.digest {
+            Some(d) => self.digests.insert(at, d),
+            None => self.digests.remove(&at),
+        };
+    }
+
+    /// Where the pair of `user` and `group` names is in [`DestIndex::names`], if there: most
+    /// trees have a few owners, looked through without a key to make.
+    fn find_name_pair(&self, user: &[u8], group: &[u8]) -> Option<u32> {
+        if self.names.len() <= 16 {
+            let at = self
+                .names
+                .iter()
+                .position(|(u, g)| u == user && g == group)?;
+            return u32::try_from(at).ok();
+        }
+        self.names_at.get(&(user.to_vec(), group.to_vec())).copied()
+    }
+
+    /// The [`Kept::names`] of a pair of owner and group names: the pair is kept once.
+    fn name_pair(&mut self, pair: (Vec<u8>, Vec<u8>)) -> u32 {
+        if let Some(at) = self.find_name_pair(&pair.0, &pair.1) {
+            return at + 1;
+        }
+        let Ok(at) = u32::try_from(self.names.len()) else {
+            return 0;
+        };
+        if at == u32::MAX {
+            return 0;
+        }
+        self.names.push(pair.clone());
+        self.names_at.insert(pair, at);
+        at + 1
     }
 
     /// The leftover temporary names found (paths relative to the copy's root), sorted; the
@@ -189,9 +270,27 @@ impl DestIndex {
     /// Records the digest of a regular file already in the index (a digest of anything else
     /// is dropped: it cannot make the index larger than its listing).
     pub fn set_digest(&mut self, path: &[u8], digest: u128) {
-        if let Some(d) = self.entries.get_mut(path).filter(|d| d.is_file) {
-            d.digest = Some(digest);
+        if let Some((at, _)) = self.entries.get(path).filter(|(_, d)| d.is_file) {
+            self.digests.insert(at, digest);
         }
+    }
+
+    /// At most the bytes [`DestIndex::insert_listed`] of `e` may take, its share of the tables'
+    /// growth included (each at most doubles: per entry 2 x 40 bytes of [`Kept`], 2 x 8 of
+    /// where its path ends, 2 x 8/7 slots of 5 bytes, twice its path; a pair of owner and
+    /// group names not held yet, twice its names and 128 bytes), so that a server can charge
+    /// a pulling client's index to its memory budget before it grows.
+    pub fn listed_cost(&self, e: &NsEntry) -> u64 {
+        const PER_ENTRY: usize = 112;
+        const PER_NAME_PAIR: usize = 128;
+        let names = e.owner.as_ref().map_or(0, |o| {
+            if self.find_name_pair(&o.user, &o.group).is_some() {
+                0
+            } else {
+                PER_NAME_PAIR + 2 * (o.user.len() + o.group.len())
+            }
+        });
+        (PER_ENTRY + 2 * (e.path.len() + e.target.len()) + names) as u64
     }
 
     /// Adds what a listing (or a pulling client's index) says is there.
@@ -237,7 +336,7 @@ impl DestIndex {
         {
             return Verdict::Send;
         }
-        let Some(d) = self.entries.get(&e.path) else {
+        let Some((at, d)) = self.entries.get(&e.path) else {
             return self.resume(e);
         };
         match rule {
@@ -255,7 +354,7 @@ impl DestIndex {
                 }
             }
             SkipRule::Checksum => {
-                if d.is_file && d.size == e.size && d.digest.is_some() {
+                if d.is_file && d.size == e.size && self.digests.contains_key(&at) {
                     Verdict::Compare
                 } else {
                     Verdict::Send
@@ -268,11 +367,11 @@ impl DestIndex {
     /// it could not be read, and is sent, where its error will be reported).
     pub fn compared(&self, e: &ScanEntry, source_digest: Option<u128>) -> Verdict {
         match self.entries.get(&e.path) {
-            Some(d)
+            Some((at, d))
                 if d.is_file
                     && d.size == e.size
-                    && d.digest.is_some()
-                    && d.digest == source_digest =>
+                    && source_digest.is_some()
+                    && self.digests.get(&at).copied() == source_digest =>
             {
                 self.attrs_verdict(d, e)
             }
@@ -284,7 +383,7 @@ impl DestIndex {
 impl DestIndex {
     /// For a file whose content the destination has: nothing to do if its mode, mtime (and
     /// owner, when compared) are the same too, else only they are set.
-    fn attrs_verdict(&self, d: &DestEntry, e: &ScanEntry) -> Verdict {
+    fn attrs_verdict(&self, d: &Kept, e: &ScanEntry) -> Verdict {
         let (had, sent) = (d.mode & 0o7777, e.attrs.mode & 0o7777);
         let setid = sprat_store::write::SETID_BITS;
         let same_mode = had == sent || (self.setid_cleared && had == sent & !setid);
@@ -304,11 +403,15 @@ impl DestIndex {
     /// for `e`: by name where both sides have one (and names are compared), by id
     /// otherwise (a writer keeps the id of a name it does not know). An entry whose owner
     /// the index does not know is taken as right.
-    fn same_owner(&self, d: &DestEntry, e: &ScanEntry) -> bool {
-        let Some((uid, gid)) = d.owner else {
+    fn same_owner(&self, d: &Kept, e: &ScanEntry) -> bool {
+        let Some((uid, gid)) = d.owner() else {
             return true;
         };
-        let (du, dg) = match (&self.source_names, &d.owner_names) {
+        let pair = d
+            .names
+            .checked_sub(1)
+            .and_then(|at| self.names.get(at as usize));
+        let (du, dg) = match (&self.source_names, pair) {
             (Some(_), Some(names)) => (names.0.as_slice(), names.1.as_slice()),
             _ => (&b""[..], &b""[..]),
         };
@@ -602,12 +705,80 @@ mod tests {
     }
 
     #[test]
+    fn a_listing_costs_no_more_than_charged_and_owner_names_are_kept_once() {
+        use sprat_proto::namespace::NsOwner;
+        assert_eq!(std::mem::size_of::<Kept>(), 40);
+        let mut i = DestIndex::default().comparing_owners_by_name(true);
+        let mut charged = 0u64;
+        for n in 0..100_000u32 {
+            let (user, group) = match n % 3 {
+                0 => (b"alice".to_vec(), b"lab".to_vec()),
+                1 => (b"bob".to_vec(), b"lab".to_vec()),
+                _ => (format!("user{}", n % 40).into_bytes(), b"g".to_vec()),
+            };
+            let e = NsEntry {
+                path: format!("dir{}/{}file{n}", n % 100, "x".repeat(n as usize % 50)).into_bytes(),
+                kind: NsKind::File,
+                size: u64::from(n),
+                mode: 0o644,
+                mtime_sec: 5,
+                mtime_nsec: 0,
+                target: Vec::new(),
+                owner: Some(NsOwner {
+                    uid: 1000 + n % 3,
+                    gid: 100,
+                    user,
+                    group,
+                }),
+            };
+            charged += i.listed_cost(&e);
+            i.insert_listed(e);
+        }
+        let names: usize = i
+            .names
+            .iter()
+            .map(|(u, g)| 2 * (u.len() + g.len()) + 96)
+            .sum();
+        let held = i.entries.footprint() + names + i.names_at.capacity() * 64;
+        assert!(held as u64 <= charged, "held {held} > charged {charged}");
+        assert_eq!(i.names.len(), 42, "each pair of names once");
+
+        // Owners are compared by name where both sides have one: the same names are the
+        // same owner whatever the ids, other names another owner.
+        i.insert_listed(NsEntry {
+            path: b"by-name".to_vec(),
+            kind: NsKind::File,
+            size: 1,
+            mode: 0o644,
+            mtime_sec: 5,
+            mtime_nsec: 0,
+            target: Vec::new(),
+            owner: Some(NsOwner {
+                uid: 4242,
+                gid: 4242,
+                user: b"root".to_vec(),
+                group: b"root".to_vec(),
+            }),
+        });
+        let q = SkipRule::QuickCheck;
+        let root_file = file(b"by-name", 1, 0o644, 5, 0);
+        assert_eq!(
+            i.verdict(&root_file, q),
+            Verdict::Skip,
+            "root is root by name"
+        );
+        let bobs = file(b"dir1/xfile1", 1, 0o644, 5, 0);
+        assert_eq!(i.verdict(&bobs, q), Verdict::FixAttrs, "root is not bob");
+    }
+
+    #[test]
     fn digests_of_what_the_index_lacks_are_dropped_and_bytes_roundtrip() {
         let mut i = index();
         i.set_digest(b"absent", 1);
         i.set_digest(b"dir", 1);
         assert_eq!(i.len(), 5);
-        assert_eq!(i.entries[&b"dir"[..]].digest, None);
+        let (dir, _) = i.entries.get(b"dir").expect("dir is indexed");
+        assert_eq!(i.digests.get(&dir), None);
         let d = 0x0123_4567_89ab_cdef_0011_2233_4455_6677u128;
         assert_eq!(digest_from_bytes(&digest_bytes(d)), Some(d));
         assert_eq!(digest_from_bytes(&[1; 32]), None);
