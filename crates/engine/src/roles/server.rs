@@ -240,8 +240,9 @@ fn read_index(
                 _ => ErrorCode::BadRequest,
             };
             let text = format!(
-                "the server cannot hold the destination's index: {why}; pull with \
-                 --ignore-times"
+                "the server cannot hold the destination's index: {why}; a server with a \
+                 larger --max-client-memory can, or pull with --ignore-times (every file is \
+                 sent again)"
             );
             (code, text)
         })
@@ -275,7 +276,7 @@ fn read_index(
                         ErrorCode::BadRequest,
                         format!(
                             "the destination's index has more than {MAX_PULL_INDEX} files; \
-                             pull with --ignore-times"
+                             pull with --ignore-times (every file is sent again)"
                         ),
                     ));
                 }
