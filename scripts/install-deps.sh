@@ -69,6 +69,7 @@ need_cmd globus-url-copy globus-gass-copy-progs # its client
 need_pkg xrootd-server        # peer of bench/run peers: xrootd (runs as the package's user xrootd)
 need_cmd xrdcp xrootd-client  # its client
 need_cmd hyperfine hyperfine  # ad-hoc micro benchmarks
+need_pkg time                 # bench/run: each client's peak resident memory (/usr/bin/time -f %M)
 need_cmd iperf3 iperf3        # bench/run relaycheck: TCP throughput through the WAN relay
 need_cmd ssh openssh-client   # peers of bench/run (sftp, rsync-ssh): sftp, rsync over ssh
 need_cmd sftp openssh-client

@@ -135,6 +135,29 @@ def cpu_of(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / CLK_TCK
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Starts the peak resident memory of the live process `pid` afresh (`5` into
+    /proc/PID/clear_refs resets its VmHWM), so that `peak_rss_kib` tells one run's."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_kib(pid: int) -> Optional[int]:
+    """The peak resident memory (VmHWM, KiB) of the live process `pid` since it started or
+    since `reset_peak_rss`; None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def ppid_of(stat_text: str) -> Optional[int]:
     """The parent's PID in the text of /proc/PID/stat (after the command's closing paren)."""
     try:
@@ -271,6 +294,7 @@ class Timed:
     rc: int
     cpu: float
     timed_out: bool
+    rss_kib: int = 0  # the command's largest peak resident memory (its own or a child's), 0: unknown
 
 
 def run_timed(cmd: str, *, out: str, err: str, env: Mapping[str, str], timeout: float,
@@ -278,10 +302,15 @@ def run_timed(cmd: str, *, out: str, err: str, env: Mapping[str, str], timeout: 
     """Run the shell command `cmd` (bash -o pipefail), timed with the monotonic clock from its
     start until it has exited, `receiver` (a process started before, e.g. `nc -l | tar -x`)
     has exited too, and then `sync -f sync_path` has returned. `cpu` is the user + system
-    time of the command and its children (wait4)."""
+    time of the command and its children (wait4), `rss_kib` their largest peak resident
+    memory (GNU time, where installed)."""
+    # A child forked from this (large) Python process keeps its peak resident memory across
+    # exec: GNU time, a small process by then, tells the command's own (none without it).
+    rss_file = out + ".rss"
+    wrap = [GNU_TIME, "-f", "%M", "-o", rss_file] if os.access(GNU_TIME, os.X_OK) else []
     with open(out, "wb") as o, open(err, "ab") as e:
         t0 = time.monotonic()
-        p = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], stdin=subprocess.DEVNULL, stdout=o,
+        p = subprocess.Popen(wrap + ["bash", "-o", "pipefail", "-c", cmd], stdin=subprocess.DEVNULL, stdout=o,
                              stderr=e, env=dict(env), start_new_session=True)
         rc, cpu, timed_out = _wait(p, t0 + timeout)
         if receiver is not None:
@@ -294,7 +323,22 @@ def run_timed(cmd: str, *, out: str, err: str, env: Mapping[str, str], timeout: 
         if sync_path:
             syncfs(sync_path)
         t2 = time.monotonic()
-    return Timed(t2 - t0, t2 - t1, rc, cpu, timed_out)
+    return Timed(t2 - t0, t2 - t1, rc, cpu, timed_out, _rss_of(rss_file) if wrap else 0)
+
+
+GNU_TIME = "/usr/bin/time"
+
+
+def _rss_of(path: str) -> int:
+    """The peak resident memory (KiB) GNU time wrote last in `path` (0 if none: the command
+    was killed, or the file is missing), and the file removed."""
+    try:
+        with open(path) as f:
+            lines = [line.strip() for line in f if line.strip()]
+        os.unlink(path)
+        return int(lines[-1]) if lines and lines[-1].isdigit() else 0
+    except OSError:
+        return 0
 
 
 def _wait(p: subprocess.Popen, deadline: float) -> tuple[int, float, bool]:

@@ -54,7 +54,8 @@ class Cell:
     secs: dict = field(default_factory=dict)  # tool -> {round: seconds} of good runs
     checks: dict = field(default_factory=dict)  # tool -> list of check statuses
     notes: dict = field(default_factory=dict)  # tool -> first note of a bad or meta run
-    extra: dict = field(default_factory=dict)  # tool -> list of (client_cpu, server_cpu, bottleneck)
+    # tool -> list of (client_cpu, server_cpu, bottleneck, client_rss_mib, server_rss_mib)
+    extra: dict = field(default_factory=dict)
 
     def median(self, tool: str) -> Optional[float]:
         return stats.median(self.secs.get(tool, {}).values())
@@ -89,7 +90,8 @@ def _add(c: Cell, r: dict) -> None:
     c.checks.setdefault(t, []).append(r.get("check", ""))
     if _good(r):
         c.secs.setdefault(t, {})[int(r["round"])] = float(r["seconds"])
-        c.extra.setdefault(t, []).append((r.get("client_cpu", ""), r.get("server_cpu", ""), r.get("bottleneck", "")))
+        c.extra.setdefault(t, []).append((r.get("client_cpu", ""), r.get("server_cpu", ""), r.get("bottleneck", ""),
+                                          r.get("client_rss_mib", ""), r.get("server_rss_mib", "")))
     if r.get("note") and t not in c.notes and r.get("check") in ("FAIL", "meta", "SKIP"):
         c.notes[t] = f"{r.get('check')}: {r['note']}"
 
@@ -152,8 +154,8 @@ def markdown(cells: list[Cell], tools: list[str], kinds: dict, baseline: str, ra
     out += ["", "Medians of every tool and limit (seconds, min-max over the good rounds, MB/s of the median, "
             "per-round ratios to the baseline, checks):", ""]
     out += ["| set | mode | cache | " + ("RTT ms | " if show_rtt else "") + "tool | median s | min-max s | MB/s | "
-            f"per round / {baseline} | client CPU s | server CPU s | check |",
-            "|---|---|---|" + ("---|" if show_rtt else "") + "---|--:|--:|--:|---|--:|--:|---|"]
+            f"per round / {baseline} | client CPU s | server CPU s | client MiB | server MiB | check |",
+            "|---|---|---|" + ("---|" if show_rtt else "") + "---|--:|--:|--:|---|--:|--:|--:|--:|---|"]
     for c in cells:
         for t in [t for t, k in kinds.items() if k != "copy"] + tools:
             if t not in c.checks:
@@ -161,8 +163,8 @@ def markdown(cells: list[Cell], tools: list[str], kinds: dict, baseline: str, ra
             sp = stats.spread(c.secs.get(t, {}).values())
             per = stats.paired_ratios(c.secs.get(t, {}), c.secs.get(baseline, {})) if t != baseline else []
             ex = c.extra.get(t, [])
-            ccpu = stats.median(float(x[0]) for x in ex if x[0] not in ("", None))
-            scpu = stats.median(float(x[1]) for x in ex if x[1] not in ("", None))
+            ccpu, scpu, crss, srss = (stats.median(float(x[i]) for x in ex if len(x) > i and x[i] not in ("", None))
+                                      for i in (0, 1, 3, 4))
             out.append("| " + " | ".join(
                 [c.set, c.mode, c.cache] + ([c.rtt] if show_rtt else []) + [
                     t, stats.fmt_secs(c.median(t)),
@@ -170,6 +172,7 @@ def markdown(cells: list[Cell], tools: list[str], kinds: dict, baseline: str, ra
                     stats.fmt_rate(c.src_bytes, c.median(t)),
                     ", ".join(f"{q:.2f}" for q in per) or "-",
                     f"{ccpu:.2f}" if ccpu is not None else "-", f"{scpu:.2f}" if scpu is not None else "-",
+                    f"{crss:.0f}" if crss is not None else "-", f"{srss:.0f}" if srss is not None else "-",
                     check_summary(c.checks.get(t, []))]) + " |")
     notes = [f"- {c.set} {c.mode} {c.cache}{' ' + c.rtt + ' ms' if c.rtt else ''} {t}: {n}"
              for c in cells for t, n in c.notes.items()]

@@ -18,7 +18,7 @@ from .suites import RESYNC_MODES, Plan, tool_registry
 
 CSV_FIELDS = ["stamp", "suite", "set", "mode", "cache", "rtt_ms", "round", "order", "tool", "kind", "seconds",
               "sync_seconds", "exit", "check", "dst_files", "dst_bytes", "src_files", "src_bytes", "tool_seconds",
-              "client_cpu", "server_cpu", "bottleneck", "encryption", "report_bytes", "up_to_date", "streams",
+              "client_cpu", "server_cpu", "client_rss_mib", "server_rss_mib", "bottleneck", "encryption", "report_bytes", "up_to_date", "streams",
               "path_rtt_ms", "tail_s", "relay_conns", "load1", "note"]
 
 
@@ -295,6 +295,9 @@ class Harness:
                 if kind == t.server and srv.pid and (i in (0, 1) or i == f"rtt{rtt}")]
         srv_pids = [srv.pid for srv in srvs]
         cpu0 = sum(proc.cpu_of(pid) for pid in srv_pids)
+        rss_pids = [srv.pid for srv in srvs if srv.one_process]
+        for pid in rss_pids:
+            proc.reset_peak_rss(pid)
         relay = self.relays.get((t.server, 0, rtt)) if rtt is not None and t.kind not in ("read", "write", "rw") else None
         conns0 = self._relay_conns(relay)
         limit = toolsmod.time_limit(t, rtt, p.timeout)
@@ -309,7 +312,11 @@ class Harness:
         proc.wait_childless([srv.pid for srv in srvs if srv.children])
         server_cpu = sum(proc.cpu_of(pid) for pid in srv_pids) - cpu0
         row.update(seconds=round(timed.seconds, 4), sync_seconds=round(timed.sync_seconds, 4), exit=timed.rc,
-                   client_cpu=round(timed.cpu, 3), server_cpu=round(server_cpu, 3) if srv_pids else "")
+                   client_cpu=round(timed.cpu, 3), server_cpu=round(server_cpu, 3) if srv_pids else "",
+                   client_rss_mib=round(timed.rss_kib / 1024, 1) if timed.rss_kib else "")
+        peaks = [proc.peak_rss_kib(pid) for pid in rss_pids]
+        if rss_pids and None not in peaks:
+            row["server_rss_mib"] = round(sum(peaks) / 1024, 1)
         rep = _json_report(logbase + ".out")
         for k in ("bottleneck", "encryption"):
             if rep.get(k) is not None:

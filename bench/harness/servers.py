@@ -33,6 +33,9 @@ class Server:
     relay: Optional[Callable] = None
     # Serves each connection in a child process (sshd): its CPU time counts once it is reaped.
     children: bool = False
+    # Serves every session in its own process (sprat): its peak resident memory during a run
+    # is the server's (a forking server's children take theirs with them).
+    one_process: bool = False
 
 
 @dataclass
@@ -71,7 +74,7 @@ def start_sprat(h, i: int, extra: tuple[str, ...] = (), kind: str = "sprat", lis
             fp = got[1].split(" ", 1)[1]
     conn = "--no-encryption" if "--no-encryption" in extra else (f"--server-fingerprint {fp}" if fp else "")
     return Server(kind, "127.0.0.1", port, h.root, p.pid, ctx=lambda port: {"conn": conn},
-                  verbatim=("conn",), env={"SPRAT_TOKEN": h.token})
+                  verbatim=("conn",), env={"SPRAT_TOKEN": h.token}, one_process=True)
 
 
 def start_rsyncd(h, i: int) -> Server:
