@@ -317,3 +317,62 @@ fn rm_r_removes_a_tree_100_000_deep() {
     assert!(root.join("keep").exists());
     assert!(srv.is_running(), "{}", srv.stderr_log());
 }
+
+// ------------------------------------------------------------------ paths beyond PATH_MAX
+
+/// Makes, in `top`, a chain of 25 directories with names of 200 bytes (by descriptor: the
+/// last ones lie beyond PATH_MAX) with a file at level 20 (a path of 4,023 bytes) and one at
+/// the end (5,000 bytes), and a file `ok/f` beside the chain.
+fn make_long_paths(top: &Path) {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    fs::create_dir_all(top.join("ok")).unwrap();
+    fs::write(top.join("ok/f"), b"ok").unwrap();
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC;
+    let name = "d".repeat(200);
+    let mut fd = rustix::fs::open(top, dir_flags, Mode::empty()).unwrap();
+    for level in 1..=25 {
+        mkdirat(&fd, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        fd = openat(&fd, name.as_str(), dir_flags, Mode::empty()).unwrap();
+        if level == 20 || level == 25 {
+            let f = openat(&fd, "f", file_flags, Mode::from_raw_mode(0o644)).unwrap();
+            rustix::io::write(&f, b"deep").unwrap();
+        }
+    }
+}
+
+/// Files with paths below the copy's root longer than the kernel lets a path be (4,095
+/// bytes): each fails by name (its directory, and its own name in the reason), the copy
+/// exits 1, and everything else arrives, pushed, pulled and copied locally. Before, the
+/// whole copy stopped on a "malformed batch" (a push retried it for ten minutes).
+#[test]
+fn a_path_longer_than_the_kernel_allows_fails_alone_by_name() {
+    let t = tempfile::Builder::new()
+        .prefix("sprat-e2e-")
+        .tempdir_in("/dev/shm")
+        .unwrap_or_else(|_| tmp());
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    make_long_paths(&src);
+    let _cleanup = [RemoveDeep(src.clone()), RemoveDeep(root.clone())];
+    fs::create_dir_all(&root).unwrap();
+    make_long_paths(&root.join("tree"));
+    let srv = server(&root);
+    let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
+    let check = |out: &std::process::Output, dst: &Path| {
+        common::assert_exit(out, 1);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("'ddd") && err.contains("4095") && err.contains("is left out"),
+            "{err}"
+        );
+        assert_eq!(fs::read(dst.join("ok/f")).unwrap(), b"ok");
+        let level20: std::path::PathBuf = std::iter::repeat_n("d".repeat(200), 20).collect();
+        assert_eq!(fs::read(dst.join(level20).join("f")).unwrap(), b"deep");
+    };
+    let local = t.path().join("local");
+    check(&cp_local(&[], &src, &local), &local);
+    check(&cp(&srv, &[], &src, url("pushed")), &root.join("pushed"));
+    let pulled = t.path().join("pulled");
+    check(&cp(&srv, &[], url("tree"), &pulled), &pulled);
+}

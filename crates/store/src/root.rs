@@ -90,6 +90,10 @@ impl Root {
         })
     }
 
+    /// The longest path below a root that can be opened (`openat2` takes the whole path,
+    /// which the kernel limits to `PATH_MAX`, 4,096 bytes with its terminating NUL).
+    pub const MAX_PATH: usize = 4095;
+
     /// Opens `rel` below this root with `flags`, refusing any escape.
     pub fn open_beneath(&self, rel: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
         let path: &[u8] = if rel.is_empty() { b"." } else { rel };

@@ -297,6 +297,12 @@ fn examine(
     let mut subdirs = Vec::new();
     for (_, name, file_type) in names {
         let path = crate::relpath::join(dir, &name);
+        if path.len() > Root::MAX_PATH {
+            // Nothing can open it: one failure, named by its directory (its own path is too
+            // long to travel), and nothing below it is visited.
+            entries.push(failed_with(dir.to_vec(), too_long(&name, path.len())));
+            continue;
+        }
         let known = file_type != FileType::Unknown;
         if known && filter.excluded(&path, file_type == FileType::Directory) {
             continue;
@@ -426,7 +432,23 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
     Ok(entry)
 }
 
+/// Why the entry `name` of a directory is not copied: its path below the root would be `len`
+/// bytes long.
+fn too_long(name: &[u8], len: usize) -> String {
+    format!(
+        "'{}' in this directory is left out: its path is {len} bytes long, more than the {} a \
+         path below the root may have",
+        crate::relpath::display_path(name),
+        Root::MAX_PATH
+    )
+}
+
 fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {
+    failed_with(path, err.to_string())
+}
+
+/// A failed entry at `path`, for the reason `error`.
+fn failed_with(path: Vec<u8>, error: String) -> ScanEntry {
     ScanEntry {
         path,
         kind: EntryType::Special,
@@ -436,7 +458,7 @@ fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {
         dev: 0,
         nlink: 0,
         link_target: None,
-        error: Some(err.to_string()),
+        error: Some(error),
     }
 }
 
