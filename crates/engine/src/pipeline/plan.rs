@@ -319,7 +319,15 @@ impl Planner {
     ) {
         let mut offset = start;
         while offset < end {
-            let len = self.chunk_size_now(&entry.path).min(end - offset);
+            let mut len = self.chunk_size_now(&entry.path).min(end - offset);
+            // A chunk that is not the last ends on a block boundary: the writer leaves a run of
+            // zeros as a hole only in whole blocks, so a boundary inside a block of zeros
+            // (after an opening-sized chunk) left one allocated block every chunk.
+            let block = sprat_store::sparse::HOLE_BLOCK as u64;
+            let aligned_end = (offset + len) / block * block;
+            if offset + len < end && aligned_end > offset {
+                len = aligned_end - offset;
+            }
             let item = PlanItem::Chunk {
                 entry: entry.clone(),
                 offset,
@@ -540,6 +548,39 @@ mod tests {
         // bytes) shares a batch with the small file.
         assert_eq!(plans.len(), 6);
         assert_eq!(plans[0].data_bytes, OPENING_BATCH_SIZE);
+    }
+
+    #[test]
+    fn every_chunk_but_a_files_last_ends_on_a_block_boundary() {
+        // Opening chunks sized by slow start's window less an entry header, and a configured
+        // chunk size that is no multiple of a block: the boundaries still fall between
+        // blocks, so that a sparse file's zero runs stay holes at the destination.
+        let options = TransferOptions {
+            chunk_size: 1_000_000,
+            small_file_threshold: 1 << 20,
+            ..TransferOptions::default()
+        };
+        let size = (64 << 20) + 5;
+        let plans = plan(vec![file("big", size)], &options);
+        let mut covered = 0;
+        let mut chunks = 0;
+        for p in &plans {
+            for item in &p.items {
+                if let PlanItem::Chunk { offset, len, .. } = item {
+                    assert_eq!(*offset, covered);
+                    assert_eq!(offset % 4096, 0, "a chunk at {offset}");
+                    covered += len;
+                    chunks += 1;
+                }
+            }
+        }
+        assert_eq!(covered, size);
+        assert!(chunks > 64, "{chunks} chunks");
+        let first = plans[0].data_bytes;
+        assert!(
+            first < options.chunk_size,
+            "an opening chunk of {first} bytes"
+        );
     }
 
     #[test]
