@@ -753,3 +753,34 @@ fn an_error_line_names_each_cause_once() {
         assert_eq!(line.matches(cause).count(), 1, "{line}");
     }
 }
+
+/// A listener that accepts connections and never says a word: the client gives up after one
+/// handshake's timeout (30 s), with exit 4 and the peer named. Before, it dialled it five times
+/// over, 154 s in all.
+#[test]
+fn a_listener_that_never_answers_is_given_up_after_one_handshake_timeout() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().take(16) {
+            held.push(c);
+        }
+    });
+    let t = tmp();
+    let started = std::time::Instant::now();
+    let out = run_sprat(
+        bin(),
+        [
+            std::ffi::OsString::from("ls"),
+            "--known-servers".into(),
+            t.path().join("k").into(),
+            format!("sprat://{peer}/").into(),
+        ],
+        &[],
+    );
+    let took = started.elapsed();
+    assert_exit(&out, 4);
+    assert_error_names(&out, &[&peer.to_string(), "timed out"]);
+    assert!(took < Duration::from_secs(60), "gave up after {took:?}");
+}

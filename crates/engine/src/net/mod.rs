@@ -653,8 +653,12 @@ fn open(
             Ok(vouched) => break (conn, started, vouched),
             // A server at its limit of connections in their handshake closes new ones at
             // once (it cannot answer before TLS): such a connection is tried again, a few
-            // times, a little later.
-            Err(TransferError::ConnectionLost { .. }) if attempt < HANDSHAKE_RETRIES.len() => {
+            // times, a little later. One that stayed silent until the handshake's timeout is
+            // not (five of them made a client wait 154 s on a listener that never answered).
+            Err(TransferError::ConnectionLost { .. })
+                if attempt < HANDSHAKE_RETRIES.len()
+                    && started.elapsed() < HANDSHAKE_TIMEOUT / 2 =>
+            {
                 std::thread::sleep(HANDSHAKE_RETRIES[attempt]);
                 attempt += 1;
             }
