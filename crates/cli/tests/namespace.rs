@@ -1384,6 +1384,17 @@ fn bad_urls_and_dotdot_paths_exit_2() {
         vec!["ls".into(), s(&root).to_string()],
         vec!["ls".into(), "http://127.0.0.1:1/x".into()],
         vec!["rm".into(), "sprat://127.0.0.1/no-port".into()],
+        // A URL of another scheme is no local path (it made a directory `http:` once).
+        vec![
+            "cp".into(),
+            s(&root.join("dir/f")).into(),
+            "http://127.0.0.1:1/x".into(),
+        ],
+        vec![
+            "cp".into(),
+            "ftp://127.0.0.1:1/x".into(),
+            s(&t.path().join("got")).into(),
+        ],
     ];
     for args in &cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

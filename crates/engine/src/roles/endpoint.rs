@@ -34,6 +34,14 @@ impl Endpoint {
             if bytes.is_empty() {
                 return Err(TransferError::Usage("empty path".into()));
             }
+            if let Some(scheme) = other_scheme(bytes) {
+                return Err(TransferError::Usage(format!(
+                    "invalid URL '{}': sprat speaks sprat://HOST:PORT/PATH, not {scheme}:// \
+                     (a local path that starts so: ./{})",
+                    arg.to_string_lossy(),
+                    arg.to_string_lossy()
+                )));
+            }
             return Ok(Endpoint::Local(PathBuf::from(arg)));
         };
         let bad = |why: &str| {
@@ -71,6 +79,17 @@ impl Endpoint {
             also: servers,
         })
     }
+}
+
+/// The scheme of `arg` when it is a URL of a scheme other than sprat's (`http://...`): a
+/// name of letters, digits, `+`, `-` and `.`, starting with a letter, then `://`.
+fn other_scheme(arg: &[u8]) -> Option<&str> {
+    let end = arg.windows(3).position(|w| w == b"://")?;
+    let scheme = std::str::from_utf8(&arg[..end]).ok()?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
 }
 
 impl fmt::Display for Endpoint {
