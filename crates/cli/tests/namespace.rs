@@ -1041,6 +1041,25 @@ fn sum_of_a_directory_needs_r_and_unknown_algo_is_usage_error() {
 
     // An empty directory has nothing to sum.
     assert_eq!(run_ok(&srv, &["sum", "-r", &srv.url("sums/empty")]), "");
+
+    // A symlink named alone is said to be one (it printed nothing and exited 0), whether it
+    // points inside the root, outside it or nowhere; below a directory it is passed over.
+    std::os::unix::fs::symlink("one.bin", root.join("sums/in")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("sums/out")).unwrap();
+    std::os::unix::fs::symlink("nowhere", root.join("sums/dangling")).unwrap();
+    for link in ["in", "out", "dangling"] {
+        let out = run(&srv, &["sum", &srv.url(&format!("sums/{link}"))]);
+        assert_failed(&out);
+        assert_error_names(&out, &[link, "symlink"]);
+        assert!(out.stdout.is_empty(), "{}", describe(&out));
+    }
+    let all = run_ok(&srv, &["sum", "-r", &srv.url("sums")]);
+    let links = ["in", "out", "dangling"];
+    assert!(
+        !all.lines()
+            .any(|l| links.iter().any(|k| l.ends_with(&format!(" {k}")))),
+        "{all}"
+    );
 }
 
 // --------------------------------------------------------------------------- third-party cp

@@ -442,6 +442,18 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     format!("'{}' is a directory (use -r)", display_path(&path)),
                 ));
             }
+            // Named alone, what has no content to sum is said, not passed over in silence
+            // (below a directory, only regular files are summed).
+            if !matches!(top.kind, EntryType::Dir | EntryType::File) {
+                let what = match top.kind {
+                    EntryType::Symlink => "a symlink (never followed)",
+                    _ => "not a regular file",
+                };
+                return Err(Refusal(
+                    ErrorCode::BadRequest,
+                    format!("'{}' is {what}: nothing to sum", display_path(&path)),
+                ));
+            }
             let digest = match algo {
                 SumAlgo::Xxh3 => Digest::Xxh3,
                 SumAlgo::Sha256 => Digest::Sha256,
