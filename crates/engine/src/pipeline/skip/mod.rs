@@ -18,6 +18,7 @@ use sprat_proto::DestCheck;
 use sprat_store::partial::{Coverage, Identity};
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod paths;
@@ -129,15 +130,58 @@ impl Kept {
     }
 }
 
+/// Pairs of owner and group names, each kept once, by position.
+#[derive(Default)]
+struct NamePairs {
+    hasher: std::hash::RandomState,
+    /// Positions in `pairs`, found by the hash of their pair.
+    slots: hashbrown::HashTable<u32>,
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl NamePairs {
+    /// Where the pair of `user` and `group` is, if kept.
+    fn find(&self, user: &[u8], group: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one((user, group));
+        let pairs = &self.pairs;
+        let same = |&at: &u32| {
+            let (u, g) = &pairs[at as usize];
+            u == user && g == group
+        };
+        self.slots.find(hash, same).copied()
+    }
+
+    /// Where `pair` is, kept now if it was not; `None` once 4,294,967,295 pairs are kept.
+    fn position(&mut self, pair: (Vec<u8>, Vec<u8>)) -> Option<u32> {
+        if let Some(at) = self.find(&pair.0, &pair.1) {
+            return Some(at);
+        }
+        let at = u32::try_from(self.pairs.len())
+            .ok()
+            .filter(|&at| at < u32::MAX)?;
+        let hash = self.hasher.hash_one((pair.0.as_slice(), pair.1.as_slice()));
+        self.pairs.push(pair);
+        let (hasher, pairs) = (&self.hasher, &self.pairs);
+        self.slots.insert_unique(hash, at, |&at| {
+            let (u, g) = &pairs[at as usize];
+            hasher.hash_one((u.as_slice(), g.as_slice()))
+        });
+        Some(at)
+    }
+
+    fn get(&self, at: u32) -> Option<&(Vec<u8>, Vec<u8>)> {
+        self.pairs.get(at as usize)
+    }
+}
+
 /// The destination's entries by path (relative to the copy's root).
 #[derive(Default)]
 pub struct DestIndex {
     entries: PathTable<Kept>,
     /// Digests of the entries that have one (`--checksum`), by position in `entries`.
     digests: HashMap<u32, u128>,
-    /// Every pair of owner and group names the entries carry, once, and where each is.
-    names: Vec<(Vec<u8>, Vec<u8>)>,
-    names_at: HashMap<(Vec<u8>, Vec<u8>), u32>,
+    /// Every pair of owner and group names the entries carry, once.
+    names: NamePairs,
     /// Partial files by the final path of their file.
     partials: HashMap<Vec<u8>, PartialEntry>,
     /// Temporary names left by a writer that was killed (see
@@ -187,7 +231,9 @@ impl DestIndex {
             return;
         }
         let (uid, gid) = entry.owner.unwrap_or_default();
-        let names = entry.owner_names.map_or(0, |names| self.name_pair(*names));
+        let names = entry
+            .owner_names
+            .map_or(0, |pair| self.names.position(*pair).map_or(0, |at| at + 1));
         let kept = Kept {
             size: entry.size,
             mtime_sec: entry.mtime_sec,
@@ -208,35 +254,6 @@ impl DestIndex {
             Some(d) => self.digests.insert(at, d),
             None => self.digests.remove(&at),
         };
-    }
-
-    /// Where the pair of `user` and `group` names is in [`DestIndex::names`], if there: most
-    /// trees have a few owners, looked through without a key to make.
-    fn find_name_pair(&self, user: &[u8], group: &[u8]) -> Option<u32> {
-        if self.names.len() <= 16 {
-            let at = self
-                .names
-                .iter()
-                .position(|(u, g)| u == user && g == group)?;
-            return u32::try_from(at).ok();
-        }
-        self.names_at.get(&(user.to_vec(), group.to_vec())).copied()
-    }
-
-    /// The [`Kept::names`] of a pair of owner and group names: the pair is kept once.
-    fn name_pair(&mut self, pair: (Vec<u8>, Vec<u8>)) -> u32 {
-        if let Some(at) = self.find_name_pair(&pair.0, &pair.1) {
-            return at + 1;
-        }
-        let Ok(at) = u32::try_from(self.names.len()) else {
-            return 0;
-        };
-        if at == u32::MAX {
-            return 0;
-        }
-        self.names.push(pair.clone());
-        self.names_at.insert(pair, at);
-        at + 1
     }
 
     /// The leftover temporary names found (paths relative to the copy's root), sorted; the
@@ -284,7 +301,7 @@ impl DestIndex {
         const PER_ENTRY: usize = 112;
         const PER_NAME_PAIR: usize = 128;
         let names = e.owner.as_ref().map_or(0, |o| {
-            if self.find_name_pair(&o.user, &o.group).is_some() {
+            if self.names.find(&o.user, &o.group).is_some() {
                 0
             } else {
                 PER_NAME_PAIR + 2 * (o.user.len() + o.group.len())
@@ -407,10 +424,7 @@ impl DestIndex {
         let Some((uid, gid)) = d.owner() else {
             return true;
         };
-        let pair = d
-            .names
-            .checked_sub(1)
-            .and_then(|at| self.names.get(at as usize));
+        let pair = d.names.checked_sub(1).and_then(|at| self.names.get(at));
         let (du, dg) = match (&self.source_names, pair) {
             (Some(_), Some(names)) => (names.0.as_slice(), names.1.as_slice()),
             _ => (&b""[..], &b""[..]),
@@ -734,14 +748,11 @@ mod tests {
             charged += i.listed_cost(&e);
             i.insert_listed(e);
         }
-        let names: usize = i
-            .names
-            .iter()
-            .map(|(u, g)| 2 * (u.len() + g.len()) + 96)
-            .sum();
-        let held = i.entries.footprint() + names + i.names_at.capacity() * 64;
+        let pairs = &i.names.pairs;
+        let names: usize = pairs.iter().map(|(u, g)| u.len() + g.len() + 48).sum();
+        let held = i.entries.footprint() + names + i.names.slots.allocation_size();
         assert!(held as u64 <= charged, "held {held} > charged {charged}");
-        assert_eq!(i.names.len(), 42, "each pair of names once");
+        assert_eq!(pairs.len(), 42, "each pair of names once");
 
         // Owners are compared by name where both sides have one: the same names are the
         // same owner whatever the ids, other names another owner.
