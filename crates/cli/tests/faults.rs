@@ -291,8 +291,16 @@ fn du(dir: &Path) -> u64 {
 /// the length of a chunk written.
 fn journal_bytes(log: &Path) -> u64 {
     let bytes = std::fs::read(log).unwrap_or_default();
+    // A journal of a hashed (long) name records the name after the header: its length in
+    // two bytes, then the name.
+    let header = match bytes.get(..8) {
+        Some(b"SPRATPT2") => bytes
+            .get(28..30)
+            .map_or(28, |n| 30 + usize::from(u16::from_le_bytes([n[0], n[1]]))),
+        _ => 28,
+    };
     bytes
-        .get(28..)
+        .get(header..)
         .unwrap_or_default()
         .chunks_exact(32)
         .map(|r| u64::from_le_bytes(r[8..16].try_into().unwrap()))
@@ -355,6 +363,11 @@ fn pull_resumes_after_the_server_is_killed_and_restarted() {
 /// loopback, more on a loaded host): those get a larger file, killed earlier, so that what
 /// was in flight cannot complete it.
 fn client_killed(dir: Dir, seed: u64) {
+    client_killed_in(dir, seed, "large.bin");
+}
+
+/// [`client_killed`], the large file named `name`.
+fn client_killed_in(dir: Dir, seed: u64, name: &str) {
     let (total, kill_at) = match dir {
         Dir::ThirdParty => (64u64 << 20, 16u64 << 20),
         Dir::Push => (48 << 20, 12 << 20),
@@ -363,7 +376,7 @@ fn client_killed(dir: Dir, seed: u64) {
     let cell = Cell::new(dir, |src| {
         std::fs::create_dir_all(src.join("big")).unwrap();
         tree::make_file(
-            &src.join("big/large.bin"),
+            &src.join("big").join(name),
             &tree::random_bytes(total as usize, seed),
             0o600,
         );
@@ -389,7 +402,7 @@ fn client_killed(dir: Dir, seed: u64) {
     }
     // Nothing under the final name (the file is incomplete), and what is there is right.
     assert!(
-        !cell.dst.join("big/large.bin").exists(),
+        !cell.dst.join("big").join(name).exists(),
         "an incomplete file has its final name"
     );
     no_wrong_file(&cell.src, &cell.dst).unwrap();
@@ -523,6 +536,16 @@ fn a_push_killed_in_a_large_file_resumes_from_its_verified_chunks() {
 #[test]
 fn a_pull_killed_in_a_large_file_resumes_from_its_verified_chunks() {
     client_killed(Dir::Pull, 22);
+}
+
+/// A name too long to keep in the partial file's hidden name (which then holds its hash)
+/// resumes too: its journal records the name.
+#[test]
+fn a_large_file_with_a_name_too_long_for_its_partial_name_resumes() {
+    let long = format!("{}.bin", "a-long-name-".repeat(20));
+    assert!(long.len() > 240 && long.len() < 256);
+    client_killed_in(Dir::Push, 23, &long);
+    client_killed_in(Dir::Pull, 24, &long);
 }
 
 // Third-party copies: the faults sit between the two servers (and on the client's requests to

@@ -11,6 +11,10 @@
 //! end to end like any other. A journal whose header does not match what is sent now (the
 //! source changed) is discarded with its partial file.
 //!
+//! A name too long to keep in the hidden names is hashed in them (`.~HASH~.sprat-part`); its
+//! journal then also records the final name in its header, so that a listing can still tell
+//! which file it belongs to and the copy resumes like any other.
+//!
 //! Pure encoding and range arithmetic, plus reading a journal from a directory.
 
 use rustix::fs::{openat, Mode, OFlags};
@@ -22,7 +26,11 @@ pub const PART_SUFFIX: &[u8] = b".sprat-part";
 /// Suffix of its journal's name.
 pub const LOG_SUFFIX: &[u8] = b".sprat-part.log";
 const MAGIC: &[u8; 8] = b"SPRATPT1";
+/// The magic of a journal whose header also holds the final name (a hashed one).
+const MAGIC_NAMED: &[u8; 8] = b"SPRATPT2";
 const HEADER_LEN: usize = 8 + 8 + 8 + 4;
+/// Longest final name a journal's header records (the kernel's limit for one component).
+const MAX_NAME: usize = 255;
 const RECORD_LEN: usize = 8 + 8 + 16;
 /// Largest journal read (about 2 million records): a larger one is ignored.
 const MAX_LOG_BYTES: u64 = 64 << 20;
@@ -40,29 +48,49 @@ pub fn log_name(name: &[u8]) -> Vec<u8> {
     hidden(name, LOG_SUFFIX)
 }
 
+/// Whether `name` is too long to keep in its hidden names, and is hashed there.
+fn is_hashed(name: &[u8]) -> bool {
+    name.len() + LOG_SUFFIX.len() >= NAME_MAX
+}
+
 fn hidden(name: &[u8], suffix: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + suffix.len() + 1);
     out.push(b'.');
-    if name.len() + LOG_SUFFIX.len() < NAME_MAX {
-        out.extend_from_slice(name);
-    } else {
+    if is_hashed(name) {
         out.extend_from_slice(format!("~{:032x}~", crate::attrs::checksum(name)).as_bytes());
+    } else {
+        out.extend_from_slice(name);
     }
     out.extend_from_slice(suffix);
     out
 }
 
-/// The final name a journal name stands for, when it can be told from the name alone (names
-/// too long to keep are hashed, and are not resumed).
+/// Whether `inner` (a hidden name less its dot and suffix) is a hashed name.
+fn is_hash_mark(inner: &[u8]) -> bool {
+    inner.len() == 34
+        && inner.starts_with(b"~")
+        && inner.ends_with(b"~")
+        && inner[1..33].iter().all(u8::is_ascii_hexdigit)
+}
+
+/// The final name a journal name stands for, when it can be told from the name alone (a
+/// hashed name is told by the journal's header: [`describe`]).
 pub fn final_name_of_log(log: &[u8]) -> Option<&[u8]> {
     let inner = log.strip_prefix(b".")?.strip_suffix(LOG_SUFFIX)?;
-    let hashed = inner.len() == 34 && inner.starts_with(b"~") && inner.ends_with(b"~");
-    (!inner.is_empty() && !hashed && log_name(inner) == log).then_some(inner)
+    (!inner.is_empty() && !is_hash_mark(inner) && log_name(inner) == log).then_some(inner)
+}
+
+/// Whether `log` is the journal name of a hashed (too long) final name.
+fn is_hashed_log(log: &[u8]) -> bool {
+    log.strip_prefix(b".")
+        .and_then(|l| l.strip_suffix(LOG_SUFFIX))
+        .is_some_and(is_hash_mark)
 }
 
 /// Whether `path` (a relative path of a scanned or listed regular file) is a journal.
 pub fn is_log_path(path: &[u8]) -> bool {
-    final_name_of_log(crate::relpath::split_parent(path).1).is_some()
+    let name = crate::relpath::split_parent(path).1;
+    final_name_of_log(name).is_some() || is_hashed_log(name)
 }
 
 /// Whether `name` is a partial file or a journal (kept for resuming; never a temporary).
@@ -78,6 +106,17 @@ pub struct Identity {
     pub mtime_nsec: u32,
 }
 
+/// A journal as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Journal {
+    /// The source file it is a copy of.
+    pub id: Identity,
+    /// The final name, recorded only where the hidden names hash it.
+    pub name: Option<Vec<u8>>,
+    /// The chunks written.
+    pub records: Vec<Record>,
+}
+
 /// One chunk recorded in a journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
@@ -86,13 +125,19 @@ pub struct Record {
     pub hash: u128,
 }
 
-/// The header that starts a journal.
-pub fn encode_header(id: &Identity) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN);
-    out.extend_from_slice(MAGIC);
+/// The header that starts the journal of the partial file for `name`: the source's
+/// identity, and `name` itself when the hidden names hash it.
+pub fn encode_header(id: &Identity, name: &[u8]) -> Vec<u8> {
+    let named = is_hashed(name) && name.len() <= MAX_NAME;
+    let mut out = Vec::with_capacity(HEADER_LEN + 2 + name.len());
+    out.extend_from_slice(if named { MAGIC_NAMED } else { MAGIC });
     out.extend_from_slice(&id.size.to_le_bytes());
     out.extend_from_slice(&id.mtime_sec.to_le_bytes());
     out.extend_from_slice(&id.mtime_nsec.to_le_bytes());
+    if named {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name);
+    }
     out
 }
 
@@ -105,13 +150,15 @@ pub fn encode_record(r: &Record) -> [u8; RECORD_LEN] {
     out
 }
 
-/// A journal's identity and records; a torn last record (a crash while it was appended) and
-/// records outside the file are left out. `None` if it is not a journal.
-pub fn decode(bytes: &[u8]) -> Option<(Identity, Vec<Record>)> {
+/// A journal's identity, name and records; a torn last record (a crash while it was
+/// appended) and records outside the file are left out. `None` if it is not a journal.
+pub fn decode(bytes: &[u8]) -> Option<Journal> {
     let header = bytes.get(..HEADER_LEN)?;
-    if &header[..8] != MAGIC {
-        return None;
-    }
+    let named = match &header[..8] {
+        m if m == MAGIC => false,
+        m if m == MAGIC_NAMED => true,
+        _ => return None,
+    };
     let u64_at = |b: &[u8], i: usize| {
         b.get(i..i + 8)
             .and_then(|s| s.try_into().ok())
@@ -122,7 +169,21 @@ pub fn decode(bytes: &[u8]) -> Option<(Identity, Vec<Record>)> {
         mtime_sec: u64_at(header, 16)? as i64,
         mtime_nsec: u32::from_le_bytes(header[24..28].try_into().ok()?),
     };
-    let records = bytes[HEADER_LEN..]
+    let (name, body) = if named {
+        let len = bytes.get(HEADER_LEN..HEADER_LEN + 2)?;
+        let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+        if len == 0 || len > MAX_NAME {
+            return None;
+        }
+        let start = HEADER_LEN + 2;
+        (
+            Some(bytes.get(start..start + len)?.to_vec()),
+            &bytes[start + len..],
+        )
+    } else {
+        (None, &bytes[HEADER_LEN..])
+    };
+    let records = body
         .chunks_exact(RECORD_LEN)
         .filter_map(|r| {
             let rec = Record {
@@ -138,11 +199,11 @@ pub fn decode(bytes: &[u8]) -> Option<(Identity, Vec<Record>)> {
             inside.then_some(rec)
         })
         .collect();
-    Some((id, records))
+    Some(Journal { id, name, records })
 }
 
 /// Reads the journal `log` in directory `dir` (never following a symlink).
-pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<(Identity, Vec<Record>)> {
+pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
     let fd = openat(
         dir,
         std::os::unix::ffi::OsStrExt::from_bytes(log) as &std::ffi::OsStr,
@@ -167,14 +228,31 @@ pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<(Identity, Vec<Record>)> {
 /// journal records (the writer verifies them again before it trusts them).
 pub fn describe(root: &crate::Root, log_path: &[u8]) -> Option<(Vec<u8>, Identity, Coverage)> {
     let (dir, log) = crate::relpath::split_parent(log_path);
-    let name = final_name_of_log(log)?;
+    let told = final_name_of_log(log);
+    if told.is_none() && !is_hashed_log(log) {
+        return None;
+    }
     let dir_fd = root.open_dir_nofollow(dir).ok()?;
-    let (id, records) = read_log(&dir_fd, log)?;
+    let journal = read_log(&dir_fd, log)?;
+    let name = match told {
+        Some(name) => name,
+        // A hashed name is the one its header records, if that name hashes to this journal
+        // (so a journal cannot speak for another file, nor name one outside its directory).
+        None => journal
+            .name
+            .as_deref()
+            .filter(|n| is_component(n) && log_name(n) == log)?,
+    };
     let mut present = Coverage::default();
-    for r in &records {
+    for r in &journal.records {
         present.add(r.offset, r.len);
     }
-    Some((crate::relpath::join(dir, name), id, present))
+    Some((crate::relpath::join(dir, name), journal.id, present))
+}
+
+/// Whether `name` can be one component of a path: not empty, `.` or `..`, no `/` or NUL.
+fn is_component(name: &[u8]) -> bool {
+    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
 }
 
 /// The partial file of the file at `file_path` (relative to `root`; a single file copied on
@@ -285,6 +363,7 @@ impl Coverage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
 
     #[test]
     fn coverage_merges_overlapping_and_touching_ranges() {
@@ -315,7 +394,7 @@ mod tests {
             mtime_sec: -5,
             mtime_nsec: 7,
         };
-        let mut bytes = encode_header(&id);
+        let mut bytes = encode_header(&id, b"f");
         let good = Record {
             offset: 0,
             len: 50,
@@ -329,8 +408,52 @@ mod tests {
         };
         bytes.extend_from_slice(&encode_record(&outside));
         bytes.extend_from_slice(&encode_record(&good)[..10]);
-        assert_eq!(decode(&bytes), Some((id, vec![good])));
+        let journal = Journal {
+            id,
+            name: None,
+            records: vec![good],
+        };
+        assert_eq!(decode(&bytes), Some(journal.clone()));
         assert_eq!(decode(b"not a journal at all, no"), None);
+        // A hashed name is recorded in the header, and read back with the same records.
+        let long = vec![b'y'; 250];
+        let mut named = encode_header(&id, &long);
+        named.extend_from_slice(&encode_record(&good));
+        let decoded = decode(&named).unwrap();
+        assert_eq!(decoded.name.as_deref(), Some(&long[..]));
+        assert_eq!(decoded.records, journal.records);
+        // A name that would run past the journal's end is no journal.
+        assert_eq!(decode(&named[..HEADER_LEN + 2 + 100]), None);
+    }
+
+    #[test]
+    fn a_hashed_journal_is_described_by_the_name_its_header_records() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let root = crate::Root::open(dir.path()).unwrap();
+        let id = Identity {
+            size: 64,
+            mtime_sec: 1,
+            mtime_nsec: 2,
+        };
+        let long = vec![b'n'; 240];
+        let mut bytes = encode_header(&id, &long);
+        bytes.extend_from_slice(&encode_record(&Record {
+            offset: 0,
+            len: 32,
+            hash: 5,
+        }));
+        let log = [b"d/", &log_name(&long)[..]].concat();
+        std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(&log)), &bytes).unwrap();
+        let (path, found, present) = describe(&root, &log).unwrap();
+        assert_eq!(path, [b"d/", &long[..]].concat());
+        assert_eq!((found, present.bytes()), (id, 32));
+        // A header naming another file (here, one that hashes elsewhere) is not believed.
+        let other = vec![b'm'; 240];
+        let mut forged = encode_header(&id, &other);
+        forged.extend_from_slice(&bytes[HEADER_LEN + 2 + long.len()..]);
+        std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(&log)), &forged).unwrap();
+        assert_eq!(describe(&root, &log), None);
     }
 
     #[test]
@@ -345,6 +468,8 @@ mod tests {
         let long = vec![b'x'; 250];
         assert!(log_name(&long).len() <= 255);
         assert_eq!(final_name_of_log(&log_name(&long)), None);
+        assert!(is_log_path(&[b"d/", &log_name(&long)[..]].concat()));
+        assert!(!is_log_path(b"d/x.sprat-part.log"));
         assert!(is_partial_name(&part_name(b"a")) && is_partial_name(&log_name(b"a")));
         assert!(!is_partial_name(b".a.sprat-0123abcd"));
     }

@@ -1753,8 +1753,8 @@ fn open_large(
     let part = partial::part_name(name);
     let log_name = partial::log_name(name);
     let opened = partial::read_log(dir, &log_name)
-        .filter(|(found, _)| *found == id)
-        .and_then(|(_, records)| {
+        .filter(|found| found.id == id)
+        .and_then(|partial::Journal { records, .. }| {
             let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
             let fd = openat(dir, os(&part), flags, Mode::empty()).ok()?;
             let st = rustix::fs::fstat(&fd).ok()?;
@@ -1769,7 +1769,7 @@ fn open_large(
             if good.len() < records.len() {
                 // Records whose bytes no longer hash as recorded are dropped from the journal,
                 // so that the next listing does not offer them as present.
-                let mut fresh = partial::encode_header(&id);
+                let mut fresh = partial::encode_header(&id, name);
                 for r in &good {
                     fresh.extend_from_slice(&partial::encode_record(r));
                 }
@@ -1809,7 +1809,7 @@ fn open_large(
                 | OFlags::NOFOLLOW
                 | OFlags::CLOEXEC;
             let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
-                .and_then(|log| write_all(&log, &partial::encode_header(&id)).map(|()| log))
+                .and_then(|log| write_all(&log, &partial::encode_header(&id, name)).map(|()| log))
                 .map_err(|e| StoreError::new("create the journal of", path, e))
                 .inspect_err(|_| cleanup())?;
             (fd, log, Coverage::default())
