@@ -279,6 +279,13 @@ def read_tree(src: str) -> None:
                    shell=True, check=False)
 
 
+def stat_trees(*trees: str) -> None:
+    """Read the directories of `trees` and stat every entry (the warm-up of a warm re-sync:
+    what a re-sync reads is metadata)."""
+    subprocess.run(["find", *trees, "-printf", "%s\n"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+
+
 def quote(s: str) -> str:
     import shlex
 
