@@ -366,9 +366,11 @@ pub struct ServeArgs {
     /// Most memory the data of clients may take at once: received batches waiting to be
     /// written, pulling clients' indexes, the directories a push must remember until its
     /// commit. One client address may hold half of it; a batch waits for room (its client is
-    /// slowed down), an index or a directory that finds none fails. At least 320MiB.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = crate::units::size)]
-    pub max_client_memory: u64,
+    /// slowed down), an index or a directory that finds none fails (a pull's index takes
+    /// about 200 bytes a file). At least 320MiB; by default an eighth of this machine's
+    /// memory, and at least 1GiB.
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size)]
+    pub max_client_memory: Option<u64>,
     /// Close a session whose connections move no byte for this long, and a connection that
     /// sends no namespace request for this long; a write to a client that reads nothing for
     /// this long fails. `0s`: never.

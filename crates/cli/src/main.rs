@@ -506,7 +506,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let tls = ServerTls::new(&identity, a.no_encryption)
         .map_err(|e| anyhow::anyhow!("cannot set up TLS with '{}': {e}", key_file.display()))?;
     preserve_modes_exactly();
-    if a.max_client_memory < sprat_engine::MIN_CLIENT_MEMORY {
+    let max_client_memory = a
+        .max_client_memory
+        .unwrap_or_else(sprat_engine::default_client_memory);
+    if max_client_memory < sprat_engine::MIN_CLIENT_MEMORY {
         anyhow::bail!(TransferError::Usage(format!(
             "--max-client-memory must be at least {} MiB (one client may hold half of it, \
              which must take the largest batch)",
@@ -529,7 +532,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         options: opts,
         max_connections,
         max_connections_per_address: per_address,
-        max_client_memory: a.max_client_memory,
+        max_client_memory,
         idle_timeout: a.idle_timeout,
         third_party: !a.no_third_party,
     };

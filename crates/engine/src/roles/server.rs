@@ -72,8 +72,28 @@ pub struct ServerConfig {
 /// Default of [`ServerConfig::idle_timeout`]: far beyond any pause of a working client (a
 /// client's own stall timeout is 60 s by default).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Default of [`ServerConfig::max_client_memory`].
+/// Default of [`ServerConfig::max_client_memory`] on a machine of at most 8 GiB; larger
+/// machines get an eighth of their memory ([`default_client_memory`]).
 pub const DEFAULT_CLIENT_MEMORY: u64 = 1 << 30;
+
+/// Default of [`ServerConfig::max_client_memory`]: an eighth of this machine's memory, at
+/// least [`DEFAULT_CLIENT_MEMORY`]. A pulling client's index takes about 200 bytes a file in
+/// the budget, so a fixed 1 GiB refused re-syncs of more than a few million files on servers
+/// that had memory to spare for them.
+pub fn default_client_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| mem_total(&info))
+        .unwrap_or(0);
+    (total / 8).max(DEFAULT_CLIENT_MEMORY)
+}
+
+/// The `MemTotal` line of `/proc/meminfo`, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
 /// Least [`ServerConfig::max_client_memory`]: one address may hold half of it, which must
 /// take the largest batch frame the protocol allows.
 pub const MIN_CLIENT_MEMORY: u64 = 2 * sprat_proto::frame::MAX_BATCH_PAYLOAD as u64;
@@ -1325,4 +1345,20 @@ fn serve_pull(
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_client_memory_is_an_eighth_of_the_machine_at_least_1_gib() {
+        let info = "MemTotal:       24684092 kB\nMemFree:          899932 kB\n";
+        assert_eq!(mem_total(info), Some(24684092 * 1024));
+        assert_eq!(mem_total("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
+        let here = default_client_memory();
+        let total = mem_total(&std::fs::read_to_string("/proc/meminfo").unwrap()).unwrap();
+        assert_eq!(here, (total / 8).max(DEFAULT_CLIENT_MEMORY));
+    }
 }
