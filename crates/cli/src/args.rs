@@ -446,11 +446,35 @@ pub struct CpArgs {
     /// Send every file, even those the destination has with the same size and mtime.
     #[arg(long, short = 'I')]
     pub ignore_times: bool,
+    /// Skip every regular file the destination has with the same size, whatever its mtime
+    /// (like rsync --size-only), setting only the mode and mtime of those where they differ:
+    /// for a destination whose files another tool copied without their mtimes (`scp -r`,
+    /// `cp -r`). A file changed without changing its size is not sent.
+    #[arg(long, conflicts_with_all = ["ignore_times", "ignore_existing", "checksum"])]
+    pub size_only: bool,
+    /// Skip every regular file whose copy at the destination has a newer mtime than the
+    /// source's (like rsync -u); the others are compared as usual (size and mtime).
+    #[arg(long, short = 'u', conflicts_with_all = ["ignore_times", "ignore_existing", "checksum", "size_only"])]
+    pub update: bool,
     /// Archive mode, as rsync's -a: accepted so that `-aHAX` reads as with rsync, and
     /// changes nothing: sprat always copies recursively, with symlinks as links, permission
     /// bits, mtimes, and owners and groups (when the writing side runs as root).
     #[arg(long, short = 'a')]
     pub archive: bool,
+    /// Accepted for the habit of `cp -r` and `rsync -r`, and changes nothing: sprat always
+    /// copies a directory with everything below it.
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
+    /// Accepted for rsync's habit, and changes nothing: an interrupted large file is always
+    /// kept as a partial file, and resumed by the next run.
+    #[arg(long)]
+    pub partial: bool,
+    /// As rsync's -P: --progress (partial files are always kept, see --partial).
+    #[arg(short = 'P')]
+    pub partial_progress: bool,
+    /// rsync's -z: refused with a word on why (sprat does not compress).
+    #[arg(long, short = 'z', hide = true)]
+    pub compress: bool,
     /// Keep hard links, like rsync -H: files that are hard links of each other at the
     /// source (in the tree copied) are made hard links of each other at the destination,
     /// the first name met carrying the data and the others made as links to it once every
@@ -489,7 +513,7 @@ pub struct CpArgs {
     /// reads its own files, several at a time) and only the digests cross the network; a
     /// match is not sent (only its mode and mtime are set if they differ), a mismatch is
     /// sent, a file of another size is sent without reading it first. Reads every such
-    /// file on both sides. Not with --ignore-times or --ignore-existing.
+    /// file on both sides. Not with --ignore-times, --ignore-existing, --size-only or -u.
     #[arg(long, short = 'c', conflicts_with_all = ["ignore_times", "ignore_existing"])]
     pub checksum: bool,
     /// Print what a copy would send (`send PATH`) and of which files it would set only the

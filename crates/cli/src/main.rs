@@ -555,6 +555,14 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 const MIN_BWLIMIT: f64 = 100_000.0;
 
 fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
+    if a.compress {
+        anyhow::bail!(TransferError::Usage(
+            "-z/--compress: sprat does not compress what it sends (on the fast networks it is \
+             made for, compressing costs more time than it saves); leave it out"
+                .into()
+        ));
+    }
+    a.progress |= a.partial_progress;
     let plan = a.plan.as_deref().map(shards::open).transpose()?;
     let selection = match (&plan, a.shard) {
         (Some(plan), Some(k)) => shards::shard_selection(plan, k)?,
@@ -580,11 +588,18 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     options.reflink = a.reflink == args::ReflinkArg::Auto;
     options.xattrs = a.xattrs;
     options.acls = a.acls;
-    options.skip = match (a.checksum, a.ignore_existing, a.ignore_times) {
-        (true, _, _) => SkipRule::Checksum,
-        (_, true, _) => SkipRule::IgnoreExisting,
-        (_, false, true) => SkipRule::Never,
-        (_, false, false) => SkipRule::QuickCheck,
+    options.skip = if a.checksum {
+        SkipRule::Checksum
+    } else if a.ignore_existing {
+        SkipRule::IgnoreExisting
+    } else if a.ignore_times {
+        SkipRule::Never
+    } else if a.size_only {
+        SkipRule::SizeOnly
+    } else if a.update {
+        SkipRule::Update
+    } else {
+        SkipRule::QuickCheck
     };
     options.delete = a.delete;
     options.selection = selection;
@@ -729,8 +744,16 @@ fn apply_defaults(
     if !given("bwlimit") && d.bwlimit.is_some() {
         a.bwlimit = d.bwlimit;
     }
-    // -c, -I and --ignore-existing exclude each other: any of them replaces the file's.
-    if !(given("checksum") || given("ignore_times") || given("ignore_existing")) {
+    // -c, -I, --ignore-existing, --size-only and -u exclude each other: any of them
+    // replaces the file's.
+    let rules = [
+        "checksum",
+        "ignore_times",
+        "ignore_existing",
+        "size_only",
+        "update",
+    ];
+    if !rules.iter().any(|r| given(r)) {
         take!(a.checksum, checksum);
     }
     d.progress.filter(|_| !given("progress"))

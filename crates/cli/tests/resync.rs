@@ -481,3 +481,188 @@ fn a_pull_again_into_a_destination_indexed_in_many_pieces_sends_only_what_change
     assert_eq!(counts(&report(&summed)), (0, files, 0, 0));
     assert_trees_equal(&src, &dst);
 }
+
+/// Every regular file below `dir`.
+fn files_below(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--size-only` and `-u`, in the four directions: a destination whose files another tool
+/// copied without their mtimes has only its attributes set with `--size-only` (no byte
+/// travels), a file of another size is sent; with `-u` a file newer at the destination is
+/// left alone, one older is sent.
+fn size_only_and_update_scenario(
+    src: &Path,
+    copy: &dyn Fn(&[&str], &str) -> std::process::Output,
+    dst: &dyn Fn(&str) -> std::path::PathBuf,
+) {
+    tree::make_many_files(&src.join("small"), 120, 2000, 8);
+    // Larger than a chunk: travels in chunks when sent.
+    tree::make_file(&src.join("big"), &tree::random_bytes(5 << 20, 9), 0o644);
+    let files = 121;
+    assert_ok(&copy(&["--json"], "d"), None);
+    let in_dst = |p: &Path| dst("d").join(p.strip_prefix(src).unwrap());
+
+    // Every destination file gets another mtime, as `scp -r` would have left it.
+    let copied_at = SystemTime::UNIX_EPOCH + Duration::new(2_000_000_000, 0);
+    for f in files_below(&dst("d")) {
+        set_mtime(&f, copied_at);
+    }
+    // The quick check would send every file again; --size-only sends none, only the mtimes.
+    let dry = copy(&["--json", "--dry-run"], "d");
+    assert_ok(&dry, None);
+    assert_eq!(
+        report(&dry)["send"].as_u64(),
+        Some(files),
+        "{}",
+        report(&dry)
+    );
+    let dry = copy(&["--json", "--dry-run", "--size-only"], "d");
+    assert_ok(&dry, None);
+    let plan = report(&dry);
+    assert_eq!(
+        (plan["send"].as_u64(), plan["attrs"].as_u64()),
+        (Some(0), Some(files)),
+        "{plan}"
+    );
+    let sized = copy(&["--json", "--size-only"], "d");
+    assert_ok(&sized, None);
+    assert_eq!(counts(&report(&sized)), (0, 0, files, 0));
+    assert_trees_equal(src, &dst("d"));
+
+    // A file of another size is sent; a change that kept the size is not (it is what
+    // --size-only means).
+    let grown = first_file(&src.join("small"));
+    std::fs::write(&grown, vec![7u8; 2100]).unwrap();
+    let big = src.join("big");
+    rewrite_keeping_size_and_mtime(&big);
+    let sized = copy(&["--json", "--size-only"], "d");
+    assert_ok(&sized, None);
+    // The grown file is sent; its mtime changed too, so no attributes to fix elsewhere.
+    assert_eq!(counts(&report(&sized)), (1, files - 1, 0, 2100));
+    assert_eq!(std::fs::read(in_dst(&grown)).unwrap(), vec![7u8; 2100]);
+    assert_ne!(
+        std::fs::read(in_dst(&big)).unwrap(),
+        std::fs::read(&big).unwrap()
+    );
+    // The quick check does not see the big file's change either (same size and mtime);
+    // -I puts it right for what follows.
+    assert_ok(&copy(&["--json", "-I"], "d"), None);
+    assert_trees_equal(src, &dst("d"));
+
+    // -u: the destination's copy changed later than the source's is kept...
+    let kept = in_dst(&grown);
+    std::fs::write(&kept, b"edited at the destination").unwrap();
+    set_mtime(
+        &kept,
+        SystemTime::UNIX_EPOCH + Duration::new(2_100_000_000, 0),
+    );
+    // ...and a source file changed later than its copy is sent.
+    let other = files_below(&src.join("small"))
+        .into_iter()
+        .find(|f| *f != grown)
+        .unwrap();
+    std::fs::write(&other, vec![9u8; 2000]).unwrap();
+    set_mtime(
+        &other,
+        SystemTime::UNIX_EPOCH + Duration::new(2_050_000_000, 0),
+    );
+    let updated = copy(&["--json", "-u"], "d");
+    assert_ok(&updated, None);
+    assert_eq!(counts(&report(&updated)), (1, files - 1, 0, 2000));
+    assert_eq!(std::fs::read(&kept).unwrap(), b"edited at the destination");
+    assert_eq!(std::fs::read(in_dst(&other)).unwrap(), vec![9u8; 2000]);
+    // Without -u the quick check sends the source's version back.
+    let plain = copy(&["--json"], "d");
+    assert_ok(&plain, None);
+    assert_eq!(counts(&report(&plain)).0, 1);
+    assert_trees_equal(src, &dst("d"));
+}
+
+#[test]
+fn size_only_and_update_in_a_local_copy() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let dst = t.path().join("dst");
+    size_only_and_update_scenario(
+        &src,
+        &|extra, name| cp_local(extra, &src, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn size_only_and_update_in_a_push() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
+    size_only_and_update_scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &src, url(name)),
+        &|name| root.join(name),
+    );
+}
+
+#[test]
+fn size_only_and_update_in_a_pull() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("data");
+    let dst = t.path().join("dst");
+    let srv = server(&root);
+    let url = format!("sprat://{}/data", srv.addr());
+    size_only_and_update_scenario(
+        &src,
+        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
+        &|name| dst.join(name),
+    );
+}
+
+#[test]
+fn size_only_and_update_in_a_third_party_copy() {
+    let t = tmp();
+    let root_a = t.path().join("a");
+    let root_b = t.path().join("b");
+    let src = root_a.join("data");
+    let (a, b) = (server(&root_a), server(&root_b));
+    let from = format!("sprat://{}/data", a.addr());
+    size_only_and_update_scenario(
+        &src,
+        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
+        &|name| root_b.join(name),
+    );
+}
+
+#[test]
+fn size_only_and_update_exclude_the_other_rules() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    tree::make_file(&src.join("f"), b"x", 0o644);
+    for (rule, other) in [
+        ("--size-only", "-c"),
+        ("--size-only", "-I"),
+        ("--size-only", "--ignore-existing"),
+        ("-u", "--size-only"),
+        ("--update", "--checksum"),
+        ("-u", "--ignore-times"),
+    ] {
+        let out = cp_local(&[rule, other], &src, t.path().join("d"));
+        assert_eq!(out.status.code(), Some(2), "{rule} {other}");
+        assert!(!t.path().join("d").exists(), "{rule} {other}: copied");
+    }
+}

@@ -89,3 +89,40 @@ fn closed_stdout_is_quiet_for_the_report() {
 fn closed_stdout_is_quiet_for_the_json_report() {
     copy_with_closed_stdout(&["--json"]);
 }
+
+/// The flags of cp's and rsync's habits: `-r`, `-P` and `--partial` copy as without them (with
+/// `-P`, progress shows), `-z` is refused with a word on why, before anything is copied.
+#[test]
+fn the_habits_of_cp_and_rsync_are_understood() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 100, 1);
+    for (i, flags) in [&["-r"][..], &["-avP"], &["--partial", "-a"], &["-ru"]]
+        .iter()
+        .enumerate()
+    {
+        let dst = t.path().join(format!("d{i}"));
+        let out = common::cp_local(flags, &src, &dst);
+        assert_ok(&out, None);
+        assert_trees_equal(&src, &dst);
+        // The progress line is drawn (at least cleared at the end) only when asked for.
+        let drawn = String::from_utf8_lossy(&out.stderr).contains("\x1b[2K");
+        assert_eq!(
+            drawn,
+            flags.contains(&"-avP"),
+            "{flags:?}\n{}",
+            describe(&out)
+        );
+    }
+    for flags in [&["-avz"][..], &["--compress"]] {
+        let dst = t.path().join("z");
+        let out = common::cp_local(flags, &src, &dst);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}\n{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("-z/--compress") && err.contains("compress"),
+            "{err}"
+        );
+        assert!(!dst.exists(), "{flags:?}: something was copied");
+    }
+}

@@ -78,6 +78,12 @@ pub enum DestCheck {
     /// frames besides its `Entries` (setting only the attributes of those whose mode or mtime
     /// differs).
     Checksum,
+    /// Leave out regular files the destination has with the same size, whatever their mtime
+    /// (setting the attributes of those whose mode or mtime differs).
+    SizeOnly,
+    /// Leave out regular files the destination has with a newer mtime; the others as
+    /// [`DestCheck::QuickCheck`].
+    Update,
 }
 
 impl DestCheck {
@@ -88,6 +94,8 @@ impl DestCheck {
             DestCheck::QuickCheck => 1,
             DestCheck::IgnoreExisting => 2,
             DestCheck::Checksum => 3,
+            DestCheck::SizeOnly => 4,
+            DestCheck::Update => 5,
         }
     }
 
@@ -97,6 +105,8 @@ impl DestCheck {
             1 => DestCheck::QuickCheck,
             2 => DestCheck::IgnoreExisting,
             3 => DestCheck::Checksum,
+            4 => DestCheck::SizeOnly,
+            5 => DestCheck::Update,
             _ => return None,
         })
     }

@@ -46,6 +46,8 @@ fn dest_check() -> impl Strategy<Value = DestCheck> {
         Just(DestCheck::None),
         Just(DestCheck::QuickCheck),
         Just(DestCheck::IgnoreExisting),
+        Just(DestCheck::SizeOnly),
+        Just(DestCheck::Update),
         Just(DestCheck::Checksum),
     ]
 }

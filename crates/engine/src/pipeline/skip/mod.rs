@@ -35,6 +35,12 @@ pub enum SkipRule {
     /// copies, like `rsync --checksum`); set the attributes of those whose mode or mtime
     /// differs.
     Checksum,
+    /// Skip regular files of the same size, whatever their mtime (like `rsync --size-only`);
+    /// set the attributes of those whose mode or mtime differs.
+    SizeOnly,
+    /// Skip regular files whose mtime at the destination is newer than the source's (like
+    /// `rsync --update`); the others as [`SkipRule::QuickCheck`].
+    Update,
     /// Send everything.
     Never,
 }
@@ -359,7 +365,20 @@ impl DestIndex {
         match rule {
             SkipRule::IgnoreExisting => Verdict::Skip,
             SkipRule::Never => Verdict::Send,
-            SkipRule::QuickCheck => {
+            SkipRule::SizeOnly => {
+                if d.is_file && d.size == e.size {
+                    self.attrs_verdict(d, e)
+                } else {
+                    self.resume(e)
+                }
+            }
+            SkipRule::Update
+                if d.is_file
+                    && (d.mtime_sec, d.mtime_nsec) > (e.attrs.mtime_sec, e.attrs.mtime_nsec) =>
+            {
+                Verdict::Skip
+            }
+            SkipRule::QuickCheck | SkipRule::Update => {
                 let same_content = d.is_file
                     && d.size == e.size
                     && d.mtime_sec == e.attrs.mtime_sec
@@ -468,6 +487,8 @@ impl SkipRule {
             SkipRule::QuickCheck => DestCheck::QuickCheck,
             SkipRule::IgnoreExisting => DestCheck::IgnoreExisting,
             SkipRule::Checksum => DestCheck::Checksum,
+            SkipRule::SizeOnly => DestCheck::SizeOnly,
+            SkipRule::Update => DestCheck::Update,
             SkipRule::Never => DestCheck::None,
         }
     }
@@ -478,6 +499,8 @@ impl SkipRule {
             DestCheck::QuickCheck => SkipRule::QuickCheck,
             DestCheck::IgnoreExisting => SkipRule::IgnoreExisting,
             DestCheck::Checksum => SkipRule::Checksum,
+            DestCheck::SizeOnly => SkipRule::SizeOnly,
+            DestCheck::Update => SkipRule::Update,
             DestCheck::None => SkipRule::Never,
         }
     }
@@ -652,6 +675,57 @@ mod tests {
         assert_eq!(i.verdict(&newer, SkipRule::Never), Verdict::Send);
         let same = file(b"same", 10, 0o644, 5, 7);
         assert_eq!(i.verdict(&same, SkipRule::Never), Verdict::Send);
+    }
+
+    #[test]
+    fn size_only_skips_files_of_the_same_size_and_fixes_their_mtime() {
+        let i = index();
+        let r = SkipRule::SizeOnly;
+        assert_eq!(i.verdict(&file(b"same", 10, 0o644, 5, 7), r), Verdict::Skip);
+        // Another mtime (older or newer) or mode: only the attributes are set.
+        for (path, sec) in [(&b"newer"[..], 5), (b"nsec", 5), (b"same", 1)] {
+            assert_eq!(
+                i.verdict(&file(path, 10, 0o644, sec, 7), r),
+                Verdict::FixAttrs
+            );
+        }
+        assert_eq!(
+            i.verdict(&file(b"mode", 10, 0o644, 5, 7), r),
+            Verdict::FixAttrs
+        );
+        // Another size, a directory in its place, or nothing there: sent.
+        assert_eq!(i.verdict(&file(b"same", 11, 0o644, 5, 7), r), Verdict::Send);
+        assert_eq!(i.verdict(&file(b"dir", 10, 0o755, 5, 7), r), Verdict::Send);
+        assert_eq!(
+            i.verdict(&file(b"absent", 10, 0o644, 5, 7), r),
+            Verdict::Send
+        );
+    }
+
+    #[test]
+    fn update_skips_files_newer_at_the_destination_and_checks_the_rest() {
+        let i = index();
+        let u = SkipRule::Update;
+        // The destination's copy is newer (6 s against 5; 5.8 against 5.7): left alone,
+        // whatever its size.
+        assert_eq!(
+            i.verdict(&file(b"newer", 99, 0o644, 5, 7), u),
+            Verdict::Skip
+        );
+        assert_eq!(i.verdict(&file(b"nsec", 3, 0o644, 5, 7), u), Verdict::Skip);
+        // Older or the same mtime: the quick check decides.
+        assert_eq!(
+            i.verdict(&file(b"newer", 10, 0o644, 7, 0), u),
+            Verdict::Send
+        );
+        assert_eq!(i.verdict(&file(b"same", 10, 0o644, 5, 7), u), Verdict::Skip);
+        assert_eq!(i.verdict(&file(b"same", 11, 0o644, 5, 7), u), Verdict::Send);
+        assert_eq!(
+            i.verdict(&file(b"mode", 10, 0o644, 5, 7), u),
+            Verdict::FixAttrs
+        );
+        // A directory where the source has a file is no newer copy of it.
+        assert_eq!(i.verdict(&file(b"dir", 10, 0o644, 1, 0), u), Verdict::Send);
     }
 
     /// The destination of the `--checksum` tests: digests 0xAB.. of content "same".

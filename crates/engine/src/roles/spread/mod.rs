@@ -169,10 +169,16 @@ pub(crate) fn pull(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    if options.skip == SkipRule::Checksum || options.hard_links {
+    let alone = match options.skip {
+        _ if options.hard_links => Some("-H"),
+        SkipRule::Checksum => Some("-c"),
+        SkipRule::SizeOnly => Some("--size-only"),
+        SkipRule::Update => Some("--update"),
+        _ => None,
+    };
+    if let Some(option) = alone {
         eprintln!(
-            "sprat: {} pulls from the first server alone ({})",
-            if options.hard_links { "-H" } else { "-c" },
+            "sprat: {option} pulls from the first server alone ({})",
             servers[0]
         );
         return super::pull::pull(servers[0], path, dst, key, options, src_ep, dst_ep);
