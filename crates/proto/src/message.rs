@@ -959,6 +959,8 @@ mod tests {
             DestCheck::QuickCheck,
             DestCheck::IgnoreExisting,
             DestCheck::Checksum,
+            DestCheck::SizeOnly,
+            DestCheck::Update,
         ] {
             roundtrip(Message::Open {
                 session: [3; 16],
@@ -981,7 +983,7 @@ mod tests {
         }
         .encode();
         // The check byte follows the id and the operation.
-        open[FRAME_HEADER_LEN + 17] = 4;
+        open[FRAME_HEADER_LEN + 17] = 6;
         assert!(Message::decode(kind::OPEN, &open[FRAME_HEADER_LEN..]).is_err());
         let mut list = Message::Request(Request::List {
             path: b"p".to_vec(),
