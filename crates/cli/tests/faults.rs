@@ -381,25 +381,7 @@ fn client_killed_in(dir: Dir, seed: u64, name: &str) {
             0o600,
         );
     });
-    let relay = RelayProc::start(cell.srv.addr(), &["--rate", "100mbit"]);
-    let mut client = spawn_sprat(bin(), cell.args(relay.addr, COPY), &[]);
-    wait_for_bytes(&cell.dst, kill_at, &mut client);
-    client.kill();
-    let _ = client.wait_timeout(Duration::from_secs(10));
-    // The servers write what they had received before they saw the client go (a third-party
-    // copy's source server stops sending when its client goes away): wait until they are
-    // done, so that the re-run's listing sees it all and the bound below means something (a
-    // re-run at once is correct too, see the next test, but may send more).
-    let mut last = du(&cell.dst);
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = du(&cell.dst);
-        if now == last || Instant::now() > until {
-            break;
-        }
-        last = now;
-    }
+    interrupt(&cell, kill_at);
     // Nothing under the final name (the file is incomplete), and what is there is right.
     assert!(
         !cell.dst.join("big").join(name).exists(),
@@ -422,6 +404,93 @@ fn client_killed_in(dir: Dir, seed: u64, name: &str) {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(leftovers.len(), 1, "partial files left: {leftovers:?}");
+}
+
+/// Runs `cell`'s copy through a 100 Mbit/s relay and kills its client with SIGKILL once
+/// `kill_at` bytes are at the destination, then waits until the servers are done writing what
+/// they had received (a third-party copy's source server stops sending when its client goes
+/// away), so that a re-run's listing sees it all (a re-run at once is correct too, see
+/// below, but may send more).
+fn interrupt(cell: &Cell, kill_at: u64) {
+    let relay = RelayProc::start(cell.srv.addr(), &["--rate", "100mbit"]);
+    let mut client = spawn_sprat(bin(), cell.args(relay.addr, COPY), &[]);
+    wait_for_bytes(&cell.dst, kill_at, &mut client);
+    client.kill();
+    let _ = client.wait_timeout(Duration::from_secs(10));
+    let mut last = du(&cell.dst);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = du(&cell.dst);
+        if now == last || Instant::now() > until {
+            break;
+        }
+        last = now;
+    }
+}
+
+/// `--delete` after an interrupted copy: the partial file of a large file the source still
+/// has is resumed, not deleted; that of a file the source no longer has is deleted with its
+/// journal, and the copy succeeds.
+fn delete_after_an_interruption(dir: Dir, seed: u64) {
+    let (total, kill_at) = match dir {
+        Dir::Pull => (24u64 << 20, 12u64 << 20),
+        _ => (48 << 20, 12 << 20),
+    };
+    let cell = Cell::new(dir, |src| {
+        std::fs::create_dir_all(src.join("big")).unwrap();
+        tree::make_file(
+            &src.join("big/large.bin"),
+            &tree::random_bytes(total as usize, seed),
+            0o600,
+        );
+        tree::make_file(&src.join("small"), b"small", 0o644);
+    });
+    let delete: Vec<&str> = COPY.iter().copied().chain(["--delete"]).collect();
+    interrupt(&cell, kill_at);
+    let out = cell.copy_direct(&delete);
+    let why = format!("{dir:?}\n{}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert_trees_equal(&cell.src, &cell.dst);
+    let not_sent = report(&out)["bytes_not_sent"].as_u64().unwrap();
+    assert!(
+        not_sent >= kill_at * 4 / 5,
+        "resumed {not_sent} bytes only: {why}"
+    );
+    assert_eq!(report(&out)["deleted"].as_u64(), Some(0), "{why}");
+
+    // Interrupted again, then the file goes from the source: its partial file goes too.
+    std::fs::remove_file(cell.dst.join("big/large.bin")).unwrap();
+    interrupt(&cell, kill_at);
+    let hidden = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d.join("big"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(
+        hidden(&cell.dst).len(),
+        2,
+        "no partial file to delete: {:?}",
+        hidden(&cell.dst)
+    );
+    std::fs::remove_file(cell.src.join("big/large.bin")).unwrap();
+    let out = cell.copy_direct(&delete);
+    let why = format!("{dir:?}\n{}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert_eq!(report(&out)["deleted"].as_u64(), Some(2), "{why}");
+    assert_eq!(hidden(&cell.dst), Vec::<String>::new(), "{why}");
+    assert_trees_equal(&cell.src, &cell.dst);
+}
+
+#[test]
+fn a_push_with_delete_resumes_partial_files_and_deletes_those_of_files_gone() {
+    delete_after_an_interruption(Dir::Push, 31);
+}
+
+#[test]
+fn a_pull_with_delete_resumes_partial_files_and_deletes_those_of_files_gone() {
+    delete_after_an_interruption(Dir::Pull, 32);
 }
 
 /// A single file copied on its own (SRC a file, DST the file `dst`), the client killed with

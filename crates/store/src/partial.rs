@@ -80,6 +80,14 @@ pub fn final_name_of_log(log: &[u8]) -> Option<&[u8]> {
     (!inner.is_empty() && !is_hash_mark(inner) && log_name(inner) == log).then_some(inner)
 }
 
+/// The final name a hidden partial file or journal name (not hashed) stands for.
+pub fn final_name_of_hidden(hidden: &[u8]) -> Option<&[u8]> {
+    final_name_of_log(hidden).or_else(|| {
+        let inner = hidden.strip_prefix(b".")?.strip_suffix(PART_SUFFIX)?;
+        (!inner.is_empty() && !is_hash_mark(inner) && part_name(inner) == hidden).then_some(inner)
+    })
+}
+
 /// Whether `log` is the journal name of a hashed (too long) final name.
 fn is_hashed_log(log: &[u8]) -> bool {
     log.strip_prefix(b".")
@@ -470,6 +478,16 @@ mod tests {
         assert_eq!(final_name_of_log(&log_name(&long)), None);
         assert!(is_log_path(&[b"d/", &log_name(&long)[..]].concat()));
         assert!(!is_log_path(b"d/x.sprat-part.log"));
+        assert_eq!(
+            final_name_of_hidden(b".big.iso.sprat-part"),
+            Some(&b"big.iso"[..])
+        );
+        assert_eq!(
+            final_name_of_hidden(b".big.iso.sprat-part.log"),
+            Some(&b"big.iso"[..])
+        );
+        assert_eq!(final_name_of_hidden(&part_name(&long)), None);
+        assert_eq!(final_name_of_hidden(b"big.iso.sprat-part"), None);
         assert!(is_partial_name(&part_name(b"a")) && is_partial_name(&log_name(b"a")));
         assert!(!is_partial_name(b".a.sprat-0123abcd"));
     }

@@ -6,7 +6,9 @@
 //! server's with `Remove` requests, all sent on one connection before the replies are read).
 //! The source is listed as the copy selects it (`--exclude`...), and an entry of the
 //! destination that the rules exclude, or that is in an excluded directory, is left alone, as
-//! rsync's receiver does without `--delete-excluded`.
+//! rsync's receiver does without `--delete-excluded`. The partial file and journal an
+//! interrupted copy left for a file (see `sprat_store::partial`) belong to that file: they are
+//! kept while the source has it (the copy resumes from them) and removed with it otherwise.
 
 use super::destination::{scan_local, scan_local_source};
 use super::endpoint::Endpoint;
@@ -17,18 +19,20 @@ use crate::error::TransferError;
 use crate::net::Credentials;
 use sprat_proto::namespace::{NsKind, Request};
 use sprat_proto::Message;
-use sprat_store::{relpath, EntryType, Root};
-use std::collections::HashSet;
+use sprat_store::{partial, relpath, EntryType, Root};
+use std::collections::{HashMap, HashSet};
 
-/// Every path below `ep` (relative to it; the root itself left out), and whether it is a
-/// directory; with `source`, only what the transfer selects.
+/// Every path below `ep` (relative to it; the root itself left out), whether it is a
+/// directory, and the final paths of the partial files there (from a server's listing, or
+/// the journals of a local tree); with `source`, only what the transfer selects.
 fn paths(
     ep: &Endpoint,
     key: &Credentials,
     options: &TransferOptions,
     source: bool,
-) -> Result<Vec<(Vec<u8>, bool)>, TransferError> {
+) -> Result<(Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>), TransferError> {
     let mut out = Vec::new();
+    let mut partials = Vec::new();
     let selection = match source {
         true => options.selection.clone(),
         false => Selection::default(),
@@ -38,12 +42,29 @@ fn paths(
             scan_local_source(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
         }
         Endpoint::Local(p) => {
-            scan_local(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
+            let mut logs = Vec::new();
+            scan_local(p, options, |e| {
+                if e.kind == EntryType::File && partial::is_log_path(&e.path) {
+                    logs.push(e.path.clone());
+                }
+                out.push((e.path, e.kind == EntryType::Dir))
+            })?;
+            if !logs.is_empty() {
+                let root = Root::open(p)?;
+                partials.extend(
+                    logs.iter()
+                        .filter_map(|l| partial::describe(&root, l))
+                        .map(|d| d.0),
+                );
+            }
         }
         Endpoint::Remote { addr, path, .. } => {
-            let listed = remote::list_summed(addr, key, path, true, &selection, None, |e| {
-                out.push((e.path, e.kind == NsKind::Dir))
-            });
+            // A listing names each partial file by its final path, kind partial: no entry.
+            let listed =
+                remote::list_summed(addr, key, path, true, &selection, None, |e| match e.kind {
+                    NsKind::Partial => partials.push(e.path),
+                    _ => out.push((e.path, e.kind == NsKind::Dir)),
+                });
             match listed {
                 Ok(()) => {}
                 Err(TransferError::Remote {
@@ -55,7 +76,33 @@ fn paths(
         }
     }
     out.retain(|(p, _)| !p.is_empty());
-    Ok(out)
+    Ok((out, partials))
+}
+
+/// The final path each hidden partial file or journal among `partials` (final paths) stands
+/// for, by its hidden path.
+fn partial_owners(partials: Vec<Vec<u8>>) -> HashMap<Vec<u8>, Vec<u8>> {
+    let mut owners = HashMap::new();
+    for file in partials {
+        let (dir, name) = relpath::split_parent(&file);
+        for hidden in [partial::part_name(name), partial::log_name(name)] {
+            owners.insert(relpath::join(dir, &hidden), file.clone());
+        }
+    }
+    owners
+}
+
+/// The final path of the file `path` is a hidden partial file or journal of, if it is one.
+fn owner_of<'a>(
+    path: &[u8],
+    owners: &'a HashMap<Vec<u8>, Vec<u8>>,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
+    if let Some(file) = owners.get(path) {
+        return Some(file.as_slice().into());
+    }
+    let (dir, name) = relpath::split_parent(path);
+    let file = partial::final_name_of_hidden(name)?;
+    Some(relpath::join(dir, file).into())
 }
 
 /// The destination's top-most entries that the source does not have (an extra directory
@@ -67,13 +114,20 @@ pub(crate) fn extras(
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
     let source: HashSet<Vec<u8>> = paths(src, key, options, true)?
+        .0
         .into_iter()
         .map(|(p, _)| p)
         .collect();
     let filter = &options.selection.filter;
-    let (protected, mut extra): (Vec<_>, Vec<_>) = paths(dst, key, options, false)?
+    let (dest, partials) = paths(dst, key, options, false)?;
+    let owners = partial_owners(partials);
+    let (protected, mut extra): (Vec<_>, Vec<_>) = dest
         .into_iter()
         .filter(|(p, _)| !source.contains(p))
+        // A partial file of a file the source has is what the copy resumes from.
+        .filter(|(p, is_dir)| {
+            *is_dir || owner_of(p, &owners).is_none_or(|f| !source.contains(f.as_ref()))
+        })
         .partition(|(p, is_dir)| filter.protected(p, *is_dir));
     // A directory holding a protected entry stays (its other extras go one by one).
     let holding: HashSet<&[u8]> = protected
