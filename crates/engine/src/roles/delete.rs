@@ -22,6 +22,9 @@ use sprat_proto::Message;
 use sprat_store::{partial, relpath, EntryType, Root};
 use std::collections::{HashMap, HashSet};
 
+/// A tree's paths with whether each is a directory, and the final paths of its partial files.
+type Listed = (Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>);
+
 /// Every path below `ep` (relative to it; the root itself left out), whether it is a
 /// directory, and the final paths of the partial files there (from a server's listing, or
 /// the journals of a local tree); with `source`, only what the transfer selects.
@@ -30,7 +33,7 @@ fn paths(
     key: &Credentials,
     options: &TransferOptions,
     source: bool,
-) -> Result<(Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>), TransferError> {
+) -> Result<Listed, TransferError> {
     let mut out = Vec::new();
     let mut partials = Vec::new();
     let selection = match source {
