@@ -483,6 +483,50 @@ fn delete_after_an_interruption(dir: Dir, seed: u64) {
     assert_trees_equal(&cell.src, &cell.dst);
 }
 
+/// An interrupted copy, then the large file changes at the source keeping its size and mtime:
+/// `--checksum` does not resume the partial file on size and mtime (that would make a mix of
+/// the two versions), it sends the file whole and the copy is exact.
+fn checksum_after_an_interruption(dir: Dir, seed: u64) {
+    let (total, kill_at) = match dir {
+        Dir::Pull => (24u64 << 20, 12u64 << 20),
+        _ => (48 << 20, 12 << 20),
+    };
+    let cell = Cell::new(dir, |src| {
+        std::fs::create_dir_all(src.join("big")).unwrap();
+        tree::make_file(
+            &src.join("big/large.bin"),
+            &tree::random_bytes(total as usize, seed),
+            0o600,
+        );
+    });
+    interrupt(&cell, kill_at);
+    let big = cell.src.join("big/large.bin");
+    let mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+    std::fs::write(&big, tree::random_bytes(total as usize, seed + 100)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&big)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let checked: Vec<&str> = COPY.iter().copied().chain(["--checksum"]).collect();
+    let out = cell.copy_direct(&checked);
+    let why = format!("{dir:?}\n{}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert_eq!(
+        std::fs::read(cell.dst.join("big/large.bin")).unwrap(),
+        std::fs::read(&big).unwrap(),
+        "not the source's content: {why}"
+    );
+    assert_eq!(report(&out)["bytes_not_sent"].as_u64(), Some(0), "{why}");
+}
+
+#[test]
+fn checksum_sends_whole_a_file_whose_partial_file_is_of_another_content() {
+    checksum_after_an_interruption(Dir::Push, 33);
+    checksum_after_an_interruption(Dir::Pull, 34);
+}
+
 #[test]
 fn a_push_with_delete_resumes_partial_files_and_deletes_those_of_files_gone() {
     delete_after_an_interruption(Dir::Push, 31);

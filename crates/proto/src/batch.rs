@@ -39,6 +39,7 @@ const ENTRY_GROUP: u8 = 8;
 const ENTRY_HARD_LINK: u8 = 9;
 const ENTRY_XATTRS: u8 = 10;
 const ENTRY_FILE_UNLESS: u8 = 11;
+const ENTRY_CHUNK_WHOLE: u8 = 12;
 
 /// When a receiver keeps what it has instead of writing a [`EntryKind::File`] sent with
 /// `unless`: the sender sent it before it knew what the destination has (a push's first
@@ -216,12 +217,16 @@ pub enum EntryKind<'a> {
         target: &'a [u8],
     },
     /// One piece of a large file: `data` goes at `offset` of a file of `file_size` bytes.
+    /// `whole`: the file is sent whole, so a partial file an earlier run left of it is not
+    /// resumed (its ranges are written again, and nothing of it counts as present);
+    /// otherwise the sender sends only the ranges such a partial file lacks.
     Chunk {
         meta: FileMeta,
         file_size: u64,
         offset: u64,
         hash: u128,
         data: &'a [u8],
+        whole: bool,
     },
     /// The sender could not read this item; `text` says why.
     Failed { text: &'a [u8] },
@@ -397,7 +402,9 @@ impl Batch {
         self.header.extend_from_slice(&hash.to_le_bytes());
     }
 
-    /// Records a chunk whose `len` bytes were just appended to `data`.
+    /// Records a chunk whose `len` bytes were just appended to `data`; `whole`: of a file sent
+    /// whole (see [`EntryKind::Chunk`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn push_chunk(
         &mut self,
         path: &[u8],
@@ -406,8 +413,16 @@ impl Batch {
         offset: u64,
         len: u64,
         hash: u128,
+        whole: bool,
     ) {
-        self.begin(ENTRY_CHUNK, path);
+        self.begin(
+            if whole {
+                ENTRY_CHUNK_WHOLE
+            } else {
+                ENTRY_CHUNK
+            },
+            path,
+        );
         self.totals.chunks += 1;
         self.totals.chunk_bytes += len;
         self.put_meta(meta);
@@ -656,7 +671,7 @@ impl<'a> BatchView<'a> {
                         target,
                     }
                 }
-                ENTRY_CHUNK => {
+                ENTRY_CHUNK | ENTRY_CHUNK_WHOLE => {
                     let meta = read_meta(&mut r)?;
                     let file_size = r.u64("file size")?;
                     let offset = r.u64("chunk offset")?;
@@ -675,6 +690,7 @@ impl<'a> BatchView<'a> {
                         offset,
                         hash,
                         data: take_data(len)?,
+                        whole: entry == ENTRY_CHUNK_WHOLE,
                     }
                 }
                 ENTRY_FAILED => EntryKind::Failed {
@@ -791,7 +807,7 @@ mod tests {
         b.push_dir(b"", &meta);
         b.push_symlink(b"l", &meta, b"../x");
         b.data.extend_from_slice(b"xy");
-        b.push_chunk(b"big", &meta, 10, 8, 2, 9);
+        b.push_chunk(b"big", &meta, 10, 8, 2, 9, false);
         b.push_failed(b"gone", "No such file");
         b.push_file(b"empty", &meta, 0, 0);
         b.push_attrs(b"same", &meta, 1234);
@@ -926,7 +942,7 @@ mod tests {
     fn chunk_beyond_file_size_is_refused() {
         let mut b = Batch::new(1, 0);
         b.data.extend_from_slice(b"abc");
-        b.push_chunk(b"f", &FileMeta::default(), 4, 2, 3, 0);
+        b.push_chunk(b"f", &FileMeta::default(), 4, 2, 3, 0, true);
         assert!(BatchView::decode(&payload(&b)).is_err());
     }
 

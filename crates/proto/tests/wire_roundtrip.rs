@@ -343,7 +343,7 @@ enum Item {
     Symlink(Vec<u8>, FileMeta, Vec<u8>),
     UserName(u32, Vec<u8>),
     GroupName(u32, Vec<u8>),
-    Chunk(Vec<u8>, FileMeta, u64, u64, Vec<u8>, u128),
+    Chunk(Vec<u8>, FileMeta, u64, u64, Vec<u8>, u128, bool),
     Failed(Vec<u8>, String),
     Attrs(Vec<u8>, FileMeta, u64),
     HardLink(Vec<u8>, Vec<u8>),
@@ -415,14 +415,15 @@ fn item() -> impl Strategy<Value = Item> {
             meta(),
             proptest::collection::vec(any::<u8>(), 1..200),
             any::<u64>(),
-            any::<u128>()
+            any::<u128>(),
+            any::<bool>()
         )
-            .prop_map(|(p, m, d, slack, h)| {
+            .prop_map(|(p, m, d, slack, h, whole)| {
                 // offset + len <= file size, without overflow.
                 let len = d.len() as u64;
                 let offset = slack % (u64::MAX - len);
                 let file_size = (offset + len).saturating_add(slack % 7);
-                Item::Chunk(p, m, file_size, offset, d, h)
+                Item::Chunk(p, m, file_size, offset, d, h, whole)
             }),
         (rel_path(), ".{0,30}").prop_map(|(p, t)| Item::Failed(p, t)),
         (rel_path(), meta(), any::<u64>()).prop_map(|(p, m, s)| Item::Attrs(p, m, s)),
@@ -447,9 +448,9 @@ fn build(seq: u64, items: &[Item]) -> Batch {
             Item::Symlink(p, m, t) => b.push_symlink(p, m, t),
             Item::UserName(id, n) => b.push_user_name(*id, n),
             Item::GroupName(id, n) => b.push_group_name(*id, n),
-            Item::Chunk(p, m, size, offset, d, h) => {
+            Item::Chunk(p, m, size, offset, d, h, whole) => {
                 b.data.extend_from_slice(d);
-                b.push_chunk(p, m, *size, *offset, d.len() as u64, *h);
+                b.push_chunk(p, m, *size, *offset, d.len() as u64, *h, *whole);
             }
             Item::Failed(p, t) => b.push_failed(p, t),
             Item::Attrs(p, m, s) => b.push_attrs(p, m, *s),
@@ -474,8 +475,8 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
         ),
         Item::UserName(id, n) => return (Vec::new(), format!("user {id} {n:?}")),
         Item::GroupName(id, n) => return (Vec::new(), format!("group {id} {n:?}")),
-        Item::Chunk(p, m, size, offset, d, h) => {
-            (p, format!("chunk {m:?} {size} {offset} {h} {d:?}"))
+        Item::Chunk(p, m, size, offset, d, h, whole) => {
+            (p, format!("chunk {m:?} {size} {offset} {h} {d:?} {whole}"))
         }
         Item::Failed(p, t) => (p, format!("failed {:?}", t.as_bytes())),
         Item::Attrs(p, m, s) => (p, format!("attrs {m:?} {s}")),
@@ -509,7 +510,8 @@ fn described(kind: &EntryKind<'_>) -> String {
             offset,
             hash,
             data,
-        } => format!("chunk {meta:?} {file_size} {offset} {hash} {data:?}"),
+            whole,
+        } => format!("chunk {meta:?} {file_size} {offset} {hash} {data:?} {whole}"),
         EntryKind::Failed { text } => format!("failed {text:?}"),
         EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
         EntryKind::HardLink { target } => format!("hard link {:?}", target.to_vec()),

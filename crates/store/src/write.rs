@@ -307,6 +307,20 @@ struct LargeState {
     published: bool,
 }
 
+/// One chunk of a large file to write (see [`WriterCursor::write_piece`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Piece<'a> {
+    /// The whole file's size.
+    pub file_size: u64,
+    /// Where `data` goes in it.
+    pub offset: u64,
+    pub data: &'a [u8],
+    /// The xxh3-128 of `data`, already verified.
+    pub hash: u128,
+    /// The file is sent whole: a partial file an earlier run left is not resumed.
+    pub whole: bool,
+}
+
 /// What a chunk write achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkOutcome {
@@ -1219,11 +1233,7 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
 
-    /// Writes one chunk of a large file (`hash`: the xxh3-128 of `data`, already verified),
-    /// into the file's partial file, and records it in the journal; the chunk that completes
-    /// the file (with those found in a partial file left by an earlier run) renames it into
-    /// place; so does the first chunk of a file an earlier run wrote whole but did not put
-    /// in place.
+    /// [`WriterCursor::write_piece`] of a chunk of a file that may be resumed.
     pub fn write_chunk(
         &mut self,
         path: &[u8],
@@ -1233,6 +1243,35 @@ impl WriterCursor<'_> {
         data: &[u8],
         hash: u128,
     ) -> Result<ChunkOutcome, StoreError> {
+        let piece = Piece {
+            file_size,
+            offset,
+            data,
+            hash,
+            whole: false,
+        };
+        self.write_piece(path, attrs, piece)
+    }
+
+    /// Writes one chunk of a large file (`hash`: the xxh3-128 of `data`, already verified),
+    /// into the file's partial file, and records it in the journal; the chunk that completes
+    /// the file (with those found in a partial file left by an earlier run) renames it into
+    /// place; so does the first chunk of a file an earlier run wrote whole but did not put
+    /// in place. The chunks of a file sent whole (`whole`) do not count what a partial file
+    /// left by an earlier run holds: it is started afresh.
+    pub fn write_piece(
+        &mut self,
+        path: &[u8],
+        attrs: &Attrs,
+        piece: Piece,
+    ) -> Result<ChunkOutcome, StoreError> {
+        let Piece {
+            file_size,
+            offset,
+            data,
+            hash,
+            whole,
+        } = piece;
         let writer = self.writer;
         let xattrs = self.take_xattrs(path);
         let len = data.len() as u64;
@@ -1266,7 +1305,7 @@ impl WriterCursor<'_> {
                         mtime_nsec: attrs.mtime_nsec,
                     };
                     let opened = open_files::get_or_open(dir, name, id, || {
-                        open_large(dir, name, path, id, writer.chunk_writes).map(Arc::new)
+                        open_large(dir, name, path, (id, whole), writer.chunk_writes).map(Arc::new)
                     });
                     let f = match opened {
                         Ok(f) => f,
@@ -1747,13 +1786,13 @@ fn open_large(
     dir: &OwnedFd,
     name: &[u8],
     path: &[u8],
-    id: Identity,
+    (id, whole): (Identity, bool),
     how: ChunkWrites,
 ) -> Result<LargeFile, StoreError> {
     let part = partial::part_name(name);
     let log_name = partial::log_name(name);
     let opened = partial::read_log(dir, &log_name)
-        .filter(|found| found.id == id)
+        .filter(|found| found.id == id && !whole)
         .and_then(|partial::Journal { records, .. }| {
             let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
             let fd = openat(dir, os(&part), flags, Mode::empty()).ok()?;
@@ -2342,6 +2381,47 @@ mod tests {
             b".sprat-0123abcd.0123456789abcdeg",
         ] {
             assert!(!is_leftover_temp(name), "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn a_file_sent_whole_does_not_count_an_earlier_runs_partial_file() {
+        let sum = crate::attrs::checksum;
+        let a = attrs(0o640);
+        for whole in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            {
+                // An interrupted run wrote the first chunk of a version of the file.
+                let w = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+                let mut c = w.cursor();
+                let first = c.write_chunk(b"big", &a, 9, 0, b"abc", sum(b"abc"));
+                assert_eq!(first.unwrap(), ChunkOutcome::Partial);
+            }
+            assert!(dir.path().join(".big.sprat-part.log").exists());
+            // Another version, of the same size and mtime.
+            let w = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
+            let mut c = w.cursor();
+            let mut piece = |offset, data: &'static [u8]| {
+                let piece = Piece {
+                    file_size: 9,
+                    offset,
+                    data,
+                    hash: sum(data),
+                    whole,
+                };
+                c.write_piece(b"big", &a, piece).unwrap()
+            };
+            assert_eq!(piece(3, b"DEF"), ChunkOutcome::Partial);
+            if whole {
+                // Sent whole: the earlier bytes do not count, the file waits for its first.
+                assert_eq!(piece(6, b"GHI"), ChunkOutcome::Partial);
+                assert_eq!(piece(0, b"ABC"), ChunkOutcome::Completed);
+                assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"ABCDEFGHI");
+            } else {
+                // Resumed: the earlier chunk is taken as this file's, as its journal says.
+                assert_eq!(piece(6, b"GHI"), ChunkOutcome::Completed);
+                assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"abcDEFGHI");
+            }
         }
     }
 

@@ -32,10 +32,13 @@ pub enum PlanItem {
     /// A whole file sent before the destination's listing was in: the receiver keeps what
     /// it has at the path if the rule holds (see [`KeepRule`]).
     EarlyFile(ScanEntry, KeepRule),
+    /// A piece of a large file; `whole`: the file is sent whole (see
+    /// [`sprat_proto::EntryKind::Chunk`]), not resumed.
     Chunk {
         entry: Arc<ScanEntry>,
         offset: u64,
         len: u64,
+        whole: bool,
     },
     Dir(ScanEntry),
     Symlink(ScanEntry),
@@ -264,7 +267,7 @@ impl Planner {
         match entry.kind {
             EntryType::File if entry.size > self.threshold => {
                 let size = entry.size;
-                self.push_chunks(&Arc::new(entry), 0, size, emit);
+                self.push_chunks(&Arc::new(entry), (0, size), true, emit);
             }
             EntryType::File => {
                 let size = entry.size;
@@ -304,17 +307,17 @@ impl Planner {
         let sent: u64 = missing.iter().map(|&(_, len)| len).sum();
         let entry = Arc::new(entry);
         for (start, len) in missing {
-            self.push_chunks(&entry, start, start + len, emit);
+            self.push_chunks(&entry, (start, start + len), false, emit);
         }
         size - sent
     }
 
-    /// Adds the bytes `[start, end)` of a large file as chunks.
+    /// Adds the bytes `[start, end)` of a large file as chunks (`whole`: of a file sent whole).
     fn push_chunks(
         &mut self,
         entry: &Arc<ScanEntry>,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
+        whole: bool,
         emit: &mut impl FnMut(BatchPlan),
     ) {
         let mut offset = start;
@@ -332,6 +335,7 @@ impl Planner {
                 entry: entry.clone(),
                 offset,
                 len,
+                whole,
             };
             self.add(item, len, emit);
             offset += len;

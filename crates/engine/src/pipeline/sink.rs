@@ -340,6 +340,7 @@ pub fn write_batch(
                 offset,
                 hash,
                 data,
+                whole,
             } => {
                 if sprat_store::checksum(data) != *hash {
                     out.fail(
@@ -353,7 +354,16 @@ pub fn write_batch(
                 }
                 let a = attrs(&cursor, meta);
                 match cursor.as_deref_mut() {
-                    Some(c) => c.write_chunk(path, &a, *file_size, *offset, data, *hash),
+                    Some(c) => {
+                        let piece = sprat_store::write::Piece {
+                            file_size: *file_size,
+                            offset: *offset,
+                            data,
+                            hash: *hash,
+                            whole: *whole,
+                        };
+                        c.write_piece(path, &a, piece)
+                    }
                     // Discarding: the chunk that ends the file counts it.
                     None if *offset + data.len() as u64 >= *file_size => {
                         Ok(ChunkOutcome::Completed)

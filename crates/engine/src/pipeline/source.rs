@@ -600,7 +600,9 @@ fn read_batch(
                 whole: true,
                 scanned: scanned(e),
             }),
-            PlanItem::Chunk { entry, offset, len } => Some(ReadItem {
+            PlanItem::Chunk {
+                entry, offset, len, ..
+            } => Some(ReadItem {
                 path: &entry.path,
                 offset: *offset,
                 len: *len,
@@ -657,7 +659,12 @@ fn read_batch(
                 }
                 Err(err) => batch.push_failed(&e.path, &err.to_string()),
             },
-            PlanItem::Chunk { entry, offset, len } => match next(&entry.path) {
+            PlanItem::Chunk {
+                entry,
+                offset,
+                len,
+                whole,
+            } => match next(&entry.path) {
                 Ok((_, hash)) => batch.push_chunk(
                     &entry.path,
                     &meta(&entry.attrs),
@@ -665,6 +672,7 @@ fn read_batch(
                     offset,
                     len,
                     hash,
+                    whole,
                 ),
                 Err(err) => batch.push_failed(&entry.path, &err.to_string()),
             },
@@ -823,7 +831,8 @@ impl SyntheticBatches<'_> {
                 self.batch.push_file(&path, &meta, len, hash);
                 return true;
             }
-            self.batch.push_chunk(&path, &meta, size, offset, len, hash);
+            self.batch
+                .push_chunk(&path, &meta, size, offset, len, hash, true);
             offset += len;
             if offset >= size {
                 return true;

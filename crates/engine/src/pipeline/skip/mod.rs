@@ -360,6 +360,11 @@ impl DestIndex {
             return Verdict::Send;
         }
         let Some((at, d)) = self.entries.get(&e.path) else {
+            // `--checksum` trusts no size and mtime: a partial file of another content with
+            // the same size and mtime would make a mix. Sent whole, it is started afresh.
+            if rule == SkipRule::Checksum {
+                return Verdict::Send;
+            }
             return self.resume(e);
         };
         match rule {
@@ -675,6 +680,38 @@ mod tests {
         assert_eq!(i.verdict(&newer, SkipRule::Never), Verdict::Send);
         let same = file(b"same", 10, 0o644, 5, 7);
         assert_eq!(i.verdict(&same, SkipRule::Never), Verdict::Send);
+    }
+
+    #[test]
+    fn a_partial_file_is_resumed_on_size_and_mtime_but_not_with_checksum() {
+        let mut i = DestIndex::default();
+        let mut present = Coverage::default();
+        present.add(0, 40);
+        let id = Identity {
+            size: 100,
+            mtime_sec: 5,
+            mtime_nsec: 7,
+        };
+        i.insert_partial(
+            b"big".to_vec(),
+            PartialEntry {
+                id,
+                present: present.clone(),
+            },
+        );
+        let big = file(b"big", 100, 0o644, 5, 7);
+        for rule in [SkipRule::QuickCheck, SkipRule::SizeOnly, SkipRule::Update] {
+            assert_eq!(
+                i.verdict(&big, rule),
+                Verdict::Resume(present.clone()),
+                "{rule:?}"
+            );
+        }
+        assert_eq!(i.verdict(&big, SkipRule::Checksum), Verdict::Send);
+        assert_eq!(i.verdict(&big, SkipRule::Never), Verdict::Send);
+        // Another version of the file (its mtime): sent whole.
+        let other = file(b"big", 100, 0o644, 6, 7);
+        assert_eq!(i.verdict(&other, SkipRule::QuickCheck), Verdict::Send);
     }
 
     #[test]
