@@ -85,6 +85,9 @@ impl WriterCursor<'_> {
         }
         let target = writer.target(path)?;
         let (dir, name, new_file_owner) = self.parent_of_new_file(target)?;
+        // A file its file system has no room for fails alone, before anything is created,
+        // as a large file does in a batch (not the whole copy, with the disk full).
+        crate::write::check_room(dir, source.scanned.size, path)?;
         let mode = writer.file_mode(attrs.mode);
         let exact = writer.exact_create_mode() && mode & 0o7000 == 0;
         let (fd, temp) =

@@ -1755,7 +1755,7 @@ pub const NO_ROOM: &str = "No space left on device";
 /// `dir` has no room for, by its free space now (`statvfs`; the blocks reserved for root
 /// count when running as root, as they do for its writes). A file system that does not
 /// tell (no block count) is not checked: the allocation will say.
-fn check_room(dir: &OwnedFd, size: u64, path: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn check_room(dir: &OwnedFd, size: u64, path: &[u8]) -> Result<(), StoreError> {
     let Ok(st) = rustix::fs::fstatvfs(dir) else {
         return Ok(());
     };
