@@ -784,3 +784,40 @@ fn a_listener_that_never_answers_is_given_up_after_one_handshake_timeout() {
     assert_error_names(&out, &[&peer.to_string(), "timed out"]);
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
 }
+
+/// A file copied on its own onto an existing directory: the directory is neither replaced
+/// (an empty one was, silently) nor touched, and the failure says what to do, in a local
+/// copy, a push and a pull.
+#[test]
+fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("full/sub")).unwrap();
+    fs::create_dir_all(root.join("empty")).unwrap();
+    fs::write(root.join("file"), b"data").unwrap();
+    let srv = server(&root);
+    let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
+    let local_file = t.path().join("file");
+    fs::write(&local_file, b"data").unwrap();
+    let local_dirs = t.path().join("dirs");
+    fs::create_dir_all(local_dirs.join("full/sub")).unwrap();
+    fs::create_dir_all(local_dirs.join("empty")).unwrap();
+    for dir in ["empty", "full"] {
+        let outs = [
+            ("local", cp_local(&[], &local_file, local_dirs.join(dir))),
+            ("push", cp(&srv, &[], &local_file, url(dir))),
+            ("pull", cp(&srv, &[], url("file"), local_dirs.join(dir))),
+        ];
+        for (how, out) in outs {
+            let why = format!("{how} onto {dir}\n{}", describe(&out));
+            assert_eq!(out.status.code(), Some(1), "{why}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("is a directory") && stderr.contains("DST/NAME"),
+                "{why}"
+            );
+        }
+        assert!(root.join(dir).is_dir() && local_dirs.join(dir).is_dir());
+    }
+    assert!(root.join("full/sub").is_dir() && local_dirs.join("full/sub").is_dir());
+}

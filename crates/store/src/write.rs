@@ -837,20 +837,22 @@ impl TreeWriter {
             })
             .and_then(|()| futimens(fd, &timestamps(attrs)))
             .map_err(|e| StoreError::new("set attributes of", path, e))?;
-        self.publish(fd, dir, temp, name)
-            .map_err(|e| StoreError::new("put in place", path, e))
+        self.publish(fd, dir, temp, name, path.is_empty())
+            .map_err(|e| put_in_place_error(path, e))
     }
 
-    /// Gives the written file `fd` its final name `name` in `dir`, replacing what is there.
+    /// Gives the written file `fd` its final name `name` in `dir`, replacing what is there
+    /// (an empty directory too, unless `keep_dir`).
     pub(crate) fn publish(
         &self,
         fd: &OwnedFd,
         dir: &OwnedFd,
         temp: Option<&[u8]>,
         name: &[u8],
+        keep_dir: bool,
     ) -> Result<(), Errno> {
         if let Some(temp) = temp {
-            return rename_into_place(dir, temp, name);
+            return rename_into_place(dir, temp, name, keep_dir);
         }
         match self.link_unnamed(fd, dir, name) {
             Err(Errno::EXIST) => {
@@ -864,7 +866,7 @@ impl TreeWriter {
                     other => other,
                 };
                 linked?;
-                rename_into_place(dir, &temp, name).inspect_err(|_| {
+                rename_into_place(dir, &temp, name, keep_dir).inspect_err(|_| {
                     let _ = unlinkat(dir, os(&temp), AtFlags::empty());
                 })
             }
@@ -1385,12 +1387,12 @@ impl WriterCursor<'_> {
         }
         finish_file(&file.fd, &attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        match rename_into_place(&file.dir, &file.part, &file.name) {
+        match rename_into_place(&file.dir, &file.part, &file.name, path.is_empty()) {
             Ok(()) => {}
             // Another writer of the same file (a concurrent transfer of the same source)
             // completed it first: its copy is this one.
             Err(Errno::NOENT) if is_complete_version(&file.dir, &file.name, &file.id) => {}
-            Err(e) => return Err(fail(StoreError::new("put in place", path, e))),
+            Err(e) => return Err(fail(put_in_place_error(path, e))),
         }
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
@@ -1489,8 +1491,11 @@ impl WriterCursor<'_> {
                     AtFlags::SYMLINK_NOFOLLOW,
                 )
             })
-            .and_then(|()| rename_into_place(dir, &temp, name))
-            .map_err(|e| StoreError::new("create symlink", path, e));
+            .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
+            .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
+                true => put_in_place_error(path, e),
+                false => StoreError::new("create symlink", path, e),
+            });
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
@@ -1945,15 +1950,31 @@ fn owner_ids(attrs: &Attrs) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>
     )
 }
 
+/// The failure to give a written item its final name; for the root of a transfer (a file
+/// copied on its own, `path` empty) onto a directory, one that says what to do.
+fn put_in_place_error(path: &[u8], e: Errno) -> StoreError {
+    if path.is_empty() && e == Errno::ISDIR {
+        return StoreError::other(
+            "put in place",
+            path,
+            "the destination is a directory, and a file copied on its own takes the \
+             destination's name: name the file inside it (DST/NAME)",
+        );
+    }
+    StoreError::new("put in place", path, e)
+}
+
 fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
     fchmod(fd, Mode::from_raw_mode(attrs.mode))?;
     futimens(fd, &timestamps(attrs))
 }
 
 /// Renames `temp` to `name` in `dir`; an empty directory in the way is removed first (a
-/// non-empty one is an error: its contents are not this transfer's to delete).
-fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8]) -> Result<(), Errno> {
+/// non-empty one is an error: its contents are not this transfer's to delete), unless
+/// `keep_dir` (then a directory there is `EISDIR`).
+fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8], keep_dir: bool) -> Result<(), Errno> {
     match renameat(dir, os(temp), dir, os(name)) {
+        Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) if keep_dir => Err(Errno::ISDIR),
         Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) => {
             unlinkat(dir, os(name), AtFlags::REMOVEDIR)?;
             renameat(dir, os(temp), dir, os(name))

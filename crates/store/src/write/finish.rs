@@ -134,7 +134,7 @@ impl TreeWriter {
             other => other,
         }
         .and_then(|()| {
-            rename_into_place(pfd, &temp, pname).inspect_err(|_| {
+            rename_into_place(pfd, &temp, pname, false).inspect_err(|_| {
                 let _ = unlinkat(pfd, os(&temp), AtFlags::empty());
             })
         })
