@@ -48,7 +48,9 @@ fn main() {
         <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     raise_open_file_limit();
     init_diagnostics(cli.verbose);
-    let code = match run(cli, matches.subcommand_matches("cp")) {
+    let cp_matches = matches.subcommand_matches("cp");
+    let json = cp_matches.is_some_and(|m| m.get_flag("json") || m.get_flag("json_events"));
+    let code = match run(cli, cp_matches) {
         Ok(code) => code,
         Err(e) => {
             let code = e
@@ -56,7 +58,13 @@ fn main() {
                 .map(|t| t.exit_code())
                 .unwrap_or(2);
             // Errors carry peers' texts and file names: shown escaped, on one line.
-            eprintln!("sprat: error: {}", printable(&error_line(&e)));
+            let line = error_line(&e);
+            eprintln!("sprat: error: {}", printable(&line));
+            if json {
+                // A script reading the report gets the error in its place.
+                let failed = serde_json::json!({"error": line, "exit_code": code});
+                let _ = print_quietly(&format!("{failed}\n"));
+            }
             code
         }
     };

@@ -821,3 +821,27 @@ fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
     }
     assert!(root.join("full/sub").is_dir() && local_dirs.join("full/sub").is_dir());
 }
+
+/// With `--json`, a copy that cannot complete prints its error as JSON on stdout too, where a
+/// script reads the report.
+#[test]
+fn json_reports_a_copy_that_cannot_complete_as_an_error_object() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 3, 10, 1);
+    let port = closed_port();
+    for flag in ["--json", "--json-events"] {
+        let url = format!("sprat://127.0.0.1:{port}/x");
+        let out = run_sprat(bin(), cp_args(None, &[flag], &src, &url), &[]);
+        let why = describe(&out);
+        assert_eq!(out.status.code(), Some(4), "{why}");
+        let last = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&last).expect(&why);
+        assert_eq!(v["exit_code"].as_u64(), Some(4), "{why}");
+        assert!(v["error"].as_str().unwrap().contains("127.0.0.1"), "{why}");
+    }
+}
