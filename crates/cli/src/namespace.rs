@@ -81,7 +81,8 @@ fn mode_string(e: &NsEntry) -> String {
         NsKind::Symlink => 'l',
         NsKind::File => '-',
         NsKind::Special => '?',
-        NsKind::Partial => 'p',
+        // Not `p`, which `ls -l` shows for a FIFO.
+        NsKind::Partial => '~',
     });
     let m = e.mode;
     for (shift, special, lower, upper) in [
@@ -359,6 +360,12 @@ mod tests {
             }),
         };
         assert_eq!(mode_string(&e), "drwxr-xr-t");
+        let partial = NsEntry {
+            kind: NsKind::Partial,
+            mode: 0,
+            ..e.clone()
+        };
+        assert_eq!(mode_string(&partial), "~---------");
         assert_eq!(owner_names(&e, false), ("root".into(), "54321".into()));
         assert_eq!(owner_names(&e, true), ("0".into(), "54321".into()));
     }
