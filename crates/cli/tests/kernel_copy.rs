@@ -236,6 +236,13 @@ fn a_file_its_disk_has_no_room_for_fails_alone_and_the_rest_is_copied() {
     }
     // Within the sizes copied inside the kernel, and larger than the whole disk.
     make_file(&src.join("huge"), &random_bytes(20 * MIB, 99), 0o644);
+    // As large, but mostly a hole: its 1 MiB of data fits.
+    let sparse = fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(20 * MIB as u64).unwrap();
+    sparse
+        .write_all_at(&random_bytes(MIB, 98), 5 * MIB as u64)
+        .unwrap();
+    drop(sparse);
     let dst = disk.path().join("dst");
     let out = cp_local(&["--json"], &src, &dst);
     let why = sprat_testkit::describe(&out);
@@ -248,6 +255,10 @@ fn a_file_its_disk_has_no_room_for_fails_alone_and_the_rest_is_copied() {
         "{why}"
     );
     assert!(!dst.join("huge").exists(), "{why}");
+    assert_eq!(
+        fs::read(dst.join("sparse")).unwrap(),
+        fs::read(src.join("sparse")).unwrap()
+    );
     for i in 0..10 {
         let name = format!("f{i}");
         assert_eq!(

@@ -86,8 +86,12 @@ impl WriterCursor<'_> {
         let target = writer.target(path)?;
         let (dir, name, new_file_owner) = self.parent_of_new_file(target)?;
         // A file its file system has no room for fails alone, before anything is created,
-        // as a large file does in a batch (not the whole copy, with the disk full).
-        crate::write::check_room(dir, source.scanned.size, path)?;
+        // as a large file does in a batch (not the whole copy, with the disk full). The copy
+        // keeps holes: what it needs is what the source has allocated.
+        let allocated = rustix::fs::fstat(&src)
+            .map(|st| (st.st_blocks as u64).saturating_mul(512))
+            .unwrap_or(source.scanned.size);
+        crate::write::check_room(dir, allocated.min(source.scanned.size), path)?;
         let mode = writer.file_mode(attrs.mode);
         let exact = writer.exact_create_mode() && mode & 0o7000 == 0;
         let (fd, temp) =

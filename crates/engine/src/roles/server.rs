@@ -76,8 +76,8 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// machines get an eighth of their memory ([`default_client_memory`]).
 pub const DEFAULT_CLIENT_MEMORY: u64 = 1 << 30;
 
-/// Default of [`ServerConfig::max_client_memory`]: an eighth of this machine's memory, at
-/// least [`DEFAULT_CLIENT_MEMORY`]. A pulling client's index takes about 200 bytes a file in
+/// Default of [`ServerConfig::max_client_memory`]: an eighth of this machine's memory (or of
+/// its control group's limit, if lower), at least [`DEFAULT_CLIENT_MEMORY`]. A pulling client's index takes about 200 bytes a file in
 /// the budget, so a fixed 1 GiB refused re-syncs of more than a few million files on servers
 /// that had memory to spare for them.
 pub fn default_client_memory() -> u64 {
@@ -85,7 +85,33 @@ pub fn default_client_memory() -> u64 {
         .ok()
         .and_then(|info| mem_total(&info))
         .unwrap_or(0);
-    (total / 8).max(DEFAULT_CLIENT_MEMORY)
+    // A server in a container may use no more than its control group allows.
+    let allowed = cgroup_memory_limit().map_or(total, |limit| limit.min(total));
+    (allowed / 8).max(DEFAULT_CLIENT_MEMORY)
+}
+
+/// The memory limit of this process's control group (v2 `memory.max`, v1
+/// `memory.limit_in_bytes`), if it has one.
+fn cgroup_memory_limit() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut files = Vec::new();
+    for line in groups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let path = path.trim_start_matches('/');
+        if controllers.is_empty() {
+            files.push(format!("/sys/fs/cgroup/{path}/memory.max"));
+            files.push("/sys/fs/cgroup/memory.max".to_string());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            files.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"));
+            files.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
+        }
+    }
+    files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .filter_map(|text| text.trim().parse::<u64>().ok())
+        .min()
 }
 
 /// The `MemTotal` line of `/proc/meminfo`, in bytes.
@@ -1359,6 +1385,8 @@ mod tests {
         assert_eq!(mem_total("MemTotal: lots kB\n"), None);
         let here = default_client_memory();
         let total = mem_total(&std::fs::read_to_string("/proc/meminfo").unwrap()).unwrap();
-        assert_eq!(here, (total / 8).max(DEFAULT_CLIENT_MEMORY));
+        let allowed = cgroup_memory_limit().map_or(total, |l| l.min(total));
+        assert_eq!(here, (allowed / 8).max(DEFAULT_CLIENT_MEMORY));
+        assert!(here <= (total / 8).max(DEFAULT_CLIENT_MEMORY));
     }
 }
