@@ -792,34 +792,59 @@ fn a_listener_that_never_answers_is_given_up_after_one_handshake_timeout() {
 fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
     let t = tmp();
     let root = t.path().join("root");
-    fs::create_dir_all(root.join("full/sub")).unwrap();
-    fs::create_dir_all(root.join("empty")).unwrap();
-    fs::write(root.join("file"), b"data").unwrap();
+    let local_dirs = t.path().join("dirs");
+    for base in [&root, &local_dirs] {
+        fs::create_dir_all(base.join("full/sub")).unwrap();
+        fs::create_dir_all(base.join("empty")).unwrap();
+        std::os::unix::fs::symlink("full", base.join("link")).unwrap();
+        fs::write(base.join("file"), b"data").unwrap();
+        // Larger than a chunk: it travels in chunks, into a partial file.
+        fs::write(base.join("big"), random_bytes(3 << 20, 5)).unwrap();
+    }
     let srv = server(&root);
     let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
-    let local_file = t.path().join("file");
-    fs::write(&local_file, b"data").unwrap();
-    let local_dirs = t.path().join("dirs");
-    fs::create_dir_all(local_dirs.join("full/sub")).unwrap();
-    fs::create_dir_all(local_dirs.join("empty")).unwrap();
-    for dir in ["empty", "full"] {
-        let outs = [
-            ("local", cp_local(&[], &local_file, local_dirs.join(dir))),
-            ("push", cp(&srv, &[], &local_file, url(dir))),
-            ("pull", cp(&srv, &[], url("file"), local_dirs.join(dir))),
-        ];
-        for (how, out) in outs {
-            let why = format!("{how} onto {dir}\n{}", describe(&out));
-            assert_eq!(out.status.code(), Some(1), "{why}");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                stderr.contains("is a directory") && stderr.contains("DST/NAME"),
-                "{why}"
-            );
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for file in ["file", "big"] {
+        for dir in ["empty", "full", "link"] {
+            let local_file = local_dirs.join(file);
+            let outs = [
+                (
+                    "local",
+                    cp_local(&chunked, &local_file, local_dirs.join(dir)),
+                ),
+                ("push", cp(&srv, &chunked, &local_file, url(dir))),
+                ("pull", cp(&srv, &chunked, url(file), local_dirs.join(dir))),
+            ];
+            for (how, out) in outs {
+                let why = format!("{how} of {file} onto {dir}\n{}", describe(&out));
+                assert_eq!(out.status.code(), Some(1), "{why}");
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    stderr.contains("is a directory") && stderr.contains("DST/NAME"),
+                    "{why}"
+                );
+            }
         }
-        assert!(root.join(dir).is_dir() && local_dirs.join(dir).is_dir());
     }
-    assert!(root.join("full/sub").is_dir() && local_dirs.join("full/sub").is_dir());
+    for base in [&root, &local_dirs] {
+        assert!(base.join("empty").is_dir() && base.join("full/sub").is_dir());
+        assert!(fs::symlink_metadata(base.join("link"))
+            .unwrap()
+            .is_symlink());
+        // No partial file, temporary or anything else was left beside them.
+        let mut names: Vec<String> = fs::read_dir(base)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["big", "empty", "file", "full", "link"],
+            "{}",
+            base.display()
+        );
+        assert_eq!(fs::read_dir(base.join("full")).unwrap().count(), 1);
+    }
 }
 
 /// With `--json`, a copy that cannot complete prints its error as JSON on stdout too, where a

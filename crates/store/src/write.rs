@@ -1301,6 +1301,12 @@ impl WriterCursor<'_> {
                 None => {
                     let target = writer.target(path)?;
                     let (dir, name) = self.parent(target)?;
+                    // A file copied on its own onto a directory fails before any of it is
+                    // written (its other chunks are dropped), leaving no partial file.
+                    if path.is_empty() && is_dir_at(dir, name) {
+                        lock(&writer.settled).insert(path.to_vec());
+                        return Err(put_in_place_error(path, Errno::ISDIR));
+                    }
                     let id = Identity {
                         size: file_size,
                         mtime_sec: attrs.mtime_sec,
@@ -1950,6 +1956,12 @@ fn owner_ids(attrs: &Attrs) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>
     )
 }
 
+/// Whether `name` in `dir` is a directory, or a symlink to one.
+fn is_dir_at(dir: &OwnedFd, name: &[u8]) -> bool {
+    statx(dir, os(name), AtFlags::empty(), StatxFlags::TYPE)
+        .is_ok_and(|st| FileType::from_raw_mode(st.stx_mode.into()) == FileType::Directory)
+}
+
 /// The failure to give a written item its final name; for the root of a transfer (a file
 /// copied on its own, `path` empty) onto a directory, one that says what to do.
 fn put_in_place_error(path: &[u8], e: Errno) -> StoreError {
@@ -1973,6 +1985,10 @@ fn finish_file(fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
 /// non-empty one is an error: its contents are not this transfer's to delete), unless
 /// `keep_dir` (then a directory there is `EISDIR`).
 fn rename_into_place(dir: &OwnedFd, temp: &[u8], name: &[u8], keep_dir: bool) -> Result<(), Errno> {
+    // A symlink to a directory is a directory to keep too (a tree copied onto it goes in).
+    if keep_dir && is_dir_at(dir, name) {
+        return Err(Errno::ISDIR);
+    }
     match renameat(dir, os(temp), dir, os(name)) {
         Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) if keep_dir => Err(Errno::ISDIR),
         Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) => {

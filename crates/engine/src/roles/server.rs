@@ -103,7 +103,9 @@ fn cgroup_memory_limit() -> Option<u64> {
             files.push(format!("/sys/fs/cgroup/{path}/memory.max"));
             files.push("/sys/fs/cgroup/memory.max".to_string());
         } else if controllers.split(',').any(|c| c == "memory") {
-            files.push(format!("/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"));
+            files.push(format!(
+                "/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"
+            ));
             files.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
         }
     }
