@@ -666,3 +666,73 @@ fn size_only_and_update_exclude_the_other_rules() {
         assert!(!t.path().join("d").exists(), "{rule} {other}: copied");
     }
 }
+
+/// `-H` with a rule that keeps what the destination has (`-u`, `--ignore-existing`,
+/// `--size-only`): a name of a hard-linked file that the rule leaves alone is not linked again
+/// (which replaced its content), in a local copy, a push and a pull; the new name arrives.
+#[test]
+fn hard_links_do_not_replace_what_a_keeping_rule_leaves_alone() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    for (i, rule) in ["-u", "--ignore-existing", "--size-only"]
+        .iter()
+        .enumerate()
+    {
+        for how in ["local", "push", "pull"] {
+            let case = format!("{how}{i}");
+            let src = match how {
+                "pull" => root.join(format!("src-{case}")),
+                _ => t.path().join(format!("src-{case}")),
+            };
+            std::fs::create_dir_all(&src).unwrap();
+            // Both names in each order of the scan: whichever comes first carries the data.
+            for (a, b) in [("a1", "b1"), ("b2", "a2")] {
+                std::fs::write(src.join(a), b"SOURCE!").unwrap();
+                std::fs::hard_link(src.join(a), src.join(b)).unwrap();
+                set_mtime(
+                    &src.join(a),
+                    SystemTime::UNIX_EPOCH + Duration::new(1_600_000_000, 0),
+                );
+            }
+            let dst = match how {
+                "push" => root.join(format!("dst-{case}")),
+                _ => t.path().join(format!("dst-{case}")),
+            };
+            std::fs::create_dir_all(&dst).unwrap();
+            // The destination has each `a` name, newer and of the same size, other content.
+            for a in ["a1", "a2"] {
+                std::fs::write(dst.join(a), b"KEEP ME").unwrap();
+                set_mtime(
+                    &dst.join(a),
+                    SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 0),
+                );
+            }
+            let url = |p: &Path| {
+                format!(
+                    "sprat://{}/{}",
+                    srv.addr(),
+                    p.file_name().unwrap().to_string_lossy()
+                )
+            };
+            let out = match how {
+                "local" => cp_local(&["-H", rule], &src, &dst),
+                "push" => cp(&srv, &["-H", rule], &src, url(&dst)),
+                _ => cp(&srv, &["-H", rule], url(&src), &dst),
+            };
+            assert_ok(&out, Some(&srv));
+            for (a, b) in [("a1", "b1"), ("a2", "b2")] {
+                assert_eq!(
+                    std::fs::read(dst.join(a)).unwrap(),
+                    b"KEEP ME",
+                    "{how} {rule} {a}"
+                );
+                assert_eq!(
+                    std::fs::read(dst.join(b)).unwrap(),
+                    b"SOURCE!",
+                    "{how} {rule} {b}"
+                );
+            }
+        }
+    }
+}

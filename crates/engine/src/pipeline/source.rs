@@ -176,9 +176,20 @@ fn plan_entry(
     take_whole: TakeWhole<'_>,
 ) {
     // `-H`: a second name of a file travels as a link to the first, whatever the
-    // destination has at that name (the link replaces it unless it is that link already).
+    // destination has at that name (the link replaces it unless it is that link already),
+    // except a name whose content a rule that keeps what the destination has leaves there
+    // (`-u`, `--ignore-existing`, `--size-only`).
     if let Some(target) = planner.link_target(&entry) {
-        return planner.push_link(entry.path, target, emit);
+        let kept = skip.is_some_and(|(index, rule, _)| {
+            rule.keeps_destination_content()
+                && matches!(
+                    index.verdict(&entry, *rule),
+                    Verdict::Skip | Verdict::FixAttrs
+                )
+        });
+        if !kept {
+            return planner.push_link(entry.path, target, emit);
+        }
     }
     let Some((index, rule, counts)) = skip else {
         return push_or_take(planner, entry, emit, take_whole);

@@ -486,6 +486,15 @@ pub fn is_leftover(path: &[u8]) -> bool {
 }
 
 impl SkipRule {
+    /// Whether a file this rule skips keeps its content at the destination even where the
+    /// source's differs (so `-H` does not link that name again).
+    pub fn keeps_destination_content(self) -> bool {
+        matches!(
+            self,
+            SkipRule::IgnoreExisting | SkipRule::Update | SkipRule::SizeOnly
+        )
+    }
+
     /// How a pulling client asks the server for this rule.
     pub fn as_check(self) -> DestCheck {
         match self {
