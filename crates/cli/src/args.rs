@@ -401,8 +401,9 @@ pub struct CpArgs {
     /// [USER@]HOST:PATH; for a push also sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing
     /// one file system, all used at once).
     pub dst: OsString,
-    /// Print the final report as one JSON object on stdout; a copy that cannot complete (exit
-    /// 2 to 6) prints {"error", "exit_code"} there instead.
+    /// Print the final report as one JSON object on stdout; a copy that stops on an error
+    /// prints {"error", "exit_code"} there instead (not for options the command line itself
+    /// rejects, which print their usage error alone).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
