@@ -132,7 +132,13 @@ pub fn finish(
         .collect();
     let mut check = options.clone();
     check.selection = Selection::default();
-    check.skip = sprat_engine::config::SkipRule::QuickCheck;
+    // What the shards' rule leaves at the destination on purpose counts as there (`-u`: a
+    // newer copy, `--ignore-existing`: any); the others leave size and mtime as the source's.
+    use sprat_engine::config::SkipRule;
+    check.skip = match options.skip {
+        rule @ (SkipRule::Update | SkipRule::IgnoreExisting) => rule,
+        _ => SkipRule::QuickCheck,
+    };
     check.delete = false;
     let left = sprat_engine::dry_run(src, dst, key, &check).context("--finish: checking")?;
     let missing: Vec<&(String, sprat_engine::Action)> = left

@@ -235,3 +235,40 @@ fn bad_plans_shards_and_sources_are_one_line_errors() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["not a directory"]);
 }
+
+/// `-u` shards leave a file newer at the destination as it is, and `--finish -u` counts it
+/// as there (it reported it unfinished, exit 1).
+#[test]
+fn finish_counts_what_update_leaves_on_purpose() {
+    let t = tmp();
+    let (src, dst, plan_dir) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("plan"),
+    );
+    make_many_files(&src, 40, 100, 3);
+    std::fs::write(src.join("f"), b"NEW").unwrap();
+    let old = std::fs::File::options()
+        .write(true)
+        .open(src.join("f"))
+        .unwrap();
+    old.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000))
+        .unwrap();
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("f"), b"NEWER AND LONGER").unwrap();
+    assert_ok(&plan(&src, 2, &plan_dir), None);
+    for k in ["0", "1"] {
+        assert_ok(&cp_plan(&plan_dir, &["-u", "--shard", k], &src, &dst), None);
+    }
+    let out = cp_plan(&plan_dir, &["-u", "--finish"], &src, &dst);
+    assert_ok(&out, None);
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"NEWER AND LONGER");
+    // Without -u the same destination is not what the plan would make.
+    let out = cp_plan(&plan_dir, &["--finish"], &src, &dst);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+}
