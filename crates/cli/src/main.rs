@@ -586,7 +586,11 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let launched =
         sprat_engine::ssh::resolve(&[&urls[0], &urls[1]], &client.key, &ssh_options(&a.ssh)?)?;
     let key = launched.credentials.clone();
-    let (src, dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
+    let (src, mut dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
+    // `DST/`: a single file goes inside it, under its own name, as with cp and rsync.
+    if a.dst.as_bytes().ends_with(b"/") {
+        dst = sprat_engine::into_directory(&src, dst, &key)?;
+    }
     let over_ssh = !launched.servers.is_empty();
     let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();

@@ -870,3 +870,71 @@ fn json_reports_a_copy_that_cannot_complete_as_an_error_object() {
         assert!(v["error"].as_str().unwrap().contains("127.0.0.1"), "{why}");
     }
 }
+
+/// `DST/` with a trailing slash, as with cp and rsync: a single file goes inside it under its
+/// own name (made if missing), in a local copy, a push, a pull and a copy between two
+/// servers; a tree's contents still go into DST itself.
+#[test]
+fn a_single_file_goes_into_a_destination_given_with_a_trailing_slash() {
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    let local = t.path().join("local");
+    for base in [&root_a, &root_b, &local] {
+        fs::create_dir_all(base.join("dir")).unwrap();
+        fs::write(base.join("data.bin"), b"payload").unwrap();
+    }
+    let (a, b) = (server(&root_a), server(&root_b));
+    let url = |s: &Server, p: &str| format!("sprat://{}/{p}", s.addr());
+    let outs = [
+        (
+            local.join("dir/data.bin"),
+            cp_local(
+                &[],
+                local.join("data.bin"),
+                format!("{}/", local.join("dir").display()),
+            ),
+        ),
+        (
+            local.join("new/data.bin"),
+            cp_local(
+                &[],
+                local.join("data.bin"),
+                format!("{}/", local.join("new").display()),
+            ),
+        ),
+        (
+            root_a.join("dir/data.bin"),
+            cp(&a, &[], local.join("data.bin"), url(&a, "dir/")),
+        ),
+        (
+            local.join("pulled/data.bin"),
+            cp(
+                &a,
+                &[],
+                url(&a, "data.bin"),
+                format!("{}/", local.join("pulled").display()),
+            ),
+        ),
+        (
+            root_b.join("dir/data.bin"),
+            cp(&a, &[], url(&a, "data.bin"), url(&b, "dir/")),
+        ),
+    ];
+    for (landed, out) in outs {
+        assert_ok(&out, None);
+        assert_eq!(
+            fs::read(&landed).unwrap(),
+            b"payload",
+            "{}",
+            landed.display()
+        );
+    }
+    // A tree's contents go into DST itself, slash or not.
+    let out = cp_local(
+        &[],
+        local.join("dir"),
+        format!("{}/", local.join("tree").display()),
+    );
+    assert_ok(&out, None);
+    assert_eq!(fs::read(local.join("tree/data.bin")).unwrap(), b"payload");
+}

@@ -1970,7 +1970,8 @@ fn put_in_place_error(path: &[u8], e: Errno) -> StoreError {
             "put in place",
             path,
             "the destination is a directory, and a file copied on its own takes the \
-             destination's name: name the file inside it (DST/NAME)",
+             destination's name: name the file inside it (DST/NAME), or end DST with a / \
+             to copy it in under its own name",
         );
     }
     StoreError::new("put in place", path, e)

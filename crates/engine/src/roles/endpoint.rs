@@ -81,6 +81,40 @@ impl Endpoint {
     }
 }
 
+/// `DST/` (given with a trailing slash, as with cp and rsync): the destination of a single
+/// file `src` is `DST/NAME`, NAME being the source's own; a tree's contents still go into
+/// `DST` itself. A remote source is asked what it is (one request).
+pub fn into_directory(
+    src: &Endpoint,
+    dst: Endpoint,
+    key: &Credentials,
+) -> Result<Endpoint, TransferError> {
+    let (is_file, name) = match src {
+        Endpoint::Local(p) => (
+            std::fs::metadata(p).is_ok_and(|m| m.is_file()),
+            p.file_name().map(|n| n.as_bytes().to_vec()),
+        ),
+        Endpoint::Remote { addr, path, .. } => {
+            let name = path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec);
+            let is_file = !path.is_empty()
+                && super::remote::stat(addr, key, path)
+                    .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::File);
+            (is_file, name)
+        }
+    };
+    let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
+        return Ok(dst);
+    };
+    Ok(match dst {
+        Endpoint::Local(d) => Endpoint::Local(d.join(std::ffi::OsStr::from_bytes(&name))),
+        Endpoint::Remote { addr, path, also } => Endpoint::Remote {
+            addr,
+            path: sprat_store::relpath::join(&path, &name),
+            also,
+        },
+    })
+}
+
 /// The scheme of `arg` when it is a URL of a scheme other than sprat's (`http://...`): a
 /// name of letters, digits, `+`, `-` and `.`, starting with a letter, then `://`.
 fn other_scheme(arg: &[u8]) -> Option<&str> {
