@@ -222,6 +222,66 @@ fn checksum_scenario(
     assert_trees_equal(src, &dst("d"));
 }
 
+/// A scenario of copying again: `copy(extra, dst_name)` copies `src` into the destination
+/// named, `dst(dst_name)` is where that lands on disk.
+type Scenario =
+    fn(&Path, &dyn Fn(&[&str], &str) -> std::process::Output, &dyn Fn(&str) -> std::path::PathBuf);
+
+/// The directions a scenario runs in.
+enum Way {
+    Local,
+    Push,
+    Pull,
+    ThirdParty,
+}
+
+/// Runs `scenario` in one direction, with the servers it needs.
+fn run_in(way: Way, scenario: Scenario) {
+    let t = tmp();
+    match way {
+        Way::Local => {
+            let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+            scenario(
+                &src,
+                &|extra, name| cp_local(extra, &src, dst.join(name)),
+                &|name| dst.join(name),
+            );
+        }
+        Way::Push => {
+            let (src, root) = (t.path().join("src"), t.path().join("root"));
+            let srv = server(&root);
+            let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
+            scenario(
+                &src,
+                &|extra, name| cp(&srv, extra, &src, url(name)),
+                &|name| root.join(name),
+            );
+        }
+        Way::Pull => {
+            let root = t.path().join("root");
+            let (src, dst) = (root.join("data"), t.path().join("dst"));
+            let srv = server(&root);
+            let url = format!("sprat://{}/data", srv.addr());
+            scenario(
+                &src,
+                &|extra, name| cp(&srv, extra, &url, dst.join(name)),
+                &|name| dst.join(name),
+            );
+        }
+        Way::ThirdParty => {
+            let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+            let src = root_a.join("data");
+            let (a, b) = (server(&root_a), server(&root_b));
+            let from = format!("sprat://{}/data", a.addr());
+            scenario(
+                &src,
+                &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
+                &|name| root_b.join(name),
+            );
+        }
+    }
+}
+
 fn first_file(dir: &Path) -> std::path::PathBuf {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -240,16 +300,7 @@ fn first_file(dir: &Path) -> std::path::PathBuf {
 
 #[test]
 fn a_push_again_sends_only_what_changed() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let root = t.path().join("root");
-    let srv = server(&root);
-    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
-    scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &src, url(name)),
-        &|name| root.join(name),
-    );
+    run_in(Way::Push, scenario);
 }
 
 /// A push of one small file through a path of 50 ms round trips sends it before the
@@ -309,44 +360,17 @@ fn a_single_small_file_sent_before_the_listing_is_checked_by_the_server() {
 
 #[test]
 fn a_local_copy_again_sends_only_what_changed() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let dst = t.path().join("dst");
-    scenario(
-        &src,
-        &|extra, name| cp_local(extra, &src, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Local, scenario);
 }
 
 #[test]
 fn a_pull_again_sends_only_what_changed() {
-    let t = tmp();
-    let root = t.path().join("root");
-    let src = root.join("data");
-    let dst = t.path().join("dst");
-    let srv = server(&root);
-    let url = format!("sprat://{}/data", srv.addr());
-    scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Pull, scenario);
 }
 
 #[test]
 fn a_third_party_copy_again_sends_only_what_changed() {
-    let t = tmp();
-    let root_a = t.path().join("a");
-    let root_b = t.path().join("b");
-    let src = root_a.join("data");
-    let (a, b) = (server(&root_a), server(&root_b));
-    let from = format!("sprat://{}/data", a.addr());
-    scenario(
-        &src,
-        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
-        &|name| root_b.join(name),
-    );
+    run_in(Way::ThirdParty, scenario);
 }
 
 #[test]
@@ -362,58 +386,22 @@ fn a_dry_run_of_a_single_file_says_it_compares_trees() {
 
 #[test]
 fn a_push_with_checksum_sends_what_the_quick_check_misses() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let root = t.path().join("root");
-    let srv = server(&root);
-    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
-    checksum_scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &src, url(name)),
-        &|name| root.join(name),
-    );
+    run_in(Way::Push, checksum_scenario);
 }
 
 #[test]
 fn a_local_copy_with_checksum_sends_what_the_quick_check_misses() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let dst = t.path().join("dst");
-    checksum_scenario(
-        &src,
-        &|extra, name| cp_local(extra, &src, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Local, checksum_scenario);
 }
 
 #[test]
 fn a_pull_with_checksum_sends_what_the_quick_check_misses() {
-    let t = tmp();
-    let root = t.path().join("root");
-    let src = root.join("data");
-    let dst = t.path().join("dst");
-    let srv = server(&root);
-    let url = format!("sprat://{}/data", srv.addr());
-    checksum_scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Pull, checksum_scenario);
 }
 
 #[test]
 fn a_third_party_copy_with_checksum_sends_what_the_quick_check_misses() {
-    let t = tmp();
-    let root_a = t.path().join("a");
-    let root_b = t.path().join("b");
-    let src = root_a.join("data");
-    let (a, b) = (server(&root_a), server(&root_b));
-    let from = format!("sprat://{}/data", a.addr());
-    checksum_scenario(
-        &src,
-        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
-        &|name| root_b.join(name),
-    );
+    run_in(Way::ThirdParty, checksum_scenario);
 }
 
 #[test]
@@ -593,58 +581,22 @@ fn size_only_and_update_scenario(
 
 #[test]
 fn size_only_and_update_in_a_local_copy() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let dst = t.path().join("dst");
-    size_only_and_update_scenario(
-        &src,
-        &|extra, name| cp_local(extra, &src, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Local, size_only_and_update_scenario);
 }
 
 #[test]
 fn size_only_and_update_in_a_push() {
-    let t = tmp();
-    let src = t.path().join("src");
-    let root = t.path().join("root");
-    let srv = server(&root);
-    let url = |name: &str| format!("sprat://{}/{name}", srv.addr());
-    size_only_and_update_scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &src, url(name)),
-        &|name| root.join(name),
-    );
+    run_in(Way::Push, size_only_and_update_scenario);
 }
 
 #[test]
 fn size_only_and_update_in_a_pull() {
-    let t = tmp();
-    let root = t.path().join("root");
-    let src = root.join("data");
-    let dst = t.path().join("dst");
-    let srv = server(&root);
-    let url = format!("sprat://{}/data", srv.addr());
-    size_only_and_update_scenario(
-        &src,
-        &|extra, name| cp(&srv, extra, &url, dst.join(name)),
-        &|name| dst.join(name),
-    );
+    run_in(Way::Pull, size_only_and_update_scenario);
 }
 
 #[test]
 fn size_only_and_update_in_a_third_party_copy() {
-    let t = tmp();
-    let root_a = t.path().join("a");
-    let root_b = t.path().join("b");
-    let src = root_a.join("data");
-    let (a, b) = (server(&root_a), server(&root_b));
-    let from = format!("sprat://{}/data", a.addr());
-    size_only_and_update_scenario(
-        &src,
-        &|extra, name| cp(&a, extra, &from, format!("sprat://{}/{name}", b.addr())),
-        &|name| root_b.join(name),
-    );
+    run_in(Way::ThirdParty, size_only_and_update_scenario);
 }
 
 #[test]
