@@ -165,34 +165,10 @@ pub fn copy_retrying(
     options.validate()?;
     check_selection(src, options)?;
     check_servers(src, dst)?;
-    check_writable(dst)?;
     super::retry::retrying(options.retry_for, notify, || {
         options.progress.restart();
         copy_once(src, dst, key, options)
     })
-}
-
-/// A local destination directory this process may not write into (its permissions, a
-/// read-only file system) fails the copy at once, naming it (exit 5), instead of failing
-/// every file in it by name.
-fn check_writable(dst: &Endpoint) -> Result<(), TransferError> {
-    let Endpoint::Local(d) = dst else {
-        return Ok(());
-    };
-    if !std::fs::metadata(d).is_ok_and(|m| m.is_dir()) {
-        return Ok(());
-    }
-    use rustix::fs::Access;
-    match rustix::fs::access(d, Access::WRITE_OK | Access::EXEC_OK) {
-        Err(e) if e == rustix::io::Errno::ACCESS || e == rustix::io::Errno::ROFS => {
-            Err(TransferError::Store(sprat_store::StoreError::new(
-                "write into",
-                d.as_os_str().as_bytes(),
-                e,
-            )))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Refuses a selection that cannot be applied: one too large to send to the server that
