@@ -9,6 +9,7 @@
 pub(crate) mod budget;
 pub mod config;
 pub mod error;
+pub mod host_memory;
 pub mod measurement;
 pub(crate) mod net;
 pub(crate) mod pipeline;

@@ -136,14 +136,6 @@ pub fn count_tree(src: &Path) -> Result<TreeCounts, TransferError> {
     })
 }
 
-/// Bytes of memory the system could still give this process (`MemAvailable`).
-fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Loads the tree at `src` into memory: directories (parents first), files with their data
 /// and permission bits, symlinks with their targets. Refuses a tree larger than half of the
 /// memory available, and any entry it cannot read.
@@ -159,7 +151,7 @@ pub fn load_tree(src: &Path) -> Result<MemTree, TransferError> {
         }
     });
     let total: u64 = scanned.iter().map(|e| e.size).sum();
-    if let Some(avail) = available_memory() {
+    if let Some(avail) = sprat_engine::host_memory::meminfo_bytes("MemAvailable") {
         if total > avail / 2 {
             return Err(TransferError::Usage(format!(
                 "'{}' holds {total} bytes, more than half of the memory available ({avail} bytes)",

@@ -332,20 +332,24 @@ fn in_hole(fd: &OwnedFd, offset: u64, len: u64) -> bool {
 /// Whether the open file `fd` still has the size and mtime the scan saw (an error examining
 /// it counts as a change).
 pub(crate) fn unchanged(fd: &OwnedFd, scanned: &Scanned) -> bool {
+    allocated_if_unchanged(fd, scanned).is_some()
+}
+
+/// The bytes the open file `fd` has allocated, if it still has the size and mtime the scan
+/// saw ([`unchanged`], with the same one `statx`).
+pub(crate) fn allocated_if_unchanged(fd: &OwnedFd, scanned: &Scanned) -> Option<u64> {
     use rustix::fs::{statx, AtFlags, StatxFlags};
-    match statx(
+    let st = statx(
         fd,
         "",
         AtFlags::EMPTY_PATH,
-        StatxFlags::SIZE | StatxFlags::MTIME,
-    ) {
-        Ok(st) => {
-            st.stx_size == scanned.size
-                && st.stx_mtime.tv_sec == scanned.mtime_sec
-                && st.stx_mtime.tv_nsec == scanned.mtime_nsec
-        }
-        Err(_) => false,
-    }
+        StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::BLOCKS,
+    )
+    .ok()?;
+    let same = st.stx_size == scanned.size
+        && st.stx_mtime.tv_sec == scanned.mtime_sec
+        && st.stx_mtime.tv_nsec == scanned.mtime_nsec;
+    same.then(|| st.stx_blocks.saturating_mul(512))
 }
 
 /// Per-item outcomes of a batch read, filled window by window.

@@ -22,7 +22,7 @@
 //! between a reader and a writer for a checksum to guard.
 
 use crate::attrs::Attrs;
-use crate::batch_read::{unchanged, CHANGED, VANISHED};
+use crate::batch_read::{allocated_if_unchanged, unchanged, CHANGED, VANISHED};
 use crate::clone::CloneSource;
 use crate::error::StoreError;
 use crate::write::{born_owned, os, remove_stale_partial, TreeWriter, WriterCursor};
@@ -80,17 +80,14 @@ impl WriterCursor<'_> {
                 _ => e,
             },
         )?;
-        if !unchanged(&src, &source.scanned) {
+        let Some(allocated) = allocated_if_unchanged(&src, &source.scanned) else {
             return Err(StoreError::other("read", path, CHANGED));
-        }
+        };
         let target = writer.target(path)?;
         let (dir, name, new_file_owner) = self.parent_of_new_file(target)?;
         // A file its file system has no room for fails alone, before anything is created,
         // as a large file does in a batch (not the whole copy, with the disk full). The copy
         // keeps holes: what it needs is what the source has allocated.
-        let allocated = rustix::fs::fstat(&src)
-            .map(|st| (st.st_blocks as u64).saturating_mul(512))
-            .unwrap_or(source.scanned.size);
         crate::write::check_room(dir, allocated.min(source.scanned.size), path)?;
         let mode = writer.file_mode(attrs.mode);
         let exact = writer.exact_create_mode() && mode & 0o7000 == 0;

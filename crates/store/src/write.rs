@@ -1235,7 +1235,9 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("set attributes of", path, e))
     }
 
-    /// [`WriterCursor::write_piece`] of a chunk of a file that may be resumed.
+    /// [`WriterCursor::write_piece`] of a chunk of a file that may be resumed (the tests'
+    /// shorthand).
+    #[cfg(test)]
     pub fn write_chunk(
         &mut self,
         path: &[u8],

@@ -180,16 +180,14 @@ fn plan_entry(
     // except a name whose content a rule that keeps what the destination has leaves there
     // (`-u`, `--ignore-existing`, `--size-only`).
     if let Some(target) = planner.link_target(&entry) {
-        let kept = skip.is_some_and(|(index, rule, _)| {
-            rule.keeps_destination_content()
-                && matches!(
-                    index.verdict(&entry, *rule),
-                    Verdict::Skip | Verdict::FixAttrs
-                )
-        });
-        if !kept {
-            return planner.push_link(entry.path, target, emit);
-        }
+        let kept = skip
+            .filter(|(_, rule, _)| rule.keeps_destination_content())
+            .map(|(index, rule, counts)| (index.verdict(&entry, *rule), counts))
+            .filter(|(verdict, _)| matches!(verdict, Verdict::Skip | Verdict::FixAttrs));
+        return match kept {
+            Some((verdict, counts)) => apply(planner, counts, verdict, entry, emit, take_whole),
+            None => planner.push_link(entry.path, target, emit),
+        };
     }
     let Some((index, rule, counts)) = skip else {
         return push_or_take(planner, entry, emit, take_whole);

@@ -20,6 +20,7 @@ use super::requests;
 use crate::budget::{Budget, Charge, Refused};
 use crate::config::TransferOptions;
 use crate::error::{code_for, TransferError};
+use crate::host_memory;
 use crate::net::{self, Conn};
 use crate::pipeline::receive::{self, Flow, ReceiveLane, Take};
 use crate::pipeline::send::{self, Next};
@@ -72,56 +73,21 @@ pub struct ServerConfig {
 /// Default of [`ServerConfig::idle_timeout`]: far beyond any pause of a working client (a
 /// client's own stall timeout is 60 s by default).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Default of [`ServerConfig::max_client_memory`] on a machine of at most 8 GiB; larger
-/// machines get an eighth of their memory ([`default_client_memory`]).
+/// Default of [`ServerConfig::max_client_memory`] on a machine of at most 8 GiB (larger ones
+/// get an eighth of their memory, see [`default_client_memory`]).
 pub const DEFAULT_CLIENT_MEMORY: u64 = 1 << 30;
 
 /// Default of [`ServerConfig::max_client_memory`]: an eighth of this machine's memory (or of
-/// its control group's limit, if lower), at least [`DEFAULT_CLIENT_MEMORY`]. A pulling client's index takes about 200 bytes a file in
-/// the budget, so a fixed 1 GiB refused re-syncs of more than a few million files on servers
-/// that had memory to spare for them.
+/// its control group's limit, if lower), at least [`DEFAULT_CLIENT_MEMORY`]. A pulling
+/// client's index takes about 200 bytes a file in the budget, so a fixed 1 GiB refused
+/// re-syncs of more than a few million files on servers that had memory to spare for them.
 pub fn default_client_memory() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|info| mem_total(&info))
-        .unwrap_or(0);
+    let total = host_memory::meminfo_bytes("MemTotal").unwrap_or(0);
     // A server in a container may use no more than its control group allows.
-    let allowed = cgroup_memory_limit().map_or(total, |limit| limit.min(total));
+    let allowed = host_memory::cgroup_limit().map_or(total, |limit| limit.min(total));
     (allowed / 8).max(DEFAULT_CLIENT_MEMORY)
 }
 
-/// The memory limit of this process's control group (v2 `memory.max`, v1
-/// `memory.limit_in_bytes`), if it has one.
-fn cgroup_memory_limit() -> Option<u64> {
-    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut files = Vec::new();
-    for line in groups.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let path = path.trim_start_matches('/');
-        if controllers.is_empty() {
-            files.push(format!("/sys/fs/cgroup/{path}/memory.max"));
-            files.push("/sys/fs/cgroup/memory.max".to_string());
-        } else if controllers.split(',').any(|c| c == "memory") {
-            files.push(format!(
-                "/sys/fs/cgroup/memory/{path}/memory.limit_in_bytes"
-            ));
-            files.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
-        }
-    }
-    files
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .filter_map(|text| text.trim().parse::<u64>().ok())
-        .min()
-}
-
-/// The `MemTotal` line of `/proc/meminfo`, in bytes.
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
 /// Least [`ServerConfig::max_client_memory`]: one address may hold half of it, which must
 /// take the largest batch frame the protocol allows.
 pub const MIN_CLIENT_MEMORY: u64 = 2 * sprat_proto::frame::MAX_BATCH_PAYLOAD as u64;
@@ -1381,13 +1347,9 @@ mod tests {
 
     #[test]
     fn the_default_client_memory_is_an_eighth_of_the_machine_at_least_1_gib() {
-        let info = "MemTotal:       24684092 kB\nMemFree:          899932 kB\n";
-        assert_eq!(mem_total(info), Some(24684092 * 1024));
-        assert_eq!(mem_total("MemFree: 1 kB\n"), None);
-        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
         let here = default_client_memory();
-        let total = mem_total(&std::fs::read_to_string("/proc/meminfo").unwrap()).unwrap();
-        let allowed = cgroup_memory_limit().map_or(total, |l| l.min(total));
+        let total = host_memory::meminfo_bytes("MemTotal").unwrap();
+        let allowed = host_memory::cgroup_limit().map_or(total, |l| l.min(total));
         assert_eq!(here, (allowed / 8).max(DEFAULT_CLIENT_MEMORY));
         assert!(here <= (total / 8).max(DEFAULT_CLIENT_MEMORY));
     }
