@@ -143,6 +143,16 @@ fn owner_names(e: &NsEntry, numeric: bool) -> (String, String) {
     }
 }
 
+/// The size shown for an entry: a symlink's is the length of its target, as `ls -l` and
+/// `stat` show it (the listing carries no data size for it).
+fn shown_size(e: &NsEntry) -> u64 {
+    if e.kind == NsKind::Symlink {
+        e.target.len() as u64
+    } else {
+        e.size
+    }
+}
+
 fn entry_json(e: &NsEntry) -> serde_json::Value {
     let owner = e.owner.as_ref();
     let name = |n: &[u8]| (!n.is_empty()).then(|| shown(n));
@@ -153,7 +163,7 @@ fn entry_json(e: &NsEntry) -> serde_json::Value {
         "group": owner.and_then(|o| name(&o.group)),
         "path": shown(&e.path),
         "type": kind_name(e.kind),
-        "size": e.size,
+        "size": shown_size(e),
         "mode": format!("{:04o}", e.mode),
         "mtime": e.mtime_sec,
         "mtime_nsec": e.mtime_nsec,
@@ -166,7 +176,7 @@ fn long_line(e: &NsEntry, name: &str, numeric: bool) -> String {
     let mut line = format!(
         "{} {user:<8} {group:<8} {:>12} {} {}",
         mode_string(e),
-        e.size,
+        shown_size(e),
         utc(e.mtime_sec),
         name
     );
@@ -222,7 +232,7 @@ pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
             "  path: {}\n  type: {}\n  size: {}\n  mode: {:04o} ({})\n mtime: {}.{:09} UTC\n",
             printable(&a.url.to_string_lossy()),
             kind_name(e.kind),
-            e.size,
+            shown_size(&e),
             e.mode,
             mode_string(&e),
             utc(e.mtime_sec),

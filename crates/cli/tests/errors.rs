@@ -719,6 +719,28 @@ fn server_with_missing_token_file_refuses_to_start_naming_it() {
     }
 }
 
+/// A root that is missing or is a file is bad input, as a named export's is: exit 2, with the
+/// path named.
+#[test]
+fn server_with_a_root_that_is_no_directory_refuses_to_start_with_exit_2() {
+    let t = tmp();
+    let file = t.path().join("a-file");
+    fs::write(&file, b"x").unwrap();
+    for root in [t.path().join("missing"), file] {
+        match Server::try_start(bin(), &root, &ServerOptions::default()) {
+            Ok(srv) => panic!("sprat serve started on {} with root {root:?}", srv.addr()),
+            Err(f) => {
+                assert_eq!(f.status.and_then(|st| st.code()), Some(2), "{f}");
+                assert!(
+                    f.stderr.contains(s(&root)),
+                    "stderr does not name the root:\n{f}"
+                );
+                assert!(!f.stderr.contains("panicked"), "panicked:\n{f}");
+            }
+        }
+    }
+}
+
 #[test]
 fn an_error_line_names_each_cause_once() {
     let t = tmp();

@@ -153,7 +153,9 @@ impl Exports {
                 named: false,
                 list: vec![Export {
                     name: String::new(),
-                    root: Root::open(&root)?,
+                    // A root that is missing, not a directory or not readable is bad input
+                    // (exit 2), as for a named export.
+                    root: Root::open(&root).map_err(|e| TransferError::Usage(e.to_string()))?,
                     read_only,
                 }],
                 keys: key.into(),
