@@ -1,13 +1,7 @@
 //! The `sprat` binary: parses the command line, hands validated settings to the engine, and
 //! turns errors into one line on stderr and a documented exit code.
 
-/// mimalloc, not glibc's allocator: with glibc's per-thread arenas a TLS server spent a third
-/// more CPU on a push of 1 MiB files (rustls copies every record into a new `Vec`, on many
-/// threads). Version 2 (the crate's `v2` feature): version 3 kept up to three times more
-/// memory resident in a server under 32 copies. See "The allocator" in docs/performance.md.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+mod allocator;
 mod args;
 mod bench;
 mod client_config;
@@ -42,6 +36,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn main() {
+    allocator::keep_freed_memory_a_while();
     // The raw matches too: `cp`'s rule options are applied in the order they were given.
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
     let cli =
