@@ -52,7 +52,7 @@ pub enum Command {
     /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
     /// 5 fatal I/O error (destination unwritable, disk full, read-only server); 6 gave up after
     /// --retry-for (the connection kept failing).
-    Cp(CpArgs),
+    Cp(Box<CpArgs>),
     /// List a directory on a server (one request however large): `ls [-l] [-R] URL`.
     Ls(LsArgs),
     /// Describe one entry on a server (a symlink is described, not followed).
@@ -391,7 +391,7 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = crate::client_config::CLIENT_CONFIG_HELP)]
+#[command(after_help = crate::client_config::CLIENT_CONFIG_HELP, disable_help_flag = true)]
 pub struct CpArgs {
     /// Source: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server of the
     /// config file, see below), or [USER@]HOST:PATH (over ssh); for a pull to local files also
@@ -401,6 +401,42 @@ pub struct CpArgs {
     /// [USER@]HOST:PATH; for a push also sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing
     /// one file system, all used at once).
     pub dst: OsString,
+    /// Paths after DST (several sources, as `cp a b DIR` takes them): refused with a word on
+    /// what to do instead.
+    #[arg(hide = true)]
+    pub more: Vec<OsString>,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::HelpLong)]
+    pub help: Option<bool>,
+    /// As rsync's -h/--human-readable: accepted, and changes nothing (the report's sizes and
+    /// rates always have units). Help is --help only, so that `-avh` copies as with rsync.
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
+    /// rsync's -l, -p, -t, -o, -g and -D (what -a stands for), -W (--whole-file) and -S
+    /// (--sparse): accepted, and change nothing. sprat always copies symlinks as links,
+    /// permission bits and mtimes, owners and groups when the writing side runs as root,
+    /// whole files (no deltas), and keeps sparse files sparse; devices, FIFOs and sockets
+    /// are never copied (each is reported by name, exit 1).
+    #[arg(short = 'l', hide = true)]
+    pub links: bool,
+    #[arg(short = 'p', hide = true)]
+    pub perms: bool,
+    #[arg(short = 't', hide = true)]
+    pub times: bool,
+    #[arg(short = 'o', hide = true)]
+    pub owner: bool,
+    #[arg(short = 'g', hide = true)]
+    pub group: bool,
+    #[arg(short = 'D', hide = true)]
+    pub devices: bool,
+    #[arg(short = 'W', long = "whole-file", hide = true)]
+    pub whole_file: bool,
+    #[arg(short = 'S', long = "sparse", hide = true)]
+    pub sparse: bool,
+    /// rsync's --info=FLAGS: `progress2` is --progress (sprat's progress is always the whole
+    /// transfer's); other flags are refused.
+    #[arg(long, value_name = "FLAGS", hide = true)]
+    pub info: Option<String>,
     /// Print the final report as one JSON object on stdout; a copy that stops on an error
     /// prints {"error", "exit_code"} there instead (not for options the command line itself
     /// rejects, which print their usage error alone).
@@ -418,7 +454,8 @@ pub struct CpArgs {
     #[arg(long, short)]
     pub quiet: bool,
     /// Keep the bytes the copy moves, all its connections together, at or under RATE (e.g.
-    /// `10MB/s`, `100mbit`; at least `100KB/s`; `0`: no limit), like rsync's --bwlimit:
+    /// `10MB/s`, `100mbit`; as with rsync, a bare number is KiB/s and `K`, `M`, `G` are
+    /// KiB/s, MiB/s, GiB/s; at least `100KB/s`; `0`: no limit), like rsync's --bwlimit:
     /// a push paces what it sends, a pull what it reads (the server then slows down with
     /// TCP's flow control), a local copy what it hands to its writers. Paced a batch or
     /// chunk at a time, so the rate holds over a few of them, not within one;
@@ -460,7 +497,8 @@ pub struct CpArgs {
     pub update: bool,
     /// Archive mode, as rsync's -a: accepted so that `-aHAX` reads as with rsync, and
     /// changes nothing: sprat always copies recursively, with symlinks as links, permission
-    /// bits, mtimes, and owners and groups (when the writing side runs as root).
+    /// bits, mtimes, and owners and groups (when the writing side runs as root). rsync's
+    /// -rlptgoD, -W, -S and -h are accepted likewise.
     #[arg(long, short = 'a')]
     pub archive: bool,
     /// Accepted for the habit of `cp -r` and `rsync -r`, and changes nothing: sprat always
@@ -822,10 +860,17 @@ pub struct SshArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct LsArgs {
     /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
     /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::HelpLong)]
+    pub help: Option<bool>,
+    /// With -l, sizes in units of 1024 (`4.0K`, `1.5M`), as `ls -lh`.
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
     /// Long listing: mode, owner, group, size, mtime (UTC), name, link target (owner and
     /// group by their names on the server; ids without a name there as numbers).
     #[arg(short = 'l')]
@@ -863,10 +908,17 @@ pub struct StatArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct DuArgs {
     /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
     /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::HelpLong)]
+    pub help: Option<bool>,
+    /// As `du -h`: accepted, and changes nothing (the sizes are shown with units already).
+    #[arg(short = 'h', long = "human-readable")]
+    pub human_readable: bool,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,

@@ -13,6 +13,7 @@ mod namespace;
 mod one_shot;
 mod progress;
 mod relay;
+mod rsync_habits;
 mod selection;
 mod serve_config;
 mod shards;
@@ -37,8 +38,11 @@ use std::path::Path;
 
 fn main() {
     allocator::keep_freed_memory_a_while();
+    let command = <Cli as clap::CommandFactory>::command();
+    let args = rsync_habits::lone_h_is_help(std::env::args_os().collect());
+    refuse_rsync_options_sprat_lacks(&command, &args);
     // The raw matches too: `cp`'s rule options are applied in the order they were given.
-    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let matches = command.get_matches_from(args);
     let cli =
         <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     raise_open_file_limit();
@@ -64,6 +68,23 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Exits with a usage error (2) that says what to do instead when `sprat cp` is given an rsync
+/// option it does not take (see `rsync_habits`), before the parser suggests a look-alike.
+fn refuse_rsync_options_sprat_lacks(command: &clap::Command, args: &[OsString]) {
+    let Some(cp) = command.find_subcommand("cp") else {
+        return;
+    };
+    let shorts: Vec<(char, bool)> = cp
+        .get_arguments()
+        .chain(command.get_arguments())
+        .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
+        .collect();
+    if let Some(answer) = rsync_habits::unsupported(args, &shorts) {
+        eprintln!("sprat: error: {answer}");
+        std::process::exit(2);
+    }
 }
 
 /// An error and its causes on one line, each cause once: errors that show their source in
@@ -120,13 +141,13 @@ fn raise_open_file_limit() {
 /// Lets created files get exactly the permission bits of their source, as `cp -a` and
 /// `rsync -a` do; sprat never creates anything with wider bits than the source's.
 pub fn preserve_modes_exactly() {
-    rustix::process::umask(rustix::fs::Mode::empty());
+    sprat_engine::clear_umask();
 }
 
 fn run(cli: Cli, cp_matches: Option<&clap::ArgMatches>) -> anyhow::Result<i32> {
     match cli.command {
         Command::Serve(a) => serve(a),
-        Command::Cp(a) => cp(a, cp_matches, cli.verbose > 0),
+        Command::Cp(a) => cp(*a, cp_matches, cli.verbose > 0),
         Command::Verify(a) => verify(a),
         Command::Plan(a) => shards::plan(a),
         Command::Relay(a) => relay::run(a),
@@ -565,6 +586,25 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
                 .into()
         ));
     }
+    if let Some(extra) = a.more.last() {
+        anyhow::bail!(TransferError::Usage(format!(
+            "sprat cp takes one SRC and one DST, and was given {} paths (the last {}): to copy \
+             several files or directories, copy the directory that holds them with --include \
+             and --exclude rules, or list them in a file for --files-from",
+            a.more.len() + 2,
+            printable(&extra.to_string_lossy())
+        )));
+    }
+    if let Some(info) = &a.info {
+        if info.split(',').all(|flag| flag == "progress2") {
+            a.progress = true;
+        } else {
+            anyhow::bail!(TransferError::Usage(format!(
+                "--info={info}: sprat takes rsync's --info=progress2 only (its --progress: the \
+                 whole transfer's progress); -v lists each file as it completes"
+            )));
+        }
+    }
     a.progress |= a.partial_progress;
     let plan = a.plan.as_deref().map(shards::open).transpose()?;
     let selection = match (&plan, a.shard) {
@@ -582,10 +622,9 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         sprat_engine::ssh::resolve(&[&urls[0], &urls[1]], &client.key, &ssh_options(&a.ssh)?)?;
     let key = launched.credentials.clone();
     let (src, mut dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
-    // `DST/`: a single file goes inside it, under its own name, as with cp and rsync.
-    if a.dst.as_bytes().ends_with(b"/") {
-        dst = sprat_engine::into_directory(&src, dst, &key)?;
-    }
+    // `DST/`, or a DST that is a directory: a single file goes inside it, under its own
+    // name, as with cp and rsync.
+    dst = sprat_engine::into_directory(&src, dst, &key, a.dst.as_bytes().ends_with(b"/"))?;
     let over_ssh = !launched.servers.is_empty();
     let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();
@@ -615,8 +654,8 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     if let Some(rate) = a.bwlimit.map(|r| r.bytes_per_s()).filter(|&r| r > 0.0) {
         if rate < MIN_BWLIMIT {
             anyhow::bail!(TransferError::Usage(format!(
-                "--bwlimit {}: the slowest rate is 100KB/s",
-                a.bwlimit.map(|r| r.to_string()).unwrap_or_default()
+                "--bwlimit of {:.1} KB/s: the slowest rate is 100KB/s",
+                rate / 1000.0
             )));
         }
         if matches!(

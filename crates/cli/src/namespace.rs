@@ -153,6 +153,27 @@ fn shown_size(e: &NsEntry) -> u64 {
     }
 }
 
+/// A size as `ls -lh` shows it: bytes below 1024, else one decimal (under 10) or none in the
+/// largest unit of 1024 that keeps the number under 1024 (`4.0K`, `15M`, `1.2G`), rounded up.
+fn human_size(bytes: u64) -> String {
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < 5 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let letter = ["", "K", "M", "G", "T", "P"][unit];
+    let tenths = (value * 10.0).ceil() / 10.0;
+    if tenths < 10.0 {
+        format!("{tenths:.1}{letter}")
+    } else {
+        format!("{}{letter}", value.ceil() as u64)
+    }
+}
+
 fn entry_json(e: &NsEntry) -> serde_json::Value {
     let owner = e.owner.as_ref();
     let name = |n: &[u8]| (!n.is_empty()).then(|| shown(n));
@@ -171,12 +192,16 @@ fn entry_json(e: &NsEntry) -> serde_json::Value {
     })
 }
 
-fn long_line(e: &NsEntry, name: &str, numeric: bool) -> String {
+fn long_line(e: &NsEntry, name: &str, numeric: bool, human: bool) -> String {
     let (user, group) = owner_names(e, numeric);
+    let size = if human {
+        human_size(shown_size(e))
+    } else {
+        shown_size(e).to_string()
+    };
     let mut line = format!(
-        "{} {user:<8} {group:<8} {:>12} {} {}",
+        "{} {user:<8} {group:<8} {size:>12} {} {}",
         mode_string(e),
-        shown_size(e),
         utc(e.mtime_sec),
         name
     );
@@ -209,7 +234,7 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
         for e in &entries {
             let name = printed(&e.path);
             out.push_str(&if a.long {
-                long_line(e, &name, a.numeric_ids)
+                long_line(e, &name, a.numeric_ids, a.human_readable)
             } else {
                 name
             });
@@ -348,6 +373,22 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_sizes_round_up_as_ls_lh_does() {
+        for (bytes, shown) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1025, "1.1K"),
+            (4096, "4.0K"),
+            (10_239, "10K"),
+            (15 * 1048576 + 1, "16M"),
+            (3 << 30, "3.0G"),
+        ] {
+            assert_eq!(human_size(bytes), shown, "{bytes}");
+        }
+    }
 
     #[test]
     fn formats_dates_and_modes() {

@@ -186,7 +186,8 @@ impl Rate {
 
     /// A rate with its unit: bytes (`B/s`, `KB/s`, `MB/s`, `GB/s`, `KiB/s`, `MiB/s`,
     /// `GiB/s`; the `/s` may be left out) or bits (`bit`, `kbit`, `mbit`, `gbit`, per second).
-    /// `0` needs no unit.
+    /// As with rsync's --bwlimit, a bare number is KiB/s and a single letter `K`, `M` or `G`
+    /// stands for KiB/s, MiB/s or GiB/s.
     pub fn parse(text: &str) -> Result<Rate, UnitError> {
         const EXAMPLE: &str = "800MB/s, 512MiB/s, 10gbit";
         let (n, unit) = number_and_unit(text, "rate", EXAMPLE)?;
@@ -199,11 +200,13 @@ impl Rate {
             "kib" => 1024.0,
             "mib" => 1048576.0,
             "gib" => 1073741824.0,
+            "" | "k" => 1024.0,
+            "m" => 1048576.0,
+            "g" => 1073741824.0,
             "bit" => 1.0 / 8.0,
             "kbit" => 1e3 / 8.0,
             "mbit" => 1e6 / 8.0,
             "gbit" => 1e9 / 8.0,
-            "" if n == 0.0 => 1.0,
             other => {
                 let accepted = "MB/s, GB/s, MiB/s, kbit, mbit, gbit, ...";
                 return Err(bad_unit(text, other, "rate", accepted, EXAMPLE));
@@ -281,7 +284,12 @@ mod tests {
         assert_eq!(r("512MiB/s"), Ok(512.0 * 1048576.0));
         assert_eq!(r("2kb"), Ok(2e3));
         assert_eq!(r("0"), Ok(0.0));
-        assert!(matches!(Rate::parse("100"), Err(UnitError::NoUnit { .. })));
+        // rsync's forms: a bare number is KiB/s, one letter a binary multiple.
+        assert_eq!(r("100"), Ok(102_400.0));
+        assert_eq!(r("1M"), Ok(1048576.0));
+        assert_eq!(r("1.5m"), Ok(1.5 * 1048576.0));
+        assert_eq!(r("2K"), Ok(2048.0));
+        assert_eq!(r("1g"), Ok(1073741824.0));
         assert!(matches!(
             Rate::parse("9parsecs"),
             Err(UnitError::UnknownUnit { .. })

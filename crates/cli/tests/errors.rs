@@ -8,7 +8,7 @@ mod common;
 
 use std::ffi::OsString;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -807,11 +807,13 @@ fn a_listener_that_never_answers_is_given_up_after_one_handshake_timeout() {
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
 }
 
-/// A file copied on its own onto an existing directory: the directory is neither replaced
-/// (an empty one was, silently) nor touched, and the failure says what to do, in a local
-/// copy, a push and a pull.
+/// A file copied on its own onto an existing directory goes inside it, under its own name,
+/// as with cp and rsync, in a local copy, a push and a pull, small or in chunks; the directory
+/// itself is neither replaced nor otherwise touched. Through a symlink to a directory: a local
+/// destination follows it (as cp); a server does not follow the symlink it is asked to
+/// write, and refuses, saying what to do.
 #[test]
-fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
+fn a_single_file_onto_an_existing_directory_goes_inside_it() {
     let t = tmp();
     let root = t.path().join("root");
     let local_dirs = t.path().join("dirs");
@@ -827,26 +829,49 @@ fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
     let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
     let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
     for file in ["file", "big"] {
-        for dir in ["empty", "full", "link"] {
+        let content = fs::read(local_dirs.join(file)).unwrap();
+        for dir in ["empty", "full"] {
             let local_file = local_dirs.join(file);
-            let outs = [
-                (
-                    "local",
-                    cp_local(&chunked, &local_file, local_dirs.join(dir)),
-                ),
-                ("push", cp(&srv, &chunked, &local_file, url(dir))),
-                ("pull", cp(&srv, &chunked, url(file), local_dirs.join(dir))),
+            let runs: [(&str, PathBuf, &dyn Fn() -> std::process::Output); 3] = [
+                ("local", local_dirs.join(dir), &|| {
+                    cp_local(&chunked, &local_file, local_dirs.join(dir))
+                }),
+                ("push", root.join(dir), &|| {
+                    cp(&srv, &chunked, &local_file, url(dir))
+                }),
+                ("pull", local_dirs.join(dir), &|| {
+                    cp(&srv, &chunked, url(file), local_dirs.join(dir))
+                }),
             ];
-            for (how, out) in outs {
+            for (how, landed_in, run) in runs {
+                let out = run();
                 let why = format!("{how} of {file} onto {dir}\n{}", describe(&out));
-                assert_eq!(out.status.code(), Some(1), "{why}");
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                assert!(
-                    stderr.contains("is a directory") && stderr.contains("DST/NAME"),
-                    "{why}"
-                );
+                assert_ok(&out, None);
+                assert_eq!(fs::read(landed_in.join(file)).unwrap(), content, "{why}");
+                fs::remove_file(landed_in.join(file)).unwrap();
             }
         }
+        // Local through the symlink: inside what it points to.
+        let through_link: [&dyn Fn() -> std::process::Output; 2] = [
+            &|| cp_local(&chunked, local_dirs.join(file), local_dirs.join("link")),
+            &|| cp(&srv, &chunked, url(file), local_dirs.join("link")),
+        ];
+        for run in through_link {
+            let out = run();
+            assert_ok(&out, None);
+            let landed = local_dirs.join("full").join(file);
+            assert_eq!(fs::read(&landed).unwrap(), content);
+            fs::remove_file(landed).unwrap();
+        }
+        // A server's symlink: refused, with what to do.
+        let out = cp(&srv, &chunked, local_dirs.join(file), url("link"));
+        let why = format!("push of {file} onto link\n{}", describe(&out));
+        assert_eq!(out.status.code(), Some(1), "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is a directory") && stderr.contains("DST/NAME"),
+            "{why}"
+        );
     }
     for base in [&root, &local_dirs] {
         assert!(base.join("empty").is_dir() && base.join("full/sub").is_dir());
@@ -866,6 +891,7 @@ fn a_single_file_onto_a_directory_is_refused_with_what_to_do() {
             base.display()
         );
         assert_eq!(fs::read_dir(base.join("full")).unwrap().count(), 1);
+        assert_eq!(fs::read_dir(base.join("empty")).unwrap().count(), 0);
     }
 }
 

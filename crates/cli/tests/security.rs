@@ -1500,3 +1500,60 @@ fn a_token_file_others_can_read_is_reported_on_both_sides() {
     assert_ok(&out, Some(&srv));
     assert!(out.stderr.is_empty(), "{}", describe(&out));
 }
+
+/// The directories a client makes for its known-servers file (`~/.config/sprat`, and
+/// `~/.config` itself when missing) are private: a copy runs with no umask (modes are
+/// copied exactly), and whoever could write there could pin their own key for a server.
+/// The missing parents of a local destination get the user's umask, as with `mkdir -p`.
+#[test]
+fn a_clients_config_directories_are_private_and_made_parents_follow_the_umask() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    make_many_files(&src, 1, 3, 10);
+    let srv = server(&root);
+    let config = t.path().join("home/.config");
+    let pushed = srv.url("pushed");
+    let listed = srv.url("");
+    let commands: [&[&str]; 2] = [&["cp", s(&src), &pushed], &["ls", &listed]];
+    for (i, args) in commands.iter().enumerate() {
+        let fresh = format!("{}{i}", config.display());
+        let env = [
+            ("XDG_CONFIG_HOME", fresh.as_str()),
+            ("SPRAT_TOKEN", DEFAULT_TOKEN),
+        ];
+        let out = run_sprat(bin(), *args, &env);
+        assert_ok(&out, None);
+        for dir in [PathBuf::from(&fresh), PathBuf::from(&fresh).join("sprat")] {
+            let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(
+                mode & 0o077,
+                0,
+                "{} is {mode:o} after {args:?}",
+                dir.display()
+            );
+        }
+    }
+    // Parents made for a local destination: the umask of the shell that ran sprat.
+    let dst = t.path().join("made/by/sprat/dst");
+    let script = format!(
+        "umask 027; exec {} cp {} {}",
+        bin().display(),
+        src.display(),
+        dst.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_ok(&out, None);
+    for dir in ["made", "made/by", "made/by/sprat"] {
+        let mode = fs::metadata(t.path().join(dir))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o750, "{dir}");
+    }
+}

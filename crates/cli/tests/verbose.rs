@@ -286,11 +286,17 @@ fn a_bwlimit_too_low_or_not_a_rate_is_refused() {
     let t = tmp();
     let src = t.path().join("src");
     tree::make_many_files(&src, 2, 100, 1);
-    for rate in ["10KB/s", "fast", "100"] {
+    // "90": rsync's KiB/s, 92.2 KB/s.
+    for (rate, said) in [
+        ("10KB/s", "10.0 KB/s"),
+        ("fast", "fast"),
+        ("90", "92.2 KB/s"),
+    ] {
         let out = cp_local(&["--bwlimit", rate], &src, t.path().join("dst"));
         assert_exit(&out, 2);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("--bwlimit"), "{rate}: {stderr}");
+        assert!(stderr.contains(said), "{rate}: {stderr}");
         assert!(!t.path().join("dst").exists());
     }
 }

@@ -46,3 +46,4 @@ pub use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, Request, SumAlgo};
 pub use sprat_proto::ErrorCode;
 pub use sprat_store::compare::compare_trees;
 pub use sprat_store::relpath;
+pub use sprat_store::root::clear_umask;

@@ -7,6 +7,23 @@ use rustix::io::Errno;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::OnceLock;
+
+/// The umask the process started with, kept by [`clear_umask`].
+static USER_UMASK: OnceLock<u32> = OnceLock::new();
+
+/// Clears the process's umask, so that copied files and directories get exactly their source's
+/// permission bits (as `cp -a` and `rsync -a` do), and keeps the user's for what is made on
+/// the user's behalf rather than copied (the missing parents of a destination).
+pub fn clear_umask() {
+    let before = rustix::process::umask(Mode::empty());
+    USER_UMASK.get_or_init(|| before.bits());
+}
+
+/// The user's umask (022 before [`clear_umask`] ran, or if it never did).
+pub fn user_umask() -> u32 {
+    USER_UMASK.get().copied().unwrap_or(0o022)
+}
 
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
@@ -67,11 +84,13 @@ impl Root {
     }
 
     /// Creates (like `mkdir -p`) and opens a local destination directory given by the user.
+    /// What it makes has the user's umask applied (see [`clear_umask`]), as with `mkdir -p`;
+    /// a copied tree's directories get their source's modes later.
     pub fn create_local(path: &Path) -> Result<Root, StoreError> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o755)
+            .mode(0o777 & !user_umask())
             .create(path)
             .map_err(|e| StoreError::new("create directory", path.as_os_str().as_bytes(), e))?;
         Root::open(path)

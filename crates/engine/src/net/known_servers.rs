@@ -10,7 +10,7 @@
 use super::identity::Fingerprint;
 use std::collections::HashMap;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -74,7 +74,12 @@ impl KnownServers {
             _ => {}
         }
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
+            // Private, as ~/.ssh: whoever may write here may pin their own key. (A copy
+            // runs with no umask, so the mode must not rely on one.)
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         let mut file = std::fs::OpenOptions::new()
             .read(true)

@@ -81,14 +81,23 @@ impl Endpoint {
     }
 }
 
-/// `DST/` (given with a trailing slash, as with cp and rsync): the destination of a single
-/// file `src` is `DST/NAME`, NAME being the source's own; a tree's contents still go into
-/// `DST` itself. A remote source is asked what it is (one request).
+/// Where a single file goes, as with cp and rsync: into `DST/NAME`, NAME being the source's
+/// own, when DST was given with a trailing slash (`slash`; the directory is made if missing)
+/// or is an existing directory (a local one, or a symlink to one; a remote one, asked with one
+/// request, for a local file). A tree's contents still go into `DST` itself; a remote source
+/// is asked what it is (one request) only with `DST/`.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
     key: &Credentials,
+    slash: bool,
 ) -> Result<Endpoint, TransferError> {
+    // A remote source without `DST/` is not asked: a pull finds out from the server's answer
+    // (see `pull`), which costs a tree's pull nothing; a copy between servers leaves DST as it
+    // is.
+    if !slash && matches!(src, Endpoint::Remote { .. }) {
+        return Ok(dst);
+    }
     let (is_file, name) = match src {
         Endpoint::Local(p) => (
             std::fs::metadata(p).is_ok_and(|m| m.is_file()),
@@ -105,6 +114,15 @@ pub fn into_directory(
     let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
         return Ok(dst);
     };
+    let inside = slash
+        || match &dst {
+            Endpoint::Local(d) => std::fs::metadata(d).is_ok_and(|m| m.is_dir()),
+            Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
+                .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir),
+        };
+    if !inside {
+        return Ok(dst);
+    }
     Ok(match dst {
         Endpoint::Local(d) => Endpoint::Local(d.join(std::ffi::OsStr::from_bytes(&name))),
         Endpoint::Remote { addr, path, also } => Endpoint::Remote {

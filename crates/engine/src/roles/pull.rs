@@ -27,6 +27,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `DST/NAME` for a file of remote path `path` pulled into `dst`, when `dst` is an existing
+/// directory (or a symlink to one) and `DST/NAME` is not one too (that one the writer refuses).
+fn file_inside_directory(dst: &Path, path: &[u8]) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = path
+        .rsplit(|&b| b == b'/')
+        .next()
+        .filter(|n| !n.is_empty())?;
+    let inside = dst.join(std::ffi::OsStr::from_bytes(name));
+    let is_dir = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_dir());
+    (is_dir(dst) && !is_dir(&inside)).then_some(inside)
+}
+
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
 const INDEX_PIECES_AHEAD: usize = 4;
 
@@ -93,6 +106,16 @@ pub(crate) fn pull(
         c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
     };
     let (session, control) = session::open(addr, key, op, path, options, send_index_and_commit)?;
+    // A single file into an existing directory goes inside it, under its own name, as with
+    // cp. Known only from the server's answer: the session opened for DST is dropped (nothing
+    // was written) and one opened for DST/NAME, whose index, partial file and skip are that
+    // file's. Only a file pulled into a directory pays for it.
+    if !session.root_is_dir {
+        if let Some(inside) = file_inside_directory(dst, path) {
+            drop((session, control));
+            return pull(addr, path, &inside, key, options, src_ep, dst_ep);
+        }
+    }
     let writer = local_writer(dst, session.root_is_dir, true, options)?;
     let pool = WriterPool::start(
         Some(writer.clone()),

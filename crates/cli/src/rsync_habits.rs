@@ -1,0 +1,281 @@
+//! rsync options that `sprat cp` does not take, each answered with what to do instead.
+//!
+//! Left to the argument parser, an unknown option gets its nearest spelling as a tip, which
+//! for rsync's options is often another option altogether (`--stats` → `--streams`,
+//! `--list-only` → `--size-only`). This looks at `sprat cp`'s arguments before they are
+//! parsed and, for an rsync option sprat does not have, says what sprat does or offers
+//! instead. Options sprat takes as rsync does (`-a`, `-P`, `-h`, `-rlptgoD`...) are in
+//! `args.rs`; everything else is left to the parser.
+
+use std::ffi::OsString;
+
+/// rsync's long options sprat does not take, with their short letters, and what to say.
+const ANSWERS: &[(&str, Option<char>, &str)] = &[
+    (
+        "stats",
+        None,
+        "sprat prints its report after every copy (--json for it as JSON, -q for none)",
+    ),
+    (
+        "list-only",
+        None,
+        "to list a server's files use `sprat ls -l URL` (-R for the whole tree)",
+    ),
+    (
+        "delete-excluded",
+        None,
+        "not supported: --delete keeps what --exclude rules leave out at the destination",
+    ),
+    (
+        "filter",
+        Some('F'),
+        "rsync's filter rules are not supported: use --include, --exclude and --exclude-from, \
+         which take the same patterns",
+    ),
+    (
+        "cvs-exclude",
+        Some('C'),
+        "not supported: name what to leave out with --exclude rules",
+    ),
+    (
+        "max-size",
+        None,
+        "not supported: sprat selects files by name (--include, --exclude, --files-from), \
+         not by size",
+    ),
+    (
+        "min-size",
+        None,
+        "not supported: sprat selects files by name (--include, --exclude, --files-from), \
+         not by size",
+    ),
+    (
+        "one-file-system",
+        Some('x'),
+        "not supported: sprat copies everything below SRC, other file systems mounted there \
+         included; leave a mount point out with --exclude",
+    ),
+    (
+        "relative",
+        Some('R'),
+        "not supported: name the paths below SRC in a file for --files-from",
+    ),
+    (
+        "inplace",
+        None,
+        "not needed: sprat writes each file under a hidden name and shows it only once it is \
+         whole, and an interrupted large file resumes on the next run by itself",
+    ),
+    (
+        "append",
+        None,
+        "not needed: an interrupted large file resumes on the next run by itself, from its \
+         verified part",
+    ),
+    (
+        "append-verify",
+        None,
+        "not needed: an interrupted large file resumes on the next run by itself, from its \
+         verified part",
+    ),
+    (
+        "timeout",
+        None,
+        "use --stall-timeout DURATION (e.g. --stall-timeout 60s): a copy that moves nothing \
+         for that long fails (or reconnects, see --retry-for)",
+    ),
+    (
+        "contimeout",
+        None,
+        "not supported: a connection that does not open fails after 10 s, and the copy tries \
+         again for --retry-for",
+    ),
+    (
+        "remove-source-files",
+        None,
+        "not supported: sprat never deletes from the source; remove it after a copy that \
+         exits 0",
+    ),
+    (
+        "link-dest",
+        None,
+        "not supported: sprat does not make hard-linked snapshots",
+    ),
+    (
+        "compare-dest",
+        None,
+        "not supported: sprat compares with DST only",
+    ),
+    (
+        "copy-dest",
+        None,
+        "not supported: sprat compares with DST only",
+    ),
+    (
+        "backup",
+        Some('b'),
+        "not supported: sprat keeps no backups of the files it replaces",
+    ),
+    (
+        "backup-dir",
+        None,
+        "not supported: sprat keeps no backups of the files it replaces",
+    ),
+    (
+        "itemize-changes",
+        Some('i'),
+        "use -n (--dry-run) to list what a copy would send, or -v to list each file as it \
+         completes",
+    ),
+    (
+        "existing",
+        None,
+        "not supported: sprat copies every file DST lacks (--ignore-existing skips the ones \
+         it has)",
+    ),
+    (
+        "copy-links",
+        Some('L'),
+        "not supported: sprat copies symlinks as links, never what they point to",
+    ),
+    (
+        "prune-empty-dirs",
+        Some('m'),
+        "not supported: sprat copies every directory the rules select, empty or not",
+    ),
+    (
+        "chmod",
+        None,
+        "not supported: sprat copies the source's permission bits",
+    ),
+    (
+        "delete-before",
+        None,
+        "use --delete (it removes what the source lacks before copying)",
+    ),
+    (
+        "delete-during",
+        None,
+        "use --delete (it removes what the source lacks before copying)",
+    ),
+    (
+        "delete-after",
+        None,
+        "use --delete (it removes what the source lacks before copying)",
+    ),
+    (
+        "delete-delay",
+        None,
+        "use --delete (it removes what the source lacks before copying)",
+    ),
+    (
+        "password-file",
+        None,
+        "use --token-file FILE (or the SPRAT_TOKEN environment variable)",
+    ),
+    (
+        "port",
+        None,
+        "give the port in the URL: sprat://HOST:PORT/PATH",
+    ),
+];
+
+/// `args` (the whole command line) with `-h` as `--help` where it is the only argument of a
+/// command whose `-h` is rsync's or ls's --human-readable (`sprat cp -h`, as `rsync -h`).
+pub fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
+    if args.len() == 3 && ["cp", "ls", "du"].iter().any(|c| args[1] == *c) && args[2] == "-h" {
+        args[2] = "--help".into();
+    }
+    args
+}
+
+/// The message for the first rsync option in `args` (the whole command line) that `sprat cp`
+/// does not take, if its arguments have one. `cp_shorts` are the short options `sprat cp`
+/// has (so that they are not mistaken for rsync's), each with whether it takes a value.
+pub fn unsupported(args: &[OsString], cp_shorts: &[(char, bool)]) -> Option<String> {
+    let at = args
+        .iter()
+        .skip(1)
+        .position(|a| !a.to_string_lossy().starts_with('-'))?
+        + 1;
+    if args[at] != "cp" {
+        return None;
+    }
+    for arg in args[at + 1..].iter().map(|a| a.to_string_lossy()) {
+        if arg == "--" {
+            break;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let name = long.split('=').next().unwrap_or(long);
+            if let Some((_, _, answer)) = ANSWERS.iter().find(|(n, _, _)| *n == name) {
+                return Some(format!("--{name} is rsync's: {answer}"));
+            }
+        } else if let Some(cluster) = arg.strip_prefix('-') {
+            for letter in cluster.chars() {
+                match cp_shorts.iter().find(|(c, _)| *c == letter) {
+                    // The rest of the cluster is this option's value.
+                    Some((_, true)) => break,
+                    Some((_, false)) => continue,
+                    None => {}
+                }
+                if let Some((name, _, answer)) =
+                    ANSWERS.iter().find(|(_, short, _)| *short == Some(letter))
+                {
+                    return Some(format!("-{letter} (--{name}) is rsync's: {answer}"));
+                }
+                break;
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(line: &str) -> Option<String> {
+        let args: Vec<OsString> = line.split(' ').map(OsString::from).collect();
+        unsupported(
+            &args,
+            &[('a', false), ('v', false), ('e', true), ('h', false)],
+        )
+    }
+
+    #[test]
+    fn an_rsync_option_sprat_lacks_is_answered_by_name() {
+        let said = check("sprat cp --stats src dst").unwrap_or_default();
+        assert!(
+            said.starts_with("--stats is rsync's: sprat prints its report"),
+            "{said}"
+        );
+        let said = check("sprat -v cp --max-size=10M src dst").unwrap_or_default();
+        assert!(said.starts_with("--max-size is rsync's"), "{said}");
+        let said = check("sprat cp -avx / backup").unwrap_or_default();
+        assert!(
+            said.starts_with("-x (--one-file-system) is rsync's"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_lone_h_asks_for_help() {
+        let args = |line: &str| line.split(' ').map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(lone_h_is_help(args("sprat cp -h")), args("sprat cp --help"));
+        assert_eq!(
+            lone_h_is_help(args("sprat cp -h a b")),
+            args("sprat cp -h a b")
+        );
+        assert_eq!(lone_h_is_help(args("sprat rm -h")), args("sprat rm -h"));
+    }
+
+    #[test]
+    fn sprat_options_values_and_other_commands_are_left_to_the_parser() {
+        assert_eq!(check("sprat cp -avh src dst"), None);
+        // -e takes the rest of its cluster as its value: `-essh -x` is not read as -x.
+        assert_eq!(check("sprat cp -exi src dst"), None);
+        assert_eq!(check("sprat cp src dst -- --stats"), None);
+        assert_eq!(check("sprat ls --stats"), None);
+        assert_eq!(check("sprat cp --streams 4 src dst"), None);
+    }
+}
