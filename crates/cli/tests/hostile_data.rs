@@ -413,3 +413,57 @@ fn a_path_longer_than_the_kernel_allows_fails_alone_by_name() {
     let pulled = t.path().join("pulled");
     check(&cp(&srv, &[], url("tree"), &pulled), &pulled);
 }
+
+// ------------------------------------------- files named as another file's partial copy
+
+/// A tree holding `.NAME.sprat-part` and `.NAME.sprat-part.log` beside a file NAME large
+/// enough to travel in chunks (what an interrupted copy leaves): the two cannot arrive beside
+/// NAME's own partial copy, so each fails by name (exit 1) instead of being overwritten and
+/// removed while the copy says it copied them; NAME arrives whole, and such a name beside a
+/// small file is copied as any other. Local copy, push and pull.
+#[test]
+fn files_named_as_a_large_files_partial_copy_fail_by_name_instead_of_vanishing() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let big = random_bytes(3 << 20, 21);
+    fs::write(src.join("big"), &big).unwrap();
+    fs::write(src.join(".big.sprat-part"), b"my notes").unwrap();
+    fs::write(src.join(".big.sprat-part.log"), b"my log").unwrap();
+    fs::write(src.join("small"), b"s").unwrap();
+    fs::write(src.join(".small.sprat-part"), b"kept").unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let runs = [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", t.path().join("pulled")),
+    ];
+    for (how, dst) in runs {
+        let out = match how {
+            "local" => cp_local(&chunked, &src, &dst),
+            "push" => cp(&srv, &chunked, &src, srv.url("pushed")),
+            _ => cp(&srv, &chunked, srv.url("src"), &dst),
+        };
+        let why = format!("{how}\n{}", sprat_testkit::describe(&out));
+        assert_eq!(out.status.code(), Some(1), "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for name in [".big.sprat-part", ".big.sprat-part.log"] {
+            assert!(
+                stderr
+                    .lines()
+                    .any(|l| l.starts_with(&format!("sprat: failed: {name}: not copied"))),
+                "{name}: {why}"
+            );
+            assert!(!dst.join(name).exists(), "{name}: {why}");
+        }
+        assert_eq!(fs::read(dst.join("big")).unwrap(), big, "{why}");
+        assert_eq!(
+            fs::read(dst.join(".small.sprat-part")).unwrap(),
+            b"kept",
+            "{why}"
+        );
+        assert_eq!(fs::read(dst.join("small")).unwrap(), b"s", "{why}");
+    }
+}

@@ -198,6 +198,44 @@ fn plan_entry(
     }
 }
 
+/// Whether `entry` is a regular file named as sprat names the partial copy of a large file, or
+/// its journal (`.NAME.sprat-part`, `.NAME.sprat-part.log`).
+fn is_partial_file_name(entry: &sprat_store::ScanEntry) -> bool {
+    entry.kind == sprat_store::EntryType::File
+        && sprat_store::partial::final_name_of_hidden(
+            sprat_store::relpath::split_parent(&entry.path).1,
+        )
+        .is_some()
+}
+
+/// A file named as the partial copy (or journal) of a file NAME beside it: failed, by name,
+/// when NAME is a file that travels in chunks. The destination keeps NAME's partial copy
+/// under that very name and removes it once NAME is whole, so the two cannot both arrive;
+/// such a file is almost always what an interrupted copy left in the tree. Otherwise it is
+/// copied as any other.
+fn held_back(
+    root: &sprat_store::Root,
+    options: &TransferOptions,
+    mut entry: sprat_store::ScanEntry,
+) -> sprat_store::ScanEntry {
+    let (dir, hidden) = sprat_store::relpath::split_parent(&entry.path);
+    let Some(name) = sprat_store::partial::final_name_of_hidden(hidden) else {
+        return entry;
+    };
+    let sibling = sprat_store::relpath::join(dir, name);
+    let chunked = sprat_store::scan::stat_path(root, &sibling).is_ok_and(|e| {
+        e.kind == sprat_store::EntryType::File && e.size > options.small_file_threshold
+    });
+    if chunked {
+        entry.error = Some(format!(
+            "not copied: sprat keeps the partial copy of '{}' and its journal under such \
+             names while it arrives (a file an interrupted copy left?)",
+            crate::text::printable(&String::from_utf8_lossy(name))
+        ));
+    }
+    entry
+}
+
 /// Plans a source that is a single file, with what the destination has: the file goes
 /// before the index is in if it may ([`Skip::early`]) and is small enough, else once it is.
 fn plan_root_file(
@@ -412,8 +450,15 @@ fn start_with(
                                     digest::scanned_path,
                                     |mut digests| {
                                         let skip = skip.as_ref();
+                                        // Files named as a partial file of another (rare):
+                                        // planned once the scan is over (see `held_back`).
+                                        let mut held = Vec::new();
                                         for listing in scan_rx {
                                             for entry in listing {
+                                                if is_partial_file_name(&entry) {
+                                                    held.push(entry);
+                                                    continue;
+                                                }
                                                 plan_entry(
                                                     &mut planner,
                                                     skip,
@@ -437,6 +482,21 @@ fn start_with(
                                                 // Nobody reads any more: stop the scan too.
                                                 return;
                                             }
+                                        }
+                                        for entry in held {
+                                            let entry = held_back(root, options, entry);
+                                            if entry.error.is_some() {
+                                                planner.push(entry, &mut emit);
+                                                continue;
+                                            }
+                                            plan_entry(
+                                                &mut planner,
+                                                skip,
+                                                entry,
+                                                &mut emit,
+                                                &mut digests,
+                                                take_whole,
+                                            );
                                         }
                                         for done in digests.finish() {
                                             plan_compared(
