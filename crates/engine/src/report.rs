@@ -267,7 +267,15 @@ pub struct Counts {
     /// What the written batches held (whatever became of each entry), for the check
     /// against the sender's totals.
     pub received: sprat_proto::Totals,
+    /// The paths that failed last, so that a large file failing in each of its chunks counts
+    /// and is listed once (see [`RECENT_FAILURES`]).
+    recent_failures: std::collections::VecDeque<Vec<u8>>,
 }
+
+/// How many of the last failed paths [`Counts`] remembers to tell a file failing again (in
+/// another of its chunks) from a new one: the chunks of one file fail close together, so a
+/// few suffice, and memory stays bounded whatever the number of failures.
+const RECENT_FAILURES: usize = 256;
 
 impl Counts {
     /// Adds what another part of the same transfer counted (a server's share of it), the
@@ -303,7 +311,16 @@ impl Counts {
         self.failures.extend(failures.iter().take(room).cloned());
     }
 
+    /// Records one failed path, unless it failed just before (another chunk of the same
+    /// large file): a file is counted and listed once, with its first error.
     pub fn add_failure(&mut self, path: &[u8], error: &str) {
+        if self.recent_failures.iter().any(|p| p == path) {
+            return;
+        }
+        if self.recent_failures.len() == RECENT_FAILURES {
+            self.recent_failures.pop_front();
+        }
+        self.recent_failures.push_back(path.to_vec());
         self.failed += 1;
         if self.failures.len() < MAX_LISTED_FAILURES {
             self.failures.push(Failure {
@@ -502,6 +519,24 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_failing_in_each_of_its_chunks_counts_once() {
+        let mut counts = Counts::default();
+        for _ in 0..18 {
+            counts.add_failure(b"big", "changed while being read");
+        }
+        counts.add_failure(b"other", "permission denied");
+        counts.add_failure(b"big", "changed while being read");
+        assert_eq!(counts.failed, 2);
+        assert_eq!(counts.failures.len(), 2);
+        // Memory stays bounded: only the last few paths are remembered.
+        for i in 0..(RECENT_FAILURES as u32 * 2) {
+            counts.add_failure(&i.to_le_bytes(), "x");
+        }
+        assert_eq!(counts.recent_failures.len(), RECENT_FAILURES);
+        assert_eq!(counts.failed, 2 + RECENT_FAILURES as u64 * 2);
+    }
 
     fn report(stages: Stages) -> Report {
         Report::new(
