@@ -1,7 +1,13 @@
 //! The `sprat` binary: parses the command line, hands validated settings to the engine, and
 //! turns errors into one line on stderr and a documented exit code.
 
-mod allocator;
+/// mimalloc, not glibc's allocator: with glibc's per-thread arenas a TLS server spent a third
+/// more CPU on a push of 1 MiB files (rustls copies every record into a new `Vec`, on many
+/// threads). Version 2 (the crate's `v2` feature): version 3 kept up to three times more
+/// memory resident in a server under 32 copies. See "The allocator" in docs/performance.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod args;
 mod bench;
 mod client_config;
@@ -37,7 +43,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn main() {
-    allocator::keep_freed_memory_a_while();
     let command = <Cli as clap::CommandFactory>::command();
     let args = rsync_habits::lone_h_is_help(std::env::args_os().collect());
     refuse_rsync_options_sprat_lacks(&command, &args);
