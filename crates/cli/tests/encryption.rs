@@ -203,6 +203,28 @@ fn a_changed_server_key_is_refused_and_nothing_is_sent() {
     assert_eq!(std::fs::read_to_string(&known).unwrap(), pinned);
 }
 
+/// `--known-servers /dev/null`, ssh's idiom for "remember no server": every connection is
+/// a first one (the server proves the token before anything is sent), nothing is kept, and
+/// the copy works.
+#[test]
+fn known_servers_in_dev_null_remember_nothing_and_copy() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 2, 100, 3);
+    let root = t.path().join("root");
+    let srv = server_with(&root, &with_key_file(&t.path().join("a.key"), &[]));
+    for run in ["one", "two"] {
+        let out = cp(&srv, &["--known-servers", "/dev/null"], &src, srv.url(run));
+        assert_ok(&out, Some(&srv));
+        assert!(
+            stderr(&out).contains("now pinned"),
+            "{run}: {}",
+            stderr(&out)
+        );
+        assert_trees_equal(&src, &root.join(run));
+    }
+}
+
 #[test]
 fn an_explicit_fingerprint_is_the_only_key_accepted() {
     let t = tmp();

@@ -875,6 +875,17 @@ fn mv_renames_and_moves_into_directories() {
         assert_failed(&out);
         sprat_testkit::assert_error_line(&out);
     }
+    // Into itself, however it is named: a usage error that says so, not the kernel's EINVAL.
+    for (from, to) in [
+        ("into", "into"),
+        ("into", "into/"),
+        ("into", "into/fid2/sub/x"),
+        ("into/renamed.txt", "into/renamed.txt"),
+    ] {
+        let out = run(&srv, &["mv", &srv.url(from), &srv.url(to)]);
+        assert_exit(&out, 2);
+        assert_error_names(&out, &["into itself"]);
+    }
     let d = diff_snapshots(&state, &snapshot(&root), &CompareOptions::with_root());
     assert!(
         d.is_empty(),

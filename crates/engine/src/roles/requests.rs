@@ -425,6 +425,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     ),
                 ));
             }
+            if to == from || (to.starts_with(&from) && to.get(from.len()) == Some(&b'/')) {
+                return Err(Refusal(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "cannot move '{}' into itself",
+                        crate::text::printable(&String::from_utf8_lossy(&from))
+                    ),
+                ));
+            }
             ns::rename(&export.root, &from, &to)?;
             conn.send(&Message::ReplyEnd)?;
         }
