@@ -78,6 +78,25 @@ fn main() {
 /// Exits with a usage error (2) that says what to do instead when `sprat cp` is given an rsync
 /// option it does not take (see `rsync_habits`), before the parser suggests a look-alike.
 fn refuse_rsync_options_sprat_lacks(command: &clap::Command, args: &[OsString]) {
+    let commands: Vec<String> = command
+        .get_subcommands()
+        .flat_map(|c| std::iter::once(c.get_name()).chain(c.get_all_aliases()))
+        .map(str::to_string)
+        .chain(["help".to_string()])
+        .collect();
+    let globals: Vec<String> = command
+        .get_arguments()
+        .flat_map(|a| {
+            let long = a.get_long().map(|l| format!("--{l}"));
+            let short = a.get_short().map(|c| format!("-{c}"));
+            long.into_iter().chain(short)
+        })
+        .chain(["--help", "-h", "--version", "-V"].map(str::to_string))
+        .collect();
+    if let Some(word) = rsync_habits::missing_command(args, &commands, &globals) {
+        eprintln!("sprat: error: {word}");
+        std::process::exit(2);
+    }
     let Some(cp) = command.find_subcommand("cp") else {
         return;
     };
@@ -703,8 +722,13 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     };
     let mode = if a.json_events {
         Some(progress::Mode::Json)
+    } else if !shown() {
+        None
+    } else if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        Some(progress::Mode::Terminal)
     } else {
-        shown().then_some(progress::Mode::Terminal)
+        // Asked for (`--progress`, `-P`) into a file or a pipe: whole lines, no escapes.
+        Some(progress::Mode::Lines)
     };
     let reporter = mode.map(|m| {
         let selection = options.selection.clone();

@@ -1,6 +1,7 @@
 //! `sprat cp`'s live progress: one line on the terminal (stderr), rewritten a few times a
-//! second, or with `--json-events` one JSON object per line on stdout about once a second and
-//! once more at the end. The totals come from a count of the source running beside the copy;
+//! second (into a file or a pipe, a whole line every 5 s and one at the end), or with
+//! `--json-events` one JSON object per line on stdout about once a second and once more at
+//! the end. The totals come from a count of the source running beside the copy;
 //! files the destination had already count as done but apart (skipped), and the time left is
 //! predicted from this run's own per-file overhead and rate, `T = N * t0 + B / R` fitted to
 //! the files and bytes copied so far (see [`Eta`]), not from bytes alone.
@@ -18,6 +19,9 @@ use std::time::{Duration, Instant};
 pub enum Mode {
     /// A line on stderr, rewritten in place.
     Terminal,
+    /// The same line on stderr every few seconds, each a line of its own, without terminal
+    /// escapes: progress asked for into a log file or a pipe.
+    Lines,
     /// JSON lines on stdout.
     Json,
 }
@@ -48,6 +52,7 @@ pub fn start(
     let (stop, stopped) = channel::<()>();
     let tick = match mode {
         Mode::Terminal => Duration::from_millis(250),
+        Mode::Lines => Duration::from_secs(5),
         Mode::Json => Duration::from_secs(1),
     };
     let ticker = std::thread::spawn(move || {
@@ -67,6 +72,10 @@ pub fn start(
                     let line = terminal_line(elapsed, &now, left);
                     let _ = write!(std::io::stderr(), "\r\x1b[2K{line}");
                 }
+                Mode::Lines => {
+                    let line = terminal_line(elapsed, &now, left);
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                }
                 Mode::Json => {
                     let event = json_event(elapsed, &now, left);
                     let mut out = std::io::stdout().lock();
@@ -77,6 +86,12 @@ pub fn start(
         match mode {
             Mode::Terminal => {
                 let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            }
+            // The last word: where the copy ended (the final report follows on stdout).
+            Mode::Lines => {
+                let now = progress.snapshot();
+                let line = terminal_line(started.elapsed().as_secs_f64(), &now, Some(0.0));
+                let _ = writeln!(std::io::stderr(), "{line}");
             }
             // The last word: where the copy ended (the final report follows).
             Mode::Json => {

@@ -189,6 +189,42 @@ pub fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
+/// A word on the command line's shape when it has no command where one must come first, as
+/// when rsync's or scp's habit is typed (`sprat -av SRC DST`, `sprat SRC DST`): `commands`
+/// are sprat's command names, `globals` the options allowed before one. `None` when the line
+/// starts well (or is left to the parser: `sprat`, `sprat --help`).
+pub fn missing_command(
+    args: &[OsString],
+    commands: &[String],
+    globals: &[String],
+) -> Option<String> {
+    let first = args.get(1)?.to_string_lossy();
+    let is_global = |a: &str| {
+        globals.iter().any(|g| g == a) || a.trim_start_matches('-').chars().all(|c| c == 'v')
+    };
+    if first.starts_with('-') {
+        if is_global(&first) || args.len() < 4 {
+            return None;
+        }
+        return Some(format!(
+            "a command comes first, then its options: to copy, `sprat cp {first} SRC DST` \
+             (`sprat --help` lists the commands)"
+        ));
+    }
+    // A path (`./data`, `run.tar`, `host:dir`) or a word followed by two more (`sync a b`);
+    // a lone mistyped command (`lss URL`) is left to the parser, which names the nearest.
+    let looks_like_a_path = first.contains(['/', '.', ':']);
+    if commands.iter().any(|c| *c == first)
+        || !(looks_like_a_path && args.len() >= 3 || args.len() >= 4)
+    {
+        return None;
+    }
+    Some(format!(
+        "'{first}' is not a sprat command: to copy, `sprat cp [OPTIONS] SRC DST` (`sprat \
+         --help` lists the commands)"
+    ))
+}
+
 /// The message for the first rsync option in `args` (the whole command line) that `sprat cp`
 /// does not take, if its arguments have one. `cp_shorts` are the short options `sprat cp`
 /// has (so that they are not mistaken for rsync's), each with whether it takes a value.
@@ -256,6 +292,26 @@ mod tests {
             said.starts_with("-x (--one-file-system) is rsync's"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn a_line_without_its_command_is_told_how_to_copy() {
+        let args = |line: &str| line.split(' ').map(OsString::from).collect::<Vec<_>>();
+        let commands = ["cp".to_string(), "ls".to_string()];
+        let globals = ["--help".to_string(), "--version".to_string()];
+        let said = |line: &str| missing_command(&args(line), &commands, &globals);
+        assert!(said("sprat -av src dst").is_some_and(|m| m.contains("sprat cp -av SRC DST")));
+        assert!(said("sprat src/ dst").is_some_and(|m| m.contains("'src/' is not a sprat command")));
+        assert!(said("sprat sync a b").is_some());
+        for fine in [
+            "sprat cp a b",
+            "sprat -v cp a b",
+            "sprat --help",
+            "sprat",
+            "sprat lss x",
+        ] {
+            assert_eq!(said(fine), None, "{fine}");
+        }
     }
 
     #[test]

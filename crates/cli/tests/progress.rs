@@ -123,6 +123,11 @@ fn no_progress_line_on_pipes_unless_asked() {
         stderr.contains("files") && stderr.contains("ETA"),
         "{stderr}"
     );
+    // Whole lines, without a terminal's escapes.
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
     // The report on stdout is untouched by it.
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ETA"));
 }

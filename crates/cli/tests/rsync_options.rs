@@ -75,4 +75,17 @@ fn an_rsync_option_sprat_lacks_is_refused_with_what_to_do() {
         describe(&out)
     );
     assert!(!dst.exists());
+    // rsync's line with sprat's name but not its command.
+    let out = run_sprat(
+        bin(),
+        ["-av", src.to_str().unwrap(), dst.to_str().unwrap()],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`sprat cp -av SRC DST`"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!dst.exists());
 }

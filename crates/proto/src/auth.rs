@@ -79,7 +79,10 @@ impl std::fmt::Debug for TokenKey {
 pub enum AuthError {
     #[error("wrong token")]
     WrongToken,
-    #[error("the server requires a token and none was given")]
+    #[error(
+        "the server requires a token and none was given (set SPRAT_TOKEN, or pass --token-file \
+         FILE)"
+    )]
     TokenRequired,
     #[error("the server did not prove it knows the token")]
     ServerNotAuthentic,
