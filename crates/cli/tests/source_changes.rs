@@ -137,6 +137,13 @@ fn assert_big_failed(out: &Output, why: &str, dst: &Path, server: Option<&Server
         text.lines().any(|l| l.contains("big") && l.contains(why)),
         "no line names big as {why:?}:\n{text}"
     );
+    // Named once, counted once, however many of its chunks failed or were not sent.
+    let named = text
+        .lines()
+        .filter(|l| l.starts_with("sprat: failed: big:"))
+        .count();
+    assert_eq!(named, 1, "{text}");
+    assert!(text.contains("FAILED: 1 item(s)"), "{text}");
     match fs::read(dst.join("big")) {
         Ok(data) => assert!(data == OLD, "dst/big has new or mixed content"),
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),

@@ -385,6 +385,7 @@ fn start_with(
             };
             let (plan_tx, plan_rx) = bounded::<BatchPlan>(options.read_threads * 2);
             let busy_ns = AtomicU64::new(0);
+            let failed_large = FailedLarge::default();
             // A single file may go before the destination's index is in (see `Skip::early`):
             // the index is then made on a thread of its own. A tree's planner makes it
             // first, before the scan starts (planning alongside measured slower: the scan
@@ -520,6 +521,7 @@ fn start_with(
                     let deferred_tx = deferred_tx.clone();
                     let busy_ns = &busy_ns;
                     let counted = &counted;
+                    let failed_large = &failed_large;
                     s.spawn(move || {
                         let mut reader = BatchReader::new(
                             root,
@@ -537,7 +539,8 @@ fn start_with(
                         for plan in plan_rx {
                             let started = Instant::now();
                             let deferred = plan.deferred;
-                            let batch = read_batch(&mut reader, &mut names, plan, &xattrs);
+                            let batch =
+                                read_batch(&mut reader, &mut names, plan, &xattrs, failed_large);
                             busy_ns
                                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                             counted.count(&batch);
@@ -621,16 +624,44 @@ impl XattrSource<'_> {
     }
 }
 
+/// Large files a chunk of which could not be read (changed while being read, unreadable),
+/// with that error: their other chunks are not read or sent, only failed with it. Few entries:
+/// one per large file that failed.
+#[derive(Default)]
+struct FailedLarge(std::sync::Mutex<std::collections::HashMap<Vec<u8>, String>>);
+
+impl FailedLarge {
+    fn error_of(&self, path: &[u8]) -> Option<String> {
+        crate::sync::lock(&self.0).get(path).cloned()
+    }
+
+    fn note(&self, path: &[u8], error: &str) {
+        crate::sync::lock(&self.0)
+            .entry(path.to_vec())
+            .or_insert_with(|| error.to_string());
+    }
+}
+
 /// Reads every item of `plan` into one batch (all its data read together by the batch
-/// reader); items that cannot be read become failure entries.
+/// reader); items that cannot be read become failure entries, and so do the chunks of a large
+/// file another chunk of which failed (see [`FailedLarge`]).
 /// The batch ends with the names of the owners and groups its entries use.
 fn read_batch(
     reader: &mut BatchReader<'_>,
     names: &mut NameCache,
     mut plan: BatchPlan,
     xattrs: &XattrSource<'_>,
+    failed_large: &FailedLarge,
 ) -> Batch {
     let mut batch = Batch::with_data(plan.seq, Vec::new());
+    for item in plan.items.iter_mut() {
+        if let PlanItem::Chunk { entry, .. } = item {
+            if let Some(text) = failed_large.error_of(&entry.path) {
+                let path = entry.path.clone();
+                *item = PlanItem::Failed { path, text };
+            }
+        }
+    }
     // `-X`/`-A`: each item's attributes, read first: an item whose attributes cannot be
     // read (or are too many) fails whole, and its data is not read.
     let mut attrs_of: Vec<Option<sprat_store::xattr::Xattrs>> = Vec::new();
@@ -743,7 +774,11 @@ fn read_batch(
                     hash,
                     whole,
                 ),
-                Err(err) => batch.push_failed(&entry.path, &err.to_string()),
+                Err(err) => {
+                    let text = err.to_string();
+                    failed_large.note(&entry.path, &text);
+                    batch.push_failed(&entry.path, &text)
+                }
             },
             PlanItem::Dir(e) => batch.push_dir(&e.path, &meta(&e.attrs)),
             PlanItem::Symlink(e) => {
