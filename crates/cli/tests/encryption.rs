@@ -436,7 +436,9 @@ fn a_peer_that_does_not_speak_tls_is_named_as_such() {
         ],
         &[],
     );
-    assert_exit(&out, 3);
+    // Not a sprat server: a connection error, as the README says, not a failed
+    // authentication.
+    assert_exit(&out, 4);
     assert_error_names(&out, &["does not speak TLS"]);
 }
 

@@ -215,18 +215,19 @@ impl Conn {
     fn handshake_failed(&self, e: HandshakeError) -> TransferError {
         match e {
             HandshakeError::Io(e) => self.lost(e),
-            HandshakeError::Tls(e) => {
-                let hint = match e {
-                    rustls::Error::InvalidMessage(_) => {
-                        " (the peer does not speak TLS: an older sprat, or not sprat at all)"
-                    }
-                    _ => "",
-                };
-                TransferError::Auth {
-                    peer: self.peer.clone(),
-                    why: format!("TLS handshake failed: {e}{hint}"),
-                }
-            }
+            // Not TLS at all: not a sprat server (a wrong port, another service, an older
+            // sprat), a connection error (exit 4) rather than a failed authentication.
+            HandshakeError::Tls(e @ rustls::Error::InvalidMessage(_)) => TransferError::Protocol {
+                peer: self.peer.clone(),
+                why: format!(
+                    "TLS handshake failed: {e} (the peer does not speak TLS: an older sprat, \
+                     or not sprat at all)"
+                ),
+            },
+            HandshakeError::Tls(e) => TransferError::Auth {
+                peer: self.peer.clone(),
+                why: format!("TLS handshake failed: {e}"),
+            },
         }
     }
 
