@@ -858,11 +858,14 @@ fn file_log(json: bool, single: Vec<u8>) -> FileLog {
         let line = if json {
             let event = serde_json::json!({
                 "event": "file",
-                "path": String::from_utf8_lossy(path),
+                "path": sprat_engine::relpath::display_bytes(path),
             });
             format!("{event}\n")
         } else {
-            format!("{}\n", printable(&String::from_utf8_lossy(path)))
+            format!(
+                "{}\n",
+                printable(&sprat_engine::relpath::display_bytes(path))
+            )
         };
         // A closed pipe (`sprat cp -v ... | head`) is not the copy's failure.
         let _ = print_quietly(&line);

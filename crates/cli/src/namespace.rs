@@ -55,12 +55,12 @@ fn remote(
 
 /// A path for JSON output: exact (the encoder escapes it).
 fn shown(path: &[u8]) -> String {
-    String::from_utf8_lossy(path).into_owned()
+    sprat_engine::relpath::display_bytes(path).into_owned()
 }
 
 /// A path for a terminal: its control characters escaped (see `sprat_engine::text`).
 fn printed(path: &[u8]) -> String {
-    printable(&String::from_utf8_lossy(path)).into_owned()
+    printable(&sprat_engine::relpath::display_bytes(path)).into_owned()
 }
 
 fn kind_name(k: NsKind) -> &'static str {

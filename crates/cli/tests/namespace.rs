@@ -75,8 +75,16 @@ fn stderr_lower(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_lowercase()
 }
 
+/// A path as sprat prints it: its UTF-8 as it is, each other byte as `\xNN`.
 fn lossy(p: &Path) -> String {
-    String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 /// The names `ls` should print for `dir`: its children (or, with `recursive`, every path below

@@ -35,7 +35,7 @@ pub mod xattr;
 pub use attrs::{checksum, Attrs};
 pub use error::StoreError;
 pub use filter::{Filter, FilterError, RuleKind, Selection};
-pub use relpath::{display_path, join, split_parent};
+pub use relpath::{display_bytes, display_path, join, split_parent};
 pub use root::{Root, Source};
 pub use scan::{
     list_directory, scan, scan_selected, stat_path, stat_root_file, EntryType, ScanEntry,

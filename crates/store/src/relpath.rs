@@ -2,13 +2,30 @@
 //! name, joining, and rendering for messages. Paths here are already confined (validated by
 //! whoever received them); this module only composes them.
 
-/// Renders a relative path for messages (lossy for non-UTF-8 names; `.` for the root).
+/// Renders a relative path for messages (`.` for the root; see [`display_bytes`]).
 pub fn display_path(rel: &[u8]) -> String {
     if rel.is_empty() {
         ".".to_string()
     } else {
-        String::from_utf8_lossy(rel).into_owned()
+        display_bytes(rel).into_owned()
     }
+}
+
+/// A name or path as text: its UTF-8 as it is, each byte that is not UTF-8 as `\xNN`, so
+/// that two names that differ print differently (a lossy conversion printed both
+/// `bad\xff\xfe` and `bad\xfe\xff` as `bad��`).
+pub fn display_bytes(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Splits a relative path into its parent directory and final name.
@@ -41,6 +58,14 @@ pub fn ancestors(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_are_not_utf8_print_apart() {
+        assert_eq!(display_bytes(b"plain/\xc3\xa9"), "plain/\u{e9}");
+        assert_eq!(display_bytes(b"bad\xff\xfe"), "bad\\xff\\xfe");
+        assert_ne!(display_bytes(b"bad\xff\xfe"), display_bytes(b"bad\xfe\xff"));
+        assert_eq!(display_path(b""), ".");
+    }
 
     #[test]
     fn splits_and_joins() {
