@@ -37,6 +37,10 @@ pub enum Command {
     /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
     /// (like `rsync -a SRC/ DST/`) and is created if missing.
     ///
+    /// Several sources, `sprat cp SRC... DIR` (a shell glob): each goes inside DIR under its
+    /// own name (one given with a trailing `/`: its contents, as with rsync), one copy after
+    /// another, each with its report; the exit code is the worst of theirs.
+    ///
     /// A push or a pull may name several servers that export the same shared file system,
     /// sprat://HOST:PORT,HOST:PORT,.../PATH: its data is spread over all of them, each taking
     /// work as fast as it moves it, and the report has a line per server. They should share
@@ -390,7 +394,7 @@ pub struct ServeArgs {
     pub tuning: Tuning,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 #[command(after_help = crate::client_config::CLIENT_CONFIG_HELP, disable_help_flag = true)]
 pub struct CpArgs {
     /// Source: local path, sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server of the
@@ -401,8 +405,8 @@ pub struct CpArgs {
     /// [USER@]HOST:PATH; for a push also sprat://HOST:PORT,HOST:PORT,.../PATH (servers sharing
     /// one file system, all used at once).
     pub dst: OsString,
-    /// Paths after DST (several sources, as `cp a b DIR` takes them): refused with a word on
-    /// what to do instead.
+    /// Paths after DST: several sources, as `cp a b DIR` takes them (the last path is the
+    /// directory they go into; see the command's help).
     #[arg(hide = true)]
     pub more: Vec<OsString>,
     /// Print help.
@@ -811,7 +815,7 @@ pub struct SizeSpecArgs {
 }
 
 /// How every command that talks to a server proves itself and recognises the server.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct ConnectArgs {
     /// The client's configuration file: defaults for options and servers named by an alias
     /// (`sprat://ALIAS/PATH`), see `sprat cp --help`. Default: $SPRAT_CONFIG, else
@@ -841,7 +845,7 @@ pub struct ConnectArgs {
 }
 
 /// How `[USER@]HOST:PATH` arguments reach their host: a one-shot server started through ssh.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct SshArgs {
     /// Remote shell for HOST:PATH arguments, split as a shell would, like rsync's -e (e.g.
     /// "ssh -p 2222 -i key"); default $SPRAT_RSH, else ssh. It must accept OpenSSH's -o

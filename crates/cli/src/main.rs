@@ -599,6 +599,70 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `sprat cp SRC... DIR`, as cp and rsync take several sources (a shell glob): each goes
+/// inside DIR under its own name, or, given with a trailing `/` (or naming a server's root),
+/// its contents go into DIR itself, as with rsync. One copy after another, each with its
+/// report; a source that fails does not stop the others, and the exit code is the worst.
+fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
+    if a.json || a.json_events || a.plan.is_some() || a.dry_run {
+        anyhow::bail!(TransferError::Usage(
+            "several sources are copied one after another: not with --json, --json-events, \
+             --plan or --dry-run (give one SRC)"
+                .into()
+        ));
+    }
+    let mut paths: Vec<OsString> = [a.src.clone(), a.dst.clone()]
+        .into_iter()
+        .chain(a.more.iter().cloned())
+        .collect();
+    let dir = paths.pop().unwrap_or_default();
+    let local_dir = !dir.as_bytes().starts_with(b"sprat://") && !dir.as_bytes().contains(&b':');
+    if local_dir && Path::new(&dir).exists() && !Path::new(&dir).is_dir() {
+        anyhow::bail!(TransferError::Usage(format!(
+            "destination '{}' is not a directory: with several sources, DST is the directory \
+             they go into",
+            printable(&dir.to_string_lossy())
+        )));
+    }
+    let mut worst = 0;
+    for src in paths {
+        let bytes = src.as_bytes();
+        // The path part of a URL or `HOST:PATH`, whose last name the copy takes.
+        let path = match bytes.strip_prefix(b"sprat://") {
+            Some(rest) => rest
+                .iter()
+                .position(|&b| b == b'/')
+                .map_or(&b""[..], |i| &rest[i..]),
+            None => bytes,
+        };
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+        let name = name.rsplit(|&b| b == b':').next().unwrap_or_default();
+        let mut target = dir.as_bytes().to_vec();
+        if !name.is_empty() && name != b"." && name != b".." {
+            if !target.ends_with(b"/") {
+                target.push(b'/');
+            }
+            target.extend_from_slice(name);
+        }
+        let mut one = a.clone();
+        one.src = src.clone();
+        one.dst = OsStr::from_bytes(&target).to_os_string();
+        one.more.clear();
+        let code = match cp(one, matches, verbose) {
+            Ok(code) => code,
+            Err(e) => {
+                let line = error_line(&e);
+                eprintln!("sprat: error: {}", printable(&line));
+                e.downcast_ref::<TransferError>()
+                    .map(|t| t.exit_code())
+                    .unwrap_or(2)
+            }
+        };
+        worst = worst.max(code);
+    }
+    Ok(worst)
+}
+
 /// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.
 const MIN_BWLIMIT: f64 = 100_000.0;
 
@@ -610,14 +674,8 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
                 .into()
         ));
     }
-    if let Some(extra) = a.more.last() {
-        anyhow::bail!(TransferError::Usage(format!(
-            "sprat cp takes one SRC and one DST, and was given {} paths (the last {}): to copy \
-             several files or directories, copy the directory that holds them with --include \
-             and --exclude rules, or list them in a file for --files-from",
-            a.more.len() + 2,
-            printable(&extra.to_string_lossy())
-        )));
+    if !a.more.is_empty() {
+        return cp_several(a, matches, verbose);
     }
     if let Some(info) = &a.info {
         if info.split(',').all(|flag| flag == "progress2") {

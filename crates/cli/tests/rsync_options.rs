@@ -57,24 +57,6 @@ fn an_rsync_option_sprat_lacks_is_refused_with_what_to_do() {
         );
         assert!(!dst.exists(), "{flags:?} made the destination");
     }
-    // Several sources, as a shell glob gives them.
-    let out = run_sprat(
-        bin(),
-        [
-            "cp",
-            src.join("f0").to_str().unwrap(),
-            src.join("f1").to_str().unwrap(),
-            dst.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_exit(&out, 2);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("one SRC"),
-        "{}",
-        describe(&out)
-    );
-    assert!(!dst.exists());
     // rsync's line with sprat's name but not its command.
     let out = run_sprat(
         bin(),
@@ -88,4 +70,85 @@ fn an_rsync_option_sprat_lacks_is_refused_with_what_to_do() {
         describe(&out)
     );
     assert!(!dst.exists());
+}
+
+/// `sprat cp SRC... DIR`, as a shell glob gives it: each source inside DIR under its own name,
+/// a source with a trailing `/` its contents, as with rsync; locally and pushed. A missing
+/// source fails alone (exit 2, the others copied); a DIR that is a file is refused first.
+#[test]
+fn several_sources_go_into_the_last_path() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree::make_many_files(&src.join("d1"), 1, 5, 11);
+    std::fs::create_dir_all(src.join("d2")).unwrap();
+    for name in ["e1", "e2"] {
+        std::fs::write(src.join("d2").join(name), name).unwrap();
+    }
+    std::fs::write(src.join("a.txt"), b"a").unwrap();
+    std::fs::write(src.join("b.txt"), b"b").unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let srv = server(&root);
+    let arg = |p: &str| src.join(p).to_str().unwrap().to_string();
+    let d2_contents = format!("{}/", arg("d2"));
+    let sources = [arg("a.txt"), arg("b.txt"), arg("d1"), d2_contents];
+    let local = t.path().join("local");
+    let mut args: Vec<String> = vec!["cp".into(), "-q".into()];
+    args.extend(sources.iter().cloned());
+    args.push(local.to_str().unwrap().into());
+    let out = run_sprat(bin(), &args, &[]);
+    assert_ok(&out, None);
+    let url = srv.url("pushed");
+    let out = cp(
+        &srv,
+        &[
+            sources[0].as_str(),
+            sources[1].as_str(),
+            sources[2].as_str(),
+        ],
+        sources[3].as_str(),
+        &url,
+    );
+    assert_ok(&out, Some(&srv));
+    for dst in [local, root.join("pushed")] {
+        assert_eq!(std::fs::read(dst.join("a.txt")).unwrap(), b"a");
+        assert_eq!(std::fs::read(dst.join("b.txt")).unwrap(), b"b");
+        assert_trees_equal(&src.join("d1"), &dst.join("d1"));
+        for entry in std::fs::read_dir(src.join("d2")).unwrap() {
+            let name = entry.unwrap().file_name();
+            assert_eq!(
+                std::fs::read(src.join("d2").join(&name)).unwrap(),
+                std::fs::read(dst.join(&name)).unwrap()
+            );
+        }
+    }
+    // A missing source fails alone; the next one is still copied.
+    let again = t.path().join("again");
+    let out = run_sprat(
+        bin(),
+        [
+            "cp",
+            "-q",
+            &arg("missing"),
+            &arg("a.txt"),
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(std::fs::read(again.join("a.txt")).unwrap(), b"a");
+    // The last path a file: refused before anything is copied.
+    let out = run_sprat(bin(), ["cp", &arg("b.txt"), &arg("d1"), &arg("a.txt")], &[]);
+    assert_exit(&out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a directory"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(std::fs::read(src.join("a.txt")).unwrap(), b"a");
 }
