@@ -437,6 +437,11 @@ pub struct CpArgs {
     pub whole_file: bool,
     #[arg(short = 'S', long = "sparse", hide = true)]
     pub sparse: bool,
+    /// Stay on SRC's file system, as `rsync -x`: a directory where another file system is
+    /// mounted is copied empty, and nothing of what is mounted there (a local copy or a push;
+    /// a server scanning its own tree for a pull does not take it).
+    #[arg(short = 'x', long)]
+    pub one_file_system: bool,
     /// rsync's --info=FLAGS: `progress2` is --progress (sprat's progress is always the whole
     /// transfer's); other flags are refused.
     #[arg(long, value_name = "FLAGS", hide = true)]

@@ -733,6 +733,13 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
+    if a.one_file_system && matches!(src, Endpoint::Remote { .. }) {
+        anyhow::bail!(TransferError::Usage(
+            "-x/--one-file-system is for a local copy or a push: a pull's source is scanned by \
+             its server, which does not take it"
+                .into()
+        ));
+    }
     if let Some(rate) = a.bwlimit.map(|r| r.bytes_per_s()).filter(|&r| r > 0.0) {
         if rate < MIN_BWLIMIT {
             anyhow::bail!(TransferError::Usage(format!(

@@ -50,12 +50,6 @@ const ANSWERS: &[(&str, Option<char>, &str)] = &[
          not by size",
     ),
     (
-        "one-file-system",
-        Some('x'),
-        "not supported: sprat copies everything below SRC, other file systems mounted there \
-         included; leave a mount point out with --exclude",
-    ),
-    (
         "relative",
         Some('R'),
         "not supported: name the paths below SRC in a file for --files-from",
@@ -287,11 +281,8 @@ mod tests {
         );
         let said = check("sprat -v cp --max-size=10M src dst").unwrap_or_default();
         assert!(said.starts_with("--max-size is rsync's"), "{said}");
-        let said = check("sprat cp -avx / backup").unwrap_or_default();
-        assert!(
-            said.starts_with("-x (--one-file-system) is rsync's"),
-            "{said}"
-        );
+        let said = check("sprat cp -avL / backup").unwrap_or_default();
+        assert!(said.starts_with("-L (--copy-links) is rsync's"), "{said}");
     }
 
     #[test]

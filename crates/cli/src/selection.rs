@@ -86,6 +86,7 @@ pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Res
     let selection = Selection {
         filter,
         files_from: None,
+        one_file_system: a.one_file_system,
     };
     Ok(match &a.files_from {
         Some(file) => selection.with_files(read_list(file)?),

@@ -44,7 +44,7 @@ fn an_rsync_option_sprat_lacks_is_refused_with_what_to_do() {
     for (flags, named, advice) in [
         (&["--stats"][..], "--stats", "report"),
         (&["--list-only"], "--list-only", "sprat ls"),
-        (&["-avx"], "--one-file-system", "--exclude"),
+        (&["-avL"], "--copy-links", "as links"),
         (&["--timeout=30"], "--timeout", "--stall-timeout"),
         (&["--info=stats2"], "--info=stats2", "progress2"),
     ] {
@@ -151,4 +151,38 @@ fn several_sources_go_into_the_last_path() {
         describe(&out)
     );
     assert_eq!(std::fs::read(src.join("a.txt")).unwrap(), b"a");
+}
+
+/// `-x`, as `rsync -x`: a directory where another file system is mounted is copied empty,
+/// and nothing of that file system; without it, everything. A pull is refused (its server
+/// scans the source).
+#[test]
+fn one_file_system_copies_a_mount_point_empty() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("mnt")).unwrap();
+    std::fs::write(src.join("here.txt"), b"here").unwrap();
+    let Some(mounted) = sprat_testkit::MountedOn::tmpfs(&src.join("mnt"), "1m") else {
+        eprintln!("skipped: this process may not mount a tmpfs");
+        return;
+    };
+    std::fs::write(src.join("mnt/there.txt"), b"there").unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let srv = server(&root);
+    let local = t.path().join("local");
+    assert_ok(&cp_local(&["-ax"], &src, &local), None);
+    assert_ok(&cp(&srv, &["-x"], &src, srv.url("pushed")), Some(&srv));
+    for dst in [local, root.join("pushed")] {
+        assert_eq!(std::fs::read(dst.join("here.txt")).unwrap(), b"here");
+        assert!(dst.join("mnt").is_dir(), "{}", dst.display());
+        assert_eq!(std::fs::read_dir(dst.join("mnt")).unwrap().count(), 0);
+    }
+    let all = t.path().join("all");
+    assert_ok(&cp_local(&["-a"], &src, &all), None);
+    assert_eq!(std::fs::read(all.join("mnt/there.txt")).unwrap(), b"there");
+    let out = cp(&srv, &["-x"], srv.url("pushed"), t.path().join("pulled"));
+    assert_exit(&out, 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--one-file-system"));
+    drop(mounted);
 }

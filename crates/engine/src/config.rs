@@ -290,6 +290,7 @@ pub fn selection_from_wire(wire: sprat_proto::Selection) -> Result<Selection, Fi
     let selection = Selection {
         filter,
         files_from: None,
+        one_file_system: false,
     };
     Ok(match wire.files_from {
         Some(list) => selection.with_files(list),

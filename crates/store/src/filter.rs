@@ -338,6 +338,9 @@ pub struct Selection {
     pub filter: Filter,
     /// Normalised relative paths (see [`normalize_listed`]), sorted, without duplicates.
     pub files_from: Option<Arc<[Vec<u8>]>>,
+    /// `-x`: directories on another file system than the root's are selected, empty; what
+    /// is mounted on them is not (as `rsync -x`, `du -x`).
+    pub one_file_system: bool,
 }
 
 impl Selection {

@@ -115,6 +115,7 @@ pub fn scan_selected(
     let filter = &selection.filter;
     let root_entry = stat_entry(root.fd(), "", Vec::new(), AtFlags::EMPTY_PATH);
     let is_dir = root_entry.kind == EntryType::Dir;
+    let root_device = root_entry.dev;
     if out.send(vec![root_entry]).is_err() || !is_dir {
         return;
     }
@@ -124,17 +125,21 @@ pub fn scan_selected(
         stop: false,
     });
     let ready = Condvar::new();
+    let same_device = selection.one_file_system.then_some(root_device);
     std::thread::scope(|s| {
         for _ in 0..options.threads.max(1) {
-            s.spawn(|| worker(root, options, filter, &work, &ready, &out));
+            s.spawn(|| worker(root, options, filter, same_device, &work, &ready, &out));
         }
     });
 }
 
+/// One scanning thread. `same_device`: with `-x`, the root's device; a directory on another
+/// is sent but not entered.
 fn worker(
     root: &Root,
     options: ScanOptions,
     filter: &Filter,
+    same_device: Option<u64>,
     work: &Mutex<Work>,
     ready: &Condvar,
     out: &Sender<Vec<ScanEntry>>,
@@ -166,7 +171,18 @@ fn worker(
             &mut buf,
             options.max_listing,
             filter,
-            |entries, subdirs| {
+            |entries, mut subdirs| {
+                if let Some(device) = same_device {
+                    // Mount points are few: a short list of those to leave.
+                    let elsewhere: Vec<&[u8]> = entries
+                        .iter()
+                        .filter(|e| e.kind == EntryType::Dir && e.dev != device)
+                        .map(|e| e.path.as_slice())
+                        .collect();
+                    if !elsewhere.is_empty() {
+                        subdirs.retain(|d| !elsewhere.contains(&d.as_slice()));
+                    }
+                }
                 let sent = out.send(entries).is_ok();
                 let mut w = lock(work);
                 if !sent {

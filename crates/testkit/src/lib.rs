@@ -41,7 +41,7 @@ pub use run::{
 };
 pub use server::{Server, ServerOptions, StartFailure, DEFAULT_TOKEN};
 pub use sshd::Sshd;
-pub use tmpfs::Tmpfs;
+pub use tmpfs::{MountedOn, Tmpfs};
 pub use tree::{
     make_char_device, make_fidelity_tree, make_fifo, make_file, make_long_name_tree,
     make_many_files, make_special_mode_tree, random_bytes, set_mtime_nofollow, TreeStats,

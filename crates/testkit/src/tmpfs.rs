@@ -73,6 +73,36 @@ impl Tmpfs {
     }
 }
 
+/// A tmpfs mounted on a directory the test chose (inside a tree, for `-x`), unmounted on drop.
+pub struct MountedOn {
+    path: std::path::PathBuf,
+}
+
+impl MountedOn {
+    /// Mounts a tmpfs of `size` on the existing directory `dir`, or `None` if this process may
+    /// not mount.
+    pub fn tmpfs(dir: &Path, size: &str) -> Option<MountedOn> {
+        let ok = run_quiet(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o"])
+                .arg(format!("size={size},mode=0755"))
+                .arg("tmpfs")
+                .arg(dir),
+        );
+        ok.then(|| MountedOn {
+            path: dir.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for MountedOn {
+    fn drop(&mut self) {
+        if !run_quiet(Command::new("umount").arg(&self.path)) {
+            run_quiet(Command::new("umount").arg("-l").arg(&self.path));
+        }
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         if !run_quiet(Command::new("umount").arg(self.dir.path())) {

@@ -230,6 +230,7 @@ pub(crate) fn pull(
                     piece_options.selection = crate::config::Selection {
                         filter: options.selection.filter.clone(),
                         files_from: Some(piece.into()),
+                        one_file_system: false,
                     };
                     piece_options.skip = SkipRule::Never;
                     piece_options.delete = false;
@@ -262,6 +263,7 @@ pub(crate) fn pull(
     last_options.selection = crate::config::Selection {
         filter: options.selection.filter.clone(),
         files_from: Some(plan.dirs.into()),
+        one_file_system: false,
     };
     last_options.skip = SkipRule::Never;
     last_options.progress = Default::default();
