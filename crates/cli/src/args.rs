@@ -572,7 +572,9 @@ pub struct CpArgs {
     pub dry_run: bool,
     /// Remove from the destination what the source does not have, before copying (only inside
     /// DST; a directory goes with everything below it; symlinks are removed, never followed).
-    /// With --dry-run, list it as `delete PATH`.
+    /// With --dry-run, list it as `delete PATH`. A DST that has entries and none of them in
+    /// the source is refused, nothing removed (it is almost always the directory SRC was meant
+    /// to go into: name DST/NAME).
     #[arg(long)]
     pub delete: bool,
     /// Leave out what matches PATTERN, as rsync does: rules from --exclude, --include and

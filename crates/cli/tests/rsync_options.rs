@@ -186,3 +186,53 @@ fn one_file_system_copies_a_mount_point_empty() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--one-file-system"));
     drop(mounted);
 }
+
+/// `--delete` into a directory that has nothing in common with the source (`cp --delete src
+/// backup/`, as an rsync user types it to get `backup/src`): refused before anything is
+/// removed or copied, saying how to copy into it, locally, pushed and in a dry run. Once DST
+/// shares a name with SRC, or is empty, `--delete` mirrors as before.
+#[test]
+fn delete_refuses_to_empty_a_directory_unrelated_to_the_source() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree::make_many_files(&src, 1, 3, 13);
+    let backup = t.path().join("backup");
+    std::fs::create_dir_all(backup.join("other_project")).unwrap();
+    std::fs::write(backup.join("other_project/data"), b"important").unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("backup/other")).unwrap();
+    std::fs::write(root.join("backup/other/data"), b"important").unwrap();
+    let srv = server(&root);
+    let runs = [
+        cp_local(&["--delete"], &src, &backup),
+        cp_local(&["--delete", "-n"], &src, &backup),
+        cp(&srv, &["--delete"], &src, srv.url("backup")),
+    ];
+    for out in runs {
+        assert_exit(&out, 2);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("DST/NAME"), "{}", describe(&out));
+    }
+    assert_eq!(
+        std::fs::read(backup.join("other_project/data")).unwrap(),
+        b"important"
+    );
+    assert_eq!(
+        std::fs::read(root.join("backup/other/data")).unwrap(),
+        b"important"
+    );
+    assert_eq!(std::fs::read_dir(&backup).unwrap().count(), 1);
+    // Into it, by name: nothing of it removed.
+    assert_ok(&cp_local(&["--delete"], &src, backup.join("src")), None);
+    assert_trees_equal(&src, &backup.join("src"));
+    assert_eq!(
+        std::fs::read(backup.join("other_project/data")).unwrap(),
+        b"important"
+    );
+    // A mirror that shares a name with the source: its extras go, as always.
+    let mirror = t.path().join("mirror");
+    assert_ok(&cp_local(&[], &src, &mirror), None);
+    std::fs::write(mirror.join("stale"), b"x").unwrap();
+    assert_ok(&cp_local(&["--delete"], &src, &mirror), None);
+    assert_trees_equal(&src, &mirror);
+}

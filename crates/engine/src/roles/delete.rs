@@ -123,6 +123,7 @@ pub(crate) fn extras(
         .collect();
     let filter = &options.selection.filter;
     let (dest, partials) = paths(dst, key, options, false)?;
+    let dest_top = dest.iter().filter(|(p, _)| !p.contains(&b'/')).count();
     let owners = partial_owners(partials);
     let (protected, mut extra): (Vec<_>, Vec<_>) = dest
         .into_iter()
@@ -143,7 +144,29 @@ pub(crate) fn extras(
         .filter(|p| !holding.contains(p.as_slice()))
         .collect();
     extra.sort();
-    Ok(top_most(extra))
+    let extra = top_most(extra);
+    refuse_to_empty(dst, dest_top, &extra)?;
+    Ok(extra)
+}
+
+/// Refuses a `--delete` that would remove every entry the destination holds at its top: a
+/// DST sharing nothing with SRC is almost always the directory SRC was meant to go into (`cp
+/// --delete src backup/`, as rsync puts `src` inside `backup/`), where sprat's DST names the
+/// copy itself and would lose all of `backup`. Removing DST's contents first says otherwise.
+fn refuse_to_empty(
+    dst: &Endpoint,
+    dest_top: usize,
+    extra: &[Vec<u8>],
+) -> Result<(), TransferError> {
+    let extra_top = extra.iter().filter(|p| !p.contains(&b'/')).count();
+    if dest_top == 0 || extra_top < dest_top {
+        return Ok(());
+    }
+    Err(TransferError::Usage(format!(
+        "--delete would remove everything in '{dst}' ({dest_top} entries, none of them in the \
+         source): DST names the copy of SRC itself (like rsync's SRC/ DST/), so to copy SRC \
+         into that directory name DST/NAME; to make it a copy of SRC anyway, empty it first"
+    )))
 }
 
 /// Leaves out of sorted `paths` every one below another of them.
