@@ -770,7 +770,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         options.file_log = Some(file_log(a.json_events, source_name(&src)));
     }
     if let (Some(plan), true) = (&plan, a.finish) {
-        return shards::finish(plan, &src, &dst, &key, &options, a.json);
+        return shards::finish(plan, &src, &dst, &key, &options, a.json, a.quiet);
     }
     if a.dry_run {
         let names = (src_shown.as_str(), dst_shown.as_str());

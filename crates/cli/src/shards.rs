@@ -98,6 +98,7 @@ pub fn finish(
     key: &Credentials,
     options: &TransferOptions,
     json: bool,
+    quiet: bool,
 ) -> anyhow::Result<i32> {
     let usage = |e: plan::PlanError| TransferError::Usage(format!("--plan: {e}"));
     // 1. Every directory, made where missing and given the source's mode and mtime: a copy
@@ -168,7 +169,7 @@ pub fn finish(
             missing.len() - NAMED_MISSING
         );
     }
-    if !json {
+    if !json && !quiet {
         let text = if missing.is_empty() {
             format!(
                 "finish {src} -> {dst}: {} directories set; all {} planned files and links at \

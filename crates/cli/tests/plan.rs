@@ -107,6 +107,10 @@ fn four_local_shards_at_once_then_finish_equal_the_source() {
     );
     // Directories' mtimes are only right after --finish; the comparison checks them.
     assert_trees_equal(&src, &dst);
+    // -q: nothing on stdout once all is there.
+    let out = cp_plan(&plan_dir, &["--finish", "-q"], &src, &dst);
+    assert_ok(&out, None);
+    assert!(out.stdout.is_empty(), "{out:?}");
 }
 
 #[test]
