@@ -174,6 +174,38 @@ fn human_size(bytes: u64) -> String {
     }
 }
 
+/// How long a command waits, in all, for a server that is busy (at its limit of connections)
+/// before it gives up, as `cp` tries again for --retry-for.
+const BUSY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs `request` again while the server answers that it is busy, which it does before it
+/// reads the request (so nothing was done): after 0.5, 1, 2, 4, 8 s and every 8 s then, for
+/// [`BUSY_PATIENCE`] in all, with a line on stderr each time.
+fn when_not_busy<T>(
+    mut request: impl FnMut() -> Result<T, TransferError>,
+) -> Result<T, TransferError> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(500);
+    loop {
+        match request() {
+            Err(TransferError::Remote {
+                code: sprat_engine::ErrorCode::Busy,
+                text,
+                ..
+            }) if started.elapsed() + pause <= BUSY_PATIENCE => {
+                eprintln!(
+                    "sprat: server busy ({}); trying again in {:.1} s",
+                    printable(&text),
+                    pause.as_secs_f64()
+                );
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_secs(8));
+            }
+            done => return done,
+        }
+    }
+}
+
 fn entry_json(e: &NsEntry) -> serde_json::Value {
     let owner = e.owner.as_ref();
     let name = |n: &[u8]| (!n.is_empty()).then(|| shown(n));
@@ -216,7 +248,10 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
     let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
     let mut entries = Vec::new();
-    remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))?;
+    when_not_busy(|| {
+        entries.clear();
+        remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))
+    })?;
     // A listed file is shown by its own name; a listed directory by its contents.
     let listed_is_dir = entries
         .iter()
@@ -248,7 +283,7 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
 pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
     let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    let mut e = remote::stat(&addr, key, &path)?;
+    let mut e = when_not_busy(|| remote::stat(&addr, key, &path))?;
     e.path = path.clone();
     let out = if a.json {
         serde_json::to_string(&entry_json(&e))? + "\n"
@@ -282,7 +317,7 @@ pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
 pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
     let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    let u = remote::du(&addr, key, &path)?;
+    let u = when_not_busy(|| remote::du(&addr, key, &path))?;
     let out = if a.json {
         serde_json::to_string(&json!({
             "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
@@ -305,28 +340,22 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
 pub fn mkdir(a: &MkdirArgs, given: &Credentials) -> anyhow::Result<i32> {
     let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    remote::simple(
-        &addr,
-        key,
-        Request::Mkdir {
-            path,
-            parents: a.parents,
-        },
-    )?;
+    let request = Request::Mkdir {
+        path,
+        parents: a.parents,
+    };
+    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
     Ok(0)
 }
 
 pub fn rm(a: &RmArgs, given: &Credentials) -> anyhow::Result<i32> {
     let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    remote::simple(
-        &addr,
-        key,
-        Request::Remove {
-            path,
-            recursive: a.recursive,
-        },
-    )?;
+    let request = Request::Remove {
+        path,
+        recursive: a.recursive,
+    };
+    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
     Ok(0)
 }
 
@@ -340,7 +369,8 @@ pub fn mv(a: &MvArgs, given: &Credentials) -> anyhow::Result<i32> {
             "mv works within one server; '{to_addr}' is not '{addr}' (use cp, then rm)"
         )));
     }
-    remote::simple(&addr, key, Request::Rename { from, to })?;
+    let request = Request::Rename { from, to };
+    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
     Ok(0)
 }
 
@@ -356,8 +386,11 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         ))),
     };
     let mut sums = Vec::new();
-    remote::sum(&addr, key, &path, a.recursive, algo, |p, d| {
-        sums.push((p, d))
+    when_not_busy(|| {
+        sums.clear();
+        remote::sum(&addr, key, &path, a.recursive, algo, |p, d| {
+            sums.push((p, d))
+        })
     })?;
     sums.sort();
     let mut out = String::new();

@@ -1279,8 +1279,8 @@ fn a_third_party_copys_streams_take_places_on_the_source_server() {
     // The source server A has 3 places (2 for anything but an `Open`). A third-party copy
     // asked for with 8 streams gets the one place left beside its request's connection (it
     // completes on one stream), and while it runs A is full: another request is refused as
-    // busy. Before, the copy's streams were counted nowhere: A made 8 connections and still
-    // took requests.
+    // busy (and `ls` tries again until the copy is over). Before, the copy's streams were
+    // counted nowhere: A made 8 connections and still took requests.
     let t = tmp();
     let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
     make_many_files(&root_a.join("src"), 32, 256 << 10, 25);
@@ -1307,19 +1307,17 @@ fn a_third_party_copys_streams_take_places_on_the_source_server() {
     let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
     ls.extend(a.client_args());
     ls.push(a.url("").into());
-    let during = run_sprat(bin(), &ls, &[]);
-    assert!(
-        copy.try_status().is_none(),
-        "the copy ended before the check: make it slower"
-    );
-    assert_exit(&during, 4);
-    assert!(
-        stderr_lower(&during).contains("busy"),
-        "{}",
-        describe(&during)
-    );
+    let mut during = sprat_testkit::spawn_sprat(bin(), &ls, &[]);
     let out = copy.wait_or_panic(Duration::from_secs(120));
     assert_ok(&out, Some(&a));
+    let during = during.wait_or_panic(Duration::from_secs(90));
+    assert_ok(&during, Some(&a));
+    assert!(
+        stderr_lower(&during).contains("server busy")
+            && stderr_lower(&during).contains("trying again"),
+        "the ls was not refused while the copy ran: make the copy slower\n{}",
+        describe(&during)
+    );
     assert_trees_equal(&root_a.join("src"), &root_b.join("dst"));
     let after = run_sprat(bin(), &ls, &[]);
     assert_ok(&after, Some(&a));
