@@ -105,7 +105,13 @@ fn refuse_rsync_options_sprat_lacks(command: &clap::Command, args: &[OsString]) 
         .chain(command.get_arguments())
         .filter_map(|a| Some((a.get_short()?, a.get_action().takes_values())))
         .collect();
-    if let Some(answer) = rsync_habits::unsupported(args, &shorts) {
+    let valued_longs: Vec<String> = cp
+        .get_arguments()
+        .chain(command.get_arguments())
+        .filter(|a| a.get_action().takes_values())
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    if let Some(answer) = rsync_habits::unsupported(args, &shorts, &valued_longs) {
         eprintln!("sprat: error: {answer}");
         std::process::exit(2);
     }

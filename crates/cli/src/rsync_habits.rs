@@ -222,7 +222,11 @@ pub fn missing_command(
 /// The message for the first rsync option in `args` (the whole command line) that `sprat cp`
 /// does not take, if its arguments have one. `cp_shorts` are the short options `sprat cp`
 /// has (so that they are not mistaken for rsync's), each with whether it takes a value.
-pub fn unsupported(args: &[OsString], cp_shorts: &[(char, bool)]) -> Option<String> {
+pub fn unsupported(
+    args: &[OsString],
+    cp_shorts: &[(char, bool)],
+    cp_valued_longs: &[String],
+) -> Option<String> {
     let at = args
         .iter()
         .skip(1)
@@ -231,7 +235,12 @@ pub fn unsupported(args: &[OsString], cp_shorts: &[(char, bool)]) -> Option<Stri
     if args[at] != "cp" {
         return None;
     }
+    let mut value_next = false;
     for arg in args[at + 1..].iter().map(|a| a.to_string_lossy()) {
+        // The value of the option before (`--exclude --stats` excludes a name).
+        if std::mem::take(&mut value_next) {
+            continue;
+        }
         if arg == "--" {
             break;
         }
@@ -240,11 +249,15 @@ pub fn unsupported(args: &[OsString], cp_shorts: &[(char, bool)]) -> Option<Stri
             if let Some((_, _, answer)) = ANSWERS.iter().find(|(n, _, _)| *n == name) {
                 return Some(format!("--{name} is rsync's: {answer}"));
             }
+            value_next = !long.contains('=') && cp_valued_longs.iter().any(|v| v == name);
         } else if let Some(cluster) = arg.strip_prefix('-') {
-            for letter in cluster.chars() {
+            for (i, letter) in cluster.char_indices() {
                 match cp_shorts.iter().find(|(c, _)| *c == letter) {
-                    // The rest of the cluster is this option's value.
-                    Some((_, true)) => break,
+                    // The rest of the cluster is this option's value, or the next argument.
+                    Some((_, true)) => {
+                        value_next = i + letter.len_utf8() == cluster.len();
+                        break;
+                    }
                     Some((_, false)) => continue,
                     None => {}
                 }
@@ -269,6 +282,7 @@ mod tests {
         unsupported(
             &args,
             &[('a', false), ('v', false), ('e', true), ('h', false)],
+            &["exclude".to_string(), "rsh".to_string()],
         )
     }
 
@@ -324,5 +338,9 @@ mod tests {
         assert_eq!(check("sprat cp src dst -- --stats"), None);
         assert_eq!(check("sprat ls --stats"), None);
         assert_eq!(check("sprat cp --streams 4 src dst"), None);
+        // Values of options, however they look.
+        assert_eq!(check("sprat cp --exclude --stats src dst"), None);
+        assert_eq!(check("sprat cp -e --stats src dst"), None);
+        assert!(check("sprat cp --rsh=x --stats src dst").is_some());
     }
 }
