@@ -630,6 +630,20 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
             printable(&dir.to_string_lossy())
         )));
     }
+    // `--delete` makes each target a copy of its source alone: two sources whose contents
+    // both go into DIR itself (`a/ b/ DIR`) would each delete the other's files.
+    let into_dir_itself = paths
+        .iter()
+        .filter(|p| p.as_bytes().ends_with(b"/"))
+        .count();
+    if a.delete && into_dir_itself > 0 && paths.len() > 1 {
+        anyhow::bail!(TransferError::Usage(
+            "--delete with several sources, one of them ending with / (its contents into DIR \
+             itself): each copy would delete what the others put there; copy them one at a \
+             time, or without the /"
+                .into()
+        ));
+    }
     let mut worst = 0;
     for src in paths {
         let bytes = src.as_bytes();

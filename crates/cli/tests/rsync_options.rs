@@ -142,6 +142,21 @@ fn several_sources_go_into_the_last_path() {
         describe(&out)
     );
     assert_eq!(std::fs::read(again.join("a.txt")).unwrap(), b"a");
+    // --delete with a source whose contents go into DIR itself: each copy would delete the
+    // others' files, so it is refused.
+    let out = run_sprat(
+        bin(),
+        [
+            "cp",
+            "--delete",
+            &format!("{}/", arg("d1")),
+            &arg("d2"),
+            again.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert_eq!(std::fs::read(again.join("a.txt")).unwrap(), b"a");
     // The last path a file: refused before anything is copied.
     let out = run_sprat(bin(), ["cp", &arg("b.txt"), &arg("d1"), &arg("a.txt")], &[]);
     assert_exit(&out, 2);
