@@ -644,28 +644,29 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
                 .into()
         ));
     }
-    let mut worst = 0;
-    for src in paths {
-        let bytes = src.as_bytes();
-        // The path part of a URL or `HOST:PATH`, whose last name the copy takes.
-        let path = match bytes.strip_prefix(b"sprat://") {
-            Some(rest) => rest
-                .iter()
-                .position(|&b| b == b'/')
-                .map_or(&b""[..], |i| &rest[i..]),
-            None => bytes,
-        };
-        let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
-        let name = name.rsplit(|&b| b == b':').next().unwrap_or_default();
-        let mut target = dir.as_bytes().to_vec();
-        if !name.is_empty() && name != b"." && name != b".." {
-            if !target.ends_with(b"/") {
-                target.push(b'/');
-            }
-            target.extend_from_slice(name);
+    // Each source's target, all found first: two sources of one name (`a/x b/x DIR`) would
+    // have the second re-sync over the first, so they are refused, as cp refuses them.
+    let targets: Vec<(OsString, Vec<u8>)> = paths
+        .into_iter()
+        .map(|src| {
+            let target = target_inside(dir.as_bytes(), src.as_bytes());
+            (src, target)
+        })
+        .collect();
+    for (i, (src, target)) in targets.iter().enumerate() {
+        let named = |t: &Vec<u8>| t.as_slice() != dir.as_bytes();
+        if named(target) && targets[..i].iter().any(|(_, t)| t == target) {
+            anyhow::bail!(TransferError::Usage(format!(
+                "two sources would go to '{}' (the last: '{}'): copy them one at a time",
+                printable(&String::from_utf8_lossy(target)),
+                printable(&src.to_string_lossy())
+            )));
         }
+    }
+    let mut worst = 0;
+    for (src, target) in targets {
         let mut one = a.clone();
-        one.src = src.clone();
+        one.src = src;
         one.dst = OsStr::from_bytes(&target).to_os_string();
         one.more.clear();
         let code = match cp(one, matches, verbose) {
@@ -681,6 +682,29 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
         worst = worst.max(code);
     }
     Ok(worst)
+}
+
+/// Where `src` goes among several copied into `dir`: `dir/NAME`, NAME being the last name of
+/// its path (of a URL's or `HOST:PATH`'s path part), or `dir` itself for a source that ends with
+/// `/` or names a root.
+fn target_inside(dir: &[u8], src: &[u8]) -> Vec<u8> {
+    let path = match src.strip_prefix(b"sprat://") {
+        Some(rest) => rest
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(&b""[..], |i| &rest[i..]),
+        None => src,
+    };
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    let name = name.rsplit(|&b| b == b':').next().unwrap_or_default();
+    let mut target = dir.to_vec();
+    if !name.is_empty() && name != b"." && name != b".." {
+        if !target.ends_with(b"/") {
+            target.push(b'/');
+        }
+        target.extend_from_slice(name);
+    }
+    target
 }
 
 /// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.

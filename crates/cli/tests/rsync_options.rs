@@ -157,6 +157,16 @@ fn several_sources_go_into_the_last_path() {
     );
     assert_exit(&out, 2);
     assert_eq!(std::fs::read(again.join("a.txt")).unwrap(), b"a");
+    // Two sources of one name: refused before either is copied, as cp refuses them.
+    std::fs::create_dir_all(src.join("other/d1")).unwrap();
+    let twice = t.path().join("twice");
+    let out = run_sprat(
+        bin(),
+        ["cp", &arg("d1"), &arg("other/d1"), twice.to_str().unwrap()],
+        &[],
+    );
+    assert_exit(&out, 2);
+    assert!(!twice.exists(), "{}", describe(&out));
     // The last path a file: refused before anything is copied.
     let out = run_sprat(bin(), ["cp", &arg("b.txt"), &arg("d1"), &arg("a.txt")], &[]);
     assert_exit(&out, 2);
