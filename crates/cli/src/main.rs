@@ -622,27 +622,13 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
         .chain(a.more.iter().cloned())
         .collect();
     let dir = paths.pop().unwrap_or_default();
-    let local_dir = !dir.as_bytes().starts_with(b"sprat://") && !dir.as_bytes().contains(&b':');
+    let local_dir = !dir.as_bytes().starts_with(b"sprat://") && !is_host_path(dir.as_bytes());
     if local_dir && Path::new(&dir).exists() && !Path::new(&dir).is_dir() {
         anyhow::bail!(TransferError::Usage(format!(
             "destination '{}' is not a directory: with several sources, DST is the directory \
              they go into",
             printable(&dir.to_string_lossy())
         )));
-    }
-    // `--delete` makes each target a copy of its source alone: two sources whose contents
-    // both go into DIR itself (`a/ b/ DIR`) would each delete the other's files.
-    let into_dir_itself = paths
-        .iter()
-        .filter(|p| p.as_bytes().ends_with(b"/"))
-        .count();
-    if a.delete && into_dir_itself > 0 && paths.len() > 1 {
-        anyhow::bail!(TransferError::Usage(
-            "--delete with several sources, one of them ending with / (its contents into DIR \
-             itself): each copy would delete what the others put there; copy them one at a \
-             time, or without the /"
-                .into()
-        ));
     }
     // Each source's target, all found first: two sources of one name (`a/x b/x DIR`) would
     // have the second re-sync over the first, so they are refused, as cp refuses them.
@@ -653,6 +639,17 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
             (src, target)
         })
         .collect();
+    // `--delete` makes each target a copy of its source alone: a source whose contents go
+    // into DIR itself (`a/`, `.`, a server's root) would delete what the others put there.
+    let into_dir_itself = targets.iter().any(|(_, t)| t.as_slice() == dir.as_bytes());
+    if a.delete && into_dir_itself {
+        anyhow::bail!(TransferError::Usage(
+            "--delete with several sources, one of them going into DIR itself (ending with /, \
+             `.`, a server's root): each copy would delete what the others put there; copy \
+             them one at a time, or name each so that it goes inside DIR"
+                .into()
+        ));
+    }
     for (i, (src, target)) in targets.iter().enumerate() {
         let named = |t: &Vec<u8>| t.as_slice() != dir.as_bytes();
         if named(target) && targets[..i].iter().any(|(_, t)| t == target) {
@@ -693,10 +690,11 @@ fn target_inside(dir: &[u8], src: &[u8]) -> Vec<u8> {
             .iter()
             .position(|&b| b == b'/')
             .map_or(&b""[..], |i| &rest[i..]),
+        // `HOST:PATH`: the path after the host (a local name may hold a `:` too).
+        None if is_host_path(src) => src.splitn(2, |&b| b == b':').nth(1).unwrap_or_default(),
         None => src,
     };
     let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
-    let name = name.rsplit(|&b| b == b':').next().unwrap_or_default();
     let mut target = dir.to_vec();
     if !name.is_empty() && name != b"." && name != b".." {
         if !target.ends_with(b"/") {
@@ -705,6 +703,15 @@ fn target_inside(dir: &[u8], src: &[u8]) -> Vec<u8> {
         target.extend_from_slice(name);
     }
     target
+}
+
+/// Whether `arg` names a remote path as `[USER@]HOST:PATH` (a `:` before any `/`, and no
+/// local file of that name), not a local path with a `:` in a name.
+fn is_host_path(arg: &[u8]) -> bool {
+    let colon = arg.iter().position(|&b| b == b':');
+    let slash = arg.iter().position(|&b| b == b'/');
+    colon.is_some_and(|c| slash.is_none_or(|s| c < s))
+        && !Path::new(OsStr::from_bytes(arg)).exists()
 }
 
 /// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.

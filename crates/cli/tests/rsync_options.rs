@@ -261,3 +261,70 @@ fn delete_refuses_to_empty_a_directory_unrelated_to_the_source() {
     assert_ok(&cp_local(&["--delete"], &src, &mirror), None);
     assert_trees_equal(&src, &mirror);
 }
+
+/// `--delete` with a single file as the source deletes nothing, as with rsync, wherever the
+/// file goes: pulled into an existing directory (its other entries stay, excluded or not), or
+/// copied onto a name that is a directory (refused, nothing inside it removed).
+#[test]
+fn delete_with_a_single_file_source_removes_nothing() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("file.txt"), b"data").unwrap();
+    let srv = server(&root);
+    let dir = t.path().join("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.log"), b"keep").unwrap();
+    std::fs::write(dir.join("b.txt"), b"precious").unwrap();
+    for flags in [&["--delete", "--exclude", "*.log"][..], &["--delete"]] {
+        let out = cp(&srv, flags, srv.url("file.txt"), &dir);
+        assert_ok(&out, Some(&srv));
+        assert_eq!(
+            std::fs::read(dir.join("b.txt")).unwrap(),
+            b"precious",
+            "{flags:?}"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("a.log")).unwrap(),
+            b"keep",
+            "{flags:?}"
+        );
+        assert_eq!(
+            std::fs::read(dir.join("file.txt")).unwrap(),
+            b"data",
+            "{flags:?}"
+        );
+    }
+    let onto = t.path().join("onto");
+    std::fs::create_dir_all(onto.join("file.txt")).unwrap();
+    std::fs::write(onto.join("file.txt/valuable"), b"v").unwrap();
+    let out = cp_local(&["--delete"], root.join("file.txt"), &onto);
+    assert_exit(&out, 1);
+    assert_eq!(std::fs::read(onto.join("file.txt/valuable")).unwrap(), b"v");
+}
+
+/// Several sources whose names hold a `:` (timestamps) keep their names: a `:` is a host's
+/// only in `HOST:PATH`.
+#[test]
+fn several_sources_with_a_colon_in_their_names_keep_them() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let names = ["2024-01-01T10:00.log", "2024-01-02T10:00.log"];
+    for n in names {
+        std::fs::write(src.join(n), n).unwrap();
+    }
+    let out_dir = t.path().join("out");
+    let mut args: Vec<String> = vec!["cp".into(), "-q".into()];
+    args.extend(
+        names
+            .iter()
+            .map(|n| src.join(n).to_str().unwrap().to_string()),
+    );
+    args.push(out_dir.to_str().unwrap().into());
+    let out = run_sprat(bin(), &args, &[]);
+    assert_ok(&out, None);
+    for n in names {
+        assert_eq!(std::fs::read(out_dir.join(n)).unwrap(), n.as_bytes());
+    }
+}

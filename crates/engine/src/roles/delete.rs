@@ -78,8 +78,16 @@ fn paths(
             }
         }
     }
-    out.retain(|(p, _)| !p.is_empty());
     Ok((out, partials))
+}
+
+/// Whether a listing (as [`paths`] returns it, the root's own entry included) is of a
+/// directory; a listing without its root (a destination not made yet) counts as one.
+fn root_is_dir(listed: &[(Vec<u8>, bool)]) -> bool {
+    listed
+        .iter()
+        .find(|(p, _)| p.is_empty())
+        .is_none_or(|(_, dir)| *dir)
 }
 
 /// The final path each hidden partial file or journal among `partials` (final paths) stands
@@ -116,14 +124,25 @@ pub(crate) fn extras(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
-    let source: HashSet<Vec<u8>> = paths(src, key, options, true)?
-        .0
+    let listed = paths(src, key, options, true)?.0;
+    // A single file replaces one name, or goes inside DST: nothing else of DST is the copy's
+    // to delete (as with rsync), whatever DST holds.
+    if !root_is_dir(&listed) {
+        return Ok(Vec::new());
+    }
+    let source: HashSet<Vec<u8>> = listed
         .into_iter()
         .map(|(p, _)| p)
+        .filter(|p| !p.is_empty())
         .collect();
     let filter = &options.selection.filter;
-    let (dest, partials) = paths(dst, key, options, false)?;
-    let dest_top = dest.iter().filter(|(p, _)| !p.contains(&b'/')).count();
+    let (mut dest, partials) = paths(dst, key, options, false)?;
+    dest.retain(|(p, _)| !p.is_empty());
+    // Entries a user made, not an interrupted copy's partial files.
+    let dest_top = dest
+        .iter()
+        .filter(|(p, _)| !p.contains(&b'/') && partial::final_name_of_hidden(p).is_none())
+        .count();
     let owners = partial_owners(partials);
     let (protected, mut extra): (Vec<_>, Vec<_>) = dest
         .into_iter()
@@ -158,7 +177,10 @@ fn refuse_to_empty(
     dest_top: usize,
     extra: &[Vec<u8>],
 ) -> Result<(), TransferError> {
-    let extra_top = extra.iter().filter(|p| !p.contains(&b'/')).count();
+    let extra_top = extra
+        .iter()
+        .filter(|p| !p.contains(&b'/') && partial::final_name_of_hidden(p).is_none())
+        .count();
     if dest_top == 0 || extra_top < dest_top {
         return Ok(());
     }
