@@ -622,7 +622,8 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
         .chain(a.more.iter().cloned())
         .collect();
     let dir = paths.pop().unwrap_or_default();
-    let local_dir = !dir.as_bytes().starts_with(b"sprat://") && !is_host_path(dir.as_bytes());
+    let local_dir = !dir.as_bytes().starts_with(b"sprat://")
+        && sprat_engine::ssh::SshTarget::parse(&dir).is_none();
     if local_dir && Path::new(&dir).exists() && !Path::new(&dir).is_dir() {
         anyhow::bail!(TransferError::Usage(format!(
             "destination '{}' is not a directory: with several sources, DST is the directory \
@@ -690,10 +691,11 @@ fn target_inside(dir: &[u8], src: &[u8]) -> Vec<u8> {
             .iter()
             .position(|&b| b == b'/')
             .map_or(&b""[..], |i| &rest[i..]),
-        // `HOST:PATH`: the path after the host (a local name may hold a `:` too).
-        None if is_host_path(src) => src.splitn(2, |&b| b == b':').nth(1).unwrap_or_default(),
         None => src,
     };
+    // `HOST:PATH` (as the copy itself reads it): the path after the host.
+    let remote = sprat_engine::ssh::SshTarget::parse(OsStr::from_bytes(path));
+    let path = remote.as_ref().map_or(path, |t| &t.path[..]);
     let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
     let mut target = dir.to_vec();
     if !name.is_empty() && name != b"." && name != b".." {
@@ -703,15 +705,6 @@ fn target_inside(dir: &[u8], src: &[u8]) -> Vec<u8> {
         target.extend_from_slice(name);
     }
     target
-}
-
-/// Whether `arg` names a remote path as `[USER@]HOST:PATH` (a `:` before any `/`, and no
-/// local file of that name), not a local path with a `:` in a name.
-fn is_host_path(arg: &[u8]) -> bool {
-    let colon = arg.iter().position(|&b| b == b':');
-    let slash = arg.iter().position(|&b| b == b'/');
-    colon.is_some_and(|c| slash.is_none_or(|s| c < s))
-        && !Path::new(OsStr::from_bytes(arg)).exists()
 }
 
 /// Slowest `--bwlimit`: a 4 MiB chunk then takes 42 s, within the default --stall-timeout.
