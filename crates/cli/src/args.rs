@@ -574,9 +574,14 @@ pub struct CpArgs {
     /// DST; a directory goes with everything below it; symlinks are removed, never followed).
     /// With --dry-run, list it as `delete PATH`. A DST that has entries and none of them in
     /// the source is refused, nothing removed (it is almost always the directory SRC was meant
-    /// to go into: name DST/NAME).
+    /// to go into: name DST/NAME; --force-delete goes on).
     #[arg(long)]
     pub delete: bool,
+    /// With --delete, remove the destination's entries even when none of them is in the
+    /// source (a mirror whose every top-level name changed, such as dated directories):
+    /// without it such a --delete is refused.
+    #[arg(long, requires = "delete")]
+    pub force_delete: bool,
     /// Leave out what matches PATTERN, as rsync does: rules from --exclude, --include and
     /// their -from files are tried in the order given and the first that matches decides
     /// (none: copied). A leading `/` anchors at the root of SRC; a pattern without `/` matches

@@ -774,6 +774,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         SkipRule::QuickCheck
     };
     options.delete = a.delete;
+    options.force_delete = a.force_delete;
     options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;

@@ -260,6 +260,37 @@ fn delete_refuses_to_empty_a_directory_unrelated_to_the_source() {
     std::fs::write(mirror.join("stale"), b"x").unwrap();
     assert_ok(&cp_local(&["--delete"], &src, &mirror), None);
     assert_trees_equal(&src, &mirror);
+    // A mirror whose every top-level name changed (dated directories): the refusal names
+    // --force-delete, which goes on, locally and pushed.
+    let dated = t.path().join("dated");
+    std::fs::create_dir_all(dated.join("2026-11-28")).unwrap();
+    std::fs::write(dated.join("2026-11-28/run.dat"), b"new").unwrap();
+    let local_mirror = t.path().join("local_mirror");
+    std::fs::create_dir_all(local_mirror.join("2026-11-27")).unwrap();
+    std::fs::write(local_mirror.join("2026-11-27/run.dat"), b"old").unwrap();
+    std::fs::create_dir_all(root.join("mirror/2026-11-27")).unwrap();
+    let out = cp_local(&["--delete"], &dated, &local_mirror);
+    assert_exit(&out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force-delete"),
+        "{}",
+        describe(&out)
+    );
+    assert_ok(
+        &cp_local(&["--delete", "--force-delete"], &dated, &local_mirror),
+        None,
+    );
+    assert_trees_equal(&dated, &local_mirror);
+    let out = cp(
+        &srv,
+        &["--delete", "--force-delete"],
+        &dated,
+        srv.url("mirror"),
+    );
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&dated, &root.join("mirror"));
+    // Without --delete it is a usage error, not silently ignored.
+    assert_exit(&cp_local(&["--force-delete"], &dated, &local_mirror), 2);
 }
 
 /// `--delete` with a single file as the source deletes nothing, as with rsync, wherever the

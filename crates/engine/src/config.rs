@@ -68,6 +68,10 @@ pub struct TransferOptions {
     pub skip: SkipRule,
     /// Once the copy succeeded, remove what the destination has and the source does not.
     pub delete: bool,
+    /// With `delete`: go on even where it would remove every entry DST holds (none of them
+    /// in the source), which is otherwise refused as the likely slip of naming the directory
+    /// SRC was meant to go into.
+    pub force_delete: bool,
     /// What of the source is copied (`--exclude`, `--include`, `--files-from`); applied by
     /// whichever side scans the source, and protecting excluded entries from `delete`.
     pub selection: Selection,
@@ -138,6 +142,7 @@ impl Default for TransferOptions {
             acls: false,
             skip: SkipRule::QuickCheck,
             delete: false,
+            force_delete: false,
             selection: Selection::default(),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,

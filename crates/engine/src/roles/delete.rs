@@ -164,14 +164,17 @@ pub(crate) fn extras(
         .collect();
     extra.sort();
     let extra = top_most(extra);
-    refuse_to_empty(dst, dest_top, &extra)?;
+    if !options.force_delete {
+        refuse_to_empty(dst, dest_top, &extra)?;
+    }
     Ok(extra)
 }
 
 /// Refuses a `--delete` that would remove every entry the destination holds at its top: a
 /// DST sharing nothing with SRC is almost always the directory SRC was meant to go into (`cp
 /// --delete src backup/`, as rsync puts `src` inside `backup/`), where sprat's DST names the
-/// copy itself and would lose all of `backup`. Removing DST's contents first says otherwise.
+/// copy itself and would lose all of `backup`. `--force-delete` (or emptying DST first) says
+/// otherwise.
 fn refuse_to_empty(
     dst: &Endpoint,
     dest_top: usize,
@@ -187,7 +190,7 @@ fn refuse_to_empty(
     Err(TransferError::Usage(format!(
         "--delete would remove everything in '{dst}' ({dest_top} entries, none of them in the \
          source): DST names the copy of SRC itself (like rsync's SRC/ DST/), so to copy SRC \
-         into that directory name DST/NAME; to make it a copy of SRC anyway, empty it first"
+         into that directory name DST/NAME; to make it a copy of SRC anyway, add --force-delete"
     )))
 }
 
