@@ -807,6 +807,39 @@ fn a_listener_that_never_answers_is_given_up_after_one_handshake_timeout() {
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
 }
 
+/// A file pulled on its own into a directory of many entries lands inside it, in small and
+/// in chunks, with the size-and-mtime check and with `--checksum`, and leaves the directory's
+/// other entries as they were (the client stops indexing the directory once the server says
+/// the source is a file).
+#[test]
+fn a_single_file_pulled_into_a_crowded_directory_goes_inside_it() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    fs::write(root.join("file"), b"data").unwrap();
+    fs::write(root.join("big"), random_bytes(3 << 20, 6)).unwrap();
+    let crowded = t.path().join("crowded");
+    make_many_files(&crowded, 30_000, 16, 17);
+    let before = fs::read_dir(&crowded).unwrap().count();
+    let srv = server(&root);
+    let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for flags in [&chunked[..], &[&chunked[..], &["-c"]].concat()] {
+        for file in ["file", "big"] {
+            let out = cp(&srv, flags, url(file), &crowded);
+            let why = format!("pull of {file} {flags:?}\n{}", describe(&out));
+            assert_ok(&out, None);
+            assert_eq!(
+                fs::read(crowded.join(file)).unwrap(),
+                fs::read(root.join(file)).unwrap(),
+                "{why}"
+            );
+            assert_eq!(fs::read_dir(&crowded).unwrap().count(), before + 1, "{why}");
+            fs::remove_file(crowded.join(file)).unwrap();
+        }
+    }
+}
+
 /// A file copied on its own onto an existing directory goes inside it, under its own name,
 /// as with cp and rsync, in a local copy, a push and a pull, small or in chunks; the directory
 /// itself is neither replaced nor otherwise touched. Through a symlink to a directory: a local

@@ -156,6 +156,19 @@ pub(crate) fn scan_local_summed(
     options: &TransferOptions,
     selection: &Selection,
     digests: bool,
+    each: impl FnMut(ScanEntry),
+) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
+    scan_local_summed_while(dst, options, selection, digests, || true, each)
+}
+
+/// [`scan_local_summed`] that stops scanning (what it has not listed yet is left out) once
+/// `go_on` says false, checked between listings.
+fn scan_local_summed_while(
+    dst: &Path,
+    options: &TransferOptions,
+    selection: &Selection,
+    digests: bool,
+    go_on: impl Fn() -> bool,
     mut each: impl FnMut(ScanEntry),
 ) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
     let root = match Root::open(dst) {
@@ -179,7 +192,12 @@ pub(crate) fn scan_local_summed(
     std::thread::scope(|s| {
         s.spawn(|| sprat_store::scan_selected(&root, scan_options, selection, tx));
         digest::with_pool(&root, threads, file_path, |mut pool| {
+            // Leaving the loop drops the receiver: the scanning threads stop at their next
+            // listing.
             for listing in rx {
+                if !go_on() {
+                    break;
+                }
                 for e in listing.into_iter().filter(|e| e.error.is_none()) {
                     if digests && e.kind == EntryType::File {
                         pool.submit(e.path.clone());
@@ -307,16 +325,17 @@ impl<T> Pieces<T> {
 /// the check needs: path, size, mode, mtime), then its partial files, and with `--checksum`
 /// their digests: handed to `each` in pieces as the scan goes, so that the index of a tree
 /// of millions of files is never whole in memory (`each` returns false when it wants no
-/// more). Temporary names a killed writer left are removed, not listed.
+/// more: the scan stops soon after, and what it has not given is never given). Temporary
+/// names a killed writer left are removed, not listed.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
     mut each: impl FnMut(IndexPiece) -> bool,
 ) -> Result<(), TransferError> {
-    let mut wanted = true;
+    let wanted = std::cell::Cell::new(true);
     let mut give = |piece: IndexPiece| {
-        if wanted {
-            wanted = each(piece);
+        if wanted.get() {
+            wanted.set(each(piece));
         }
     };
     let mut pieces = Pieces::new();
@@ -334,7 +353,8 @@ pub(crate) fn local_entries(
             give(IndexPiece::Entries(piece));
         }
     };
-    let summed = scan_local_summed(dst, options, &Selection::default(), digests, |e| {
+    let go_on = || wanted.get();
+    let summed = scan_local_summed_while(dst, options, &Selection::default(), digests, go_on, |e| {
         if is_partial_log(&e) {
             logs.push(e.path.clone());
         }

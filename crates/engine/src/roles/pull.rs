@@ -21,6 +21,7 @@ use crate::session::stall;
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{unbounded, Sender};
 use sprat_proto::session::client::{ClientStream, Event};
+use sprat_proto::namespace::NsKind;
 use sprat_proto::{DestCheck, Message, Operation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +41,19 @@ fn file_inside_directory(dst: &Path, path: &[u8]) -> Option<std::path::PathBuf> 
     (is_dir(dst) && !is_dir(&inside)).then_some(inside)
 }
 
+/// A flag set once the server says that `path` is a regular file, asked on a connection of
+/// its own beside the pull's (a failure to ask leaves it unset: the pull finds out anyway).
+fn source_is_file(addr: &str, key: &Credentials, path: &[u8]) -> Arc<AtomicBool> {
+    let is_file = Arc::new(AtomicBool::new(false));
+    let (flag, addr, key, path) = (is_file.clone(), addr.to_string(), key.clone(), path.to_vec());
+    std::thread::spawn(move || {
+        if let Ok(entry) = super::remote::stat(&addr, &key, &path) {
+            flag.store(entry.kind == NsKind::File, Ordering::SeqCst);
+        }
+    });
+    is_file
+}
+
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
 const INDEX_PIECES_AHEAD: usize = 4;
 
@@ -57,11 +71,30 @@ pub(crate) fn pull(
     // starts while the session's connection is dialled, and its pieces go as they come (a
     // few held while the dial goes on).
     let check = options.skip.as_check();
+    // Into an existing directory, the source may be a single file that goes inside it: then
+    // the index of the whole directory is of no use, and asking the server on a connection
+    // of its own stops the scan of a large one (say a home directory) early.
+    let file_source = match check != DestCheck::None && file_inside_directory(dst, path).is_some()
+    {
+        true => source_is_file(addr, key, path),
+        false => Arc::default(),
+    };
     let scan = (check != DestCheck::None).then(|| {
         let (dst, options) = (dst.to_path_buf(), options.clone());
         let (pieces, scanned) = crossbeam_channel::bounded(INDEX_PIECES_AHEAD);
+        let file_source = file_source.clone();
         let scan = std::thread::spawn(move || {
-            let done = local_entries(&dst, &options, |piece| pieces.send(Ok(piece)).is_ok());
+            let wanted = |piece| {
+                !file_source.load(Ordering::SeqCst) && pieces.send(Ok(piece)).is_ok()
+            };
+            let done = local_entries(&dst, &options, wanted);
+            // A scan cut short must not end the index as if it were whole.
+            let done = match file_source.load(Ordering::SeqCst) {
+                true => Err(TransferError::Local(
+                    "the source is a file: the destination's scan was stopped".into(),
+                )),
+                false => done,
+            };
             if let Err(e) = done {
                 let _ = pieces.send(Err(e));
             }
@@ -105,7 +138,13 @@ pub(crate) fn pull(
         let commit = c.machine.commit(sprat_proto::Totals::default());
         c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
     };
-    let (session, control) = session::open(addr, key, op, path, options, send_index_and_commit)?;
+    let opened = session::open(addr, key, op, path, options, send_index_and_commit);
+    if opened.is_err() && file_source.load(Ordering::SeqCst) {
+        if let Some(inside) = file_inside_directory(dst, path) {
+            return pull(addr, path, &inside, key, options, src_ep, dst_ep);
+        }
+    }
+    let (session, control) = opened?;
     // A single file into an existing directory goes inside it, under its own name, as with
     // cp. Known only from the server's answer: the session opened for DST is dropped (nothing
     // was written) and one opened for DST/NAME, whose index, partial file and skip are that
