@@ -354,38 +354,39 @@ pub(crate) fn local_entries(
         }
     };
     let go_on = || wanted.get();
-    let summed = scan_local_summed_while(dst, options, &Selection::default(), digests, go_on, |e| {
-        if is_partial_log(&e) {
-            logs.push(e.path.clone());
-        }
-        if crate::pipeline::skip::is_leftover(&e.path) {
-            leftovers.push(e.path);
-        } else if e.kind == EntryType::File {
-            add(NsEntry {
-                path: e.path,
-                kind: NsKind::File,
-                size: e.size,
-                mode: e.attrs.mode,
-                mtime_sec: e.attrs.mtime_sec,
-                mtime_nsec: e.attrs.mtime_nsec,
-                target: Vec::new(),
-                owner: names.as_mut().map(|names| {
-                    let name = |n: Option<&[u8]>| match n {
-                        Some(n) if !numeric => n.to_vec(),
-                        _ => Vec::new(),
-                    };
-                    let user = name(names.user(e.attrs.uid));
-                    let group = name(names.group(e.attrs.gid));
-                    NsOwner {
-                        uid: e.attrs.uid,
-                        gid: e.attrs.gid,
-                        user,
-                        group,
-                    }
-                }),
-            });
-        }
-    })?;
+    let summed =
+        scan_local_summed_while(dst, options, &Selection::default(), digests, go_on, |e| {
+            if is_partial_log(&e) {
+                logs.push(e.path.clone());
+            }
+            if crate::pipeline::skip::is_leftover(&e.path) {
+                leftovers.push(e.path);
+            } else if e.kind == EntryType::File {
+                add(NsEntry {
+                    path: e.path,
+                    kind: NsKind::File,
+                    size: e.size,
+                    mode: e.attrs.mode,
+                    mtime_sec: e.attrs.mtime_sec,
+                    mtime_nsec: e.attrs.mtime_nsec,
+                    target: Vec::new(),
+                    owner: names.as_mut().map(|names| {
+                        let name = |n: Option<&[u8]>| match n {
+                            Some(n) if !numeric => n.to_vec(),
+                            _ => Vec::new(),
+                        };
+                        let user = name(names.user(e.attrs.uid));
+                        let group = name(names.group(e.attrs.gid));
+                        NsOwner {
+                            uid: e.attrs.uid,
+                            gid: e.attrs.gid,
+                            user,
+                            group,
+                        }
+                    }),
+                });
+            }
+        })?;
     remove_local_leftovers(dst, &leftovers);
     for (path, partial) in local_partials(dst, logs) {
         add(partial.to_listed(path));

@@ -20,8 +20,8 @@ use crate::session::client::{self as session, Change, Tail};
 use crate::session::stall;
 use crate::sync::{lock, Abort};
 use crossbeam_channel::{unbounded, Sender};
-use sprat_proto::session::client::{ClientStream, Event};
 use sprat_proto::namespace::NsKind;
+use sprat_proto::session::client::{ClientStream, Event};
 use sprat_proto::{DestCheck, Message, Operation};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,7 +45,12 @@ fn file_inside_directory(dst: &Path, path: &[u8]) -> Option<std::path::PathBuf> 
 /// its own beside the pull's (a failure to ask leaves it unset: the pull finds out anyway).
 fn source_is_file(addr: &str, key: &Credentials, path: &[u8]) -> Arc<AtomicBool> {
     let is_file = Arc::new(AtomicBool::new(false));
-    let (flag, addr, key, path) = (is_file.clone(), addr.to_string(), key.clone(), path.to_vec());
+    let (flag, addr, key, path) = (
+        is_file.clone(),
+        addr.to_string(),
+        key.clone(),
+        path.to_vec(),
+    );
     std::thread::spawn(move || {
         if let Ok(entry) = super::remote::stat(&addr, &key, &path) {
             flag.store(entry.kind == NsKind::File, Ordering::SeqCst);
@@ -74,8 +79,7 @@ pub(crate) fn pull(
     // Into an existing directory, the source may be a single file that goes inside it: then
     // the index of the whole directory is of no use, and asking the server on a connection
     // of its own stops the scan of a large one (say a home directory) early.
-    let file_source = match check != DestCheck::None && file_inside_directory(dst, path).is_some()
-    {
+    let file_source = match check != DestCheck::None && file_inside_directory(dst, path).is_some() {
         true => source_is_file(addr, key, path),
         false => Arc::default(),
     };
@@ -84,9 +88,8 @@ pub(crate) fn pull(
         let (pieces, scanned) = crossbeam_channel::bounded(INDEX_PIECES_AHEAD);
         let file_source = file_source.clone();
         let scan = std::thread::spawn(move || {
-            let wanted = |piece| {
-                !file_source.load(Ordering::SeqCst) && pieces.send(Ok(piece)).is_ok()
-            };
+            let wanted =
+                |piece| !file_source.load(Ordering::SeqCst) && pieces.send(Ok(piece)).is_ok();
             let done = local_entries(&dst, &options, wanted);
             // A scan cut short must not end the index as if it were whole.
             let done = match file_source.load(Ordering::SeqCst) {
