@@ -416,23 +416,41 @@ pub struct CpArgs {
     /// rates always have units). Help is --help only, so that `-avh` copies as with rsync.
     #[arg(short = 'h', long = "human-readable")]
     pub human_readable: bool,
-    /// rsync's -l, -p, -t, -o, -g and -D (what -a stands for), -W (--whole-file) and -S
-    /// (--sparse): accepted, and change nothing. sprat always copies symlinks as links,
-    /// permission bits and mtimes, owners and groups when the writing side runs as root,
-    /// whole files (no deltas), and keeps sparse files sparse; devices, FIFOs and sockets
-    /// are never copied (each is reported by name, exit 1).
-    #[arg(short = 'l', hide = true)]
+    /// rsync's -l, -p, -t, -o, -g and -D (what -a stands for, long names included), -E
+    /// (--executability), -W (--whole-file), -S (--sparse), --no-i-r, -s (--protect-args),
+    /// --blocking-io and --mkpath: accepted, and change nothing. sprat always copies symlinks
+    /// as links, permission bits and mtimes, owners and groups when the writing side runs as
+    /// root, whole files (no deltas), keeps sparse files sparse, scans in parallel rather
+    /// than incrementally, never hands paths to a remote shell, and makes DST's missing
+    /// parents; devices, FIFOs and sockets are never copied (each is reported by name, exit
+    /// 1).
+    #[arg(short = 'l', long = "links", hide = true)]
     pub links: bool,
-    #[arg(short = 'p', hide = true)]
+    #[arg(short = 'p', long = "perms", hide = true)]
     pub perms: bool,
-    #[arg(short = 't', hide = true)]
+    #[arg(short = 't', long = "times", hide = true)]
     pub times: bool,
-    #[arg(short = 'o', hide = true)]
+    #[arg(short = 'o', long = "owner", hide = true)]
     pub owner: bool,
-    #[arg(short = 'g', hide = true)]
+    #[arg(short = 'g', long = "group", hide = true)]
     pub group: bool,
-    #[arg(short = 'D', hide = true)]
+    #[arg(short = 'D', long = "devices", visible_alias = "specials", hide = true)]
     pub devices: bool,
+    #[arg(short = 'E', long = "executability", hide = true)]
+    pub executability: bool,
+    #[arg(long = "no-inc-recursive", visible_alias = "no-i-r", hide = true)]
+    pub no_inc_recursive: bool,
+    #[arg(
+        short = 's',
+        long = "protect-args",
+        visible_alias = "secluded-args",
+        hide = true
+    )]
+    pub protect_args: bool,
+    #[arg(long = "blocking-io", hide = true)]
+    pub blocking_io: bool,
+    #[arg(long = "mkpath", hide = true)]
+    pub mkpath: bool,
     #[arg(short = 'W', long = "whole-file", hide = true)]
     pub whole_file: bool,
     #[arg(short = 'S', long = "sparse", hide = true)]

@@ -20,6 +20,22 @@ fn rsyncs_usual_flags_copy_as_with_rsync() {
         &["-rlptgoD"],
         &["-aWS", "--info=progress2"],
         &["-ah", "--bwlimit", "100000"],
+        &[
+            "--recursive",
+            "--links",
+            "--perms",
+            "--times",
+            "--owner",
+            "--group",
+            "--devices",
+        ],
+        &[
+            "-aEs",
+            "--specials",
+            "--no-i-r",
+            "--mkpath",
+            "--blocking-io",
+        ],
     ]
     .iter()
     .enumerate()
