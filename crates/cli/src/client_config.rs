@@ -121,9 +121,9 @@ struct RawDefaults {
     known_servers: Option<PathBuf>,
     no_encryption: Option<bool>,
     streams: Option<toml::Value>,
-    bwlimit: Option<String>,
-    tcp_buffer: Option<String>,
-    batch_size: Option<String>,
+    bwlimit: Option<toml::Value>,
+    tcp_buffer: Option<toml::Value>,
+    batch_size: Option<toml::Value>,
     progress: Option<bool>,
     checksum: Option<bool>,
     durable: Option<bool>,
@@ -340,8 +340,20 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
             )))
         }
     };
-    let size = |k: &'static str, v: Option<String>| {
-        v.map(|s| crate::args::parse_auto_size(&s).map_err(|e| key(k)(e.to_string())))
+    // A size or a rate as a string (`"4MiB"`, `"100mbit"`) or a bare number (`bwlimit =
+    // 1000`: KiB/s, as on the command line).
+    let text = |k: &'static str, v: Option<toml::Value>| match v {
+        None => Ok(None),
+        Some(toml::Value::String(s)) => Ok(Some(s)),
+        Some(toml::Value::Integer(n)) => Ok(Some(n.to_string())),
+        Some(v) => Err(key(k)(format!(
+            "a {}, expected a number or a string such as \"100MB/s\"",
+            v.type_str()
+        ))),
+    };
+    let size = |k: &'static str, v: Option<toml::Value>| {
+        text(k, v)?
+            .map(|s| crate::args::parse_auto_size(&s).map_err(|e| key(k)(e.to_string())))
             .transpose()
     };
     let duration = |k: &'static str, v: Option<String>| {
@@ -353,8 +365,7 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
         known_servers: raw.known_servers.map(|p| expand(base, p)),
         no_encryption: raw.no_encryption,
         streams,
-        bwlimit: raw
-            .bwlimit
+        bwlimit: text("bwlimit", raw.bwlimit)?
             .map(|s| crate::units::Rate::parse(&s).map_err(|e| key("bwlimit")(e.to_string())))
             .transpose()?,
         tcp_buffer: size("tcp_buffer", raw.tcp_buffer)?,
@@ -414,6 +425,17 @@ mod tests {
         std::fs::write(&file, text).unwrap();
         let read = read(&file);
         (dir, read)
+    }
+
+    #[test]
+    fn sizes_and_rates_may_be_bare_numbers() {
+        let (_dir, c) = read_text("[defaults]\nbwlimit = 1000\nbatch_size = 4194304\n");
+        let d = c.unwrap().defaults;
+        assert_eq!(d.bwlimit.unwrap().bytes_per_s(), 1000.0 * 1024.0);
+        assert!(matches!(d.batch_size, Some(Auto(Some(4194304)))));
+        let (_dir, c) = read_text("[defaults]\nbwlimit = 1.5\n");
+        let e = c.err().unwrap().to_string();
+        assert!(e.contains("key 'bwlimit'") && e.contains("float"), "{e}");
     }
 
     #[test]

@@ -1005,11 +1005,11 @@ fn dry_run(
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }
         text.push_str(&format!(
-            "dry run {} -> {}: would send {} files ({}), set the attributes of {}, \
+            "dry run {} -> {}: would send {} ({}), set the attributes of {}, \
              leave {} up to date{}; nothing was changed\n",
             printable(src_shown),
             printable(dst_shown),
-            plan.send,
+            sprat_engine::report::counted(plan.send, "file", "files"),
             sprat_engine::report::human_bytes(plan.send_bytes),
             plan.attrs,
             plan.up_to_date,
@@ -1035,11 +1035,15 @@ pub(crate) fn print_quietly(text: &str) -> anyhow::Result<()> {
 }
 
 fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
+    use sprat_engine::report::counted;
     match sprat_engine::compare_trees(&a.a, &a.b, true) {
         Ok(s) => {
             print_quietly(&format!(
-                "identical: {} files, {} directories, {} symlinks, {} bytes\n",
-                s.files, s.dirs, s.symlinks, s.bytes
+                "identical: {}, {}, {}, {}\n",
+                counted(s.files, "file", "files"),
+                counted(s.dirs, "directory", "directories"),
+                counted(s.symlinks, "symlink", "symlinks"),
+                counted(s.bytes, "byte", "bytes")
             ))?;
             Ok(0)
         }

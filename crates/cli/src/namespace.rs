@@ -5,6 +5,7 @@ use crate::args::SshArgs;
 use crate::args::{DuArgs, LsArgs, MkdirArgs, MvArgs, RmArgs, StatArgs, SumArgs};
 use anyhow::bail;
 use serde_json::json;
+use sprat_engine::report::counted;
 use sprat_engine::ssh::Launched;
 use sprat_engine::text::printable;
 use sprat_engine::Credentials;
@@ -161,7 +162,8 @@ fn human_size(bytes: u64) -> String {
     }
     let mut value = bytes as f64;
     let mut unit = 0;
-    while value >= 1024.0 && unit < 5 {
+    // Rounded up, a value just below the next unit shows as one of it (`1.0M`, not `1024K`).
+    while value.ceil() >= 1024.0 && unit < 5 {
         value /= 1024.0;
         unit += 1;
     }
@@ -324,12 +326,12 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
         }))? + "\n"
     } else {
         format!(
-            "{} bytes ({})\t{} files, {} directories, {} symlinks\t{}\n",
-            u.bytes,
+            "{} ({})\t{}, {}, {}\t{}\n",
+            counted(u.bytes, "byte", "bytes"),
             sprat_engine::report::human_bytes(u.bytes),
-            u.files,
-            u.dirs,
-            u.symlinks,
+            counted(u.files, "file", "files"),
+            counted(u.dirs, "directory", "directories"),
+            counted(u.symlinks, "symlink", "symlinks"),
             printable(&a.url.to_string_lossy())
         )
     };
@@ -418,6 +420,9 @@ mod tests {
             (10_239, "10K"),
             (15 * 1048576 + 1, "16M"),
             (3 << 30, "3.0G"),
+            (1048575, "1.0M"),
+            (1048576 * 1023 + 1, "1.0G"),
+            (10 * 1024 * 1024 - 1, "10M"),
         ] {
             assert_eq!(human_size(bytes), shown, "{bytes}");
         }

@@ -425,9 +425,21 @@ const ANSWERS: &[(&str, Option<char>, &str)] = &[
 
 /// `args` (the whole command line) with `-h` as `--help` where it is the only argument of a
 /// command whose `-h` is rsync's or ls's --human-readable (`sprat cp -h`, as `rsync -h`).
+/// Global options before the command (`sprat -v cp -h`) are allowed.
 pub fn lone_h_is_help(mut args: Vec<OsString>) -> Vec<OsString> {
-    if args.len() == 3 && ["cp", "ls", "du"].iter().any(|c| args[1] == *c) && args[2] == "-h" {
-        args[2] = "--help".into();
+    let Some(at) = args
+        .iter()
+        .skip(1)
+        .position(|a| !a.to_string_lossy().starts_with('-'))
+        .map(|i| i + 1)
+    else {
+        return args;
+    };
+    if args.len() == at + 2
+        && ["cp", "ls", "du"].iter().any(|c| args[at] == *c)
+        && args[at + 1] == "-h"
+    {
+        args[at + 1] = "--help".into();
     }
     args
 }
@@ -582,6 +594,11 @@ mod tests {
     fn a_lone_h_asks_for_help() {
         let args = |line: &str| line.split(' ').map(OsString::from).collect::<Vec<_>>();
         assert_eq!(lone_h_is_help(args("sprat cp -h")), args("sprat cp --help"));
+        assert_eq!(
+            lone_h_is_help(args("sprat -vv cp -h")),
+            args("sprat -vv cp --help")
+        );
+        assert_eq!(lone_h_is_help(args("sprat -h")), args("sprat -h"));
         assert_eq!(
             lone_h_is_help(args("sprat cp -h a b")),
             args("sprat cp -h a b")

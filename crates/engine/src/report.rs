@@ -357,18 +357,18 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  {} files, {} directories, {} symlinks, {} in {:.2} s",
-            self.files,
-            self.dirs,
-            self.symlinks,
+            "  {}, {}, {}, {} in {:.2} s",
+            counted(self.files, "file", "files"),
+            counted(self.dirs, "directory", "directories"),
+            counted(self.symlinks, "symlink", "symlinks"),
             human_bytes(self.bytes),
             self.seconds
         )?;
         if self.up_to_date > 0 || self.attrs_fixed > 0 {
             writeln!(
                 f,
-                "  up to date already: {} files, {} of them with mode or mtime fixed ({} not sent)",
-                self.up_to_date + self.attrs_fixed,
+                "  up to date already: {}, {} of them with mode or mtime fixed ({} not sent)",
+                counted(self.up_to_date + self.attrs_fixed, "file", "files"),
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)
             )?;
@@ -407,8 +407,8 @@ impl fmt::Display for Report {
         if self.deleted > 0 {
             writeln!(
                 f,
-                "  deleted: {} entries the source does not have",
-                self.deleted
+                "  deleted: {} the source does not have",
+                counted(self.deleted, "entry", "entries")
             )?;
         }
         writeln!(
@@ -497,6 +497,14 @@ impl fmt::Display for Report {
             writeln!(f, "  FAILED: {} item(s) did not arrive", self.failed)?;
         }
         Ok(())
+    }
+}
+
+/// `n` and its noun, singular for one: `1 file`, `2 files`, `0 directories`.
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("1 {one}"),
+        _ => format!("{n} {many}"),
     }
 }
 

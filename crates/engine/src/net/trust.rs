@@ -151,6 +151,15 @@ impl Credentials {
         match known.check(addr, &key, pin) {
             Ok(Verdict::Known { proved }) => Ok(proved),
             Ok(Verdict::New) => Ok(false),
+            // A file that keeps nothing (`--known-servers /dev/null`, as ssh's
+            // `UserKnownHostsFile=/dev/null`): every connection is a first one.
+            Ok(Verdict::Added) if std::fs::metadata(known.path()).is_ok_and(|m| !m.is_file()) => {
+                eprintln!(
+                    "sprat: connection to {addr}: its key {key} is taken unchecked ({file} \
+                     keeps no pins)"
+                );
+                Ok(pin == Pin::Proved)
+            }
             Ok(Verdict::Added) => {
                 eprintln!(
                     "sprat: first connection to {addr}: its key {key} is now pinned in {file}"
