@@ -299,7 +299,7 @@ fn a_mistake_in_the_file_is_one_line_naming_the_file_table_and_key() {
             vec!["[defaults]", "progress"],
         ),
         (
-            "[defaults]\nbwlimit = 5\n".into(),
+            "[defaults]\nbwlimit = true\n".into(),
             &url,
             vec!["[defaults]", "bwlimit"],
         ),
