@@ -841,7 +841,8 @@ fn a_single_file_pulled_into_a_crowded_directory_goes_inside_it() {
 }
 
 /// A file copied on its own onto an existing directory goes inside it, under its own name,
-/// as with cp and rsync, in a local copy, a push and a pull, small or in chunks; the directory
+/// as with cp and rsync, in a local copy, a push, a pull and between servers, small or in
+/// chunks; the directory
 /// itself is neither replaced nor otherwise touched. Through a symlink to a directory: a local
 /// destination follows it (as cp); a server does not follow the symlink it is asked to
 /// write, and refuses, saying what to do.
@@ -865,7 +866,7 @@ fn a_single_file_onto_an_existing_directory_goes_inside_it() {
         let content = fs::read(local_dirs.join(file)).unwrap();
         for dir in ["empty", "full"] {
             let local_file = local_dirs.join(file);
-            let runs: [(&str, PathBuf, &dyn Fn() -> std::process::Output); 3] = [
+            let runs: [(&str, PathBuf, &dyn Fn() -> std::process::Output); 4] = [
                 ("local", local_dirs.join(dir), &|| {
                     cp_local(&chunked, &local_file, local_dirs.join(dir))
                 }),
@@ -874,6 +875,9 @@ fn a_single_file_onto_an_existing_directory_goes_inside_it() {
                 }),
                 ("pull", local_dirs.join(dir), &|| {
                     cp(&srv, &chunked, url(file), local_dirs.join(dir))
+                }),
+                ("third party", root.join(dir), &|| {
+                    cp(&srv, &chunked, url(file), url(dir))
                 }),
             ];
             for (how, landed_in, run) in runs {

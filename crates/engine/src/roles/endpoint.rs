@@ -84,20 +84,30 @@ impl Endpoint {
 /// Where a single file goes, as with cp and rsync: into `DST/NAME`, NAME being the source's
 /// own, when DST was given with a trailing slash (`slash`; the directory is made if missing)
 /// or is an existing directory (a local one, or a symlink to one; a remote one, asked with one
-/// request, for a local file). A tree's contents still go into `DST` itself; a remote source
-/// is asked what it is (one request) only with `DST/`.
+/// request). A tree's contents still go into `DST` itself. A remote source is asked what it
+/// is (one request) with `DST/`, or when DST is remote too (the two asked at once); a pull
+/// without `DST/` finds out from the server's answer.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
     key: &Credentials,
     slash: bool,
 ) -> Result<Endpoint, TransferError> {
-    // A remote source without `DST/` is not asked: a pull finds out from the server's answer
-    // (see `pull`), which costs a tree's pull nothing; a copy between servers leaves DST as it
-    // is.
-    if !slash && matches!(src, Endpoint::Remote { .. }) {
+    // A pull without `DST/` is not asked: it finds out from the server's answer (see `pull`),
+    // which costs a tree's pull nothing. Between two servers both are asked, at once.
+    if !slash && matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_))) {
         return Ok(dst);
     }
+    // Between servers the source is asked anyway; a push's local source is known at once.
+    let dst_asked = match (slash, src, &dst) {
+        (false, Endpoint::Remote { .. }, Endpoint::Remote { .. }) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (dst, key) = (dst.clone(), key.clone());
+            std::thread::spawn(move || tx.send(is_directory(&dst, &key)));
+            Some(rx)
+        }
+        _ => None,
+    };
     let (is_file, name) = match src {
         Endpoint::Local(p) => (
             std::fs::metadata(p).is_ok_and(|m| m.is_file()),
@@ -115,10 +125,9 @@ pub fn into_directory(
         return Ok(dst);
     };
     let inside = slash
-        || match &dst {
-            Endpoint::Local(d) => std::fs::metadata(d).is_ok_and(|m| m.is_dir()),
-            Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
-                .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir),
+        || match dst_asked {
+            Some(asked) => asked.recv().unwrap_or(false),
+            None => is_directory(&dst, key),
         };
     if !inside {
         return Ok(dst);
@@ -131,6 +140,15 @@ pub fn into_directory(
             also,
         },
     })
+}
+
+/// Whether `ep` is a directory (a server's is asked; a symlink to one counts locally only).
+fn is_directory(ep: &Endpoint, key: &Credentials) -> bool {
+    match ep {
+        Endpoint::Local(d) => std::fs::metadata(d).is_ok_and(|m| m.is_dir()),
+        Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
+            .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir),
+    }
 }
 
 /// The scheme of `arg` when it is a URL of a scheme other than sprat's (`http://...`): a
