@@ -361,11 +361,11 @@ pub struct ServeArgs {
     /// Most client connections served at once (each may hold one batch in memory; the
     /// streams of third-party copies this server makes count too); default 64. With
     /// --config, overrides the file's `max_connections`.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub max_connections: Option<usize>,
     /// Most of those from one client address (default: three quarters of
     /// --max-connections), so that one client host leaves places to the others.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub max_connections_per_address: Option<usize>,
     /// Most memory the data of clients may take at once: received batches waiting to be
     /// written, pulling clients' indexes, the directories a push must remember until its
@@ -1089,6 +1089,15 @@ pub struct RelayArgs {
     /// every connection.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub fault_connection: Option<u64>,
+}
+
+/// A count of 1 or more (0 would refuse everything).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every client: at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A value the user may leave to sprat (`auto`: `None`).

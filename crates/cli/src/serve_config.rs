@@ -197,6 +197,30 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
     if inline_tokens {
         crate::warn_if_readable_by_others(file, "config file");
     }
+    if raw.max_connections == Some(0) {
+        return Err(fail(
+            "key 'max_connections': 0 would refuse every client (at least 1)".into(),
+        ));
+    }
+    // A read-only export inside a writable one (the same tree for two groups of tokens, say)
+    // can be written through the writable one: said at start, not refused.
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    for ro in exports.iter().filter(|e| e.read_only) {
+        let inside = exports
+            .iter()
+            .filter(|w| !w.read_only)
+            .find(|w| real(&ro.root).starts_with(real(&w.root)));
+        if let Some(w) = inside {
+            eprintln!(
+                "sprat serve: note: export '{}' is read-only, but its files lie inside the \
+                 writable export '{}' ({}): whoever holds a token of '{}' can change them",
+                ro.name,
+                w.name,
+                w.root.display(),
+                w.name
+            );
+        }
+    }
     Ok(ServeConfig {
         listen,
         max_connections: raw.max_connections,
@@ -244,6 +268,15 @@ mod tests {
             ]
         );
         assert!(!c.exports[0].read_only && c.exports[1].read_only);
+    }
+
+    #[test]
+    fn a_limit_of_zero_connections_is_refused() {
+        let text = "max_connections = 0\n[[export]]\nname = \"a\"\nroot = \"data\"\n\
+                    token_files = [\"t\"]\n";
+        let (_dir, read) = read_text(text);
+        let line = read.unwrap_err().to_string();
+        assert!(line.contains("key 'max_connections'"), "{line}");
     }
 
     #[test]

@@ -1555,3 +1555,62 @@ fn a_clients_config_directories_are_private_and_made_parents_follow_the_umask() 
         assert_eq!(mode, 0o750, "{dir}");
     }
 }
+
+/// A file of the export that is a hard link to a file outside it (made by a user of the
+/// server's host): a push whose file there has the same content but another mode, owner and
+/// mtime (so that only its attributes are set, before or after the server's listing, and a
+/// pull the same way) gives the export's name the new attributes and leaves the outside
+/// file's mode, owner, mtime and content as they were.
+#[test]
+fn setting_attributes_never_reaches_a_hard_link_outside_the_root() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("export")).unwrap();
+    let outside = t.path().join("outside.txt");
+    fs::write(&outside, b"precious outside content").unwrap();
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o644)).unwrap();
+    sprat_testkit::set_mtime_nofollow(&outside, 1_600_000_000, 0);
+    fs::hard_link(&outside, root.join("export/linked.txt")).unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("linked.txt"), b"precious outside content").unwrap();
+    fs::set_permissions(src.join("linked.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+    sprat_testkit::set_mtime_nofollow(&src.join("linked.txt"), 1_600_000_000, 0);
+    if common::is_root() {
+        std::os::unix::fs::chown(src.join("linked.txt"), Some(4242), Some(4242)).unwrap();
+    }
+    let before = fs::metadata(&outside).unwrap();
+    let srv = server(&root);
+    let out = cp(&srv, &[], &src, srv.url("export"));
+    assert_ok(&out, Some(&srv));
+    let pushed = fs::metadata(root.join("export/linked.txt")).unwrap();
+    assert_eq!(pushed.mode() & 0o7777, 0o600, "{}", describe(&out));
+    assert_eq!(
+        fs::read(root.join("export/linked.txt")).unwrap(),
+        b"precious outside content"
+    );
+    let after = fs::metadata(&outside).unwrap();
+    assert_eq!(
+        (after.mode(), after.uid(), after.gid(), after.mtime()),
+        (before.mode(), before.uid(), before.gid(), before.mtime()),
+        "the outside file's attributes changed"
+    );
+    assert_eq!(fs::read(&outside).unwrap(), b"precious outside content");
+    assert_ne!(pushed.ino(), after.ino(), "still the shared inode");
+    // The same for a local destination: a pull and a local copy.
+    let local = t.path().join("local");
+    fs::create_dir_all(&local).unwrap();
+    let mine = t.path().join("mine.txt");
+    fs::write(&mine, b"precious outside content").unwrap();
+    fs::set_permissions(&mine, fs::Permissions::from_mode(0o644)).unwrap();
+    sprat_testkit::set_mtime_nofollow(&mine, 1_600_000_000, 0);
+    fs::hard_link(&mine, local.join("linked.txt")).unwrap();
+    let out = cp(&srv, &[], srv.url("export"), &local);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(fs::metadata(&mine).unwrap().mode() & 0o7777, 0o644);
+    assert_eq!(
+        fs::metadata(local.join("linked.txt")).unwrap().mode() & 0o7777,
+        0o600
+    );
+}

@@ -950,6 +950,45 @@ pub(crate) fn remove_stale_partial(dir: impl AsFd, name: &[u8]) {
     let _ = unlinkat(&dir, os(&partial::log_name(name)), AtFlags::empty());
 }
 
+/// [`WriterCursor::set_file_attrs`] of a file with other hard links: its content copied
+/// (inside the kernel where the file system can) into a new file that gets `attrs` and
+/// then replaces `name` in `dir`, leaving the shared inode and its other names as they
+/// were.
+fn set_attrs_of_copy(
+    writer: &TreeWriter,
+    shared: OwnedFd,
+    (dir, name): (&OwnedFd, &[u8]),
+    path: &[u8],
+    attrs: &Attrs,
+    xattrs: Option<&XattrUpdate>,
+) -> Result<(), StoreError> {
+    let (copy, temp) = writer.create_pending(dir, name, path, 0o600)?;
+    let (shared, copy) = (std::fs::File::from(shared), std::fs::File::from(copy));
+    let copied = std::io::copy(&mut &shared, &mut &copy)
+        .map_err(|e| StoreError::other("copy", path, &e.to_string()));
+    let copy = OwnedFd::from(copy);
+    let result = copied
+        .and_then(|_| match xattrs {
+            Some(x) => writer.apply_xattrs(&copy, x, true, path),
+            None => Ok(()),
+        })
+        .and_then(|()| {
+            let mode = Some(writer.file_mode(attrs.mode));
+            writer.settle_new_file(
+                &copy,
+                (dir, temp.as_deref(), name),
+                path,
+                attrs,
+                false,
+                mode,
+            )
+        });
+    if let (Err(_), Some(temp)) = (&result, &temp) {
+        let _ = unlinkat(dir, os(temp), AtFlags::empty());
+    }
+    result
+}
+
 /// Whether a file the kernel created with `new_file_owner` (see
 /// [`WriterCursor::parent_of_new_file`]) has the owner and group `attrs` want already, so
 /// needs no `fchown` (`u32::MAX`: not to be changed).
@@ -1204,7 +1243,7 @@ impl WriterCursor<'_> {
         let is_that_file = |st: &rustix::fs::Statx| {
             u32::from(st.stx_mode) & 0o170000 == 0o100000 && st.stx_size == size
         };
-        let wanted = StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::INO;
+        let wanted = StatxFlags::TYPE | StatxFlags::SIZE | StatxFlags::INO | StatxFlags::NLINK;
         // Looked at before it is opened (nothing else, a device or a FIFO, is ever opened),
         // and again once open (the same inode).
         let before = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted)
@@ -1223,6 +1262,12 @@ impl WriterCursor<'_> {
             .map_err(|e| StoreError::new("examine", path, e))?;
         if !is_that_file(&st) || st.stx_ino != before.stx_ino {
             return Err(changed());
+        }
+        if st.stx_nlink > 1 {
+            // Its inode has other names, maybe outside the tree (a hard link a user made to
+            // a file elsewhere): what is set here must not change them. A copy made here, on
+            // this file system, takes the attributes and replaces this name alone.
+            return set_attrs_of_copy(writer, fd, (dir, name), path, attrs, xattrs.as_ref());
         }
         writer
             .chown_fd(&fd, attrs)
