@@ -1809,3 +1809,38 @@ fn third_party_copy_data_does_not_pass_through_the_client() {
         stats.bytes
     );
 }
+
+/// The server's log says, whatever its verbosity, who changed the tree and how: every
+/// transfer done, every mkdir, mv and rm, and a refused one with why; a listing is not logged.
+#[test]
+fn the_server_logs_every_change_with_who_asked() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"data").unwrap();
+    let srv = server(&root);
+    ok(&srv, &common::cp(&srv, &[], &src, srv.url("pushed")));
+    run_ok(&srv, &["mkdir", &srv.url("made")]);
+    run_ok(&srv, &["mv", &srv.url("made"), &srv.url("moved")]);
+    run_ok(&srv, &["ls", &srv.url("")]);
+    run_ok(&srv, &["rm", "-r", &srv.url("pushed")]);
+    let refused = run(&srv, &["rm", &srv.url("never-there")]);
+    assert!(!refused.status.success());
+    let log = srv.stderr_log();
+    for line in [
+        "push into 'pushed' done",
+        "mkdir 'made'",
+        "mv 'made' 'moved'",
+        "rm -r 'pushed'",
+        "rm 'never-there': refused",
+    ] {
+        let found = log.lines().find(|l| l.contains(line));
+        assert!(
+            found.is_some_and(|l| l.starts_with("sprat serve: 127.0.0.1:")),
+            "no '{line}' line with the client's address in:\n{log}"
+        );
+    }
+    assert!(!log.contains("ls "), "{log}");
+}

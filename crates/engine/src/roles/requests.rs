@@ -95,10 +95,55 @@ pub(crate) fn answer(
     conn: &mut Conn,
     req: Request,
 ) -> Result<(), TransferError> {
-    match execute(ctx, conn, req) {
+    let audit = change_of(&req);
+    let outcome = execute(ctx, conn, req);
+    // What changes the tree is logged whatever the verbosity, with who asked and whether it
+    // was done (reads are not: `-v` shows them).
+    if let Some(what) = audit {
+        let peer = &conn.peer;
+        match &outcome {
+            Ok(()) => eprintln!("sprat serve: {peer}: {what}"),
+            Err(Refusal(_, text)) => eprintln!(
+                "sprat serve: {peer}: {what}: refused: {}",
+                crate::text::printable(text)
+            ),
+        }
+    }
+    match outcome {
         Ok(()) => Ok(()),
         Err(Refusal(code, text)) => conn.send(&Message::Error { code, text }),
     }
+}
+
+/// A line for the server's log for a request that changes the tree (`None` for reads).
+fn change_of(req: &Request) -> Option<String> {
+    let shown = |p: &[u8]| crate::text::printable(&display_path(p)).into_owned();
+    Some(match req {
+        Request::Mkdir { path, parents } => {
+            format!(
+                "mkdir{} '{}'",
+                if *parents { " -p" } else { "" },
+                shown(path)
+            )
+        }
+        Request::Remove { path, recursive } => {
+            format!(
+                "rm{} '{}'",
+                if *recursive { " -r" } else { "" },
+                shown(path)
+            )
+        }
+        Request::Rename { from, to } => format!("mv '{}' '{}'", shown(from), shown(to)),
+        Request::SendTo {
+            path, addr, dest, ..
+        } => format!(
+            "copy '{}' to {}/{}",
+            shown(path),
+            crate::text::printable(addr),
+            shown(dest)
+        ),
+        _ => return None,
+    })
 }
 
 /// A listing's entry for `e`, with its owner and group (and their names here) when `names`.

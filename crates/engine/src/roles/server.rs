@@ -954,7 +954,12 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             printable(&e.to_string())
         );
     } else {
-        tracing::info!(%peer, "session committed");
+        // Every transfer is logged whatever the verbosity: who, which way, where.
+        let way = match op {
+            Operation::Push { .. } => "push into",
+            Operation::Pull { .. } => "pull from",
+        };
+        eprintln!("sprat serve: {peer}: {way} '{shown}' done");
     }
 }
 
