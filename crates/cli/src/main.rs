@@ -869,9 +869,14 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         report.destination = dst_shown;
     }
     for f in &report.failures {
+        // The root of the copy (a single file's, or DST itself) by the name the user gave.
+        let path = match f.path.as_str() {
+            "" | "." => &report.destination,
+            path => path,
+        };
         eprintln!(
             "sprat: failed: {}: {}",
-            printable(&f.path),
+            printable(path),
             printable(&f.error)
         );
         if a.json_events {

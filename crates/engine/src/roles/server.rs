@@ -373,6 +373,9 @@ impl Server {
 
     /// Accepts connections forever, one thread each.
     pub fn run(self) -> Result<(), TransferError> {
+        // Refusals are logged at most once a second, with how many went unlogged: a flood of
+        // connections must not flood the log too.
+        let mut refusals = RefusalLog::default();
         for stream in self.listener.incoming() {
             let stream = match stream {
                 Ok(s) => s,
@@ -393,7 +396,7 @@ impl Server {
             let slot = match self.shared.handshakes.admit(ip) {
                 Ok(slot) => slot,
                 Err(why) => {
-                    eprintln!("sprat serve: refusing {peer}: {why}");
+                    refusals.refused(&peer, &why.to_string());
                     continue;
                 }
             };
@@ -960,6 +963,34 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             Operation::Pull { .. } => "pull from",
         };
         eprintln!("sprat serve: {peer}: {way} '{shown}' done");
+    }
+}
+
+/// The log of connections refused before authentication, at most a line a second.
+#[derive(Default)]
+struct RefusalLog {
+    /// When the last line was written.
+    last: Option<Instant>,
+    /// Refusals since then that were not written.
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, peer: &str, why: &str) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            self.unlogged += 1;
+            return;
+        }
+        let more = match std::mem::take(&mut self.unlogged) {
+            0 => String::new(),
+            n => format!(" ({n} more refused since the last such line, not logged)"),
+        };
+        eprintln!("sprat serve: refusing {peer}: {why}{more}");
+        self.last = Some(now);
     }
 }
 
