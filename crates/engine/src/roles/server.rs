@@ -396,7 +396,7 @@ impl Server {
             let slot = match self.shared.handshakes.admit(ip) {
                 Ok(slot) => slot,
                 Err(why) => {
-                    refusals.refused(&peer, &why);
+                    refusals.refused(&peer, why);
                     continue;
                 }
             };
