@@ -663,6 +663,18 @@ fn open(
                 std::thread::sleep(HANDSHAKE_RETRIES[attempt]);
                 attempt += 1;
             }
+            // Every try closed at once: say what that most likely means.
+            Err(TransferError::ConnectionLost { peer, why }) if attempt > 0 => {
+                return Err(TransferError::ConnectionLost {
+                    peer,
+                    why: format!(
+                        "{why} ({} tries, each closed before the TLS handshake: the server may \
+                         be at its limit of connections still authenticating, from this \
+                         address or in all; try again later)",
+                        attempt + 1
+                    ),
+                })
+            }
             Err(e) => return Err(e),
         }
     };
