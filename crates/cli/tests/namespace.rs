@@ -1341,6 +1341,10 @@ fn read_only_server_refuses_changes_and_serves_reads() {
         );
     }
 
+    // `mkdir -p` of a directory that is there changes nothing: done, as on a writable one.
+    run_ok(&srv, &["mkdir", "-p", &srv.url("tree/d000")]);
+    assert!(diff_snapshots(&before, &snapshot(&root), &CompareOptions::with_root()).is_empty());
+
     // Reads still work.
     let out = run_ok(&srv, &["ls", "-R", &srv.url("")]);
     assert_eq!(lines(&out), expected_listing(&root, true));

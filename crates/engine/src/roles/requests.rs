@@ -448,6 +448,17 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             conn.send(&Message::Usage(total))?;
         }
         Request::Mkdir { path, parents } => {
+            // `mkdir -p` of a directory that is there asks for no change: done, read-only or
+            // not.
+            if parents {
+                if let Ok(Place::In { export, rel, .. }) = ctx.place(&path) {
+                    let there = sprat_store::stat_path(&export.root, &rel);
+                    if there.is_ok_and(|e| e.kind == EntryType::Dir) {
+                        conn.send(&Message::ReplyEnd)?;
+                        return Ok(());
+                    }
+                }
+            }
             let (export, _, rel) = ctx.writable(&path, "make a directory in")?;
             ns::make_dir(&export.root, &rel, parents)?;
             conn.send(&Message::ReplyEnd)?;
