@@ -988,8 +988,8 @@ pub fn accept(
     conn.read_until(Some(started + CLIENT_HELLO_PATIENCE));
     let Some(encrypted) = client_starts_tls(conn) else {
         let text = format!(
-            "no hello within {} s: this server speaks sprat protocol {}, where the client \
-             speaks first (upgrade the client)",
+            "sent no hello within {} s (a client of sprat protocol {} speaks first; one of \
+             protocol 2 or older waits for the server, and must be upgraded)",
             CLIENT_HELLO_PATIENCE.as_secs(),
             sprat_proto::PROTOCOL_VERSION
         );
