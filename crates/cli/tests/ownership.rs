@@ -15,7 +15,7 @@ use std::os::unix::fs::{lchown, symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use common::{assert_ok, bin, cp, cp_local, server, server_with, tmp};
-use sprat_testkit::{make_file, random_bytes, ServerOptions};
+use sprat_testkit::{describe, make_file, random_bytes, ServerOptions};
 
 /// Forces every file above 64 KiB to travel as 64 KiB chunks.
 const CHUNKED: &[&str] = &["--small-file-threshold", "64KiB", "--chunk-size", "64KiB"];
@@ -483,4 +483,69 @@ fn ls_and_stat_show_owners_and_groups_by_name_or_number() {
             "{nameless}"
         );
     }
+}
+
+/// `--delete` when a directory of the source cannot be read (run as a user that may not read
+/// it): that directory is reported as failed, and nothing at all is deleted, least of all its
+/// copy at the destination, which would otherwise look deleted from the source (exit 1).
+#[test]
+fn a_delete_after_an_unreadable_source_directory_deletes_nothing() {
+    if !root_or_skip() || !Path::new("/usr/bin/setpriv").exists() {
+        return;
+    }
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = user("nobody");
+    let src = t.path().join("src");
+    for (path, data) in [("keep/a", "a"), ("secret/b", "b"), ("secret/c", "c")] {
+        fs::create_dir_all(src.join(path).parent().unwrap()).unwrap();
+        make_file(&src.join(path), data.as_bytes(), 0o644);
+    }
+    let dst = t.path().join("dst");
+    for dir in [&src, &dst] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    let as_nobody = |args: &[&Path]| {
+        let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+        cmd.args([
+            "--reuid",
+            &nobody.to_string(),
+            "--regid",
+            &nobody.to_string(),
+        ])
+        .arg("--clear-groups")
+        .arg(bin())
+        .arg("cp")
+        .args(args);
+        cmd.output().unwrap()
+    };
+    for entry in walk(t.path()) {
+        lchown(&entry, Some(nobody), Some(nobody)).unwrap();
+    }
+    let out = as_nobody(&[&src, &dst]);
+    assert!(out.status.success(), "{}", describe(&out));
+    fs::write(dst.join("stale"), b"not in the source").unwrap();
+    fs::set_permissions(src.join("secret"), fs::Permissions::from_mode(0o000)).unwrap();
+    let out = as_nobody(&[Path::new("--delete"), &src, &dst]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--delete skipped"), "{stderr}");
+    assert_eq!(fs::read(dst.join("secret/b")).unwrap(), b"b");
+    assert_eq!(fs::read(dst.join("secret/c")).unwrap(), b"c");
+    assert!(
+        dst.join("stale").exists(),
+        "deleted in spite of the failure"
+    );
+    fs::set_permissions(src.join("secret"), fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Every path below `dir`, `dir` included.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    if fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+        for e in fs::read_dir(dir).unwrap() {
+            out.extend(walk(&e.unwrap().path()));
+        }
+    }
+    out
 }

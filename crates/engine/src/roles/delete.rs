@@ -10,7 +10,7 @@
 //! interrupted copy left for a file (see `sprat_store::partial`) belong to that file: they are
 //! kept while the source has it (the copy resumes from them) and removed with it otherwise.
 
-use super::destination::{scan_local, scan_local_source};
+use super::destination::{scan_local, scan_local_source_counting_errors};
 use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::Selection;
@@ -22,8 +22,9 @@ use sprat_proto::Message;
 use sprat_store::{partial, relpath, EntryType, Root};
 use std::collections::{HashMap, HashSet};
 
-/// A tree's paths with whether each is a directory, and the final paths of its partial files.
-type Listed = (Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>);
+/// A tree's paths with whether each is a directory, the final paths of its partial files, and
+/// how many of its entries could not be read (a local source's; their contents are missing).
+type Listed = (Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>, u64);
 
 /// Every path below `ep` (relative to it; the root itself left out), whether it is a
 /// directory, and the final paths of the partial files there (from a server's listing, or
@@ -36,13 +37,16 @@ fn paths(
 ) -> Result<Listed, TransferError> {
     let mut out = Vec::new();
     let mut partials = Vec::new();
+    let mut unreadable = 0;
     let selection = match source {
         true => options.selection.clone(),
         false => Selection::default(),
     };
     match ep {
         Endpoint::Local(p) if source => {
-            scan_local_source(p, options, |e| out.push((e.path, e.kind == EntryType::Dir)))?
+            unreadable = scan_local_source_counting_errors(p, options, |e| {
+                out.push((e.path, e.kind == EntryType::Dir))
+            })?
         }
         Endpoint::Local(p) => {
             let mut logs = Vec::new();
@@ -78,7 +82,7 @@ fn paths(
             }
         }
     }
-    Ok((out, partials))
+    Ok((out, partials, unreadable))
 }
 
 /// Whether a listing (as [`paths`] returns it, the root's own entry included) is of a
@@ -116,19 +120,38 @@ fn owner_of<'a>(
     Some(relpath::join(dir, file).into())
 }
 
-/// The destination's top-most entries that the source does not have (an extra directory
-/// stands for everything below it), sorted.
+/// [`extras_unless_unreadable`] for a dry run: a source with unreadable entries is an error.
 pub(crate) fn extras(
     src: &Endpoint,
     dst: &Endpoint,
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Vec<Vec<u8>>, TransferError> {
-    let listed = paths(src, key, options, true)?.0;
+    extras_unless_unreadable(src, dst, key, options)?.map_err(TransferError::Local)
+}
+
+/// The destination's top-most entries that the source does not have (an extra directory
+/// stands for everything below it), sorted; or why none may be deleted: some of the
+/// source's entries could not be read, so what is below them would look deleted from it
+/// (rsync too deletes nothing after an I/O error).
+pub(crate) fn extras_unless_unreadable(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: &Credentials,
+    options: &TransferOptions,
+) -> Result<Result<Vec<Vec<u8>>, String>, TransferError> {
+    let (listed, _, unreadable) = paths(src, key, options, true)?;
+    if unreadable > 0 {
+        return Ok(Err(format!(
+            "--delete skipped: {} of the source could not be read, and what is below an \
+             unreadable directory would have looked deleted from it",
+            crate::report::counted(unreadable, "entry", "entries")
+        )));
+    }
     // A single file replaces one name, or goes inside DST: nothing else of DST is the copy's
     // to delete (as with rsync), whatever DST holds.
     if !root_is_dir(&listed) {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     }
     let source: HashSet<Vec<u8>> = listed
         .into_iter()
@@ -136,7 +159,7 @@ pub(crate) fn extras(
         .filter(|p| !p.is_empty())
         .collect();
     let filter = &options.selection.filter;
-    let (mut dest, partials) = paths(dst, key, options, false)?;
+    let (mut dest, partials, _) = paths(dst, key, options, false)?;
     dest.retain(|(p, _)| !p.is_empty());
     // Entries a user made, not an interrupted copy's partial files.
     let dest_top = dest
@@ -167,7 +190,7 @@ pub(crate) fn extras(
     if !options.force_delete {
         refuse_to_empty(dst, dest_top, &extra)?;
     }
-    Ok(extra)
+    Ok(Ok(extra))
 }
 
 /// Refuses a `--delete` that would remove every entry the destination holds at its top: a
@@ -219,7 +242,10 @@ pub(crate) fn delete_extras(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<(u64, Failures), TransferError> {
-    let extra = extras(src, dst, key, options)?;
+    let extra = match extras_unless_unreadable(src, dst, key, options)? {
+        Ok(extra) => extra,
+        Err(why) => return Ok((0, vec![(Vec::new(), why)])),
+    };
     let mut removed = 0;
     let mut failures = Vec::new();
     if extra.is_empty() {

@@ -158,11 +158,23 @@ pub(crate) fn scan_local_summed(
     digests: bool,
     each: impl FnMut(ScanEntry),
 ) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
-    scan_local_summed_while(dst, options, selection, digests, || true, each)
+    scan_local_summed_while(dst, options, selection, digests, || true, each).map(|(s, _)| s)
+}
+
+/// [`scan_local_source`], returning how many entries could not be examined or listed (an
+/// unreadable directory: what is below it is missing from the scan).
+pub(crate) fn scan_local_source_counting_errors(
+    src: &Path,
+    options: &TransferOptions,
+    each: impl FnMut(ScanEntry),
+) -> Result<u64, TransferError> {
+    let selection = &options.selection;
+    scan_local_summed_while(src, options, selection, false, || true, each).map(|(_, e)| e)
 }
 
 /// [`scan_local_summed`] that stops scanning (what it has not listed yet is left out) once
-/// `go_on` says false, checked between listings.
+/// `go_on` says false, checked between listings; also returns how many entries failed (left
+/// out too).
 fn scan_local_summed_while(
     dst: &Path,
     options: &TransferOptions,
@@ -170,7 +182,7 @@ fn scan_local_summed_while(
     digests: bool,
     go_on: impl Fn() -> bool,
     mut each: impl FnMut(ScanEntry),
-) -> Result<Vec<(Vec<u8>, u128)>, TransferError> {
+) -> Result<(Vec<(Vec<u8>, u128)>, u64), TransferError> {
     let root = match Root::open(dst) {
         Ok(root) => root,
         Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => {
@@ -178,7 +190,7 @@ fn scan_local_summed_while(
             if let Some(file) = single_file(dst) {
                 each(file);
             }
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         Err(e) => return Err(e.into()),
     };
@@ -189,6 +201,7 @@ fn scan_local_summed_while(
     };
     let threads = if digests { options.read_threads } else { 0 };
     let mut summed = Vec::new();
+    let mut errors = 0u64;
     std::thread::scope(|s| {
         s.spawn(|| sprat_store::scan_selected(&root, scan_options, selection, tx));
         digest::with_pool(&root, threads, file_path, |mut pool| {
@@ -198,6 +211,8 @@ fn scan_local_summed_while(
                 if !go_on() {
                     break;
                 }
+                let failed = listing.iter().filter(|e| e.error.is_some()).count();
+                errors += failed as u64;
                 for e in listing.into_iter().filter(|e| e.error.is_none()) {
                     if digests && e.kind == EntryType::File {
                         pool.submit(e.path.clone());
@@ -210,7 +225,7 @@ fn scan_local_summed_while(
             summed.extend(pool.finish().filter_map(|(p, d)| Some((p, d?))));
         });
     });
-    Ok(summed)
+    Ok((summed, errors))
 }
 
 /// The destination's files for the check (see `pipeline::skip`): a scan of the local tree
@@ -354,7 +369,7 @@ pub(crate) fn local_entries(
         }
     };
     let go_on = || wanted.get();
-    let summed =
+    let (summed, _) =
         scan_local_summed_while(dst, options, &Selection::default(), digests, go_on, |e| {
             if is_partial_log(&e) {
                 logs.push(e.path.clone());
