@@ -172,6 +172,9 @@ pub(crate) fn scan_local_source_counting_errors(
     scan_local_summed_while(src, options, selection, false, || true, each).map(|(_, e)| e)
 }
 
+/// Digests of files by path.
+type Summed = Vec<(Vec<u8>, u128)>;
+
 /// [`scan_local_summed`] that stops scanning (what it has not listed yet is left out) once
 /// `go_on` says false, checked between listings; also returns how many entries failed (left
 /// out too).
@@ -182,7 +185,7 @@ fn scan_local_summed_while(
     digests: bool,
     go_on: impl Fn() -> bool,
     mut each: impl FnMut(ScanEntry),
-) -> Result<(Vec<(Vec<u8>, u128)>, u64), TransferError> {
+) -> Result<(Summed, u64), TransferError> {
     let root = match Root::open(dst) {
         Ok(root) => root,
         Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => {
