@@ -42,6 +42,33 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// On Ctrl-C (or SIGTERM, SIGHUP) during a copy: a line saying that nothing is lost and how
+/// to go on, then the exit a signal's death would give (128 + the signal). What was being
+/// written is left as a kill leaves it: no file half written under its name, and a large
+/// file's partial copy kept for the next run.
+fn say_how_to_resume_when_interrupted() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            // After a progress line that was being redrawn, on a line of its own.
+            let fresh_line = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                "\n"
+            } else {
+                ""
+            };
+            eprintln!(
+                "{fresh_line}sprat: interrupted: no file is left half written under its name; \
+                 run the same command again to go on (whole files are skipped, a large file \
+                 resumes from its partial copy)"
+            );
+            std::process::exit(128 + signal);
+        }
+    });
+}
+
 fn main() {
     let command = <Cli as clap::CommandFactory>::command();
     let args = rsync_habits::lone_h_is_help(std::env::args_os().collect());
@@ -53,6 +80,9 @@ fn main() {
     raise_open_file_limit();
     init_diagnostics(cli.verbose);
     let cp_matches = matches.subcommand_matches("cp");
+    if cp_matches.is_some() {
+        say_how_to_resume_when_interrupted();
+    }
     let json = cp_matches.is_some_and(|m| m.get_flag("json") || m.get_flag("json_events"));
     let code = match run(cli, cp_matches) {
         Ok(code) => code,

@@ -1023,3 +1023,41 @@ fn a_single_file_goes_into_a_destination_given_with_a_trailing_slash() {
     assert_ok(&out, None);
     assert_eq!(fs::read(local.join("tree/data.bin")).unwrap(), b"payload");
 }
+
+/// Ctrl-C during a copy: one line saying that nothing is half written and how to go on, and
+/// the exit a shell reports for SIGINT (130); the same command run again completes the copy
+/// exactly.
+#[test]
+fn an_interrupted_copy_says_how_to_go_on_and_the_same_command_finishes_it() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 40, 256 * 1024, 21);
+    let dst = t.path().join("dst");
+    let args = [
+        OsString::from("cp"),
+        "--bwlimit".into(),
+        "2MB/s".into(),
+        src.clone().into(),
+        dst.clone().into(),
+    ];
+    let mut child = spawn_sprat(bin(), &args, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !has_regular_file(&dst) {
+        assert!(Instant::now() < deadline, "no file copied within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_or_panic(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("run the same command again"),
+        "{stderr}"
+    );
+    assert_ok(&cp_local(&[], &src, &dst), None);
+    assert_trees_equal(&src, &dst);
+}
