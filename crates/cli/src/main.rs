@@ -742,11 +742,10 @@ const MIN_BWLIMIT: f64 = 100_000.0;
 
 fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyhow::Result<i32> {
     if a.compress {
-        anyhow::bail!(TransferError::Usage(
-            "-z/--compress: sprat does not compress what it sends (on the fast networks it is \
-             made for, compressing costs more time than it saves); leave it out"
-                .into()
-        ));
+        anyhow::bail!(TransferError::Usage(format!(
+            "-z/--compress: {}",
+            rsync_habits::NO_COMPRESSION
+        )));
     }
     if !a.more.is_empty() {
         return cp_several(a, matches, verbose);

@@ -9,6 +9,10 @@
 
 use std::ffi::OsString;
 
+/// What `-z`, `--compress` and `--compress-level` are answered.
+pub const NO_COMPRESSION: &str = "sprat does not compress what it sends (on the fast networks \
+     it is made for, compressing costs more time than it saves); leave it out";
+
 /// rsync's long options sprat does not take, with their short letters, and what to say.
 const ANSWERS: &[(&str, Option<char>, &str)] = &[
     (
@@ -162,12 +166,7 @@ const ANSWERS: &[(&str, Option<char>, &str)] = &[
         None,
         "use --delete (it removes what the source lacks before copying)",
     ),
-    (
-        "compress-level",
-        None,
-        "sprat does not compress what it sends (on the fast networks it is made for, \
-         compressing costs more time than it saves); leave it out",
-    ),
+    ("compress-level", None, NO_COMPRESSION),
     (
         "delete-missing-args",
         None,

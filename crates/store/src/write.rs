@@ -964,8 +964,9 @@ fn set_attrs_of_copy(
 ) -> Result<(), StoreError> {
     let (copy, temp) = writer.create_pending(dir, name, path, 0o600)?;
     let (shared, copy) = (std::fs::File::from(shared), std::fs::File::from(copy));
-    let copied = std::io::copy(&mut &shared, &mut &copy)
-        .map_err(|e| StoreError::other("copy", path, &e.to_string()));
+    // The OS error kept as it is (a full disk stays a full disk).
+    let copied =
+        std::io::copy(&mut &shared, &mut &copy).map_err(|e| StoreError::new("copy", path, e));
     let copy = OwnedFd::from(copy);
     let result = copied
         .and_then(|_| match xattrs {

@@ -214,9 +214,11 @@ fn scan_local_summed_while(
                 if !go_on() {
                     break;
                 }
-                let failed = listing.iter().filter(|e| e.error.is_some()).count();
-                errors += failed as u64;
-                for e in listing.into_iter().filter(|e| e.error.is_none()) {
+                for e in listing {
+                    if e.error.is_some() {
+                        errors += 1;
+                        continue;
+                    }
                     if digests && e.kind == EntryType::File {
                         pool.submit(e.path.clone());
                     }
