@@ -40,8 +40,10 @@ def lo_bytes() -> int | None:
 def resume_state(src: str, tree: dict, dst: str) -> dict:
     """What a cut push left at `dst`: complete files (final name, the source's size and mtime
     to the ns), partial files' ranges their journal `.NAME.sprat-part.log` records (header
-    SPRATPT1, size u64, mtime s i64 + ns u32; records offset u64, length u64, xxh3-128) when
-    the header matches the source, missing = the rest; recorded ranges whose bytes differ."""
+    SPRATPT3, size u64, mtime s i64 + ns u32, the source file's version u64; SPRATPT1 of
+    earlier releases without the version; records offset u64, length u64, xxh3-128) when the
+    header's size and mtime match the source, missing = the rest; recorded ranges whose bytes
+    differ."""
     cb = pb = total = bad = 0
     cf = pf = 0
     for k, v in tree.items():
@@ -63,13 +65,14 @@ def resume_state(src: str, tree: dict, dst: str) -> dict:
                 data = f.read()
         except OSError:
             continue
-        if len(data) < 28 or data[:8] != b"SPRATPT1":
+        header = {b"SPRATPT1": 28, b"SPRATPT3": 36}.get(data[:8])
+        if header is None or len(data) < header:
             continue
         size, sec, nsec = struct.unpack_from("<QqI", data, 8)
         if size != s.st_size or sec * 10**9 + nsec != s.st_mtime_ns:
             continue
         ranges = sorted((o, o + n) for o, n in (struct.unpack_from("<QQ", data, off)
-                                                for off in range(28, len(data) - 31, 32)) if n and o + n <= size)
+                                                for off in range(header, len(data) - 31, 32)) if n and o + n <= size)
         have = end = 0
         for a, b in ranges:
             a = max(a, end)

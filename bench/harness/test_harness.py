@@ -557,7 +557,7 @@ class Resume(unittest.TestCase):
             with open(os.path.join(dst, ".half.sprat-part"), "wb") as f:
                 f.write(b"01234567" + b"\0" * 8)
             with open(os.path.join(dst, ".half.sprat-part.log"), "wb") as f:
-                f.write(b"SPRATPT1" + struct.pack("<QqI", 16, hs.st_mtime_ns // 10**9, hs.st_mtime_ns % 10**9))
+                f.write(b"SPRATPT3" + struct.pack("<QqIQ", 16, hs.st_mtime_ns // 10**9, hs.st_mtime_ns % 10**9, 77))
                 f.write(struct.pack("<QQ", 0, 8) + b"h" * 16)
                 f.write(b"torn")
             tree = verify.scan(src, hashing=False)

@@ -291,13 +291,14 @@ fn du(dir: &Path) -> u64 {
 /// the length of a chunk written.
 fn journal_bytes(log: &Path) -> u64 {
     let bytes = std::fs::read(log).unwrap_or_default();
-    // A journal of a hashed (long) name records the name after the header: its length in
-    // two bytes, then the name.
+    // The header: magic, size, mtime (s, ns), the source file's version. A journal of a
+    // hashed (long) name records the name after it: its length in two bytes, then the name.
+    const HEADER: usize = 8 + 8 + 8 + 4 + 8;
     let header = match bytes.get(..8) {
-        Some(b"SPRATPT2") => bytes
-            .get(28..30)
-            .map_or(28, |n| 30 + usize::from(u16::from_le_bytes([n[0], n[1]]))),
-        _ => 28,
+        Some(b"SPRATPT4") => bytes.get(HEADER..HEADER + 2).map_or(HEADER, |n| {
+            HEADER + 2 + usize::from(u16::from_le_bytes([n[0], n[1]]))
+        }),
+        _ => HEADER,
     };
     bytes
         .get(header..)
@@ -515,6 +516,54 @@ fn checksum_after_an_interruption(dir: Dir, seed: u64) {
     );
     // Nothing of the large file was left out: only the small file's 5 bytes, up to date.
     assert_eq!(report(&out)["bytes_not_sent"].as_u64(), Some(5), "{why}");
+}
+
+/// An interrupted copy, then the large file is replaced at the source by another content of
+/// the same size and mtime: written in place with its mtime put back (`in_place`), or
+/// renamed over it (as `cp -p`, `tar x` or an editor's save leave it). The partial file is of
+/// another version (its journal records the inode and change time of the source file): it is
+/// not resumed, the file is sent whole, and the copy is exact. Resuming would make a mix of
+/// the two versions that every later run takes as up to date.
+fn replaced_after_an_interruption(dir: Dir, seed: u64, in_place: bool) {
+    let (cell, total, _) = interrupted(dir, seed);
+    let big = cell.src.join("big/large.bin");
+    let mtime = std::fs::metadata(&big).unwrap().modified().unwrap();
+    let content = tree::random_bytes(total as usize, seed + 100);
+    let written = if in_place {
+        big.clone()
+    } else {
+        cell.src.join("big/new.tmp")
+    };
+    std::fs::write(&written, &content).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&written)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    if !in_place {
+        std::fs::rename(&written, &big).unwrap();
+    }
+    let out = cell.copy_direct(COPY);
+    let why = format!("{dir:?}, in place: {in_place}\n{}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert!(
+        std::fs::read(cell.dst.join("big/large.bin")).unwrap() == content,
+        "not the source's content: {why}"
+    );
+    // Nothing of the large file was left out: only the small file's 5 bytes, up to date.
+    assert_eq!(report(&out)["bytes_not_sent"].as_u64(), Some(5), "{why}");
+}
+
+#[test]
+fn a_partial_file_of_a_source_replaced_with_the_same_size_and_mtime_is_not_resumed() {
+    replaced_after_an_interruption(Dir::Push, 35, false);
+    replaced_after_an_interruption(Dir::Pull, 36, true);
+}
+
+#[test]
+fn a_third_party_partial_file_of_a_replaced_source_is_not_resumed() {
+    replaced_after_an_interruption(Dir::ThirdParty, 37, false);
 }
 
 #[test]

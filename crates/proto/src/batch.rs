@@ -194,6 +194,14 @@ pub struct FileMeta {
     pub gid: u32,
 }
 
+/// The large file a chunk is of, as [`EntryKind::Chunk`] describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkOf {
+    pub file_size: u64,
+    pub version: u64,
+    pub whole: bool,
+}
+
 /// What one entry of a batch describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind<'a> {
@@ -219,10 +227,14 @@ pub enum EntryKind<'a> {
     /// One piece of a large file: `data` goes at `offset` of a file of `file_size` bytes.
     /// `whole`: the file is sent whole, so a partial file an earlier run left of it is not
     /// resumed (its ranges are written again, and nothing of it counts as present);
-    /// otherwise the sender sends only the ranges such a partial file lacks.
+    /// otherwise the sender sends only the ranges such a partial file lacks. `version`: what
+    /// tells this version of the file from another of the same size and mtime at the sender
+    /// (a digest of its inode number and change time; 0: unknown), kept in the partial
+    /// file's journal so that a later run resumes only from the very same version.
     Chunk {
         meta: FileMeta,
         file_size: u64,
+        version: u64,
         offset: u64,
         hash: u128,
         data: &'a [u8],
@@ -402,19 +414,22 @@ impl Batch {
         self.header.extend_from_slice(&hash.to_le_bytes());
     }
 
-    /// Records a chunk whose `len` bytes were just appended to `data`; `whole`: of a file sent
-    /// whole (see [`EntryKind::Chunk`]).
-    #[allow(clippy::too_many_arguments)]
+    /// Records a chunk whose `len` bytes were just appended to `data`, of the file `of`
+    /// (see [`EntryKind::Chunk`]).
     pub fn push_chunk(
         &mut self,
         path: &[u8],
         meta: &FileMeta,
-        file_size: u64,
+        of: ChunkOf,
         offset: u64,
         len: u64,
         hash: u128,
-        whole: bool,
     ) {
+        let ChunkOf {
+            file_size,
+            version,
+            whole,
+        } = of;
         self.begin(
             if whole {
                 ENTRY_CHUNK_WHOLE
@@ -427,6 +442,7 @@ impl Batch {
         self.totals.chunk_bytes += len;
         self.put_meta(meta);
         self.header.extend_from_slice(&file_size.to_le_bytes());
+        self.header.extend_from_slice(&version.to_le_bytes());
         self.header.extend_from_slice(&offset.to_le_bytes());
         self.header.extend_from_slice(&len.to_le_bytes());
         self.header.extend_from_slice(&hash.to_le_bytes());
@@ -674,6 +690,7 @@ impl<'a> BatchView<'a> {
                 ENTRY_CHUNK | ENTRY_CHUNK_WHOLE => {
                     let meta = read_meta(&mut r)?;
                     let file_size = r.u64("file size")?;
+                    let version = r.u64("file version")?;
                     let offset = r.u64("chunk offset")?;
                     let len = r.u64("chunk length")?;
                     let hash = r.u128("chunk hash")?;
@@ -687,6 +704,7 @@ impl<'a> BatchView<'a> {
                     EntryKind::Chunk {
                         meta,
                         file_size,
+                        version,
                         offset,
                         hash,
                         data: take_data(len)?,
@@ -807,7 +825,18 @@ mod tests {
         b.push_dir(b"", &meta);
         b.push_symlink(b"l", &meta, b"../x");
         b.data.extend_from_slice(b"xy");
-        b.push_chunk(b"big", &meta, 10, 8, 2, 9, false);
+        b.push_chunk(
+            b"big",
+            &meta,
+            ChunkOf {
+                file_size: 10,
+                version: 77,
+                whole: false,
+            },
+            8,
+            2,
+            9,
+        );
         b.push_failed(b"gone", "No such file");
         b.push_file(b"empty", &meta, 0, 0);
         b.push_attrs(b"same", &meta, 1234);
@@ -907,9 +936,16 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         match &view.entries[3].kind {
-            EntryKind::Chunk { data, offset, .. } => {
+            EntryKind::Chunk {
+                data,
+                offset,
+                version,
+                whole,
+                ..
+            } => {
                 assert_eq!(*data, b"xy");
                 assert_eq!(*offset, 8);
+                assert_eq!((*version, *whole), (77, false));
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -942,7 +978,18 @@ mod tests {
     fn chunk_beyond_file_size_is_refused() {
         let mut b = Batch::new(1, 0);
         b.data.extend_from_slice(b"abc");
-        b.push_chunk(b"f", &FileMeta::default(), 4, 2, 3, 0, true);
+        b.push_chunk(
+            b"f",
+            &FileMeta::default(),
+            ChunkOf {
+                file_size: 4,
+                version: 0,
+                whole: true,
+            },
+            2,
+            3,
+            0,
+        );
         assert!(BatchView::decode(&payload(&b)).is_err());
     }
 

@@ -17,7 +17,7 @@ pub mod selection;
 pub mod session;
 
 pub use batch::{
-    xattr_scope, Batch, BatchView, Entry, EntryKind, FileMeta, KeepRule, Totals, XattrList,
+    xattr_scope, Batch, BatchView, ChunkOf, Entry, EntryKind, FileMeta, KeepRule, Totals, XattrList,
 };
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
@@ -27,4 +27,4 @@ pub use message::{
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 15;
+pub const PROTOCOL_VERSION: u16 = 16;

@@ -146,13 +146,15 @@ pub enum NsKind {
     Special,
     /// A large file an interrupted transfer left incomplete, kept (under hidden names) for
     /// the next run to resume: `path` is the file's final path, `size`, `mtime_*` are the
-    /// source file's it is a copy of, and `target` holds the byte ranges present (pairs of
-    /// little-endian u64 offset and length, at most [`MAX_PARTIAL_RANGES`]).
+    /// source file's it is a copy of, and `target` holds that file's version (a little-endian
+    /// u64, as the chunks carried it: see [`crate::EntryKind::Chunk`]) then the byte ranges
+    /// present (pairs of little-endian u64 offset and length, at most
+    /// [`MAX_PARTIAL_RANGES`]).
     Partial,
 }
 
 /// Most ranges a [`NsKind::Partial`] entry lists.
-pub const MAX_PARTIAL_RANGES: usize = 256;
+pub const MAX_PARTIAL_RANGES: usize = 255;
 
 /// One entry of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]

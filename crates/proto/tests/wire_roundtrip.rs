@@ -9,8 +9,9 @@ use proptest::prelude::*;
 use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
-    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, KeepRule, Message,
-    MetaFlags, Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    Batch, BatchView, ChunkOf, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, KeepRule,
+    Message, MetaFlags, Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN,
+    PROTOCOL_VERSION,
 };
 
 /// A valid relative path: empty (the root) or 1-4 names of 1-12 bytes, none `.` or `..`,
@@ -343,7 +344,7 @@ enum Item {
     Symlink(Vec<u8>, FileMeta, Vec<u8>),
     UserName(u32, Vec<u8>),
     GroupName(u32, Vec<u8>),
-    Chunk(Vec<u8>, FileMeta, u64, u64, Vec<u8>, u128, bool),
+    Chunk(Vec<u8>, FileMeta, ChunkOf, u64, Vec<u8>, u128),
     Failed(Vec<u8>, String),
     Attrs(Vec<u8>, FileMeta, u64),
     HardLink(Vec<u8>, Vec<u8>),
@@ -423,7 +424,12 @@ fn item() -> impl Strategy<Value = Item> {
                 let len = d.len() as u64;
                 let offset = slack % (u64::MAX - len);
                 let file_size = (offset + len).saturating_add(slack % 7);
-                Item::Chunk(p, m, file_size, offset, d, h, whole)
+                let of = ChunkOf {
+                    file_size,
+                    version: slack ^ h as u64,
+                    whole,
+                };
+                Item::Chunk(p, m, of, offset, d, h)
             }),
         (rel_path(), ".{0,30}").prop_map(|(p, t)| Item::Failed(p, t)),
         (rel_path(), meta(), any::<u64>()).prop_map(|(p, m, s)| Item::Attrs(p, m, s)),
@@ -448,9 +454,9 @@ fn build(seq: u64, items: &[Item]) -> Batch {
             Item::Symlink(p, m, t) => b.push_symlink(p, m, t),
             Item::UserName(id, n) => b.push_user_name(*id, n),
             Item::GroupName(id, n) => b.push_group_name(*id, n),
-            Item::Chunk(p, m, size, offset, d, h, whole) => {
+            Item::Chunk(p, m, of, offset, d, h) => {
                 b.data.extend_from_slice(d);
-                b.push_chunk(p, m, *size, *offset, d.len() as u64, *h, *whole);
+                b.push_chunk(p, m, *of, *offset, d.len() as u64, *h);
             }
             Item::Failed(p, t) => b.push_failed(p, t),
             Item::Attrs(p, m, s) => b.push_attrs(p, m, *s),
@@ -475,8 +481,16 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
         ),
         Item::UserName(id, n) => return (Vec::new(), format!("user {id} {n:?}")),
         Item::GroupName(id, n) => return (Vec::new(), format!("group {id} {n:?}")),
-        Item::Chunk(p, m, size, offset, d, h, whole) => {
-            (p, format!("chunk {m:?} {size} {offset} {h} {d:?} {whole}"))
+        Item::Chunk(p, m, of, offset, d, h) => {
+            let ChunkOf {
+                file_size,
+                version,
+                whole,
+            } = of;
+            (
+                p,
+                format!("chunk {m:?} {file_size} {version} {offset} {h} {d:?} {whole}"),
+            )
         }
         Item::Failed(p, t) => (p, format!("failed {:?}", t.as_bytes())),
         Item::Attrs(p, m, s) => (p, format!("attrs {m:?} {s}")),
@@ -507,11 +521,12 @@ fn described(kind: &EntryKind<'_>) -> String {
         EntryKind::Chunk {
             meta,
             file_size,
+            version,
             offset,
             hash,
             data,
             whole,
-        } => format!("chunk {meta:?} {file_size} {offset} {hash} {data:?} {whole}"),
+        } => format!("chunk {meta:?} {file_size} {version} {offset} {hash} {data:?} {whole}"),
         EntryKind::Failed { text } => format!("failed {text:?}"),
         EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
         EntryKind::HardLink { target } => format!("hard link {:?}", target.to_vec()),

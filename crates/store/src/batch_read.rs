@@ -38,9 +38,10 @@ pub enum ReadOrder {
 }
 
 /// One item of a batch to read: `len` bytes from `offset` of a file the scan saw with
-/// `scanned` size and mtime (`len` is that size for a whole file, `whole`). After its data is
-/// read, the open file is examined again (`statx` on its descriptor): a file whose size or
-/// mtime is no longer what the scan saw changed while it was read, and its data is refused
+/// `scanned` size, mtime and version (`len` is that size for a whole file, `whole`). After its
+/// data is read, the open file is examined again (`statx` on its descriptor): a file whose
+/// size, mtime or version is no longer what the scan saw changed while it was read (or was
+/// replaced by another of the same size and mtime), and its data is refused
 /// (a chunk of a large file is checked the same way, so every chunk of a copied large file
 /// was read from the one version the scan saw). A file gone before it could be opened
 /// vanished.
@@ -53,12 +54,14 @@ pub struct ReadItem<'p> {
     pub scanned: Scanned,
 }
 
-/// What the scan saw of a file: its size and mtime.
+/// What the scan saw of a file: its size, mtime and version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scanned {
     pub size: u64,
     pub mtime_sec: i64,
     pub mtime_nsec: u32,
+    /// [`crate::ScanEntry::version`]; 0: unknown, not checked.
+    pub version: u64,
 }
 
 /// The text of the error of a file that changed between its scan and the end of its read.
@@ -329,26 +332,32 @@ fn in_hole(fd: &OwnedFd, offset: u64, len: u64) -> bool {
     }
 }
 
-/// Whether the open file `fd` still has the size and mtime the scan saw (an error examining
-/// it counts as a change).
+/// Whether the open file `fd` still has the size, mtime and version the scan saw (an error
+/// examining it counts as a change).
 pub(crate) fn unchanged(fd: &OwnedFd, scanned: &Scanned) -> bool {
     allocated_if_unchanged(fd, scanned).is_some()
 }
 
-/// The bytes the open file `fd` has allocated, if it still has the size and mtime the scan
-/// saw ([`unchanged`], with the same one `statx`).
+/// The bytes the open file `fd` has allocated, if it still has the size, mtime and version
+/// the scan saw ([`unchanged`], with the same one `statx`).
 pub(crate) fn allocated_if_unchanged(fd: &OwnedFd, scanned: &Scanned) -> Option<u64> {
     use rustix::fs::{statx, AtFlags, StatxFlags};
     let st = statx(
         fd,
         "",
         AtFlags::EMPTY_PATH,
-        StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::BLOCKS,
+        StatxFlags::SIZE
+            | StatxFlags::MTIME
+            | StatxFlags::BLOCKS
+            | StatxFlags::INO
+            | StatxFlags::CTIME,
     )
     .ok()?;
     let same = st.stx_size == scanned.size
         && st.stx_mtime.tv_sec == scanned.mtime_sec
-        && st.stx_mtime.tv_nsec == scanned.mtime_nsec;
+        && st.stx_mtime.tv_nsec == scanned.mtime_nsec
+        && (scanned.version == 0
+            || crate::scan::version_of(st.stx_ino, &st.stx_ctime) == scanned.version);
     same.then(|| st.stx_blocks.saturating_mul(512))
 }
 
@@ -385,6 +394,7 @@ pub(crate) mod tests {
         size: 0,
         mtime_sec: 0,
         mtime_nsec: 0,
+        version: 0,
     };
 
     /// Runs `f` on a thread of its own; panics if it takes more than 20 s, first opening the
@@ -460,6 +470,7 @@ pub(crate) mod tests {
                             size: e.size,
                             mtime_sec: e.attrs.mtime_sec,
                             mtime_nsec: e.attrs.mtime_nsec,
+                            version: 0,
                         },
                     })
                     .collect();
@@ -507,6 +518,52 @@ pub(crate) mod tests {
         }
     }
 
+    /// A file replaced, between its scan and its read, by another of the same size and mtime
+    /// (renamed over it, or written in place with its mtime put back) is refused as changed:
+    /// the chunks of one copied file all come from the version the scan saw.
+    #[test]
+    fn a_file_replaced_by_one_of_the_same_size_and_mtime_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, [1u8; 8192]).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let scan = crate::scan::stat_path(&root, b"f").unwrap();
+        let scanned = Scanned {
+            size: scan.size,
+            mtime_sec: scan.attrs.mtime_sec,
+            mtime_nsec: scan.attrs.mtime_nsec,
+            version: scan.version,
+        };
+        assert_ne!(scanned.version, 0);
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let read = |backend| {
+            let items = [ReadItem {
+                path: b"f",
+                offset: 4096,
+                len: 4096,
+                whole: false,
+                scanned,
+            }];
+            let mut reader = BatchReader::new(&root, None, ReadOrder::Scan, backend);
+            let mut buf = Vec::new();
+            reader.read(&items, &mut buf).remove(0)
+        };
+        assert!(read(IoBackend::Threads).is_ok());
+        let other = dir.path().join("g");
+        std::fs::write(&other, [2u8; 8192]).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&other)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        for backend in [IoBackend::Threads, IoBackend::Uring] {
+            let err = read(backend).unwrap_err().to_string();
+            assert!(err.contains(CHANGED), "{backend:?}: {err}");
+        }
+    }
+
     /// Chunks in a hole are not read but give zeros, even over a stale buffer; chunks with
     /// data are read, whichever back end; a file shorter than scanned is still refused.
     #[test]
@@ -523,6 +580,7 @@ pub(crate) mod tests {
             size: st.len(),
             mtime_sec: st.mtime(),
             mtime_nsec: st.mtime_nsec() as u32,
+            version: 0,
         };
         let root = Root::open(dir.path()).unwrap();
         for backend in [IoBackend::Threads, IoBackend::Uring] {
@@ -640,6 +698,7 @@ pub(crate) mod tests {
                     size: m.len(),
                     mtime_sec: m.mtime(),
                     mtime_nsec: m.mtime_nsec() as u32,
+                    version: 0,
                 };
             }
         }

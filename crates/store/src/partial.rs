@@ -2,14 +2,17 @@
 //!
 //! A large file (one that travels in chunks) is written under a hidden name beside its final
 //! one, `.NAME.sprat-part`, and each chunk, once written, is recorded in a journal beside it,
-//! `.NAME.sprat-part.log`: the file's identity at the source (size and mtime) in a header,
+//! `.NAME.sprat-part.log`: the file's identity at the source (size, mtime, and a version that
+//! tells apart two files of the same size and mtime: a digest of the inode number and change
+//! time) in a header,
 //! then one record per chunk (offset, length, xxh3-128 of its bytes, as the source computed
 //! and the receiver verified them). Neither name can be mistaken for the file: the final name
 //! appears only once every byte is there, by a rename. A later run into the same tree finds
 //! the journal (a listing, or a scan), leaves out the ranges it records, and the writer
 //! re-reads and re-hashes those ranges before it counts them, so a resumed file is checked
 //! end to end like any other. A journal whose header does not match what is sent now (the
-//! source changed) is discarded with its partial file.
+//! source changed, even to a file of the same size and mtime) is discarded with its partial
+//! file.
 //!
 //! A name too long to keep in the hidden names is hashed in them (`.~HASH~.sprat-part`); its
 //! journal then also records the final name in its header, so that a listing can still tell
@@ -25,10 +28,16 @@ use std::os::fd::AsFd;
 pub const PART_SUFFIX: &[u8] = b".sprat-part";
 /// Suffix of its journal's name.
 pub const LOG_SUFFIX: &[u8] = b".sprat-part.log";
-const MAGIC: &[u8; 8] = b"SPRATPT1";
+const MAGIC: &[u8; 8] = b"SPRATPT3";
 /// The magic of a journal whose header also holds the final name (a hashed one).
-const MAGIC_NAMED: &[u8; 8] = b"SPRATPT2";
+const MAGIC_NAMED: &[u8; 8] = b"SPRATPT4";
+/// The magics of journals of earlier releases, without a version: read as of version 0, so
+/// that their partial files are never resumed (their source cannot be told apart from
+/// another of the same size and mtime) but still recognised, and replaced or deleted.
+const MAGIC_UNVERSIONED: &[u8; 8] = b"SPRATPT1";
+const MAGIC_UNVERSIONED_NAMED: &[u8; 8] = b"SPRATPT2";
 const HEADER_LEN: usize = 8 + 8 + 8 + 4;
+const VERSION_LEN: usize = 8;
 /// Longest final name a journal's header records (the kernel's limit for one component).
 const MAX_NAME: usize = 255;
 const RECORD_LEN: usize = 8 + 8 + 16;
@@ -112,6 +121,9 @@ pub struct Identity {
     pub size: u64,
     pub mtime_sec: i64,
     pub mtime_nsec: u32,
+    /// Tells this file from another of the same size and mtime (see
+    /// [`crate::scan::ScanEntry::version`]); 0: unknown.
+    pub version: u64,
 }
 
 /// A journal as read back.
@@ -137,11 +149,12 @@ pub struct Record {
 /// identity, and `name` itself when the hidden names hash it.
 pub fn encode_header(id: &Identity, name: &[u8]) -> Vec<u8> {
     let named = is_hashed(name) && name.len() <= MAX_NAME;
-    let mut out = Vec::with_capacity(HEADER_LEN + 2 + name.len());
+    let mut out = Vec::with_capacity(HEADER_LEN + VERSION_LEN + 2 + name.len());
     out.extend_from_slice(if named { MAGIC_NAMED } else { MAGIC });
     out.extend_from_slice(&id.size.to_le_bytes());
     out.extend_from_slice(&id.mtime_sec.to_le_bytes());
     out.extend_from_slice(&id.mtime_nsec.to_le_bytes());
+    out.extend_from_slice(&id.version.to_le_bytes());
     if named {
         out.extend_from_slice(&(name.len() as u16).to_le_bytes());
         out.extend_from_slice(name);
@@ -162,9 +175,11 @@ pub fn encode_record(r: &Record) -> [u8; RECORD_LEN] {
 /// appended) and records outside the file are left out. `None` if it is not a journal.
 pub fn decode(bytes: &[u8]) -> Option<Journal> {
     let header = bytes.get(..HEADER_LEN)?;
-    let named = match &header[..8] {
-        m if m == MAGIC => false,
-        m if m == MAGIC_NAMED => true,
+    let (named, versioned) = match &header[..8] {
+        m if m == MAGIC => (false, true),
+        m if m == MAGIC_NAMED => (true, true),
+        m if m == MAGIC_UNVERSIONED => (false, false),
+        m if m == MAGIC_UNVERSIONED_NAMED => (true, false),
         _ => return None,
     };
     let u64_at = |b: &[u8], i: usize| {
@@ -172,24 +187,30 @@ pub fn decode(bytes: &[u8]) -> Option<Journal> {
             .and_then(|s| s.try_into().ok())
             .map(u64::from_le_bytes)
     };
+    let (version, header_end) = if versioned {
+        (u64_at(bytes, HEADER_LEN)?, HEADER_LEN + VERSION_LEN)
+    } else {
+        (0, HEADER_LEN)
+    };
     let id = Identity {
         size: u64_at(header, 8)?,
         mtime_sec: u64_at(header, 16)? as i64,
         mtime_nsec: u32::from_le_bytes(header[24..28].try_into().ok()?),
+        version,
     };
     let (name, body) = if named {
-        let len = bytes.get(HEADER_LEN..HEADER_LEN + 2)?;
+        let len = bytes.get(header_end..header_end + 2)?;
         let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
         if len == 0 || len > MAX_NAME {
             return None;
         }
-        let start = HEADER_LEN + 2;
+        let start = header_end + 2;
         (
             Some(bytes.get(start..start + len)?.to_vec()),
             &bytes[start + len..],
         )
     } else {
-        (None, &bytes[HEADER_LEN..])
+        (None, &bytes[header_end..])
     };
     let records = body
         .chunks_exact(RECORD_LEN)
@@ -401,6 +422,7 @@ mod tests {
             size: 100,
             mtime_sec: -5,
             mtime_nsec: 7,
+            version: 0xfeed_beef,
         };
         let mut bytes = encode_header(&id, b"f");
         let good = Record {
@@ -431,7 +453,15 @@ mod tests {
         assert_eq!(decoded.name.as_deref(), Some(&long[..]));
         assert_eq!(decoded.records, journal.records);
         // A name that would run past the journal's end is no journal.
-        assert_eq!(decode(&named[..HEADER_LEN + 2 + 100]), None);
+        assert_eq!(decode(&named[..HEADER_LEN + VERSION_LEN + 2 + 100]), None);
+        // A journal of an earlier release has no version: it is read as of version 0, which
+        // no source file has, so its partial file is replaced rather than resumed.
+        let mut old = MAGIC_UNVERSIONED.to_vec();
+        old.extend_from_slice(&bytes[8..HEADER_LEN]);
+        old.extend_from_slice(&encode_record(&good));
+        let read = decode(&old).unwrap();
+        assert_eq!(read.id, Identity { version: 0, ..id });
+        assert_eq!(read.records, journal.records);
     }
 
     #[test]
@@ -443,6 +473,7 @@ mod tests {
             size: 64,
             mtime_sec: 1,
             mtime_nsec: 2,
+            version: 3,
         };
         let long = vec![b'n'; 240];
         let mut bytes = encode_header(&id, &long);
@@ -459,7 +490,7 @@ mod tests {
         // A header naming another file (here, one that hashes elsewhere) is not believed.
         let other = vec![b'm'; 240];
         let mut forged = encode_header(&id, &other);
-        forged.extend_from_slice(&bytes[HEADER_LEN + 2 + long.len()..]);
+        forged.extend_from_slice(&bytes[HEADER_LEN + VERSION_LEN + 2 + long.len()..]);
         std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(&log)), &forged).unwrap();
         assert_eq!(describe(&root, &log), None);
     }

@@ -312,6 +312,9 @@ struct LargeState {
 pub struct Piece<'a> {
     /// The whole file's size.
     pub file_size: u64,
+    /// The file's version at the source ([`Identity::version`]): a partial file an earlier
+    /// run left is resumed only for the same.
+    pub version: u64,
     /// Where `data` goes in it.
     pub offset: u64,
     pub data: &'a [u8],
@@ -1295,6 +1298,7 @@ impl WriterCursor<'_> {
     ) -> Result<ChunkOutcome, StoreError> {
         let piece = Piece {
             file_size,
+            version: 1,
             offset,
             data,
             hash,
@@ -1317,6 +1321,7 @@ impl WriterCursor<'_> {
     ) -> Result<ChunkOutcome, StoreError> {
         let Piece {
             file_size,
+            version,
             offset,
             data,
             hash,
@@ -1359,6 +1364,7 @@ impl WriterCursor<'_> {
                         size: file_size,
                         mtime_sec: attrs.mtime_sec,
                         mtime_nsec: attrs.mtime_nsec,
+                        version,
                     };
                     let opened = open_files::get_or_open(dir, name, id, || {
                         open_large(dir, name, path, (id, whole), writer.chunk_writes).map(Arc::new)
@@ -2471,10 +2477,11 @@ mod tests {
     }
 
     #[test]
-    fn a_file_sent_whole_does_not_count_an_earlier_runs_partial_file() {
+    fn a_file_sent_whole_or_of_another_version_does_not_count_an_earlier_runs_partial_file() {
         let sum = crate::attrs::checksum;
         let a = attrs(0o640);
-        for whole in [false, true] {
+        // (sent whole, the version of the file now; `write_chunk` wrote version 1)
+        for (whole, version) in [(false, 1), (true, 1), (false, 2)] {
             let dir = tempfile::tempdir().unwrap();
             {
                 // An interrupted run wrote the first chunk of a version of the file.
@@ -2484,12 +2491,13 @@ mod tests {
                 assert_eq!(first.unwrap(), ChunkOutcome::Partial);
             }
             assert!(dir.path().join(".big.sprat-part.log").exists());
-            // Another version, of the same size and mtime.
+            // Another content, of the same size and mtime.
             let w = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
             let mut c = w.cursor();
             let mut piece = |offset, data: &'static [u8]| {
                 let piece = Piece {
                     file_size: 9,
+                    version,
                     offset,
                     data,
                     hash: sum(data),
@@ -2498,8 +2506,10 @@ mod tests {
                 c.write_piece(b"big", &a, piece).unwrap()
             };
             assert_eq!(piece(3, b"DEF"), ChunkOutcome::Partial);
-            if whole {
-                // Sent whole: the earlier bytes do not count, the file waits for its first.
+            if whole || version != 1 {
+                // Sent whole, or the journal is of another version of the file at the source
+                // (one renamed over it, say): the earlier bytes do not count, the file waits
+                // for its first.
                 assert_eq!(piece(6, b"GHI"), ChunkOutcome::Partial);
                 assert_eq!(piece(0, b"ABC"), ChunkOutcome::Completed);
                 assert_eq!(std::fs::read(dir.path().join("big")).unwrap(), b"ABCDEFGHI");

@@ -147,7 +147,12 @@ mod tests {
     fn chunk(seq: u64, path: &[u8], size: u64, offset: u64, len: u64) -> Batch {
         let mut b = Batch::new(seq, len as usize);
         b.data.resize(len as usize, 7);
-        b.push_chunk(path, &FileMeta::default(), size, offset, len, 0, true);
+        let of = sprat_proto::ChunkOf {
+            file_size: size,
+            version: 0,
+            whole: true,
+        };
+        b.push_chunk(path, &FileMeta::default(), of, offset, len, 0);
         b
     }
 

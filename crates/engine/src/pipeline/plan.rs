@@ -489,6 +489,7 @@ mod tests {
             ino: 0,
             dev: 0,
             nlink: 1,
+            version: 0,
             link_target: None,
             error: None,
         }

@@ -337,6 +337,7 @@ pub fn write_batch(
             EntryKind::Chunk {
                 meta,
                 file_size,
+                version,
                 offset,
                 hash,
                 data,
@@ -357,6 +358,7 @@ pub fn write_batch(
                     Some(c) => {
                         let piece = sprat_store::write::Piece {
                             file_size: *file_size,
+                            version: *version,
                             offset: *offset,
                             data,
                             hash: *hash,

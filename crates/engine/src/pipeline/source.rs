@@ -12,7 +12,7 @@ use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
 use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
 use crate::sync::lock;
 use crossbeam_channel::{bounded, unbounded, Receiver};
-use sprat_proto::{Batch, FileMeta, KeepRule, Totals};
+use sprat_proto::{Batch, ChunkOf, FileMeta, KeepRule, Totals};
 use sprat_store::batch_read::{BatchReader, ReadItem, Scanned};
 use sprat_store::owner::NameCache;
 use sprat_store::{Attrs, Root, ScanOptions, Source, StoreError};
@@ -580,6 +580,7 @@ pub(crate) fn scanned(e: &sprat_store::ScanEntry) -> Scanned {
         size: e.size,
         mtime_sec: e.attrs.mtime_sec,
         mtime_nsec: e.attrs.mtime_nsec,
+        version: e.version,
     }
 }
 
@@ -765,15 +766,14 @@ fn read_batch(
                 len,
                 whole,
             } => match next(&entry.path) {
-                Ok((_, hash)) => batch.push_chunk(
-                    &entry.path,
-                    &meta(&entry.attrs),
-                    entry.size,
-                    offset,
-                    len,
-                    hash,
-                    whole,
-                ),
+                Ok((_, hash)) => {
+                    let of = ChunkOf {
+                        file_size: entry.size,
+                        version: entry.version,
+                        whole,
+                    };
+                    batch.push_chunk(&entry.path, &meta(&entry.attrs), of, offset, len, hash)
+                }
                 Err(err) => {
                     let text = err.to_string();
                     failed_large.note(&entry.path, &text);
@@ -904,6 +904,12 @@ impl SyntheticBatches<'_> {
         };
         let path = format!("f{i}").into_bytes();
         let whole = size <= self.options.small_file_threshold;
+        // A synthetic file has no version: it is never resumed.
+        let of = ChunkOf {
+            file_size: size,
+            version: 0,
+            whole: true,
+        };
         let mut offset = 0;
         loop {
             let len = if whole {
@@ -935,8 +941,7 @@ impl SyntheticBatches<'_> {
                 self.batch.push_file(&path, &meta, len, hash);
                 return true;
             }
-            self.batch
-                .push_chunk(&path, &meta, size, offset, len, hash, true);
+            self.batch.push_chunk(&path, &meta, of, offset, len, hash);
             offset += len;
             if offset >= size {
                 return true;

@@ -130,6 +130,7 @@ pub fn dry_run(
                     ino: 0,
                     dev: 0,
                     nlink: 1,
+                    version: 0,
                     link_target: None,
                     error: None,
                 })

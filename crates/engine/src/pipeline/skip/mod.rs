@@ -97,7 +97,11 @@ impl PartialEntry {
             mode: 0,
             mtime_sec: self.id.mtime_sec,
             mtime_nsec: self.id.mtime_nsec,
-            target: self.present.encode(MAX_PARTIAL_RANGES),
+            target: [
+                &self.id.version.to_le_bytes()[..],
+                &self.present.encode(MAX_PARTIAL_RANGES),
+            ]
+            .concat(),
             owner: None,
         }
     }
@@ -319,11 +323,14 @@ impl DestIndex {
     /// Adds what a listing (or a pulling client's index) says is there.
     pub fn insert_listed(&mut self, e: NsEntry) {
         if e.kind == NsKind::Partial {
-            if let Some(present) = Coverage::decode(&e.target) {
+            let (version, ranges) = e.target.split_at(e.target.len().min(8));
+            let version = version.try_into().map(u64::from_le_bytes);
+            if let (Ok(version), Some(present)) = (version, Coverage::decode(ranges)) {
                 let id = Identity {
                     size: e.size,
                     mtime_sec: e.mtime_sec,
                     mtime_nsec: e.mtime_nsec,
+                    version,
                 };
                 self.insert_partial(e.path, PartialEntry { id, present });
             }
@@ -466,15 +473,29 @@ impl DestIndex {
         user_same && same(dg, names.group(e.attrs.gid), gid, e.attrs.gid)
     }
 
-    /// Resume from a partial file of this very source file, if there is one.
+    /// Resume from a partial file of this very source file, if there is one: of the same
+    /// size, mtime and version (a file of the same size and mtime put in its place, or
+    /// written in place with its mtime put back, is another version: resuming would mix the
+    /// two). A source entry of unknown version (0: a dry run's listing of a server) is taken
+    /// on its size and mtime; the writer checks the version again before it resumes.
     fn resume(&self, e: &ScanEntry) -> Verdict {
         let id = Identity {
             size: e.size,
             mtime_sec: e.attrs.mtime_sec,
             mtime_nsec: e.attrs.mtime_nsec,
+            version: e.version,
+        };
+        let same = |p: &Identity| {
+            *p == id
+                || (id.version == 0
+                    && *p
+                        == Identity {
+                            version: p.version,
+                            ..id
+                        })
         };
         match self.partials.get(&e.path) {
-            Some(p) if p.id == id && p.present.bytes() > 0 => Verdict::Resume(p.present.clone()),
+            Some(p) if same(&p.id) && p.present.bytes() > 0 => Verdict::Resume(p.present.clone()),
             _ => Verdict::Send,
         }
     }
@@ -605,6 +626,7 @@ mod tests {
             ino: 1,
             dev: 0,
             nlink: 1,
+            version: 0,
             link_target: None,
             error: None,
         }
@@ -692,7 +714,7 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_file_is_resumed_on_size_and_mtime_but_not_with_checksum() {
+    fn a_partial_file_is_resumed_on_size_mtime_and_version_but_not_with_checksum() {
         let mut i = DestIndex::default();
         let mut present = Coverage::default();
         present.add(0, 40);
@@ -700,6 +722,7 @@ mod tests {
             size: 100,
             mtime_sec: 5,
             mtime_nsec: 7,
+            version: 9,
         };
         i.insert_partial(
             b"big".to_vec(),
@@ -708,7 +731,10 @@ mod tests {
                 present: present.clone(),
             },
         );
-        let big = file(b"big", 100, 0o644, 5, 7);
+        let big = ScanEntry {
+            version: 9,
+            ..file(b"big", 100, 0o644, 5, 7)
+        };
         for rule in [SkipRule::QuickCheck, SkipRule::SizeOnly, SkipRule::Update] {
             assert_eq!(
                 i.verdict(&big, rule),
@@ -721,6 +747,32 @@ mod tests {
         // Another version of the file (its mtime): sent whole.
         let other = file(b"big", 100, 0o644, 6, 7);
         assert_eq!(i.verdict(&other, SkipRule::QuickCheck), Verdict::Send);
+        // Another file of the same size and mtime (another inode or change time): sent whole.
+        let replaced = ScanEntry {
+            version: 10,
+            ..big.clone()
+        };
+        assert_eq!(i.verdict(&replaced, SkipRule::QuickCheck), Verdict::Send);
+        // A source of unknown version (a dry run's listing of a server): size and mtime.
+        let listed = file(b"big", 100, 0o644, 5, 7);
+        assert_eq!(
+            i.verdict(&listed, SkipRule::QuickCheck),
+            Verdict::Resume(present.clone())
+        );
+        // The version travels with a listed partial file.
+        let mut j = DestIndex::default();
+        j.insert_listed(
+            PartialEntry {
+                id,
+                present: present.clone(),
+            }
+            .to_listed(b"big".to_vec()),
+        );
+        assert_eq!(
+            j.verdict(&big, SkipRule::QuickCheck),
+            Verdict::Resume(present)
+        );
+        assert_eq!(j.verdict(&replaced, SkipRule::QuickCheck), Verdict::Send);
     }
 
     #[test]
