@@ -649,6 +649,37 @@ fn a_full_server_refuses_joins_and_transfers_complete_on_fewer_streams() {
     }
 }
 
+/// A server that admits a single connection per address (`--max-connections 2` gives one
+/// address 1): the streams a client opens beside its control connection can take that place
+/// first. The attempt refused for want of places is followed by ones with fewer streams (2,
+/// then 1), said as it happens, and the copy completes in seconds rather than failing the
+/// same way until `--retry-for` runs out.
+#[test]
+fn a_server_that_admits_one_connection_per_address_gets_fewer_streams() {
+    let l = Layout::new();
+    make_many_files(&l.src.join("many"), 200, 4096, 8);
+    let opts = ServerOptions {
+        extra_args: vec!["--max-connections".into(), "2".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&l.root, &opts);
+    let args = cp_args(Some(&srv), &["--retry-for", "60s"], &l.src, srv.url("dst"));
+    let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
+        .expect("a push to a server of one place per address hung");
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&l.src, &l.root.join("dst"));
+    let back = l.t.path().join("back");
+    let args = cp_args(Some(&srv), &["--retry-for", "60s"], srv.url("dst"), &back);
+    let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
+        .expect("a pull from a server of one place per address hung");
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&l.src, &back);
+    let said = String::from_utf8_lossy(&out.stderr);
+    if said.contains("server busy") {
+        assert!(said.contains("the next attempt uses"), "{}", describe(&out));
+    }
+}
+
 // ------------------------------------------------------------------ hostile or idle clients
 
 /// Sends `bytes` on a fresh connection, then reads until the server closes it (or 2 s pass).
@@ -1120,6 +1151,10 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
     assert!(
         log.matches("ended:").count() >= 2,
         "the server does not say why the sessions ended:\n{log}"
+    ); // It names its own option, not the client's.
+    assert!(
+        log.contains("(sprat serve --idle-timeout)") && !log.contains("--stall-timeout"),
+        "{log}"
     );
 }
 

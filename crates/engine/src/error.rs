@@ -28,10 +28,12 @@ pub enum TransferError {
     },
     #[error("connection to {peer} lost: {why}")]
     ConnectionLost { peer: String, why: String },
-    #[error("no progress from {peer} for {} s (--stall-timeout)", .after.as_secs())]
+    /// No byte moved for `after`, the time the option `option` allows.
+    #[error("no progress from {peer} for {} s ({option})", .after.as_secs())]
     Stalled {
         peer: String,
         after: std::time::Duration,
+        option: &'static str,
     },
     #[error("gave up after {attempts} attempts in {} s (--retry-for): {last}", .after.as_secs())]
     GaveUp {
@@ -97,6 +99,31 @@ impl TransferError {
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
             TransferError::Store(_) | TransferError::Local(_) | TransferError::Incomplete(_) => 5,
+        }
+    }
+
+    /// Whether a server refused a connection for want of places (`--max-connections`, or
+    /// those of one address).
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            TransferError::Remote {
+                code: ErrorCode::Busy,
+                ..
+            }
+        )
+    }
+
+    /// The same error, with `what_next` added to a server's refusal's text (what the next
+    /// attempt does about it).
+    pub fn then(self, what_next: &str) -> TransferError {
+        match self {
+            TransferError::Remote { peer, code, text } => TransferError::Remote {
+                peer,
+                code,
+                text: format!("{text}; {what_next}"),
+            },
+            other => other,
         }
     }
 

@@ -201,10 +201,38 @@ pub fn copy_retrying(
     options.validate()?;
     check_selection(src, options)?;
     check_servers(src, dst)?;
+    // A server that refused a connection for want of places (its `--max-connections`, or
+    // those of this address) may admit fewer streams: each such attempt is followed by one
+    // with half as many, down to one.
+    let mut narrowed: Option<TransferOptions> = None;
     super::retry::retrying(options.retry_for, notify, || {
-        options.progress.restart();
-        copy_once(src, dst, key, options)
+        let these = narrowed.as_ref().unwrap_or(options);
+        these.progress.restart();
+        let used = these.streams;
+        copy_once(src, dst, key, these).map_err(|e| {
+            if e.is_busy() {
+                let streams = fewer_streams(used);
+                if used != Some(streams) {
+                    narrowed = Some(TransferOptions {
+                        streams: Some(streams),
+                        ..options.clone()
+                    });
+                    return e.then(&format!("the next attempt uses {}", counted(streams)));
+                }
+            }
+            e
+        })
     })
+}
+
+/// The streams an attempt uses after one a server refused for want of places with
+/// `streams` (`None`: chosen by sprat, which starts with a few or more).
+fn fewer_streams(streams: Option<usize>) -> usize {
+    streams.map_or(2, |n| (n / 2).max(1))
+}
+
+fn counted(streams: usize) -> String {
+    crate::report::counted(streams as u64, "stream", "streams")
 }
 
 /// Refuses a selection that cannot be applied: one too large to send to the server that

@@ -179,7 +179,7 @@ pub(crate) fn pull(
     let control_machine = Arc::new(Mutex::new(control_machine));
     stall::watched(
         &abort,
-        (options.stall_timeout, &options.cancel),
+        (options.stall_timeout, "--stall-timeout", &options.cancel),
         addr,
         || {
             std::thread::scope(|s| {

@@ -363,7 +363,7 @@ pub(crate) fn run_session(
             }
         })
     };
-    let limits = (options.stall_timeout, &options.cancel);
+    let limits = (options.stall_timeout, "--stall-timeout", &options.cancel);
     match moved {
         Some(moved) => stall::watched_by(abort, moved, limits, addr, streams),
         None => stall::watched(abort, limits, addr, streams),

@@ -1073,7 +1073,8 @@ impl Stream<'_> {
         }
         let never = Cancel::default();
         let idle = self.shared.idle_timeout;
-        stall::watched(&self.session.watch, (idle, &never), peer, body)
+        let patience = (idle, "sprat serve --idle-timeout", &never);
+        stall::watched(&self.session.watch, patience, peer, body)
     }
 
     /// A batch of `len` bytes about to be read from `conn`: it waits for room in the

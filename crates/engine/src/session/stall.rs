@@ -11,17 +11,27 @@ use crate::sync::{Abort, Cancel};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
+/// How long a session may move nothing, the option that set it (named in the error), and
+/// what stops it from outside.
+pub(crate) type Patience<'a> = (Duration, &'static str, &'a Cancel);
+
 /// Runs `body` with a watchdog on the bytes moved by the connections `abort` watches: if
 /// none moves for `timeout` (and the transfer has not failed already), `abort` fails with a
-/// stall naming `peer`; once `cancel` is set, `abort` fails at once. The watchdog ends when
-/// `body` returns. A zero `timeout` turns the stall check off.
+/// stall naming `peer` and `option`; once `cancel` is set, `abort` fails at once. The
+/// watchdog ends when `body` returns. A zero `timeout` turns the stall check off.
 pub(crate) fn watched<T>(
     abort: &Abort,
-    (timeout, cancel): (Duration, &Cancel),
+    (timeout, option, cancel): Patience<'_>,
     peer: &str,
     body: impl FnOnce() -> T,
 ) -> T {
-    watched_by(abort, &|| abort.moved(), (timeout, cancel), peer, body)
+    watched_by(
+        abort,
+        &|| abort.moved(),
+        (timeout, option, cancel),
+        peer,
+        body,
+    )
 }
 
 /// [`watched`], counting the bytes `moved` says instead of those of `abort`'s connections
@@ -30,7 +40,7 @@ pub(crate) fn watched<T>(
 pub(crate) fn watched_by<T>(
     abort: &Abort,
     moved: &(dyn Fn() -> u64 + Sync),
-    (timeout, cancel): (Duration, &Cancel),
+    (timeout, option, cancel): Patience<'_>,
     peer: &str,
     body: impl FnOnce() -> T,
 ) -> T {
@@ -38,6 +48,7 @@ pub(crate) fn watched_by<T>(
         progress: moved,
         abort,
         timeout,
+        option,
         cancel,
         peer,
     };
@@ -49,6 +60,7 @@ struct Watchdog<'a> {
     progress: &'a (dyn Fn() -> u64 + Sync),
     abort: &'a Abort,
     timeout: Duration,
+    option: &'static str,
     cancel: &'a Cancel,
     peer: &'a str,
 }
@@ -98,6 +110,7 @@ impl Watchdog<'_> {
                 return self.abort.fail(TransferError::Stalled {
                     peer: self.peer.to_string(),
                     after: self.timeout,
+                    option: self.option,
                 });
             }
         }
@@ -119,6 +132,7 @@ mod tests {
             progress: &progress,
             abort: &abort,
             timeout: Duration::from_millis(50),
+            option: "--stall-timeout",
             cancel: &cancel,
             peer: "p",
         };
@@ -135,7 +149,12 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        assert!(matches!(abort.take(), Some(TransferError::Stalled { .. })));
+        let stalled = abort.take().expect("a stall");
+        assert!(matches!(stalled, TransferError::Stalled { .. }));
+        assert_eq!(
+            stalled.to_string(),
+            "no progress from p for 0 s (--stall-timeout)"
+        );
     }
 
     #[test]
@@ -145,6 +164,7 @@ mod tests {
             progress: &|| 0,
             abort: &abort,
             timeout: Duration::ZERO,
+            option: "--stall-timeout",
             cancel: &cancel,
             peer: "p",
         };
