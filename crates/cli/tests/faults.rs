@@ -202,6 +202,47 @@ fn pull_survives_a_stalled_connection() {
     );
 }
 
+/// One bit of a push's data flipped on the way (the session's connection, past its first
+/// batches; no TLS): the damaged file is refused by its checksum, and the same command runs
+/// again by itself, sending only what did not arrive. Exit 0, an exact copy.
+#[test]
+fn a_push_whose_data_is_damaged_on_the_way_sends_it_again_by_itself() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("root"));
+    std::fs::create_dir_all(&src).unwrap();
+    tree::make_file(
+        &src.join("large.bin"),
+        &tree::random_bytes(20 << 20, 12),
+        0o644,
+    );
+    tree::make_file(&src.join("small"), b"small", 0o644);
+    let plain = ServerOptions {
+        extra_args: vec!["--no-encryption".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &plain);
+    let relay = RelayProc::start(
+        srv.addr(),
+        &["--flip-bit-at", "700000", "--fault-connection", "2"],
+    );
+    let opts: Vec<&str> = COPY
+        .iter()
+        .copied()
+        .chain(["--streams", "2", "--no-encryption"])
+        .collect();
+    let url = format!("sprat://{}/dst", relay.addr);
+    let out = run_sprat(bin(), cp_args(Some(&srv), &opts, &src, url), &[]);
+    let why = describe(&out);
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    assert_trees_equal(&src, &root.join("dst"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("attempt 1 failed: 1 file to send again (large.bin: checksum mismatch"),
+        "{why}"
+    );
+    assert_eq!(report(&out)["attempts"].as_u64(), Some(2), "{why}");
+}
+
 /// A copy through a relay that flips one bit of the client's stream: the damage is caught.
 /// Either the copy is exact (the damaged part was refused and sent again), or it fails with a
 /// reason and a non-zero exit (a damaged file is reported by name, never written as good);

@@ -50,6 +50,20 @@ pub struct Failure {
     pub error: String,
 }
 
+/// How a file whose data was damaged on the way fails ([`Failure::error`] ends with it).
+pub(crate) const CORRUPTED_IN_TRANSIT: &str = "data corrupted in transit";
+/// How a large file left incomplete, and kept to resume, fails.
+pub(crate) const KEPT_TO_RESUME: &str = "not put in place (kept to resume)";
+
+impl Failure {
+    /// Whether the same command run again may well copy the file: its data was damaged on
+    /// the way, or part of it is still missing (not sent, or found damaged in its partial
+    /// file) while the rest is kept.
+    pub fn is_worth_another_run(&self) -> bool {
+        self.error.ends_with(CORRUPTED_IN_TRANSIT) || self.error.ends_with(KEPT_TO_RESUME)
+    }
+}
+
 /// What a transfer did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -400,7 +414,7 @@ impl fmt::Display for Report {
         if self.attempts > 1 {
             writeln!(
                 f,
-                "  completed on attempt {} (connections were lost and the transfer resumed)",
+                "  completed on attempt {} (earlier attempts failed and the transfer resumed)",
                 self.attempts
             )?;
         }

@@ -293,7 +293,10 @@ pub fn write_batch(
                 unless,
             } => {
                 if sprat_store::checksum(data) != *hash {
-                    out.fail(path, "checksum mismatch: data corrupted in transit");
+                    out.fail(
+                        path,
+                        format!("checksum mismatch: {}", crate::report::CORRUPTED_IN_TRANSIT),
+                    );
                     continue;
                 }
                 let a = attrs(&cursor, meta);
@@ -347,8 +350,8 @@ pub fn write_batch(
                     out.fail(
                         path,
                         format!(
-                            "checksum mismatch in the chunk at offset {offset}: data corrupted \
-                             in transit"
+                            "checksum mismatch in the chunk at offset {offset}: {}",
+                            crate::report::CORRUPTED_IN_TRANSIT
                         ),
                     );
                     continue;

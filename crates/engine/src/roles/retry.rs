@@ -5,7 +5,9 @@
 //! the quick check and a large file cut in the middle resumes from its verified ranges, so
 //! what earlier runs wrote is not sent again and counts as up to date in the report. Not for
 //! errors that another run cannot fix (authentication, a full disk, a read-only server, bad
-//! input): those end the transfer at once.
+//! input): those end the transfer at once. A run that completed with files whose data was
+//! damaged on the way, or large files still incomplete, is run again the same way (at most
+//! [`MAX_RUNS_FOR_FAILED_FILES`] runs in all): the re-sync sends only those files.
 
 use crate::error::TransferError;
 use crate::report::Report;
@@ -16,6 +18,9 @@ use std::time::{Duration, Instant};
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Wait before the second run.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Most runs of a transfer whose runs complete with files worth sending again (a damaged
+/// link that keeps damaging data is not worth more).
+const MAX_RUNS_FOR_FAILED_FILES: u32 = 3;
 
 /// A failed run that will be followed by another.
 #[derive(Debug)]
@@ -67,7 +72,32 @@ pub(crate) fn retrying(
         let error = match run() {
             Ok(mut report) => {
                 report.attempts = attempt;
-                return Ok(report);
+                let again: Vec<_> = report
+                    .failures
+                    .iter()
+                    .filter(|f| f.is_worth_another_run())
+                    .collect();
+                let wait = backoff(attempt);
+                let in_time = started.elapsed() + wait <= retry_for;
+                if again.is_empty() || attempt >= MAX_RUNS_FOR_FAILED_FILES || !in_time {
+                    return Ok(report);
+                }
+                let first = &again[0];
+                notify(&Notice {
+                    attempt,
+                    error: format!(
+                        "{} to send again ({}: {})",
+                        crate::report::counted(again.len() as u64, "file", "files"),
+                        first.path,
+                        first.error
+                    ),
+                    wait,
+                    left: retry_for - started.elapsed(),
+                });
+                tracing::info!(attempt, ?wait, "files failed on the way; running again");
+                std::thread::sleep(wait);
+                attempt += 1;
+                continue;
             }
             Err(e) => e,
         };
@@ -104,6 +134,67 @@ mod tests {
         TransferError::ConnectionLost {
             peer: "p".into(),
             why: "reset".into(),
+        }
+    }
+
+    /// A report of a run in which `failures` (path, error) failed.
+    fn report(failures: &[(&str, &str)]) -> Report {
+        let mut r = Report::new(
+            "push",
+            "s".into(),
+            "d".into(),
+            &crate::report::Counts::default(),
+            Duration::from_secs(1),
+            1,
+            crate::report::Stages::default(),
+        );
+        for (path, error) in failures {
+            r.add_failure(path.as_bytes(), error);
+        }
+        r
+    }
+
+    #[test]
+    fn a_run_with_files_damaged_on_the_way_runs_again_a_few_times_at_most() {
+        let damaged = "checksum mismatch: data corrupted in transit";
+        let unreadable = "open 'u': Permission denied (os error 13)";
+        // Damaged once, then the re-sync sends it right.
+        let mut notices = Vec::new();
+        let mut runs = 0;
+        let out = retrying(
+            Duration::from_secs(600),
+            &mut |n| notices.push(n.to_string()),
+            || {
+                runs += 1;
+                let first = [("f", damaged), ("u", unreadable)];
+                Ok(report(if runs == 1 { &first } else { &first[1..] }))
+            },
+        )
+        .unwrap();
+        assert_eq!((runs, out.attempts, out.failed), (2, 2, 1));
+        assert_eq!(notices.len(), 1);
+        assert!(
+            notices[0].starts_with("attempt 1 failed: 1 file to send again (f: checksum"),
+            "{}",
+            notices[0]
+        );
+        // Damaged every time: three runs, then the report says so.
+        let mut runs = 0;
+        let out = retrying(Duration::from_secs(600), &mut |_| {}, || {
+            runs += 1;
+            Ok(report(&[("f", damaged)]))
+        })
+        .unwrap();
+        assert_eq!((runs, out.failed), (MAX_RUNS_FOR_FAILED_FILES, 1));
+        // Failures another run cannot fix, or no --retry-for: one run.
+        for (failures, retry_for) in [(&[("u", unreadable)][..], 600), (&[("f", damaged)][..], 0)] {
+            let mut runs = 0;
+            let out = retrying(Duration::from_secs(retry_for), &mut |_| {}, || {
+                runs += 1;
+                Ok(report(failures))
+            })
+            .unwrap();
+            assert_eq!((runs, out.failed), (1, 1));
         }
     }
 

@@ -1257,8 +1257,10 @@ fn serve_push(
 /// The failure of a large file left incomplete when its transfer ended.
 pub(crate) fn incomplete_text(path: &[u8], missing: u64) -> String {
     format!(
-        "'{}': incomplete, {missing} bytes never arrived: not put in place (kept to resume)",
-        display_path(path)
+        "'{}': incomplete, {missing} bytes missing (not sent, or found damaged in its partial \
+         file): {}",
+        display_path(path),
+        crate::report::KEPT_TO_RESUME
     )
 }
 
