@@ -549,3 +549,291 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+// ------------------------------------------ directories a writer that is not root made read-only
+
+/// Whether to go on: false (with a note) unless root with setpriv(1) at hand, to run sprat as
+/// `nobody`.
+fn root_with_setpriv_or_skip() -> bool {
+    let ok = is_root() && Path::new("/usr/bin/setpriv").exists();
+    if !ok {
+        eprintln!("skipped: needs root and /usr/bin/setpriv to run sprat as nobody");
+    }
+    ok
+}
+
+/// The arguments of setpriv(1) that run a command as `nobody` (group too, no other groups).
+fn nobody_setpriv_args() -> Vec<String> {
+    let nobody = user("nobody").to_string();
+    ["--reuid", &nobody, "--regid", &nobody, "--clear-groups"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// Runs `sprat ARGS` as `nobody`, without any client configuration file.
+fn sprat_as_nobody(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new("/usr/bin/setpriv")
+        .args(nobody_setpriv_args())
+        .arg(bin())
+        .args(args)
+        .env("SPRAT_CONFIG", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+/// `sprat cp SRC DST` as `nobody`.
+fn cp_as_nobody(src: &Path, dst: &Path) -> std::process::Output {
+    sprat_as_nobody(&["cp".as_ref(), src.as_os_str(), dst.as_os_str()])
+}
+
+/// Starts `sprat serve` exporting `root` as `nobody` (through a script that execs setpriv, so
+/// the server is the process the fixture kills); its key is kept in `state`, which nobody
+/// owns. The token travels in the environment (the fixture's token file is root's own).
+fn server_as_nobody(root: &Path, state: &Path) -> sprat_testkit::Server {
+    let nobody = user("nobody");
+    fs::create_dir_all(root).unwrap();
+    fs::create_dir_all(state).unwrap();
+    for dir in [root, state] {
+        lchown(dir, Some(nobody), Some(nobody)).unwrap();
+    }
+    let script = state.with_extension("sh");
+    let text = format!(
+        "#!/bin/sh\nexec /usr/bin/setpriv {} env XDG_STATE_HOME='{}' XDG_CONFIG_HOME='{}' '{}' \"$@\"\n",
+        nobody_setpriv_args().join(" "),
+        state.display(),
+        state.display(),
+        bin().display()
+    );
+    make_file(&script, text.as_bytes(), 0o755);
+    let opts = ServerOptions {
+        token_via_env: true,
+        ..ServerOptions::default()
+    };
+    sprat_testkit::Server::start(&script, root, &opts)
+}
+
+/// Sets the permission bits of `path` (never through a symlink: tests use it on directories).
+fn chmod(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The permission bits and mtime of `path`.
+fn mode_and_mtime(path: &Path) -> (u32, i64) {
+    let m = fs::symlink_metadata(path).unwrap();
+    (m.mode() & 0o7777, m.mtime())
+}
+
+/// A source with a read-only (0555) directory `ro` holding a file, a subdirectory and a
+/// read-only subdirectory `ro/sub`, all owned by `nobody`, whose mtimes are in the past.
+fn make_read_only_source(src: &Path) {
+    fs::create_dir_all(src.join("ro/sub")).unwrap();
+    make_file(&src.join("ro/a"), b"first", 0o644);
+    make_file(&src.join("ro/sub/s"), b"sub", 0o644);
+    make_file(&src.join("top"), b"top", 0o644);
+    for entry in walk(src) {
+        lchown(&entry, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    }
+    seal_read_only_source(src);
+}
+
+/// Makes `ro` and `ro/sub` of a source from [`make_read_only_source`] 0555 again, with
+/// their old mtimes.
+fn seal_read_only_source(src: &Path) {
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    for dir in ["ro/sub", "ro"] {
+        let d = src.join(dir);
+        let f = fs::File::open(&d).unwrap();
+        f.set_times(fs::FileTimes::new().set_modified(old)).unwrap();
+        chmod(&d, 0o555);
+    }
+}
+
+/// Lets the test change the directories of a source from [`make_read_only_source`].
+fn unseal_read_only_source(src: &Path) {
+    for dir in ["ro", "ro/sub"] {
+        chmod(&src.join(dir), 0o755);
+    }
+}
+
+/// A tree copied into the directory `out` owned by `nobody` (the test's temporary directory
+/// made searchable by it).
+fn nobody_out_dir(t: &tempfile::TempDir) -> PathBuf {
+    chmod(t.path(), 0o755);
+    let out = t.path().join("out");
+    fs::create_dir(&out).unwrap();
+    lchown(&out, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    out
+}
+
+/// A writer that is not root gave a copied directory its source's mode 0555 on the first run;
+/// the next run, locally and pushed to a server running as that same user, still adds a new
+/// file, a new directory and a symlink there and replaces a changed file (exit 0), and the
+/// directories end with their source's modes and mtimes again. rsync does the same (it adds
+/// u+w for the time it writes); sprat failed with "create 'ro/b': Permission denied" on every
+/// run.
+#[test]
+fn a_writer_that_is_not_root_re_syncs_into_the_read_only_directories_it_made() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let out = nobody_out_dir(&t);
+    let src = t.path().join("src");
+    make_read_only_source(&src);
+    let local = out.join("local");
+    let srv = server_as_nobody(&t.path().join("exported"), &t.path().join("state"));
+    let pushed = t.path().join("exported/pushed");
+    let first = cp_as_nobody(&src, &local);
+    assert!(first.status.success(), "{}", describe(&first));
+    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), Some(&srv));
+    for dst in [&local, &pushed] {
+        assert_eq!(mode_and_mtime(&dst.join("ro")), (0o555, 1_000_000_000));
+    }
+
+    unseal_read_only_source(&src);
+    make_file(&src.join("ro/b"), b"new file", 0o644);
+    make_file(&src.join("ro/a"), b"changed, and longer", 0o644);
+    make_file(&src.join("ro/sub/t"), b"new in sub", 0o644);
+    fs::create_dir(src.join("ro/new-dir")).unwrap();
+    make_file(&src.join("ro/new-dir/n"), b"n", 0o644);
+    symlink("a", src.join("ro/link")).unwrap();
+    for entry in walk(&src) {
+        lchown(&entry, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    }
+    seal_read_only_source(&src);
+
+    let again = cp_as_nobody(&src, &local);
+    assert!(again.status.success(), "local: {}", describe(&again));
+    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), Some(&srv));
+    for (how, dst) in [("local", &local), ("push", &pushed)] {
+        for (file, data) in [
+            ("ro/a", &b"changed, and longer"[..]),
+            ("ro/b", b"new file"),
+            ("ro/sub/t", b"new in sub"),
+            ("ro/new-dir/n", b"n"),
+        ] {
+            assert_eq!(fs::read(dst.join(file)).unwrap(), data, "{how}: {file}");
+        }
+        assert_eq!(
+            fs::read_link(dst.join("ro/link")).unwrap(),
+            Path::new("a"),
+            "{how}"
+        );
+        for dir in ["ro", "ro/sub"] {
+            assert_eq!(
+                mode_and_mtime(&dst.join(dir)),
+                (0o555, 1_000_000_000),
+                "{how}: {dir} has its source's mode and mtime again"
+            );
+        }
+        assert_eq!(
+            mode_and_mtime(&dst.join("ro/new-dir")),
+            mode_and_mtime(&src.join("ro/new-dir")),
+            "{how}"
+        );
+    }
+    // Nothing differs any more: a third run changes nothing and succeeds.
+    let third = cp_as_nobody(&src, &local);
+    assert!(third.status.success(), "{}", describe(&third));
+    assert_eq!(mode_and_mtime(&local.join("ro")), (0o555, 1_000_000_000));
+}
+
+/// A directory whose source was once unreadable (0000) was copied with that mode by a writer
+/// that is not root; once the source is readable again, the next run (as the same user) gives
+/// the copy its new mode and contents. It failed with "open directory 'noread': Permission
+/// denied" and "set attributes of 'noread': Permission denied" for ever.
+#[test]
+fn a_directory_copied_with_mode_000_is_repaired_once_its_source_is_readable() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let out = nobody_out_dir(&t);
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("noread/sub")).unwrap();
+    make_file(&src.join("noread/sub/f"), b"hidden", 0o644);
+    make_file(&src.join("f"), b"visible", 0o644);
+    for entry in walk(&src) {
+        lchown(&entry, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    }
+    chmod(&src.join("noread"), 0o000);
+    let dst = out.join("dst");
+    // The source directory cannot be read: that is a failure (exit 1), and its copy has the
+    // source's mode.
+    let first = cp_as_nobody(&src, &dst);
+    assert_eq!(first.status.code(), Some(1), "{}", describe(&first));
+    assert_eq!(mode_and_mtime(&dst.join("noread")).0, 0o000);
+
+    chmod(&src.join("noread"), 0o750);
+    let fixed = cp_as_nobody(&src, &dst);
+    assert!(fixed.status.success(), "{}", describe(&fixed));
+    assert_eq!(mode_and_mtime(&dst.join("noread")).0, 0o750);
+    assert_eq!(fs::read(dst.join("noread/sub/f")).unwrap(), b"hidden");
+
+    // Made unreadable again (by the source's owner, after the copy): the copy follows.
+    chmod(&src.join("noread"), 0o000);
+    let again = cp_as_nobody(&src, &dst);
+    assert_eq!(again.status.code(), Some(1), "{}", describe(&again));
+    chmod(&src.join("noread"), 0o700);
+    let last = cp_as_nobody(&src, &dst);
+    assert!(last.status.success(), "{}", describe(&last));
+    assert_eq!(mode_and_mtime(&dst.join("noread")).0, 0o700);
+    assert_eq!(fs::read(dst.join("noread/sub/f")).unwrap(), b"hidden");
+}
+
+/// A server running as an unprivileged user wrote a tree with read-only (0555) and unreadable
+/// (0000) directories, as the client's source had them. `cp --delete` removes a file the source
+/// no longer has from a 0555 directory, and the directory keeps its mode; `rm` of a file in a
+/// 0555 directory does the same; `rm -r` removes the whole tree. All three failed with
+/// "remove 'pushed/ro/a': Permission denied". (A 0000 directory comes in last: the server may
+/// not list it for `--delete`, see docs/guide.md.)
+#[test]
+fn a_server_that_is_not_root_removes_from_the_read_only_trees_it_wrote() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    chmod(t.path(), 0o755);
+    let src = t.path().join("src");
+    make_read_only_source(&src);
+    let root = t.path().join("exported");
+    let srv = server_as_nobody(&root, &t.path().join("state"));
+    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), Some(&srv));
+    let pushed = root.join("pushed");
+    assert_eq!(mode_and_mtime(&pushed.join("ro")).0, 0o555);
+
+    // --delete: ro/a is gone from the source.
+    unseal_read_only_source(&src);
+    fs::remove_file(src.join("ro/a")).unwrap();
+    seal_read_only_source(&src);
+    let out = cp(&srv, &["--delete"], &src, srv.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert!(!pushed.join("ro/a").exists());
+    assert_eq!(mode_and_mtime(&pushed.join("ro")), (0o555, 1_000_000_000));
+    assert_eq!(fs::read(pushed.join("ro/sub/s")).unwrap(), b"sub");
+
+    // rm of one file: its 0555 directory keeps its mode.
+    let rm = |args: &[&str]| {
+        let mut all: Vec<std::ffi::OsString> = vec!["rm".into()];
+        all.extend(srv.client_args());
+        all.extend(args.iter().map(std::ffi::OsString::from));
+        sprat_testkit::run_sprat(bin(), all, &[])
+    };
+    assert_ok(&rm(&[&srv.url("pushed/ro/sub/s")]), Some(&srv));
+    assert!(!pushed.join("ro/sub/s").exists());
+    // (Its mtime is that of the removal, as with any rm.)
+    assert_eq!(mode_and_mtime(&pushed.join("ro/sub")).0, 0o555);
+
+    // rm -r of the whole tree, 0000 directories with contents included (the client, root,
+    // reads its own 0000 directories all the same).
+    fs::create_dir_all(src.join("locked/inner")).unwrap();
+    make_file(&src.join("locked/inner/x"), b"x", 0o644);
+    chmod(&src.join("locked/inner"), 0o000);
+    chmod(&src.join("locked"), 0o000);
+    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), Some(&srv));
+    assert_eq!(mode_and_mtime(&pushed.join("locked")).0, 0o000);
+    assert_ok(&rm(&["-r", &srv.url("pushed")]), Some(&srv));
+    assert!(!pushed.exists(), "{:?}", walk(&pushed));
+    assert!(root.exists());
+}

@@ -21,6 +21,7 @@ pub mod limit;
 pub mod namespace;
 pub mod owner;
 pub mod partial;
+pub(crate) mod perm;
 pub mod read;
 pub mod relpath;
 pub mod root;

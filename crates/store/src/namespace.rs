@@ -1,9 +1,19 @@
 //! Namespace operations on a confined root: make directories, remove (recursively), rename,
 //! disk usage and checksums. Every path is resolved below the root; removal never follows a
 //! symlink (a link is removed, not what it points to).
+//!
+//! A removal by a user who is not root succeeds where only the modes of directories that user
+//! owns stand in the way (a tree a server running as that user wrote with its source's `0555`
+//! or `0000` directories), as `rm -rf` does not: where unlinking fails with `EACCES`, the owner
+//! bits needed are added (see [`crate::perm`]) and the unlink is tried once more. A directory
+//! being removed gets `u+rwx`; the directory the removed entry was in stays, so it gets `u+wx`
+//! for the removal and its mode back after. A removal that fails part-way leaves the
+//! directories it had opened up inside the tree with `u+rwx`. Directories of other users are
+//! never changed.
 
 use crate::error::StoreError;
 use crate::filter::Selection;
+use crate::perm;
 use crate::root::{escape_error, Root};
 use crate::scan::{scan_selected, EntryType, ScanEntry, ScanOptions};
 use rustix::fs::{
@@ -13,7 +23,7 @@ use rustix::io::Errno;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 fn os(b: &[u8]) -> &OsStr {
@@ -71,24 +81,65 @@ pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreErro
     }
     let st = statx(&dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
         .map_err(|e| StoreError::new("remove", rel, e))?;
-    if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
-        unlinkat(&dir, os(name), AtFlags::empty())
-            .map_err(|e| StoreError::new("remove", rel, e))?;
-        return Ok(1);
-    }
-    if !recursive {
-        return unlinkat(&dir, os(name), AtFlags::REMOVEDIR)
+    let mut parent = Parent {
+        fd: &dir,
+        had: None,
+    };
+    let removed = if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
+        parent
+            .retry(|| unlinkat(&dir, os(name), AtFlags::empty()))
+            .map(|()| 1)
+            .map_err(|e| StoreError::new("remove", rel, e))
+    } else if !recursive {
+        parent
+            .retry(|| unlinkat(&dir, os(name), AtFlags::REMOVEDIR))
             .map(|()| 1)
             .map_err(|e| match e {
                 Errno::NOTEMPTY | Errno::EXIST => {
                     StoreError::other("remove", rel, "is a directory that is not empty (use -r)")
                 }
                 e => StoreError::new("remove", rel, e),
-            });
+            })
+    } else {
+        let mut buf = vec![MaybeUninit::uninit(); 64 << 10];
+        let mut path = rel.to_vec();
+        remove_tree(&mut parent, name, &mut path, &mut buf)
+    };
+    let restored = parent.restore(rel);
+    let removed = removed?;
+    restored?;
+    Ok(removed)
+}
+
+/// The directory an entry is removed from: it stays, so the owner bits a removal added to it
+/// (see [`crate::perm`]) are taken away again after.
+struct Parent<'a> {
+    fd: &'a OwnedFd,
+    /// Its permission bits before bits were added.
+    had: Option<u32>,
+}
+
+impl Parent<'_> {
+    /// Runs `op`, which removes an entry of this directory; where that fails with `EACCES`
+    /// and the user owns the directory, once more after adding `u+wx` to it.
+    fn retry<T>(&mut self, op: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+        let (result, had) = perm::retry_in(self.fd.as_fd(), perm::CHANGE, op);
+        if self.had.is_none() {
+            self.had = had;
+        }
+        result
     }
-    let mut buf = vec![MaybeUninit::uninit(); 64 << 10];
-    let mut path = rel.to_vec();
-    remove_tree(&dir, name, &mut path, &mut buf)
+
+    /// Gives the directory back the mode it had, if bits were added (`rel`: the entry removed
+    /// from it, for the error).
+    fn restore(&self, rel: &[u8]) -> Result<(), StoreError> {
+        match self.had {
+            None => Ok(()),
+            Some(mode) => perm::restore(self.fd.as_fd(), mode).map_err(|e| {
+                StoreError::new("give back the mode of the directory holding", rel, e)
+            }),
+        }
+    }
 }
 
 /// Removes directory `name` in `parent` and everything below it, descending by descriptor so
@@ -102,8 +153,12 @@ pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreErro
 /// as `fts` does for `rm -r`. A directory's listing resumes after the subdirectory just
 /// removed (its `getdents` cookie), and it is read once more from the start until a read
 /// finds it empty.
+///
+/// A directory of the tree that the user owns but may not read or change (`0555`, `0000`)
+/// gets `u+rwx` where an open or unlink in it fails with `EACCES`, and the step is tried once
+/// more; `parent` gets `u+wx` the same way (see [`Parent`]).
 fn remove_tree(
-    parent: &OwnedFd,
+    parent: &mut Parent<'_>,
     name: &[u8],
     path: &mut Vec<u8>,
     buf: &mut [MaybeUninit<u8>],
@@ -125,15 +180,28 @@ fn remove_tree(
             .map_err(|e| StoreError::new("remove", path, e))
     };
     let open_dir = |dir: &OwnedFd, name: &[u8], path: &[u8]| {
-        openat(
-            dir,
-            os(name),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
+        let open = || {
+            openat(
+                dir,
+                os(name),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        };
+        match open() {
+            // A directory of the user's that the user may not read: it is to go, so it gets
+            // u+rwx (through a descriptor that needs no permission on it).
+            Err(Errno::ACCESS) => match perm::open_path(dir, name)
+                .and_then(|fd| perm::add_bits(fd.as_fd(), perm::ALL))
+            {
+                Ok(Some(_)) => open(),
+                _ => Err(Errno::ACCESS),
+            },
+            other => other,
+        }
         .map_err(|e| StoreError::new("remove", path, e))
     };
-    let mut current = open_dir(parent, name, path)?;
+    let mut current = open_dir(parent.fd, name, path)?;
     let mut levels = vec![Level {
         name: name.to_vec(),
         id: identity(&current, path)?,
@@ -156,7 +224,8 @@ fn remove_tree(
                 continue;
             }
             level.found = true;
-            match unlinkat(&current, os(child), AtFlags::empty()) {
+            let unlink = || unlinkat(&current, os(child), AtFlags::empty());
+            match perm::retry_in(current.as_fd(), perm::ALL, unlink).0 {
                 Ok(()) => removed += 1,
                 // Gone meanwhile.
                 Err(Errno::NOENT) => {}
@@ -204,7 +273,9 @@ fn remove_tree(
         let above = match levels.last() {
             None => {
                 drop(current);
-                unlinkat(parent, os(&done.name), AtFlags::REMOVEDIR)
+                let fd = parent.fd;
+                parent
+                    .retry(|| unlinkat(fd, os(&done.name), AtFlags::REMOVEDIR))
                     .map_err(|e| StoreError::new("remove", path, e))?;
                 return Ok(removed + 1);
             }
@@ -219,7 +290,9 @@ fn remove_tree(
             ));
         }
         drop(std::mem::replace(&mut current, up));
-        unlinkat(&current, os(&done.name), AtFlags::REMOVEDIR)
+        let rmdir = || unlinkat(&current, os(&done.name), AtFlags::REMOVEDIR);
+        perm::retry_in(current.as_fd(), perm::ALL, rmdir)
+            .0
             .map_err(|e| StoreError::new("remove", path, e))?;
         removed += 1;
         path.truncate(done.path_len);

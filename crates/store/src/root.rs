@@ -232,6 +232,19 @@ impl Root {
             BENEATH | ResolveFlags::NO_SYMLINKS,
         )
     }
+
+    /// Opens directory `rel` below this root as an `O_PATH` descriptor (which needs no
+    /// permission on the directory itself), without following any symlink on the way.
+    pub fn open_dir_path_nofollow(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
+        let path: &[u8] = if rel.is_empty() { b"." } else { rel };
+        openat2(
+            &self.fd,
+            std::ffi::OsStr::from_bytes(path),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH | ResolveFlags::NO_SYMLINKS,
+        )
+    }
 }
 
 fn not_a_dir(e: Errno) -> Errno {

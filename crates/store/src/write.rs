@@ -16,8 +16,11 @@
 //! Regular files lose their setuid and setgid bits unless the writer is told to keep them
 //! ([`TreeWriter::keep_setid`]): files that arrive from a network peer must not become
 //! set-user-ID programs of whoever runs the writer (often root). Directories keep theirs.
+//! A writer that is not root makes the directories it owns writable where their modes (the
+//! source's, from an earlier run) refuse it, for the run only (see [`loosen`]).
 
 mod finish;
+mod loosen;
 
 use crate::attrs::Attrs;
 use crate::error::StoreError;
@@ -63,6 +66,10 @@ pub struct TreeWriter {
     /// Hard links to make once every file is written (see [`WriterCursor::hard_link`]):
     /// (path, the path of the file it links to).
     links: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Directories (paths below `base`) whose owner bits this writer added because their
+    /// mode refused it, with the permission bits they had (see [`loosen`]); charged like
+    /// `dirs`.
+    loosened: Mutex<HashMap<Vec<u8>, u32>>,
     /// The extended attribute namespaces this writer may set (see [`TreeWriter::xattrs`]).
     xattr_allowed: u8,
     large: Mutex<HashMap<Vec<u8>, Arc<LargeFile>>>,
@@ -357,6 +364,7 @@ impl TreeWriter {
             temp_tag,
             dirs: Mutex::new(HashMap::new()),
             links: Mutex::new(Vec::new()),
+            loosened: Mutex::new(HashMap::new()),
             xattr_allowed: crate::xattr::USER
                 | crate::xattr::ACL
                 | if crate::owner::running_as_root() {
@@ -795,7 +803,23 @@ impl TreeWriter {
 
     /// Creates the file that will become `name` in `dir`: an unnamed inode where the file
     /// system has `O_TMPFILE`, a hidden temporary name otherwise.
+    ///
+    /// Where the directory's mode refuses it (`EACCES`), the writer makes it writable and tries
+    /// once more (see [`loosen`]).
     pub(crate) fn create_pending(
+        &self,
+        dir: &OwnedFd,
+        name: &[u8],
+        path: &[u8],
+        mode: u32,
+    ) -> Result<(OwnedFd, Option<Vec<u8>>), StoreError> {
+        let (dir_path, _) = crate::relpath::split_parent(self.target(path)?);
+        self.in_dir((dir, dir_path), || {
+            self.create_pending_once(dir, name, path, mode)
+        })
+    }
+
+    fn create_pending_once(
         &self,
         dir: &OwnedFd,
         name: &[u8],
@@ -1088,15 +1112,28 @@ impl WriterCursor<'_> {
             self.fd = None;
             // Parents of written entries are real directories: symlinks are never followed,
             // and a file or link where the tree has a directory is replaced by one.
-            let fd = match self.writer.base.open_dir_nofollow(dir) {
-                Ok(fd) => fd,
+            let writer = self.writer;
+            let open = || match writer.base.open_dir_nofollow(dir) {
+                Ok(fd) => Ok(fd),
                 Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {
-                    let root = self.writer.base.mkdir_all_replacing(dir)?;
+                    let root = writer.base.mkdir_all_replacing(dir)?;
                     root.fd()
                         .try_clone_to_owned()
-                        .map_err(|e| StoreError::new("open directory", dir, e))?
+                        .map_err(|e| StoreError::new("open directory", dir, e))
                 }
-                Err(e) => return Err(StoreError::new("open directory", dir, escape_error(e))),
+                Err(e) => Err(StoreError::new("open directory", dir, escape_error(e))),
+            };
+            // A directory on the way (or this one) whose mode refuses this writer, which owns
+            // it: made searchable (and this one readable, or the last one that exists
+            // writable), then opened again.
+            let fd = match open() {
+                Err(e)
+                    if e.errno() == Some(Errno::ACCESS)
+                        && writer.loosen_path(dir, crate::perm::LIST) =>
+                {
+                    open()?
+                }
+                other => other?,
             };
             self.dir.clear();
             self.dir.extend_from_slice(dir);
@@ -1366,8 +1403,13 @@ impl WriterCursor<'_> {
                         mtime_nsec: attrs.mtime_nsec,
                         version,
                     };
+                    let (dir_path, _) = crate::relpath::split_parent(target);
                     let opened = open_files::get_or_open(dir, name, id, || {
-                        open_large(dir, name, path, (id, whole), writer.chunk_writes).map(Arc::new)
+                        writer
+                            .in_dir((dir, dir_path), || {
+                                open_large(dir, name, path, (id, whole), writer.chunk_writes)
+                            })
+                            .map(Arc::new)
                     });
                     let f = match opened {
                         Ok(f) => f,
@@ -1447,7 +1489,11 @@ impl WriterCursor<'_> {
         }
         finish_file(&file.fd, &attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        match rename_into_place(&file.dir, &file.part, &file.name, path.is_empty()) {
+        let put = || rename_into_place(&file.dir, &file.part, &file.name, path.is_empty());
+        let dir_path = writer
+            .target(path)
+            .map_or(&b""[..], |t| crate::relpath::split_parent(t).0);
+        match writer.in_dir_errno((&file.dir, dir_path), put) {
             Ok(()) => {}
             // Another writer of the same file (a concurrent transfer of the same source)
             // completed it first: its copy is this one.
@@ -1489,20 +1535,24 @@ impl WriterCursor<'_> {
         }
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
-        match mkdirat(dir, os(name), Mode::from_raw_mode(0o755)) {
-            Ok(()) => {}
-            Err(Errno::EXIST) => {
-                let st = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
-                    .map_err(|e| StoreError::new("create directory", path, e))?;
-                if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
+        let (dir_path, _) = crate::relpath::split_parent(target);
+        writer.in_dir((dir, dir_path), || {
+            match mkdirat(dir, os(name), Mode::from_raw_mode(0o755)) {
+                Ok(()) => Ok(()),
+                Err(Errno::EXIST) => {
+                    let st = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                        .map_err(|e| StoreError::new("create directory", path, e))?;
+                    if FileType::from_raw_mode(st.stx_mode as u32) == FileType::Directory {
+                        return Ok(());
+                    }
                     // A file or link where the tree now has a directory: replace it.
                     unlinkat(dir, os(name), AtFlags::empty())
                         .and_then(|()| mkdirat(dir, os(name), Mode::from_raw_mode(0o755)))
-                        .map_err(|e| StoreError::new("replace with a directory", path, e))?;
+                        .map_err(|e| StoreError::new("replace with a directory", path, e))
                 }
+                Err(e) => Err(StoreError::new("create directory", path, e)),
             }
-            Err(e) => return Err(StoreError::new("create directory", path, e)),
-        }
+        })?;
         // The last attributes sent for a directory are the ones it gets; a new directory's
         // record is charged first.
         let mut dirs = lock(&writer.dirs);
@@ -1525,16 +1575,18 @@ impl WriterCursor<'_> {
         let writer = self.writer;
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
+        let (dir_path, _) = crate::relpath::split_parent(target);
         let temp = writer.temp_name(name);
         let create = || symlinkat(os(link_target), dir, os(&temp));
-        match create() {
-            Err(Errno::EXIST) => {
-                let _ = unlinkat(dir, os(&temp), AtFlags::empty());
-                create()
-            }
-            other => other,
-        }
-        .map_err(|e| StoreError::new("create symlink", path, e))?;
+        writer
+            .in_dir_errno((dir, dir_path), || match create() {
+                Err(Errno::EXIST) => {
+                    let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+                    create()
+                }
+                other => other,
+            })
+            .map_err(|e| StoreError::new("create symlink", path, e))?;
         let chown = || {
             if !writer.owners {
                 return Ok(());

@@ -15,6 +15,11 @@
 //! without extended attributes whose owner and mode are right, is not even opened: a `statx`
 //! and a `utimensat` by its name in its parent (kept open), never through a symlink; any
 //! other is opened and set through its descriptor.
+//! A directory this writer (not root) cannot open or change as it is, one it owns with a mode
+//! such as `0000`, is given the owner bits it needs first (see [`super::loosen`]), and then its
+//! attributes as any other; the directories it made writable during the run that have no
+//! attributes to get here are given back the modes they had, before their parents are
+//! finished.
 
 use super::{
     depth, os, owner_ids, rename_into_place, timestamps, DirRecord, TreeWriter, XattrUpdate,
@@ -74,14 +79,29 @@ impl TreeWriter {
         errors.absorb(in_parallel(
             &links,
             OpenDirs::default,
-            |dirs, (path, target)| self.make_hard_link(dirs, path, target),
+            |dirs, (path, target)| match self.make_hard_link(dirs, path, target) {
+                Err(e)
+                    if e.errno() == Some(Errno::ACCESS) && self.loosen_link_dirs(path, target) =>
+                {
+                    self.make_hard_link(dirs, path, target)
+                }
+                other => other,
+            },
         ));
         for level in dirs.chunk_by(|a, b| depth(&a.0) == depth(&b.0)) {
+            // Directories made writable below this depth, which get no attributes here.
+            let deeper_than = Some(depth(&level[0].0));
+            for e in self.restore_loosened(deeper_than, &dirs) {
+                errors.record(e);
+            }
             errors.absorb(in_parallel(
                 level,
                 OpenDirs::default,
                 |open, (path, record)| self.finish_dir(open, path, record),
             ));
+        }
+        for e in self.restore_loosened(None, &dirs) {
+            errors.record(e);
         }
         if self.durable {
             if let Err(e) = self.sync(b"") {
@@ -89,6 +109,18 @@ impl TreeWriter {
             }
         }
         (errors.listed, errors.more)
+    }
+
+    /// Makes the directories of hard link `path` (to make an entry in) and of `target` (to
+    /// look it up) usable where their modes refused this writer (see
+    /// [`TreeWriter::loosen_path`]): whether to try the link again.
+    fn loosen_link_dirs(&self, path: &[u8], target: &[u8]) -> bool {
+        let (Ok(path), Ok(target)) = (self.target(path), self.target(target)) else {
+            return false;
+        };
+        let (pdir, _) = crate::relpath::split_parent(path);
+        let (tdir, _) = crate::relpath::split_parent(target);
+        self.loosen_path(tdir, crate::perm::SEARCH) | self.loosen_path(pdir, crate::perm::CHANGE)
     }
 
     /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
@@ -154,10 +186,15 @@ impl TreeWriter {
         }
         let (attrs, xattrs) = record;
         let fail = |e| StoreError::new("set attributes of", path, e);
-        let fd: OwnedFd = self
-            .base
-            .open_dir_nofollow(path)
-            .map_err(|e| StoreError::new("set attributes of", path, escape_error(e)))?;
+        // A directory this writer owns but may not open as it is (mode 0000, or a directory
+        // on the way it may not search) is made readable first; its mode is set below.
+        let fd: OwnedFd = match self.base.open_dir_nofollow(path) {
+            Err(Errno::ACCESS) if self.loosen_path(path, crate::perm::LIST) => {
+                self.base.open_dir_nofollow(path)
+            }
+            other => other,
+        }
+        .map_err(|e| StoreError::new("set attributes of", path, escape_error(e)))?;
         let now = fstat(&fd).ok().map(|st| Current::of_stat(&st));
         let chown = self.owners && !now.as_ref().is_some_and(|now| now.has_owner(attrs));
         if chown {
