@@ -268,18 +268,52 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
     if a.json {
         out = serde_json::to_string(&entries.iter().map(entry_json).collect::<Vec<_>>())? + "\n";
     } else {
+        hide_partial_files(&mut entries);
+        let mut incomplete = Vec::new();
         for e in &entries {
             let name = printed(&e.path);
-            out.push_str(&if a.long {
-                long_line(e, &name, a.numeric_ids, a.human_readable)
+            if a.long {
+                out.push_str(&long_line(e, &name, a.numeric_ids, a.human_readable));
+            } else if e.kind == NsKind::Partial {
+                // Names alone are what scripts read: a file that is not there is not named.
+                incomplete.push(name);
+                continue;
             } else {
-                name
-            });
+                out.push_str(&name);
+            }
             out.push('\n');
+        }
+        if let Some(first) = incomplete.first() {
+            eprintln!(
+                "sprat: not listed: {} an interrupted copy left incomplete ({first}{}); \
+                 `sprat ls -l` marks them with ~, running the copy again completes them",
+                counted(incomplete.len() as u64, "file", "files"),
+                if incomplete.len() > 1 { ", ..." } else { "" }
+            );
         }
     }
     crate::print_quietly(&out)?;
     Ok(0)
+}
+
+/// Leaves out the hidden files in which a large file an interrupted copy left is kept (its
+/// partial file and journal, `.NAME.sprat-part` and `.NAME.sprat-part.log`) where the
+/// listing has that file as [`NsKind::Partial`]: it stands for them.
+fn hide_partial_files(entries: &mut Vec<NsEntry>) {
+    let partials: std::collections::HashSet<Vec<u8>> = entries
+        .iter()
+        .filter(|e| e.kind == NsKind::Partial)
+        .map(|e| e.path.clone())
+        .collect();
+    if partials.is_empty() {
+        return;
+    }
+    entries.retain(|e| {
+        let (dir, name) = sprat_engine::relpath::split_parent(&e.path);
+        let of = sprat_engine::final_name_of_hidden(name);
+        e.kind != NsKind::File
+            || of.is_none_or(|f| !partials.contains(&sprat_engine::relpath::join(dir, f)))
+    });
 }
 
 pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
@@ -323,10 +357,20 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
     let out = if a.json {
         serde_json::to_string(&json!({
             "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
+            "incomplete_files": u.partial_files, "incomplete_bytes": u.partial_bytes,
         }))? + "\n"
     } else {
+        let incomplete = if u.partial_files + u.partial_bytes > 0 {
+            format!(
+                " (and {} kept to resume an interrupted copy, {})",
+                counted(u.partial_files, "incomplete file", "incomplete files"),
+                sprat_engine::report::human_bytes(u.partial_bytes)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{} ({})\t{}, {}, {}\t{}\n",
+            "{} ({})\t{}, {}, {}{incomplete}\t{}\n",
             counted(u.bytes, "byte", "bytes"),
             sprat_engine::report::human_bytes(u.bytes),
             counted(u.files, "file", "files"),

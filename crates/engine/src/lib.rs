@@ -45,5 +45,6 @@ pub use sprat_proto::auth::TokenKey;
 pub use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, Request, SumAlgo};
 pub use sprat_proto::ErrorCode;
 pub use sprat_store::compare::compare_trees;
+pub use sprat_store::partial::final_name_of_hidden;
 pub use sprat_store::relpath;
 pub use sprat_store::root::clear_umask;

@@ -455,7 +455,15 @@ impl Message {
                 kind::SUMS
             }
             Message::Usage(u) => {
-                for v in [u.files, u.dirs, u.symlinks, u.bytes] {
+                let all = [
+                    u.files,
+                    u.dirs,
+                    u.symlinks,
+                    u.bytes,
+                    u.partial_files,
+                    u.partial_bytes,
+                ];
+                for v in all {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::USAGE
@@ -639,6 +647,8 @@ impl Message {
                 dirs: r.u64("dirs")?,
                 symlinks: r.u64("symlinks")?,
                 bytes: r.u64("bytes")?,
+                partial_files: r.u64("incomplete files")?,
+                partial_bytes: r.u64("bytes of incomplete files")?,
             }),
             kind::REPLY_END => Message::ReplyEnd,
             kind::TICKET => Message::Ticket {
@@ -938,6 +948,8 @@ mod tests {
             dirs: 2,
             symlinks: 3,
             bytes: 4,
+            partial_files: 5,
+            partial_bytes: 6,
         }));
         roundtrip(Message::ReplyEnd);
         roundtrip(Message::Ticket {

@@ -232,6 +232,10 @@ pub struct DiskUsage {
     pub dirs: u64,
     pub symlinks: u64,
     pub bytes: u64,
+    /// Large files an interrupted copy left incomplete ([`NsKind::Partial`]), not among
+    /// `files`; the bytes of their partial files and journals, not among `bytes`.
+    pub partial_files: u64,
+    pub partial_bytes: u64,
 }
 
 const OP_LIST: u8 = 1;

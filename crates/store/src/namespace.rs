@@ -334,6 +334,10 @@ pub struct Usage {
     pub dirs: u64,
     pub symlinks: u64,
     pub bytes: u64,
+    /// Large files an interrupted copy left incomplete (see [`crate::partial`]), not among
+    /// `files`, and the bytes of their partial files and journals, not among `bytes`.
+    pub partial_files: u64,
+    pub partial_bytes: u64,
 }
 
 /// Walks `rel` (a file or a whole tree), calling `each` for every entry; entries are
@@ -409,6 +413,14 @@ pub fn usage(root: &Root, rel: &[u8], selection: &Selection) -> Result<Usage, St
     let mut u = Usage::default();
     walk_selected(root, rel, true, selection, |e| {
         match e.kind {
+            EntryType::File
+                if crate::partial::is_partial_name(crate::relpath::split_parent(&e.path).1) =>
+            {
+                if !crate::partial::is_log_path(&e.path) {
+                    u.partial_files += 1;
+                }
+                u.partial_bytes += e.size;
+            }
             EntryType::File => {
                 u.files += 1;
                 u.bytes += e.size;

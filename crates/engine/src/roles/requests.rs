@@ -434,6 +434,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 total.dirs += u.dirs;
                 total.symlinks += u.symlinks;
                 total.bytes += u.bytes;
+                total.partial_files += u.partial_files;
+                total.partial_bytes += u.partial_bytes;
                 Ok(())
             };
             match ctx.place(&path)? {
