@@ -927,8 +927,28 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         report.to_string()
     };
     print_quietly(&text)?;
+    // A full destination is a fatal I/O error (exit 5) wherever it was met: writing a file,
+    // or before a large one that could not fit was started (that one failed alone, and the
+    // others went on).
+    let full = report
+        .failures
+        .iter()
+        .filter(|f| f.error.contains(NO_SPACE))
+        .count();
+    if full > 0 {
+        eprintln!(
+            "sprat: error: {}: its file system is full: {} did not fit; free space, then run \
+             the same command again",
+            printable(&report.destination),
+            sprat_engine::report::counted(full as u64, "file", "files")
+        );
+        return Ok(5);
+    }
     Ok(if report.failed > 0 { 1 } else { 0 })
 }
+
+/// How the OS says a file system is full (`ENOSPC`), as failures carry it.
+const NO_SPACE: &str = "No space left on device";
 
 /// Takes the options of `cp` that the command line leaves out from the configuration file's
 /// `[defaults]`; returns its `progress` (shown always or never; `None`: on a terminal).

@@ -116,6 +116,9 @@ struct Shared {
     places: Places,
     /// Connections still in the handshake.
     handshakes: Handshakes,
+    /// The log of failed handshakes (a wrong token, no hello, not TLS...), at most a line a
+    /// second: a flood of strangers must not flood the log.
+    failed_handshakes: Mutex<RefusalLog>,
     /// What clients' data may take in memory.
     budget: Arc<Budget>,
     idle_timeout: Duration,
@@ -356,6 +359,7 @@ impl Server {
                     config.max_connections_per_address,
                 ),
                 handshakes: Handshakes::default(),
+                failed_handshakes: Mutex::default(),
                 budget: Budget::new(config.max_client_memory.max(MIN_CLIENT_MEMORY)),
                 idle_timeout: config.idle_timeout,
                 third_party: config.third_party,
@@ -546,7 +550,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             (m, access)
         }
         Err(e) => {
-            eprintln!("sprat serve: {}", printable(&e.to_string()));
+            lock(&shared.failed_handshakes).log(&printable(&e.to_string()));
             return;
         }
     };
@@ -966,7 +970,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
     }
 }
 
-/// The log of connections refused before authentication, at most a line a second.
+/// A log of connections refused or failed before authentication, at most a line a second.
 #[derive(Default)]
 struct RefusalLog {
     /// When the last line was written.
@@ -977,6 +981,12 @@ struct RefusalLog {
 
 impl RefusalLog {
     fn refused(&mut self, peer: &str, why: &str) {
+        self.log(&format!("refusing {peer}: {why}"));
+    }
+
+    /// Writes `line` (after `sprat serve: `) unless a line was written less than a second
+    /// ago; then counts it, and the next line written says how many went unwritten.
+    fn log(&mut self, line: &str) {
         let now = Instant::now();
         if self
             .last
@@ -987,9 +997,9 @@ impl RefusalLog {
         }
         let more = match std::mem::take(&mut self.unlogged) {
             0 => String::new(),
-            n => format!(" ({n} more refused since the last such line, not logged)"),
+            n => format!(" ({n} more since the last such line, not logged)"),
         };
-        eprintln!("sprat serve: refusing {peer}: {why}{more}");
+        eprintln!("sprat serve: {line}{more}");
         self.last = Some(now);
     }
 }
