@@ -380,6 +380,11 @@ pub struct ServeArgs {
     /// this long fails. `0s`: never.
     #[arg(long, value_name = "DURATION", default_value = "5min", value_parser = crate::units::duration)]
     pub idle_timeout: std::time::Duration,
+    /// On SIGTERM or SIGINT: accept no new connection, and let the transfers running finish
+    /// for at most this long before stopping (a second signal stops at once). A transfer cut
+    /// then resumes when its client runs again. `0s`: stop at once.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::units::duration)]
+    pub stop_timeout: std::time::Duration,
     /// Refuse to push to another server when a client asks (third-party copies, `sprat cp
     /// sprat://A/... sprat://B/...` with this server as A).
     #[arg(long)]

@@ -631,8 +631,66 @@ fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     if a.one_shot {
         one_shot::exit_when_stdin_closes();
     }
+    let stop = server.stop_handle()?;
+    let Some(stopped) = stop_on_signal(stop, a.stop_timeout) else {
+        anyhow::bail!("cannot catch SIGTERM and SIGINT");
+    };
     server.run()?;
-    Ok(0)
+    // Stopped by a signal: once the transfers running have finished (or the grace ended).
+    Ok(stopped.recv().unwrap_or(0))
+}
+
+/// The first SIGTERM or SIGINT stops `stop`'s server from accepting connections and lets
+/// what it serves finish for `grace`; a second one stops it at once. The channel returned
+/// gives the exit status once the server may stop.
+fn stop_on_signal(
+    stop: sprat_engine::StopHandle,
+    grace: std::time::Duration,
+) -> Option<std::sync::mpsc::Receiver<i32>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).ok()?;
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut received = signals.forever();
+        let Some(signal) = received.next() else {
+            return;
+        };
+        let name = if signal == SIGINT {
+            "SIGINT"
+        } else {
+            "SIGTERM"
+        };
+        let serving = stop.stop_accepting();
+        if serving == 0 {
+            eprintln!("sprat serve: stopping ({name}): no transfer running");
+            let _ = done.send(0);
+            return;
+        }
+        let count = |n: usize| sprat_engine::report::counted(n as u64, "connection", "connections");
+        eprintln!(
+            "sprat serve: stopping ({name}): accepting no new connection; waiting up to {} s \
+             for {} to finish (a second signal stops at once)",
+            grace.as_secs(),
+            count(serving)
+        );
+        std::thread::spawn(move || {
+            match stop.wait_drained(grace) {
+                0 => eprintln!("sprat serve: stopped: every transfer finished"),
+                left => eprintln!(
+                    "sprat serve: stopped after {} s with {} still open (their clients resume \
+                     when they run again)",
+                    grace.as_secs(),
+                    count(left)
+                ),
+            }
+            let _ = done.send(0);
+        });
+        if let Some(again) = received.next() {
+            eprintln!("sprat serve: stopped at once (a second signal)");
+            std::process::exit(128 + again);
+        }
+    });
+    Some(stopped)
 }
 
 /// `sprat cp SRC... DIR`, as cp and rsync take several sources (a shell glob): each goes

@@ -548,6 +548,40 @@ fn checksum_after_an_interruption(dir: Dir, seed: u64) {
     assert_eq!(report(&out)["bytes_not_sent"].as_u64(), Some(5), "{why}");
 }
 
+/// SIGTERM to a server while a push runs: it accepts no new connection (a new client is
+/// refused), lets the push finish (the client sees nothing wrong: exit 0, an exact copy),
+/// says so in its log, and exits 0 once it has.
+#[test]
+fn a_server_stopped_by_sigterm_lets_the_running_push_finish() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("root"));
+    tree::make_many_files(&src, 40, 256 << 10, 39);
+    let mut srv = server(&root);
+    // 10 MiB at 40 Mbit/s: about 2 s.
+    let relay = RelayProc::start(srv.addr(), &["--rate", "40mbit"]);
+    let url = format!("sprat://{}/dst", relay.addr);
+    let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &["--json"], &src, url), &[]);
+    wait_for_bytes(&root.join("dst"), 1 << 20, &mut client);
+    srv.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
+    ls.extend(srv.client_args());
+    ls.push(srv.url("").into());
+    let refused = run_sprat(bin(), ls, &[]);
+    assert_ne!(refused.status.code(), Some(0), "{}", describe(&refused));
+    let out = client.wait_or_panic(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_trees_equal(&src, &root.join("dst"));
+    let status = srv.wait_exit(Duration::from_secs(10));
+    let log = srv.stderr_log();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{log}");
+    assert!(
+        log.contains("stopping (SIGTERM): accepting no new connection"),
+        "{log}"
+    );
+    assert!(log.contains("stopped: every transfer finished"), "{log}");
+}
+
 /// What an interrupted push left, as `sprat ls` and `sprat du` show it: the incomplete
 /// large file is not named by the short listing (which scripts read for files that are
 /// there; stderr says why), `ls -l` marks it with `~`, neither shows the hidden partial file

@@ -32,7 +32,7 @@ pub use roles::push::{push_input, PushInput};
 pub use roles::remote;
 pub use roles::retry::Notice as RetryNotice;
 pub use roles::server::{
-    default_client_memory, default_connections_per_address, Server, ServerConfig,
+    default_client_memory, default_connections_per_address, Server, ServerConfig, StopHandle,
     DEFAULT_CLIENT_MEMORY, DEFAULT_IDLE_TIMEOUT, MIN_CLIENT_MEMORY,
 };
 pub use roles::ssh;

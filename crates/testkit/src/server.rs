@@ -380,6 +380,30 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends the signal `name` (as `kill` takes it: `TERM`, `INT`...) to the server process.
+    pub fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// Waits up to `limit` for the server to exit: its exit status, `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let until = std::time::Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Kills the server (SIGKILL to its own PID) and reaps it. Idempotent.
     pub fn kill(&mut self) {
         if self.is_running() {

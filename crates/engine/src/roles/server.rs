@@ -105,6 +105,43 @@ pub struct Server {
     shared: Arc<Shared>,
 }
 
+/// Stops a running [`Server`] from another thread (on SIGTERM, say): no new connection is
+/// accepted ([`Server::run`] returns), and the transfers running may finish.
+pub struct StopHandle {
+    /// The listening socket (a duplicate of the server's): shut down, it wakes the accept.
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl StopHandle {
+    /// Accepts no new connection from now on: [`Server::run`] returns. Returns how many
+    /// connections are being served (those of transfers running, and namespace requests).
+    pub fn stop_accepting(&self) -> usize {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // A listening socket shut down makes a blocked `accept` fail at once.
+        let _ = socket2::SockRef::from(&self.listener).shutdown(std::net::Shutdown::Both);
+        self.connections()
+    }
+
+    /// The connections being served now (authenticated; third-party copies' streams too).
+    pub fn connections(&self) -> usize {
+        self.shared.places.held()
+    }
+
+    /// Waits until no connection is served any more, or `grace` has passed; returns how
+    /// many are still served.
+    pub fn wait_drained(&self, grace: Duration) -> usize {
+        let until = Instant::now() + grace;
+        loop {
+            let left = self.connections();
+            if left == 0 || Instant::now() >= until {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 struct Shared {
     exports: Exports,
     tls: net::ServerTls,
@@ -116,6 +153,8 @@ struct Shared {
     places: Places,
     /// Connections still in the handshake.
     handshakes: Handshakes,
+    /// Set once the server stops accepting connections ([`StopHandle`]).
+    stopping: AtomicBool,
     /// The log of failed handshakes (a wrong token, no hello, not TLS...), at most a line a
     /// second: a flood of strangers must not flood the log.
     failed_handshakes: Mutex<RefusalLog>,
@@ -359,6 +398,7 @@ impl Server {
                     config.max_connections_per_address,
                 ),
                 handshakes: Handshakes::default(),
+                stopping: AtomicBool::new(false),
                 failed_handshakes: Mutex::default(),
                 budget: Budget::new(config.max_client_memory.max(MIN_CLIENT_MEMORY)),
                 idle_timeout: config.idle_timeout,
@@ -375,12 +415,27 @@ impl Server {
             .map_err(|e| TransferError::Local(format!("cannot read the listening address: {e}")))
     }
 
-    /// Accepts connections forever, one thread each.
+    /// A handle that stops this server from another thread.
+    pub fn stop_handle(&self) -> Result<StopHandle, TransferError> {
+        let listener = self.listener.try_clone().map_err(|e| {
+            TransferError::Local(format!("cannot duplicate the listening socket: {e}"))
+        })?;
+        Ok(StopHandle {
+            listener,
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Accepts connections, one thread each, until its [`StopHandle`] stops it (the
+    /// connections being served go on in their threads).
     pub fn run(self) -> Result<(), TransferError> {
         // Refusals are logged at most once a second, with how many went unlogged: a flood of
         // connections must not flood the log too.
         let mut refusals = RefusalLog::default();
         for stream in self.listener.incoming() {
+            if self.shared.stopping.load(Ordering::SeqCst) {
+                return Ok(());
+            }
             let stream = match stream {
                 Ok(s) => s,
                 Err(e) => {

@@ -209,8 +209,7 @@ impl Places {
     }
 
     /// Places held now, in all.
-    #[cfg(test)]
-    fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         lock(&self.count).all
     }
 }
