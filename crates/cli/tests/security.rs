@@ -439,6 +439,13 @@ fn push_through_symlink_in_root_cannot_write_outside() {
     symlink("../outside", l.root.join("relesc")).unwrap();
     let srv = server(&l.root);
     pushes_must_fail_and_stay_inside(&l, &srv, &["esc/sub", "relesc/sub", "esc/inner"], true);
+    // And says why, by the link's name.
+    let out = cp(&srv, &[], &l.src, srv.url("esc/sub"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("'esc' is a symbolic link"),
+        "{}",
+        describe(&out)
+    );
     // Pushing to the link itself: refusing is fine, replacing the link by a real directory
     // inside the root is fine; writing into the link's target is not.
     pushes_must_fail_and_stay_inside(&l, &srv, &["esc", "relesc"], false);

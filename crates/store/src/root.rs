@@ -208,6 +208,18 @@ impl Root {
                     mkdir(&current)?;
                     open(&current).map_err(|e| StoreError::new("open directory", rel, e))?
                 }
+                Err(Errno::NOTDIR | Errno::LOOP) if is_symlink_at(&current.fd, name) => {
+                    let shown = crate::display_path(component);
+                    return Err(StoreError::other(
+                        "open directory",
+                        rel,
+                        &format!(
+                            "'{shown}' is a symbolic link, which sprat does not follow here (it \
+                             could lead outside the tree it writes, or the server's exported \
+                             root); name the directory it points to instead"
+                        ),
+                    ));
+                }
                 Err(e) => {
                     return Err(StoreError::new(
                         "open directory",
@@ -245,6 +257,12 @@ impl Root {
             BENEATH | ResolveFlags::NO_SYMLINKS,
         )
     }
+}
+
+/// Whether `name` in `dir` is a symbolic link (not followed).
+fn is_symlink_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
+    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
 }
 
 fn not_a_dir(e: Errno) -> Errno {
