@@ -318,6 +318,8 @@ override the file's keys.
     root = "/data/public"
     tokens = ["9f2c71..."]
     read_only = true                          # refuse every write (default false)
+    owners = false                            # never apply the owners clients push here
+                                              # (default true: a root server does, by name)
 "#;
 
 #[derive(Debug, Args)]

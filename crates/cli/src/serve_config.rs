@@ -54,6 +54,13 @@ struct RawExport {
     token_files: Vec<PathBuf>,
     #[serde(default)]
     read_only: bool,
+    /// Apply the owners clients push (a root server, without --no-owners).
+    #[serde(default = "yes")]
+    owners: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A serde error of a table in one line, in the file's words (keys, not fields): toml says
@@ -188,6 +195,7 @@ pub fn read(file: &Path) -> Result<ServeConfig, ConfigError> {
             name: raw.name,
             root,
             read_only: raw.read_only,
+            owners: raw.owners,
             tokens,
         });
     }

@@ -10,6 +10,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{lchown, symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -128,6 +129,61 @@ fn push_pull_and_local_copy_keep_owners_and_groups() {
         assert_ok(&cp_local(extra, &src, &copied), None);
         assert_eq!(owners(&copied), want, "local copy ({tag})");
     }
+}
+
+/// `owners = false` on one export of a root server's `--config`: what is pushed there is
+/// owned by the server's user, while another export of the same server keeps the owners the
+/// client sends.
+#[test]
+fn an_export_can_refuse_the_owners_clients_push() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    make_owned_tree(&src);
+    let want = owners(&src);
+    let (kept, drop_box) = (t.path().join("kept"), t.path().join("drop"));
+    fs::create_dir(&kept).unwrap();
+    fs::create_dir(&drop_box).unwrap();
+    let token = t.path().join("token");
+    fs::write(&token, "an-export-token-of-at-least-16-bytes\n").unwrap();
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let config = t.path().join("exports.toml");
+    let text = format!(
+        "[[export]]\nname = \"kept\"\nroot = {kept:?}\ntoken_files = [{token:?}]\n\n\
+         [[export]]\nname = \"drop\"\nroot = {drop_box:?}\ntoken_files = [{token:?}]\n\
+         owners = false\n"
+    );
+    fs::write(&config, text).unwrap();
+    let opts = ServerOptions {
+        token: None,
+        config: Some(config),
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&t.path().join("unused"), &opts);
+    for export in ["kept", "drop"] {
+        let args = [
+            OsString::from("cp"),
+            "--token-file".into(),
+            token.clone().into(),
+            src.clone().into(),
+            srv.url(&format!("{export}/tree")).into(),
+        ];
+        let out = sprat_testkit::run_sprat(bin(), args, &[]);
+        assert_ok(&out, Some(&srv));
+    }
+    let ids = |m: &BTreeMap<PathBuf, (u32, u32, u32)>| -> Vec<(u32, u32)> {
+        m.values().map(|v| (v.0, v.1)).collect()
+    };
+    assert_eq!(ids(&owners(&kept.join("tree"))), ids(&want));
+    assert!(
+        owners(&drop_box.join("tree"))
+            .values()
+            .all(|v| (v.0, v.1) == (0, 0)),
+        "{:?}",
+        owners(&drop_box.join("tree"))
+    );
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub struct ExportSpec {
     pub root: PathBuf,
     /// Refuse every write into it.
     pub read_only: bool,
+    /// Apply the owners and groups clients push (when the server runs as root, without
+    /// `--no-owners`); false: what is pushed is owned by the server's user.
+    pub owners: bool,
     /// The tokens that reach it, as given (without surrounding white space, none empty). One
     /// token may be given to several exports: it then reaches each of them.
     pub tokens: Vec<Vec<u8>>,
@@ -72,6 +75,8 @@ pub(crate) struct Export {
     pub name: String,
     pub root: Root,
     pub read_only: bool,
+    /// Whether the owners clients push are applied (when the server runs as root).
+    pub owners: bool,
 }
 
 impl Export {
@@ -157,6 +162,7 @@ impl Exports {
                     // (exit 2), as for a named export.
                     root: Root::open(&root).map_err(|e| TransferError::Usage(e.to_string()))?,
                     read_only,
+                    owners: true,
                 }],
                 keys: key.into(),
                 reach: vec![Reach::one(0)],
@@ -195,6 +201,7 @@ impl Exports {
                 name: spec.name.clone(),
                 root,
                 read_only: spec.read_only,
+                owners: spec.owners,
             });
         }
         let (keys, reach) = tokens
@@ -302,6 +309,7 @@ mod tests {
             name: name.into(),
             root: root.to_path_buf(),
             read_only: false,
+            owners: true,
             tokens: tokens.iter().map(|t| t.as_bytes().to_vec()).collect(),
         }
     }

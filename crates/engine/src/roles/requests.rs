@@ -399,15 +399,19 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     within_an_export(&selection)?;
                     list_exports(ctx, conn, recursive, names)?
                 }
-                Place::In { export, rel, .. } => list(
-                    ctx,
-                    conn,
-                    (&export.root, &rel),
-                    recursive,
-                    digests,
-                    &selection,
-                    names,
-                )?,
+                Place::In { export, rel, .. } => {
+                    // An export that never applies pushed owners lists none "if applied".
+                    let names = names.filter(|_| export.owners || owners != ListOwners::IfApplied);
+                    list(
+                        ctx,
+                        conn,
+                        (&export.root, &rel),
+                        recursive,
+                        digests,
+                        &selection,
+                        names,
+                    )?
+                }
             }
         }
         Request::Stat { path } => {

@@ -871,7 +871,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                     let w = super::destination::to_disk_early(w)
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid)
-                        .owners(owners && shared.options.owners)
+                        .owners(owners && shared.options.owners && root.is_some_and(|e| e.owners))
                         .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
                     let early = super::destination::early_writeback();
