@@ -138,8 +138,9 @@ fn make_too_big_tree(dir: &Path) {
 }
 
 /// A file larger than the destination's free space is refused before anything is
-/// allocated, by name and as "No space left on device"; the rest of the tree arrives and the
-/// copy exits 1 (one file failed), not 5 (a disk that filled up while writing).
+/// allocated, by name and as "No space left on device"; the rest of the tree arrives, and the
+/// copy exits 5 with one error line saying the destination is full, as when a disk fills up
+/// while writing (a full disk is one exit code wherever it is met).
 #[test]
 fn a_file_larger_than_the_free_space_fails_alone_by_name() {
     use sprat_testkit::Tmpfs;
@@ -164,8 +165,16 @@ fn a_file_larger_than_the_free_space_fails_alone_by_name() {
             )
         };
         let why = format!("pull={pull}\n{}", sprat_testkit::describe(&out));
-        assert_eq!(out.status.code(), Some(1), "{why}");
+        assert_eq!(out.status.code(), Some(5), "{why}");
         let stderr = String::from_utf8_lossy(&out.stderr);
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("sprat: error: "))
+            .collect();
+        assert!(
+            errors.len() == 1 && errors[0].contains("its file system is full: 1 file did not fit"),
+            "{why}"
+        );
         assert!(
             stderr
                 .lines()
