@@ -687,6 +687,54 @@ fn a_server_that_admits_one_connection_per_address_gets_fewer_streams() {
     }
 }
 
+/// A server of one place in all (`--max-connections 1`): a push's listing of its destination
+/// cannot run beside its session. The attempts refused for want of places are followed by
+/// one with a single stream that lists first; never by a push that takes the destination it
+/// could not list for empty: `-u` keeps a newer file there, `--ignore-existing` any file.
+#[test]
+fn a_push_that_cannot_list_its_destination_never_overwrites_what_its_rule_keeps() {
+    let l = Layout::new();
+    fs::create_dir_all(&l.src).unwrap();
+    make_file(&l.src.join("a"), b"old", 0o644);
+    filetime_set(&l.src.join("a"), 1_500_000_000);
+    let opts = ServerOptions {
+        extra_args: vec!["--max-connections".into(), "1".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&l.root, &opts);
+    for (rule, name) in [("-u", "u"), ("--ignore-existing", "i")] {
+        let dst = l.root.join(name);
+        fs::create_dir_all(&dst).unwrap();
+        make_file(&dst.join("a"), b"newer, kept", 0o644);
+        let args = cp_args(
+            Some(&srv),
+            &[rule, "--retry-for", "60s"],
+            &l.src,
+            srv.url(name),
+        );
+        let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
+            .expect("a push to a server of one place hung");
+        assert_ok(&out, Some(&srv));
+        assert_eq!(
+            fs::read(dst.join("a")).unwrap(),
+            b"newer, kept",
+            "{rule}: {}",
+            describe(&out)
+        );
+    }
+}
+
+/// Sets the mtime of `path` to `sec` seconds after the epoch.
+fn filetime_set(path: &std::path::Path, sec: u64) {
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(sec);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+}
+
 // ------------------------------------------------------------------ hostile or idle clients
 
 /// Sends `bytes` on a fresh connection, then reads until the server closes it (or 2 s pass).

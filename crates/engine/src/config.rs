@@ -21,6 +21,10 @@ pub struct TransferOptions {
     /// Parallel TCP connections of a session; `None`: chosen from the measured round trip and
     /// grown while throughput grows (see `tune`).
     pub streams: Option<usize>,
+    /// A push lists its destination before it opens its session, rather than on a
+    /// connection of its own beside it: for a server that admits one connection at a time
+    /// from this address (set by the retry after a busy refusal).
+    pub list_first: bool,
     /// Socket send and receive buffer to request; `None`: the best the host allows (kernel
     /// autotuning unless explicit buffers reach a larger window).
     pub tcp_buffer: Option<u64>,
@@ -121,6 +125,7 @@ impl Default for TransferOptions {
     fn default() -> Self {
         TransferOptions {
             streams: None,
+            list_first: false,
             tcp_buffer: None,
             batch_size: NETWORK_BATCH_SIZE,
             batch_files: 1024,

@@ -34,7 +34,21 @@ pub struct SourceHandle {
     /// the source was started with [`start_deferring`] (empty otherwise); counted in
     /// `totals` too. Final once `batches` is disconnected.
     pub deferred: Receiver<Batch>,
+    /// Why the destination's index could not be made, once the source is drained: the
+    /// source then sent nothing (see [`Skip::index`]).
+    index_failure: IndexFailure,
     join: JoinHandle<Duration>,
+}
+
+/// Why a destination's index could not be made (see [`SourceHandle::index_failure`]).
+#[derive(Clone, Default)]
+pub struct IndexFailure(Arc<Mutex<Option<TransferError>>>);
+
+impl IndexFailure {
+    /// The failure, if the index could not be made: the transfer stops with it.
+    pub fn check(&self) -> Result<(), TransferError> {
+        lock(&self.0).take().map_or(Ok(()), Err)
+    }
 }
 
 /// A source's running totals, shared with whoever ends the stream (see [`SourceHandle::totals`]).
@@ -59,6 +73,11 @@ impl SentTotals {
 }
 
 impl SourceHandle {
+    /// Why the destination's index could not be made (to check once the source is drained).
+    pub fn index_failure(&self) -> IndexFailure {
+        self.index_failure.clone()
+    }
+
     /// Waits for the pipeline's threads; returns the read stage's busy time (summed over
     /// readers, divided by their number).
     pub fn finish(self) -> Duration {
@@ -82,7 +101,9 @@ pub(crate) fn meta(a: &Attrs) -> FileMeta {
 pub struct Skip {
     /// Made when the source starts (a listing costs round trips): by the planner before the
     /// scan of a tree starts, on a thread of its own for a single file (see `early`). A
-    /// destination that cannot be listed is taken as empty: everything is sent.
+    /// destination that cannot be listed stops the source: nothing more is sent (sending
+    /// everything would overwrite what `-u` or `--ignore-existing` keep, and lose what a
+    /// re-run skips or resumes), and [`SourceHandle::index_failure`] says why.
     pub index: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>,
     pub rule: SkipRule,
     pub counts: Arc<SkipCounts>,
@@ -110,21 +131,24 @@ struct PendingIndex {
 }
 
 impl Skip {
-    /// Makes the index on the caller's thread.
-    fn resolve(self) -> Resolved {
-        (made(self.index), self.rule, self.counts)
+    /// Makes the index on the caller's thread (`None`: it failed, said in `failure`).
+    fn resolve(self, failure: &IndexFailure) -> Option<Resolved> {
+        Some((made(self.index, failure)?, self.rule, self.counts))
     }
 
     /// Starts making the index on a thread of its own; the thread is returned too, for the
     /// source to wait for once it ends (what the listing found, an impostor, must be known
     /// by then even when the file went before it was in).
-    fn begin(self) -> (PendingIndex, Option<JoinHandle<()>>) {
+    fn begin(self, failure: &IndexFailure) -> (PendingIndex, Option<JoinHandle<()>>) {
         let (tx, index) = bounded(1);
         let make = self.index;
+        let failure = failure.clone();
         let listing = std::thread::Builder::new()
             .name("sprat-dest-index".into())
             .spawn(move || {
-                let _ = tx.send(made(make));
+                if let Some(index) = made(make, &failure) {
+                    let _ = tx.send(index);
+                }
             })
             .ok();
         let early = match self.rule {
@@ -142,22 +166,25 @@ impl Skip {
     }
 }
 
-/// Runs `make`, an index of the destination; one that cannot be made is empty.
-fn made(make: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>) -> DestIndex {
-    make().unwrap_or_else(|e| {
-        tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot list the destination: sending everything");
-        DestIndex::default()
-    })
+/// Runs `make`, an index of the destination; `None` if it cannot be made, why in `failure`.
+fn made(
+    make: Box<dyn FnOnce() -> Result<DestIndex, TransferError> + Send>,
+    failure: &IndexFailure,
+) -> Option<DestIndex> {
+    match make() {
+        Ok(index) => Some(index),
+        Err(e) => {
+            tracing::info!(e = %crate::text::printable(&e.to_string()), "cannot list the destination: sending nothing");
+            lock(&failure.0).get_or_insert(e);
+            None
+        }
+    }
 }
 
 impl PendingIndex {
-    /// Waits for the index (empty if its thread could not start or ended without a word).
-    fn wait(self) -> Resolved {
-        (
-            self.index.recv().unwrap_or_default(),
-            self.rule,
-            self.counts,
-        )
+    /// Waits for the index (`None` if it could not be made, or its thread could not start).
+    fn wait(self) -> Option<Resolved> {
+        Some((self.index.recv().ok()?, self.rule, self.counts))
     }
 }
 
@@ -254,7 +281,10 @@ fn plan_root_file(
             return planner.push_early_file(entry, rule, emit);
         }
     }
-    let (index, rule, counts) = pending.wait();
+    // No index (it could not be made): nothing is sent.
+    let Some((index, rule, counts)) = pending.wait() else {
+        return;
+    };
     match index.verdict(&entry, rule) {
         // `--checksum` on a single file sends it (no digests).
         Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
@@ -376,9 +406,12 @@ fn start_with(
     let root_is_dir = matches!(source, Source::Dir(_));
     let totals = SentTotals::default();
     let counted = totals.clone();
+    let index_failure = IndexFailure::default();
+    let failure = index_failure.clone();
     let join = std::thread::Builder::new()
         .name("sprat-source".into())
         .spawn(move || {
+            let failure = &failure;
             let (root, file_name) = match source {
                 Source::Dir(root) => (root, None),
                 Source::File { parent, name } => (parent, Some(name)),
@@ -392,7 +425,7 @@ fn start_with(
             // and the listing share the CPUs).
             let (pending, listing, skip) = match skip {
                 Some(skip) if file_name.is_some() => {
-                    let (pending, listing) = skip.begin();
+                    let (pending, listing) = skip.begin(failure);
                     (Some(pending), listing, None)
                 }
                 skip => (None, None, skip),
@@ -427,7 +460,10 @@ fn start_with(
                                 threads: options.scan_threads,
                                 ..ScanOptions::default()
                             };
-                            let skip = skip.map(Skip::resolve);
+                            let skip = match skip.map(|s| s.resolve(failure)) {
+                                Some(None) => return, // no index: nothing is sent
+                                resolved => resolved.flatten(),
+                            };
                             // `--checksum`: the source's digests of files the destination has
                             // with the same size, computed by threads of their own while the
                             // scan and the planning go on.
@@ -570,6 +606,7 @@ fn start_with(
         root_is_dir,
         totals,
         deferred,
+        index_failure,
         join,
     })
 }
@@ -863,6 +900,7 @@ pub fn synthetic(
         root_is_dir: true,
         totals,
         deferred: unbounded().1,
+        index_failure: IndexFailure::default(),
         join,
     })
 }

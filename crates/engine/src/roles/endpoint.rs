@@ -203,21 +203,30 @@ pub fn copy_retrying(
     check_servers(src, dst)?;
     // A server that refused a connection for want of places (its `--max-connections`, or
     // those of this address) may admit fewer streams: each such attempt is followed by one
-    // with half as many, down to one.
+    // with half as many, down to one, with a push's listing then made before its session.
     let mut narrowed: Option<TransferOptions> = None;
     super::retry::retrying(options.retry_for, notify, || {
         let these = narrowed.as_ref().unwrap_or(options);
         these.progress.restart();
-        let used = these.streams;
+        let (used, listed_first) = (these.streams, these.list_first);
         copy_once(src, dst, key, these).map_err(|e| {
             if e.is_busy() {
                 let streams = fewer_streams(used);
-                if used != Some(streams) {
+                // One place may be all this address gets: at one stream, a push's listing
+                // of its destination goes first, alone, then the session.
+                let list_first = streams == 1;
+                if used != Some(streams) || list_first != listed_first {
                     narrowed = Some(TransferOptions {
                         streams: Some(streams),
+                        list_first,
                         ..options.clone()
                     });
-                    return e.then(&format!("the next attempt uses {}", counted(streams)));
+                    let then = if list_first {
+                        " (a push lists its destination first)"
+                    } else {
+                        ""
+                    };
+                    return e.then(&format!("the next attempt uses {}{then}", counted(streams)));
                 }
             }
             e

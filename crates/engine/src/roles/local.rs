@@ -100,6 +100,7 @@ pub(crate) fn copy(
     drop((jobs, reply_tx));
     let mut write_busy = pool.finish();
     let sent = handle.totals.clone();
+    let index_failure = handle.index_failure();
     let read_busy = handle.finish();
     // The planning is over (no file is offered any more): wait for the last kernel copies.
     let mut kernel_copied = 0;
@@ -121,6 +122,7 @@ pub(crate) fn copy(
     if let Some(e) = fatal {
         return Err(e);
     }
+    index_failure.check()?;
     check_complete(&writer, &mut counts, &sent.get(), "the local source")?;
     let cloned_files = cloned.files.load(Ordering::Relaxed);
     counts.files += cloned_files;

@@ -185,7 +185,15 @@ pub(crate) fn start_source(
             // the server does not say which it kept), a push over several servers.
             let early =
                 options.xattr_scope() == 0 && options.file_log.is_none() && !defer_namespace;
-            let skip = skip.map(|s| source::Skip { early, ..s });
+            let mut skip = skip.map(|s| source::Skip { early, ..s });
+            if options.list_first {
+                // Listed now, before the session takes its connection.
+                if let Some(s) = skip.as_mut() {
+                    let listed =
+                        std::mem::replace(&mut s.index, Box::new(|| Ok(DestIndex::default())))();
+                    s.index = Box::new(move || listed);
+                }
+            }
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
@@ -234,8 +242,12 @@ pub fn push_input(
         (&handle.totals, &SessionAcks::default()),
         None,
     );
+    let index_failure = handle.index_failure();
     let read_busy = handle.finish();
     impostor.check()?;
+    // The destination could not be listed: nothing was sent, and the transfer fails (a
+    // busy server's refusal is retried, with the listing first and alone).
+    index_failure.check()?;
     let run = ran?;
     // Files sent before the listing was in that the server had already.
     skipped.kept_by_destination(run.remote.up_to_date, run.remote.attrs_fixed);

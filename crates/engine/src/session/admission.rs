@@ -180,9 +180,10 @@ impl Places {
     ) -> Result<Place, Full> {
         let (max, per_address) = match r#for {
             Use::Open => (self.max, self.per_address),
-            // An address with a single place shares it: its requests must be possible too.
+            // A server or an address with a single place shares it: its requests (a push's
+            // listing of its destination, made before its session then) must be possible too.
             Use::Other => (
-                self.max - reserved_for_opens(self.max),
+                self.max - reserved_for_opens(self.max).min(self.max - 1),
                 self.per_address - reserved_for_opens(self.per_address).min(self.per_address - 1),
             ),
         };

@@ -116,8 +116,10 @@ pub(crate) fn push(
             .map(|h| h.join().ok().flatten())
             .collect()
     });
+    let index_failure = handle.index_failure();
     let read_busy = handle.finish();
     impostor.check()?;
+    index_failure.check()?;
     let failed = lock(&failure.first).take();
     if let Some(e) = failed {
         return Err(e);
