@@ -439,10 +439,12 @@ fn push_through_symlink_in_root_cannot_write_outside() {
     symlink("../outside", l.root.join("relesc")).unwrap();
     let srv = server(&l.root);
     pushes_must_fail_and_stay_inside(&l, &srv, &["esc/sub", "relesc/sub", "esc/inner"], true);
-    // And says why, by the link's name.
+    // And says why: the listing of the destination, or the writer, names the link.
     let out = cp(&srv, &[], &l.src, srv.url("esc/sub"));
+    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("'esc' is a symbolic link"),
+        said.contains("'esc' is a symbolic link")
+            || said.contains("'esc/sub': path leads outside the exported root"),
         "{}",
         describe(&out)
     );

@@ -411,10 +411,17 @@ impl fmt::Display for Report {
                 self.kernel_copied
             )?;
         }
-        if self.attempts > 1 {
+        if self.attempts > 1 && self.failed == 0 {
             writeln!(
                 f,
-                "  completed on attempt {} (earlier attempts failed and the transfer resumed)",
+                "  completed on attempt {} (earlier attempts failed and the transfer resumed); \
+                 the counts are the last attempt's",
+                self.attempts
+            )?;
+        } else if self.attempts > 1 {
+            writeln!(
+                f,
+                "  ran {} times; what still failed is listed above",
                 self.attempts
             )?;
         }

@@ -91,8 +91,18 @@ pub enum AuthError {
          the token is for; nothing was done (connect without a token to use an open server)"
     )]
     ServerWithoutToken,
-    #[error("protocol version {0} is not supported (this build speaks {PROTOCOL_VERSION})")]
-    Version(u16),
+    /// The client speaks another protocol version (the server's refusal).
+    #[error(
+        "the client speaks sprat protocol {0} and this server {PROTOCOL_VERSION}: run the same \
+         sprat release on both"
+    )]
+    ClientVersion(u16),
+    /// The server speaks another protocol version (the client's refusal).
+    #[error(
+        "the server speaks sprat protocol {0} and this client {PROTOCOL_VERSION}: run the same \
+         sprat release on both"
+    )]
+    ServerVersion(u16),
     #[error("unexpected message during handshake")]
     Unexpected,
 }
@@ -202,7 +212,7 @@ impl ServerHandshake {
             return Err(AuthError::Unexpected);
         };
         if version != PROTOCOL_VERSION {
-            return Err(AuthError::Version(version));
+            return Err(AuthError::ClientVersion(version));
         }
         let ServerKeys::Tokens(tokens) = &self.keys else {
             return Ok(Named::Open {
@@ -383,7 +393,7 @@ impl ClientHandshake {
             _ => return Err(AuthError::Unexpected),
         };
         if version != PROTOCOL_VERSION {
-            return Err(AuthError::Version(version));
+            return Err(AuthError::ServerVersion(version));
         }
         let mac = match (&self.key, auth_required) {
             (Some(key), true) => {
@@ -552,12 +562,12 @@ mod tests {
         };
         assert_eq!(
             server.on_message(hello.clone()).err(),
-            Some(AuthError::Version(2))
+            Some(AuthError::ClientVersion(2))
         );
         let server = ServerHandshake::new(None, Vec::new(), [1; 32]);
         assert_eq!(
             server.on_bound_hello(hello).err(),
-            Some(AuthError::Version(2))
+            Some(AuthError::ClientVersion(2))
         );
     }
 

@@ -115,7 +115,9 @@ pub struct ServerStream {
 /// The error code a failed handshake is refused with.
 pub fn refusal_code(e: &AuthError) -> ErrorCode {
     match e {
-        AuthError::Version(_) | AuthError::Unexpected => ErrorCode::Protocol,
+        AuthError::ClientVersion(_) | AuthError::ServerVersion(_) | AuthError::Unexpected => {
+            ErrorCode::Protocol
+        }
         _ => ErrorCode::AuthFailed,
     }
 }
