@@ -386,6 +386,14 @@ impl fmt::Display for Report {
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)
             )?;
+        } else if self.bytes_not_sent > 0 {
+            // Not sent, and no file up to date: ranges of large files an interrupted copy
+            // had written, resumed.
+            writeln!(
+                f,
+                "  resumed: {} an interrupted copy had written were not sent again",
+                human_bytes(self.bytes_not_sent)
+            )?;
         }
         if self.cloned > 0 {
             let (noun, verb) = if self.cloned == 1 {
