@@ -235,24 +235,21 @@ impl Root {
 
     /// Opens directory `rel` below this root without following any symlink on the way.
     pub fn open_dir_nofollow(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
-        let path: &[u8] = if rel.is_empty() { b"." } else { rel };
-        openat2(
-            &self.fd,
-            std::ffi::OsStr::from_bytes(path),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            BENEATH | ResolveFlags::NO_SYMLINKS,
-        )
+        self.open_dir_with(rel, OFlags::RDONLY)
     }
 
     /// Opens directory `rel` below this root as an `O_PATH` descriptor (which needs no
     /// permission on the directory itself), without following any symlink on the way.
     pub fn open_dir_path_nofollow(&self, rel: &[u8]) -> Result<OwnedFd, Errno> {
+        self.open_dir_with(rel, OFlags::PATH)
+    }
+
+    fn open_dir_with(&self, rel: &[u8], how: OFlags) -> Result<OwnedFd, Errno> {
         let path: &[u8] = if rel.is_empty() { b"." } else { rel };
         openat2(
             &self.fd,
             std::ffi::OsStr::from_bytes(path),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            how | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
             BENEATH | ResolveFlags::NO_SYMLINKS,
         )

@@ -142,13 +142,18 @@ impl Skip {
     fn begin(self, failure: &IndexFailure) -> (PendingIndex, Option<JoinHandle<()>>) {
         let (tx, index) = bounded(1);
         let make = self.index;
-        let failure = failure.clone();
+        let failed = failure.clone();
         let listing = std::thread::Builder::new()
             .name("sprat-dest-index".into())
             .spawn(move || {
-                if let Some(index) = made(make, &failure) {
+                if let Some(index) = made(make, &failed) {
                     let _ = tx.send(index);
                 }
+            })
+            .inspect_err(|e| {
+                // No index will come: nothing is sent, and the transfer says why.
+                let why = format!("cannot start the listing of the destination: {e}");
+                lock(&failure.0).get_or_insert(TransferError::Local(why));
             })
             .ok();
         let early = match self.rule {
@@ -593,7 +598,7 @@ fn start_with(
                 // sends fail and it stops; a plan receiver kept here would block it for ever.
                 drop(plan_rx);
             });
-            // Every batch is queued: what the listing found (an impostor) is known once its
+            // Every batch is queued: whether the listing failed (an impostor) is known once its
             // thread ends, even when every file went before it was in.
             if let Some(listing) = listing {
                 let _ = listing.join();

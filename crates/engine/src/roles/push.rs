@@ -127,55 +127,26 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
     }
 }
 
-/// What answered the listing of a push's destination when that was not the server (it
-/// failed to prove the token, or showed another key). A destination that cannot be listed
-/// is otherwise taken as empty; this stops the push instead (see [`ListingImpostor::check`]).
-#[derive(Clone, Default)]
-pub(crate) struct ListingImpostor(Arc<Mutex<Option<TransferError>>>);
-
-impl ListingImpostor {
-    /// The error to stop the push with, if the listing found an impostor.
-    pub fn check(&self) -> Result<(), TransferError> {
-        lock(&self.0).take().map_or(Ok(()), Err)
-    }
-}
-
 /// Starts reading `input`, leaving out what the destination (`path` on `addr`, from one
 /// listing) has already; with `defer_namespace`, directories and hard links come on
-/// [`source::SourceHandle::deferred`]. Also returns what the check spared, and what the
-/// caller must check once the source is drained: whether the listing found an impostor.
+/// [`source::SourceHandle::deferred`]. Also returns what the check spared. A destination that
+/// cannot be listed (what answered was not the server, or a full server refused) stops the
+/// source: the caller checks [`source::SourceHandle::index_failure`] once it is drained.
 pub(crate) fn start_source(
     input: PushInput,
     (addr, path): (&str, &[u8]),
     key: &Credentials,
     options: &TransferOptions,
     defer_namespace: bool,
-) -> Result<
-    (
-        source::SourceHandle,
-        Arc<crate::pipeline::skip::SkipCounts>,
-        ListingImpostor,
-    ),
-    TransferError,
-> {
+) -> Result<(source::SourceHandle, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
     let mut skipped = Arc::default();
-    let impostor = ListingImpostor::default();
     let handle = match input {
         PushInput::Source(source) => {
             let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let owners = options.owners.then_some(!options.numeric_ids);
-            let found = impostor.clone();
             let skip = skip_for(options, move || {
-                let listed = index_patiently(|| remote::index(&a, &k, &p, digests, owners));
-                let mut index = match listed {
-                    Err(e) if e.is_authentication() => {
-                        let told = TransferError::Local(e.to_string());
-                        *lock(&found.0) = Some(e);
-                        return Err(told);
-                    }
-                    listed => listed?,
-                };
+                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests, owners))?;
                 remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
@@ -185,15 +156,18 @@ pub(crate) fn start_source(
             // the server does not say which it kept), a push over several servers.
             let early =
                 options.xattr_scope() == 0 && options.file_log.is_none() && !defer_namespace;
-            let mut skip = skip.map(|s| source::Skip { early, ..s });
-            if options.list_first {
+            let skip = skip.map(|s| match options.list_first {
                 // Listed now, before the session takes its connection.
-                if let Some(s) = skip.as_mut() {
-                    let listed =
-                        std::mem::replace(&mut s.index, Box::new(|| Ok(DestIndex::default())))();
-                    s.index = Box::new(move || listed);
+                true => {
+                    let listed = (s.index)();
+                    source::Skip {
+                        index: Box::new(move || listed),
+                        early,
+                        ..s
+                    }
                 }
-            }
+                false => source::Skip { early, ..s },
+            });
             if let Some(s) = &skip {
                 skipped = s.counts.clone();
             }
@@ -205,7 +179,7 @@ pub(crate) fn start_source(
         }
         PushInput::Synthetic(sizes) => source::synthetic(sizes, options)?,
     };
-    Ok((handle, skipped, impostor))
+    Ok((handle, skipped))
 }
 
 /// Pushes `input` (a local tree, a server's own tree in a third-party transfer, or synthetic
@@ -226,7 +200,7 @@ pub fn push_input(
     let op = push_operation(&input, options);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.
-    let (handle, skipped, impostor) = start_source(input, (addr, path), key, options, false)?;
+    let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;
     let abort = Abort::default();
     let target = SessionTarget {
         addr,
@@ -244,9 +218,9 @@ pub fn push_input(
     );
     let index_failure = handle.index_failure();
     let read_busy = handle.finish();
-    impostor.check()?;
-    // The destination could not be listed: nothing was sent, and the transfer fails (a
-    // busy server's refusal is retried, with the listing first and alone).
+    // The destination could not be listed (an impostor answered, or a full server refused):
+    // nothing was sent, and the transfer fails (a busy server's refusal is retried, with the
+    // listing first and alone).
     index_failure.check()?;
     let run = ran?;
     // Files sent before the listing was in that the server had already.

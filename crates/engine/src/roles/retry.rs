@@ -69,56 +69,48 @@ pub(crate) fn retrying(
     let mut attempt = 1;
     let proved_before = crate::net::servers_proved();
     loop {
-        let error = match run() {
-            Ok(mut report) => {
-                report.attempts = attempt;
-                let again: Vec<_> = report
-                    .failures
-                    .iter()
-                    .filter(|f| f.is_worth_another_run())
-                    .collect();
-                let wait = backoff(attempt);
-                let in_time = started.elapsed() + wait <= retry_for;
-                if again.is_empty() || attempt >= MAX_RUNS_FOR_FAILED_FILES || !in_time {
-                    return Ok(report);
-                }
-                let first = &again[0];
-                notify(&Notice {
-                    attempt,
-                    error: format!(
-                        "{} to send again ({}: {})",
-                        crate::report::counted(again.len() as u64, "file", "files"),
-                        first.path,
-                        first.error
-                    ),
-                    wait,
-                    left: retry_for - started.elapsed(),
-                });
-                tracing::info!(attempt, ?wait, "files failed on the way; running again");
-                std::thread::sleep(wait);
-                attempt += 1;
-                continue;
-            }
-            Err(e) => e,
-        };
-        let never_connected = attempt == 1 && crate::net::servers_proved() == proved_before;
-        if retry_for.is_zero() || !error.is_retryable() || never_connected {
-            return Err(error);
-        }
+        let outcome = run();
         let wait = backoff(attempt);
         let elapsed = started.elapsed();
-        if elapsed + wait > retry_for {
-            return Err(TransferError::GaveUp {
-                attempts: attempt,
-                after: elapsed,
-                last: Box::new(error),
-            });
-        }
+        let in_time = elapsed + wait <= retry_for;
+        // What failed, for the line that says another run follows.
+        let failed = match outcome {
+            Ok(mut report) => {
+                report.attempts = attempt;
+                let mut again = report.failures.iter().filter(|f| f.is_worth_another_run());
+                let Some(first) = again.next() else {
+                    return Ok(report);
+                };
+                if attempt >= MAX_RUNS_FOR_FAILED_FILES || !in_time {
+                    return Ok(report);
+                }
+                format!(
+                    "{} to send again ({}: {})",
+                    crate::report::counted(1 + again.count() as u64, "file", "files"),
+                    first.path,
+                    first.error
+                )
+            }
+            Err(error) => {
+                let never_connected = attempt == 1 && crate::net::servers_proved() == proved_before;
+                if retry_for.is_zero() || !error.is_retryable() || never_connected {
+                    return Err(error);
+                }
+                if !in_time {
+                    return Err(TransferError::GaveUp {
+                        attempts: attempt,
+                        after: elapsed,
+                        last: Box::new(error),
+                    });
+                }
+                error.to_string()
+            }
+        };
         notify(&Notice {
             attempt,
-            error: error.to_string(),
+            error: failed,
             wait,
-            left: retry_for - elapsed,
+            left: retry_for.saturating_sub(elapsed),
         });
         tracing::info!(attempt, ?wait, "transfer failed; running it again");
         std::thread::sleep(wait);

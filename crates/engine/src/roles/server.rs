@@ -605,7 +605,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             (m, access)
         }
         Err(e) => {
-            lock(&shared.failed_handshakes).log(&printable(&e.to_string()));
+            lock(&shared.failed_handshakes).log(|| printable(&e.to_string()).into_owned());
             return;
         }
     };
@@ -1036,12 +1036,13 @@ struct RefusalLog {
 
 impl RefusalLog {
     fn refused(&mut self, peer: &str, why: &str) {
-        self.log(&format!("refusing {peer}: {why}"));
+        self.log(|| format!("refusing {peer}: {why}"));
     }
 
-    /// Writes `line` (after `sprat serve: `) unless a line was written less than a second
-    /// ago; then counts it, and the next line written says how many went unwritten.
-    fn log(&mut self, line: &str) {
+    /// Writes the line `line` makes (after `sprat serve: `) unless a line was written less
+    /// than a second ago; then counts it (the line is not even made), and the next line
+    /// written says how many went unwritten.
+    fn log(&mut self, line: impl FnOnce() -> String) {
         let now = Instant::now();
         if self
             .last
@@ -1054,7 +1055,7 @@ impl RefusalLog {
             0 => String::new(),
             n => format!(" ({n} more since the last such line, not logged)"),
         };
-        eprintln!("sprat serve: {line}{more}");
+        eprintln!("sprat serve: {}{more}", line());
         self.last = Some(now);
     }
 }

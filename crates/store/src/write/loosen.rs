@@ -105,28 +105,34 @@ impl TreeWriter {
     /// directory `u+wx` ([`TreeWriter::loosen_fd`]), runs it once more.
     pub(crate) fn in_dir<T>(
         &self,
-        (fd, dir): (&OwnedFd, &[u8]),
-        mut op: impl FnMut() -> Result<T, StoreError>,
+        at: (&OwnedFd, &[u8]),
+        op: impl FnMut() -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        match op() {
-            Err(e)
-                if e.errno() == Some(Errno::ACCESS)
-                    && self.loosen_fd(fd.as_fd(), dir, perm::CHANGE) =>
-            {
-                op()
-            }
-            other => other,
-        }
+        self.in_dir_by(at, StoreError::errno, op)
     }
 
     /// [`TreeWriter::in_dir`] for an operation that returns an OS error.
     pub(crate) fn in_dir_errno<T>(
         &self,
-        (fd, dir): (&OwnedFd, &[u8]),
-        mut op: impl FnMut() -> Result<T, Errno>,
+        at: (&OwnedFd, &[u8]),
+        op: impl FnMut() -> Result<T, Errno>,
     ) -> Result<T, Errno> {
+        self.in_dir_by(at, |e: &Errno| Some(*e), op)
+    }
+
+    fn in_dir_by<T, E>(
+        &self,
+        (fd, dir): (&OwnedFd, &[u8]),
+        errno: impl Fn(&E) -> Option<Errno>,
+        mut op: impl FnMut() -> Result<T, E>,
+    ) -> Result<T, E> {
         match op() {
-            Err(Errno::ACCESS) if self.loosen_fd(fd.as_fd(), dir, perm::CHANGE) => op(),
+            Err(e)
+                if errno(&e) == Some(Errno::ACCESS)
+                    && self.loosen_fd(fd.as_fd(), dir, perm::CHANGE) =>
+            {
+                op()
+            }
             other => other,
         }
     }

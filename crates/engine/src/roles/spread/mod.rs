@@ -68,7 +68,7 @@ pub(crate) fn push(
     let options = &options.for_one_transfer();
     let input = PushInput::Source(open_source(src)?);
     let op = push_operation(&input, options);
-    let (handle, skipped, impostor) = start_source(input, (servers[0], path), key, options, true)?;
+    let (handle, skipped) = start_source(input, (servers[0], path), key, options, true)?;
     let n = servers.len();
     let (queues, shares): (Vec<Sender<Batch>>, Vec<Receiver<Batch>>) =
         (0..n).map(|_| bounded(QUEUE_DEPTH)).unzip();
@@ -118,7 +118,6 @@ pub(crate) fn push(
     });
     let index_failure = handle.index_failure();
     let read_busy = handle.finish();
-    impostor.check()?;
     index_failure.check()?;
     let failed = lock(&failure.first).take();
     if let Some(e) = failed {
