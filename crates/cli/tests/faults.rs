@@ -229,7 +229,13 @@ fn a_push_whose_data_is_damaged_on_the_way_sends_it_again_by_itself() {
     assert_trees_equal(&src, &root.join("dst"));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("sprat: attempt 1 failed: "), "{why}");
-    assert!(report(&out)["attempts"].as_u64() >= Some(2), "{why}");
+    let json = report(&out);
+    assert!(json["attempts"].as_u64() >= Some(2), "{why}");
+    // The report is of the command, not of its last run: every file counts as sent (the
+    // first run sent most of them, the last found those up to date), none as up to date.
+    assert_eq!(json["files"].as_u64(), Some(300), "{why}");
+    assert_eq!(json["up_to_date"].as_u64(), Some(0), "{why}");
+    assert_eq!(json["counts_since_attempt"].as_u64(), Some(1), "{why}");
 }
 
 /// A copy through a relay that flips one bit of the client's stream: the damage is caught.
@@ -624,6 +630,18 @@ fn ls_and_du_tell_an_incomplete_file_from_the_files_there() {
     assert_eq!(du["bytes"].as_u64(), Some(5), "{du}");
     assert_eq!(du["incomplete_files"].as_u64(), Some(1), "{du}");
     assert!(du["incomplete_bytes"].as_u64().unwrap() > 48 << 20, "{du}");
+    // `stat` of the incomplete file fails (it is not there), and says what is there instead.
+    let mut stat: Vec<std::ffi::OsString> = vec!["stat".into()];
+    stat.extend(cell.srv.client_args());
+    stat.push(cell.srv.url("dst/big/large.bin").into());
+    let out = run_sprat(bin(), stat, &[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        said.contains("'dst/big/large.bin' is not there yet: an interrupted copy left"),
+        "{}",
+        describe(&out)
+    );
 }
 
 /// An interrupted copy, then the large file is replaced at the source by another content of

@@ -689,6 +689,60 @@ fn a_server_that_admits_one_connection_per_address_gets_fewer_streams() {
     }
 }
 
+/// Third-party copies with servers of one or two places per address: the source server's
+/// copy runs on the place its client's request holds (one stream, its listing first), and
+/// the client gives the destination's place back once it has its ticket. Before, the source
+/// server refused the copy's streams, and every attempt failed until `--retry-for`.
+#[test]
+fn a_third_party_copy_works_with_servers_of_one_or_two_places_per_address() {
+    let t = tmp();
+    let data = t.path().join("a/data");
+    make_many_files(&data, 60, 3000, 4);
+    for (source_limits, destination_limits) in [
+        (
+            &[
+                "--max-connections",
+                "64",
+                "--max-connections-per-address",
+                "1",
+            ][..],
+            &[][..],
+        ),
+        (
+            &["--max-connections", "2"][..],
+            &["--max-connections", "2"][..],
+        ),
+        (&[][..], &["--max-connections", "1"][..]),
+    ] {
+        let with = |root: &str, limits: &[&str]| {
+            let opts = ServerOptions {
+                extra_args: limits.iter().map(Into::into).collect(),
+                ..ServerOptions::default()
+            };
+            server_with(&t.path().join(root), &opts)
+        };
+        let (a, b) = (with("a", source_limits), with("b", destination_limits));
+        let copy = b.root().join("copy");
+        let _ = fs::remove_dir_all(&copy);
+        let args = cp_args(
+            Some(&a),
+            &["--retry-for", "60s"],
+            a.url("data"),
+            b.url("copy"),
+        );
+        let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(90))
+            .expect("a third-party copy between small servers hung");
+        let why = format!(
+            "{source_limits:?} -> {destination_limits:?}\n{}\nsource: {}\ndestination: {}",
+            describe(&out),
+            a.stderr_log(),
+            b.stderr_log()
+        );
+        assert_eq!(out.status.code(), Some(0), "{why}");
+        assert_trees_equal(&data, &copy);
+    }
+}
+
 /// A server of one place in all (`--max-connections 1`): a push's listing of its destination
 /// cannot run beside its session. The attempts refused for want of places are followed by
 /// one with a single stream that lists first; never by a push that takes the destination it

@@ -102,9 +102,13 @@ pub struct Report {
     /// (`--delete`; a directory counts once, with everything below it).
     pub deleted: u64,
     /// Runs of the transfer it took (more than 1 when connections were lost and the transfer
-    /// was started again, see `--retry-for`); the counts are those of the last run, in which
-    /// what earlier runs wrote counts as up to date.
+    /// was started again, see `--retry-for`, or when files damaged on the way were sent
+    /// again). What runs that completed sent is counted as sent; what a run cut short wrote
+    /// counts as up to date in the run after it (see `counts_since_attempt`).
     pub attempts: u32,
+    /// The first run whose counts are in this report: 1, or the run after the last one that
+    /// was cut short (what that one wrote counts as up to date).
+    pub counts_since_attempt: u32,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// How the connections were protected (transfers over the network only): `TLS 1.3
@@ -197,6 +201,36 @@ impl Report {
         }
     }
 
+    /// This report of a run that followed `earlier`, a run of the same transfer that
+    /// completed with files to send again, as one report of both: what `earlier` sent
+    /// counts as sent (this run found it up to date), and the time is `elapsed`, from
+    /// `earlier`'s start to now.
+    pub(crate) fn after(mut self, earlier: &Report, elapsed: Duration) -> Report {
+        // This run found what the earlier one sent up to date.
+        self.up_to_date = self.up_to_date.saturating_sub(earlier.files);
+        self.bytes_not_sent = self.bytes_not_sent.saturating_sub(earlier.bytes);
+        self.files += earlier.files;
+        self.bytes += earlier.bytes;
+        self.dirs = self.dirs.max(earlier.dirs);
+        self.symlinks = self.symlinks.max(earlier.symlinks);
+        self.syncs += earlier.syncs;
+        self.cloned += earlier.cloned;
+        self.kernel_copied += earlier.kernel_copied;
+        self.deleted += earlier.deleted;
+        self.attrs_fixed = self.attrs_fixed.max(earlier.attrs_fixed);
+        self.stages.scan_read_s += earlier.stages.scan_read_s;
+        self.stages.write_s += earlier.stages.write_s;
+        if let (Some(n), Some(e)) = (&mut self.stages.network_s, earlier.stages.network_s) {
+            *n += e;
+        }
+        self.streams = self.streams.max(earlier.streams);
+        self.counts_since_attempt = earlier.counts_since_attempt;
+        self.seconds = elapsed.as_secs_f64().max(1e-9);
+        self.mb_per_s = self.bytes as f64 / self.seconds / 1e6;
+        self.files_per_s = self.files as f64 / self.seconds;
+        self
+    }
+
     /// Adds what the session measured and chose on the network.
     pub fn with_path(mut self, path: PathReport) -> Report {
         self.streams = path.streams_max;
@@ -254,6 +288,7 @@ impl Report {
             bytes_not_sent: 0,
             deleted: 0,
             attempts: 1,
+            counts_since_attempt: 1,
             failures: counts.failures.clone(),
             encryption: None,
             path: None,
@@ -420,10 +455,18 @@ impl fmt::Display for Report {
             )?;
         }
         if self.attempts > 1 && self.failed == 0 {
+            let counts = match self.counts_since_attempt {
+                1 => String::new(),
+                n if n == self.attempts => "; the counts are the last attempt's".into(),
+                n => format!(
+                    "; the counts are those of attempts {n} to {}",
+                    self.attempts
+                ),
+            };
             writeln!(
                 f,
-                "  completed on attempt {} (earlier attempts failed and the transfer resumed); \
-                 the counts are the last attempt's",
+                "  completed on attempt {} (earlier attempts failed and the transfer \
+                 resumed){counts}",
                 self.attempts
             )?;
         } else if self.attempts > 1 {

@@ -285,6 +285,8 @@ pub(crate) fn pull(
     check_complete(&writer, &mut counts, &remote.totals, &control_conn.peer)?;
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
+    // A join the server refused carried nothing.
+    let streams_max = session.streams_used(streams_max, 0);
     let stages = Stages {
         scan_read_s: Duration::from_nanos(remote.read_busy_ns).as_secs_f64(),
         network_s: Some(

@@ -354,9 +354,9 @@ pub(crate) fn run_session(
         Some(moved) => stall::watched_by(abort, moved, limits, addr, streams),
         None => stall::watched(abort, limits, addr, streams),
     }
-    let streams_end = retirements
-        .len()
-        .saturating_sub(push.refused_streams.load(Ordering::SeqCst));
+    let refused = push.refused_streams.load(Ordering::SeqCst);
+    let streams_end = retirements.len().saturating_sub(refused);
+    let streams_max = session.streams_used(streams_max, refused);
     drop(retirements);
     let Push {
         counts,

@@ -306,6 +306,11 @@ pub fn third_party(
         Message::Ticket { ticket, .. } => ticket,
         m => return Err(unexpected(&dst, m)),
     };
+    // The source server must find the destination this client checked.
+    let dest_key = dst.server_key().map_or([0; 32], |k| k.0);
+    // The destination's place goes back now: a server of one or two places needs it for the
+    // source server's connections.
+    drop(dst);
     let mut src = request(
         src_addr,
         key,
@@ -319,8 +324,7 @@ pub fn third_party(
             check: options.skip.as_check(),
             meta: options.meta_flags(),
             stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
-            // The source server must find the destination this client checked.
-            dest_key: dst.server_key().map_or([0; 32], |k| k.0),
+            dest_key,
             selection: crate::config::wire_selection(&options.selection),
         },
     )?;

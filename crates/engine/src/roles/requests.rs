@@ -115,6 +115,27 @@ pub(crate) fn answer(
     }
 }
 
+/// `e`, the failure to find `rel`, or what it is when an interrupted copy left its partial
+/// file there (which has another name until it is complete).
+fn not_there_yet(root: &Root, rel: &[u8], e: StoreError) -> Refusal {
+    if e.errno() != Some(rustix::io::Errno::NOENT) {
+        return e.into();
+    }
+    match partial::describe_file(root, rel) {
+        Some((id, present)) => Refusal(
+            ErrorCode::NotFound,
+            format!(
+                "'{}' is not there yet: an interrupted copy left {} of its {} bytes, which \
+                 the same copy run again completes",
+                display_path(rel),
+                present.bytes(),
+                id.size
+            ),
+        ),
+        None => e.into(),
+    }
+}
+
 /// A line for the server's log for a request that changes the tree (`None` for reads).
 fn change_of(req: &Request) -> Option<String> {
     let shown = |p: &[u8]| crate::text::printable(&display_path(p)).into_owned();
@@ -419,10 +440,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 Place::ServerRoot => server_root_entry(),
                 Place::In { export, rel, .. } => {
                     let mut names = NameCache::default();
-                    ns_entry(
-                        sprat_store::stat_path(&export.root, &rel)?,
-                        Some(&mut names),
-                    )
+                    let stat = sprat_store::stat_path(&export.root, &rel)
+                        .map_err(|e| not_there_yet(&export.root, &rel, e))?;
+                    ns_entry(stat, Some(&mut names))
                 }
             };
             e.path.clear();
@@ -577,13 +597,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             let (export, _, rel) = ctx.in_export(&path, "send")?;
             let source = export.root.source(&rel)?;
             // The copy's streams are the server's connections too: as many as it asked for
-            // (an automatic copy: as many as it may grow to) while places are free.
+            // (an automatic copy: as many as it may grow to) while places are free. When none
+            // is, the place this request holds carries the copy: one stream, its listing of
+            // the destination made first, so that one connection at a time leaves for it.
             let wanted = match streams {
                 0 => crate::tune::MAX_AUTO_STREAMS,
                 n => (n as usize).min(64),
             };
-            let places = (ctx.places)(wanted).map_err(|text| Refusal(ErrorCode::Busy, text))?;
-            let streams = match places.len() {
+            let places = (ctx.places)(wanted).ok();
+            let streams = match places.as_ref().map_or(1, |p| p.len()) {
                 n if n < wanted => n,
                 _ => streams.into(),
             };
@@ -599,6 +621,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 // 0 asks the sending server to choose (and adapt) its streams itself, unless it
                 // has fewer places free than an automatic copy may take.
                 streams: (streams > 0).then(|| streams.min(64)),
+                list_first: streams == 1,
                 durable,
                 // The destination is listed with the ticket, which allows that much.
                 skip: crate::pipeline::skip::SkipRule::from_check(check),

@@ -68,6 +68,10 @@ pub(crate) fn retrying(
     let started = Instant::now();
     let mut attempt = 1;
     let proved_before = crate::net::servers_proved();
+    // The report of the runs since the last one cut short, which completed with files to
+    // send again; and when the run after that started.
+    let mut earlier: Option<Report> = None;
+    let mut counted_from = started;
     loop {
         let outcome = run();
         let wait = backoff(attempt);
@@ -75,7 +79,15 @@ pub(crate) fn retrying(
         let in_time = elapsed + wait <= retry_for;
         // What failed, for the line that says another run follows.
         let failed = match outcome {
-            Ok(mut report) => {
+            Ok(report) => {
+                let mut report = match earlier.take() {
+                    Some(before) => report.after(&before, counted_from.elapsed()),
+                    None => {
+                        let mut report = report;
+                        report.counts_since_attempt = attempt;
+                        report
+                    }
+                };
                 report.attempts = attempt;
                 let mut again = report.failures.iter().filter(|f| f.is_worth_another_run());
                 let Some(first) = again.next() else {
@@ -84,14 +96,18 @@ pub(crate) fn retrying(
                 if attempt >= MAX_RUNS_FOR_FAILED_FILES || !in_time {
                     return Ok(report);
                 }
-                format!(
+                let line = format!(
                     "{} to send again ({}: {})",
                     crate::report::counted(1 + again.count() as u64, "file", "files"),
                     first.path,
                     first.error
-                )
+                );
+                earlier = Some(report);
+                line
             }
             Err(error) => {
+                // What earlier runs sent is not known: the next run counts it up to date.
+                earlier = None;
                 let never_connected = attempt == 1 && crate::net::servers_proved() == proved_before;
                 if retry_for.is_zero() || !error.is_retryable() || never_connected {
                     return Err(error);
@@ -114,6 +130,9 @@ pub(crate) fn retrying(
         });
         tracing::info!(attempt, ?wait, "transfer failed; running it again");
         std::thread::sleep(wait);
+        if earlier.is_none() {
+            counted_from = Instant::now();
+        }
         attempt += 1;
     }
 }

@@ -92,6 +92,10 @@ pub fn default_client_memory() -> u64 {
 /// take the largest batch frame the protocol allows.
 pub const MIN_CLIENT_MEMORY: u64 = 2 * sprat_proto::frame::MAX_BATCH_PAYLOAD as u64;
 
+/// How long an `Open` or a request waits for a place when none is free, before the server
+/// answers that it is busy.
+const PLACE_PATIENCE: Duration = Duration::from_millis(500);
+
 /// Default of [`ServerConfig::max_connections_per_address`] for `max_connections`: three
 /// quarters, so that one client host (or all its sessions together) leaves a quarter of the
 /// places to the others.
@@ -613,7 +617,6 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
     // The first message travels with the authentication; it says what the connection is for
     // (read under the machine's deadline, which `accept` set).
     let first = served.conn.recv_control_raw();
-    drop(slot);
     let Ok(first) = first else { return };
     served.conn.read_until(None);
     let event = match served.machine.on_message(first, Instant::now()) {
@@ -625,12 +628,17 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             )
         }
     };
-    // Only an `Open` may take the last places (see `Places::take`).
-    let r#for = match event {
-        Event::Open { .. } => Use::Open,
-        _ => Use::Other,
+    // Only an `Open` may take the last places (see `Places::take`). An `Open` or a request
+    // waits a moment for a place the client may be giving back (its listing just ended); a
+    // join does not: its session goes on without it. The wait counts as the handshake's.
+    let (r#for, patience) = match event {
+        Event::Open { .. } => (Use::Open, PLACE_PATIENCE),
+        Event::Join { .. } => (Use::Other, Duration::ZERO),
+        _ => (Use::Other, PLACE_PATIENCE),
     };
-    let _place = match shared.places.take(ip, 1, r#for) {
+    let place = shared.places.take_within(ip, 1, r#for, patience);
+    drop(slot);
+    let _place = match place {
         Ok(place) => place,
         Err(full) => {
             let text = busy_text(&shared.places, full);

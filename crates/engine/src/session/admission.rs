@@ -7,10 +7,11 @@
 //! a place is never lost, so a server never fills up with places nobody holds.
 //! Not for what a connection does once admitted (see `roles::server`).
 
-use crate::sync::lock;
+use crate::sync::{lock, unpoisoned};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Places counted in all and by client address, within limits.
 #[derive(Debug, Default)]
@@ -94,10 +95,17 @@ impl Drop for HandshakeSlot {
     }
 }
 
+/// The places held, and a wake-up for those waiting for one.
+#[derive(Debug, Default)]
+struct Held {
+    count: Mutex<Count>,
+    freed: Condvar,
+}
+
 /// The authenticated connections a server serves, in all and by client address.
 #[derive(Debug)]
 pub(crate) struct Places {
-    count: Arc<Mutex<Count>>,
+    held: Arc<Held>,
     max: usize,
     per_address: usize,
 }
@@ -105,7 +113,7 @@ pub(crate) struct Places {
 /// Places among the authenticated connections, given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Place {
-    count: Arc<Mutex<Count>>,
+    held: Arc<Held>,
     ip: Option<IpAddr>,
     n: usize,
 }
@@ -119,7 +127,8 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        lock(&self.count).remove(self.ip, self.n);
+        lock(&self.held.count).remove(self.ip, self.n);
+        self.held.freed.notify_all();
     }
 }
 
@@ -153,7 +162,7 @@ impl Places {
     /// At most `max` places, `per_address` of them for one client address.
     pub(crate) fn new(max: usize, per_address: usize) -> Places {
         Places {
-            count: Arc::default(),
+            held: Arc::default(),
             max,
             per_address: per_address.clamp(1, max.max(1)),
         }
@@ -178,6 +187,20 @@ impl Places {
         wanted: usize,
         r#for: Use,
     ) -> Result<Place, Full> {
+        self.take_within(ip, wanted, r#for, Duration::ZERO)
+    }
+
+    /// [`Places::take`], waiting up to `patience` for a place to be given back when none is
+    /// free: a client that closes one connection and opens the next at once (a push's
+    /// listing, then its session) must not find its own place still held.
+    pub(crate) fn take_within(
+        &self,
+        ip: Option<IpAddr>,
+        wanted: usize,
+        r#for: Use,
+        patience: Duration,
+    ) -> Result<Place, Full> {
+        let until = Instant::now() + patience;
         let (max, per_address) = match r#for {
             Use::Open => (self.max, self.per_address),
             // A server or an address with a single place shares it: its requests (a push's
@@ -187,31 +210,37 @@ impl Places {
                 self.per_address - reserved_for_opens(self.per_address).min(self.per_address - 1),
             ),
         };
-        let mut count = lock(&self.count);
-        let free_server = max.saturating_sub(count.all);
-        let free_address = match ip {
-            Some(_) => per_address.saturating_sub(count.of(ip)),
-            None => usize::MAX,
-        };
-        let n = wanted.max(1).min(free_server).min(free_address);
-        if n == 0 {
-            return Err(if free_server == 0 {
-                Full::Server
-            } else {
-                Full::Address
-            });
+        let mut count = lock(&self.held.count);
+        loop {
+            let free_server = max.saturating_sub(count.all);
+            let free_address = match ip {
+                Some(_) => per_address.saturating_sub(count.of(ip)),
+                None => usize::MAX,
+            };
+            let n = wanted.max(1).min(free_server).min(free_address);
+            if n > 0 {
+                count.add(ip, n);
+                return Ok(Place {
+                    held: self.held.clone(),
+                    ip,
+                    n,
+                });
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(if free_server == 0 {
+                    Full::Server
+                } else {
+                    Full::Address
+                });
+            }
+            count = unpoisoned(self.held.freed.wait_timeout(count, left)).0;
         }
-        count.add(ip, n);
-        Ok(Place {
-            count: self.count.clone(),
-            ip,
-            n,
-        })
     }
 
     /// Places held now, in all.
     pub(crate) fn held(&self) -> usize {
-        lock(&self.count).all
+        lock(&self.held.count).all
     }
 }
 

@@ -21,7 +21,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use sprat_proto::session::client::CommitGate;
 use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,6 +53,8 @@ pub(crate) struct Session {
     pub auto: bool,
     /// Connections joining while the session opened.
     joining: Mutex<Vec<JoinHandle<Result<SessionConn, TransferError>>>>,
+    /// Connections that joined (the control connection not counted).
+    joined: AtomicUsize,
     /// The session-wide state, and a wake-up for those waiting on it.
     state: Mutex<SessionState>,
     changed: Condvar,
@@ -188,6 +190,7 @@ pub(crate) fn open(
         tcp_buffer: options.tcp_buffer,
         auto: options.streams.is_none(),
         joining: Mutex::new(joining),
+        joined: AtomicUsize::new(0),
         state: Mutex::new(SessionState {
             gate: CommitGate::new(),
             opened: None,
@@ -338,7 +341,10 @@ impl Session {
             let mut failed: Option<TransferError> = None;
             for joined in done {
                 match joined {
-                    Ok(conn) => on_joined(conn),
+                    Ok(conn) => {
+                        self.joined.fetch_add(1, Ordering::Relaxed);
+                        on_joined(conn)
+                    }
                     // A machine that is not the server is the failure to report, whatever
                     // else failed.
                     Err(e) if failed.as_ref().is_none_or(|f| !f.is_authentication()) => {
@@ -349,6 +355,14 @@ impl Session {
             }
             failed.map_or(Ok(()), Err)
         })
+    }
+
+    /// The streams that carried the session, at most `most` at once: the control connection
+    /// and those that joined, less the `refused` joins the server turned away after they
+    /// had started (a push's, which sends before its `Joined`).
+    pub fn streams_used(&self, most: usize, refused: usize) -> usize {
+        let started = 1 + self.joined.load(Ordering::Relaxed);
+        most.min(started.saturating_sub(refused)).max(1)
     }
 
     /// Grows the session's streams while throughput grows (hill climbing, see
