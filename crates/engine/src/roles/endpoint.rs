@@ -203,7 +203,8 @@ pub fn copy_retrying(
     check_servers(src, dst)?;
     // A server that refused a connection for want of places (its `--max-connections`, or
     // those of this address) may admit fewer streams: each such attempt is followed by one
-    // with half as many, down to one, with a push's listing then made before its session.
+    // with half as many, down to one, and a push's listing then made before its session (a
+    // session that waits for its listing must not hold the place the listing needs).
     let mut narrowed: Option<TransferOptions> = None;
     super::retry::retrying(options.retry_for, notify, || {
         let these = narrowed.as_ref().unwrap_or(options);
@@ -212,21 +213,17 @@ pub fn copy_retrying(
         copy_once(src, dst, key, these).map_err(|e| {
             if e.is_busy() {
                 let streams = fewer_streams(used);
-                // One place may be all this address gets: at one stream, a push's listing
-                // of its destination goes first, alone, then the session.
-                let list_first = streams == 1;
+                let list_first = true;
                 if used != Some(streams) || list_first != listed_first {
                     narrowed = Some(TransferOptions {
                         streams: Some(streams),
                         list_first,
                         ..options.clone()
                     });
-                    let then = if list_first {
-                        " (a push lists its destination first)"
-                    } else {
-                        ""
-                    };
-                    return e.then(&format!("the next attempt uses {}{then}", counted(streams)));
+                    return e.then(&format!(
+                        "the next attempt uses {}, a push's listing of its destination first",
+                        counted(streams)
+                    ));
                 }
             }
             e

@@ -633,8 +633,8 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
     // join does not: its session goes on without it. The wait counts as the handshake's.
     let (r#for, patience) = match event {
         Event::Open { .. } => (Use::Open, PLACE_PATIENCE),
-        Event::Join { .. } => (Use::Other, Duration::ZERO),
-        _ => (Use::Other, PLACE_PATIENCE),
+        Event::Join { .. } => (Use::Stream, Duration::ZERO),
+        _ => (Use::Request, PLACE_PATIENCE),
     };
     let place = shared.places.take_within(ip, 1, r#for, patience);
     drop(slot);
@@ -695,7 +695,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             let places = |wanted: usize| {
                 shared
                     .places
-                    .take(ip, wanted, Use::Other)
+                    .take(ip, wanted, Use::Stream)
                     .map_err(|full| busy_text(&shared.places, full))
             };
             let ctx = requests::Context {

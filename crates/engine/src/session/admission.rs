@@ -137,14 +137,19 @@ impl Drop for Place {
 pub(crate) enum Use {
     /// Opening a session.
     Open,
-    /// Anything else: joining one, namespace requests, a third-party copy's streams.
-    Other,
+    /// A stream: joining a session, or one of a third-party copy's. Never the last places,
+    /// even of a server or an address of one place (a join dialled beside its `Open` must not
+    /// take the place the `Open` needs, then wait for a session that cannot open), nor the
+    /// one after them, kept for a request (a push's listing of its destination, dialled beside
+    /// its `Open` too, which its session waits for).
+    Stream,
+    /// A namespace request (short, and a session may wait for it): any place.
+    Request,
 }
 
-/// Places among `max` that only `Open`s may take: a refused join costs a session only that
-/// stream (the client sends what went on it over its other streams), a refused listing only
-/// the check of what the destination has (everything is sent), a refused `Open` the whole
-/// copy.
+/// Places among `max` that streams may not take: a refused join costs a session only that
+/// stream (the client sends what went on it over its other streams), a refused `Open` or
+/// listing the whole attempt.
 fn reserved_for_opens(max: usize) -> usize {
     max.div_ceil(8).clamp(1, 8).min(max)
 }
@@ -176,8 +181,8 @@ impl Places {
         self.per_address
     }
 
-    /// Between 1 and `wanted` places for `ip` (as many as are free). Only an `Open` (`for`
-    /// [`Use::Open`]) may take the last few places, in all and of its address: a client dials
+    /// Between 1 and `wanted` places for `ip` (as many as are free). Streams may not take
+    /// the last few places, in all and of its address (see [`Use::Stream`]): a client dials
     /// its joins, and the listing of its destination, at the same moment as the connection
     /// that opens its session, and they must not crowd it out, nor keep a new client from
     /// starting.
@@ -202,12 +207,11 @@ impl Places {
     ) -> Result<Place, Full> {
         let until = Instant::now() + patience;
         let (max, per_address) = match r#for {
-            Use::Open => (self.max, self.per_address),
-            // A server or an address with a single place shares it: its requests (a push's
-            // listing of its destination, made before its session then) must be possible too.
-            Use::Other => (
-                self.max - reserved_for_opens(self.max).min(self.max - 1),
-                self.per_address - reserved_for_opens(self.per_address).min(self.per_address - 1),
+            Use::Open | Use::Request => (self.max, self.per_address),
+            Use::Stream => (
+                self.max.saturating_sub(reserved_for_opens(self.max) + 1),
+                self.per_address
+                    .saturating_sub(reserved_for_opens(self.per_address) + 1),
             ),
         };
         let mut count = lock(&self.held.count);
@@ -297,21 +301,49 @@ mod tests {
         // The address's share is 6: the second got 2 of the 4 it wanted.
         assert_eq!((a.len(), b.len()), (4, 2));
         assert_eq!(places.take(ip(1), 1, Use::Open).err(), Some(Full::Address));
-        // Another address gets the rest; only an `Open` the last one.
-        assert_eq!(
-            places.take(ip(2), 4, Use::Other).map(|p| p.len()).ok(),
-            Some(1)
-        );
-        let c = places.take(ip(2), 4, Use::Open).unwrap();
+        // Another address gets the rest, but no stream the last two places.
+        assert_eq!(places.take(ip(2), 4, Use::Stream).err(), Some(Full::Server));
+        let c = places.take(ip(2), 4, Use::Request).unwrap();
         assert_eq!(c.len(), 2);
         assert_eq!(places.take(ip(3), 1, Use::Open).err(), Some(Full::Server));
         drop((a, b, c));
         assert_eq!(places.held(), 0);
-        // The last place of an address is an `Open`'s too: joins dialled with it cannot take
-        // the place of the connection that opens their session.
-        let joins = places.take(ip(1), 8, Use::Other).unwrap();
-        assert_eq!(joins.len(), 5);
-        assert_eq!(places.take(ip(1), 1, Use::Other).err(), Some(Full::Address));
+        // Nor of an address: joins dialled beside their `Open` cannot take its place, nor
+        // that of the listing their session waits for.
+        let joins = places.take(ip(1), 8, Use::Stream).unwrap();
+        assert_eq!(joins.len(), 4);
+        // The one after them is a request's (a listing its session waits for).
+        let listing = places.take(ip(1), 1, Use::Request).unwrap();
+        assert_eq!(
+            places.take(ip(1), 1, Use::Stream).err(),
+            Some(Full::Address)
+        );
         assert!(places.take(ip(1), 1, Use::Open).is_ok());
+        drop((joins, listing));
+    }
+
+    #[test]
+    fn a_server_of_one_place_shares_it_with_requests_but_never_with_joins() {
+        let places = Places::new(1, 1);
+        // A join could hold the place and wait for its session, whose `Open` it kept out.
+        assert_eq!(places.take(ip(1), 1, Use::Stream).err(), Some(Full::Server));
+        // A request (a push's listing before its session) may have it.
+        drop(places.take(ip(1), 1, Use::Request).unwrap());
+        let open = places.take(ip(1), 1, Use::Open).unwrap();
+        // A place given back while one waits is taken.
+        let waiter = std::thread::scope(|s| {
+            let waiting =
+                s.spawn(|| places.take_within(ip(1), 1, Use::Open, Duration::from_secs(10)));
+            std::thread::sleep(Duration::from_millis(50));
+            drop(open);
+            waiting.join().unwrap()
+        });
+        let held = waiter.unwrap();
+        assert_eq!(held.len(), 1);
+        // And one that is not, after the patience only.
+        let t = Instant::now();
+        let refused = places.take_within(ip(2), 1, Use::Open, Duration::from_millis(100));
+        assert_eq!(refused.err(), Some(Full::Server));
+        assert!(t.elapsed() >= Duration::from_millis(100));
     }
 }
