@@ -835,9 +835,15 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         sprat_engine::ssh::resolve(&[&urls[0], &urls[1]], &client.key, &ssh_options(&a.ssh)?)?;
     let key = launched.credentials.clone();
     let (src, mut dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
-    // `DST/`, or a DST that is a directory: a single file goes inside it, under its own
-    // name, as with cp and rsync.
-    dst = sprat_engine::into_directory(&src, dst, &key, a.dst.as_bytes().ends_with(b"/"))?;
+    // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
+    // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
+    dst = sprat_engine::into_directory(
+        &src,
+        dst,
+        &key,
+        names_a_directory_to_copy_into(a.dst.as_bytes()),
+        names_its_contents(a.src.as_bytes()),
+    )?;
     let over_ssh = !launched.servers.is_empty();
     let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();
@@ -1186,4 +1192,20 @@ fn man_pages(dir: &Path) -> anyhow::Result<i32> {
     }
     write("sprat", cmd)?;
     Ok(0)
+}
+
+/// Whether DST was given as a directory to copy into: with a trailing `/` (`DIR/`,
+/// `sprat://HOST/DIR/`, the `HOST:` of scp), or as `.` or `..` (here, the parent).
+fn names_a_directory_to_copy_into(dst: &[u8]) -> bool {
+    dst.ends_with(b"/")
+        || dst.ends_with(b":")
+        || dst == b"."
+        || dst == b".."
+        || dst.ends_with(b"/.")
+        || dst.ends_with(b"/..")
+}
+
+/// Whether SRC was given as its contents, as rsync reads `SRC/` and `SRC/.`.
+fn names_its_contents(src: &[u8]) -> bool {
+    src.ends_with(b"/") || src.ends_with(b"/.") || src == b"."
 }

@@ -120,6 +120,31 @@ fn owner_of<'a>(
     Some(relpath::join(dir, file).into())
 }
 
+/// Refuses `--delete` into a DST that holds the source (`sprat cp --delete DIR/SUB DIR`):
+/// SRC is not among its own contents, so it would be deleted before it is read.
+fn spares_the_source(src: &Endpoint, dst: &Endpoint) -> Result<(), TransferError> {
+    let holds = match (src, dst) {
+        (Endpoint::Local(s), Endpoint::Local(d)) => super::destination::is_inside(s, d),
+        (
+            Endpoint::Remote {
+                addr: a, path: s, ..
+            },
+            Endpoint::Remote {
+                addr: b, path: d, ..
+            },
+        ) => a == b && sprat_proto::path::is_within(s, d),
+        _ => false,
+    };
+    if holds {
+        return Err(TransferError::Usage(format!(
+            "--delete would delete the source: '{src}' is inside the destination '{dst}', \
+             whose entries the source does not have are removed; to copy it into a \
+             directory, end the destination with / (DST/)"
+        )));
+    }
+    Ok(())
+}
+
 /// [`extras_unless_unreadable`] for a dry run: a source with unreadable entries is an error.
 pub(crate) fn extras(
     src: &Endpoint,
@@ -140,6 +165,7 @@ pub(crate) fn extras_unless_unreadable(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Result<Vec<Vec<u8>>, String>, TransferError> {
+    spares_the_source(src, dst)?;
     let (listed, _, unreadable) = paths(src, key, options, true)?;
     if unreadable > 0 {
         return Ok(Err(format!(

@@ -81,26 +81,35 @@ impl Endpoint {
     }
 }
 
-/// Where a single file goes, as with cp and rsync: into `DST/NAME`, NAME being the source's
-/// own, when DST was given with a trailing slash (`slash`; the directory is made if missing)
-/// or is an existing directory (a local one, or a symlink to one; a remote one, asked with one
-/// request). A tree's contents still go into `DST` itself. A remote source is asked what it
-/// is (one request) with `DST/`, or when DST is remote too (the two asked at once); a pull
+/// Where a copy goes, as with cp, scp and rsync. `DST/` (`into`: DST given with a trailing
+/// slash, or as `.` or `..`) is a directory to copy into: SRC goes to `DST/NAME`, NAME being
+/// its own (the directory is made if missing), unless SRC was given with a trailing slash too
+/// (`contents`: rsync's `SRC/ DST/`, its contents into DST). Without the slash, DST names the
+/// copy itself, and only a single file goes inside DST when DST is an existing directory (a
+/// local one, or a symlink to one; a remote one, asked with one request). A remote source is
+/// asked what it is (one request) when DST is remote too (the two asked at once); a pull
 /// without `DST/` finds out from the server's answer.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
     key: &Credentials,
-    slash: bool,
+    into: bool,
+    contents: bool,
 ) -> Result<Endpoint, TransferError> {
-    // A pull without `DST/` is not asked: it finds out from the server's answer (see `pull`),
-    // which costs a tree's pull nothing. Between two servers both are asked, at once.
-    if !slash && matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_))) {
+    if into {
+        return Ok(match own_name(src).filter(|_| !contents) {
+            Some(name) => inside(dst, &name),
+            None => dst,
+        });
+    }
+    // A pull is not asked: it finds out from the server's answer (see `pull`), which costs a
+    // tree's pull nothing. Between two servers both are asked, at once.
+    if matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_))) {
         return Ok(dst);
     }
     // Between servers the source is asked anyway; a push's local source is known at once.
-    let dst_asked = match (slash, src, &dst) {
-        (false, Endpoint::Remote { .. }, Endpoint::Remote { .. }) => {
+    let dst_asked = match (src, &dst) {
+        (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => {
             let (tx, rx) = std::sync::mpsc::channel();
             let (dst, key) = (dst.clone(), key.clone());
             std::thread::spawn(move || tx.send(is_directory(&dst, &key)));
@@ -124,22 +133,35 @@ pub fn into_directory(
     let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
         return Ok(dst);
     };
-    let inside = slash
-        || match dst_asked {
-            Some(asked) => asked.recv().unwrap_or(false),
-            None => is_directory(&dst, key),
-        };
+    let inside = match dst_asked {
+        Some(asked) => asked.recv().unwrap_or(false),
+        None => is_directory(&dst, key),
+    };
     if !inside {
         return Ok(dst);
     }
-    Ok(match dst {
-        Endpoint::Local(d) => Endpoint::Local(d.join(std::ffi::OsStr::from_bytes(&name))),
+    Ok(self::inside(dst, &name))
+}
+
+/// The last component of `ep`'s path, if it has one (not a server's root, `.` or `/`).
+fn own_name(ep: &Endpoint) -> Option<Vec<u8>> {
+    let name = match ep {
+        Endpoint::Local(p) => p.file_name().map(|n| n.as_bytes().to_vec()),
+        Endpoint::Remote { path, .. } => path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec),
+    };
+    name.filter(|n| !n.is_empty() && n.as_slice() != b"." && n.as_slice() != b"..")
+}
+
+/// `name` inside the directory `dst`.
+fn inside(dst: Endpoint, name: &[u8]) -> Endpoint {
+    match dst {
+        Endpoint::Local(d) => Endpoint::Local(d.join(std::ffi::OsStr::from_bytes(name))),
         Endpoint::Remote { addr, path, also } => Endpoint::Remote {
             addr,
-            path: sprat_store::relpath::join(&path, &name),
+            path: sprat_store::relpath::join(&path, name),
             also,
         },
-    })
+    }
 }
 
 /// Whether `ep` is a directory (a server's is asked; a symlink to one counts locally only).
@@ -286,6 +308,7 @@ fn copy_once(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
+    refuse_a_copy_into_itself(src, dst, key)?;
     // Extras go before the copy (only what the source does not have at all), so that the
     // copy's last pass sets the attributes of the directories they were in.
     let (deleted, failures) = if options.delete {
@@ -302,6 +325,43 @@ fn copy_once(
         report.add_failure(&path, &format!("cannot delete: {text}"));
     }
     Ok(report)
+}
+
+/// Refuses a DST that is the source or inside it (before `--delete` removes anything): the
+/// copy would read what it writes. Between servers, the same server under two names (an
+/// address and a host name) is one tree too, asked only when the paths overlap.
+fn refuse_a_copy_into_itself(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: &Credentials,
+) -> Result<(), TransferError> {
+    let into_itself = match (src, dst) {
+        (Endpoint::Local(s), Endpoint::Local(d)) => {
+            s.is_dir() && super::destination::is_inside(d, s)
+        }
+        (
+            Endpoint::Remote {
+                addr: src_addr,
+                path: src_path,
+                ..
+            },
+            Endpoint::Remote {
+                addr: dst_addr,
+                path: dst_path,
+                ..
+            },
+        ) => {
+            wire_path::is_within(dst_path, src_path)
+                && (src_addr == dst_addr || super::remote::one_server(src_addr, dst_addr, key)?)
+        }
+        _ => false,
+    };
+    if into_itself {
+        return Err(TransferError::Usage(format!(
+            "destination '{dst}' is the source or inside it"
+        )));
+    }
+    Ok(())
 }
 
 fn copy_only(
@@ -343,22 +403,15 @@ fn copy_only(
                 path: dst_path,
                 ..
             },
-        ) => {
-            if src_addr == dst_addr && wire_path::is_within(dst_path, src_path) {
-                return Err(TransferError::Usage(format!(
-                    "destination '{dst}' is the source or inside it"
-                )));
-            }
-            super::remote::third_party(
-                src_addr,
-                src_path,
-                dst_addr,
-                dst_path,
-                key,
-                options,
-                src.to_string(),
-                dst.to_string(),
-            )
-        }
+        ) => super::remote::third_party(
+            src_addr,
+            src_path,
+            dst_addr,
+            dst_path,
+            key,
+            options,
+            src.to_string(),
+            dst.to_string(),
+        ),
     }
 }

@@ -200,6 +200,21 @@ pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], lefto
 }
 
 /// `stat`: the entry at `path` (a symlink is described, not followed).
+/// Whether the servers at `a` and `b` (two addresses) are one server: they present the same
+/// key (servers without encryption cannot be told apart, and are taken as two).
+pub(crate) fn one_server(a: &str, b: &str, key: &Credentials) -> Result<bool, TransferError> {
+    let key_of = |addr: &str| -> Result<_, TransferError> {
+        let root = Request::Stat { path: Vec::new() };
+        Ok(request(addr, key, root)?.server_key())
+    };
+    let (ka, kb) = std::thread::scope(|s| {
+        let other = s.spawn(|| key_of(b));
+        let mine = key_of(a);
+        (mine, other.join().unwrap_or_else(|_| Ok(None)))
+    });
+    Ok(matches!((ka?, kb?), (Some(x), Some(y)) if x == y))
+}
+
 pub fn stat(addr: &str, key: &Credentials, path: &[u8]) -> Result<NsEntry, TransferError> {
     let mut conn = request(
         addr,
