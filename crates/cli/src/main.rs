@@ -848,6 +848,13 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
+    if a.tuning.keep_setuid && matches!(dst, Endpoint::Remote { .. }) {
+        eprintln!(
+            "sprat: note: --keep-setuid keeps the bits in what this client writes (a pull); a \
+             server keeps those of what it is sent only when it runs with `sprat serve \
+             --keep-setuid`"
+        );
+    }
     let mut options = options(&a.tuning, a.streams.0, network);
     options.hard_links = a.hard_links;
     options.reflink = a.reflink == args::ReflinkArg::Auto;
@@ -1154,6 +1161,24 @@ pub(crate) fn print_quietly(text: &str) -> anyhow::Result<()> {
 
 fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
     use sprat_engine::report::counted;
+    // What is not a local directory is a mistake in the command, not a difference.
+    for tree in [&a.a, &a.b] {
+        let shown = tree.display();
+        if tree.to_string_lossy().starts_with("sprat://") {
+            anyhow::bail!(TransferError::Usage(format!(
+                "'{shown}' is a server's: verify compares two local trees; to check a copy on \
+                 a server, run the copy again with -c -n (nothing to send: identical), or \
+                 compare `sprat sum -r` with sha256sum"
+            )));
+        }
+        match std::fs::metadata(tree) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => anyhow::bail!(TransferError::Usage(format!(
+                "'{shown}' is not a directory: verify compares two trees"
+            ))),
+            Err(e) => anyhow::bail!(TransferError::Usage(format!("'{shown}': {e}"))),
+        }
+    }
     match sprat_engine::compare_trees(&a.a, &a.b, true) {
         Ok(s) => {
             print_quietly(&format!(

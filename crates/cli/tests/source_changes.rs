@@ -322,19 +322,29 @@ fn local_copy_of_a_large_file_that_keeps_growing_fails_it_alone() {
     assert_big_failed(&out, "changed while being read", &dst, None);
 }
 
-/// Plants every form of temporary name (and resumable partial names, which stay) in `dst`.
+/// Plants every form of temporary name (and resumable partial names, which stay, and a user's
+/// files named like temporary ones, which stay too) in `dst`; returns what must stay.
 fn plant_leftovers(dst: &Path) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let temp = |dir: &str, name: &str, tag: &str| {
+        let t = sprat_store::write::temp_name_for(name.as_bytes(), tag);
+        dst.join(dir).join(std::ffi::OsStr::from_bytes(&t))
+    };
     fs::create_dir_all(dst.join("small")).unwrap();
     let planted = [
-        ".big.sprat-0123abcd",
-        "small/.f1.sprat-deadbeef",
-        ".sprat-89abcdef.0123456789abcdef",
-        ".sprat-probe-sprat-00c0ffee",
+        temp("", "big", "sprat-0123abcd"),
+        temp("small", "f1", "sprat-deadbeef"),
+        dst.join(".sprat-89abcdef.0123456789abcdef"),
+        dst.join(".sprat-probe-sprat-00c0ffee"),
     ];
     for p in planted {
-        fs::write(dst.join(p), b"debris").unwrap();
+        fs::write(p, b"debris").unwrap();
     }
-    std::os::unix::fs::symlink("nowhere", dst.join("small/.link.sprat-0000beef")).unwrap();
+    std::os::unix::fs::symlink("nowhere", temp("small", "link", "sprat-0000beef")).unwrap();
+    // A user's files that only look like debris (no check of their names): kept.
+    for name in [".q.sprat-12345678", ".data.csv.sprat-0f0f0f0f"] {
+        fs::write(dst.join("small").join(name), b"the user's").unwrap();
+    }
     // A partial file of `big` whose journal is not one: replaced by the copy of `big`.
     fs::write(dst.join(".big.sprat-part"), b"resumable").unwrap();
     fs::write(dst.join(".big.sprat-part.log"), b"no journal").unwrap();
@@ -344,6 +354,8 @@ fn plant_leftovers(dst: &Path) -> Vec<PathBuf> {
     vec![
         dst.join(".gone.sprat-part"),
         dst.join(".gone.sprat-part.log"),
+        dst.join("small/.q.sprat-12345678"),
+        dst.join("small/.data.csv.sprat-0f0f0f0f"),
     ]
 }
 
@@ -352,13 +364,13 @@ fn plant_leftovers(dst: &Path) -> Vec<PathBuf> {
 #[track_caller]
 fn assert_cleaned(out: &Output, src: &Path, dst: &Path, kept: &[PathBuf], server: Option<&Server>) {
     common::assert_ok(out, server);
-    assert_no_temp_names(dst);
     assert!(!dst.join(".big.sprat-part").exists());
     assert!(!dst.join(".big.sprat-part.log").exists());
     for k in kept {
         assert!(k.exists(), "{} was removed", k.display());
         fs::remove_file(k).unwrap();
     }
+    assert_no_temp_names(dst);
     assert_trees_equal(src, dst);
 }
 

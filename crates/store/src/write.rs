@@ -764,17 +764,7 @@ impl TreeWriter {
     }
 
     fn temp_name(&self, name: &[u8]) -> Vec<u8> {
-        let mut t = Vec::with_capacity(name.len() + 24);
-        if name.len() + self.temp_tag.len() + 2 <= 255 {
-            t.push(b'.');
-            t.extend_from_slice(name);
-            t.push(b'.');
-            t.extend_from_slice(self.temp_tag.as_bytes());
-        } else {
-            let h = crate::attrs::checksum(name) as u64;
-            t.extend_from_slice(format!(".{}.{h:016x}", self.temp_tag).as_bytes());
-        }
-        t
+        temp_name_for(name, &self.temp_tag)
     }
 
     /// Creates a temporary file with `mode` next to `name` in `dir`.
@@ -1631,6 +1621,44 @@ pub fn is_live_temp(name: &[u8]) -> bool {
     temp_tag_of(name).is_some_and(live_tags::contains)
 }
 
+/// The temporary name a writer tagged `tag` (`sprat-XXXXXXXX`) writes `name` under:
+/// `.NAME.sprat-XXXXXXXX.CCCCCCCC`, where CCCCCCCC (a hash of NAME and the tag's digits)
+/// proves the name a writer's, so that no file of the user's that only looks like one is
+/// ever taken for debris; for a name too long for that, `.sprat-XXXXXXXX.<16 hex of the
+/// name's hash>`.
+pub fn temp_name_for(name: &[u8], tag: &str) -> Vec<u8> {
+    let mut t = Vec::with_capacity(name.len() + 32);
+    if name.len() + 1 + SHORT_SUFFIX <= 255 {
+        t.push(b'.');
+        t.extend_from_slice(name);
+        t.push(b'.');
+        t.extend_from_slice(tag.as_bytes());
+        t.push(b'.');
+        t.extend_from_slice(temp_check(name, tag_digits(tag.as_bytes())).as_bytes());
+    } else {
+        let h = crate::attrs::checksum(name) as u64;
+        t.extend_from_slice(format!(".{tag}.{h:016x}").as_bytes());
+    }
+    t
+}
+
+/// Length of `.sprat-XXXXXXXX.CCCCCCCC`, what a short temporary name adds after `.NAME`.
+const SHORT_SUFFIX: usize = 24;
+
+/// The digits of a tag `sprat-XXXXXXXX`.
+fn tag_digits(tag: &[u8]) -> &[u8] {
+    tag.strip_prefix(b"sprat-").unwrap_or(tag)
+}
+
+/// The check of a short temporary name: 8 hex digits of a hash of the name and the tag.
+fn temp_check(name: &[u8], digits: &[u8]) -> String {
+    let mut both = Vec::with_capacity(name.len() + 1 + digits.len());
+    both.extend_from_slice(name);
+    both.push(b'/');
+    both.extend_from_slice(digits);
+    format!("{:08x}", crate::attrs::checksum(&both) as u32)
+}
+
 /// The 8 hex digits of the writer's tag in a temporary name (see [`is_leftover_temp`]).
 fn temp_tag_of(name: &[u8]) -> Option<&[u8]> {
     fn hex(b: &[u8], n: usize) -> bool {
@@ -1647,12 +1675,17 @@ fn temp_tag_of(name: &[u8]) -> Option<&[u8]> {
             return Some(&rest[..8]);
         }
     }
-    // `.NAME.sprat-` 8 hex, with a non-empty NAME.
-    let short = name.len() >= 1 + 1 + TAG.len() + 8
-        && name[0] == b'.'
-        && name[name.len() - 8 - TAG.len()..name.len() - 8] == *TAG
-        && hex(&name[name.len() - 8..], 8);
-    short.then(|| &name[name.len() - 8..])
+    // `.NAME.sprat-` 8 hex `.` 8 hex, with a non-empty NAME and its check.
+    if name.len() < 2 + SHORT_SUFFIX || name[0] != b'.' {
+        return None;
+    }
+    let (base, tail) = name[1..].split_at(name.len() - 1 - SHORT_SUFFIX);
+    let (digits, check) = (&tail[TAG.len()..TAG.len() + 8], &tail[TAG.len() + 9..]);
+    let short = tail.starts_with(TAG)
+        && hex(digits, 8)
+        && tail[TAG.len() + 8] == b'.'
+        && temp_check(base, digits).as_bytes() == check;
+    short.then_some(digits)
 }
 
 /// The large files being written in this process, by directory and name: a second session
@@ -2511,9 +2544,16 @@ mod tests {
             );
         }
         assert!(is_leftover_temp(b".sprat-probe-sprat-0123abcd"));
+        // What a user may have named so: the form without the check of its name, or with
+        // another's.
+        let other = temp_name_for(b"g", "sprat-0123abcd");
+        let borrowed = [b".f".as_slice(), &other[2..]].concat();
         for name in [
             &b"f"[..],
             b".f",
+            b".f.sprat-0123abcd",
+            b".data.csv.sprat-0f0f0f0f",
+            &borrowed,
             b".sprat-0123abcd",
             b"f.sprat-0123abcd",
             b".f.sprat-0123ABCD",
@@ -2618,7 +2658,8 @@ mod tests {
     #[test]
     fn a_live_writers_temporary_names_are_no_leftovers() {
         let dir = tempfile::tempdir().unwrap();
-        let name = b".f.sprat-5eed0a11";
+        let owned = temp_name_for(b"f", "sprat-5eed0a11");
+        let name = &owned[..];
         assert!(is_leftover_temp(name));
         let writer = TreeWriter::for_dir(
             Root::open(dir.path()).unwrap(),
@@ -2628,7 +2669,7 @@ mod tests {
         assert!(!is_leftover_temp(name));
         assert!(!is_leftover_temp(b".sprat-probe-sprat-5eed0a11"));
         assert!(is_live_temp(name));
-        std::fs::write(dir.path().join(".f.sprat-5eed0a11"), b"x").unwrap();
+        std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(name)), b"x").unwrap();
         let root = Root::open(dir.path()).unwrap();
         let refused = crate::namespace::remove(&root, name, false).unwrap_err();
         assert!(
