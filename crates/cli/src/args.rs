@@ -16,7 +16,8 @@ pub struct Cli {
     pub command: Command,
     /// More output: `sprat cp -v` lists each file as it completes; `-vv`, `-vvv` diagnostics.
     ///
-    /// `sprat cp -v` lists each file on stdout as it completes, like `rsync -v`.
+    /// `sprat cp -v` lists each file on stdout as it completes, and each entry --delete
+    /// removed as `deleting PATH`, like `rsync -v`.
     /// Diagnostics on stderr (every command) start one level up: `-vv` sessions, streams and
     /// refusals, `-vvv` every join, adaptation step and commit. `RUST_LOG` (e.g.
     /// `RUST_LOG=sprat_engine=debug`) sets the diagnostics whatever the count.
@@ -508,7 +509,8 @@ pub struct CpArgs {
     /// (done counts what the destination had already too, which skipped counts apart; the
     /// rates are the copy's; totals and eta_s null until known), then one
     /// {"event":"failed","path","error"} per failed file, and the final report (as with
-    /// --json) last. With -v, also {"event":"file","path"} for each file as it completes.
+    /// --json) last. With -v, also {"event":"file","path"} for each file as it completes,
+    /// and {"event":"deleted","path"} for each entry --delete removed.
     #[arg(long, conflicts_with = "dry_run")]
     pub json_events: bool,
     /// Skip every file the destination already has, whatever its size and mtime (by default
@@ -919,6 +921,9 @@ pub struct LsArgs {
     /// The whole tree below PATH, in one request.
     #[arg(short = 'R')]
     pub recursive: bool,
+    /// As `ls -a`: accepted, and changes nothing (names starting with `.` are always shown).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
     /// Print a JSON array of entries (with "uid", "gid", "user" and "group").
     #[arg(long)]
     pub json: bool,
@@ -960,6 +965,9 @@ pub struct DuArgs {
     /// As `du -h`: accepted, and changes nothing (the sizes are shown with units already).
     #[arg(short = 'h', long = "human-readable")]
     pub human_readable: bool,
+    /// As `du -s`: accepted, and changes nothing (the total is all du prints).
+    #[arg(short = 's', long = "summarize")]
+    pub summarize: bool,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -988,9 +996,12 @@ pub struct RmArgs {
     /// sprat://HOST:PORT/PATH, sprat://ALIAS/PATH (a server named in the config file), or
     /// [USER@]HOST:PATH (over ssh).
     pub url: OsString,
-    /// Remove a directory and everything below it.
-    #[arg(short = 'r')]
+    /// Remove a directory and everything below it (-R too, as rm).
+    #[arg(short = 'r', short_alias = 'R')]
     pub recursive: bool,
+    /// As `rm -f`: what is not there is no error.
+    #[arg(short = 'f', long = "force")]
+    pub force: bool,
     #[command(flatten)]
     pub connect: ConnectArgs,
     #[command(flatten)]

@@ -1088,17 +1088,20 @@ fn source_name(src: &Endpoint) -> Vec<u8> {
 /// `sprat cp -v`: each completed file's path on stdout, escaped, or as a JSON event; the
 /// source's own name (`single`) for a single file copied.
 fn file_log(json: bool, single: Vec<u8>) -> FileLog {
-    FileLog::new(move |path| {
+    FileLog::new(move |path, logged| {
         let path = if path.is_empty() { &single[..] } else { path };
+        let deleted = logged == sprat_engine::measurement::listing::Logged::Deleted;
         let line = if json {
             let event = serde_json::json!({
-                "event": "file",
+                "event": if deleted { "deleted" } else { "file" },
                 "path": sprat_engine::relpath::display_bytes(path),
             });
             format!("{event}\n")
         } else {
+            // As rsync -v says it.
             format!(
-                "{}\n",
+                "{}{}\n",
+                if deleted { "deleting " } else { "" },
                 printable(&sprat_engine::relpath::display_bytes(path))
             )
         };

@@ -401,8 +401,15 @@ pub fn rm(a: &RmArgs, given: &Credentials) -> anyhow::Result<i32> {
         path,
         recursive: a.recursive,
     };
-    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
-    Ok(0)
+    match when_not_busy(|| remote::simple(&addr, key, request.clone())) {
+        // `-f`: what is not there is no error, as with rm.
+        Err(TransferError::Remote {
+            code: sprat_engine::ErrorCode::NotFound,
+            ..
+        }) if a.force => Ok(0),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(0),
+    }
 }
 
 pub fn mv(a: &MvArgs, given: &Credentials) -> anyhow::Result<i32> {

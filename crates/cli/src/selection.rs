@@ -21,6 +21,17 @@ struct Given {
 
 /// The selection `a`'s options make; `matches` are `cp`'s, for the order of the options.
 pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Selection> {
+    if a.recursive && a.files_from.is_some() {
+        // rsync's `-r --files-from` copies listed directories whole; sprat's list copies
+        // what it names, a directory without its contents: refused rather than half done.
+        anyhow::bail!(sprat_engine::TransferError::Usage(
+            "-r with --files-from (rsync: listed directories with everything below them) is \
+             not supported: --files-from copies what it lists, a directory without its \
+             contents; list the files below it too (find DIR >> LIST), or copy the \
+             directory on its own"
+                .into()
+        ));
+    }
     // Every rule option's values with their positions on the command line.
     let at = |id: &str, n: usize| -> Vec<usize> {
         matches

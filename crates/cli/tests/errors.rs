@@ -1014,14 +1014,55 @@ fn a_single_file_goes_into_a_destination_given_with_a_trailing_slash() {
             landed.display()
         );
     }
-    // A tree's contents go into DST itself, slash or not.
+    // A tree goes inside `DST/` too, as with cp, scp and rsync; `SRC/ DST/` puts its
+    // contents into DST, as rsync; `.` is a directory to copy into.
     let out = cp_local(
         &[],
         local.join("dir"),
         format!("{}/", local.join("tree").display()),
     );
     assert_ok(&out, None);
-    assert_eq!(fs::read(local.join("tree/data.bin")).unwrap(), b"payload");
+    assert_eq!(
+        fs::read(local.join("tree/dir/data.bin")).unwrap(),
+        b"payload"
+    );
+    let out = cp_local(
+        &[],
+        format!("{}/", local.join("dir").display()),
+        format!("{}/", local.join("tree2").display()),
+    );
+    assert_ok(&out, None);
+    assert_eq!(fs::read(local.join("tree2/data.bin")).unwrap(), b"payload");
+    let here = local.join("here");
+    fs::create_dir_all(&here).unwrap();
+    let out = std::process::Command::new(bin())
+        .current_dir(&here)
+        .args(["cp", "-q"])
+        .arg(local.join("dir"))
+        .arg(".")
+        .env("SPRAT_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert_ok(&out, None);
+    assert_eq!(fs::read(here.join("dir/data.bin")).unwrap(), b"payload");
+    // A tree pushed into a server's directory, and pulled into one.
+    let out = cp(&a, &[], local.join("dir"), url(&a, "into/"));
+    assert_ok(&out, None);
+    assert_eq!(
+        fs::read(root_a.join("into/dir/data.bin")).unwrap(),
+        b"payload"
+    );
+    let out = cp(
+        &a,
+        &[],
+        url(&a, "into"),
+        format!("{}/", local.join("got").display()),
+    );
+    assert_ok(&out, None);
+    assert_eq!(
+        fs::read(local.join("got/into/dir/data.bin")).unwrap(),
+        b"payload"
+    );
 }
 
 /// Ctrl-C during a copy: one line saying that nothing is half written and how to go on, and

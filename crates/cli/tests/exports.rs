@@ -254,10 +254,15 @@ fn another_exports_token_is_refused_and_nothing_leaks_or_is_written() {
     // A token of no export is refused in the handshake.
     let out = site.run("none", &["ls", &site.url("alpha")]);
     assert_exit(&out, 3);
-    // The server's root holds only exports: nothing can be written there.
-    let out = site.run("a", &["cp", s(&src), &site.url("")]);
+    // The server's root holds only exports: nothing can be written there (`src/`: its
+    // contents into the root itself; `src` alone goes into an export named `src`).
+    let contents = format!("{}/", s(&src));
+    let out = site.run("a", &["cp", &contents, &site.url("")]);
     assert_exit(&out, 2);
     assert_error_names(&out, &["server's root"]);
+    let out = site.run("a", &["cp", s(&src), &site.url("")]);
+    assert_exit(&out, 3);
+    assert_error_names(&out, &["export 'src'"]);
     let out = site.run("a", &["mkdir", &site.url("newexport")]);
     assert_exit(&out, 3);
     assert_eq!(snapshot(&site.path("alpha")), alpha_before, "alpha changed");

@@ -192,7 +192,8 @@ fn push_to_server_root_itself() {
     make_fidelity_tree(&src);
     let root = t.path().join("root");
     let srv = server(&root);
-    let out = cp(&srv, &[], &src, srv.url(""));
+    // `SRC/ sprat://HOST/`: the contents of SRC into the root itself.
+    let out = cp(&srv, &[], format!("{}/", src.display()), srv.url(""));
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &root);
 }

@@ -1848,3 +1848,24 @@ fn the_server_logs_every_change_with_who_asked() {
     }
     assert!(!log.contains("ls "), "{log}");
 }
+
+/// The habits of `rm -rf`, `rm -R`, `ls -la` and `du -sh` work as their Unix namesakes: `-f`
+/// makes a missing path no error (without it: exit 2), `-a` and `-s` change nothing.
+#[test]
+fn unix_habits_on_the_namespace_commands() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("d/sub")).unwrap();
+    fs::write(root.join("d/sub/f"), b"f").unwrap();
+    fs::write(root.join(".hidden"), b"h").unwrap();
+    let srv = server(&root);
+    let listed = run_ok(&srv, &["ls", "-la", &srv.url("")]);
+    assert!(listed.contains(".hidden"), "{listed}");
+    run_ok(&srv, &["du", "-sh", &srv.url("d")]);
+    run_ok(&srv, &["rm", "-R", &srv.url("d/sub")]);
+    assert!(!root.join("d/sub").exists());
+    run_ok(&srv, &["rm", "-rf", &srv.url("d")]);
+    assert!(!root.join("d").exists());
+    run_ok(&srv, &["rm", "-rf", &srv.url("d")]);
+    assert_exit(&run(&srv, &["rm", "-r", &srv.url("d")]), 2);
+}

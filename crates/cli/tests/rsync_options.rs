@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use sprat_testkit::{assert_trees_equal, describe, run_sprat, tree};
+use std::fs;
 
 #[test]
 fn rsyncs_usual_flags_copy_as_with_rsync() {
@@ -373,5 +374,133 @@ fn several_sources_with_a_colon_in_their_names_keep_them() {
     assert_ok(&out, None);
     for n in names {
         assert_eq!(std::fs::read(out_dir.join(n)).unwrap(), n.as_bytes());
+    }
+}
+
+/// rsync's habits with `--delete` never cost data: `sprat cp --delete proj backup/` mirrors
+/// into `backup/proj` (as rsync), leaving the rest of `backup` alone, on a local tree and on
+/// a server's root; and a DST that holds the source (`--delete data/inner data`) is refused
+/// before anything is removed, where it used to delete the source itself.
+#[test]
+fn delete_with_rsyncs_habits_removes_nothing_but_the_copys_own_extras() {
+    let t = tmp();
+    let (proj, backup) = (t.path().join("proj"), t.path().join("backup"));
+    put(&proj.join("README"), b"proj readme");
+    put(&proj.join("data/d1"), b"d1");
+    put(&backup.join("README"), b"backup readme");
+    put(&backup.join("other-project/thesis.tex"), b"precious");
+    let out = cp_local(&["--delete"], &proj, format!("{}/", backup.display()));
+    assert_ok(&out, None);
+    assert_trees_equal(&proj, &backup.join("proj"));
+    assert_eq!(fs::read(backup.join("README")).unwrap(), b"backup readme");
+    assert_eq!(
+        fs::read(backup.join("other-project/thesis.tex")).unwrap(),
+        b"precious"
+    );
+
+    // The same into a server's root, another user's directory there.
+    let root = t.path().join("root");
+    put(&root.join("README"), b"the export's");
+    put(&root.join("otheruser/thesis"), b"theirs");
+    let srv = server(&root);
+    let out = cp(&srv, &["--delete"], &proj, srv.url(""));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&proj, &root.join("proj"));
+    assert_eq!(fs::read(root.join("otheruser/thesis")).unwrap(), b"theirs");
+
+    // A DST that holds the source, locally and on a server: refused, nothing removed.
+    let data = t.path().join("data");
+    put(&data.join("inner/a/f"), b"f");
+    put(&data.join("inner/README"), b"r");
+    put(&data.join("README"), b"r");
+    put(&data.join("other/o"), b"o");
+    let before = files_of(&data);
+    for dry in [&["--delete", "-n"][..], &["--delete"][..]] {
+        let out = cp_local(dry, data.join("inner"), &data);
+        assert_exit(&out, 2);
+        assert_error_names(&out, &["--delete would delete the source"]);
+    }
+    assert_eq!(files_of(&data), before);
+    put(&root.join("data/inner/f"), b"f");
+    put(&root.join("data/kept"), b"k");
+    let out = cp(&srv, &["--delete"], srv.url("data/inner"), srv.url("data"));
+    assert_exit(&out, 2);
+    assert_eq!(fs::read(root.join("data/inner/f")).unwrap(), b"f");
+    assert_eq!(fs::read(root.join("data/kept")).unwrap(), b"k");
+}
+
+/// Writes `content` at `path`, making its parents.
+fn put(path: &std::path::Path, content: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+}
+
+/// Every file below `dir` with its content, in order.
+fn files_of(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `-v` names what `--delete` removed, as rsync does (`deleting PATH`), and `--json-events`
+/// as `deleted` events; `-r --files-from` (rsync: listed directories whole) is refused, not
+/// copied as empty directories; `verify` of a URL or a missing path is a usage error.
+#[test]
+fn deletions_are_listed_and_what_sprat_cannot_do_is_refused() {
+    let t = tmp();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    put(&src.join("keep"), b"k");
+    put(&dst.join("keep"), b"k");
+    put(&dst.join("gone/inside"), b"g");
+    put(&dst.join("old"), b"o");
+    let out = cp_local(&["-v", "--delete"], &src, &dst);
+    assert_ok(&out, None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    for line in ["deleting gone\n", "deleting old\n"] {
+        assert!(said.contains(line), "{}", describe(&out));
+    }
+    put(&dst.join("again"), b"a");
+    let out = cp_local(&["-v", "--json-events", "--delete"], &src, &dst);
+    assert_ok(&out, None);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(r#"{"event":"deleted","path":"again"}"#),
+        "{}",
+        describe(&out)
+    );
+
+    let list = t.path().join("list");
+    put(&list, b"keep\n");
+    let out = cp_local(
+        &["-r", "--files-from", &list.display().to_string()],
+        &src,
+        t.path().join("ff"),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["-r with --files-from"]);
+    assert!(!t.path().join("ff").exists());
+
+    for (a, b) in [
+        (
+            src.display().to_string(),
+            "sprat://127.0.0.1:1/x".to_string(),
+        ),
+        (
+            src.display().to_string(),
+            t.path().join("typo").display().to_string(),
+        ),
+    ] {
+        let out = run_sprat(bin(), ["verify", a.as_str(), b.as_str()], &[]);
+        assert_exit(&out, 2);
     }
 }

@@ -2,28 +2,43 @@
 //! ([`FileLog`]). A pull and a local copy report a file once their writer has put it in place
 //! (the writer pool lists what each batch completed); a push once the server acknowledged the
 //! batch that holds it ([`PushListing`] remembers what each batch in flight held). Files left
-//! alone (up to date, attributes set only) are not reported.
+//! alone (up to date, attributes set only) are not reported; what `--delete` removed is, as
+//! it is removed.
 
 use crate::sync::lock;
 use sprat_proto::{Batch, EntryKind};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+/// What happened to a path the log is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logged {
+    /// A regular file completed.
+    Completed,
+    /// An entry `--delete` removed (a directory with everything below it).
+    Deleted,
+}
+
 /// What is told each completed file's path.
-type Report = dyn Fn(&[u8]) + Send + Sync;
+type Report = dyn Fn(&[u8], Logged) + Send + Sync;
 
 /// Where the paths of completed files go (relative to the transfer's root; clones share it).
 #[derive(Clone)]
 pub struct FileLog(Arc<Report>);
 
 impl FileLog {
-    pub fn new(report: impl Fn(&[u8]) + Send + Sync + 'static) -> FileLog {
+    pub fn new(report: impl Fn(&[u8], Logged) + Send + Sync + 'static) -> FileLog {
         FileLog(Arc::new(report))
     }
 
     /// Reports one completed file.
     pub fn completed(&self, path: &[u8]) {
-        (self.0)(path)
+        (self.0)(path, Logged::Completed)
+    }
+
+    /// Reports one entry `--delete` removed.
+    pub fn deleted(&self, path: &[u8]) {
+        (self.0)(path, Logged::Deleted)
     }
 }
 
@@ -141,7 +156,7 @@ mod tests {
     fn recorder() -> (FileLog, Arc<Mutex<Vec<Vec<u8>>>>) {
         let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
         let s = seen.clone();
-        (FileLog::new(move |p| lock(&s).push(p.to_vec())), seen)
+        (FileLog::new(move |p, _| lock(&s).push(p.to_vec())), seen)
     }
 
     fn chunk(seq: u64, path: &[u8], size: u64, offset: u64, len: u64) -> Batch {

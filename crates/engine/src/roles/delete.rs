@@ -282,7 +282,10 @@ pub(crate) fn delete_extras(
             let root = Root::open(d)?;
             for rel in extra {
                 match sprat_store::namespace::remove(&root, &rel, true) {
-                    Ok(_) => removed += 1,
+                    Ok(_) => {
+                        removed += 1;
+                        told_deleted(options, &rel);
+                    }
                     Err(e) => failures.push((rel, e.to_string())),
                 }
             }
@@ -298,7 +301,10 @@ pub(crate) fn delete_extras(
             }
             for rel in extra {
                 match conn.recv_control() {
-                    Ok(Message::ReplyEnd) => removed += 1,
+                    Ok(Message::ReplyEnd) => {
+                        removed += 1;
+                        told_deleted(options, &rel);
+                    }
                     Ok(other) => {
                         return Err(conn.protocol(format!("unexpected reply {other:?}")));
                     }
@@ -310,6 +316,13 @@ pub(crate) fn delete_extras(
         }
     }
     Ok((removed, failures))
+}
+
+/// `-v`: an entry removed, told as it is.
+fn told_deleted(options: &TransferOptions, rel: &[u8]) {
+    if let Some(log) = &options.file_log {
+        log.deleted(rel);
+    }
 }
 
 #[cfg(test)]
