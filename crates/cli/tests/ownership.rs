@@ -950,3 +950,32 @@ fn make_file_in(path: &Path, content: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     make_file(path, content, 0o644);
 }
+
+/// A writer that is not root finds its copy of a file with mode `0000` (the source's mode
+/// once, or set by hand since) and the source's another, content and mtime as they were: the
+/// next run gives the copy the source's mode (it opens its own file after adding `u+r`, as
+/// it opens its own closed directories). It failed with "open 'f': Permission denied" on
+/// every run, the report counting the file both fixed and failed.
+#[test]
+fn a_writer_that_is_not_root_fixes_the_mode_of_its_own_closed_file() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    let out = nobody_out_dir(&t);
+    let src = out.join("src");
+    make_file_in(&src.join("f"), b"content");
+    make_file_in(&src.join("g"), b"other");
+    for entry in walk(&src) {
+        lchown(&entry, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    }
+    chmod(&src.join("f"), 0o640);
+    let dst = out.join("dst");
+    let first = cp_as_nobody(&src, &dst);
+    assert!(first.status.success(), "{}", describe(&first));
+    chmod(&dst.join("f"), 0o000);
+    let again = cp_as_nobody(&src, &dst);
+    assert!(again.status.success(), "{}", describe(&again));
+    assert_eq!(mode_and_mtime(&dst.join("f")).0, 0o640);
+    assert_eq!(fs::read(dst.join("f")).unwrap(), b"content");
+}

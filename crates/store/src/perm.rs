@@ -63,7 +63,7 @@ pub fn restore(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     set_mode(fd, mode)
 }
 
-/// Sets the permission bits of the directory `fd`: `fchmod`, or for an `O_PATH` descriptor
+/// Sets the permission bits of the file or directory `fd`: `fchmod`, or for an `O_PATH` descriptor
 /// (which `fchmod` refuses with `EBADF`) `chmod` of its `/proc/self/fd` entry, the same inode.
 pub fn set_mode(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     match fchmod(fd, Mode::from_raw_mode(mode)) {
@@ -83,6 +83,33 @@ pub fn open_path(dir: impl AsFd, name: &[u8]) -> Result<OwnedFd, Errno> {
         dir,
         std::ffi::OsStr::from_bytes(name),
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens the regular file `name` in `dir` for reading after adding `u+r` to its mode, when the
+/// effective user owns it and its mode refused the open (`0000`, `0200`): a copy of a source
+/// file of that mode, whose attributes the writer must set again (its caller gives it its
+/// mode). Named by an `O_PATH` descriptor, never through a symlink; `EACCES` otherwise.
+pub fn open_own_closed_file(dir: impl AsFd, name: &[u8]) -> Result<OwnedFd, Errno> {
+    let name = std::ffi::OsStr::from_bytes(name);
+    let path = openat(
+        &dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = fstat(&path)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_uid != rustix::process::geteuid().as_raw()
+    {
+        return Err(Errno::ACCESS);
+    }
+    set_mode(path.as_fd(), (st.st_mode & 0o7777) | 0o400)?;
+    openat(
+        &dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     )
 }

@@ -1282,12 +1282,16 @@ impl WriterCursor<'_> {
         if !is_that_file(&before) {
             return Err(changed());
         }
-        let fd = openat(
+        let fd = match openat(
             dir,
             os(name),
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
             Mode::empty(),
-        )
+        ) {
+            // A copy of a `0000` file, of this (not root) writer's own: its mode is set below.
+            Err(Errno::ACCESS) => crate::perm::open_own_closed_file(dir, name),
+            other => other,
+        }
         .map_err(|e| StoreError::new("open", path, e))?;
         let st = statx(&fd, "", AtFlags::EMPTY_PATH, wanted)
             .map_err(|e| StoreError::new("examine", path, e))?;
