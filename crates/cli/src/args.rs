@@ -56,7 +56,8 @@ pub enum Command {
     /// Exit codes: 0 all files arrived and verified; 1 some files failed (listed on stderr);
     /// 2 bad usage or missing source; 3 authentication failed; 4 connection error;
     /// 5 fatal I/O error (destination unwritable, disk full, read-only server); 6 gave up after
-    /// --retry-for (the connection kept failing).
+    /// --retry-for (the connection kept failing); 129, 130, 143 stopped by SIGHUP, SIGINT
+    /// (Ctrl-C) or SIGTERM: run the same command again to go on.
     Cp(Box<CpArgs>),
     /// List a directory on a server (one request however large): `ls [-l] [-R] URL`.
     Ls(LsArgs),

@@ -827,6 +827,16 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         )),
         _ => selection::selection(&a, matches)?,
     };
+    for arg in [&a.src, &a.dst] {
+        let text = arg.to_string_lossy();
+        if let Some(rest) = text.strip_prefix("sprat:").filter(|r| !r.starts_with("//")) {
+            anyhow::bail!(TransferError::Usage(format!(
+                "'{text}' is not a sprat URL (sprat://HOST:PORT/PATH): did you mean \
+                 'sprat://{}'?",
+                rest.trim_start_matches('/')
+            )));
+        }
+    }
     let client = client(&a.connect, &[&a.src, &a.dst])?;
     let progress_default = apply_defaults(&mut a, &client.config.defaults, matches);
     // `HOST:PATH` arguments start their servers here, which live as long as `launched`.
@@ -848,6 +858,20 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
+    if let Endpoint::Local(p) = &src {
+        // As rsync -a: a symlink to a file is copied as the link; say so, since its data
+        // is what someone naming it often wants (a link to a directory is followed).
+        let link_to_file = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink())
+            && std::fs::metadata(p).is_ok_and(|m| m.is_file());
+        if let (true, Ok(target)) = (link_to_file, std::fs::read_link(p)) {
+            eprintln!(
+                "sprat: note: '{}' is a symbolic link: it is copied as the link (to '{}'), as \
+                 rsync -a does; to copy the data, name the file it points to",
+                printable(&p.display().to_string()),
+                printable(&target.display().to_string())
+            );
+        }
+    }
     if a.tuning.keep_setuid && matches!(dst, Endpoint::Remote { .. }) {
         eprintln!(
             "sprat: note: --keep-setuid keeps the bits in what this client writes (a pull); a \

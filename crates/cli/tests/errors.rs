@@ -1102,3 +1102,34 @@ fn an_interrupted_copy_says_how_to_go_on_and_the_same_command_finishes_it() {
     assert_ok(&cp_local(&[], &src, &dst), None);
     assert_trees_equal(&src, &dst);
 }
+
+/// What a user mistypes or half-knows is said plainly: a dangling symlink as SRC names its
+/// target, a symlink to a file copied as the link says so (as rsync -a copies it), and
+/// `sprat:/HOST...` (one slash) asks whether `sprat://` was meant, instead of trying ssh to a
+/// host named `sprat`.
+#[test]
+fn symlinks_as_sources_and_a_mistyped_url_are_explained() {
+    let t = tmp();
+    let dir = t.path();
+    fs::create_dir_all(dir.join("run")).unwrap();
+    fs::write(dir.join("run/out.h5"), b"data").unwrap();
+    std::os::unix::fs::symlink("run/out.h5", dir.join("latest.h5")).unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join("dangling")).unwrap();
+    let out = cp_local(&[], dir.join("dangling"), dir.join("x"));
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["symbolic link to 'nowhere', which does not exist"]);
+    let out = cp_local(&[], dir.join("latest.h5"), dir.join("copy.h5"));
+    assert_ok(&out, None);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("is a symbolic link: it is copied as the link"),
+        "{}",
+        describe(&out)
+    );
+    assert!(fs::symlink_metadata(dir.join("copy.h5"))
+        .unwrap()
+        .is_symlink());
+    let out = cp_local(&[], dir.join("run"), "sprat:/127.0.0.1:1/x");
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["did you mean 'sprat://127.0.0.1:1/x'"]);
+}

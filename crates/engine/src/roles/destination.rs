@@ -28,7 +28,15 @@ pub(crate) fn temp_tag() -> String {
 pub(crate) fn open_source(path: &Path) -> Result<Source, TransferError> {
     Root::open_local_source(path).map_err(|e| {
         if e.errno() == Some(rustix::io::Errno::NOENT) {
-            TransferError::Usage(format!("source '{}' does not exist", path.display()))
+            // A dangling symlink is there; what it points to is not.
+            let shown = path.display();
+            match std::fs::read_link(path) {
+                Ok(target) => TransferError::Usage(format!(
+                    "source '{shown}' is a symbolic link to '{}', which does not exist",
+                    target.display()
+                )),
+                Err(_) => TransferError::Usage(format!("source '{shown}' does not exist")),
+            }
         } else {
             TransferError::Store(e)
         }
