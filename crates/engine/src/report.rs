@@ -109,6 +109,10 @@ pub struct Report {
     /// The first run whose counts are in this report: 1, or the run after the last one that
     /// was cut short (what that one wrote counts as up to date).
     pub counts_since_attempt: u32,
+    /// What the files not sent are, when the copy's rule left some alone without finding
+    /// them the same (`-u`: newer at the destination; `--ignore-existing`: there at all).
+    #[serde(skip)]
+    pub not_sent_are: Option<&'static str>,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// How the connections were protected (transfers over the network only): `TLS 1.3
@@ -289,6 +293,7 @@ impl Report {
             deleted: 0,
             attempts: 1,
             counts_since_attempt: 1,
+            not_sent_are: None,
             failures: counts.failures.clone(),
             encryption: None,
             path: None,
@@ -416,7 +421,8 @@ impl fmt::Display for Report {
         if self.up_to_date > 0 || self.attrs_fixed > 0 {
             writeln!(
                 f,
-                "  up to date already: {}, {} of them with mode or mtime fixed ({} not sent)",
+                "  {}: {}, {} of them with mode or mtime fixed ({} not sent)",
+                self.not_sent_are.unwrap_or("up to date already"),
                 counted(self.up_to_date + self.attrs_fixed, "file", "files"),
                 self.attrs_fixed,
                 human_bytes(self.bytes_not_sent)

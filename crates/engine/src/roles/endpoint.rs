@@ -2,7 +2,7 @@
 //! and [`copy`], which picks the role that moves data between them: a local copy, a push, a
 //! pull or a third-party transfer.
 
-use crate::config::TransferOptions;
+use crate::config::{SkipRule, TransferOptions};
 use crate::error::TransferError;
 use crate::net::Credentials;
 use crate::report::Report;
@@ -228,7 +228,14 @@ pub fn copy_retrying(
     // with half as many, down to one, and a push's listing then made before its session (a
     // session that waits for its listing must not hold the place the listing needs).
     let mut narrowed: Option<TransferOptions> = None;
-    super::retry::retrying(options.retry_for, notify, || {
+    let not_sent_are = match options.skip {
+        SkipRule::Update => Some("up to date already, or newer at the destination (-u)"),
+        SkipRule::IgnoreExisting => {
+            Some("left alone, being at the destination (--ignore-existing)")
+        }
+        _ => None,
+    };
+    let report = super::retry::retrying(options.retry_for, notify, || {
         let these = narrowed.as_ref().unwrap_or(options);
         these.progress.restart();
         let (used, listed_first) = (these.streams, these.list_first);
@@ -250,7 +257,8 @@ pub fn copy_retrying(
             }
             e
         })
-    })
+    });
+    report.map(|r| Report { not_sent_are, ..r })
 }
 
 /// The streams an attempt uses after one a server refused for want of places with
