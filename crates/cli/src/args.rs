@@ -36,7 +36,10 @@ pub enum Command {
     ///
     /// SRC and DST are local paths or sprat://HOST:PORT/PATH (PATH relative to the server's
     /// root). DST names the destination tree itself: afterwards it holds the contents of SRC
-    /// (like `rsync -a SRC/ DST/`) and is created if missing.
+    /// (like `rsync -a SRC/ DST/`) and is created if missing. `DST/` (a trailing slash, or
+    /// `.`, `..`, a server's root `sprat://HOST:PORT/`) is a directory to copy into, as with
+    /// cp, scp and rsync: SRC goes to DST/NAME; `SRC/ DST/` puts SRC's contents into DST. A
+    /// single file goes inside DST also when DST is an existing directory.
     ///
     /// Several sources, `sprat cp SRC... DIR` (a shell glob): each goes inside DIR under its
     /// own name (one given with a trailing `/`: its contents, as with rsync), one copy after

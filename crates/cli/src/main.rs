@@ -1153,16 +1153,20 @@ fn dry_run(
                 sprat_engine::Action::Send => "send",
                 sprat_engine::Action::Attrs => "attrs",
                 sprat_engine::Action::Delete => "delete",
+                sprat_engine::Action::Mkdir => "mkdir",
+                sprat_engine::Action::Link => "link",
             };
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }
         text.push_str(&format!(
-            "dry run {} -> {}: would send {} ({}), set the attributes of {}, \
-             leave {} up to date{}; nothing was changed\n",
+            "dry run {} -> {}: would send {} ({}), make {} and {}, set the attributes of \
+             {}, leave {} up to date{}; nothing was changed\n",
             printable(src_shown),
             printable(dst_shown),
             sprat_engine::report::counted(plan.send, "file", "files"),
             sprat_engine::report::human_bytes(plan.send_bytes),
+            sprat_engine::report::counted(plan.mkdir, "directory", "directories"),
+            sprat_engine::report::counted(plan.links, "symlink", "symlinks"),
             plan.attrs,
             plan.up_to_date,
             if options.delete {

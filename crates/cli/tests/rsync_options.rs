@@ -504,3 +504,58 @@ fn deletions_are_listed_and_what_sprat_cannot_do_is_refused() {
         assert_exit(&out, 2);
     }
 }
+
+/// Where `DST/` and `--delete` could reach what the user never named, sprat stops first:
+/// a symlink at DST/NAME (NAME being SRC's) is refused, not followed (the copy and
+/// `--delete` would act where it points); `--delete` refuses a source inside the
+/// destination named through another name of the same server; a dry run refuses a copy into
+/// itself as the copy does, and shows the directories and symlinks the copy would make and
+/// the directories whose mode it would set.
+#[test]
+fn dst_slash_and_delete_never_reach_what_was_not_named() {
+    let t = tmp();
+    let (src, d, elsewhere) = (
+        t.path().join("src"),
+        t.path().join("D"),
+        t.path().join("elsewhere"),
+    );
+    put(&src.join("s"), b"s");
+    put(&elsewhere.join("precious"), b"p");
+    fs::create_dir_all(&d).unwrap();
+    std::os::unix::fs::symlink("../elsewhere", d.join("src")).unwrap();
+    let out = cp_local(&["--delete"], &src, format!("{}/", d.display()));
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["is a symbolic link"]);
+    assert_eq!(fs::read(elsewhere.join("precious")).unwrap(), b"p");
+    assert!(!elsewhere.join("s").exists());
+
+    // Through another name of one server (its key tells).
+    let root = t.path().join("root");
+    put(&root.join("P/sub/f"), b"f");
+    put(&root.join("P/other"), b"o");
+    let srv = server(&root);
+    let other_name = srv.url("P").replace("127.0.0.1", "localhost");
+    let out = cp(&srv, &["--delete"], srv.url("P/sub"), &other_name);
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--delete would delete the source"]);
+    assert_eq!(fs::read(root.join("P/sub/f")).unwrap(), b"f");
+    assert_eq!(fs::read(root.join("P/other")).unwrap(), b"o");
+
+    // A dry run: into itself refused; directories and symlinks shown.
+    let out = cp_local(&["-n"], &src, format!("{}/", src.display()));
+    assert_exit(&out, 2);
+    let copy = t.path().join("copy");
+    assert_ok(&cp_local(&[], &src, &copy), None);
+    fs::create_dir(src.join("newdir")).unwrap();
+    std::os::unix::fs::symlink("s", src.join("link")).unwrap();
+    let out = cp_local(&["-n"], &src, &copy);
+    assert_ok(&out, None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "mkdir newdir/\n",
+        "link link\n",
+        "make 1 directory and 1 symlink",
+    ] {
+        assert!(said.contains(line), "{line:?}: {}", describe(&out));
+    }
+}

@@ -121,8 +121,13 @@ fn owner_of<'a>(
 }
 
 /// Refuses `--delete` into a DST that holds the source (`sprat cp --delete DIR/SUB DIR`):
-/// SRC is not among its own contents, so it would be deleted before it is read.
-fn spares_the_source(src: &Endpoint, dst: &Endpoint) -> Result<(), TransferError> {
+/// SRC is not among its own contents, so it would be deleted before it is read. Between
+/// servers, one server under two names (the same key) is one tree.
+fn spares_the_source(
+    src: &Endpoint,
+    dst: &Endpoint,
+    key: &Credentials,
+) -> Result<(), TransferError> {
     let holds = match (src, dst) {
         (Endpoint::Local(s), Endpoint::Local(d)) => super::destination::is_inside(s, d),
         (
@@ -132,14 +137,14 @@ fn spares_the_source(src: &Endpoint, dst: &Endpoint) -> Result<(), TransferError
             Endpoint::Remote {
                 addr: b, path: d, ..
             },
-        ) => a == b && sprat_proto::path::is_within(s, d),
+        ) => sprat_proto::path::is_within(s, d) && (a == b || remote::one_server(a, b, key)?),
         _ => false,
     };
     if holds {
         return Err(TransferError::Usage(format!(
             "--delete would delete the source: '{src}' is inside the destination '{dst}', \
-             whose entries the source does not have are removed; to copy it into a \
-             directory, end the destination with / (DST/)"
+             whose entries the source does not have are removed; name a destination that \
+             does not hold the source (DST/ copies into DST/NAME)"
         )));
     }
     Ok(())
@@ -165,7 +170,7 @@ pub(crate) fn extras_unless_unreadable(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Result<Vec<Vec<u8>>, String>, TransferError> {
-    spares_the_source(src, dst)?;
+    spares_the_source(src, dst, key)?;
     let (listed, _, unreadable) = paths(src, key, options, true)?;
     if unreadable > 0 {
         return Ok(Err(format!(

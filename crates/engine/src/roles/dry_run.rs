@@ -10,7 +10,7 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::net::Credentials;
 use crate::pipeline::digest;
-use crate::pipeline::skip::Verdict;
+use crate::pipeline::skip::{There, Verdict};
 use serde::Serialize;
 use sprat_proto::namespace::NsKind;
 use sprat_store::{Attrs, EntryType, ScanEntry};
@@ -27,6 +27,11 @@ pub enum Action {
     Attrs,
     /// It would be removed from the destination (`--delete`): the source does not have it.
     Delete,
+    /// A directory the destination lacks would be made (or would replace what is there).
+    Mkdir,
+    /// A symlink the destination lacks would be made (or would replace what is there). A
+    /// symlink there already is not compared (the listings carry no targets to compare).
+    Link,
 }
 
 /// The outcome of a dry run.
@@ -39,6 +44,10 @@ pub struct DryRun {
     pub send_bytes: u64,
     pub attrs: u64,
     pub up_to_date: u64,
+    /// Directories to make.
+    pub mkdir: u64,
+    /// Symlinks to make.
+    pub links: u64,
     /// Top-most destination entries `--delete` would remove.
     pub delete: u64,
 }
@@ -51,6 +60,7 @@ pub fn dry_run(
     options: &TransferOptions,
 ) -> Result<DryRun, TransferError> {
     super::endpoint::check_selection(src, options)?;
+    super::endpoint::refuse_a_copy_into_itself(src, dst, key)?;
     let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,
@@ -69,14 +79,19 @@ pub fn dry_run(
     // `--checksum`: files of the same size as at the destination, decided once the source's
     // digests are known.
     let mut compare = Vec::new();
-    let mut each = |e: ScanEntry| {
-        if e.kind != EntryType::File {
-            return;
-        }
-        match index.verdict(&e, options.skip) {
+    let mut each = |e: ScanEntry| match e.kind {
+        EntryType::File => match index.verdict(&e, options.skip) {
             Verdict::Compare => compare.push(e),
             verdict => out.record(verdict, &e),
+        },
+        // DST itself is made or kept as it is.
+        EntryType::Dir if !e.path.is_empty() => out.record_dir(index.at(&e.path), &e),
+        EntryType::Symlink if !matches!(index.at(&e.path), Some(There::Other)) => {
+            out.links += 1;
+            out.files
+                .push((sprat_store::display_path(&e.path), Action::Link));
         }
+        _ => {}
     };
     match src {
         Endpoint::Local(s) => {
@@ -156,6 +171,24 @@ pub fn dry_run(
 }
 
 impl DryRun {
+    /// A directory of the source, and what the destination has at its path.
+    fn record_dir(&mut self, there: Option<There>, e: &ScanEntry) {
+        let path = sprat_store::display_path(&e.path);
+        match there {
+            Some(There::Dir { mode, mtime }) => {
+                let wanted = (e.attrs.mtime_sec, e.attrs.mtime_nsec);
+                if mode & 0o7777 != e.attrs.mode & 0o7777 || mtime != wanted {
+                    self.attrs += 1;
+                    self.files.push((path + "/", Action::Attrs));
+                }
+            }
+            _ => {
+                self.mkdir += 1;
+                self.files.push((path + "/", Action::Mkdir));
+            }
+        }
+    }
+
     fn record(&mut self, verdict: Verdict, e: &ScanEntry) {
         match verdict {
             Verdict::Send | Verdict::Compare => {

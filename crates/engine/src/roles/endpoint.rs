@@ -8,7 +8,7 @@ use crate::net::Credentials;
 use crate::report::Report;
 use sprat_proto::path as wire_path;
 use std::fmt;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 
 /// One side of a copy.
@@ -97,10 +97,10 @@ pub fn into_directory(
     contents: bool,
 ) -> Result<Endpoint, TransferError> {
     if into {
-        return Ok(match own_name(src).filter(|_| !contents) {
-            Some(name) => inside(dst, &name),
-            None => dst,
-        });
+        return match own_name(src).filter(|_| !contents) {
+            Some(name) => no_link_at(inside(dst, &name), key),
+            None => Ok(dst),
+        };
     }
     // A pull is not asked: it finds out from the server's answer (see `pull`), which costs a
     // tree's pull nothing. Between two servers both are asked, at once.
@@ -141,6 +141,30 @@ pub fn into_directory(
         return Ok(dst);
     }
     Ok(self::inside(dst, &name))
+}
+
+/// `DST/NAME`, unless it is a symlink: NAME is SRC's, not a path the user named, and a copy
+/// through a link there would write (and `--delete` remove) wherever it points. rsync
+/// replaces such a link; sprat leaves it to the user.
+fn no_link_at(dst: Endpoint, key: &Credentials) -> Result<Endpoint, TransferError> {
+    let target = match &dst {
+        Endpoint::Local(p) => std::fs::read_link(p)
+            .ok()
+            .map(|t| t.into_os_string().into_vec()),
+        Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
+            .ok()
+            .filter(|e| e.kind == sprat_proto::namespace::NsKind::Symlink)
+            .map(|e| e.target),
+    };
+    match target {
+        Some(target) => Err(TransferError::Usage(format!(
+            "'{dst}' is a symbolic link (to '{}'): a copy into the directory goes to that \
+             name, and sprat does not follow a link there that you did not name; remove the \
+             link, or name the destination itself",
+            sprat_store::display_bytes(&target)
+        ))),
+        None => Ok(dst),
+    }
 }
 
 /// The last component of `ep`'s path, if it has one (not a server's root, `.` or `/`).
@@ -338,7 +362,7 @@ fn copy_once(
 /// Refuses a DST that is the source or inside it (before `--delete` removes anything): the
 /// copy would read what it writes. Between servers, the same server under two names (an
 /// address and a host name) is one tree too, asked only when the paths overlap.
-fn refuse_a_copy_into_itself(
+pub(crate) fn refuse_a_copy_into_itself(
     src: &Endpoint,
     dst: &Endpoint,
     key: &Credentials,

@@ -49,6 +49,8 @@ pub enum SkipRule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DestEntry {
     pub is_file: bool,
+    /// A directory (neither this nor `is_file`: a symlink or a special file).
+    pub is_dir: bool,
     pub size: u64,
     pub mode: u32,
     pub mtime_sec: i64,
@@ -131,7 +133,21 @@ struct Kept {
     /// 0: none.
     names: u32,
     is_file: bool,
+    is_dir: bool,
     has_owner: bool,
+}
+
+/// What the destination has at a path, for a dry run (see [`DestIndex::at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum There {
+    File,
+    /// A directory, with its permission bits and mtime.
+    Dir {
+        mode: u32,
+        mtime: (i64, u32),
+    },
+    /// A symlink or a special file.
+    Other,
 }
 
 impl Kept {
@@ -253,6 +269,7 @@ impl DestIndex {
             gid,
             names,
             is_file: entry.is_file,
+            is_dir: entry.is_dir,
             has_owner: entry.owner.is_some(),
         };
         // A path the table has no room for is left out: its file is sent again.
@@ -278,6 +295,7 @@ impl DestIndex {
     pub fn insert_scanned(&mut self, e: ScanEntry) {
         let entry = DestEntry {
             is_file: e.kind == EntryType::File,
+            is_dir: e.kind == EntryType::Dir,
             size: e.size,
             mode: e.attrs.mode,
             mtime_sec: e.attrs.mtime_sec,
@@ -338,6 +356,7 @@ impl DestIndex {
         }
         let entry = DestEntry {
             is_file: e.kind == NsKind::File,
+            is_dir: e.kind == NsKind::Dir,
             size: e.size,
             mode: e.mode,
             mtime_sec: e.mtime_sec,
@@ -355,6 +374,19 @@ impl DestIndex {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len() + self.partials.len()
+    }
+
+    /// What the destination has at `path`, if anything.
+    pub(crate) fn at(&self, path: &[u8]) -> Option<There> {
+        let (_, k) = self.entries.get(path)?;
+        Some(match (k.is_file, k.is_dir) {
+            (true, _) => There::File,
+            (_, true) => There::Dir {
+                mode: k.mode,
+                mtime: (k.mtime_sec, k.mtime_nsec),
+            },
+            _ => There::Other,
+        })
     }
 
     /// Decides for one scanned source entry.
@@ -636,6 +668,7 @@ mod tests {
         let mut i = DestIndex::default();
         let d = |size, mode, sec, nsec| DestEntry {
             is_file: true,
+            is_dir: false,
             size,
             mode,
             mtime_sec: sec,
@@ -652,6 +685,7 @@ mod tests {
             b"dir".to_vec(),
             DestEntry {
                 is_file: false,
+                is_dir: false,
                 ..d(10, 0o755, 5, 7)
             },
         );
@@ -831,6 +865,7 @@ mod tests {
         let mut i = DestIndex::default();
         let d = |size, mode, sec| DestEntry {
             is_file: true,
+            is_dir: false,
             size,
             mode,
             mtime_sec: sec,
