@@ -538,6 +538,11 @@ fn dst_slash_and_delete_never_reach_what_was_not_named() {
     let out = cp(&srv, &["--delete"], srv.url("P/sub"), &other_name);
     assert_exit(&out, 2);
     assert_error_names(&out, &["--delete would delete the source"]);
+    // Through a symlink on the server (Pl -> P): refused as it cannot be told apart.
+    std::os::unix::fs::symlink("P", root.join("Pl")).unwrap();
+    let out = cp(&srv, &["--delete"], srv.url("Pl/sub"), srv.url("P"));
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["'Pl' is a symbolic link"]);
     assert_eq!(fs::read(root.join("P/sub/f")).unwrap(), b"f");
     assert_eq!(fs::read(root.join("P/other")).unwrap(), b"o");
 

@@ -137,7 +137,24 @@ fn spares_the_source(
             Endpoint::Remote {
                 addr: b, path: d, ..
             },
-        ) => sprat_proto::path::is_within(s, d) && (a == b || remote::one_server(a, b, key)?),
+        ) => {
+            let one = a == b || remote::one_server(a, b, key)?;
+            if one {
+                // Paths on one server compare only as they are: a symlink on either would hide
+                // that one holds the other.
+                for (addr, path) in [(a, s), (b, d)] {
+                    if let Some(link) = first_symlink_in(addr, path, key) {
+                        return Err(TransferError::Usage(format!(
+                            "--delete between two paths of one server, and '{}' is a symbolic \
+                             link on it: whether the destination holds the source cannot be \
+                             told; name both by their real paths",
+                            sprat_store::display_path(&link)
+                        )));
+                    }
+                }
+            }
+            one && sprat_proto::path::is_within(s, d)
+        }
         _ => false,
     };
     if holds {
@@ -148,6 +165,21 @@ fn spares_the_source(
         )));
     }
     Ok(())
+}
+
+/// The first directory of `path` on the server at `addr` that is a symlink (the path itself
+/// included), asked one component after another.
+fn first_symlink_in(addr: &str, path: &[u8], key: &Credentials) -> Option<Vec<u8>> {
+    let mut at = Vec::new();
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        at = relpath::join(&at, part);
+        match remote::stat(addr, key, &at) {
+            Ok(e) if e.kind == NsKind::Symlink => return Some(at),
+            Ok(e) if e.kind == NsKind::Dir => {}
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// [`extras_unless_unreadable`] for a dry run: a source with unreadable entries is an error.
