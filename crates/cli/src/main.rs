@@ -845,6 +845,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         sprat_engine::ssh::resolve(&[&urls[0], &urls[1]], &client.key, &ssh_options(&a.ssh)?)?;
     let key = launched.credentials.clone();
     let (src, mut dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
+    let named_dst = dst.clone();
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
     dst = sprat_engine::into_directory(
@@ -855,7 +856,20 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         names_its_contents(a.src.as_bytes()),
     )?;
     let over_ssh = !launched.servers.is_empty();
-    let (src_shown, dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
+    let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
+    // Into `DST/`: shown as DST/NAME, where the copy goes.
+    if dst != named_dst {
+        let name = match &dst {
+            Endpoint::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
+            Endpoint::Remote { path, .. } => path
+                .rsplit(|&b| b == b'/')
+                .next()
+                .map(|n| String::from_utf8_lossy(n).into_owned()),
+        };
+        if let Some(name) = name {
+            dst_shown = format!("{}/{name}", dst_shown.trim_end_matches('/'));
+        }
+    }
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     if let Endpoint::Local(p) = &src {
