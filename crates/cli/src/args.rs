@@ -93,7 +93,8 @@ pub enum Command {
     /// sprat://dtn:7400/run` for K in 0..7, then `sprat cp --plan plan --finish /data/run
     /// sprat://dtn:7400/run`.
     Plan(PlanArgs),
-    /// Compare two local trees (content, modes, mtimes, symlinks); exit 1 if they differ.
+    /// Compare two local trees (content, modes, mtimes, symlinks; with -X, -A, -H and
+    /// --owners also what cp keeps with them); exit 1 if they differ.
     Verify(VerifyArgs),
     /// Demonstration: make a data set, start a server on loopback, push it, pull it back,
     /// verify both copies and print the reports.
@@ -774,6 +775,19 @@ pub struct VerifyArgs {
     pub a: PathBuf,
     /// The other local tree.
     pub b: PathBuf,
+    /// Compare extended attributes too (`user.*`; `trusted.*` and `security.*` as root), as
+    /// `cp -X` keeps them.
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+    /// Compare POSIX ACLs too, as `cp -A` keeps them.
+    #[arg(short = 'A', long)]
+    pub acls: bool,
+    /// Compare which files are hard links of each other, as `cp -H` keeps them.
+    #[arg(short = 'H', long)]
+    pub hard_links: bool,
+    /// Compare owners and groups (numeric ids) too, as a copy written as root keeps them.
+    #[arg(long)]
+    pub owners: bool,
 }
 
 #[derive(Debug, Args)]

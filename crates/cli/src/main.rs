@@ -1224,14 +1224,33 @@ fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
             Err(e) => anyhow::bail!(TransferError::Usage(format!("'{shown}': {e}"))),
         }
     }
-    match sprat_engine::compare_trees(&a.a, &a.b, true) {
+    let xattr = sprat_engine::compare::xattr_scopes;
+    let also = sprat_engine::compare::AlsoCompare {
+        xattrs: xattr(a.xattrs, a.acls),
+        owners: a.owners,
+        hard_links: a.hard_links,
+    };
+    // What was compared, so that "identical" claims no more.
+    let mut compared = vec!["content", "modes", "mtimes", "symlinks"];
+    for (on, what) in [
+        (a.xattrs, "xattrs"),
+        (a.acls, "ACLs"),
+        (a.owners, "owners"),
+        (a.hard_links, "hard links"),
+    ] {
+        if on {
+            compared.push(what);
+        }
+    }
+    match sprat_engine::compare::compare_trees_also(&a.a, &a.b, true, also) {
         Ok(s) => {
             print_quietly(&format!(
-                "identical: {}, {}, {}, {}\n",
+                "identical: {}, {}, {}, {} (compared: {})\n",
                 counted(s.files, "file", "files"),
                 counted(s.dirs, "directory", "directories"),
                 counted(s.symlinks, "symlink", "symlinks"),
-                counted(s.bytes, "byte", "bytes")
+                counted(s.bytes, "byte", "bytes"),
+                compared.join(", ")
             ))?;
             Ok(0)
         }

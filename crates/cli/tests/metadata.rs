@@ -14,7 +14,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::{assert_ok, cp, cp_local, server, tmp};
+use common::{assert_ok, bin, cp, cp_local, server, tmp};
+use sprat_testkit::{describe, run_sprat};
 use sprat_testkit::{make_file, parse_json_report, random_bytes};
 
 /// Many small batches on four streams (local copies: four writers), so that the members of
@@ -535,4 +536,65 @@ fn hard_links_xattrs_and_acls_can_be_defaults_of_the_configuration_file() {
     fs::write(&config, "[defaults]\nhardlinks = true\n").unwrap();
     let out = cp_local(&["--config", config_arg], &src, t.path().join("dst2"));
     common::assert_error_names(&out, &["hardlinks"]);
+}
+
+/// `sprat verify -X -H --owners` finds what `verify` alone does not compare, and says what
+/// it compared: a changed xattr value, a changed owner, a hard link broken into two files
+/// (each with the content, mode and mtime of the source), all "identical" to plain verify.
+#[test]
+fn verify_compares_xattrs_owners_and_hard_links_when_asked() {
+    let t = tmp();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    std::fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    std::fs::write(src.join("c"), b"c").unwrap();
+    let set_xattr = |p: &std::path::Path, v: &[u8]| {
+        rustix::fs::setxattr(p, "user.k", v, rustix::fs::XattrFlags::empty())
+    };
+    if set_xattr(&src.join("c"), b"1").is_err() {
+        eprintln!("skipped: this file system has no user xattrs");
+        return;
+    }
+    assert_ok(&cp_local(&["-HX"], &src, &dst), None);
+    let verify = |extra: &[&str]| {
+        let mut args: Vec<String> = vec!["verify".into()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push(src.display().to_string());
+        args.push(dst.display().to_string());
+        run_sprat(bin(), &args, &[])
+    };
+    let out = verify(&["-XH", "--owners"]);
+    assert_ok(&out, None);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("compared: content, modes, mtimes, symlinks, xattrs, owners, hard links"),
+        "{}",
+        describe(&out)
+    );
+    // Differences plain verify does not see.
+    set_xattr(&dst.join("c"), b"2").unwrap();
+    let dir_mtime = std::fs::metadata(&dst).unwrap().modified().unwrap();
+    let b_meta = std::fs::metadata(dst.join("b")).unwrap();
+    std::fs::remove_file(dst.join("b")).unwrap();
+    std::fs::write(dst.join("b"), b"a").unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dst.join("b"))
+        .unwrap();
+    f.set_modified(b_meta.modified().unwrap()).unwrap();
+    std::fs::set_permissions(dst.join("b"), b_meta.permissions()).unwrap();
+    std::fs::File::open(&dst)
+        .unwrap()
+        .set_modified(dir_mtime)
+        .unwrap();
+    assert_ok(&verify(&[]), None);
+    let out = verify(&["-XH"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("c: extended attributes differ: user.k (value differs)"),
+        "{said}"
+    );
+    assert!(said.contains("hard link of"), "{said}");
 }

@@ -1,8 +1,9 @@
 //! Tree comparison: checks that a copy equals its source (paths, types, content, permission
-//! bits, mtimes, link targets), without following symlinks. Used by `sprat verify`, the demo
-//! and benchmark scripts to prove that a copy is exact.
+//! bits, mtimes, link targets; on request extended attributes, ACLs, owners and hard links),
+//! without following symlinks. Used by `sprat verify`, the demo and benchmark scripts to
+//! prove that a copy is exact.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -21,6 +22,34 @@ pub struct TreeSummary {
 /// Most differences listed.
 const MAX_DIFFERENCES: usize = 50;
 
+/// What [`compare_trees_also`] compares beyond content, types, modes, mtimes and link
+/// targets (what `sprat cp` keeps with `-X`, `-A`, `-H` and as root).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AlsoCompare {
+    /// Extended attributes of these scopes ([`crate::xattr::USER`] ...; 0: none).
+    pub xattrs: u8,
+    /// Owners and groups (numeric ids).
+    pub owners: bool,
+    /// Which regular files are hard links of each other.
+    pub hard_links: bool,
+}
+
+/// The scopes of extended attributes a copy keeps with `-X` (`user.*`, and as root
+/// `trusted.*` and `security.*`) and `-A` (ACLs), for [`AlsoCompare::xattrs`].
+pub fn xattr_scopes(xattrs: bool, acls: bool) -> u8 {
+    let mut scope = 0;
+    if xattrs {
+        scope |= crate::xattr::USER;
+        if crate::owner::running_as_root() {
+            scope |= crate::xattr::SYSTEM;
+        }
+    }
+    if acls {
+        scope |= crate::xattr::ACL;
+    }
+    scope
+}
+
 /// Compares tree `b` with tree `a`. `with_root_attrs` also compares the roots' own mode and
 /// mtime. Returns the summary of `a`, or the differences found (at most 50).
 pub fn compare_trees(
@@ -28,6 +57,19 @@ pub fn compare_trees(
     b: &Path,
     with_root_attrs: bool,
 ) -> Result<TreeSummary, Vec<String>> {
+    compare_trees_also(a, b, with_root_attrs, AlsoCompare::default())
+}
+
+/// [`compare_trees`], comparing `also` too.
+pub fn compare_trees_also(
+    a: &Path,
+    b: &Path,
+    with_root_attrs: bool,
+    also: AlsoCompare,
+) -> Result<TreeSummary, Vec<String>> {
+    // Hard links: each linked inode of one tree, with the inode and path it has in the other.
+    let mut links_a: HashMap<(u64, u64), ((u64, u64), String)> = HashMap::new();
+    let mut links_b: HashMap<(u64, u64), ((u64, u64), String)> = HashMap::new();
     let mut diffs = Vec::new();
     let mut summary = TreeSummary::default();
     let mut stack = vec![PathBuf::new()];
@@ -82,6 +124,47 @@ pub fn compare_trees(
                 mb.mtime_nsec()
             ));
         }
+        if also.owners && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
+            diffs.push(format!(
+                "{shown}: owner {}:{} != {}:{}",
+                ma.uid(),
+                ma.gid(),
+                mb.uid(),
+                mb.gid()
+            ));
+        }
+        if also.xattrs != 0 && !ta.is_symlink() {
+            match (xattrs_of(&pa, also.xattrs), xattrs_of(&pb, also.xattrs)) {
+                (Ok(x), Ok(y)) if x == y => {}
+                (Ok(x), Ok(y)) => diffs.push(format!(
+                    "{shown}: extended attributes differ: {}",
+                    differing(&x, &y)
+                )),
+                (Err(e), _) | (_, Err(e)) => {
+                    diffs.push(format!("{shown}: cannot read extended attributes: {e}"))
+                }
+            }
+        }
+        if also.hard_links && ta.is_file() {
+            let (ia, ib) = ((ma.dev(), ma.ino()), (mb.dev(), mb.ino()));
+            for (map, mine, theirs, linked, side) in [
+                (&mut links_a, ia, ib, ma.nlink() > 1, "source"),
+                (&mut links_b, ib, ia, mb.nlink() > 1, "copy"),
+            ] {
+                if !linked {
+                    continue;
+                }
+                match map.get(&mine) {
+                    Some((other, first)) if *other != theirs => diffs.push(format!(
+                        "{shown}: a hard link of {first} in the {side}, not in the other tree"
+                    )),
+                    Some(_) => {}
+                    None => {
+                        map.insert(mine, (theirs, shown.clone()));
+                    }
+                }
+            }
+        }
         if ta.is_symlink() {
             summary.symlinks += 1;
             match (fs::read_link(&pa), fs::read_link(&pb)) {
@@ -121,6 +204,45 @@ pub fn compare_trees(
     } else {
         Err(diffs)
     }
+}
+
+/// The extended attributes of `p` in `scope` (a file or directory, never through a symlink).
+fn xattrs_of(p: &Path, scope: u8) -> Result<crate::xattr::Xattrs, String> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        p,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| e.to_string())?;
+    crate::xattr::read(&fd, scope).map_err(|e| match e {
+        crate::xattr::ReadError::Os(e) => e.to_string(),
+        crate::xattr::ReadError::TooLarge(n) => format!("{n} bytes, more than a copy carries"),
+    })
+}
+
+/// The names whose presence or value differs between `x` and `y`, for a message.
+fn differing(x: &crate::xattr::Xattrs, y: &crate::xattr::Xattrs) -> String {
+    let (mx, my): (BTreeMap<_, _>, BTreeMap<_, _>) = (
+        x.iter().map(|(n, v)| (n, v)).collect(),
+        y.iter().map(|(n, v)| (n, v)).collect(),
+    );
+    let mut names: Vec<&Vec<u8>> = mx.keys().chain(my.keys()).copied().collect();
+    names.sort();
+    names.dedup();
+    let shown: Vec<String> = names
+        .into_iter()
+        .filter(|n| mx.get(n) != my.get(n))
+        .map(|n| {
+            let what = match (mx.contains_key(n), my.contains_key(n)) {
+                (true, false) => "missing in the copy",
+                (false, true) => "extra in the copy",
+                _ => "value differs",
+            };
+            format!("{} ({what})", crate::relpath::display_bytes(n))
+        })
+        .collect();
+    shown.join(", ")
 }
 
 fn list(dir: &Path) -> std::io::Result<BTreeMap<Vec<u8>, std::ffi::OsString>> {
