@@ -564,3 +564,21 @@ fn dst_slash_and_delete_never_reach_what_was_not_named() {
         assert!(said.contains(line), "{line:?}: {}", describe(&out));
     }
 }
+
+/// A dry run into a read-only server is refused as the copy would be, not "would send".
+#[test]
+fn a_dry_run_into_a_read_only_server_is_refused_as_the_copy_is() {
+    let t = tmp();
+    let src = t.path().join("src");
+    put(&src.join("f"), b"f");
+    let opts = sprat_testkit::server::ServerOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let srv = server_with(&t.path().join("root"), &opts);
+    for dry in [&["-n"][..], &[][..]] {
+        let out = cp(&srv, dry, &src, srv.url("x"));
+        assert_exit(&out, 5);
+        assert_error_names(&out, &["read-only"]);
+    }
+}

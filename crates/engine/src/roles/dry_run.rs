@@ -61,6 +61,10 @@ pub fn dry_run(
 ) -> Result<DryRun, TransferError> {
     super::endpoint::check_selection(src, options)?;
     super::endpoint::refuse_a_copy_into_itself(src, dst, key)?;
+    // A destination the copy could not write is refused as the copy would be.
+    if let Endpoint::Remote { addr, path, .. } = dst {
+        remote::may_write(addr, key, path)?;
+    }
     let checksum = options.skip == SkipRule::Checksum;
     let index = match dst {
         Endpoint::Local(d) => local_index(d, options)?,

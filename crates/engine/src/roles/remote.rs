@@ -200,6 +200,24 @@ pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], lefto
 }
 
 /// `stat`: the entry at `path` (a symlink is described, not followed).
+/// Refuses as a push to `path` on the server at `addr` would be refused (a read-only server or
+/// export, a path outside the token's exports): a dry run asks for the one-time ticket a
+/// third-party copy would push with, which the server issues only for a path it would
+/// write, and never uses it (it expires unused).
+pub(crate) fn may_write(addr: &str, key: &Credentials, path: &[u8]) -> Result<(), TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::Delegate {
+            path: path.to_vec(),
+        },
+    )?;
+    match conn.recv_control()? {
+        Message::Ticket { .. } => Ok(()),
+        m => Err(unexpected(&conn, m)),
+    }
+}
+
 /// Whether the servers at `a` and `b` (two addresses) are one server: they present the same
 /// key (servers without encryption cannot be told apart, and are taken as two).
 pub(crate) fn one_server(a: &str, b: &str, key: &Credentials) -> Result<bool, TransferError> {
