@@ -894,57 +894,6 @@ fn a_server_that_is_not_root_removes_from_the_read_only_trees_it_wrote() {
     assert!(root.exists());
 }
 
-/// A server that does not run as root wrote a copy's directories with their source's modes
-/// `0000` and `0300`; the next push into that copy lists them (as their owner, opening them
-/// for the time of the listing, as its writes do) and sends only what changed, and the
-/// directories keep their modes. It failed with "list 'pushed/closed': open directory:
-/// Permission denied" (exit 5) and sent nothing, however unrelated the change.
-#[test]
-fn a_server_not_running_as_root_re_syncs_into_closed_directories_of_its_own() {
-    if !root_with_setpriv_or_skip() {
-        return;
-    }
-    let t = tmp();
-    chmod(t.path(), 0o755);
-    let src = t.path().join("src");
-    make_file_in(&src.join("closed/f"), b"first");
-    make_file_in(&src.join("writeonly/g"), b"first");
-    make_file_in(&src.join("top"), b"first");
-    chmod(&src.join("closed"), 0o000);
-    chmod(&src.join("writeonly"), 0o300);
-    let srv = server_as_nobody(&t.path().join("exported"), &t.path().join("state"));
-    let pushed = t.path().join("exported/pushed");
-    assert_ok(&cp(&srv, &[], &src, srv.url("pushed")), Some(&srv));
-    assert_eq!(mode_and_mtime(&pushed.join("closed")).0, 0o000);
-
-    chmod(&src.join("closed"), 0o755);
-    chmod(&src.join("writeonly"), 0o755);
-    make_file(&src.join("closed/f"), b"second, longer", 0o644);
-    make_file(&src.join("writeonly/new"), b"new", 0o644);
-    make_file(&src.join("top"), b"second, longer", 0o644);
-    chmod(&src.join("closed"), 0o000);
-    chmod(&src.join("writeonly"), 0o300);
-    let out = cp(&srv, &["--json"], &src, srv.url("pushed"));
-    assert_ok(&out, Some(&srv));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["files"].as_u64(), Some(3), "{report}");
-    assert_eq!(report["up_to_date"].as_u64(), Some(1), "{report}");
-    for (dir, mode) in [("closed", 0o000), ("writeonly", 0o300)] {
-        assert_eq!(mode_and_mtime(&pushed.join(dir)).0, mode, "{dir}");
-        chmod(&pushed.join(dir), 0o755);
-    }
-    assert_eq!(
-        fs::read(pushed.join("closed/f")).unwrap(),
-        b"second, longer"
-    );
-    assert_eq!(fs::read(pushed.join("writeonly/new")).unwrap(), b"new");
-    assert_eq!(fs::read(pushed.join("top")).unwrap(), b"second, longer");
-    chmod(&pushed.join("closed"), 0o000);
-    chmod(&pushed.join("writeonly"), 0o300);
-    chmod(&src.join("closed"), 0o755);
-    chmod(&src.join("writeonly"), 0o755);
-}
-
 /// Writes `content` at `path` (mode 0644), making its parents.
 fn make_file_in(path: &Path, content: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -391,13 +391,7 @@ pub fn walk_selected(
     let (tx, rx) = crossbeam_channel::bounded(16);
     std::thread::scope(|s| {
         let sub = &sub;
-        // A copy's directories of a source that had mode `0000` are opened as their owner
-        // (a server not running as root) opens them to write (see `crate::perm`).
-        let options = ScanOptions {
-            open_own_closed_dirs: true,
-            ..ScanOptions::default()
-        };
-        s.spawn(move || scan_selected(sub, options, selection, tx));
+        s.spawn(move || scan_selected(sub, ScanOptions::default(), selection, tx));
         for listing in rx {
             for e in listing {
                 if let Some(err) = &e.error {

@@ -76,11 +76,6 @@ pub struct ScanOptions {
     pub dirent_buffer: usize,
     /// Most entries in one listing ([`MAX_LISTING`]).
     pub max_listing: usize,
-    /// Open the directories of the effective user's that their mode keeps closed to it
-    /// (`0000`, `0300`: a copy's directories of a source that had those modes), as the
-    /// writer does (see [`crate::perm`]), and give them their modes back when the scan ends.
-    /// For a listing of what a copy wrote, never for a source.
-    pub open_own_closed_dirs: bool,
 }
 
 impl Default for ScanOptions {
@@ -89,36 +84,6 @@ impl Default for ScanOptions {
             threads: 4,
             dirent_buffer: 256 << 10,
             max_listing: MAX_LISTING,
-            open_own_closed_dirs: false,
-        }
-    }
-}
-
-/// The directories a scan opened by adding owner bits to their modes (see
-/// [`ScanOptions::open_own_closed_dirs`]), each given its mode back when this is dropped.
-#[derive(Default)]
-struct Opened(Mutex<Vec<(OwnedFd, u32)>>);
-
-impl Opened {
-    /// Opens directory `dir` below `root` after adding `u+rx` to its mode, if the effective
-    /// user owns it (it is named by an `O_PATH` descriptor opened beneath the root, never
-    /// through a symlink).
-    fn open(&self, root: &Root, dir: &[u8]) -> Result<OwnedFd, rustix::io::Errno> {
-        use rustix::fs::OFlags;
-        let path = root.open_beneath(dir, OFlags::PATH | OFlags::DIRECTORY)?;
-        match crate::perm::add_bits(std::os::fd::AsFd::as_fd(&path), crate::perm::LIST)? {
-            Some(had) => lock(&self.0).push((path, had)),
-            None => return Err(rustix::io::Errno::ACCESS),
-        }
-        root.open_dir(dir)
-    }
-}
-
-impl Drop for Opened {
-    fn drop(&mut self) {
-        // The deepest first: a parent closed again keeps no child from being reached.
-        for (dir, mode) in lock(&self.0).drain(..).rev() {
-            let _ = crate::perm::restore(std::os::fd::AsFd::as_fd(&dir), mode);
         }
     }
 }
@@ -166,35 +131,19 @@ pub fn scan_selected(
     });
     let ready = Condvar::new();
     let same_device = selection.one_file_system.then_some(root_device);
-    let opened = options.open_own_closed_dirs.then(Opened::default);
-    let opened = opened.as_ref();
     std::thread::scope(|s| {
         for _ in 0..options.threads.max(1) {
-            s.spawn(|| {
-                let places = Places {
-                    root,
-                    filter,
-                    opened,
-                };
-                worker(&places, options, same_device, &work, &ready, &out)
-            });
+            s.spawn(|| worker(root, options, filter, same_device, &work, &ready, &out));
         }
     });
-}
-
-/// Where a scan's threads look: the root, what they leave out, and the closed directories
-/// they opened (see [`ScanOptions::open_own_closed_dirs`]).
-struct Places<'a> {
-    root: &'a Root,
-    filter: &'a Filter,
-    opened: Option<&'a Opened>,
 }
 
 /// One scanning thread. `same_device`: with `-x`, the root's device; a directory on another
 /// is sent but not entered.
 fn worker(
-    places: &Places<'_>,
+    root: &Root,
     options: ScanOptions,
+    filter: &Filter,
     same_device: Option<u64>,
     work: &Mutex<Work>,
     ready: &Condvar,
@@ -222,10 +171,11 @@ fn worker(
         };
         // Each piece's subdirectories are there for any thread to take as soon as it is sent.
         list_dir(
-            places,
+            root,
             &dir,
             &mut buf,
             options.max_listing,
+            filter,
             |entries, mut subdirs| {
                 if let Some(device) = same_device {
                     // Mount points are few: a short list of those to leave.
@@ -273,12 +223,8 @@ pub fn list_directory_in_pieces(
     mut each: impl FnMut(Vec<ScanEntry>) -> bool,
 ) {
     let mut buf = vec![MaybeUninit::uninit(); ScanOptions::default().dirent_buffer];
-    let places = Places {
-        root,
-        filter: &Filter::default(),
-        opened: None,
-    };
-    list_dir(&places, dir, &mut buf, MAX_LISTING, |entries, _| {
+    let all = &Filter::default();
+    list_dir(root, dir, &mut buf, MAX_LISTING, all, |entries, _| {
         each(entries)
     });
 }
@@ -310,21 +256,14 @@ pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
 /// entry's type where the file system gives it (without a `statx`). A directory that cannot
 /// be opened or read gives one failed entry (after the pieces read before the failure).
 fn list_dir(
-    places: &Places<'_>,
+    root: &Root,
     dir: &[u8],
     buf: &mut [MaybeUninit<u8>],
     max: usize,
+    filter: &Filter,
     mut emit: impl FnMut(Vec<ScanEntry>, Vec<Vec<u8>>) -> bool,
 ) {
-    let (root, filter) = (places.root, places.filter);
-    let opened = match root.open_dir(dir) {
-        Err(rustix::io::Errno::ACCESS) => match places.opened {
-            Some(opened) => opened.open(root, dir),
-            None => Err(rustix::io::Errno::ACCESS),
-        },
-        other => other,
-    };
-    let fd: OwnedFd = match opened {
+    let fd: OwnedFd = match root.open_dir(dir) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOENT) if !dir.is_empty() => return,
         Err(e) => {
