@@ -582,3 +582,33 @@ fn a_dry_run_into_a_read_only_server_is_refused_as_the_copy_is() {
         assert_error_names(&out, &["read-only"]);
     }
 }
+
+/// A bind mount shows one directory under two paths: `--delete` into the directory that
+/// holds the source under its other name is refused, and so is a copy into itself (before,
+/// the source was deleted). Needs root to mount; skipped otherwise.
+#[test]
+fn a_bind_mount_does_not_hide_that_the_destination_holds_the_source() {
+    let t = tmp();
+    let (data, view) = (t.path().join("data"), t.path().join("view"));
+    put(&data.join("new/a"), b"a");
+    put(&data.join("keep"), b"k");
+    fs::create_dir_all(&view).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .arg("--bind")
+        .args([&data, &view])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot bind-mount (needs root)");
+        return;
+    }
+    let delete = cp_local(&["--delete"], view.join("new"), &data);
+    let into_itself = cp_local(&[], &data, view.join("inner"));
+    let _ = std::process::Command::new("umount").arg(&view).status();
+    assert_exit(&delete, 2);
+    assert_error_names(&delete, &["--delete would delete the source"]);
+    assert_exit(&into_itself, 2);
+    assert_eq!(fs::read(data.join("new/a")).unwrap(), b"a");
+    assert_eq!(fs::read(data.join("keep")).unwrap(), b"k");
+    assert!(!data.join("inner").exists());
+}

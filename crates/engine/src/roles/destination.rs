@@ -43,11 +43,27 @@ pub(crate) fn open_source(path: &Path) -> Result<Source, TransferError> {
     })
 }
 
-/// Whether `dst` (which may not exist yet) is `src` or lies below it.
+/// Whether `dst` (which may not exist yet) is `src` or lies below it: by path, and by the
+/// device and inode of `src` among `dst`'s directories (a bind mount shows one directory
+/// under two paths).
 pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
     let Ok(src) = src.canonicalize() else {
         return false;
     };
+    if let Ok(m) = std::fs::metadata(&src) {
+        use std::os::unix::fs::MetadataExt;
+        let id = (m.dev(), m.ino());
+        let mut at = dst
+            .canonicalize()
+            .ok()
+            .or_else(|| dst.ancestors().skip(1).find_map(|a| a.canonicalize().ok()));
+        while let Some(dir) = at {
+            if std::fs::metadata(&dir).is_ok_and(|d| (d.dev(), d.ino()) == id) {
+                return true;
+            }
+            at = dir.parent().map(Path::to_path_buf);
+        }
+    }
     let mut existing = dst.to_path_buf();
     let mut rest = Vec::new();
     while !existing.exists() {
