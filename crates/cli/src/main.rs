@@ -858,17 +858,9 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let over_ssh = !launched.servers.is_empty();
     let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     // Into `DST/`: shown as DST/NAME, where the copy goes.
-    if dst != named_dst {
-        let name = match &dst {
-            Endpoint::Local(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
-            Endpoint::Remote { path, .. } => path
-                .rsplit(|&b| b == b'/')
-                .next()
-                .map(|n| String::from_utf8_lossy(n).into_owned()),
-        };
-        if let Some(name) = name {
-            dst_shown = format!("{}/{name}", dst_shown.trim_end_matches('/'));
-        }
+    if let Some(name) = dst.name().filter(|_| dst != named_dst) {
+        let name = String::from_utf8_lossy(&name);
+        dst_shown = format!("{}/{name}", dst_shown.trim_end_matches('/'));
     }
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
@@ -950,7 +942,8 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         }
     }
     if verbose && !a.quiet && (!a.json || a.json_events) {
-        options.file_log = Some(file_log(a.json_events, source_name(&src)));
+        // The source's own name: what `-v` shows for a single file copied.
+        options.file_log = Some(file_log(a.json_events, src.name().unwrap_or_default()));
     }
     if let (Some(plan), true) = (&plan, a.finish) {
         return shards::finish(plan, &src, &dst, &key, &options, a.json, a.quiet);
@@ -1105,22 +1098,6 @@ fn apply_defaults(
         take!(a.checksum, checksum);
     }
     d.progress.filter(|_| !given("progress"))
-}
-
-/// The last name of a copy's source: what `-v` shows for a single file copied (whose path
-/// relative to the source is empty).
-fn source_name(src: &Endpoint) -> Vec<u8> {
-    match src {
-        Endpoint::Local(p) => p
-            .file_name()
-            .map(|n| n.as_bytes().to_vec())
-            .unwrap_or_default(),
-        Endpoint::Remote { path, .. } => {
-            let path = path.strip_suffix(b"/").unwrap_or(path);
-            let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-            name.to_vec()
-        }
-    }
 }
 
 /// `sprat cp -v`: each completed file's path on stdout, escaped, or as a JSON event; the

@@ -1638,7 +1638,7 @@ pub fn temp_name_for(name: &[u8], tag: &str) -> Vec<u8> {
         t.push(b'.');
         t.extend_from_slice(tag.as_bytes());
         t.push(b'.');
-        t.extend_from_slice(temp_check(name, tag_digits(tag.as_bytes())).as_bytes());
+        t.extend_from_slice(&temp_check(name, tag_digits(tag.as_bytes())));
     } else {
         let h = crate::attrs::checksum(name) as u64;
         t.extend_from_slice(format!(".{tag}.{h:016x}").as_bytes());
@@ -1654,13 +1654,16 @@ fn tag_digits(tag: &[u8]) -> &[u8] {
     tag.strip_prefix(b"sprat-").unwrap_or(tag)
 }
 
-/// The check of a short temporary name: 8 hex digits of a hash of the name and the tag.
-fn temp_check(name: &[u8], digits: &[u8]) -> String {
-    let mut both = Vec::with_capacity(name.len() + 1 + digits.len());
-    both.extend_from_slice(name);
-    both.push(b'/');
-    both.extend_from_slice(digits);
-    format!("{:08x}", crate::attrs::checksum(&both) as u32)
+/// The check of a short temporary name: 8 lowercase hex digits of the XXH3-128 of the name,
+/// `/` and the tag's digits (no allocation: it is made for each file a rename-publishing
+/// writer creates).
+fn temp_check(name: &[u8], digits: &[u8]) -> [u8; 8] {
+    let mut hash = xxhash_rust::xxh3::Xxh3::new();
+    hash.update(name);
+    hash.update(b"/");
+    hash.update(digits);
+    let check = hash.digest128() as u32;
+    std::array::from_fn(|i| b"0123456789abcdef"[(check >> (28 - 4 * i) & 0xf) as usize])
 }
 
 /// The 8 hex digits of the writer's tag in a temporary name (see [`is_leftover_temp`]).
@@ -1688,7 +1691,7 @@ fn temp_tag_of(name: &[u8]) -> Option<&[u8]> {
     let short = tail.starts_with(TAG)
         && hex(digits, 8)
         && tail[TAG.len() + 8] == b'.'
-        && temp_check(base, digits).as_bytes() == check;
+        && temp_check(base, digits) == check;
     short.then_some(digits)
 }
 

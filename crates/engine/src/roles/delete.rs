@@ -138,7 +138,7 @@ fn spares_the_source(
                 addr: b, path: d, ..
             },
         ) => {
-            let one = a == b || remote::one_server(a, b, key)?;
+            let one = remote::one_server(a, b, key)?;
             if one {
                 // Paths on one server compare only as they are: a symlink on either would hide
                 // that one holds the other.

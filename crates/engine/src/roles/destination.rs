@@ -16,7 +16,7 @@ use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// A new writer's tag for its temporary names, `sprat-` and 8 hex digits (the form
@@ -43,47 +43,31 @@ pub(crate) fn open_source(path: &Path) -> Result<Source, TransferError> {
     })
 }
 
-/// Whether `dst` (which may not exist yet) is `src` or lies below it: by path, and by the
-/// device and inode of `src` among `dst`'s directories (a bind mount shows one directory
-/// under two paths).
+/// Whether `dst` (which may not exist yet) is `src` or lies below it: whether the device
+/// and inode of `src` are those of a directory on `dst`'s way up to `/`, from the nearest
+/// one that exists (so that a bind mount, which shows one directory under two paths, or a
+/// symlink cannot hide it).
 pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
-    let Ok(src) = src.canonicalize() else {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(src) else {
         return false;
     };
-    if let Ok(m) = std::fs::metadata(&src) {
-        use std::os::unix::fs::MetadataExt;
-        let id = (m.dev(), m.ino());
-        let mut at = dst
-            .canonicalize()
-            .ok()
-            .or_else(|| dst.ancestors().skip(1).find_map(|a| a.canonicalize().ok()));
-        while let Some(dir) = at {
-            if std::fs::metadata(&dir).is_ok_and(|d| (d.dev(), d.ino()) == id) {
-                return true;
-            }
-            at = dir.parent().map(Path::to_path_buf);
+    let id = (m.dev(), m.ino());
+    let mut at = dst.ancestors().find_map(|a| {
+        let a = if a.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            a
+        };
+        a.canonicalize().ok()
+    });
+    while let Some(dir) = at {
+        if std::fs::metadata(&dir).is_ok_and(|d| (d.dev(), d.ino()) == id) {
+            return true;
         }
+        at = dir.parent().map(Path::to_path_buf);
     }
-    let mut existing = dst.to_path_buf();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.file_name(), existing.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_os_string());
-                existing = if parent.as_os_str().is_empty() {
-                    PathBuf::from(".")
-                } else {
-                    parent.to_path_buf()
-                };
-            }
-            _ => return false,
-        }
-    }
-    let Ok(mut full) = existing.canonicalize() else {
-        return false;
-    };
-    full.extend(rest.iter().rev());
-    full.starts_with(&src)
+    false
 }
 
 /// The writer for a local destination: the tree itself, or one file when the source is a file.

@@ -27,6 +27,15 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The last component of its path, if it has one (not a server's root, `.`, `..` or `/`).
+    pub fn name(&self) -> Option<Vec<u8>> {
+        let name = match self {
+            Endpoint::Local(p) => p.file_name().map(|n| n.as_bytes().to_vec()),
+            Endpoint::Remote { path, .. } => path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec),
+        };
+        name.filter(|n| !n.is_empty() && n.as_slice() != b"." && n.as_slice() != b"..")
+    }
+
     /// Parses a command-line argument: a `sprat://` URL or a local path.
     pub fn parse(arg: &std::ffi::OsStr) -> Result<Endpoint, TransferError> {
         let bytes = arg.as_bytes();
@@ -97,7 +106,7 @@ pub fn into_directory(
     contents: bool,
 ) -> Result<Endpoint, TransferError> {
     if into {
-        return match own_name(src).filter(|_| !contents) {
+        return match src.name().filter(|_| !contents) {
             Some(name) => no_link_at(inside(dst, &name), key),
             None => Ok(dst),
         };
@@ -165,15 +174,6 @@ fn no_link_at(dst: Endpoint, key: &Credentials) -> Result<Endpoint, TransferErro
         ))),
         None => Ok(dst),
     }
-}
-
-/// The last component of `ep`'s path, if it has one (not a server's root, `.` or `/`).
-fn own_name(ep: &Endpoint) -> Option<Vec<u8>> {
-    let name = match ep {
-        Endpoint::Local(p) => p.file_name().map(|n| n.as_bytes().to_vec()),
-        Endpoint::Remote { path, .. } => path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec),
-    };
-    name.filter(|n| !n.is_empty() && n.as_slice() != b"." && n.as_slice() != b"..")
 }
 
 /// `name` inside the directory `dst`.
@@ -266,11 +266,10 @@ pub fn copy_retrying(
         copy_once(src, dst, key, these).map_err(|e| {
             if e.is_busy() {
                 let streams = fewer_streams(used);
-                let list_first = true;
-                if used != Some(streams) || list_first != listed_first {
+                if used != Some(streams) || !listed_first {
                     narrowed = Some(TransferOptions {
                         streams: Some(streams),
-                        list_first,
+                        list_first: true,
                         ..options.clone()
                     });
                     return e.then(&format!(
@@ -384,7 +383,7 @@ pub(crate) fn refuse_a_copy_into_itself(
             },
         ) => {
             wire_path::is_within(dst_path, src_path)
-                && (src_addr == dst_addr || super::remote::one_server(src_addr, dst_addr, key)?)
+                && super::remote::one_server(src_addr, dst_addr, key)?
         }
         _ => false,
     };

@@ -37,8 +37,8 @@ pub(crate) struct Context<'a> {
     /// Whether this server pushes to another one when a client asks (`SendTo`).
     pub third_party: bool,
     /// Takes between 1 and the given number of the server's places for the streams of a
-    /// third-party copy (held until the guard is dropped), or says why none is free.
-    pub places: &'a dyn Fn(usize) -> Result<crate::session::admission::Place, String>,
+    /// third-party copy (held until the guard is dropped); `None` when none is free.
+    pub places: &'a dyn Fn(usize) -> Option<crate::session::admission::Place>,
 }
 
 impl Context<'_> {
@@ -604,7 +604,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 0 => crate::tune::MAX_AUTO_STREAMS,
                 n => (n as usize).min(64),
             };
-            let places = (ctx.places)(wanted).ok();
+            let places = (ctx.places)(wanted);
             let streams = match places.as_ref().map_or(1, |p| p.len()) {
                 n if n < wanted => n,
                 _ => streams.into(),

@@ -135,14 +135,7 @@ impl StopHandle {
     /// Waits until no connection is served any more, or `grace` has passed; returns how
     /// many are still served.
     pub fn wait_drained(&self, grace: Duration) -> usize {
-        let until = Instant::now() + grace;
-        loop {
-            let left = self.connections();
-            if left == 0 || Instant::now() >= until {
-                return left;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.shared.places.wait_none_held(Instant::now() + grace)
     }
 }
 
@@ -628,13 +621,12 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             )
         }
     };
-    // Only an `Open` may take the last places (see `Places::take`). An `Open` or a request
-    // waits a moment for a place the client may be giving back (its listing just ended); a
-    // join does not: its session goes on without it. The wait counts as the handshake's.
+    // A join may not take the last places (see `Use::Stream`), nor wait for one: its session
+    // goes on without it. An `Open` or a request waits a moment for a place the client may
+    // be giving back (its listing just ended). The wait counts as the handshake's.
     let (r#for, patience) = match event {
-        Event::Open { .. } => (Use::Open, PLACE_PATIENCE),
         Event::Join { .. } => (Use::Stream, Duration::ZERO),
-        _ => (Use::Request, PLACE_PATIENCE),
+        _ => (Use::OpenOrRequest, PLACE_PATIENCE),
     };
     let place = shared.places.take_within(ip, 1, r#for, patience);
     drop(slot);
@@ -692,12 +684,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
         Event::Request(mut req) => {
             let issue = |path: Vec<u8>, export: usize| issue_ticket(shared, path, export);
             // A third-party copy's streams take places too (the client's address's).
-            let places = |wanted: usize| {
-                shared
-                    .places
-                    .take(ip, wanted, Use::Stream)
-                    .map_err(|full| busy_text(&shared.places, full))
-            };
+            let places = |wanted: usize| shared.places.take(ip, wanted, Use::Stream).ok();
             let ctx = requests::Context {
                 exports: &shared.exports,
                 reach: &access.reach,

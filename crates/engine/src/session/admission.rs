@@ -135,22 +135,21 @@ impl Drop for Place {
 /// What a place is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Use {
-    /// Opening a session.
-    Open,
     /// A stream: joining a session, or one of a third-party copy's. Never the last places,
     /// even of a server or an address of one place (a join dialled beside its `Open` must not
     /// take the place the `Open` needs, then wait for a session that cannot open), nor the
     /// one after them, kept for a request (a push's listing of its destination, dialled beside
     /// its `Open` too, which its session waits for).
     Stream,
-    /// A namespace request (short, and a session may wait for it): any place.
-    Request,
+    /// Opening a session, or a namespace request (short, and a session may wait for it): any
+    /// place.
+    OpenOrRequest,
 }
 
-/// Places among `max` that streams may not take: a refused join costs a session only that
-/// stream (the client sends what went on it over its other streams), a refused `Open` or
-/// listing the whole attempt.
-fn reserved_for_opens(max: usize) -> usize {
+/// Places among `max` that streams may not take, besides the one after them kept for a
+/// request: a refused join costs a session only that stream (the client sends what went on
+/// it over its other streams), a refused `Open` or listing the whole attempt.
+fn kept_from_streams(max: usize) -> usize {
     max.div_ceil(8).clamp(1, 8).min(max)
 }
 
@@ -207,11 +206,11 @@ impl Places {
     ) -> Result<Place, Full> {
         let until = Instant::now() + patience;
         let (max, per_address) = match r#for {
-            Use::Open | Use::Request => (self.max, self.per_address),
+            Use::OpenOrRequest => (self.max, self.per_address),
             Use::Stream => (
-                self.max.saturating_sub(reserved_for_opens(self.max) + 1),
+                self.max.saturating_sub(kept_from_streams(self.max) + 1),
                 self.per_address
-                    .saturating_sub(reserved_for_opens(self.per_address) + 1),
+                    .saturating_sub(kept_from_streams(self.per_address) + 1),
             ),
         };
         let mut count = lock(&self.held.count);
@@ -245,6 +244,18 @@ impl Places {
     /// Places held now, in all.
     pub(crate) fn held(&self) -> usize {
         lock(&self.held.count).all
+    }
+
+    /// Waits until no place is held, or `until`; returns how many are held then.
+    pub(crate) fn wait_none_held(&self, until: Instant) -> usize {
+        let mut count = lock(&self.held.count);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if count.all == 0 || left.is_zero() {
+                return count.all;
+            }
+            count = unpoisoned(self.held.freed.wait_timeout(count, left)).0;
+        }
     }
 }
 
@@ -296,16 +307,22 @@ mod tests {
     #[test]
     fn places_are_bounded_in_all_and_per_address_and_given_back() {
         let places = Places::new(8, 6);
-        let a = places.take(ip(1), 4, Use::Open).unwrap();
-        let b = places.take(ip(1), 4, Use::Open).unwrap();
+        let a = places.take(ip(1), 4, Use::OpenOrRequest).unwrap();
+        let b = places.take(ip(1), 4, Use::OpenOrRequest).unwrap();
         // The address's share is 6: the second got 2 of the 4 it wanted.
         assert_eq!((a.len(), b.len()), (4, 2));
-        assert_eq!(places.take(ip(1), 1, Use::Open).err(), Some(Full::Address));
+        assert_eq!(
+            places.take(ip(1), 1, Use::OpenOrRequest).err(),
+            Some(Full::Address)
+        );
         // Another address gets the rest, but no stream the last two places.
         assert_eq!(places.take(ip(2), 4, Use::Stream).err(), Some(Full::Server));
-        let c = places.take(ip(2), 4, Use::Request).unwrap();
+        let c = places.take(ip(2), 4, Use::OpenOrRequest).unwrap();
         assert_eq!(c.len(), 2);
-        assert_eq!(places.take(ip(3), 1, Use::Open).err(), Some(Full::Server));
+        assert_eq!(
+            places.take(ip(3), 1, Use::OpenOrRequest).err(),
+            Some(Full::Server)
+        );
         drop((a, b, c));
         assert_eq!(places.held(), 0);
         // Nor of an address: joins dialled beside their `Open` cannot take its place, nor
@@ -313,12 +330,12 @@ mod tests {
         let joins = places.take(ip(1), 8, Use::Stream).unwrap();
         assert_eq!(joins.len(), 4);
         // The one after them is a request's (a listing its session waits for).
-        let listing = places.take(ip(1), 1, Use::Request).unwrap();
+        let listing = places.take(ip(1), 1, Use::OpenOrRequest).unwrap();
         assert_eq!(
             places.take(ip(1), 1, Use::Stream).err(),
             Some(Full::Address)
         );
-        assert!(places.take(ip(1), 1, Use::Open).is_ok());
+        assert!(places.take(ip(1), 1, Use::OpenOrRequest).is_ok());
         drop((joins, listing));
     }
 
@@ -328,12 +345,13 @@ mod tests {
         // A join could hold the place and wait for its session, whose `Open` it kept out.
         assert_eq!(places.take(ip(1), 1, Use::Stream).err(), Some(Full::Server));
         // A request (a push's listing before its session) may have it.
-        drop(places.take(ip(1), 1, Use::Request).unwrap());
-        let open = places.take(ip(1), 1, Use::Open).unwrap();
+        drop(places.take(ip(1), 1, Use::OpenOrRequest).unwrap());
+        let open = places.take(ip(1), 1, Use::OpenOrRequest).unwrap();
         // A place given back while one waits is taken.
         let waiter = std::thread::scope(|s| {
-            let waiting =
-                s.spawn(|| places.take_within(ip(1), 1, Use::Open, Duration::from_secs(10)));
+            let waiting = s.spawn(|| {
+                places.take_within(ip(1), 1, Use::OpenOrRequest, Duration::from_secs(10))
+            });
             std::thread::sleep(Duration::from_millis(50));
             drop(open);
             waiting.join().unwrap()
@@ -342,7 +360,7 @@ mod tests {
         assert_eq!(held.len(), 1);
         // And one that is not, after the patience only.
         let t = Instant::now();
-        let refused = places.take_within(ip(2), 1, Use::Open, Duration::from_millis(100));
+        let refused = places.take_within(ip(2), 1, Use::OpenOrRequest, Duration::from_millis(100));
         assert_eq!(refused.err(), Some(Full::Server));
         assert!(t.elapsed() >= Duration::from_millis(100));
     }
