@@ -429,6 +429,52 @@ fn delete_with_rsyncs_habits_removes_nothing_but_the_copys_own_extras() {
     assert_eq!(fs::read(root.join("data/kept")).unwrap(), b"k");
 }
 
+/// A source inside the destination is seen by device and inode, whatever names the two sides
+/// have: a local path inside a server's export, and two servers on one host exporting nested
+/// trees. `--delete` is refused (before, it deleted the source), dry run or not, and a
+/// `--delete` between the two that does not overlap still deletes what it should.
+#[test]
+fn delete_sees_the_source_inside_a_servers_export_and_across_nested_exports() {
+    let t = tmp();
+    let exp = t.path().join("exp");
+    put(&exp.join("proj/inner/a"), b"a");
+    put(&exp.join("proj/keep"), b"k");
+    put(&exp.join("other/o"), b"o");
+    let outer = server(&exp);
+    let nested = server(&exp.join("proj"));
+    let before = files_of(&exp);
+    let inner = exp.join("proj/inner");
+    for dry in [&["--delete", "-n"][..], &["--delete"][..]] {
+        for (src, dst) in [
+            (s(&inner).to_string(), outer.url("proj")),
+            (nested.url("inner"), outer.url("proj")),
+            (nested.url("inner"), s(&exp.join("proj")).to_string()),
+            (outer.url("proj/inner"), nested.url("")),
+        ] {
+            let out = cp(&outer, dry, &src, &dst);
+            assert_exit(&out, 2);
+            let said = describe(&out);
+            assert!(
+                said.contains("--delete would delete the source")
+                    || said.contains("is the source or inside it"),
+                "{src} -> {dst}: {said}"
+            );
+        }
+    }
+    assert_eq!(files_of(&exp), before);
+    put(&exp.join("proj/elsewhere/extra"), b"x");
+    put(&exp.join("proj/elsewhere/o"), b"older");
+    let out = cp(
+        &outer,
+        &["--delete"],
+        exp.join("other"),
+        nested.url("elsewhere"),
+    );
+    assert_ok(&out, Some(&nested));
+    assert!(!exp.join("proj/elsewhere/extra").exists());
+    assert_eq!(fs::read(exp.join("proj/elsewhere/o")).unwrap(), b"o");
+}
+
 /// Writes `content` at `path`, making its parents.
 fn put(path: &std::path::Path, content: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -538,11 +584,11 @@ fn dst_slash_and_delete_never_reach_what_was_not_named() {
     let out = cp(&srv, &["--delete"], srv.url("P/sub"), &other_name);
     assert_exit(&out, 2);
     assert_error_names(&out, &["--delete would delete the source"]);
-    // Through a symlink on the server (Pl -> P): refused as it cannot be told apart.
+    // Through a symlink on the server (Pl -> P): the directories' devices and inodes tell.
     std::os::unix::fs::symlink("P", root.join("Pl")).unwrap();
     let out = cp(&srv, &["--delete"], srv.url("Pl/sub"), srv.url("P"));
     assert_exit(&out, 2);
-    assert_error_names(&out, &["'Pl' is a symbolic link"]);
+    assert_error_names(&out, &["--delete would delete the source"]);
     assert_eq!(fs::read(root.join("P/sub/f")).unwrap(), b"f");
     assert_eq!(fs::read(root.join("P/other")).unwrap(), b"o");
 

@@ -275,6 +275,8 @@ pub enum Message {
     /// has come: a pull's server on its control connection, a third-party copy's source
     /// server on the `SendTo` connection, at most about once a second.
     Progress(TransferProgress),
+    /// The answer to `Locate` (see [`crate::namespace::Location`]).
+    Location(crate::namespace::Location),
 }
 
 /// What a [`Message::Progress`] carries, each a total since the transfer began.
@@ -314,6 +316,7 @@ impl Message {
             Message::ReplyEnd => "ReplyEnd",
             Message::Ticket { .. } => "Ticket",
             Message::Progress(_) => "Progress",
+            Message::Location(_) => "Location",
         }
     }
 
@@ -482,6 +485,10 @@ impl Message {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::PROGRESS
+            }
+            Message::Location(l) => {
+                l.encode(&mut out);
+                kind::LOCATION
             }
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
@@ -661,6 +668,7 @@ impl Message {
                 skipped_files: r.u64("skipped files")?,
                 skipped_bytes: r.u64("skipped bytes")?,
             }),
+            kind::LOCATION => Message::Location(crate::namespace::Location::decode(&mut r)?),
             other => {
                 return Err(DecodeError::Unknown {
                     what: "control message",

@@ -111,6 +111,11 @@ pub enum Request {
     Delegate {
         path: Vec<u8>,
     },
+    /// Where `path` is on the server's host (see [`Location`]): asked before a copy whose
+    /// source and destination may be one tree (`--delete`, or both on one host).
+    Locate {
+        path: Vec<u8>,
+    },
     SendTo {
         path: Vec<u8>,
         /// `HOST:PORT` of the destination server, as the source server should reach it.
@@ -135,6 +140,55 @@ pub enum Request {
         /// What the source server sends of its tree (rules, a `--files-from` list).
         selection: crate::Selection,
     },
+}
+
+/// Most directories a [`Location`] names (a path of 4,095 bytes has at most 2,048
+/// components).
+pub const MAX_LOCATION_DEPTH: usize = 2048;
+
+/// The answer to `Locate`: where a path is on the server's host. Two locations with one
+/// `host` (the kernel's boot id) overlap when one's first id is among the other's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The boot id of the server's kernel; all zeros: unknown (nothing can be compared).
+    pub host: [u8; 16],
+    /// The path is there; else `ids` starts at its nearest directory that is.
+    pub exists: bool,
+    /// (device, inode) of the path, then of each directory above it up to the server's `/`
+    /// (at most [`MAX_LOCATION_DEPTH`]); empty: unknown (the server's root of several
+    /// exports, which is no directory).
+    pub ids: Vec<(u64, u64)>,
+}
+
+impl Location {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.host);
+        out.push(self.exists as u8);
+        let ids = &self.ids[..self.ids.len().min(MAX_LOCATION_DEPTH)];
+        out.extend_from_slice(&(ids.len() as u16).to_le_bytes());
+        for (dev, ino) in ids {
+            out.extend_from_slice(&dev.to_le_bytes());
+            out.extend_from_slice(&ino.to_le_bytes());
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Location, DecodeError> {
+        let host = r.array("host")?;
+        let exists = flag(r, "exists flag")?;
+        let count = r.u16("location depth")? as usize;
+        if count > MAX_LOCATION_DEPTH {
+            return Err(DecodeError::TooLong {
+                what: "location",
+                len: count as u64,
+                limit: MAX_LOCATION_DEPTH as u64,
+            });
+        }
+        let mut ids = Vec::with_capacity(count);
+        for _ in 0..count {
+            ids.push((r.u64("device")?, r.u64("inode")?));
+        }
+        Ok(Location { host, exists, ids })
+    }
 }
 
 /// Entry types in listings.
@@ -247,6 +301,7 @@ const OP_RENAME: u8 = 6;
 const OP_SUM: u8 = 7;
 const OP_DELEGATE: u8 = 8;
 const OP_SEND_TO: u8 = 9;
+const OP_LOCATE: u8 = 10;
 
 /// `List` flags: bit 0 recursive, bit 1 with digests, bit 2 with owners, bit 3 with owners
 /// if the server applies a push's (see [`ListOwners`]).
@@ -326,6 +381,10 @@ impl Request {
             }
             Request::Delegate { path } => {
                 out.push(OP_DELEGATE);
+                put_bytes16(out, path);
+            }
+            Request::Locate { path } => {
+                out.push(OP_LOCATE);
                 put_bytes16(out, path);
             }
             Request::SendTo {
@@ -423,6 +482,7 @@ impl Request {
                 }
             }
             OP_DELEGATE => Request::Delegate { path: rel_path(r)? },
+            OP_LOCATE => Request::Locate { path: rel_path(r)? },
             OP_SEND_TO => {
                 let path = rel_path(r)?;
                 let addr =

@@ -176,6 +176,7 @@ fn request() -> impl Strategy<Value = Request> {
                 algo
             }),
         rel_path().prop_map(|path| Request::Delegate { path }),
+        rel_path().prop_map(|path| Request::Locate { path }),
         (
             rel_path(),
             "[a-z0-9.:\\[\\]-]{0,60}",
@@ -329,6 +330,14 @@ fn message() -> impl Strategy<Value = Message> {
             skipped_files: f[2],
             skipped_bytes: f[3],
         })),
+        (
+            any::<[u8; 16]>(),
+            any::<bool>(),
+            proptest::collection::vec(any::<(u64, u64)>(), 0..40)
+        )
+            .prop_map(|(host, exists, ids)| Message::Location(
+                sprat_proto::namespace::Location { host, exists, ids }
+            )),
     ]
 }
 

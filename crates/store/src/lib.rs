@@ -9,6 +9,7 @@
 //! group names from libc), where each block says why it is sound.
 #![deny(unsafe_code)]
 
+pub mod ancestry;
 pub mod attrs;
 pub mod batch_read;
 pub mod clone;

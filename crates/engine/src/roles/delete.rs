@@ -120,68 +120,6 @@ fn owner_of<'a>(
     Some(relpath::join(dir, file).into())
 }
 
-/// Refuses `--delete` into a DST that holds the source (`sprat cp --delete DIR/SUB DIR`):
-/// SRC is not among its own contents, so it would be deleted before it is read. Between
-/// servers, one server under two names (the same key) is one tree.
-fn spares_the_source(
-    src: &Endpoint,
-    dst: &Endpoint,
-    key: &Credentials,
-) -> Result<(), TransferError> {
-    let holds = match (src, dst) {
-        (Endpoint::Local(s), Endpoint::Local(d)) => super::destination::is_inside(s, d),
-        (
-            Endpoint::Remote {
-                addr: a, path: s, ..
-            },
-            Endpoint::Remote {
-                addr: b, path: d, ..
-            },
-        ) => {
-            let one = remote::one_server(a, b, key)?;
-            if one {
-                // Paths on one server compare only as they are: a symlink on either would hide
-                // that one holds the other.
-                for (addr, path) in [(a, s), (b, d)] {
-                    if let Some(link) = first_symlink_in(addr, path, key) {
-                        return Err(TransferError::Usage(format!(
-                            "--delete between two paths of one server, and '{}' is a symbolic \
-                             link on it: whether the destination holds the source cannot be \
-                             told; name both by their real paths",
-                            sprat_store::display_path(&link)
-                        )));
-                    }
-                }
-            }
-            one && sprat_proto::path::is_within(s, d)
-        }
-        _ => false,
-    };
-    if holds {
-        return Err(TransferError::Usage(format!(
-            "--delete would delete the source: '{src}' is inside the destination '{dst}', \
-             whose entries the source does not have are removed; name a destination that \
-             does not hold the source (DST/ copies into DST/NAME)"
-        )));
-    }
-    Ok(())
-}
-
-/// The first directory of `path` on the server at `addr` that is a symlink (the path itself
-/// included), asked one component after another.
-fn first_symlink_in(addr: &str, path: &[u8], key: &Credentials) -> Option<Vec<u8>> {
-    let mut at = Vec::new();
-    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
-        at = relpath::join(&at, part);
-        match remote::stat(addr, key, &at) {
-            Ok(e) if e.kind == NsKind::Symlink => return Some(at),
-            Ok(e) if e.kind == NsKind::Dir => {}
-            _ => return None,
-        }
-    }
-    None
-}
-
 /// [`extras_unless_unreadable`] for a dry run: a source with unreadable entries is an error.
 pub(crate) fn extras(
     src: &Endpoint,
@@ -202,7 +140,6 @@ pub(crate) fn extras_unless_unreadable(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Result<Vec<Vec<u8>>, String>, TransferError> {
-    spares_the_source(src, dst, key)?;
     let (listed, _, unreadable) = paths(src, key, options, true)?;
     if unreadable > 0 {
         return Ok(Err(format!(

@@ -60,7 +60,7 @@ pub fn dry_run(
     options: &TransferOptions,
 ) -> Result<DryRun, TransferError> {
     super::endpoint::check_selection(src, options)?;
-    super::endpoint::refuse_a_copy_into_itself(src, dst, key)?;
+    super::overlap::refuse_overlap(src, dst, key, options.delete)?;
     // A destination the copy could not write is refused as the copy would be.
     if let Endpoint::Remote { addr, path, .. } = dst {
         remote::may_write(addr, key, path)?;

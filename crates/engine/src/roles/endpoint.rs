@@ -339,7 +339,7 @@ fn copy_once(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Report, TransferError> {
-    refuse_a_copy_into_itself(src, dst, key)?;
+    super::overlap::refuse_overlap(src, dst, key, options.delete)?;
     // Extras go before the copy (only what the source does not have at all), so that the
     // copy's last pass sets the attributes of the directories they were in.
     let (deleted, failures) = if options.delete {
@@ -356,43 +356,6 @@ fn copy_once(
         report.add_failure(&path, &format!("cannot delete: {text}"));
     }
     Ok(report)
-}
-
-/// Refuses a DST that is the source or inside it (before `--delete` removes anything): the
-/// copy would read what it writes. Between servers, the same server under two names (an
-/// address and a host name) is one tree too, asked only when the paths overlap.
-pub(crate) fn refuse_a_copy_into_itself(
-    src: &Endpoint,
-    dst: &Endpoint,
-    key: &Credentials,
-) -> Result<(), TransferError> {
-    let into_itself = match (src, dst) {
-        (Endpoint::Local(s), Endpoint::Local(d)) => {
-            s.is_dir() && super::destination::is_inside(d, s)
-        }
-        (
-            Endpoint::Remote {
-                addr: src_addr,
-                path: src_path,
-                ..
-            },
-            Endpoint::Remote {
-                addr: dst_addr,
-                path: dst_path,
-                ..
-            },
-        ) => {
-            wire_path::is_within(dst_path, src_path)
-                && super::remote::one_server(src_addr, dst_addr, key)?
-        }
-        _ => false,
-    };
-    if into_itself {
-        return Err(TransferError::Usage(format!(
-            "destination '{dst}' is the source or inside it"
-        )));
-    }
-    Ok(())
 }
 
 fn copy_only(

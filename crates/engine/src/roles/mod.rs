@@ -16,6 +16,7 @@ pub(crate) mod dry_run;
 pub(crate) mod endpoint;
 pub(crate) mod exports;
 pub(crate) mod local;
+pub(crate) mod overlap;
 pub(crate) mod pull;
 pub(crate) mod push;
 pub mod remote;

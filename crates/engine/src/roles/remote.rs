@@ -8,7 +8,7 @@ use crate::net::Credentials;
 use crate::net::{self, Conn};
 use crate::pipeline::skip::{digest_from_bytes, DestIndex};
 use crate::report::{Counts, Report, Stages};
-use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, Request, SumAlgo};
+use sprat_proto::namespace::{DiskUsage, ListOwners, Location, NsEntry, Request, SumAlgo};
 use sprat_proto::Message;
 use std::time::{Duration, Instant};
 
@@ -213,6 +213,25 @@ pub(crate) fn may_write(addr: &str, key: &Credentials, path: &[u8]) -> Result<()
     )?;
     match conn.recv_control()? {
         Message::Ticket { .. } => Ok(()),
+        m => Err(unexpected(&conn, m)),
+    }
+}
+
+/// Where `path` is on the host of the server at `addr` (see `roles::overlap`).
+pub(crate) fn locate(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+) -> Result<Location, TransferError> {
+    let mut conn = request(
+        addr,
+        key,
+        Request::Locate {
+            path: path.to_vec(),
+        },
+    )?;
+    match conn.recv_control()? {
+        Message::Location(l) => Ok(l),
         m => Err(unexpected(&conn, m)),
     }
 }

@@ -15,8 +15,8 @@ use crate::pipeline::digest;
 use crate::pipeline::skip::{digest_bytes, PartialEntry};
 use sprat_proto::auth::TokenKey;
 use sprat_proto::namespace::{
-    entry_wire_size, DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, PathDigest, Request, SumAlgo,
-    REPLY_FRAME_TARGET,
+    entry_wire_size, DiskUsage, ListOwners, Location, NsEntry, NsKind, NsOwner, PathDigest,
+    Request, SumAlgo, REPLY_FRAME_TARGET,
 };
 use sprat_proto::{ErrorCode, Message, RemoteStats, TransferProgress};
 use sprat_store::namespace::{self as ns, Digest};
@@ -563,6 +563,26 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             })?;
             out.flush(conn)?;
             conn.send(&Message::ReplyEnd)?;
+        }
+        Request::Locate { path } => {
+            let location = match ctx.place(&path)? {
+                // Several exports under one root that is no directory: nothing to compare.
+                Place::ServerRoot => Location {
+                    host: [0; 16],
+                    exists: true,
+                    ids: Vec::new(),
+                },
+                Place::In { export, rel, .. } => {
+                    let ancestry = sprat_store::ancestry::below(&export.root, &rel)
+                        .map_err(|e| StoreError::new("locate", &rel, e))?;
+                    Location {
+                        host: sprat_store::ancestry::boot_id().unwrap_or_default(),
+                        exists: ancestry.exists,
+                        ids: ancestry.ids,
+                    }
+                }
+            };
+            conn.send(&Message::Location(location))?;
         }
         Request::Delegate { path } => {
             let (_, index, _) = ctx.writable(&path, "push to")?;
