@@ -735,7 +735,8 @@ pub struct Tuning {
     /// Do not copy owners and groups. By default, like `rsync -a`, each file, directory and
     /// link gets the owner and group of its source, matched by user and group name (a name
     /// unknown on the writing side keeps the numeric id), when the writing side runs as
-    /// root; anyone else leaves what it writes owned by itself, silently. On `serve`: the
+    /// root; anyone else leaves what it writes owned by itself (the report counts them: "not
+    /// kept: the owners of N items", shown to a client running as root). On `serve`: the
     /// server never applies the owners clients push (they stay the server's user's).
     #[arg(long)]
     pub no_owners: bool,

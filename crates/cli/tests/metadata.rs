@@ -517,6 +517,73 @@ fn trusted_attributes_need_root_on_both_sides_and_a_writer_keeping_setuid_bits()
     assert_eq!(trusted_xattrs(&t.path().join("root2/kept")), want);
 }
 
+/// What a writing side leaves out by its own rule is said in the report and counted in the
+/// JSON report (before, nothing told): the setuid and setgid bits of files from the network
+/// (a push to a server without `--keep-setuid`, a pull without it) and `trusted.*`
+/// attributes a server does not take; a writer keeping them says nothing.
+#[test]
+fn a_writer_says_which_setuid_bits_and_trusted_attributes_it_did_not_keep() {
+    let t = tmp();
+    if !xattrs_supported(t.path()) || !common::is_root() {
+        eprintln!("skipped: needs root and a file system with extended attributes");
+        return;
+    }
+    let src = t.path().join("src");
+    make_file_in(&src.join("tool"), b"#!/bin/sh\n", 0o4755);
+    make_file_in(&src.join("shared"), b"g", 0o2755);
+    make_file_in(&src.join("plain"), b"p", 0o644);
+    set_xattr(&src.join("plain"), "trusted.sprat", "t");
+    let not_kept = |out: &std::process::Output| -> (u64, u64) {
+        let r = parse_json_report(&out.stdout);
+        let n = r.get("not_kept");
+        (n["setid"].as_u64().unwrap(), n["xattrs"].as_u64().unwrap())
+    };
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let out = cp(&srv, &["-X", "--json"], &src, srv.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(not_kept(&out), (2, 1), "{}", describe(&out));
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(mode(&root.join("pushed/tool")), 0o755);
+    let text = cp(&srv, &["-X"], &src, srv.url("pushed-again"));
+    let said = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        "not kept: the setuid/setgid bits of 2 files",
+        "`sprat serve --keep-setuid` keeps them",
+        "not kept: the trusted.*/security.* attributes of 1 item",
+    ] {
+        assert!(said.contains(line), "{line:?}: {}", describe(&text));
+    }
+
+    // A server keeping setuid bits keeps both, and says nothing.
+    let opts = sprat_testkit::ServerOptions {
+        extra_args: vec!["--keep-setuid".into()],
+        ..Default::default()
+    };
+    let trusting = common::server_with(&t.path().join("root2"), &opts);
+    let out = cp(&trusting, &["-X", "--json"], &src, trusting.url("kept"));
+    assert_ok(&out, Some(&trusting));
+    assert_eq!(not_kept(&out), (0, 0));
+    let out = cp(&trusting, &["-X"], &src, trusting.url("kept-again"));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("not kept"));
+
+    // Pulled from it: cleared unless the pull keeps them.
+    let pulled = t.path().join("pulled");
+    let out = cp(&trusting, &["-X", "--json"], trusting.url("kept"), &pulled);
+    assert_ok(&out, Some(&trusting));
+    assert_eq!(not_kept(&out).0, 2, "{}", describe(&out));
+    assert_eq!(mode(&pulled.join("tool")), 0o755);
+    let out = cp(
+        &trusting,
+        &["-X", "--keep-setuid", "--json"],
+        trusting.url("kept"),
+        t.path().join("pulled-kept"),
+    );
+    assert_ok(&out, Some(&trusting));
+    assert_eq!(not_kept(&out), (0, 0));
+    assert_eq!(mode(&t.path().join("pulled-kept/tool")), 0o4755);
+}
+
 #[test]
 fn hard_links_xattrs_and_acls_can_be_defaults_of_the_configuration_file() {
     let t = tmp();

@@ -162,17 +162,38 @@ fn an_export_can_refuse_the_owners_clients_push() {
         ..ServerOptions::default()
     };
     let srv = server_with(&t.path().join("unused"), &opts);
-    for export in ["kept", "drop"] {
+    // The export that applies none says how many items it left its own, in the report and
+    // its JSON (those whose owner is not the server's user, root).
+    let foreign = want.values().filter(|v| (v.0, v.1) != (0, 0)).count() as u64;
+    assert!(foreign > 0);
+    for (export, json, left) in [("kept", "--json", 0), ("drop", "--json", foreign)] {
         let args = [
             OsString::from("cp"),
             "--token-file".into(),
             token.clone().into(),
+            json.into(),
             src.clone().into(),
             srv.url(&format!("{export}/tree")).into(),
         ];
         let out = sprat_testkit::run_sprat(bin(), args, &[]);
         assert_ok(&out, Some(&srv));
+        let report = sprat_testkit::parse_json_report(&out.stdout);
+        assert_eq!(report.get("not_kept")["owners"].as_u64(), Some(left));
     }
+    let args = [
+        OsString::from("cp"),
+        "--token-file".into(),
+        token.clone().into(),
+        src.clone().into(),
+        srv.url("drop/again").into(),
+    ];
+    let out = sprat_testkit::run_sprat(bin(), args, &[]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains(&format!("not kept: the owners of {foreign} items")),
+        "{}",
+        describe(&out)
+    );
     let ids = |m: &BTreeMap<PathBuf, (u32, u32, u32)>| -> Vec<(u32, u32)> {
         m.values().map(|v| (v.0, v.1)).collect()
     };

@@ -113,6 +113,12 @@ pub struct Report {
     /// them the same (`-u`: newer at the destination; `--ignore-existing`: there at all).
     #[serde(skip)]
     pub not_sent_are: Option<&'static str>,
+    /// What the writing side wrote without all that came with it, by its own rule (not
+    /// failures): regular files whose setuid or setgid bits it cleared, items whose
+    /// `trusted.*` or `security.*` attributes it did not set, items it left owned by itself
+    /// though their owners were sent.
+    #[serde(serialize_with = "not_kept_json")]
+    pub not_kept: sprat_proto::NotKept,
     /// The first failures (all are counted in `failed`).
     pub failures: Vec<Failure>,
     /// How the connections were protected (transfers over the network only): `TLS 1.3
@@ -155,6 +161,16 @@ impl ServerShare {
             rtt_ms,
         }
     }
+}
+
+/// [`Report::not_kept`] in JSON: `{"setid": N, "xattrs": N, "owners": N}`.
+fn not_kept_json<S: serde::Serializer>(n: &sprat_proto::NotKept, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(3))?;
+    map.serialize_entry("setid", &n.setid)?;
+    map.serialize_entry("xattrs", &n.xattrs)?;
+    map.serialize_entry("owners", &n.owners)?;
+    map.end()
 }
 
 /// Most failures listed in a report.
@@ -220,6 +236,7 @@ impl Report {
         self.syncs += earlier.syncs;
         self.cloned += earlier.cloned;
         self.kernel_copied += earlier.kernel_copied;
+        self.not_kept.add(&earlier.not_kept);
         self.deleted += earlier.deleted;
         self.attrs_fixed = self.attrs_fixed.max(earlier.attrs_fixed);
         self.stages.scan_read_s += earlier.stages.scan_read_s;
@@ -294,6 +311,7 @@ impl Report {
             attempts: 1,
             counts_since_attempt: 1,
             not_sent_are: None,
+            not_kept: counts.not_kept,
             failures: counts.failures.clone(),
             encryption: None,
             path: None,
@@ -321,6 +339,8 @@ pub struct Counts {
     /// What the written batches held (whatever became of each entry), for the check
     /// against the sender's totals.
     pub received: sprat_proto::Totals,
+    /// What the writer wrote without all that came with it (see [`sprat_proto::NotKept`]).
+    pub not_kept: sprat_proto::NotKept,
     /// The paths that failed last, so that a large file failing in each of its chunks counts
     /// and is listed once (see [`RECENT_FAILURES`]).
     recent_failures: std::collections::VecDeque<Vec<u8>>,
@@ -343,6 +363,7 @@ impl Counts {
             other.failed,
         );
         self.dirs += other.dirs;
+        self.not_kept.add(&other.not_kept);
         self.extend_failures(&other.failures);
     }
 
@@ -392,10 +413,49 @@ impl Counts {
         self.kept += o.kept;
         self.kept_fixed += o.kept_fixed;
         self.received.add(&o.got);
+        self.not_kept.add(&o.not_kept);
         for (p, e) in &o.failures {
             self.add_failure(p, e);
         }
         self.failed += o.unlisted;
+    }
+}
+
+impl Report {
+    /// The lines of [`Report::not_kept`]: each with the writing side's rule that left it out
+    /// and how to keep it. Owners are shown only to a client running as root: anyone else
+    /// cannot expect them to be kept (as with rsync), and the JSON report counts them anyway.
+    fn fmt_not_kept(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = &self.not_kept;
+        let (writer, keep_setid) = match self.direction {
+            "push" | "third-party" => ("the server", "`sprat serve --keep-setuid` keeps them"),
+            _ => ("this side", "`sprat cp --keep-setuid` keeps them"),
+        };
+        if n.setid > 0 {
+            writeln!(
+                f,
+                "  not kept: the setuid/setgid bits of {} ({writer} clears them from the \
+                 network; {keep_setid})",
+                counted(n.setid, "file", "files")
+            )?;
+        }
+        if n.xattrs > 0 {
+            writeln!(
+                f,
+                "  not kept: the trusted.*/security.* attributes of {} ({writer} sets them only \
+                 when it runs as root and keeps setuid bits)",
+                counted(n.xattrs, "item", "items")
+            )?;
+        }
+        if n.owners > 0 && sprat_store::owner::running_as_root() {
+            writeln!(
+                f,
+                "  not kept: the owners of {} ({writer} sets owners only when it runs as root, \
+                 without --no-owners; they are its own)",
+                counted(n.owners, "item", "items")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -489,6 +549,7 @@ impl fmt::Display for Report {
                 counted(self.deleted, "entry", "entries")
             )?;
         }
+        self.fmt_not_kept(f)?;
         writeln!(
             f,
             "  {:.1} MB/s, {:.0} files/s over {} stream{}",

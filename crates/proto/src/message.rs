@@ -196,6 +196,32 @@ pub struct RemoteStats {
     /// A pull: what the server's source sent, which the client checks against what it
     /// received. A push: what the server received (and checked against the `Commit`).
     pub totals: Totals,
+    /// A push: what the server wrote without all that was sent with it (see [`NotKept`]).
+    pub not_kept: NotKept,
+}
+
+/// Items a writer wrote without part of what was sent with them, by its own rule (not a
+/// failure): regular files whose setuid or setgid bits it cleared (it does not keep them from
+/// a peer), items whose `trusted.*` or `security.*` attributes it did not set (it runs as
+/// another user than root, or does not keep setuid bits), and items it left owned by itself
+/// although the sender asked for their owners (it does not run as root, or applies none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotKept {
+    pub setid: u64,
+    pub xattrs: u64,
+    pub owners: u64,
+}
+
+impl NotKept {
+    pub fn add(&mut self, other: &NotKept) {
+        self.setid = self.setid.saturating_add(other.setid);
+        self.xattrs = self.xattrs.saturating_add(other.xattrs);
+        self.owners = self.owners.saturating_add(other.owners);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == NotKept::default()
+    }
 }
 
 /// A control message.
@@ -443,6 +469,9 @@ impl Message {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 s.totals.encode(&mut out);
+                for v in [s.not_kept.setid, s.not_kept.xattrs, s.not_kept.owners] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
                 kind::DONE
             }
             Message::Request(req) => {
@@ -645,6 +674,11 @@ impl Message {
                 attrs_fixed: r.u64("attributes fixed")?,
                 bytes_not_sent: r.u64("bytes not sent")?,
                 totals: Totals::decode(&mut r)?,
+                not_kept: NotKept {
+                    setid: r.u64("setid bits not kept")?,
+                    xattrs: r.u64("attributes not kept")?,
+                    owners: r.u64("owners not kept")?,
+                },
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -833,6 +867,11 @@ mod tests {
             attrs_fixed: 11,
             bytes_not_sent: 12,
             totals,
+            not_kept: NotKept {
+                setid: 13,
+                xattrs: 14,
+                owners: 15,
+            },
         }));
     }
 

@@ -101,7 +101,7 @@ fn totals() -> impl Strategy<Value = Totals> {
 }
 
 fn remote_stats() -> impl Strategy<Value = RemoteStats> {
-    (any::<[u64; 12]>(), totals()).prop_map(|(f, totals)| RemoteStats {
+    (any::<[u64; 12]>(), totals(), any::<[u64; 3]>()).prop_map(|(f, totals, n)| RemoteStats {
         files: f[0],
         dirs: f[1],
         symlinks: f[2],
@@ -115,6 +115,11 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
         attrs_fixed: f[10],
         bytes_not_sent: f[11],
         totals,
+        not_kept: sprat_proto::NotKept {
+            setid: n[0],
+            xattrs: n[1],
+            owners: n[2],
+        },
     })
 }
 

@@ -84,6 +84,8 @@ pub struct TreeWriter {
     keep_setid: bool,
     /// Owners and groups are set as sent (see [`TreeWriter::owners`]).
     owners: bool,
+    /// The sender asked for owners and groups, whether or not this writer sets them.
+    owners_asked: bool,
     /// Sent names mapped to local ids (see [`TreeWriter::local_owner`]); `None`: ids as sent.
     ids: Option<crate::owner::LocalIds>,
     /// How whole files are published under their final name (a [`Publish`] as a byte).
@@ -377,6 +379,7 @@ impl TreeWriter {
             exact_create_mode: umask_is_zero(),
             keep_setid: false,
             owners: false,
+            owners_asked: false,
             ids: Some(crate::owner::LocalIds::default()),
             publish: AtomicU8::new(Publish::RenameTemp as u8),
             durable: false,
@@ -491,11 +494,31 @@ impl TreeWriter {
 
     /// Whether every item written gets the owner and group of its [`Attrs`] (`uid`, `gid`),
     /// as `rsync -a` run as root does: only when `apply` and this process runs as root
-    /// (anyone else leaves what it writes owned by itself, silently). Owners are set before
+    /// (anyone else leaves what it writes owned by itself, without an error; a caller counts them). Owners are set before
     /// the mode, since a change of owner clears the setuid and setgid bits.
     pub fn owners(mut self, apply: bool) -> TreeWriter {
         self.owners = apply && crate::owner::running_as_root();
+        self.owners_asked = apply;
         self
+    }
+
+    /// Records whether the sender asked for owners and groups, where this writer's own rule
+    /// (a server's `--no-owners`) made [`TreeWriter::owners`] `false` whatever it asked.
+    pub fn owners_sent(mut self, asked: bool) -> TreeWriter {
+        self.owners_asked = asked;
+        self
+    }
+
+    /// Whether the sender asked for owners and groups ([`TreeWriter::owners`] was given
+    /// `true`, or [`TreeWriter::owners_sent`]), whether or not this writer sets them.
+    pub fn owners_asked(&self) -> bool {
+        self.owners_asked
+    }
+
+    /// Whether regular files keep their setuid and setgid bits (see
+    /// [`TreeWriter::keep_setid`]).
+    pub fn keeps_setid(&self) -> bool {
+        self.keep_setid
     }
 
     /// Whether owners and groups are mapped by name (the default) or taken as the numeric
@@ -527,7 +550,7 @@ impl TreeWriter {
 
     /// The namespaces of extended attributes this writer sets: `user.*` and ACLs always;
     /// `trusted.*` and `security.*` only when it runs as root (anyone else cannot; they are
-    /// left alone, silently, as rsync does) and keeps setuid bits ([`TreeWriter::keep_setid`]:
+    /// left alone without an error, as rsync does; a caller counts them) and keeps setuid bits ([`TreeWriter::keep_setid`]:
     /// a local copy, or a receiver told to trust its peer with them): file capabilities
     /// (`security.capability`) are as powerful as a setuid bit, and a security label or a
     /// `trusted.*` attribute (overlayfs keeps its own there) is no peer's to plant on a

@@ -12,7 +12,7 @@ use crate::error::TransferError;
 use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::message::MAX_ACK_FAILURES;
-use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, KeepRule, Totals};
+use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, KeepRule, NotKept, Totals};
 use sprat_store::write::{ChunkOutcome, QuickCheck};
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
 use std::collections::HashMap;
@@ -68,6 +68,46 @@ pub struct BatchOutcome {
     pub got: Totals,
     /// The regular files now complete at their final name, when the job asked (`list`).
     pub completed: Vec<Vec<u8>>,
+    /// What the writer wrote without all that came with it, by its own rule (see
+    /// [`sprat_proto::NotKept`]).
+    pub not_kept: NotKept,
+}
+
+/// What a writer leaves out of what is sent to it, by its own rule, looked up once a batch.
+struct Leaves {
+    /// Regular files' setuid and setgid bits.
+    setid: bool,
+    /// `trusted.*` and `security.*` attributes.
+    system_xattrs: bool,
+    /// Owners and groups that were sent: items stay owned by `own`.
+    owners: bool,
+    own: (u32, u32),
+}
+
+impl Leaves {
+    fn of(writer: &TreeWriter) -> Leaves {
+        Leaves {
+            setid: !writer.keeps_setid(),
+            system_xattrs: writer.xattrs() & sprat_store::xattr::SYSTEM == 0,
+            owners: writer.owners_asked() && !writer.sets_owners(),
+            own: (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            ),
+        }
+    }
+
+    /// Counts in `n` what of an item written with `meta` (`file`: a regular file's) was left
+    /// (nothing without a writer).
+    fn count_in(leaves: &Option<Leaves>, n: &mut NotKept, meta: &FileMeta, file: bool) {
+        let Some(l) = leaves else { return };
+        if file && l.setid && meta.mode & sprat_store::write::SETID_BITS != 0 {
+            n.setid += 1;
+        }
+        if l.owners && (meta.uid, meta.gid) != l.own {
+            n.owners += 1;
+        }
+    }
 }
 
 impl BatchOutcome {
@@ -274,6 +314,8 @@ pub fn write_batch(
     };
     let last_path = view.entries.last().map(|e| e.path).unwrap_or_default();
     let names = OwnerNames::of(&view);
+    let leaves = cursor.as_deref().map(|c| Leaves::of(c.tree()));
+    let mut not_kept = NotKept::default();
     for entry in &view.entries {
         let attrs = |cursor: &Option<&mut WriterCursor<'_>>, m: &FileMeta| {
             names.attrs(cursor.as_deref(), m)
@@ -322,6 +364,7 @@ pub fn write_batch(
                     // As if the sender had sent its attributes alone.
                     (QuickCheck::SameContent, Some(c)) => {
                         c.set_file_attrs(path, &a, size).map(|()| {
+                            Leaves::count_in(&leaves, &mut not_kept, meta, true);
                             out.kept_fixed += 1;
                             out.kept_bytes += size;
                         })
@@ -329,6 +372,7 @@ pub fn write_batch(
                     (_, c) => c
                         .map_or(Ok(()), |c| c.write_file(path, &a, data))
                         .map(|()| {
+                            Leaves::count_in(&leaves, &mut not_kept, meta, true);
                             out.files += 1;
                             out.bytes += size;
                             if list {
@@ -378,6 +422,7 @@ pub fn write_batch(
                 .map(|done| match done {
                     ChunkOutcome::Partial => out.bytes += data.len() as u64,
                     ChunkOutcome::Completed => {
+                        Leaves::count_in(&leaves, &mut not_kept, meta, true);
                         out.bytes += data.len() as u64;
                         out.files += 1;
                         if list {
@@ -393,7 +438,10 @@ pub fn write_batch(
                     Some(c) => c.make_dir(path, &a),
                     None => Ok(()),
                 }
-                .map(|()| out.dirs += 1)
+                .map(|()| {
+                    Leaves::count_in(&leaves, &mut not_kept, meta, false);
+                    out.dirs += 1
+                })
             }
             EntryKind::Symlink {
                 mtime_sec,
@@ -402,21 +450,22 @@ pub fn write_batch(
                 gid,
                 target,
             } => {
-                let a = attrs(
-                    &cursor,
-                    &FileMeta {
-                        mode: 0o777,
-                        mtime_sec: *mtime_sec,
-                        mtime_nsec: *mtime_nsec,
-                        uid: *uid,
-                        gid: *gid,
-                    },
-                );
+                let meta = FileMeta {
+                    mode: 0o777,
+                    mtime_sec: *mtime_sec,
+                    mtime_nsec: *mtime_nsec,
+                    uid: *uid,
+                    gid: *gid,
+                };
+                let a = attrs(&cursor, &meta);
                 match cursor.as_deref_mut() {
                     Some(c) => c.make_symlink(path, target, &a),
                     None => Ok(()),
                 }
-                .map(|()| out.symlinks += 1)
+                .map(|()| {
+                    Leaves::count_in(&leaves, &mut not_kept, &meta, false);
+                    out.symlinks += 1
+                })
             }
             EntryKind::Attrs { meta, size } => {
                 let a = attrs(&cursor, meta);
@@ -424,11 +473,23 @@ pub fn write_batch(
                     Some(c) => c.set_file_attrs(path, &a, *size),
                     None => Ok(()),
                 }
-                .map(|()| out.attrs_fixed += 1)
+                .map(|()| {
+                    Leaves::count_in(&leaves, &mut not_kept, meta, true);
+                    out.attrs_fixed += 1
+                })
             }
             // Read before the entries (see `OwnerNames`).
             EntryKind::UserName { .. } | EntryKind::GroupName { .. } => continue,
             EntryKind::Xattrs { scope, list } => {
+                let system = sprat_store::xattr::SYSTEM;
+                if leaves.as_ref().is_some_and(|l| l.system_xattrs)
+                    && scope & system != 0
+                    && list
+                        .iter()
+                        .any(|(n, _)| sprat_store::xattr::scope_of(n) == system)
+                {
+                    not_kept.xattrs += 1;
+                }
                 // For the next entry, of the same path.
                 if let Some(c) = cursor.as_deref_mut() {
                     let list = list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
@@ -466,6 +527,7 @@ pub fn write_batch(
     if let Some(c) = cursor.as_deref_mut() {
         c.forget_xattrs_unless(None);
     }
+    out.not_kept = not_kept;
     if let Some(writer) = cursor.map(|c| c.tree()) {
         if writer.is_durable() {
             // Nothing of this batch counts as written until it is on stable storage.

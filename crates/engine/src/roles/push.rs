@@ -388,6 +388,7 @@ pub(crate) fn run_session(
     counts.symlinks = remote.symlinks;
     counts.bytes = remote.bytes;
     counts.syncs = remote.syncs;
+    counts.not_kept = remote.not_kept;
     Ok(SessionRun {
         counts,
         streams_max,

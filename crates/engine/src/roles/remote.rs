@@ -416,6 +416,7 @@ pub fn third_party(
     counts.bytes = stats.bytes;
     counts.failed = counts.failed.max(stats.failures);
     counts.syncs = stats.syncs;
+    counts.not_kept = stats.not_kept;
     let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
     let stages = Stages {
         scan_read_s: secs(stats.read_busy_ns),

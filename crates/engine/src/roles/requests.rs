@@ -713,6 +713,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 totals: sprat_proto::Totals::default(),
                 attrs_fixed: report.attrs_fixed,
                 bytes_not_sent: report.bytes_not_sent,
+                not_kept: report.not_kept,
             }))?;
         }
     }

@@ -867,6 +867,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid)
                         .owners(owners && shared.options.owners && root.is_some_and(|e| e.owners))
+                        .owners_sent(owners)
                         .numeric_ids(numeric_ids || shared.options.numeric_ids);
                     let w = w.remembering(Box::new(remember));
                     let early = super::destination::early_writeback();
@@ -1310,6 +1311,7 @@ fn serve_push(
         up_to_date: counts.kept,
         attrs_fixed: counts.kept_fixed,
         totals: received,
+        not_kept: counts.not_kept,
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
