@@ -1,5 +1,5 @@
 //! Namespace requests (what a client asks a server) and their replies (what a server answers
-//! a client: `Entries`, `Sums`, `Usage`, `Ticket`, `ReplyEnd`), decoded and checked to
+//! a client: `Entries`, `Sums`, `Usage`, `Ticket`, `ReplyEnd`, `Location`), decoded and checked to
 //! round-trip byte for byte; every path a request or a listing names must be a valid
 //! relative path (never absolute, never `..`), so that no request can name anything outside
 //! the server's root; a selection's patterns are non-empty without NUL and its listed paths
@@ -12,13 +12,14 @@ use sprat_proto::namespace::Request;
 use sprat_proto::path::validate;
 use sprat_proto::Message;
 
-const KINDS: [u8; 6] = [
+const KINDS: [u8; 7] = [
     kind::REQUEST,
     kind::ENTRIES,
     kind::SUMS,
     kind::USAGE,
     kind::TICKET,
     kind::REPLY_END,
+    kind::LOCATION,
 ];
 
 fuzz_target!(|data: &[u8]| {
@@ -37,7 +38,8 @@ fuzz_target!(|data: &[u8]| {
             | Request::Mkdir { path, .. }
             | Request::Remove { path, .. }
             | Request::Sum { path, .. }
-            | Request::Delegate { path } => vec![path],
+            | Request::Delegate { path }
+            | Request::Locate { path } => vec![path],
             Request::Rename { from, to } => vec![from, to],
             Request::SendTo {
                 path, dest, addr, ..
@@ -56,6 +58,13 @@ fuzz_target!(|data: &[u8]| {
                 "digest over 64 bytes"
             );
             sums.iter().map(|(p, _)| p.as_slice()).collect()
+        }
+        Message::Location(location) => {
+            assert!(
+                location.ids.len() <= sprat_proto::namespace::MAX_LOCATION_DEPTH,
+                "a location deeper than its limit"
+            );
+            Vec::new()
         }
         _ => Vec::new(),
     };

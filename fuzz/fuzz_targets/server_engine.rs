@@ -4,7 +4,7 @@
 //! arbitrary sequence of control messages, raw frames and batches (valid, corrupted or
 //! naming odd paths): sessions opened and joined, pushes with their batches, `End` and
 //! `Commit`, pulls, namespace requests (`ls`, `stat`, `du`, `mkdir`, `rm`, `mv`, `sum`,
-//! `Delegate`, `SendTo`). Invariants:
+//! `Delegate`, `SendTo`, `Locate`). Invariants:
 //!
 //! - the server answers only with well-formed frames (each decodes);
 //! - nothing outside the root changes: a sentinel directory beside the root, which a symlink
@@ -26,7 +26,9 @@ use sprat_engine::{
 use sprat_proto::auth::ClientHandshake;
 use sprat_proto::frame::kind;
 use sprat_proto::namespace::Request;
-use sprat_proto::{Batch, BatchView, FileMeta, FrameHeader, Message, FRAME_HEADER_LEN};
+use sprat_proto::{
+    Batch, BatchView, ChunkOf, FileMeta, FrameHeader, KeepRule, Message, FRAME_HEADER_LEN,
+};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -298,8 +300,10 @@ fn arb_batch(u: &mut Unstructured<'_>, seq: u64) -> arbitrary::Result<Vec<u8>> {
                 } else {
                     u.arbitrary()?
                 };
+                // Sometimes one of a push's first files, which the server checks itself.
+                let unless = *u.choose(&[None, Some(KeepRule::SameSizeAndTime), Some(KeepRule::Present)])?;
                 b.data.extend_from_slice(&data);
-                b.push_file(&path, &meta, data.len() as u64, hash);
+                b.push_file_unless(&path, &meta, data.len() as u64, hash, unless);
             }
             1 => b.push_dir(&path, &meta),
             2 => b.push_symlink(&path, &meta, u.choose(&[&b"a"[..], b"../outside", b"/etc"])?),
@@ -310,15 +314,13 @@ fn arb_batch(u: &mut Unstructured<'_>, seq: u64) -> arbitrary::Result<Vec<u8>> {
                 }
                 let offset = u64::from(u.int_in_range(0u16..=64)?);
                 let size = offset + data.len() as u64 + u64::from(u.int_in_range(0u8..=3)?);
+                let of = ChunkOf {
+                    file_size: size,
+                    version: u64::from(u.int_in_range(0u8..=2)?),
+                    whole: u.arbitrary()?,
+                };
                 b.data.extend_from_slice(&data);
-                b.push_chunk(
-                    &path,
-                    &meta,
-                    size,
-                    offset,
-                    data.len() as u64,
-                    xxh3_128(&data),
-                );
+                b.push_chunk(&path, &meta, of, offset, data.len() as u64, xxh3_128(&data));
             }
             4 => b.push_failed(&path, "unreadable"),
             _ => b.push_attrs(&path, &meta, u.int_in_range(0..=5000)?),

@@ -8,10 +8,12 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use sprat_proto::frame::{kind, MAX_BATCH_PAYLOAD, MAX_CONTROL_PAYLOAD};
-use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
+use sprat_proto::namespace::{
+    DiskUsage, ListOwners, Location, NsEntry, NsKind, NsOwner, Request, SumAlgo,
+};
 use sprat_proto::{
-    Batch, BatchView, DestCheck, EntryKind, ErrorCode, FrameHeader, Message, Operation,
-    RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    Batch, BatchView, ChunkOf, DestCheck, EntryKind, ErrorCode, FrameHeader, Message, NotKept,
+    Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// One frame cut from a byte stream: its header (or why it was refused) and its payload,
@@ -211,9 +213,14 @@ pub fn check_batch(payload: &[u8]) -> bool {
             "entry path not valid"
         );
         match &e.kind {
-            EntryKind::File { meta, hash, data } => {
+            EntryKind::File {
+                meta,
+                hash,
+                data,
+                unless,
+            } => {
                 b.data.extend_from_slice(data);
-                b.push_file(e.path, meta, data.len() as u64, *hash);
+                b.push_file_unless(e.path, meta, data.len() as u64, *hash, *unless);
             }
             EntryKind::Dir { meta } => b.push_dir(e.path, meta),
             EntryKind::Symlink {
@@ -244,9 +251,11 @@ pub fn check_batch(payload: &[u8]) -> bool {
             EntryKind::Chunk {
                 meta,
                 file_size,
+                version,
                 offset,
                 hash,
                 data,
+                whole,
             } => {
                 assert!(!data.is_empty(), "empty chunk accepted");
                 assert!(
@@ -256,7 +265,12 @@ pub fn check_batch(payload: &[u8]) -> bool {
                     "chunk beyond its file accepted"
                 );
                 b.data.extend_from_slice(data);
-                b.push_chunk(e.path, meta, *file_size, *offset, data.len() as u64, *hash);
+                let of = ChunkOf {
+                    file_size: *file_size,
+                    version: *version,
+                    whole: *whole,
+                };
+                b.push_chunk(e.path, meta, of, *offset, data.len() as u64, *hash);
             }
             EntryKind::Failed { text } => match std::str::from_utf8(text) {
                 Ok(t) => b.push_failed(e.path, t),
@@ -329,6 +343,8 @@ fn arb_check(u: &mut Unstructured<'_>) -> arbitrary::Result<DestCheck> {
         DestCheck::QuickCheck,
         DestCheck::IgnoreExisting,
         DestCheck::Checksum,
+        DestCheck::SizeOnly,
+        DestCheck::Update,
     ])?)
 }
 
@@ -350,7 +366,7 @@ fn arb_failures(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(Vec<u8>, Str
 
 /// A namespace request with plausible fields.
 pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
-    Ok(match u.int_in_range(0..=8)? {
+    Ok(match u.int_in_range(0..=9)? {
         0 => Request::List {
             path: arb_path(u)?,
             recursive: u.arbitrary()?,
@@ -381,6 +397,7 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             algo: *u.choose(&[SumAlgo::Xxh3, SumAlgo::Sha256, SumAlgo::Md5])?,
         },
         7 => Request::Delegate { path: arb_path(u)? },
+        8 => Request::Locate { path: arb_path(u)? },
         _ => Request::SendTo {
             path: arb_path(u)?,
             addr: u.arbitrary()?,
@@ -394,6 +411,22 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             dest_key: u.arbitrary()?,
             selection: arb_selection(u)?,
         },
+    })
+}
+
+/// Where a path is on a server's host: usually a few (device, inode) pairs, as a server
+/// answers `Locate`; sometimes an unknown host or no ids at all.
+fn arb_location(u: &mut Unstructured<'_>) -> arbitrary::Result<Location> {
+    Ok(Location {
+        host: if u.ratio(1, 8)? {
+            [0; 16]
+        } else {
+            u.arbitrary()?
+        },
+        exists: u.arbitrary()?,
+        ids: (0..u.int_in_range(0..=4)?)
+            .map(|_| Ok((u.arbitrary()?, u.arbitrary()?)))
+            .collect::<arbitrary::Result<_>>()?,
     })
 }
 
@@ -445,7 +478,7 @@ fn arb_meta(u: &mut Unstructured<'_>) -> arbitrary::Result<sprat_proto::MetaFlag
 /// them; what matters is which message arrives when).
 pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
     let session = *u.choose(&[[7u8; 16], [8u8; 16]])?;
-    Ok(match u.int_in_range(0..=19)? {
+    Ok(match u.int_in_range(0..=20)? {
         0 => Message::ClientHello {
             version: if u.ratio(7, 8)? {
                 PROTOCOL_VERSION
@@ -526,6 +559,12 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             files: u.arbitrary()?,
             bytes: u.arbitrary()?,
             totals: arb_totals(u)?,
+            not_kept: NotKept {
+                setid: u.arbitrary()?,
+                xattrs: u.arbitrary()?,
+                owners: u.arbitrary()?,
+                ..NotKept::default()
+            },
             ..RemoteStats::default()
         }),
         13 => Message::Request(arb_request(u)?),
@@ -546,15 +585,18 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             dirs: u.arbitrary()?,
             symlinks: u.arbitrary()?,
             bytes: u.arbitrary()?,
+            partial_files: u.arbitrary()?,
+            partial_bytes: u.arbitrary()?,
         }),
         17 => Message::ReplyEnd,
         18 => Message::Ticket {
             ticket: u.arbitrary()?,
             expires_in_s: u.arbitrary()?,
         },
+        19 => Message::Location(arb_location(u)?),
         // Raw bytes through the decoder, as a peer would send them.
         _ => {
-            let k = u.int_in_range(kind::SERVER_HELLO..=kind::PROGRESS)?;
+            let k = u.int_in_range(kind::SERVER_HELLO..=kind::LOCATION)?;
             let payload: &[u8] = u.arbitrary()?;
             match Message::decode(k, payload) {
                 Ok(m) => m,

@@ -456,3 +456,103 @@ fn concurrent_pushes_to_the_same_destination() {
     }
     assert_trees_equal(&src, &root.join("dst"));
 }
+
+/// Sets the mtime of `p` (not following a symlink) to `sec`.`nsec`.
+fn set_mtime_ns(p: &Path, sec: i64, nsec: i64) {
+    let t = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        p,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+}
+
+/// The mtime of `p` as the file system holds it.
+fn mtime_ns(p: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    (m.mtime(), m.mtime_nsec())
+}
+
+/// An mtime the destination's file system cannot hold (ext4: 1901 to 2446) is set to the
+/// nearest it holds, by the kernel: the report says so (before, nothing did), pushed, pulled
+/// and copied locally. The source lives on tmpfs (64-bit times); what the destination holds is
+/// found by trying, so on a file system that holds them all nothing is counted.
+#[test]
+fn mtimes_the_destination_cannot_hold_are_reported() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no tmpfs at /dev/shm for the source");
+        return;
+    }
+    let src_dir = tempfile::Builder::new()
+        .prefix("sprat-e2e-mtimes-")
+        .tempdir_in(shm)
+        .unwrap();
+    let src = src_dir.path().join("src");
+    let write_file = |p: &Path, content: &[u8]| {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    };
+    let times: [(&str, i64, i64); 4] = [
+        ("y1800", -5_364_662_400, 123),
+        ("y3000", 32_503_680_000, 456),
+        ("far", 31_556_889_864_403_199, 0),
+        ("now", 1_700_000_000, 789),
+    ];
+    for (name, sec, nsec) in times {
+        write_file(&src.join(name), name.as_bytes());
+        set_mtime_ns(&src.join(name), sec, nsec);
+    }
+    let t = tmp();
+    // What the destination's file system makes of each time.
+    let probe = t.path().join("probe");
+    let mut expected = 0;
+    for (_, sec, nsec) in times {
+        write_file(&probe, b"p");
+        set_mtime_ns(&probe, sec, nsec);
+        expected += u64::from(mtime_ns(&probe) != (sec, nsec));
+    }
+    let mtimes = |out: &std::process::Output| {
+        sprat_testkit::parse_json_report(&out.stdout).get("not_kept")["mtimes"].as_u64()
+    };
+    let local = sprat_testkit::run_sprat(
+        bin(),
+        cp_args(None, &["--json"], &src, t.path().join("local")),
+        &[],
+    );
+    assert_ok(&local, None);
+    assert_eq!(
+        mtimes(&local),
+        Some(expected),
+        "{}",
+        sprat_testkit::describe(&local)
+    );
+    let srv = server(&t.path().join("root"));
+    let push = cp(&srv, &["--json"], &src, srv.url("pushed"));
+    assert_ok(&push, Some(&srv));
+    assert_eq!(
+        mtimes(&push),
+        Some(expected),
+        "{}",
+        sprat_testkit::describe(&push)
+    );
+    let pull = cp(&srv, &[], srv.url("pushed"), src_dir.path().join("pulled"));
+    assert_ok(&pull, Some(&srv));
+    if expected > 0 {
+        assert!(
+            String::from_utf8_lossy(&cp(&srv, &[], &src, srv.url("again")).stdout)
+                .contains(&format!("not kept: the mtimes of {expected} items")),
+        );
+    }
+    assert_eq!(mtime_ns(&t.path().join("local/now")), (1_700_000_000, 789));
+}

@@ -163,13 +163,14 @@ impl ServerShare {
     }
 }
 
-/// [`Report::not_kept`] in JSON: `{"setid": N, "xattrs": N, "owners": N}`.
+/// [`Report::not_kept`] in JSON: `{"setid": N, "xattrs": N, "owners": N, "mtimes": N}`.
 fn not_kept_json<S: serde::Serializer>(n: &sprat_proto::NotKept, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(3))?;
+    let mut map = s.serialize_map(Some(4))?;
     map.serialize_entry("setid", &n.setid)?;
     map.serialize_entry("xattrs", &n.xattrs)?;
     map.serialize_entry("owners", &n.owners)?;
+    map.serialize_entry("mtimes", &n.mtimes)?;
     map.end()
 }
 
@@ -445,6 +446,14 @@ impl Report {
                 "  not kept: the trusted.*/security.* attributes of {} ({writer} sets them only \
                  when it runs as root and keeps setuid bits)",
                 counted(n.xattrs, "item", "items")
+            )?;
+        }
+        if n.mtimes > 0 {
+            writeln!(
+                f,
+                "  not kept: the mtimes of {} (out of the range of the destination's file \
+                 system, which set the nearest it holds; a re-run sends them again)",
+                counted(n.mtimes, "item", "items")
             )?;
         }
         if n.owners > 0 && sprat_store::owner::running_as_root() {

@@ -203,13 +203,15 @@ pub struct RemoteStats {
 /// Items a writer wrote without part of what was sent with them, by its own rule (not a
 /// failure): regular files whose setuid or setgid bits it cleared (it does not keep them from
 /// a peer), items whose `trusted.*` or `security.*` attributes it did not set (it runs as
-/// another user than root, or does not keep setuid bits), and items it left owned by itself
-/// although the sender asked for their owners (it does not run as root, or applies none).
+/// another user than root, or does not keep setuid bits), items it left owned by itself
+/// although the sender asked for their owners (it does not run as root, or applies none),
+/// and items whose mtime its file system could not hold (it set the nearest it holds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NotKept {
     pub setid: u64,
     pub xattrs: u64,
     pub owners: u64,
+    pub mtimes: u64,
 }
 
 impl NotKept {
@@ -217,6 +219,7 @@ impl NotKept {
         self.setid = self.setid.saturating_add(other.setid);
         self.xattrs = self.xattrs.saturating_add(other.xattrs);
         self.owners = self.owners.saturating_add(other.owners);
+        self.mtimes = self.mtimes.saturating_add(other.mtimes);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -469,7 +472,8 @@ impl Message {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 s.totals.encode(&mut out);
-                for v in [s.not_kept.setid, s.not_kept.xattrs, s.not_kept.owners] {
+                let n = &s.not_kept;
+                for v in [n.setid, n.xattrs, n.owners, n.mtimes] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::DONE
@@ -678,6 +682,7 @@ impl Message {
                     setid: r.u64("setid bits not kept")?,
                     xattrs: r.u64("attributes not kept")?,
                     owners: r.u64("owners not kept")?,
+                    mtimes: r.u64("mtimes not kept")?,
                 },
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
@@ -871,6 +876,7 @@ mod tests {
                 setid: 13,
                 xattrs: 14,
                 owners: 15,
+                mtimes: 16,
             },
         }));
     }

@@ -101,7 +101,7 @@ fn totals() -> impl Strategy<Value = Totals> {
 }
 
 fn remote_stats() -> impl Strategy<Value = RemoteStats> {
-    (any::<[u64; 12]>(), totals(), any::<[u64; 3]>()).prop_map(|(f, totals, n)| RemoteStats {
+    (any::<[u64; 12]>(), totals(), any::<[u64; 4]>()).prop_map(|(f, totals, n)| RemoteStats {
         files: f[0],
         dirs: f[1],
         symlinks: f[2],
@@ -119,6 +119,7 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
             setid: n[0],
             xattrs: n[1],
             owners: n[2],
+            mtimes: n[3],
         },
     })
 }

@@ -1257,6 +1257,13 @@ impl WriterCursor<'_> {
         }
     }
 
+    /// The mtime (seconds, nanoseconds) of what the destination has at `path`, not following
+    /// a symlink; `None` if it cannot be looked at.
+    pub fn mtime_at(&mut self, path: &[u8]) -> Option<(i64, i64)> {
+        let st = self.examine(path, StatxFlags::MTIME)?;
+        Some((st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)))
+    }
+
     /// Whether the destination has anything at `path` (`--ignore-existing` asked by a
     /// sender that had not seen the destination's listing yet). Never follows a symlink.
     pub fn has_anything(&mut self, path: &[u8]) -> bool {

@@ -327,6 +327,8 @@ pub fn write_batch(
                 c.forget_xattrs_unless(Some(path));
             }
         }
+        // The attributes of what this entry wrote (and whether it is a regular file's).
+        let mut wrote: Option<(FileMeta, bool)> = None;
         let result = match &entry.kind {
             EntryKind::File {
                 meta,
@@ -364,7 +366,7 @@ pub fn write_batch(
                     // As if the sender had sent its attributes alone.
                     (QuickCheck::SameContent, Some(c)) => {
                         c.set_file_attrs(path, &a, size).map(|()| {
-                            Leaves::count_in(&leaves, &mut not_kept, meta, true);
+                            wrote = Some((*meta, true));
                             out.kept_fixed += 1;
                             out.kept_bytes += size;
                         })
@@ -372,7 +374,7 @@ pub fn write_batch(
                     (_, c) => c
                         .map_or(Ok(()), |c| c.write_file(path, &a, data))
                         .map(|()| {
-                            Leaves::count_in(&leaves, &mut not_kept, meta, true);
+                            wrote = Some((*meta, true));
                             out.files += 1;
                             out.bytes += size;
                             if list {
@@ -422,7 +424,7 @@ pub fn write_batch(
                 .map(|done| match done {
                     ChunkOutcome::Partial => out.bytes += data.len() as u64,
                     ChunkOutcome::Completed => {
-                        Leaves::count_in(&leaves, &mut not_kept, meta, true);
+                        wrote = Some((*meta, true));
                         out.bytes += data.len() as u64;
                         out.files += 1;
                         if list {
@@ -439,7 +441,7 @@ pub fn write_batch(
                     None => Ok(()),
                 }
                 .map(|()| {
-                    Leaves::count_in(&leaves, &mut not_kept, meta, false);
+                    wrote = Some((*meta, false));
                     out.dirs += 1
                 })
             }
@@ -463,7 +465,7 @@ pub fn write_batch(
                     None => Ok(()),
                 }
                 .map(|()| {
-                    Leaves::count_in(&leaves, &mut not_kept, &meta, false);
+                    wrote = Some((meta, false));
                     out.symlinks += 1
                 })
             }
@@ -474,7 +476,7 @@ pub fn write_batch(
                     None => Ok(()),
                 }
                 .map(|()| {
-                    Leaves::count_in(&leaves, &mut not_kept, meta, true);
+                    wrote = Some((*meta, true));
                     out.attrs_fixed += 1
                 })
             }
@@ -522,6 +524,15 @@ pub fn write_batch(
                 return out;
             }
             out.fail(path, e.to_string());
+        } else if let (Some((meta, file)), Some(c)) = (wrote, cursor.as_deref_mut()) {
+            Leaves::count_in(&leaves, &mut not_kept, &meta, file);
+            // A time outside 32 bits may be more than the file system holds: it then sets the
+            // nearest it can (ext4: 1901 to 2446), which only reading it back shows.
+            if i32::try_from(meta.mtime_sec).is_err()
+                && c.mtime_at(path) != Some((meta.mtime_sec, meta.mtime_nsec as i64))
+            {
+                not_kept.mtimes += 1;
+            }
         }
     }
     if let Some(c) = cursor.as_deref_mut() {
