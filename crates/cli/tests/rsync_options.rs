@@ -432,7 +432,8 @@ fn delete_with_rsyncs_habits_removes_nothing_but_the_copys_own_extras() {
 /// A source inside the destination is seen by device and inode, whatever names the two sides
 /// have: a local path inside a server's export, and two servers on one host exporting nested
 /// trees. `--delete` is refused (before, it deleted the source), dry run or not, and a
-/// `--delete` between the two that does not overlap still deletes what it should.
+/// `--delete` between the two that does not overlap still deletes what it should. A push
+/// into its own source is refused without `--delete` too.
 #[test]
 fn delete_sees_the_source_inside_a_servers_export_and_across_nested_exports() {
     let t = tmp();
@@ -460,6 +461,15 @@ fn delete_sees_the_source_inside_a_servers_export_and_across_nested_exports() {
                 "{src} -> {dst}: {said}"
             );
         }
+    }
+    assert_eq!(files_of(&exp), before);
+    // Without --delete, a push (from this host, or a third-party copy's source server) into
+    // a directory below its source is refused by the server, which knows both: before, each
+    // run nested one more copy of the tree in itself.
+    for src in [s(&exp.join("proj")).to_string(), outer.url("proj")] {
+        let out = cp(&outer, &[], &src, nested.url("inner/copy"));
+        assert_exit(&out, 2);
+        assert_error_names(&out, &["is the pushed source or inside it"]);
     }
     assert_eq!(files_of(&exp), before);
     put(&exp.join("proj/elsewhere/extra"), b"x");

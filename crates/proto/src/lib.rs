@@ -22,7 +22,8 @@ pub use batch::{
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{
-    DestCheck, ErrorCode, Message, MetaFlags, NotKept, Operation, RemoteStats, TransferProgress,
+    DestCheck, ErrorCode, Message, MetaFlags, NotKept, Operation, RemoteStats, SourceId,
+    TransferProgress,
 };
 pub use selection::Selection;
 

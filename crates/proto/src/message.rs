@@ -28,11 +28,24 @@ pub enum Operation {
         discard: bool,
         owners: bool,
         numeric_ids: bool,
+        /// Where the pushed directory is on the sender's host, for the server to refuse a
+        /// destination inside it (see [`SourceId`]).
+        source: SourceId,
     },
     /// The server sends the tree at `path`; the client writes it. With a `check`, the client
     /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
     /// and the server leaves out what the check says is there.
     Pull { check: DestCheck, meta: MetaFlags },
+}
+
+/// A directory on one running kernel: its boot id, device and inode (all zeros: unknown). A
+/// push names its source so; a server whose kernel it is refuses a destination at or below
+/// that directory (the copy would read what it writes, nesting a copy in itself).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceId {
+    pub host: [u8; 16],
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// What a copy keeps besides content, modes, mtimes and owners, as a pull's `Open` and
@@ -400,6 +413,7 @@ impl Message {
                         discard,
                         owners,
                         numeric_ids,
+                        source,
                     } => {
                         out.push(1);
                         out.push(
@@ -409,6 +423,9 @@ impl Message {
                                 | (*owners as u8) << 3
                                 | (*numeric_ids as u8) << 4,
                         );
+                        out.extend_from_slice(&source.host);
+                        out.extend_from_slice(&source.dev.to_le_bytes());
+                        out.extend_from_slice(&source.ino.to_le_bytes());
                     }
                     Operation::Pull { check, meta } => {
                         out.push(2);
@@ -586,6 +603,11 @@ impl Message {
                         discard: flags & PUSH_DISCARD != 0,
                         owners: flags & PUSH_OWNERS != 0,
                         numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
+                        source: SourceId {
+                            host: r.array("source host")?,
+                            dev: r.u64("source device")?,
+                            ino: r.u64("source inode")?,
+                        },
                     },
                     (1, _) => {
                         return Err(DecodeError::Invalid {
@@ -811,6 +833,7 @@ mod tests {
                 discard: true,
                 owners: true,
                 numeric_ids: false,
+                source: Default::default(),
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),
@@ -823,6 +846,7 @@ mod tests {
                 discard: false,
                 owners: true,
                 numeric_ids: false,
+                source: Default::default(),
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),

@@ -126,15 +126,22 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
 
 fn operation() -> impl Strategy<Value = Operation> {
     prop_oneof![
-        any::<(bool, bool, bool, bool, bool)>().prop_map(
-            |(source_is_dir, durable, discard, owners, numeric_ids)| Operation::Push {
-                source_is_dir,
-                durable,
-                discard,
-                owners,
-                numeric_ids,
-            }
-        ),
+        (
+            any::<(bool, bool, bool, bool, bool)>(),
+            any::<([u8; 16], u64, u64)>()
+        )
+            .prop_map(
+                |((source_is_dir, durable, discard, owners, numeric_ids), (host, dev, ino))| {
+                    Operation::Push {
+                        source_is_dir,
+                        durable,
+                        discard,
+                        owners,
+                        numeric_ids,
+                        source: sprat_proto::SourceId { host, dev, ino },
+                    }
+                }
+            ),
         (dest_check(), meta_flags()).prop_map(|(check, meta)| Operation::Pull { check, meta }),
     ]
 }

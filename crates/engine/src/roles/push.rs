@@ -30,7 +30,7 @@ use crate::session::stall;
 use crate::sync::{lock, unpoisoned, Abort, Signal};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::session::client::{ClientStream, Event, Sent};
-use sprat_proto::{Batch, Operation, RemoteStats};
+use sprat_proto::{Batch, Operation, RemoteStats, SourceId};
 use sprat_store::Source;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -116,6 +116,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             discard: false,
             owners: options.owners,
             numeric_ids: options.numeric_ids,
+            source: source_id(source),
         },
         PushInput::Synthetic(_) => Operation::Push {
             source_is_dir: true,
@@ -123,7 +124,27 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             discard: true,
             owners: false,
             numeric_ids: false,
+            source: SourceId::default(),
         },
+    }
+}
+
+/// Where a pushed directory is on this host, for the server to refuse a destination inside
+/// it (unknown for a single file, which cannot hold its destination).
+fn source_id(source: &Source) -> SourceId {
+    let Source::Dir(root) = source else {
+        return SourceId::default();
+    };
+    let (Some(host), Ok(st)) = (
+        sprat_store::ancestry::boot_id(),
+        rustix::fs::fstat(root.fd()),
+    ) else {
+        return SourceId::default();
+    };
+    SourceId {
+        host,
+        dev: st.st_dev,
+        ino: st.st_ino,
     }
 }
 

@@ -815,11 +815,22 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             discard,
             owners,
             numeric_ids,
+            source,
         } => {
             let (root, rel) = match &place {
                 Some((export, _, rel)) => {
                     if let Err((code, text)) = export.writable("write", rel) {
                         return served.refuse(code, text);
+                    }
+                    if source_holds(source, export, rel) {
+                        return served.refuse(
+                            ErrorCode::BadRequest,
+                            format!(
+                                "the destination '{}' is the pushed source or inside it (the \
+                                 same directory on this host): the copy would read what it writes",
+                                crate::text::printable(&sprat_store::display_path(&path))
+                            ),
+                        );
                     }
                     (Some(*export), rel.as_slice())
                 }
@@ -1315,6 +1326,19 @@ fn serve_push(
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
+}
+
+/// Whether the pushed directory `source` (on this host's kernel) is `rel` below `export`'s
+/// root or one of the directories above it.
+fn source_holds(
+    source: sprat_proto::SourceId,
+    export: &super::exports::Export,
+    rel: &[u8],
+) -> bool {
+    source.host != [0; 16]
+        && sprat_store::ancestry::boot_id() == Some(source.host)
+        && sprat_store::ancestry::below(&export.root, rel)
+            .is_ok_and(|a| a.ids.contains(&(source.dev, source.ino)))
 }
 
 /// The failure of a large file left incomplete when its transfer ended.

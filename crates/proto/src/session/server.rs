@@ -543,6 +543,7 @@ mod tests {
             discard: false,
             owners: true,
             numeric_ids: false,
+            source: Default::default(),
         };
         let (mut s, event, now) = deciding(Message::Open {
             session: [7; 16],
