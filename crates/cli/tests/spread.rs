@@ -205,6 +205,40 @@ fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     }
 }
 
+/// Servers that do not share one file system (one that lost its shared mount, node-local
+/// scratch) are refused before anything is sent, naming the one that does not show the tree
+/// (before: exit 0, the copy split between them); nothing of the probe is left.
+#[test]
+fn servers_that_do_not_show_one_tree_are_refused() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    let (root, elsewhere) = (t.path().join("export"), t.path().join("node-local"));
+    let first = server(&root);
+    let same = server(&root);
+    let other = server(&elsewhere);
+    let dst = format!(
+        "sprat://{},{},{}/copy",
+        first.addr(),
+        same.addr(),
+        other.addr()
+    );
+    let out = cp(&first, &["-a"], &src, &dst);
+    assert_exit(&out, 2);
+    let line = assert_error_names(&out, &[&other.addr().to_string(), "one shared file system"]);
+    assert!(!line.contains(&format!("{} do", same.addr())), "{line}");
+    assert!(!has_regular_file(&root), "nothing sent");
+    assert_eq!(
+        entries_below(&root.join("copy")),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(!elsewhere.join("copy").exists());
+    // Without the stray one, the same copy goes through.
+    let dst = format!("sprat://{},{}/copy", first.addr(), same.addr());
+    assert_ok(&cp(&first, &["-a"], &src, &dst), Some(&first));
+    assert_trees_equal(&src, &root.join("copy"));
+}
+
 #[test]
 fn a_server_that_cannot_be_reached_fails_the_push_naming_it() {
     let t = tmp();

@@ -26,6 +26,7 @@ use super::endpoint::Endpoint;
 use super::push::{
     push_operation, run_session, start_source, PushInput, SessionRun, SessionTarget,
 };
+use super::remote;
 use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::measurement::acked::SessionAcks;
@@ -38,8 +39,9 @@ use crossbeam_channel::{
     bounded, Receiver, RecvTimeoutError, Select, SendTimeoutError, Sender, TrySendError,
 };
 use sprat_proto::batch::EntryKind;
-use sprat_proto::namespace::NsKind;
+use sprat_proto::namespace::{NsKind, Request};
 use sprat_proto::Batch;
+use sprat_store::Source;
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +68,13 @@ pub(crate) fn push(
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let options = &options.for_one_transfer();
-    let input = PushInput::Source(open_source(src)?);
+    let source = open_source(src)?;
+    let within = match source {
+        Source::Dir(_) => path,
+        Source::File { .. } => sprat_store::split_parent(path).0,
+    };
+    refuse_separate_trees(servers, within, key)?;
+    let input = PushInput::Source(source);
     let op = push_operation(&input, options);
     let (handle, skipped) = start_source(input, (servers[0], path), key, options, true)?;
     let n = servers.len();
@@ -154,6 +162,80 @@ pub(crate) fn push(
             .with_skipped(&skipped)
             .with_path(path_report)
     })
+}
+
+/// Refuses servers that do not show one tree at `dir` (made if missing): a directory made there
+/// through the first server is looked for through every other one, then removed. Servers
+/// that write to separate file systems (one that lost its shared mount, node-local scratch)
+/// would each hold part of the copy, and the report would count it whole.
+fn refuse_separate_trees(
+    servers: &[&str],
+    dir: &[u8],
+    key: &Credentials,
+) -> Result<(), TransferError> {
+    let first = servers[0];
+    remote::simple(
+        first,
+        key,
+        Request::Mkdir {
+            path: dir.to_vec(),
+            parents: true,
+        },
+    )?;
+    // The name of a writer's probe, which a later copy removes if this one is killed here.
+    let probe_name = format!(".sprat-probe-{}", super::destination::temp_tag());
+    let probe = sprat_store::join(dir, probe_name.as_bytes());
+    remote::simple(
+        first,
+        key,
+        Request::Mkdir {
+            path: probe.clone(),
+            parents: false,
+        },
+    )?;
+    let seen: Vec<Result<bool, TransferError>> = std::thread::scope(|s| {
+        let looks: Vec<_> = servers[1..]
+            .iter()
+            .map(|addr| {
+                let probe = &probe;
+                s.spawn(move || match remote::stat(addr, key, probe) {
+                    Ok(e) => Ok(e.kind == NsKind::Dir),
+                    Err(TransferError::Remote {
+                        code: sprat_proto::ErrorCode::NotFound,
+                        ..
+                    }) => Ok(false),
+                    Err(e) => Err(e),
+                })
+            })
+            .collect();
+        looks
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(TransferError::Local("a look failed".into())))
+            })
+            .collect()
+    });
+    let removed = remote::simple(
+        first,
+        key,
+        Request::Remove {
+            path: probe,
+            recursive: false,
+        },
+    );
+    for (addr, seen) in servers[1..].iter().zip(seen) {
+        if !seen? {
+            return Err(TransferError::Usage(format!(
+                "servers {first} and {addr} do not show one tree at '{}': a directory made \
+                 there through {first} is not there through {addr}; a copy spread over several \
+                 servers needs them all to export one shared file system (is it mounted on \
+                 {addr}?)",
+                crate::text::printable(&sprat_store::display_path(dir))
+            )));
+        }
+    }
+    removed
 }
 
 /// Pulls `path` from every server of `servers` (which export the same file system) into
