@@ -886,6 +886,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         );
     }
     let mut options = options(&a.tuning, a.streams.0, network);
+    options.transport = launched.transport();
     options.hard_links = a.hard_links;
     options.reflink = a.reflink == args::ReflinkArg::Auto;
     options.xattrs = a.xattrs;

@@ -483,3 +483,87 @@ fn a_one_shot_server_takes_its_token_from_stdin_and_exits_when_stdin_closes() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The process ids of `parent`'s children named `name` (from /proc).
+fn children_named(parent: u32, name: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `PID (COMM) STATE PPID ...`: COMM may hold spaces, so read after its last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = &stat[open + 1..close];
+        let ppid = stat[close + 1..].split_whitespace().nth(1);
+        if comm == name && ppid == Some(&parent.to_string()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// ssh dying in the middle of a copy (a dropped link, a killed ssh) takes the one-shot server
+/// with it: the copy ends at once naming ssh (exit 4), instead of dialling the dead server's
+/// port until `--retry-for` runs out; run again, it resumes and completes.
+#[test]
+fn a_copy_whose_ssh_dies_ends_at_once_naming_ssh_and_a_rerun_completes() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 400, 20_000, 11);
+    let dst = t.path().join("dst");
+    let rest = ["--bwlimit", "1MB/s", s(&src), &remote(&dst)];
+    let mut child = spawn_sprat(bin(), args(&sshd, "cp", &rest), &[]);
+    let started = Instant::now();
+    let ssh = loop {
+        let found = children_named(child.pid(), "ssh");
+        if !found.is_empty() && dst.exists() {
+            break found;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "no copy under way");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for pid in ssh {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+    }
+    let killed = Instant::now();
+    let out = child.wait_or_panic(Duration::from_secs(60));
+    assert_exit(&out, 4);
+    assert_error_names(&out, &["ssh to 127.0.0.1 ended during the copy"]);
+    assert!(
+        killed.elapsed() < Duration::from_secs(20),
+        "ended {:?} after ssh died",
+        killed.elapsed()
+    );
+    run_ok(&sshd, "cp", &[s(&src), &remote(&dst)]);
+    assert_trees_equal(&src, &dst);
+}
+
+/// Output of the remote shell's start-up files without a last newline runs into the server's
+/// first line: the copy still finds it (before, "started no server").
+#[test]
+fn remote_shell_noise_without_a_newline_does_not_stop_the_copy() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 20, 1000, 5);
+    let dst = t.path().join("dst");
+    let noisy = format!("printf 'Welcome! '; {}", s(bin()));
+    let mut v: Vec<OsString> = vec!["cp".into(), "-e".into(), sshd.rsh().into()];
+    v.extend(["--remote-sprat", noisy.as_str()].map(OsString::from));
+    v.push(src.clone().into());
+    v.push(remote(&dst).into());
+    let out = run_sprat(bin(), v, &[]);
+    assert_ok(&out, None);
+    assert_trees_equal(&src, &dst);
+}

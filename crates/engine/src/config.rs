@@ -86,6 +86,9 @@ pub struct TransferOptions {
     pub retry_for: Duration,
     /// Set from outside to stop the transfer's session.
     pub cancel: crate::sync::Cancel,
+    /// Asked before each run whether the transport is gone for good (see
+    /// [`crate::sync::TransportWatch`]).
+    pub transport: crate::sync::TransportWatch,
     /// Counts what is done as the transfer goes, for a live display.
     pub progress: crate::measurement::progress::Progress,
     /// Told the path of every regular file the transfer completes (`cp -v`); `None`: nobody
@@ -152,6 +155,7 @@ impl Default for TransferOptions {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             retry_for: DEFAULT_RETRY_FOR,
             cancel: crate::sync::Cancel::default(),
+            transport: Default::default(),
             progress: Default::default(),
             file_log: None,
             bwlimit: None,

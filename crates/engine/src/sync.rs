@@ -13,6 +13,37 @@ use std::sync::{Arc, Mutex};
 
 pub use sprat_store::sync::{lock, unpoisoned};
 
+/// Asked before each run of a transfer whether what carries its connections is gone for good
+/// (the ssh process a one-shot server lives in): `Some(why)` ends the transfer at once with
+/// that error, instead of dialling a server that can no longer be there.
+#[derive(Clone, Default)]
+pub struct TransportWatch(Option<Arc<WatchFn>>);
+
+type WatchFn = dyn Fn() -> Option<crate::error::TransferError> + Send + Sync;
+
+impl TransportWatch {
+    pub fn new(
+        gone: impl Fn() -> Option<crate::error::TransferError> + Send + Sync + 'static,
+    ) -> Self {
+        TransportWatch(Some(Arc::new(gone)))
+    }
+
+    /// Why the transport is gone, if it is.
+    pub fn gone(&self) -> Option<crate::error::TransferError> {
+        self.0.as_ref().and_then(|f| f())
+    }
+}
+
+impl std::fmt::Debug for TransportWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "TransportWatch(set)"
+        } else {
+            "TransportWatch(none)"
+        })
+    }
+}
+
 /// A stop signal given to a transfer from outside (a third-party copy whose client went
 /// away): the session's watchdog (see `session::stall`) fails the transfer once it is set.
 #[derive(Debug, Clone, Default)]

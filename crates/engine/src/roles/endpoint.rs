@@ -261,6 +261,9 @@ pub fn copy_retrying(
     };
     let report = super::retry::retrying(options.retry_for, notify, || {
         let these = narrowed.as_ref().unwrap_or(options);
+        if let Some(gone) = options.transport.gone() {
+            return Err(gone);
+        }
         these.progress.restart();
         let (used, listed_first) = (these.streams, these.list_first);
         copy_once(src, dst, key, these).map_err(|e| {

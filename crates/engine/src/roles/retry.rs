@@ -41,9 +41,18 @@ impl fmt::Display for Notice {
             "attempt {} failed: {}; trying again in {} s ({} s left of --retry-for)",
             self.attempt,
             self.error,
-            self.wait.as_secs(),
+            seconds(self.wait),
             self.left.as_secs()
         )
+    }
+}
+
+/// Whole seconds as they are, a wait cut to what is left of `--retry-for` to a tenth.
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        d.as_secs().to_string()
+    } else {
+        format!("{:.1}", d.as_secs_f64())
     }
 }
 
@@ -74,9 +83,11 @@ pub(crate) fn retrying(
     let mut counted_from = started;
     loop {
         let outcome = run();
-        let wait = backoff(attempt);
         let elapsed = started.elapsed();
-        let in_time = elapsed + wait <= retry_for;
+        // The last wait is cut to what is left, so that the last run starts when
+        // `--retry-for` ends rather than a whole backoff before it.
+        let wait = backoff(attempt).min(retry_for.saturating_sub(elapsed));
+        let in_time = elapsed < retry_for;
         // What failed, for the line that says another run follows.
         let failed = match outcome {
             Ok(report) => {
@@ -261,16 +272,21 @@ mod tests {
         match out {
             Err(TransferError::GaveUp { attempts, last, .. }) => {
                 assert_eq!(
-                    attempts, 2,
-                    "1 s after the first, then 2 s would pass the deadline"
+                    attempts, 3,
+                    "1 s after the first, then the 0.5 s left, then the deadline"
                 );
                 assert!(matches!(*last, TransferError::ConnectionLost { .. }));
             }
             other => panic!("expected GaveUp, got {other:?}"),
         }
-        assert_eq!(notices.len(), 1);
+        assert_eq!(notices.len(), 2);
         assert!(notices[0]
             .starts_with("attempt 1 failed: connection to p lost: reset; trying again in 1 s"));
+        assert!(
+            notices[1].contains("trying again in 0.5 s (0 s left"),
+            "{}",
+            notices[1]
+        );
         assert_eq!(
             TransferError::GaveUp {
                 attempts: 2,

@@ -47,7 +47,8 @@ pub struct RemoteServer {
     pub fingerprint: Fingerprint,
     /// Whether the streams go through the ssh connection.
     pub tunnelled: bool,
-    child: Child,
+    /// The ssh process the server lives in (shared with [`RemoteServer::watch`]).
+    child: Arc<Mutex<Child>>,
     stdin: Option<ChildStdin>,
     control: ControlDir,
 }
@@ -127,7 +128,7 @@ impl RemoteServer {
             addr: addr.to_string(),
             fingerprint,
             tunnelled: false,
-            child,
+            child: Arc::new(Mutex::new(child)),
             stdin,
             control,
         };
@@ -147,17 +148,46 @@ impl RemoteServer {
     }
 }
 
+impl RemoteServer {
+    /// A check that says, once this server's ssh process has exited (a dropped link, a
+    /// killed ssh), that the server is gone with it: another run could only dial a server
+    /// that is no longer there.
+    pub fn watch(&self) -> impl Fn() -> Option<TransferError> + Send + Sync + 'static {
+        let child = self.child.clone();
+        let host = self.user_host.clone();
+        move || {
+            let status = crate::sync::lock(&child).try_wait().ok().flatten()?;
+            let how = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(c), _) => format!("exit {c}"),
+                (None, Some(sig)) => format!("signal {sig}"),
+                _ => "ended".to_string(),
+            };
+            Some(TransferError::Ssh {
+                host: host.clone(),
+                why: format!(
+                    "ssh to {host} ended during the copy ({how}), and the server it started \
+                     there with it; run the command again to resume (what was written is kept)"
+                ),
+            })
+        }
+    }
+}
+
 impl Drop for RemoteServer {
     fn drop(&mut self) {
         // The server exits when its stdin closes, and ssh with it.
         drop(self.stdin.take());
         let until = Instant::now() + EXIT_PATIENCE;
+        let mut child = crate::sync::lock(&self.child);
         loop {
-            match self.child.try_wait() {
+            match child.try_wait() {
                 Ok(Some(_)) | Err(_) => break,
                 Ok(None) if Instant::now() >= until => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
+                    let _ = child.kill();
+                    let _ = child.wait();
                     break;
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(10)),
@@ -193,7 +223,13 @@ fn read_announcement(out: std::process::ChildStdout) -> Option<(SocketAddr, Fing
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim();
-        if let Some(a) = text.strip_prefix("listening on ") {
+        // Output of the remote's shell start-up files without a last newline (a prompt, a
+        // title sequence) runs into the server's first line: it is looked for in the line.
+        let listening = text.rfind("listening on ").map(|i| &text[i..]);
+        if let Some(a) = listening.and_then(|t| t.strip_prefix("listening on ")) {
+            if text != listening.unwrap_or_default() {
+                tracing::info!("ssh: the remote printed {text:?} before its server's address");
+            }
             addr = a.parse::<SocketAddr>().ok();
         } else if let Some(f) = text.strip_prefix("fingerprint ") {
             let fingerprint = Fingerprint::parse(f).ok()?;

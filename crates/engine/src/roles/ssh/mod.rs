@@ -165,6 +165,18 @@ pub struct Launched {
     pub servers: Vec<RemoteServer>,
 }
 
+impl Launched {
+    /// What tells a transfer that an ssh process its servers live in has exited (see
+    /// [`crate::sync::TransportWatch`]); nothing when no argument went over ssh.
+    pub fn transport(&self) -> crate::sync::TransportWatch {
+        if self.servers.is_empty() {
+            return crate::sync::TransportWatch::default();
+        }
+        let watches: Vec<_> = self.servers.iter().map(|s| s.watch()).collect();
+        crate::sync::TransportWatch::new(move || watches.iter().find_map(|w| w()))
+    }
+}
+
 /// Parses the arguments of a command: `HOST:PATH` ones start a one-shot server on each host
 /// named (one per `[USER@]HOST`, shared by its arguments), the others are parsed as
 /// [`Endpoint`]s. An ssh argument cannot be mixed with a `sprat://` one.
