@@ -525,7 +525,10 @@ fn a_copy_whose_ssh_dies_ends_at_once_naming_ssh_and_a_rerun_completes() {
         if !found.is_empty() && dst.exists() {
             break found;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "no copy under way");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no copy under way"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     std::thread::sleep(Duration::from_millis(500));
@@ -566,4 +569,40 @@ fn remote_shell_noise_without_a_newline_does_not_stop_the_copy() {
     let out = run_sprat(bin(), v, &[]);
     assert_ok(&out, None);
     assert_trees_equal(&src, &dst);
+}
+
+/// The ssh path stalls in the middle of a copy whose streams go through it (`--via-ssh`): the
+/// copy must not hang; it fails within `--stall-timeout` and `--retry-for` and their own
+/// deadlines, however each run ends.
+#[test]
+fn a_stalled_ssh_path_does_not_hang_a_copy_through_it() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 200, 100_000, 13);
+    let dst = t.path().join("dst");
+    let to = std::net::SocketAddr::from(([127, 0, 0, 1], sshd.port()));
+    let relay = common::RelayProc::start(to, &["--stall-after", "3MB"]);
+    let rsh = sshd.rsh().replace(
+        &format!("-p {}", sshd.port()),
+        &format!("-p {}", relay.addr.port()),
+    );
+    let rest = [
+        "--via-ssh",
+        "--stall-timeout",
+        "3s",
+        "--retry-for",
+        "15s",
+        s(&src),
+        &remote(&dst),
+    ];
+    let started = Instant::now();
+    let mut child = spawn_sprat(bin(), args_with(&rsh, "cp", &rest), &[]);
+    let out = child.wait_or_panic(Duration::from_secs(120));
+    assert_exit(&out, 6);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "ended after {:?}",
+        started.elapsed()
+    );
 }

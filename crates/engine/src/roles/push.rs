@@ -418,21 +418,29 @@ pub(crate) fn run_session(
     })
 }
 
-/// The destination's listing from `list`, asked again (up to 4 times, 1 s apart) while it
-/// fails on its connection once a server has proved itself in this process (a retry): a
-/// server coming back after a restart must not find a push that took its destination for
-/// empty and sends everything. If the server stays away, the session cannot open either and
-/// the transfer fails (and is retried) anyway; a first run fails at once.
+/// How long a push asks again for a listing that failed on its connection.
+const LIST_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The destination's listing from `list`, asked again (1 s apart, for [`LIST_PATIENCE`])
+/// while it fails on its connection once a server has proved itself in this process (a
+/// retry): a server coming back after a restart must not find a push that took its
+/// destination for empty and sends everything. If the server stays away, the session cannot
+/// open either and the transfer fails (and is retried) anyway; a first run fails at once. A
+/// listing that failed by waiting out its connection's deadline (a stalled path) is not
+/// asked again: each ask would wait as long.
 fn index_patiently(
     mut list: impl FnMut() -> Result<DestIndex, TransferError>,
 ) -> Result<DestIndex, TransferError> {
-    let mut attempts = 1;
+    let started = Instant::now();
     loop {
         match list() {
-            Err(e) if e.is_retryable() && crate::net::servers_proved() > 0 && attempts < 5 => {
+            Err(e)
+                if e.is_retryable()
+                    && crate::net::servers_proved() > 0
+                    && started.elapsed() < LIST_PATIENCE =>
+            {
                 tracing::info!(e = %crate::text::printable(&e.to_string()), "cannot list the destination yet: trying again");
                 std::thread::sleep(Duration::from_secs(1));
-                attempts += 1;
             }
             listed => return listed,
         }

@@ -197,7 +197,7 @@ impl Drop for RemoteServer {
 }
 
 /// The options making the ssh process a connection master whose control socket is
-/// `socket`: given after the user's own, so that they override the user's configuration
+/// `socket`, which gives up on a silent path: given after the user's own, so that they override the user's configuration
 /// but not the command line (ssh keeps the first value of an option).
 fn master_options(socket: &Path) -> Vec<String> {
     vec![
@@ -207,6 +207,12 @@ fn master_options(socket: &Path) -> Vec<String> {
         format!("ControlPath={}", socket.display()),
         "-o".into(),
         "ControlPersist=no".into(),
+        // A path that stalls without closing ends ssh within half a minute, and with it the
+        // copy (see `RemoteServer::watch`), instead of leaving it to the TCP timeouts.
+        "-o".into(),
+        "ServerAliveInterval=10".into(),
+        "-o".into(),
+        "ServerAliveCountMax=3".into(),
     ]
 }
 
