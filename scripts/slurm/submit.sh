@@ -5,7 +5,8 @@
 # Usage: scripts/slurm/submit.sh [--wait] SHARDS PLANDIR SRC DST [sbatch options...]
 #   SHARDS   number of shards (array tasks)
 #   PLANDIR  a new directory for the plan, on storage every node reads
-#   --wait   return when the finishing job ends, with its exit code
+#   --wait   return when the finishing job ends, with its exit code (1 if it never ran,
+#            because a shard failed: the shards that did not complete are named)
 # Environment: SPRAT (binary, default `sprat`), SPRAT_ARGS (more `sprat cp` options).
 # Prints the two job ids. Example:
 #   SPRAT_ARGS="--token-file $HOME/.sprat-token" scripts/slurm/submit.sh 8 /shared/plan \
@@ -14,7 +15,7 @@ set -euo pipefail
 
 wait=()
 if [[ ${1:-} == --wait ]]; then wait=(--wait); shift; fi
-if [[ $# -lt 4 ]]; then sed -n '2,13p' "$0" >&2; exit 2; fi
+if [[ $# -lt 4 ]]; then sed -n '2,14p' "$0" >&2; exit 2; fi
 shards=$1 plan=$2 src=$3 dst=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,5 +34,26 @@ finish=$(sbatch --parsable "${wait[@]}" --dependency="afterok:$array" --kill-on-
     cat "$plan/finish.log" >&2 2>/dev/null || true
     exit "$status"
 }
-echo "finishing job ${finish%%;*} (after $array)" >&2
-echo "$array ${finish%%;*}"
+finish=${finish%%;*}
+echo "finishing job $finish (after $array)" >&2
+# `sbatch --wait` exits 0 for a finishing job that never ran (cancelled when a shard failed,
+# by --kill-on-invalid-dep): ask Slurm how it ended, and name the shards that did not complete.
+if ((${#wait[@]})); then
+    show() { scontrol show job -o "$1" 2>/dev/null || true; }
+    state=$(show "$finish" | grep -o 'JobState=[A-Z_]*' | head -n 1 | cut -d= -f2 || true)
+    code=$(show "$finish" | grep -o ' ExitCode=[0-9:]*' | head -n 1 | cut -d= -f2 || true)
+    if [[ -n $state && ($state != COMPLETED || $code != 0:0) ]] || [[ -z $state && ! -s $plan/finish.log ]]; then
+        echo "finishing job $finish did not complete (state ${state:-unknown}, exit ${code:-unknown}): the copy is not whole" >&2
+        failed=$(show "$array" | grep -v 'JobState=COMPLETED' | grep -o 'ArrayTaskId=[0-9]*' |
+            cut -d= -f2 | tr '\n' ' ' || true)
+        if [[ -n $failed ]]; then
+            echo "shards that did not complete: ${failed% } (logs: $plan/shard-K.log); run each again" \
+                "(sbatch --array=K --export=ALL,SPRAT_PLAN=$plan,SPRAT_SRC=$src,SPRAT_DST=$dst" \
+                "$here/sprat-array.sbatch, or sprat cp --plan $plan --shard K SRC DST), then the" \
+                "finishing step: sprat cp --plan $plan --finish SRC DST" >&2
+        fi
+        echo "$array $finish"
+        exit 1
+    fi
+fi
+echo "$array $finish"

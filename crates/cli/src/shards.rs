@@ -147,12 +147,31 @@ pub fn finish(
         .iter()
         .filter(|(p, _)| planned.contains(p))
         .collect();
+    // What the source gained since the plan, which no shard copied: said, not left behind
+    // silently (a run directory still being written when it was planned).
+    let planned_dirs: std::collections::HashSet<String> = dirs
+        .iter()
+        .map(|p| sprat_engine::relpath::display_path(p))
+        .collect();
+    let unplanned: Vec<&String> = left
+        .files
+        .iter()
+        .filter(|(p, a)| {
+            !matches!(
+                a,
+                sprat_engine::Action::Attrs | sprat_engine::Action::Delete
+            ) && !planned.contains(p)
+                && !planned_dirs.contains(p)
+        })
+        .map(|(p, _)| p)
+        .collect();
     if json {
         let value = serde_json::json!({
             "finish": true,
             "directories": dirs.len(),
             "planned": paths.len(),
             "missing_or_different": missing.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "not_in_plan": unplanned,
         });
         crate::print_quietly(&format!("{value}\n"))?;
     }
@@ -169,18 +188,40 @@ pub fn finish(
             missing.len() - NAMED_MISSING
         );
     }
+    for path in unplanned.iter().take(NAMED_MISSING) {
+        eprintln!(
+            "sprat: not in the plan: {}: made at the source after `sprat plan`, copied by no \
+             shard (a plain `sprat cp` of the same SRC and DST copies it, or plan again)",
+            printable(path)
+        );
+    }
+    if unplanned.len() > NAMED_MISSING {
+        eprintln!(
+            "sprat: not in the plan: {} more not listed",
+            unplanned.len() - NAMED_MISSING
+        );
+    }
+    let whole = missing.is_empty() && unplanned.is_empty();
     if !json && !quiet {
+        let unplanned_text = if unplanned.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} at the source not in the plan",
+                sprat_engine::report::counted(unplanned.len() as u64, "entry", "entries")
+            )
+        };
         let text = if missing.is_empty() {
             format!(
                 "finish {src} -> {dst}: {} directories set; all {} planned files and links at \
-                 the destination\n",
+                 the destination{unplanned_text}\n",
                 dirs.len(),
                 paths.len()
             )
         } else {
             format!(
                 "finish {src} -> {dst}: {} directories set; {} of {} planned files missing or \
-                 different (run the shards that failed again)\n",
+                 different (run the shards that failed again){unplanned_text}\n",
                 dirs.len(),
                 missing.len(),
                 paths.len()
@@ -188,5 +229,5 @@ pub fn finish(
         };
         crate::print_quietly(&text)?;
     }
-    Ok(if missing.is_empty() { 0 } else { 1 })
+    Ok(if whole { 0 } else { 1 })
 }

@@ -198,6 +198,47 @@ fn finish_names_a_file_that_no_shard_copied_and_exits_1() {
     assert_trees_equal(&src, &dst);
 }
 
+/// Files and directories made at the source after the plan are in no shard: `--finish` names
+/// them and exits 1 (before, every step exited 0 and they were never copied); a plain re-sync
+/// then copies them and `--finish` is whole again.
+#[test]
+fn finish_names_what_the_source_gained_after_the_plan() {
+    let t = tmp();
+    let (src, plan_dir, dst) = (
+        t.path().join("src"),
+        t.path().join("plan"),
+        t.path().join("dst"),
+    );
+    make_many_files(&src, 200, 100, 9);
+    assert_ok(&plan(&src, 2, &plan_dir), None);
+    std::fs::write(src.join("d000/late-file"), b"written after the plan").unwrap();
+    std::fs::create_dir_all(src.join("late-dir/sub")).unwrap();
+    std::fs::write(src.join("late-dir/sub/f"), b"f").unwrap();
+    for k in ["0", "1"] {
+        assert_ok(&cp_plan(&plan_dir, &["--shard", k], &src, &dst), None);
+    }
+    let out = cp_plan(&plan_dir, &["--finish"], &src, &dst);
+    assert_exit(&out, 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for named in [
+        "not in the plan: d000/late-file:",
+        "not in the plan: late-dir/:",
+    ] {
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+    let json = cp_plan(&plan_dir, &["--finish", "--json"], &src, &dst);
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(
+        value["not_in_plan"]
+            .as_array()
+            .is_some_and(|a| a.len() >= 2),
+        "{value}"
+    );
+    assert_ok(&run_sprat(bin(), cp_args(None, &[], &src, &dst), &[]), None);
+    assert_ok(&cp_plan(&plan_dir, &["--finish"], &src, &dst), None);
+    assert_trees_equal(&src, &dst);
+}
+
 #[test]
 fn bad_plans_shards_and_sources_are_one_line_errors() {
     let t = tmp();

@@ -114,4 +114,35 @@ fn a_four_task_slurm_array_and_its_finishing_job_copy_the_tree_exactly() {
     let finish = std::fs::read_to_string(plan.join("finish.log")).unwrap();
     assert!(finish.contains("all"), "{finish}");
     assert_trees_equal(&src, &root.join("tree"));
+
+    // A shard that fails (a node lost, a copy given up) cancels the finishing job: --wait
+    // must say so and name the shard, not exit 0 as on success (before, it did, with a third
+    // of the data missing).
+    let flaky = t.path().join("sprat-flaky");
+    std::fs::write(
+        &flaky,
+        format!(
+            "#!/bin/sh\nif [ \"${{SLURM_ARRAY_TASK_ID:-}}\" = 1 ]; then echo 'simulated node failure' >&2; exit 6; fi\nexec {} \"$@\"\n",
+            bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&flaky, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let plan = t.path().join("plan-flaky");
+    let out = Command::new(scripts().join("submit.sh"))
+        .args(["--wait", "3"])
+        .arg(&plan)
+        .arg(&src)
+        .arg(server.url("flaky"))
+        .arg("--time=5")
+        .env("SLURM_CONF", &cluster.conf)
+        .env("SPRAT", &flaky)
+        .env("SPRAT_ARGS", format!("--token-file {token}"))
+        .env("XDG_CONFIG_HOME", t.path().join("config"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("did not complete"), "{said}");
+    assert!(said.contains("shards that did not complete: 1 "), "{said}");
 }
