@@ -606,3 +606,35 @@ fn a_stalled_ssh_path_does_not_hang_a_copy_through_it() {
         started.elapsed()
     );
 }
+
+/// Remote paths through symlinks (`/scratch -> /lustre/scratch`, `current -> run42`) work as
+/// with scp and rsync: the one-shot server exports `/`, where nothing lies outside (before,
+/// "path leads outside the exported root", exit 5). Inside the tree written, a symlink is
+/// still never followed.
+#[test]
+fn remote_paths_through_symlinks_are_followed_as_scp_does() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 30, 1000, 17);
+    let real = t.path().join("lustre/scratch");
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::symlink(&real, t.path().join("scratch")).unwrap();
+    std::os::unix::fs::symlink("lustre", t.path().join("rel-link")).unwrap();
+    run_ok(&sshd, "cp", &[s(&src), &remote(&t.path().join("scratch/run"))]);
+    assert_trees_equal(&src, &real.join("run"));
+    run_ok(
+        &sshd,
+        "cp",
+        &[s(&src), &remote(&t.path().join("rel-link/scratch/run2"))],
+    );
+    assert_trees_equal(&src, &real.join("run2"));
+    // Pulled through the symlink, and from a symlink to the source directory itself.
+    std::os::unix::fs::symlink(real.join("run"), t.path().join("current")).unwrap();
+    let back = t.path().join("back");
+    run_ok(&sshd, "cp", &[&remote(&t.path().join("scratch/run")), s(&back)]);
+    assert_trees_equal(&src, &back);
+    let back2 = t.path().join("back2");
+    run_ok(&sshd, "cp", &[&remote(&t.path().join("current")), s(&back2)]);
+    assert_trees_equal(&src, &back2);
+}

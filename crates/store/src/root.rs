@@ -1,5 +1,8 @@
 //! Confined directory roots: every path below a root is resolved with `openat2` and
-//! `RESOLVE_BENEATH`, so `..`, absolute paths and symlinks cannot lead outside it.
+//! `RESOLVE_BENEATH`, so `..`, absolute paths and symlinks cannot lead outside it. An export
+//! of the file system's root `/` (the one-shot server of a copy over ssh) has nothing to be
+//! confined to: paths below it resolve as anywhere else, symlinks to absolute paths included
+//! (`/scratch -> /lustre/scratch`), as scp and rsync resolve them.
 
 use crate::error::StoreError;
 use rustix::fs::{openat2, statx, AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags, CWD};
@@ -31,6 +34,9 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGIC
 #[derive(Debug)]
 pub struct Root {
     fd: OwnedFd,
+    /// Paths below it may not lead out of it (false only for an export of `/` itself, see
+    /// [`Root::open_export`]; what is opened below any root is confined again).
+    confined: bool,
 }
 
 /// What a source path turned out to be.
@@ -51,7 +57,28 @@ impl Root {
             Mode::empty(),
         )
         .map_err(|e| StoreError::new("open directory", path.as_os_str().as_bytes(), e))?;
-        Ok(Root { fd })
+        Ok(Root { fd, confined: true })
+    }
+
+    /// Opens a server's exported directory: confined, unless it is the file system's root
+    /// (then paths below it resolve as anywhere on the host: nothing lies outside it).
+    pub fn open_export(path: &Path) -> Result<Root, StoreError> {
+        let mut root = Root::open(path)?;
+        let id = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+        let top = rustix::fs::open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty());
+        if let (Ok(mine), Ok(Ok(top))) = (id(root.fd()), top.map(|t| id(t.as_fd()))) {
+            root.confined = mine != top;
+        }
+        Ok(root)
+    }
+
+    /// How paths below this root are resolved.
+    fn resolve(&self) -> ResolveFlags {
+        if self.confined {
+            BENEATH
+        } else {
+            ResolveFlags::NO_MAGICLINKS
+        }
     }
 
     /// Opens the user's local source path (following a symlink given as the path itself).
@@ -106,6 +133,7 @@ impl Root {
                 .fd
                 .try_clone()
                 .map_err(|e| StoreError::new("duplicate descriptor", b"", e))?,
+            confined: self.confined,
         })
     }
 
@@ -121,7 +149,7 @@ impl Root {
             std::ffi::OsStr::from_bytes(path),
             flags | OFlags::CLOEXEC,
             Mode::empty(),
-            BENEATH,
+            self.resolve(),
         )
     }
 
@@ -135,7 +163,7 @@ impl Root {
         let fd = self
             .open_dir(rel)
             .map_err(|e| StoreError::new("open directory", rel, escape_error(e)))?;
-        Ok(Root { fd })
+        Ok(Root { fd, confined: true })
     }
 
     /// Resolves a source below this root: a directory or a regular file.
@@ -177,18 +205,25 @@ impl Root {
 
     fn make_dirs(&self, rel: &[u8], replace: bool) -> Result<Root, StoreError> {
         let mut current = self.try_clone()?;
+        current.confined = true;
         if rel.is_empty() {
             return Ok(current);
         }
+        // Below an export of `/`, the way to the directory follows symlinks as `mkdir -p`
+        // does; the directory itself, and all below it, is confined again.
+        let (follow, resolve) = match self.confined {
+            true => (OFlags::NOFOLLOW, BENEATH),
+            false => (OFlags::empty(), ResolveFlags::NO_MAGICLINKS),
+        };
         for component in rel.split(|&b| b == b'/') {
             let name = std::ffi::OsStr::from_bytes(component);
             let open = |dir: &Root| {
                 openat2(
                     &dir.fd,
                     name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    OFlags::RDONLY | OFlags::DIRECTORY | follow | OFlags::CLOEXEC,
                     Mode::empty(),
-                    BENEATH,
+                    resolve,
                 )
             };
             let mkdir =
@@ -228,7 +263,7 @@ impl Root {
                     ))
                 }
             };
-            current = Root { fd };
+            current = Root { fd, confined: true };
         }
         Ok(current)
     }

@@ -160,7 +160,8 @@ impl Exports {
                     name: String::new(),
                     // A root that is missing, not a directory or not readable is bad input
                     // (exit 2), as for a named export.
-                    root: Root::open(&root).map_err(|e| TransferError::Usage(e.to_string()))?,
+                    root: Root::open_export(&root)
+                        .map_err(|e| TransferError::Usage(e.to_string()))?,
                     read_only,
                     owners: true,
                 }],
@@ -196,7 +197,8 @@ impl Exports {
                     None => tokens.push((token, Reach::one(index))),
                 }
             }
-            let root = Root::open(&spec.root).map_err(|e| usage(&spec.name, e.to_string()))?;
+            let root =
+                Root::open_export(&spec.root).map_err(|e| usage(&spec.name, e.to_string()))?;
             list.push(Export {
                 name: spec.name.clone(),
                 root,
