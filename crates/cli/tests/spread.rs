@@ -239,6 +239,33 @@ fn servers_that_do_not_show_one_tree_are_refused() {
     assert_trees_equal(&src, &root.join("copy"));
 }
 
+/// A pull from several servers of which one shows a stale copy of the tree (another version
+/// of some files): the last pull from the first server finds them by the quick check and
+/// fetches them again, so the copy is the first server's tree (before: exit 0 with the stale
+/// versions, a file of another size among them).
+#[test]
+fn a_pull_from_a_server_with_a_stale_copy_ends_with_the_first_servers_tree() {
+    let t = tmp();
+    let (root, stale) = (t.path().join("export"), t.path().join("stale"));
+    make_source(&root.join("tree"));
+    fs::create_dir_all(&stale).unwrap();
+    let copied = std::process::Command::new("cp")
+        .args(["-a", s(&root.join("tree")), s(&stale)])
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for i in 0..20 {
+        let f = stale.join(format!("tree/many/d{}/f{i}", i % 5));
+        fs::write(&f, format!("a stale version {i}, of another size")).unwrap();
+    }
+    let (first, other) = (server(&root), server(&stale));
+    let dst = t.path().join("dst");
+    let src = format!("sprat://{},{}/tree", first.addr(), other.addr());
+    let out = cp(&first, &["-a"], &src, &dst);
+    assert_ok(&out, Some(&first));
+    assert_trees_equal(&root.join("tree"), &dst);
+}
+
 #[test]
 fn a_server_that_cannot_be_reached_fails_the_push_naming_it() {
     let t = tmp();

@@ -621,7 +621,11 @@ fn remote_paths_through_symlinks_are_followed_as_scp_does() {
     std::fs::create_dir_all(&real).unwrap();
     std::os::unix::fs::symlink(&real, t.path().join("scratch")).unwrap();
     std::os::unix::fs::symlink("lustre", t.path().join("rel-link")).unwrap();
-    run_ok(&sshd, "cp", &[s(&src), &remote(&t.path().join("scratch/run"))]);
+    run_ok(
+        &sshd,
+        "cp",
+        &[s(&src), &remote(&t.path().join("scratch/run"))],
+    );
     assert_trees_equal(&src, &real.join("run"));
     run_ok(
         &sshd,
@@ -632,9 +636,17 @@ fn remote_paths_through_symlinks_are_followed_as_scp_does() {
     // Pulled through the symlink, and from a symlink to the source directory itself.
     std::os::unix::fs::symlink(real.join("run"), t.path().join("current")).unwrap();
     let back = t.path().join("back");
-    run_ok(&sshd, "cp", &[&remote(&t.path().join("scratch/run")), s(&back)]);
+    run_ok(
+        &sshd,
+        "cp",
+        &[&remote(&t.path().join("scratch/run")), s(&back)],
+    );
     assert_trees_equal(&src, &back);
     let back2 = t.path().join("back2");
-    run_ok(&sshd, "cp", &[&remote(&t.path().join("current")), s(&back2)]);
+    run_ok(
+        &sshd,
+        "cp",
+        &[&remote(&t.path().join("current")), s(&back2)],
+    );
     assert_trees_equal(&src, &back2);
 }

@@ -272,7 +272,7 @@ pub(crate) fn pull(
     };
     tracing::info!(
         pieces = plan.pieces.len(),
-        dirs = plan.dirs.len(),
+        dirs = plan.dirs,
         after_s = started.elapsed().as_secs_f64(),
         "pull planned"
     );
@@ -340,15 +340,11 @@ pub(crate) fn pull(
         return Err(e);
     }
     tracing::info!(after_s = started.elapsed().as_secs_f64(), "pieces pulled");
-    // Every file is in place: the directories alone, from the first server, set their modes
-    // and mtimes after the last write into them.
+    // Every file is in place: an ordinary pull from the first server then finds what another
+    // server had in another version (a stale copy where the shared mount was lost), or what
+    // changed at the source since its piece was pulled, by the quick check, and sends it
+    // again; it sets the directories' modes and mtimes after the last write into them.
     let mut last_options = options.clone();
-    last_options.selection = crate::config::Selection {
-        filter: options.selection.filter.clone(),
-        files_from: Some(plan.dirs.into()),
-        one_file_system: false,
-    };
-    last_options.skip = SkipRule::Never;
     last_options.progress = Default::default();
     last_options.file_log = None;
     let last = super::pull::pull(servers[0], path, dst, key, &last_options, src_ep, dst_ep)?;
@@ -442,8 +438,8 @@ const MIN_PIECE_BYTES: u64 = 4 << 20;
 struct PullPlan {
     /// Path lists of about equal bytes, to be pulled one by one.
     pieces: VecDeque<Vec<Vec<u8>>>,
-    /// Every directory of the source, set once the pieces are in.
-    dirs: Vec<Vec<u8>>,
+    /// Directories of the source (made as their files arrive; the last pull sets them).
+    dirs: u64,
     /// Regular files of the source and their bytes.
     files: u64,
     bytes: u64,
@@ -489,7 +485,7 @@ fn plan_pieces(
     }
     let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
     let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();
-    let mut dirs = Vec::new();
+    let mut dirs = 0;
     for e in listed {
         match e.kind {
             NsKind::File => {
@@ -513,7 +509,7 @@ fn plan_pieces(
                 }
             }
             NsKind::Symlink => needed.push((e.path, 0)),
-            NsKind::Dir if !e.path.is_empty() => dirs.push(e.path),
+            NsKind::Dir if !e.path.is_empty() => dirs += 1,
             _ => {}
         }
     }
