@@ -860,7 +860,10 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     // Into `DST/`: shown as DST/NAME, where the copy goes.
     if let Some(name) = dst.name().filter(|_| dst != named_dst) {
         let name = String::from_utf8_lossy(&name);
-        dst_shown = format!("{}/{name}", dst_shown.trim_end_matches('/'));
+        let dir = dst_shown.trim_end_matches('/');
+        // `HOST:` is the remote home: `HOST:NAME`, not `HOST:/NAME`.
+        let slash = if dir.ends_with(':') { "" } else { "/" };
+        dst_shown = format!("{dir}{slash}{name}");
     }
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
@@ -994,7 +997,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     if let Some(r) = reporter {
         r.finish();
     }
-    let mut report = copied?;
+    let mut report = copied.map_err(|e| launched.in_user_terms(e))?;
     if over_ssh {
         // The endpoints as the user named them, not the servers' addresses.
         report.source = src_shown;

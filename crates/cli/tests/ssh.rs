@@ -650,3 +650,24 @@ fn remote_paths_through_symlinks_are_followed_as_scp_does() {
     );
     assert_trees_equal(&src, &back2);
 }
+
+/// Errors and reports of a copy over ssh speak of what the user wrote: the host (not the
+/// address the one-shot server listened on) and the path with its leading `/`; `HOST:` (the
+/// remote home) as `HOST:NAME`.
+#[test]
+fn errors_and_reports_over_ssh_name_the_host_and_path_the_user_wrote() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let missing = t.path().join("not-there");
+    let out = run(&sshd, "cp", &[&remote(&missing), s(&t.path().join("dst"))]);
+    assert_exit(&out, 2);
+    let line = assert_error_names(
+        &out,
+        &["127.0.0.1 (over ssh)", &format!("'{}'", s(&missing))],
+    );
+    assert!(!line.contains("127.0.0.1:"), "{line}");
+    let src = t.path().join("d00");
+    file(&src.join("f"), b"f", 0o644);
+    let out = run_ok(&sshd, "cp", &["-n", s(&src), "127.0.0.1:"]);
+    assert!(out.contains("127.0.0.1:d00"), "{out}");
+}

@@ -127,6 +127,64 @@ impl TransferError {
         }
     }
 
+    /// The same error in the user's terms: `peer` (an address the user never named, such as
+    /// a one-shot server's started through ssh) shown as `shown`, and `path` arguments
+    /// (relative to that server's root) as `to`, in a server's refusal's text.
+    pub fn renamed(self, peer: &str, shown: &str, paths: &[(String, String)]) -> TransferError {
+        let name = |p: String| if p == peer { shown.to_string() } else { p };
+        match self {
+            TransferError::Identity { peer, why } => TransferError::Identity {
+                peer: name(peer),
+                why,
+            },
+            TransferError::Connect { peer, source } => TransferError::Connect {
+                peer: name(peer),
+                source,
+            },
+            TransferError::ConnectionLost { peer, why } => TransferError::ConnectionLost {
+                peer: name(peer),
+                why,
+            },
+            TransferError::Stalled {
+                peer,
+                after,
+                option,
+            } => TransferError::Stalled {
+                peer: name(peer),
+                after,
+                option,
+            },
+            TransferError::GaveUp {
+                attempts,
+                after,
+                last,
+            } => TransferError::GaveUp {
+                attempts,
+                after,
+                last: Box::new(last.renamed(peer, shown, paths)),
+            },
+            TransferError::Protocol { peer, why } => TransferError::Protocol {
+                peer: name(peer),
+                why,
+            },
+            TransferError::Remote {
+                peer: p,
+                code,
+                mut text,
+            } if p == peer => {
+                for (from, to) in paths {
+                    text = text.replace(&format!("'{from}"), &format!("'{to}"));
+                }
+                TransferError::Remote {
+                    peer: shown.to_string(),
+                    code,
+                    text,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Whether running the transfer again may succeed: the connection was lost, stalled,
     /// refused or corrupted on the way. Refusals by the server (authentication, a read-only
     /// root, a full disk) and local errors are not retried.

@@ -166,6 +166,30 @@ pub struct Launched {
 }
 
 impl Launched {
+    /// `e` in the terms the user wrote: each one-shot server named by its `[USER@]HOST` (not
+    /// the address it happened to listen on), and the paths of an absolute `HOST:/PATH` with
+    /// their leading `/` (the server exports `/`, so it names them relative to it).
+    pub fn in_user_terms(&self, mut e: TransferError) -> TransferError {
+        for server in &self.servers {
+            let paths: Vec<(String, String)> = self
+                .endpoints
+                .iter()
+                .filter_map(|ep| match ep {
+                    Endpoint::Remote { addr, path, .. }
+                        if *addr == server.addr && server.root == "/" && !path.is_empty() =>
+                    {
+                        let p = String::from_utf8_lossy(path).into_owned();
+                        Some((p.clone(), format!("/{p}")))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let shown = format!("{} (over ssh)", server.user_host);
+            e = e.renamed(&server.addr, &shown, &paths);
+        }
+        e
+    }
+
     /// What tells a transfer that an ssh process its servers live in has exited (see
     /// [`crate::sync::TransportWatch`]); nothing when no argument went over ssh.
     pub fn transport(&self) -> crate::sync::TransportWatch {
