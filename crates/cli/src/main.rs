@@ -64,6 +64,7 @@ fn say_how_to_resume_when_interrupted() {
                  run the same command again to go on (whole files are skipped, a large file \
                  resumes from its partial copy)"
             );
+            sprat_engine::ssh::launch::remove_control_dirs();
             std::process::exit(128 + signal);
         }
     });

@@ -671,3 +671,39 @@ fn errors_and_reports_over_ssh_name_the_host_and_path_the_user_wrote() {
     let out = run_ok(&sshd, "cp", &["-n", s(&src), "127.0.0.1:"]);
     assert!(out.contains("127.0.0.1:d00"), "{out}");
 }
+
+/// A copy over ssh interrupted (Ctrl-C) leaves no ssh control directory behind in TMPDIR.
+#[test]
+fn an_interrupted_copy_over_ssh_leaves_no_control_directory() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let src = t.path().join("src");
+    make_many_files(&src, 200, 20_000, 19);
+    let tmpdir = t.path().join("tmpdir");
+    std::fs::create_dir(&tmpdir).unwrap();
+    let dst = t.path().join("dst");
+    let rest = ["--bwlimit", "1MB/s", s(&src), &remote(&dst)];
+    let mut child = spawn_sprat(bin(), args(&sshd, "cp", &rest), &[("TMPDIR", s(&tmpdir))]);
+    let started = Instant::now();
+    while !dst.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no copy under way"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_dir(&tmpdir).unwrap().count(),
+        1,
+        "a control directory"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let out = child.wait_or_panic(Duration::from_secs(30));
+    assert_exit(&out, 130);
+    let left: Vec<_> = std::fs::read_dir(&tmpdir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -296,8 +296,20 @@ fn start_failed(host: &str, code: Option<i32>, last: &str, options: &SshOptions)
     }
 }
 
-/// A private directory (mode 0700) for the ssh control socket, removed on drop.
+/// A private directory (mode 0700) for the ssh control socket, removed on drop (or by
+/// [`remove_control_dirs`] when the process ends on a signal, which drops nothing).
 struct ControlDir(PathBuf);
+
+/// The control directories that exist, for [`remove_control_dirs`].
+static CONTROL_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes the ssh control directories of this process: for a process about to exit on a
+/// signal.
+pub fn remove_control_dirs() {
+    for dir in crate::sync::lock(&CONTROL_DIRS).drain(..) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
 
 impl ControlDir {
     fn new() -> Result<ControlDir, TransferError> {
@@ -323,6 +335,7 @@ impl ControlDir {
                     dir.display()
                 ))
             })?;
+        crate::sync::lock(&CONTROL_DIRS).push(dir.clone());
         Ok(ControlDir(dir))
     }
 
@@ -334,6 +347,7 @@ impl ControlDir {
 impl Drop for ControlDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        crate::sync::lock(&CONTROL_DIRS).retain(|d| *d != self.0);
     }
 }
 
