@@ -112,8 +112,20 @@ pub fn finish(
         eprintln!("sprat: {}", printable(&n.to_string()))
     })
     .context("--finish: setting the directories")?;
-    if made.failed > 0 {
-        for f in &made.failures {
+    // A planned directory the source no longer has was removed after the plan: said, not a
+    // failure that no run of the shards could ever fix.
+    let (gone, failed): (Vec<_>, Vec<_>) = made
+        .failures
+        .iter()
+        .partition(|f| f.error.ends_with(sprat_engine::scan::LISTED_NOT_FOUND));
+    for f in &gone {
+        eprintln!(
+            "sprat: note: {}: in the plan, but no longer at the source (removed since the plan)",
+            printable(&f.path)
+        );
+    }
+    if made.failed > gone.len() as u64 {
+        for f in &failed {
             eprintln!(
                 "sprat: failed: {}: {}",
                 printable(&f.path),

@@ -237,6 +237,16 @@ fn finish_names_what_the_source_gained_after_the_plan() {
     assert_ok(&run_sprat(bin(), cp_args(None, &[], &src, &dst), &[]), None);
     assert_ok(&cp_plan(&plan_dir, &["--finish"], &src, &dst), None);
     assert_trees_equal(&src, &dst);
+    // A planned directory removed from the source since: a note, not a failure no run of
+    // the shards could ever fix.
+    std::fs::remove_dir_all(src.join("d001")).unwrap();
+    let out = cp_plan(&plan_dir, &["--finish"], &src, &dst);
+    assert_ok(&out, None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("d001: in the plan, but no longer at the source"),
+        "{stderr}"
+    );
 }
 
 #[test]

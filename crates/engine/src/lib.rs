@@ -49,3 +49,4 @@ pub use sprat_store::compare::compare_trees;
 pub use sprat_store::partial::final_name_of_hidden;
 pub use sprat_store::relpath;
 pub use sprat_store::root::clear_umask;
+pub use sprat_store::scan;

@@ -229,6 +229,9 @@ pub fn list_directory_in_pieces(
     });
 }
 
+/// Why a listed path (`--files-from`, a plan's shard) failed when the source no longer has it.
+pub const LISTED_NOT_FOUND: &str = "listed (--files-from, or a plan), but not at the source now";
+
 /// Examines `rel` below `root` without following a final symlink (`lstat`).
 pub fn stat_path(root: &Root, rel: &[u8]) -> Result<ScanEntry, StoreError> {
     let entry = if rel.is_empty() {
@@ -375,7 +378,7 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
             Ok(e) if e.kind == EntryType::Dir && !seen_dirs.insert(e.path.clone()) => {}
             Ok(e) => pending.push(e),
             Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => {
-                let err = StoreError::other("stat", path, "listed in --files-from, not found");
+                let err = StoreError::other("stat", path, LISTED_NOT_FOUND);
                 pending.push(failed(path.clone(), err));
             }
             Err(e) => pending.push(failed(path.clone(), e)),
