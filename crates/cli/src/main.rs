@@ -951,7 +951,9 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         options.file_log = Some(file_log(a.json_events, src.name().unwrap_or_default()));
     }
     if let (Some(plan), true) = (&plan, a.finish) {
-        return shards::finish(plan, &src, &dst, &key, &options, a.json, a.quiet);
+        // --json-events: the finish's one JSON line, as its only event.
+        let json = a.json || a.json_events;
+        return shards::finish(plan, &src, &dst, &key, &options, json, a.quiet);
     }
     if a.dry_run {
         let names = (src_shown.as_str(), dst_shown.as_str());

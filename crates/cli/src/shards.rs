@@ -179,6 +179,7 @@ pub fn finish(
         .collect();
     if json {
         let value = serde_json::json!({
+            "event": "finish",
             "finish": true,
             "directories": dirs.len(),
             "planned": paths.len(),
