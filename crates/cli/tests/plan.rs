@@ -226,14 +226,16 @@ fn finish_names_what_the_source_gained_after_the_plan() {
     ] {
         assert!(stderr.contains(named), "{named}: {stderr}");
     }
-    let json = cp_plan(&plan_dir, &["--finish", "--json"], &src, &dst);
-    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert!(
-        value["not_in_plan"]
-            .as_array()
-            .is_some_and(|a| a.len() >= 2),
-        "{value}"
-    );
+    for flag in ["--json", "--json-events"] {
+        let json = cp_plan(&plan_dir, &["--finish", flag], &src, &dst);
+        let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert!(
+            value["not_in_plan"]
+                .as_array()
+                .is_some_and(|a| a.len() >= 2),
+            "{value}"
+        );
+    }
     assert_ok(&run_sprat(bin(), cp_args(None, &[], &src, &dst), &[]), None);
     assert_ok(&cp_plan(&plan_dir, &["--finish"], &src, &dst), None);
     assert_trees_equal(&src, &dst);
