@@ -4,23 +4,28 @@
 //! `Joined` — or the wrong one, acknowledgements of batches sent or never sent, `EndAck`,
 //! `End`, `Done`, errors, raw frames through the decoder) interleaved with what the driver
 //! does (open, send batches, end, commit, send a checked pull's index, lose the connection,
-//! let time pass). A model of the rules runs beside it:
+//! let time pass). The stream runs the handshake itself (plain TCP) or starts authenticated
+//! by its driver (TLS: the channel-bound hello goes out ahead of the first message, or was
+//! answered already). A model of the rules runs beside it:
 //!
-//! - the client goes on only with a server that proved the key it holds;
+//! - the client goes on only with a server that proved the key it holds; what goes ahead of
+//!   the first message is the client's proof, or the driver's hello, or nothing;
 //! - the stream is announced at most once, after its `Open` or `Join`, by the message of its
 //!   role (`Opened` on the control connection, `Joined` on the others);
 //! - the batches in flight are exactly those sent and not acknowledged; an acknowledgement
 //!   of any other batch, or `EndAck` with some in flight, is an error;
 //! - a refusal says whether the stream had been announced; the batches a push sent before
 //!   the announcement are kept and handed back exactly when it was refused (or lost) before
-//!   it; `Done` only after `Commit`;
+//!   it, and the stream says it holds them until then; a pull's control connection may
+//!   commit from its `Open` on, and sends no index after its `Commit`; `Done` only after
+//!   `Commit`;
 //! - waits for the server's hello and for the announcement have deadlines.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use sprat_proto::auth::{ServerHandshake, TokenKey};
-use sprat_proto::session::client::{ClientStream, Event};
+use sprat_proto::auth::{ClientHandshake, ServerHandshake, TokenKey};
+use sprat_proto::session::client::{ClientStream, Event, Sent};
 use sprat_proto::session::{Direction, Role, SessionError, HELD_LIMIT};
 use sprat_proto::{Batch, DestCheck, ErrorCode, Message, Operation, RemoteStats, Totals};
 use std::time::{Duration, Instant};
@@ -102,8 +107,23 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let client_token: Option<bool> = u.arbitrary()?;
     let key = |t: bool| TokenKey::from_token(TOKENS[t as usize]);
     let mut now = Instant::now();
-    let (mut c, hello) = ClientStream::new(direction, role, client_token.map(key), [1; 32], now);
     let mut m = Model::default();
+    // The handshake: the machine's own (plain TCP), or the driver's (a channel-bound hello,
+    // TLS), whose hello goes out with the first message or was answered already.
+    let by_driver = u.ratio(1, 4)?;
+    let (mut c, hello, ahead) = if by_driver {
+        let (_, hello) = ClientHandshake::new_bound(client_token.map(key), [1; 32]);
+        let ahead = u.arbitrary::<bool>()?.then(|| hello.clone());
+        m.proved = true;
+        (
+            ClientStream::authenticated(direction, role, ahead.clone()),
+            hello,
+            ahead,
+        )
+    } else {
+        let (c, hello) = ClientStream::new(direction, role, client_token.map(key), [1; 32], now);
+        (c, hello, None)
+    };
     let mut steps = 0;
     while !u.is_empty() && steps < 64 {
         steps += 1;
@@ -199,10 +219,21 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     } else {
                         Message::Join { session: [3; 16] }
                     };
-                    let r = c.open(first, now);
+                    let r = c.open(first.clone(), now);
                     if right && m.proved && !m.opened && !m.closed {
-                        let [proof, _] = r.expect("open after the server's proof");
-                        assert!(matches!(proof, Message::ClientAuth { .. }));
+                        let sent = r.expect("open after the server's proof");
+                        // The proof (the machine's own handshake) or what the driver put
+                        // ahead, then the first message.
+                        let (last, before) = sent.split_last().expect("something to send");
+                        assert_eq!(last, &first, "the first message sent is another");
+                        match &ahead {
+                            Some(hello) => assert_eq!(before, [hello.clone()]),
+                            None if by_driver => assert!(before.is_empty()),
+                            None => assert!(
+                                matches!(before, [Message::ClientAuth { .. }]),
+                                "the proof does not go ahead of the first message: {before:?}"
+                            ),
+                        }
                         m.opened = true;
                         assert!(c.deadline().is_some(), "no deadline for the announcement");
                     } else {
@@ -247,17 +278,25 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         let announcing = m.opened && !m.announced && !m.closed;
                         let mut b = Batch::new(seq, 0);
                         b.data = vec![0; usize::from(size) * 64];
-                        let back = c.sent(b);
-                        if m.refused_unannounced {
-                            assert_eq!(
-                                back.map(|b| b.seq),
-                                Some(seq),
-                                "a stream refused before its announcement kept a batch"
-                            );
-                        } else {
-                            assert!(back.is_none());
-                            if announcing {
+                        match c.sent(b) {
+                            Sent::Refused(b) => {
+                                assert!(m.refused_unannounced, "a batch handed back: {m:?}");
+                                assert_eq!(b.seq, seq, "another batch handed back");
+                            }
+                            Sent::Held => {
+                                assert!(
+                                    announcing && !m.refused_unannounced,
+                                    "a batch held with {m:?}"
+                                );
                                 m.held.push((seq, u64::from(size) * 64));
+                            }
+                            Sent::Done(b) => {
+                                assert!(
+                                    !announcing && !m.refused_unannounced,
+                                    "a stream refused before its announcement kept a batch, \
+                                     or one announcing did not: {m:?}"
+                                );
+                                assert_eq!(b.seq, seq, "another batch given back");
                             }
                         }
                     }
@@ -286,7 +325,8 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         && !m.committed
                         && match direction {
                             Direction::Push => m.sent_end && m.opened && !m.closed && !m.done,
-                            Direction::Pull => m.ended && !m.closed && !m.done,
+                            // Right behind its `Open` (and index), or any time up to `Done`.
+                            Direction::Pull => m.opened && !m.closed && !m.done,
                         };
                     let r = c.commit(Totals::default());
                     if may {
@@ -300,6 +340,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     let may = direction == Direction::Pull
                         && role == Role::Control
                         && !m.index_ended
+                        && !m.committed
                         && m.opened
                         && !m.announced
                         && !m.closed;
@@ -331,7 +372,11 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     let left = c.lost();
                     assert_eq!(left, m.in_flight, "what a lost connection leaves");
                     m.in_flight.clear();
-                    if m.announced {
+                    // A connection already closed (refused, broken, timed out) counts as
+                    // given up before its announcement, even one announced before: the
+                    // machine no longer tells them apart (it then holds nothing, but
+                    // `holds_unannounced` stays true).
+                    if m.announced && !m.closed {
                         m.held.clear();
                     } else {
                         m.refused_unannounced = true;
@@ -364,6 +409,11 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             c.announced(),
             m.announced && !m.closed,
             "announced() with {m:?}"
+        );
+        assert_eq!(
+            c.holds_unannounced(),
+            !m.held.is_empty() || m.refused_unannounced,
+            "holds_unannounced() with {m:?}"
         );
         let announcing = m.opened && !m.announced && !m.closed;
         assert_eq!(

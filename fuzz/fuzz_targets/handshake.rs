@@ -1,14 +1,19 @@
-//! Both sides of the handshake (`sprat_proto::auth`) fed what a peer may send: honest
-//! messages, honest ones altered, and arbitrary ones. The invariants are the handshake's
-//! promises: the server answers only a hello of this version whose hint names one of its
-//! keys, and accepts a proof only if it is the one an honest client holding that key makes;
-//! the client sends its proof only to a server that proved the key it holds (or to an open
-//! server when it holds none); honest peers always succeed.
+//! Both sides of the handshake (`sprat_proto::auth`), in both its forms (plain TCP, and the
+//! channel-bound one of TLS, whose hello carries the client's proof), fed what a peer may
+//! send: honest messages, honest ones altered, and arbitrary ones. The invariants are the
+//! handshake's promises: the server answers only a hello of this version whose hint names one
+//! of its keys, and accepts a proof only if it is the one an honest client holding that key
+//! makes; the client sends its proof only to a server that proved the key it holds (or to an
+//! open server when it holds none), and a bound client judges the server's answer as a plain
+//! one does; an open server lets in a bound client only without a token; honest peers always
+//! succeed.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use sprat_proto::auth::{AuthError, ClientHandshake, Credential, ServerHandshake, TokenKey};
+use sprat_proto::auth::{
+    AuthError, BoundHello, ClientHandshake, Credential, ServerHandshake, TokenKey,
+};
 use sprat_proto::{ErrorCode, Message, PROTOCOL_VERSION};
 
 const TOKENS: [&[u8]; 4] = [b"token", b"ticket-1", b"ticket-2", b"other"];
@@ -24,6 +29,24 @@ enum ClientSays {
     Honest(Option<u8>),
     /// That hello with another version.
     OtherVersion(Option<u8>, u16),
+    Arbitrary,
+}
+
+/// What a server on a channel the keys are bound to (TLS) is sent: a hello that carries the
+/// client's proof.
+#[derive(Arbitrary, Debug)]
+enum BoundSays {
+    /// The hello an honest client holding this token (or none) sends.
+    Honest(Option<u8>),
+    /// That hello with another version.
+    OtherVersion(Option<u8>, u16),
+    /// That hello with one bit of its proof flipped.
+    Flipped(Option<u8>, u8),
+    /// The hint of one token with the proof of another.
+    OtherProof {
+        hint: u8,
+        proof: u8,
+    },
     Arbitrary,
 }
 
@@ -58,6 +81,7 @@ fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
     let _ = server_side(&mut u);
     let _ = client_side(&mut u);
+    let _ = bound_server_side(&mut u);
 });
 
 /// The index of the key an honest client's hello names, among the server's keys.
@@ -100,13 +124,17 @@ fn server_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         }
         ClientSays::OtherVersion(t, v) => {
             let (_, h) = ClientHandshake::new(t.map(key), client_nonce);
-            let Message::ClientHello { nonce, hint, .. } = h else {
+            let Message::ClientHello {
+                nonce, hint, mac, ..
+            } = h
+            else {
                 unreachable!()
             };
             let h = Message::ClientHello {
                 version: v,
                 nonce,
                 hint,
+                mac,
             };
             (None, h, t)
         }
@@ -117,13 +145,14 @@ fn server_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         version,
         nonce,
         hint,
+        ..
     } = hello
     else {
         assert_eq!(result.err(), Some(AuthError::Unexpected));
         return Ok(());
     };
     if version != PROTOCOL_VERSION {
-        assert_eq!(result.err(), Some(AuthError::Version(version)));
+        assert_eq!(result.err(), Some(AuthError::ClientVersion(version)));
         return Ok(());
     }
     let named = named_key(server_token, &tickets, nonce, hint);
@@ -278,6 +307,13 @@ fn client_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         ServerSays::Arbitrary => sprat_fuzz::arb_message(u)?,
     };
     let outcome = client.on_message(answer.clone());
+    // A client whose hello carried its proof (TLS) checks the answer the same way.
+    let (bound, _) = ClientHandshake::new_bound(client_token.map(key), client_nonce);
+    assert_eq!(
+        bound.on_message(answer.clone()).as_ref().err(),
+        outcome.as_ref().err(),
+        "a bound client and a plain one judge an answer differently"
+    );
     let Message::ServerHello {
         version,
         auth_required,
@@ -302,7 +338,7 @@ fn client_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
         return Ok(());
     };
     if version != PROTOCOL_VERSION {
-        assert_eq!(outcome, Err(AuthError::Version(version)));
+        assert_eq!(outcome, Err(AuthError::ServerVersion(version)));
         return Ok(());
     }
     match (client_token, auth_required) {
@@ -326,6 +362,164 @@ fn client_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The hello of an honest client holding token `t` (or none) on a channel its key is bound
+/// to: it carries the client's proof.
+fn bound_hello(t: Option<u8>, nonce: [u8; 32]) -> Message {
+    ClientHandshake::new_bound(t.map(key), nonce).1
+}
+
+/// The proof a hello carries (zeros for anything else).
+fn mac_of(hello: &Message) -> [u8; 32] {
+    match hello {
+        Message::ClientHello { mac, .. } => *mac,
+        _ => [0; 32],
+    }
+}
+
+/// The server's side of a channel-bound handshake (`ServerHandshake::on_bound_hello`): it
+/// lets in a hello of this version whose hint names one of its keys only if the hello carries
+/// the very proof an honest client holding that key makes, with the credential the hint
+/// named, and answers with a proof of that key; an open server lets in a client without a
+/// token and tells one with a token that it has none. Honest peers always succeed.
+fn bound_server_side(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
+    let server_token: Option<u8> = u.arbitrary()?;
+    let tickets: Vec<u8> = (0..u.int_in_range(0..=2)?)
+        .map(|_| u.arbitrary())
+        .collect::<Result<_, _>>()?;
+    let server_nonce: [u8; 32] = u.arbitrary()?;
+    let client_nonce: [u8; 32] = u.arbitrary()?;
+    let server = ServerHandshake::new(
+        server_token.map(key),
+        tickets.iter().map(|&t| key(t)).collect(),
+        server_nonce,
+    );
+    // The hello, and the token of the honest client that sent it as it is (if one did).
+    let (hello, honest) = match BoundSays::arbitrary(u)? {
+        BoundSays::Honest(t) => (bound_hello(t, client_nonce), Some(t)),
+        BoundSays::OtherVersion(t, v) => {
+            let mut hello = bound_hello(t, client_nonce);
+            if let Message::ClientHello { version, .. } = &mut hello {
+                *version = v;
+            }
+            (hello, None)
+        }
+        BoundSays::Flipped(t, bit) => {
+            let mut hello = bound_hello(t, client_nonce);
+            if let Message::ClientHello { mac, .. } = &mut hello {
+                mac[(bit / 8) as usize % 32] ^= 1 << (bit % 8);
+            }
+            (hello, None)
+        }
+        BoundSays::OtherProof { hint, proof } => {
+            let mut hello = bound_hello(Some(hint), client_nonce);
+            if let Message::ClientHello { mac, .. } = &mut hello {
+                *mac = mac_of(&bound_hello(Some(proof), client_nonce));
+            }
+            (hello, None)
+        }
+        BoundSays::Arbitrary => (sprat_fuzz::arb_message(u)?, None),
+    };
+    let result = server.on_bound_hello(hello.clone());
+    let Message::ClientHello {
+        version,
+        nonce,
+        hint,
+        mac,
+    } = hello
+    else {
+        assert_eq!(result.err(), Some(AuthError::Unexpected));
+        return Ok(());
+    };
+    if version != PROTOCOL_VERSION {
+        assert_eq!(result.err(), Some(AuthError::ClientVersion(version)));
+        return Ok(());
+    }
+    if server_token.is_none() {
+        // An open server: a client without a token (a zero hint) is let in; one with a token
+        // is told that the server has none, and the honest one stops there.
+        let open_reply = Message::ServerHello {
+            version: PROTOCOL_VERSION,
+            auth_required: false,
+            nonce: server_nonce,
+            mac: [0; 32],
+        };
+        match result {
+            Ok(BoundHello::Authenticated { credential, reply }) => {
+                assert_eq!(hint, [0; 32], "an open server let in a client with a token");
+                assert_eq!((credential, reply), (Credential::Open, open_reply));
+            }
+            Ok(BoundHello::Unprovable { reply }) => {
+                assert_ne!(
+                    hint, [0; 32],
+                    "an open server turned away a client without one"
+                );
+                assert_eq!(reply, open_reply);
+                if let Some(t) = honest {
+                    let (client, _) = ClientHandshake::new_bound(t.map(key), client_nonce);
+                    assert_eq!(client.on_message(reply), Err(AuthError::ServerWithoutToken));
+                }
+            }
+            Err(e) => panic!("an open server refused a hello of its version: {e}"),
+        }
+        return Ok(());
+    }
+    let let_in = matches!(result, Ok(BoundHello::Authenticated { .. }));
+    match (named_key(server_token, &tickets, nonce, hint), result) {
+        (Some((t, named)), Ok(BoundHello::Authenticated { credential, reply })) => {
+            assert_eq!(
+                mac,
+                mac_of(&bound_hello(Some(t), nonce)),
+                "a proof other than the honest one accepted"
+            );
+            assert_eq!(credential, named, "another credential than the hint named");
+            assert!(
+                matches!(
+                    reply,
+                    Message::ServerHello {
+                        version: PROTOCOL_VERSION,
+                        auth_required: true,
+                        nonce: n,
+                        ..
+                    } if n == server_nonce
+                ),
+                "the answer to a bound hello: {reply:?}"
+            );
+            // The answer proves the key to an honest client holding it.
+            let (client, _) = ClientHandshake::new_bound(Some(key(t)), nonce);
+            assert_eq!(
+                client.on_message(reply),
+                Ok(()),
+                "the server's proof refused"
+            );
+        }
+        (Some((t, _)), Err(e)) => {
+            assert_ne!(
+                mac,
+                mac_of(&bound_hello(Some(t), nonce)),
+                "the honest proof refused"
+            );
+            assert_eq!(e, AuthError::WrongToken);
+        }
+        (None, Err(e)) => assert_eq!(e, AuthError::WrongToken, "a hint naming no key"),
+        (_, Ok(answer)) => panic!("a server with a token answered {answer:?}"),
+    }
+    // An honest client is let in exactly when it holds one of the server's keys.
+    if let Some(t) = honest {
+        let name = |k: u8| TOKENS[k as usize % TOKENS.len()];
+        let holds = t.is_some_and(|t| {
+            server_token
+                .iter()
+                .chain(&tickets)
+                .any(|&k| name(k) == name(t))
+        });
+        assert_eq!(
+            let_in, holds,
+            "an honest client refused, or one without the key let in"
+        );
     }
     Ok(())
 }

@@ -1,9 +1,10 @@
 //! Namespace requests (what a client asks a server) and their replies (what a server answers
-//! a client: `Entries`, `Sums`, `Usage`, `Ticket`, `ReplyEnd`, `Location`), decoded and checked to
-//! round-trip byte for byte; every path a request or a listing names must be a valid
-//! relative path (never absolute, never `..`), so that no request can name anything outside
-//! the server's root; a selection's patterns are non-empty without NUL and its listed paths
-//! valid (checked by `check_control`).
+//! a client: `Entries`, `Sums`, `Usage`, `Ticket`, `ReplyEnd`, `Location`), decoded and
+//! checked to round-trip byte for byte; every path a request or a listing names must be a
+//! valid relative path (never absolute, never `..`), so that no request can name anything
+//! outside the server's root; a selection's patterns are non-empty without NUL and its listed
+//! paths valid (checked by `check_control`); a location names at most `MAX_LOCATION_DEPTH`
+//! directories.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -301,12 +301,20 @@ fn arb_batch(u: &mut Unstructured<'_>, seq: u64) -> arbitrary::Result<Vec<u8>> {
                     u.arbitrary()?
                 };
                 // Sometimes one of a push's first files, which the server checks itself.
-                let unless = *u.choose(&[None, Some(KeepRule::SameSizeAndTime), Some(KeepRule::Present)])?;
+                let unless = *u.choose(&[
+                    None,
+                    Some(KeepRule::SameSizeAndTime),
+                    Some(KeepRule::Present),
+                ])?;
                 b.data.extend_from_slice(&data);
                 b.push_file_unless(&path, &meta, data.len() as u64, hash, unless);
             }
             1 => b.push_dir(&path, &meta),
-            2 => b.push_symlink(&path, &meta, u.choose(&[&b"a"[..], b"../outside", b"/etc"])?),
+            2 => b.push_symlink(
+                &path,
+                &meta,
+                u.choose(&[&b"a"[..], b"../outside", b"/etc"])?,
+            ),
             3 => {
                 let data: Vec<u8> = u.arbitrary()?;
                 if data.is_empty() {

@@ -1,10 +1,13 @@
 //! The server's side of one connection (`sprat_proto::session::server::ServerStream`) fed an
 //! arbitrary sequence of what can happen to it: messages from the client (honest handshake
-//! messages, arbitrary ones, raw frames through the decoder), batch frames, time passing, and
-//! the driver's own decisions (accept, refuse, acknowledge, end, commit). A small model of
-//! the session's rules runs beside it and every step is checked against it:
+//! messages, plain or channel-bound, arbitrary ones, raw frames through the decoder), batch
+//! frames, time passing, and the driver's own decisions (accept, refuse, acknowledge, end,
+//! commit). A small model of the session's rules runs beside it and every step is checked
+//! against it:
 //!
-//! - nothing of the session is accepted before the client proved a key the server holds;
+//! - nothing of the session is accepted before the client proved a key the server holds (in
+//!   `ClientAuth`, or in a bound hello); a bound hello with a token to a server without one
+//!   is answered so, and what follows dropped;
 //! - a push connection acknowledges at most the batches that arrived, each once; `EndAck`
 //!   only after `End` and every acknowledgement; `Done` only after `Commit`, which only the
 //!   control connection sends, after its `End`;
@@ -61,6 +64,9 @@ enum Role {
 /// What the rules say the connection is at.
 #[derive(Default, Debug)]
 struct Model {
+    /// The connection's keys are bound to its channel (TLS): the client's hello carries its
+    /// proof, and no `ClientAuth` follows.
+    bound: bool,
     authenticated: bool,
     /// The first message (`Open`, `Join`, a request) arrived.
     first: bool,
@@ -100,12 +106,26 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
     let client_token: Option<u8> = u.arbitrary()?;
     let key = |t: u8| TokenKey::from_token(TOKENS[t as usize % TOKENS.len()]);
     let tickets: Vec<TokenKey> = if ticket { vec![key(1)] } else { Vec::new() };
+    let bound: bool = u.arbitrary()?;
     let mut now = Instant::now();
     let mut s = ServerStream::new(server_token.map(key), tickets, [3; 32], now);
-    let (client, hello) = ClientHandshake::new(client_token.map(key), [4; 32]);
-    let mut client = Some(client);
+    // A plain connection's honest client proves the key after the server's answer; a bound
+    // one's hello carries its proof, and nothing of the handshake follows it.
+    let (mut client, hello) = if bound {
+        s = s.bound();
+        (
+            None,
+            ClientHandshake::new_bound(client_token.map(key), [4; 32]).1,
+        )
+    } else {
+        let (client, hello) = ClientHandshake::new(client_token.map(key), [4; 32]);
+        (Some(client), hello)
+    };
     let mut honest_next = Some(hello);
-    let mut m = Model::default();
+    let mut m = Model {
+        bound,
+        ..Model::default()
+    };
     let mut steps = 0;
     while !u.is_empty() && steps < 64 {
         steps += 1;
@@ -324,6 +344,7 @@ fn first_message(which: u8) -> Message {
             discard: false,
             owners: false,
             numeric_ids: false,
+            source: Default::default(),
         },
         1 => Operation::Pull {
             check: DestCheck::None,
@@ -349,6 +370,29 @@ fn first_message(which: u8) -> Message {
     }
 }
 
+/// Checks a proved credential: only the honest client can make a valid proof, of the keys it
+/// may have proved.
+fn check_credential(
+    credential: &Credential,
+    server_token: Option<u8>,
+    client_token: Option<u8>,
+    ticket: bool,
+) {
+    match (server_token, credential) {
+        (None, Credential::Open) => {}
+        (Some(st), Credential::Token(0)) => assert_eq!(
+            client_token.map(|t| t as usize % TOKENS.len()),
+            Some(st as usize % TOKENS.len()),
+            "authenticated with another token"
+        ),
+        (Some(_), Credential::Ticket(0)) => {
+            assert!(ticket);
+            assert_eq!(client_token.map(|t| t as usize % TOKENS.len()), Some(1));
+        }
+        other => panic!("unexpected credential {other:?}"),
+    }
+}
+
 /// Checks an event against the model and moves the model on.
 fn on_event(
     m: &mut Model,
@@ -360,28 +404,45 @@ fn on_event(
 ) {
     match event {
         Event::Reply(reply) => {
+            assert!(!m.bound, "a bound hello answered without its proof");
             assert!(!m.authenticated, "a second hello answered");
             assert!(matches!(msg, Message::ClientHello { .. }));
             assert!(matches!(reply, Message::ServerHello { .. }));
         }
         Event::Authenticated(credential) => {
+            assert!(!m.bound, "a proof after a bound hello");
             assert!(!m.authenticated, "authenticated twice");
             assert!(matches!(msg, Message::ClientAuth { .. }));
-            // Only the honest client can make a valid proof; the keys it may have proved.
-            match (server_token, credential) {
-                (None, Credential::Open) => {}
-                (Some(st), Credential::Token(0)) => assert_eq!(
-                    client_token.map(|t| t as usize % TOKENS.len()),
-                    Some(st as usize % TOKENS.len()),
-                    "authenticated with another token"
-                ),
-                (Some(_), Credential::Ticket(0)) => {
-                    assert!(ticket);
-                    assert_eq!(client_token.map(|t| t as usize % TOKENS.len()), Some(1));
-                }
-                other => panic!("unexpected credential {other:?}"),
-            }
+            check_credential(credential, server_token, client_token, ticket);
             m.authenticated = true;
+        }
+        Event::Greeted { reply, credential } => {
+            assert!(m.bound, "a plain hello taken as a proof");
+            assert!(!m.authenticated, "authenticated twice");
+            assert!(matches!(msg, Message::ClientHello { .. }));
+            assert!(matches!(reply, Message::ServerHello { .. }));
+            check_credential(credential, server_token, client_token, ticket);
+            m.authenticated = true;
+        }
+        Event::Unprovable(reply) => {
+            // A client with a token (a hint) at a server without one: told so, then ignored.
+            assert!(m.bound && !m.authenticated, "Unprovable with {m:?}");
+            assert_eq!(server_token, None, "a server with a token cannot answer so");
+            assert!(
+                matches!(msg, Message::ClientHello { hint, .. } if *hint != [0; 32]),
+                "Unprovable for {msg:?}"
+            );
+            assert!(
+                matches!(
+                    reply,
+                    Message::ServerHello {
+                        auth_required: false,
+                        ..
+                    }
+                ),
+                "Unprovable answered with {reply:?}"
+            );
+            m.refused = true;
         }
         Event::Open { .. } | Event::Join { .. } => {
             assert!(m.authenticated && !m.first, "Open or Join with {m:?}");

@@ -13,7 +13,7 @@ use sprat_proto::namespace::{
 };
 use sprat_proto::{
     Batch, BatchView, ChunkOf, DestCheck, EntryKind, ErrorCode, FrameHeader, Message, NotKept,
-    Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
+    Operation, RemoteStats, Selection, SourceId, Totals, FRAME_HEADER_LEN, PROTOCOL_VERSION,
 };
 
 /// One frame cut from a byte stream: its header (or why it was refused) and its payload,
@@ -525,6 +525,16 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                         discard: u.arbitrary()?,
                         owners: u.arbitrary()?,
                         numeric_ids: u.arbitrary()?,
+                        // Unknown (all zeros), or a directory on some kernel.
+                        source: if u.arbitrary()? {
+                            SourceId::default()
+                        } else {
+                            SourceId {
+                                host: u.arbitrary()?,
+                                dev: u.arbitrary()?,
+                                ino: u.arbitrary()?,
+                            }
+                        },
                     }
                 } else {
                     Operation::Pull {
@@ -563,7 +573,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 setid: u.arbitrary()?,
                 xattrs: u.arbitrary()?,
                 owners: u.arbitrary()?,
-                ..NotKept::default()
+                mtimes: u.arbitrary()?,
             },
             ..RemoteStats::default()
         }),
