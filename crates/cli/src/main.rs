@@ -986,6 +986,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
             src.clone(),
             key.clone(),
             selection,
+            options.hard_links,
         )
     });
     // A failed attempt's line starts on a line of its own, not behind the progress line.

@@ -40,15 +40,18 @@ pub fn start(
     src: Endpoint,
     key: Credentials,
     selection: Selection,
+    hard_links: bool,
 ) -> Reporter {
     let counted = progress.clone();
     // Detached: a count that is still running when the copy ends is not waited for.
-    std::thread::spawn(move || match count_source(&src, &key, &selection) {
-        Ok((files, bytes)) => counted.set_totals(files, bytes),
-        Err(e) => {
-            tracing::info!(e = %sprat_engine::text::printable(&e.to_string()), "cannot count the source: no totals")
-        }
-    });
+    std::thread::spawn(
+        move || match count_source(&src, &key, &selection, hard_links) {
+            Ok((files, bytes)) => counted.set_totals(files, bytes),
+            Err(e) => {
+                tracing::info!(e = %sprat_engine::text::printable(&e.to_string()), "cannot count the source: no totals")
+            }
+        },
+    );
     let (stop, stopped) = channel::<()>();
     let tick = match mode {
         Mode::Terminal => Duration::from_millis(250),

@@ -285,3 +285,29 @@ fn a_third_party_copy_shows_the_source_servers_progress() {
     );
     assert_trees_equal(&t.path().join("a/src"), &t.path().join("b/dst"));
 }
+
+/// With `-H`, the names of one file count once in the totals, as the copy sends the file once:
+/// the last progress object is done, locally and pushed (before, two names short of its
+/// total, with no time left).
+#[test]
+fn hard_links_count_once_in_the_progress_totals() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_source(&src);
+    std::fs::hard_link(src.join("big/f0"), src.join("small/link-a")).unwrap();
+    std::fs::hard_link(src.join("big/f0"), src.join("link-b")).unwrap();
+    let (files, bytes) = (1002u64, 1000 * 8192 + 2 * (4u64 << 20));
+    let local = t.path().join("local");
+    let out = run_sprat(
+        bin(),
+        cp_args(None, &["-H", "--json-events"], &src, &local),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_all_done(&progress_events(&out).0, files, bytes, 0);
+    assert_trees_equal(&src, &local);
+    let srv = server(&t.path().join("root"));
+    let out = cp(&srv, &["-H", "--json-events"], &src, srv.url("pushed"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_all_done(&progress_events(&out).0, files, bytes, 0);
+}

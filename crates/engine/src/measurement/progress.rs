@@ -102,11 +102,14 @@ impl Progress {
 }
 
 /// The regular files below `src` that `selection` selects, and their bytes: a parallel scan
-/// of a local source, one `du` request (counted on the server) for a remote one.
+/// of a local source, one `du` request (counted on the server) for a remote one. With
+/// `hard_links` (`-H`), the names of one file of a local source count once, as the copy sends
+/// it once (a server's count has every name).
 pub fn count_source(
     src: &Endpoint,
     key: &Credentials,
     selection: &Selection,
+    hard_links: bool,
 ) -> Result<(u64, u64), TransferError> {
     match src {
         Endpoint::Remote { addr, path, .. } => {
@@ -121,12 +124,15 @@ pub fn count_source(
             Source::Dir(root) => {
                 let (tx, rx) = crossbeam_channel::bounded(64);
                 let mut counted = (0, 0);
+                let mut linked = std::collections::HashSet::new();
                 std::thread::scope(|s| {
                     s.spawn(|| {
                         sprat_store::scan_selected(&root, ScanOptions::default(), selection, tx)
                     });
                     for e in rx.iter().flatten() {
-                        if e.kind == EntryType::File && e.error.is_none() {
+                        let another_name =
+                            hard_links && e.nlink > 1 && !linked.insert((e.dev, e.ino));
+                        if e.kind == EntryType::File && e.error.is_none() && !another_name {
                             counted.0 += 1;
                             counted.1 += e.size;
                         }
