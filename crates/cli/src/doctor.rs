@@ -106,7 +106,7 @@ fn advise(limits: &TcpLimits, rtt: Duration, rate: f64) -> PathAdvice {
         window_bytes: window,
         single_stream_bytes_per_s: (window as f64 / rtt.as_secs_f64().max(1e-6)).min(rate),
         streams_needed: tune::streams_for(bdp, window),
-        sprat_starts_with: tune::start_plan(limits, rtt, None, None).streams,
+        sprat_starts_with: tune::streams_at_start(limits, rtt),
     }
 }
 
@@ -311,8 +311,8 @@ fn render(d: &Diagnosis) -> String {
         );
         let _ = writeln!(
             o,
-            "  the BDP needs {} stream(s) of {}; sprat starts with {} and adds streams while \
-             throughput grows (at most {})",
+            "  the BDP needs {} stream(s) of {}; sprat starts with {} (it retires what the path \
+             does not need) and adds streams while throughput grows (at most {})",
             p.streams_needed,
             human_bytes(p.window_bytes),
             p.sprat_starts_with,

@@ -242,6 +242,18 @@ pub fn start_plan(
     }
 }
 
+/// Streams an automatic session runs first on a path of round trip `rtt`: the
+/// [`start_plan`]'s, or the [`WIDE_START_STREAMS`] a session starts at once when the server's
+/// hello (two round trips after dialling) takes longer than [`HELLO_GRACE`].
+pub fn streams_at_start(limits: &TcpLimits, rtt: Duration) -> usize {
+    let planned = start_plan(limits, rtt, None, None).streams;
+    if rtt * 2 > HELLO_GRACE {
+        planned.max(WIDE_START_STREAMS)
+    } else {
+        planned
+    }
+}
+
 /// How long the adapter waits and measures before each decision: long enough for new
 /// streams to leave slow start (about log2(window / 10 segments) round trips) and for their
 /// acknowledgements to come back.
@@ -438,5 +450,18 @@ mod tests {
         assert_eq!(a.observe(1e6, 1e6), Step::Add(2));
         assert_eq!(a.observe(2e6, 1.5e6), Step::Hold);
         assert_eq!(a.streams(), 6);
+    }
+
+    #[test]
+    fn a_long_path_starts_wide_as_the_session_does() {
+        let l = TcpLimits::default();
+        assert_eq!(
+            streams_at_start(&l, Duration::from_micros(50)),
+            MIN_AUTO_STREAMS
+        );
+        assert_eq!(
+            streams_at_start(&l, Duration::from_millis(50)),
+            WIDE_START_STREAMS
+        );
     }
 }
