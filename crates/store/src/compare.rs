@@ -117,11 +117,9 @@ pub fn compare_trees_also(
             && (ma.mtime(), ma.mtime_nsec()) != (mb.mtime(), mb.mtime_nsec())
         {
             diffs.push(format!(
-                "{shown}: mtime {}.{:09} != {}.{:09}",
-                ma.mtime(),
-                ma.mtime_nsec(),
-                mb.mtime(),
-                mb.mtime_nsec()
+                "{shown}: mtime {} != {}",
+                seconds(ma.mtime(), ma.mtime_nsec()),
+                seconds(mb.mtime(), mb.mtime_nsec())
             ));
         }
         if also.owners && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
@@ -283,5 +281,26 @@ fn same_content(a: &Path, b: &Path) -> bool {
         if fb.read_exact(&mut bb[..n]).is_err() || ba[..n] != bb[..n] {
             return false;
         }
+    }
+}
+
+/// A time as `stat -c %.9Y` prints it: seconds and nanoseconds since 1970 as one signed
+/// decimal (`sec`, `nsec` as the kernel keeps them: whole seconds down, nanoseconds up).
+fn seconds(sec: i64, nsec: i64) -> String {
+    if sec < 0 && nsec > 0 {
+        format!("-{}.{:09}", -(sec + 1), 1_000_000_000 - nsec)
+    } else {
+        format!("{sec}.{nsec:09}")
+    }
+}
+
+#[cfg(test)]
+mod seconds_tests {
+    #[test]
+    fn times_before_1970_print_as_stat_prints_them() {
+        assert_eq!(super::seconds(-1, 999_999_999), "-0.000000001");
+        assert_eq!(super::seconds(-5_364_662_400, 123), "-5364662399.999999877");
+        assert_eq!(super::seconds(-2, 0), "-2.000000000");
+        assert_eq!(super::seconds(15, 7), "15.000000007");
     }
 }
