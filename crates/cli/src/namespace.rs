@@ -183,7 +183,9 @@ const BUSY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Runs `request` again while the server answers that it is busy, which it does before it
 /// reads the request (so nothing was done): after 0.5, 1, 2, 4, 8 s and every 8 s then, for
 /// [`BUSY_PATIENCE`] in all, with a line on stderr each time.
+/// A failure comes back in the user's terms (see [`Launched::in_user_terms`]).
 fn when_not_busy<T>(
+    launched: &Launched,
     mut request: impl FnMut() -> Result<T, TransferError>,
 ) -> Result<T, TransferError> {
     let started = std::time::Instant::now();
@@ -203,7 +205,7 @@ fn when_not_busy<T>(
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(std::time::Duration::from_secs(8));
             }
-            done => return done,
+            done => return done.map_err(|e| launched.in_user_terms(e)),
         }
     }
 }
@@ -247,10 +249,10 @@ fn long_line(e: &NsEntry, name: &str, numeric: bool, human: bool) -> String {
 }
 
 pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
     let mut entries = Vec::new();
-    when_not_busy(|| {
+    when_not_busy(&launched, || {
         entries.clear();
         remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))
     })?;
@@ -317,9 +319,9 @@ fn hide_partial_files(entries: &mut Vec<NsEntry>) {
 }
 
 pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    let mut e = when_not_busy(|| remote::stat(&addr, key, &path))?;
+    let mut e = when_not_busy(&launched, || remote::stat(&addr, key, &path))?;
     e.path = path.clone();
     let out = if a.json {
         serde_json::to_string(&entry_json(&e))? + "\n"
@@ -351,9 +353,9 @@ pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
 }
 
 pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
-    let u = when_not_busy(|| remote::du(&addr, key, &path))?;
+    let u = when_not_busy(&launched, || remote::du(&addr, key, &path))?;
     let out = if a.json {
         serde_json::to_string(&json!({
             "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
@@ -384,24 +386,24 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
 }
 
 pub fn mkdir(a: &MkdirArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
     let request = Request::Mkdir {
         path,
         parents: a.parents,
     };
-    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
+    when_not_busy(&launched, || remote::simple(&addr, key, request.clone()))?;
     Ok(0)
 }
 
 pub fn rm(a: &RmArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
     let request = Request::Remove {
         path,
         recursive: a.recursive,
     };
-    match when_not_busy(|| remote::simple(&addr, key, request.clone())) {
+    match when_not_busy(&launched, || remote::simple(&addr, key, request.clone())) {
         // `-f`: what is not there is no error, as with rm.
         Err(TransferError::Remote {
             code: sprat_engine::ErrorCode::NotFound,
@@ -423,12 +425,12 @@ pub fn mv(a: &MvArgs, given: &Credentials) -> anyhow::Result<i32> {
         )));
     }
     let request = Request::Rename { from, to };
-    when_not_busy(|| remote::simple(&addr, key, request.clone()))?;
+    when_not_busy(&launched, || remote::simple(&addr, key, request.clone()))?;
     Ok(0)
 }
 
 pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
-    let (_launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
+    let (launched, addr, path, key) = remote(&a.url, given, &a.ssh)?;
     let key = &key;
     let algo = match a.algo.as_str() {
         "xxh3" => SumAlgo::Xxh3,
@@ -439,7 +441,7 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         ))),
     };
     let mut sums = Vec::new();
-    when_not_busy(|| {
+    when_not_busy(&launched, || {
         sums.clear();
         remote::sum(&addr, key, &path, a.recursive, algo, |p, d| {
             sums.push((p, d))

@@ -707,3 +707,20 @@ fn an_interrupted_copy_over_ssh_leaves_no_control_directory() {
     let left: Vec<_> = std::fs::read_dir(&tmpdir).unwrap().flatten().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Namespace commands over ssh name the host and path as the user wrote them in errors too.
+#[test]
+fn namespace_errors_over_ssh_name_the_host_and_path_the_user_wrote() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let missing = t.path().join("not-there");
+    for cmd in ["stat", "ls", "du"] {
+        let out = run(&sshd, cmd, &[&remote(&missing)]);
+        assert!(!out.status.success());
+        let line = assert_error_names(
+            &out,
+            &["127.0.0.1 (over ssh)", &format!("'{}", s(&missing))],
+        );
+        assert!(!line.contains("127.0.0.1:"), "{cmd}: {line}");
+    }
+}
