@@ -485,6 +485,33 @@ fn delete_sees_the_source_inside_a_servers_export_and_across_nested_exports() {
     assert_eq!(fs::read(exp.join("proj/elsewhere/o")).unwrap(), b"o");
 }
 
+/// `-n` compares symlinks by their targets: one the destination has with the same target is
+/// left out, one with another target is shown as `link PATH` (before, any symlink there was
+/// left out), locally and on a server.
+#[test]
+fn a_dry_run_shows_a_symlink_whose_target_changed() {
+    let t = tmp();
+    let src = t.path().join("src");
+    put(&src.join("f"), b"f");
+    std::os::unix::fs::symlink("f", src.join("same")).unwrap();
+    std::os::unix::fs::symlink("new-target", src.join("moved")).unwrap();
+    let srv = server(&t.path().join("root"));
+    for (dst, remote) in [
+        (t.path().join("dst").display().to_string(), None),
+        (srv.url("dst"), Some(t.path().join("root/dst"))),
+    ] {
+        let at = remote.unwrap_or_else(|| t.path().join("dst"));
+        put(&at.join("f"), b"f");
+        std::os::unix::fs::symlink("f", at.join("same")).unwrap();
+        std::os::unix::fs::symlink("old-target", at.join("moved")).unwrap();
+        let out = cp(&srv, &["-n"], &src, &dst);
+        assert_ok(&out, Some(&srv));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("link moved\n"), "{dst}: {said}");
+        assert!(!said.contains("link same"), "{dst}: {said}");
+    }
+}
+
 /// Writes `content` at `path`, making its parents.
 fn put(path: &std::path::Path, content: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -15,6 +15,7 @@ use serde::Serialize;
 use sprat_proto::namespace::NsKind;
 use sprat_store::{Attrs, EntryType, ScanEntry};
 use std::collections::HashMap;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 /// What one file of the source would get.
@@ -29,8 +30,8 @@ pub enum Action {
     Delete,
     /// A directory the destination lacks would be made (or would replace what is there).
     Mkdir,
-    /// A symlink the destination lacks would be made (or would replace what is there). A
-    /// symlink there already is not compared (the listings carry no targets to compare).
+    /// A symlink the destination lacks, or has with another target, would be made (or would
+    /// replace what is there).
     Link,
 }
 
@@ -83,6 +84,7 @@ pub fn dry_run(
     // `--checksum`: files of the same size as at the destination, decided once the source's
     // digests are known.
     let mut compare = Vec::new();
+    let mut links_there: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut each = |e: ScanEntry| match e.kind {
         EntryType::File => match index.verdict(&e, options.skip) {
             Verdict::Compare => compare.push(e),
@@ -95,6 +97,9 @@ pub fn dry_run(
             out.files
                 .push((sprat_store::display_path(&e.path), Action::Link));
         }
+        // A symlink (or special file) there already: its target is compared once the
+        // destination's targets are read, below.
+        EntryType::Symlink => links_there.push((e.path, e.link_target.unwrap_or_default())),
         _ => {}
     };
     match src {
@@ -150,7 +155,7 @@ pub fn dry_run(
                     dev: 0,
                     nlink: 1,
                     version: 0,
-                    link_target: None,
+                    link_target: (n.kind == NsKind::Symlink).then_some(n.target),
                     error: None,
                 })
             })?;
@@ -163,6 +168,11 @@ pub fn dry_run(
             }
         }
     }
+    for path in links_that_differ(dst, key, links_there)? {
+        out.links += 1;
+        out.files
+            .push((sprat_store::display_path(&path), Action::Link));
+    }
     if options.delete {
         for rel in super::delete::extras(src, dst, key, options)? {
             out.delete += 1;
@@ -172,6 +182,45 @@ pub fn dry_run(
     }
     out.files.sort();
     Ok(out)
+}
+
+/// Of the source's symlinks `links` (path, target) that have something at the destination,
+/// those the copy would make again: the destination has another target there, or no symlink
+/// (a special file). The destination's targets are read from its own links (a local one) or
+/// from one more listing (a server's), only when there are such symlinks.
+fn links_that_differ(
+    dst: &Endpoint,
+    key: &Credentials,
+    links: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Vec<Vec<u8>>, TransferError> {
+    if links.is_empty() {
+        return Ok(Vec::new());
+    }
+    let there: HashMap<Vec<u8>, Vec<u8>> = match dst {
+        Endpoint::Local(d) => links
+            .iter()
+            .filter_map(|(p, _)| {
+                let target = std::fs::read_link(d.join(std::ffi::OsStr::from_bytes(p))).ok()?;
+                Some((p.clone(), target.into_os_string().into_vec()))
+            })
+            .collect(),
+        Endpoint::Remote { addr, path, .. } => {
+            let wanted: std::collections::HashSet<&[u8]> =
+                links.iter().map(|(p, _)| p.as_slice()).collect();
+            let mut there = HashMap::new();
+            remote::list(addr, key, path, true, |e| {
+                if e.kind == NsKind::Symlink && wanted.contains(e.path.as_slice()) {
+                    there.insert(e.path, e.target);
+                }
+            })?;
+            there
+        }
+    };
+    Ok(links
+        .into_iter()
+        .filter(|(p, target)| there.get(p) != Some(target))
+        .map(|(p, _)| p)
+        .collect())
 }
 
 impl DryRun {
