@@ -149,6 +149,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     if control {
                         Message::Opened {
                             root_is_dir: *root_is_dir,
+                            source: Default::default(),
                         }
                     } else {
                         Message::Joined
@@ -465,16 +466,29 @@ fn check_message(
             m.proved = true;
             assert_eq!(c.deadline(), None);
         }
-        Ok(Event::Announced { root_is_dir }) => {
+        Ok(Event::Announced {
+            root_is_dir,
+            source,
+        }) => {
             assert!(
                 m.opened && !m.announced && !m.closed,
                 "announced with {m:?}"
             );
             match (role, msg) {
-                (Role::Control, Message::Opened { root_is_dir: r }) => {
-                    assert_eq!(root_is_dir, Some(*r))
+                (
+                    Role::Control,
+                    Message::Opened {
+                        root_is_dir: r,
+                        source: s,
+                    },
+                ) => {
+                    assert_eq!(root_is_dir, Some(*r));
+                    assert_eq!(source, *s);
                 }
-                (Role::Joining, Message::Joined) => assert_eq!(root_is_dir, None),
+                (Role::Joining, Message::Joined) => {
+                    assert_eq!(root_is_dir, None);
+                    assert_eq!(source, Default::default());
+                }
                 _ => panic!("{name} announced a {role:?} stream"),
             }
             m.announced = true;

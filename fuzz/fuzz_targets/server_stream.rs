@@ -197,13 +197,20 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             }
             Op::AcceptOpen { push, root_is_dir } => {
                 let d = direction(push);
-                let r = s.accept_open(d, root_is_dir);
+                let source = sprat_proto::SourceId::default();
+                let r = s.accept_open(d, root_is_dir, source);
                 let may = m.live()
                     && m.role == Some(Role::Control)
                     && m.accepted.is_none()
                     && (m.index.is_none() || m.index_ended);
                 if may {
-                    assert_eq!(r, Ok(Message::Opened { root_is_dir }));
+                    assert_eq!(
+                        r,
+                        Ok(Message::Opened {
+                            root_is_dir,
+                            source
+                        })
+                    );
                     m.accepted = Some(d);
                 } else {
                     assert!(r.is_err(), "Opened allowed with {m:?}");

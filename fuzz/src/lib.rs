@@ -552,6 +552,11 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
         }
         5 => Message::Opened {
             root_is_dir: u.arbitrary()?,
+            source: sprat_proto::SourceId {
+                host: u.arbitrary()?,
+                dev: u.arbitrary()?,
+                ino: u.arbitrary()?,
+            },
         },
         6 => Message::Join { session },
         7 => Message::Joined,

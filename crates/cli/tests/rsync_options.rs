@@ -471,7 +471,18 @@ fn delete_sees_the_source_inside_a_servers_export_and_across_nested_exports() {
         assert_exit(&out, 2);
         assert_error_names(&out, &["is the pushed source or inside it"]);
     }
+    // A pull into a local path inside the pulled directory: refused by the client, which the
+    // server's `Opened` tells where the source is.
+    let out = cp(
+        &outer,
+        &[],
+        outer.url("proj"),
+        exp.join("proj/inner/pulled"),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["is the pulled source or inside it"]);
     assert_eq!(files_of(&exp), before);
+    assert!(!exp.join("proj/inner/pulled").exists());
     put(&exp.join("proj/elsewhere/extra"), b"x");
     put(&exp.join("proj/elsewhere/o"), b"older");
     let out = cp(

@@ -279,6 +279,9 @@ pub enum Message {
     },
     Opened {
         root_is_dir: bool,
+        /// A pull's source directory on the server's kernel (see [`SourceId`]; zeros for a
+        /// push), for the client to refuse a destination inside it.
+        source: SourceId,
     },
     Join {
         session: [u8; 16],
@@ -436,8 +439,14 @@ impl Message {
                 selection.encode(&mut out);
                 kind::OPEN
             }
-            Message::Opened { root_is_dir } => {
+            Message::Opened {
+                root_is_dir,
+                source,
+            } => {
                 out.push(*root_is_dir as u8);
+                out.extend_from_slice(&source.host);
+                out.extend_from_slice(&source.dev.to_le_bytes());
+                out.extend_from_slice(&source.ino.to_le_bytes());
                 kind::OPENED
             }
             Message::Join { session } => {
@@ -649,6 +658,11 @@ impl Message {
             }
             kind::OPENED => Message::Opened {
                 root_is_dir: bool_byte(r.u8("root kind")?)?,
+                source: SourceId {
+                    host: r.array("source host")?,
+                    dev: r.u64("source device")?,
+                    ino: r.u64("source inode")?,
+                },
             },
             kind::JOIN => Message::Join {
                 session: r.array("session id")?,
@@ -860,7 +874,10 @@ mod tests {
             path: Vec::new(),
             selection: Default::default(),
         });
-        roundtrip(Message::Opened { root_is_dir: false });
+        roundtrip(Message::Opened {
+            root_is_dir: false,
+            source: Default::default(),
+        });
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
         roundtrip(Message::BatchAck {

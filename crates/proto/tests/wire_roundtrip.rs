@@ -300,7 +300,12 @@ fn message() -> impl Strategy<Value = Message> {
                 path,
             }
         ),
-        any::<bool>().prop_map(|root_is_dir| Message::Opened { root_is_dir }),
+        (any::<bool>(), any::<([u8; 16], u64, u64)>()).prop_map(
+            |(root_is_dir, (host, dev, ino))| Message::Opened {
+                root_is_dir,
+                source: sprat_proto::SourceId { host, dev, ino }
+            }
+        ),
         any::<[u8; 16]>().prop_map(|session| Message::Join { session }),
         Just(Message::Joined),
         (

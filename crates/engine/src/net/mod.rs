@@ -911,16 +911,21 @@ impl DialedSession {
 impl SessionConn {
     /// Reads messages until the server announces the connection (a pull, or a stream joined
     /// mid-transfer, waits for it before it takes any data). Returns whether the session's
-    /// root is a directory (`Opened` says; `None` for `Joined`).
-    pub fn await_announcement(&mut self) -> Result<Option<bool>, TransferError> {
+    /// root is a directory and where a pull's source is (`Opened` says; `None` for `Joined`).
+    pub fn await_announcement(
+        &mut self,
+    ) -> Result<Option<(bool, sprat_proto::SourceId)>, TransferError> {
         let msg = match self.conn.recv_control_raw() {
             Ok(m) => m,
             Err(e) => return Err(self.timed_out().unwrap_or(e)),
         };
         match self.machine.on_message(msg, Instant::now()) {
-            Ok(client_session::Event::Announced { root_is_dir }) => {
+            Ok(client_session::Event::Announced {
+                root_is_dir,
+                source,
+            }) => {
                 self.conn.read_until(self.machine.deadline());
-                Ok(root_is_dir)
+                Ok(root_is_dir.map(|dir| (dir, source)))
             }
             Ok(client_session::Event::Refused { code, text, .. }) => Err(TransferError::Remote {
                 peer: self.conn.peer.clone(),

@@ -57,6 +57,27 @@ pub(crate) fn refuse_overlap(
     Ok(())
 }
 
+/// Refuses a pull into `dst`, a local path at or below the pulled directory `source` (on this
+/// host's kernel, as the server's `Opened` told): the copy would read what it writes. A push
+/// is refused so by its server (see `roles::server`).
+pub(crate) fn refuse_a_pull_into_its_source(
+    source: sprat_proto::SourceId,
+    dst: &std::path::Path,
+    dst_label: &str,
+) -> Result<(), TransferError> {
+    if source.host == [0; 16] || ancestry::boot_id() != Some(source.host) {
+        return Ok(());
+    }
+    let inside = ancestry::of_local(dst).is_ok_and(|a| a.ids.contains(&(source.dev, source.ino)));
+    if inside {
+        return Err(TransferError::Usage(format!(
+            "destination '{dst_label}' is the pulled source or inside it (the same directory on \
+             this host): the copy would read what it writes"
+        )));
+    }
+    Ok(())
+}
+
 /// Where both sides are, when both could be located on one kernel: `None` when either could
 /// not be (nothing is then known), and two unrelated ancestries for two kernels.
 fn located_pair(src: &Endpoint, dst: &Endpoint, key: &Credentials) -> Option<(Ancestry, Ancestry)> {

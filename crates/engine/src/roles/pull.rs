@@ -148,6 +148,7 @@ pub(crate) fn pull(
         }
     }
     let (session, control) = opened?;
+    super::overlap::refuse_a_pull_into_its_source(session.source, dst, &dst_ep.to_string())?;
     // A single file into an existing directory goes inside it, under its own name, as with
     // cp. Known only from the server's answer: the session opened for DST is dropped (nothing
     // was written) and one opened for DST/NAME, whose index, partial file and skip are that

@@ -131,7 +131,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
 
 /// Where a pushed directory is on this host, for the server to refuse a destination inside
 /// it (unknown for a single file, which cannot hold its destination).
-fn source_id(source: &Source) -> SourceId {
+pub(crate) fn source_id(source: &Source) -> SourceId {
     let Source::Dir(root) = source else {
         return SourceId::default();
     };

@@ -239,6 +239,8 @@ struct PullSession {
     batches: Receiver<Batch>,
     source: Mutex<Option<SourceHandle>>,
     root_is_dir: bool,
+    /// Where the source directory is on this host (told in `Opened`).
+    source_id: sprat_proto::SourceId,
     /// What the client's destination had (a checked pull), reported with `Done`.
     skipped: Arc<SkipCounts>,
     /// The memory its index takes, until the session ends.
@@ -954,6 +956,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             options
                 .path_rtt
                 .set(served.conn.rtt.unwrap_or(Duration::ZERO));
+            let source_id = super::push::source_id(&src);
             let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
@@ -961,6 +964,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             SessionKind::Pull(PullSession {
                 batches: handle.batches.clone(),
                 root_is_dir: handle.root_is_dir,
+                source_id,
                 source: Mutex::new(Some(handle)),
                 skipped: counts,
                 _index: charge,
@@ -1077,9 +1081,9 @@ fn announce_and_serve(
     ip: Option<IpAddr>,
     control: bool,
 ) -> Result<(), TransferError> {
-    let (direction, root_is_dir) = match &session.kind {
-        SessionKind::Push(p) => (Direction::Push, p.root_is_dir),
-        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir),
+    let (direction, root_is_dir, source) = match &session.kind {
+        SessionKind::Push(p) => (Direction::Push, p.root_is_dir, Default::default()),
+        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir, p.source_id),
     };
     // A push stream counts in before its announcement; a join after every stream ended
     // finds the session closed (its client committed without waiting for it).
@@ -1094,7 +1098,7 @@ fn announce_and_serve(
         SessionKind::Pull(p) => Serving::Pull(p),
     };
     let announcement = if control {
-        served.machine.accept_open(direction, root_is_dir)
+        served.machine.accept_open(direction, root_is_dir, source)
     } else {
         served.machine.accept_join(direction)
     };

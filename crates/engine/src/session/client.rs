@@ -34,6 +34,9 @@ pub(crate) struct Session {
     direction: Direction,
     /// Whether the source is a directory (a pull's `Opened` says; false for a push).
     pub root_is_dir: bool,
+    /// Where a pull's source directory is on the server's kernel (its `Opened` says; zeros
+    /// for a push), for the pull to refuse a destination inside it.
+    pub source: sprat_proto::SourceId,
     /// Half the time from `connect` to the server's hello (see [`net::dial`]).
     rtt_estimate: Duration,
     /// When the `Open` was sent, and the round trip to its `Opened` in nanoseconds (0 until it
@@ -158,12 +161,12 @@ pub(crate) fn open(
     after_open(&mut control)?;
     let open_sent = Instant::now();
     let rtt_opened = AtomicU64::new(0);
-    let root_is_dir = match direction {
-        Direction::Push => false,
+    let (root_is_dir, source) = match direction {
+        Direction::Push => (false, Default::default()),
         Direction::Pull => {
-            let root_is_dir = control.await_announcement()?.unwrap_or(true);
+            let announced = control.await_announcement()?;
             rtt_opened.store(nanos(open_sent.elapsed()), Ordering::Relaxed);
-            root_is_dir
+            announced.unwrap_or((true, Default::default()))
         }
     };
     tracing::info!(
@@ -181,6 +184,7 @@ pub(crate) fn open(
         id,
         direction,
         root_is_dir,
+        source,
         rtt_estimate: rtt,
         open_sent,
         rtt_opened,

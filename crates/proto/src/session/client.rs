@@ -32,7 +32,11 @@ pub enum Event {
     ServerProved,
     /// The server announced the connection (`Opened` on the control connection, with whether
     /// the session's root is a directory; `Joined` on the others).
-    Announced { root_is_dir: Option<bool> },
+    Announced {
+        root_is_dir: Option<bool>,
+        /// A pull's source directory on the server's kernel (`Opened` says; zeros otherwise).
+        source: crate::SourceId,
+    },
     /// A batch of this connection is written; `unlisted` failures are counted, not listed.
     Acked {
         seq: u64,
@@ -255,9 +259,15 @@ impl ClientStream {
                 Ok(Event::ServerProved)
             }
             Receiving::Announcing => {
-                let root_is_dir = match (msg, self.role) {
-                    (Message::Opened { root_is_dir }, Role::Control) => Some(root_is_dir),
-                    (Message::Joined, Role::Joining) => None,
+                let (root_is_dir, source) = match (msg, self.role) {
+                    (
+                        Message::Opened {
+                            root_is_dir,
+                            source,
+                        },
+                        Role::Control,
+                    ) => (Some(root_is_dir), source),
+                    (Message::Joined, Role::Joining) => (None, crate::SourceId::default()),
                     (other, _) => {
                         self.receiving = Receiving::Announcing;
                         return Err(self.unexpected(&other));
@@ -267,7 +277,10 @@ impl ClientStream {
                 self.deadline = None;
                 self.held.clear();
                 self.held_bytes = 0;
-                Ok(Event::Announced { root_is_dir })
+                Ok(Event::Announced {
+                    root_is_dir,
+                    source,
+                })
             }
             Receiving::Transferring => {
                 self.receiving = Receiving::Transferring;
@@ -636,7 +649,10 @@ mod tests {
         assert_eq!(c.open(join.clone(), now), Ok(vec![hello, join.clone()]));
         assert_eq!(
             c.on_message(Message::Joined, now),
-            Ok(Event::Announced { root_is_dir: None })
+            Ok(Event::Announced {
+                root_is_dir: None,
+                source: Default::default()
+            })
         );
         // The hello was answered already: the `Join` goes alone.
         let mut c = ClientStream::authenticated(Direction::Push, Role::Joining, None);
@@ -658,7 +674,10 @@ mod tests {
         ));
         assert_eq!(
             c.on_message(Message::Joined, now),
-            Ok(Event::Announced { root_is_dir: None })
+            Ok(Event::Announced {
+                root_is_dir: None,
+                source: Default::default()
+            })
         );
         assert!(c.take_held().is_empty());
         assert!(matches!(
@@ -806,9 +825,16 @@ mod tests {
         assert!(!c.may_commit(), "one commit");
         assert!(c.index_end().is_err(), "no index after the commit");
         assert_eq!(
-            c.on_message(Message::Opened { root_is_dir: true }, now),
+            c.on_message(
+                Message::Opened {
+                    root_is_dir: true,
+                    source: Default::default()
+                },
+                now
+            ),
             Ok(Event::Announced {
-                root_is_dir: Some(true)
+                root_is_dir: Some(true),
+                source: Default::default()
             })
         );
         assert!(c.on_batch().is_ok(), "the data still comes");
@@ -816,7 +842,13 @@ mod tests {
         let (mut early, _) = opened(Direction::Pull, Role::Control);
         early.commit(crate::Totals::default()).expect("commits");
         early
-            .on_message(Message::Opened { root_is_dir: true }, now)
+            .on_message(
+                Message::Opened {
+                    root_is_dir: true,
+                    source: Default::default(),
+                },
+                now,
+            )
             .expect("announced");
         assert!(
             early.on_message(Message::Done(stats), now).is_err(),
@@ -830,8 +862,14 @@ mod tests {
         assert!(c.on_message(Message::Done(stats), now).is_err());
         // After its `End` (as before protocol 13) it may commit too.
         let (mut late, _) = opened(Direction::Pull, Role::Control);
-        late.on_message(Message::Opened { root_is_dir: true }, now)
-            .expect("announced");
+        late.on_message(
+            Message::Opened {
+                root_is_dir: true,
+                source: Default::default(),
+            },
+            now,
+        )
+        .expect("announced");
         late.on_message(Message::End, now).expect("ended");
         assert!(late.commit(crate::Totals::default()).is_ok());
         assert_eq!(
@@ -852,8 +890,14 @@ mod tests {
         assert!(c.index_sums(Vec::new()).is_err(), "not after the end");
         assert!(c.index_end().is_err(), "the index ends once");
         let (mut late, _) = opened(Direction::Pull, Role::Control);
-        late.on_message(Message::Opened { root_is_dir: true }, now)
-            .expect("announced");
+        late.on_message(
+            Message::Opened {
+                root_is_dir: true,
+                source: Default::default(),
+            },
+            now,
+        )
+        .expect("announced");
         assert!(late.index_part(Vec::new()).is_err());
         let (push, _) = opened(Direction::Push, Role::Control);
         assert!(push.index_part(Vec::new()).is_err());
@@ -873,8 +917,14 @@ mod tests {
             "not before Opened"
         );
         let (mut c, now) = opened(Direction::Pull, Role::Control);
-        c.on_message(Message::Opened { root_is_dir: true }, now)
-            .expect("announced");
+        c.on_message(
+            Message::Opened {
+                root_is_dir: true,
+                source: Default::default(),
+            },
+            now,
+        )
+        .expect("announced");
         assert_eq!(
             c.on_message(Message::Progress(p), now),
             Ok(Event::Progress(p))
@@ -891,8 +941,14 @@ mod tests {
             Ok(Event::Progress(p))
         );
         let (mut push, now) = opened(Direction::Push, Role::Control);
-        push.on_message(Message::Opened { root_is_dir: true }, now)
-            .expect("announced");
+        push.on_message(
+            Message::Opened {
+                root_is_dir: true,
+                source: Default::default(),
+            },
+            now,
+        )
+        .expect("announced");
         assert!(push.on_message(Message::Progress(p), now).is_err());
     }
 
@@ -917,7 +973,13 @@ mod tests {
     fn a_wrong_announcement_is_a_typed_error() {
         let (mut c, now) = opened(Direction::Push, Role::Joining);
         assert_eq!(
-            c.on_message(Message::Opened { root_is_dir: true }, now),
+            c.on_message(
+                Message::Opened {
+                    root_is_dir: true,
+                    source: Default::default()
+                },
+                now
+            ),
             Err(SessionError::Unexpected {
                 state: "before the announcement of the connection",
                 got: "Opened",
@@ -928,8 +990,14 @@ mod tests {
     #[test]
     fn a_lost_stream_names_what_it_leaves_unacknowledged() {
         let (mut c, now) = opened(Direction::Push, Role::Control);
-        c.on_message(Message::Opened { root_is_dir: false }, now)
-            .expect("announced");
+        c.on_message(
+            Message::Opened {
+                root_is_dir: false,
+                source: Default::default(),
+            },
+            now,
+        )
+        .expect("announced");
         for seq in 1..=3 {
             send(&mut c, batch(seq, 1));
         }

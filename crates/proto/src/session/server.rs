@@ -393,11 +393,18 @@ impl ServerStream {
         &mut self,
         direction: Direction,
         root_is_dir: bool,
+        source: crate::SourceId,
     ) -> Result<Message, SessionError> {
         if !matches!(self.state, State::Deciding(Role::Control)) {
             return Err(self.not_now("send Opened"));
         }
-        self.accept(direction, Message::Opened { root_is_dir })
+        self.accept(
+            direction,
+            Message::Opened {
+                root_is_dir,
+                source,
+            },
+        )
     }
 
     /// Accepts the `Join` into a session moving batches `direction`.
@@ -553,8 +560,11 @@ mod tests {
         });
         assert!(matches!(event, Event::Open { session, .. } if session == [7; 16]));
         assert_eq!(
-            s.accept_open(Direction::Push, true),
-            Ok(Message::Opened { root_is_dir: true })
+            s.accept_open(Direction::Push, true, Default::default()),
+            Ok(Message::Opened {
+                root_is_dir: true,
+                source: Default::default()
+            })
         );
         (s, now)
     }
@@ -594,7 +604,9 @@ mod tests {
     fn a_join_never_commits_and_a_pull_never_receives_batches() {
         let (mut join, event, now) = deciding(Message::Join { session: [7; 16] });
         assert_eq!(event, Event::Join { session: [7; 16] });
-        assert!(join.accept_open(Direction::Push, true).is_err());
+        assert!(join
+            .accept_open(Direction::Push, true, Default::default())
+            .is_err());
         assert_eq!(join.accept_join(Direction::Push), Ok(Message::Joined));
         join.on_message(Message::End, now).expect("end");
         assert!(join
@@ -610,7 +622,8 @@ mod tests {
             path: Vec::new(),
             selection: Default::default(),
         });
-        pull.accept_open(Direction::Pull, false).expect("opened");
+        pull.accept_open(Direction::Pull, false, Default::default())
+            .expect("opened");
         assert!(pull.on_batch().is_err());
         let (mut pull, _, _) = deciding(Message::Open {
             session: [8; 16],
@@ -621,7 +634,8 @@ mod tests {
             path: Vec::new(),
             selection: Default::default(),
         });
-        pull.accept_open(Direction::Pull, false).expect("opened");
+        pull.accept_open(Direction::Pull, false, Default::default())
+            .expect("opened");
         assert!(pull.may_send_batch());
         assert!(
             pull.on_message(Message::Commit(crate::Totals::default()), now)
@@ -645,7 +659,8 @@ mod tests {
         s.expect_index(false)
             .expect("an Open may be followed by an index");
         assert!(
-            s.accept_open(Direction::Pull, true).is_err(),
+            s.accept_open(Direction::Pull, true, Default::default())
+                .is_err(),
             "not before its end"
         );
         assert_eq!(
@@ -665,8 +680,11 @@ mod tests {
         s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
         assert_eq!(
-            s.accept_open(Direction::Pull, true),
-            Ok(Message::Opened { root_is_dir: true })
+            s.accept_open(Direction::Pull, true, Default::default()),
+            Ok(Message::Opened {
+                root_is_dir: true,
+                source: Default::default()
+            })
         );
     }
 
