@@ -705,4 +705,36 @@ fn a_bind_mount_does_not_hide_that_the_destination_holds_the_source() {
     assert_eq!(fs::read(data.join("new/a")).unwrap(), b"a");
     assert_eq!(fs::read(data.join("keep")).unwrap(), b"k");
     assert!(!data.join("inner").exists());
+
+    // The other way round: the source reached through a bind mount of a directory below DST
+    // (`..` from the mount's root leads to the mount point's parent, not to DST), locally,
+    // pushed, and pulled from a server exporting the bind mount (review 18 F9: `--delete`
+    // removed the directory holding the source).
+    let (top, bound) = (t.path().join("top"), t.path().join("bound"));
+    put(&top.join("f1"), b"1");
+    put(&top.join("f2"), b"2");
+    put(&top.join("mid/sub/f1"), b"s");
+    put(&top.join("mid/precious"), b"p");
+    fs::create_dir_all(&bound).unwrap();
+    assert!(std::process::Command::new("mount")
+        .arg("--bind")
+        .args([top.join("mid"), bound.clone()])
+        .status()
+        .unwrap()
+        .success());
+    let before = files_of(&top);
+    let outer = server(t.path());
+    let through = server(&bound);
+    let outs = [
+        cp_local(&["--delete"], bound.join("sub"), &top),
+        cp(&outer, &["--delete"], bound.join("sub"), outer.url("top")),
+        cp(&through, &["--delete"], through.url("sub"), &top),
+        cp(&through, &[], &top, through.url("inner")),
+        cp_local(&[], &top, bound.join("inner2")),
+    ];
+    let _ = std::process::Command::new("umount").arg(&bound).status();
+    for out in &outs {
+        assert_exit(out, 2);
+    }
+    assert_eq!(files_of(&top), before);
 }

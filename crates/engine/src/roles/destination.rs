@@ -46,28 +46,13 @@ pub(crate) fn open_source(path: &Path) -> Result<Source, TransferError> {
 /// Whether `dst` (which may not exist yet) is `src` or lies below it: whether the device
 /// and inode of `src` are those of a directory on `dst`'s way up to `/`, from the nearest
 /// one that exists (so that a bind mount, which shows one directory under two paths, or a
-/// symlink cannot hide it).
+/// symlink cannot hide it; see `sprat_store::ancestry`).
 pub(crate) fn is_inside(dst: &Path, src: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(m) = std::fs::metadata(src) else {
-        return false;
-    };
-    let id = (m.dev(), m.ino());
-    let mut at = dst.ancestors().find_map(|a| {
-        let a = if a.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            a
-        };
-        a.canonicalize().ok()
-    });
-    while let Some(dir) = at {
-        if std::fs::metadata(&dir).is_ok_and(|d| (d.dev(), d.ino()) == id) {
-            return true;
-        }
-        at = dir.parent().map(Path::to_path_buf);
+    use sprat_store::ancestry::of_local;
+    match (of_local(dst), of_local(src)) {
+        (Ok(d), Ok(s)) => d.is_within(&s),
+        _ => false,
     }
-    false
 }
 
 /// The writer for a local destination: the tree itself, or one file when the source is a file.
