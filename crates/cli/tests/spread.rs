@@ -257,13 +257,21 @@ fn a_pull_from_a_server_with_a_stale_copy_ends_with_the_first_servers_tree() {
     for i in 0..20 {
         let f = stale.join(format!("tree/many/d{}/f{i}", i % 5));
         fs::write(&f, format!("a stale version {i}, of another size")).unwrap();
+        // And files it lacks: not failures, since the first server has them (review 18 F4).
+        fs::remove_file(stale.join(format!("tree/many/d{}/f{}", i % 5, 50 + i))).unwrap();
     }
     let (first, other) = (server(&root), server(&stale));
-    let dst = t.path().join("dst");
     let src = format!("sprat://{},{}/tree", first.addr(), other.addr());
-    let out = cp(&first, &["-a"], &src, &dst);
-    assert_ok(&out, Some(&first));
-    assert_trees_equal(&root.join("tree"), &dst);
+    // --ignore-existing pulls from the first server alone: what the other wrote in this run
+    // would be "existing" for the last pull (review 18 F3).
+    for (i, extra) in [&[][..], &["--ignore-existing"][..]].iter().enumerate() {
+        let dst = t.path().join(format!("dst{i}"));
+        let mut args = vec!["-a"];
+        args.extend(extra.iter());
+        let out = cp(&first, &args, &src, &dst);
+        assert_ok(&out, Some(&first));
+        assert_trees_equal(&root.join("tree"), &dst);
+    }
 }
 
 #[test]

@@ -126,8 +126,11 @@ fn up_from(
     Ok(ids)
 }
 
-/// What [`walk_up`] needs of a directory: (device, inode), and its mount's id and device.
-fn look(fd: &OwnedFd) -> Result<((u64, u64), u64, (u32, u32)), Errno> {
+/// What [`walk_up`] needs of a directory: (device, inode), and its mount's id and device
+/// (major, minor).
+type Look = ((u64, u64), u64, (u32, u32));
+
+fn look(fd: &OwnedFd) -> Result<Look, Errno> {
     use rustix::fs::{statx, AtFlags, StatxFlags};
     let st = statx(
         fd,

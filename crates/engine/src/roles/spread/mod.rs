@@ -257,6 +257,9 @@ pub(crate) fn pull(
         SkipRule::Checksum => Some("-c"),
         SkipRule::SizeOnly => Some("--size-only"),
         SkipRule::Update => Some("--update"),
+        // What another server wrote in this run would be "existing" for the last pull from
+        // the first server, which could then not fetch it again where it was stale.
+        SkipRule::IgnoreExisting => Some("--ignore-existing"),
         _ => None,
     };
     if let Some(option) = alone {
@@ -320,7 +323,7 @@ pub(crate) fn pull(
                     piece_options.cancel = stop.clone();
                     match super::pull::pull(server, path, dst, key, &piece_options, src_ep, dst_ep)
                     {
-                        Ok(r) => lock(share).add(&r),
+                        Ok(r) => lock(share).add(&without_missing(r)),
                         Err(e) => {
                             lock(failure).get_or_insert(e);
                             stop.cancel();
@@ -423,6 +426,25 @@ impl PulledShare {
         let net = r.stages.network_s.unwrap_or(0.0);
         self.stages.network_s = Some(self.stages.network_s.unwrap_or(0.0) + net);
     }
+}
+
+/// A piece's report without the failures of paths its server did not have (a server whose
+/// view lags the first one's): the last pull, from the first server, fetches them, or finds
+/// them gone from the source. Counted failures beyond those listed are taken for such too
+/// when every listed one is.
+fn without_missing(mut r: Report) -> Report {
+    let missing =
+        |f: &crate::report::Failure| f.error.ends_with(sprat_store::scan::LISTED_NOT_FOUND);
+    let listed = r.failures.len() as u64;
+    let listed_missing = r.failures.iter().filter(|f| missing(f)).count() as u64;
+    let gone = if listed > 0 && listed_missing == listed {
+        r.failed
+    } else {
+        listed_missing
+    };
+    r.failures.retain(|f| !missing(f));
+    r.failed = r.failed.saturating_sub(gone);
+    r
 }
 
 /// Most paths in one piece, and most bytes of their names (a piece travels as a
