@@ -663,7 +663,8 @@ pub struct CpArgs {
     pub stall_timeout: std::time::Duration,
     /// When connections are lost, reset or stalled, or the server goes away (a restart, a
     /// lost link), run the transfer again, waiting 1 s, 2 s, 4 s ... (at most 60 s) between
-    /// runs, for this long in all; each run sends only what is not at the destination yet
+    /// runs, for this long without progress (a run that copied something before it failed
+    /// starts the time again); each run sends only what is not at the destination yet
     /// (complete files are skipped, a large file cut in the middle resumes). Then exit 6.
     /// `0s`: no retries. A server that cannot be reached at all on the first run is
     /// reported at once (exit 4).

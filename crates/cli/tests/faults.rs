@@ -948,3 +948,32 @@ fn a_transfer_that_keeps_failing_gives_up_after_retry_for_with_exit_6() {
     assert!(started.elapsed() < Duration::from_secs(30));
     no_wrong_file(&src, &root.join("dst")).unwrap();
 }
+
+/// `--retry-for` bounds the time without progress, not the whole copy: a copy that has run
+/// longer than it and then loses its connection is run again, as long as each run copies
+/// something (before, it gave up at the first loss, exit 6).
+#[test]
+fn a_copy_longer_than_retry_for_is_still_retried_while_it_progresses() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree::make_many_files(&src, 120, 64 << 10, 37);
+    let root = t.path().join("root");
+    let srv = server(&root);
+    // About 1 MB/s, and every connection reset after 2 MB from the client: each run copies
+    // about 2 s worth, longer than the 1 s of --retry-for, then loses its connection.
+    let relay = RelayProc::start(srv.addr(), &["--rate", "8mbit", "--reset-after", "2MB"]);
+    let out = run_sprat(
+        bin(),
+        cp_args(
+            Some(&srv),
+            &["--retry-for", "1s", "--streams", "1", "--json"],
+            &src,
+            relay.url("dst"),
+        ),
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let attempts = sprat_testkit::parse_json_report(&out.stdout).u64("attempts");
+    assert!(attempts >= 3, "{attempts} attempts");
+    assert_trees_equal(&src, &root.join("dst"));
+}

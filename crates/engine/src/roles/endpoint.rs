@@ -259,7 +259,13 @@ pub fn copy_retrying(
         }
         _ => None,
     };
-    let report = super::retry::retrying(options.retry_for, notify, || {
+    // Whether the run that just failed had copied anything (its counts start again with each
+    // run): then `--retry-for` starts again too.
+    let progressed = || {
+        let now = options.progress.snapshot();
+        now.files_done > now.files_skipped || now.bytes_done > now.bytes_skipped
+    };
+    let report = super::retry::retrying(options.retry_for, notify, &progressed, || {
         let these = narrowed.as_ref().unwrap_or(options);
         if let Some(gone) = options.transport.gone() {
             return Err(gone);

@@ -64,7 +64,10 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// Runs `run` until it succeeds, fails in a way another run cannot fix, or `retry_for` has
-/// passed since the first run started (then [`TransferError::GaveUp`], with the last error).
+/// passed since the failures began (then [`TransferError::GaveUp`], with the last error): a
+/// run that failed after it had copied something (`progressed`, asked after each failed run)
+/// starts the window again, so that a long copy that loses its connection after an hour is
+/// retried like a short one, and `retry_for` bounds the time without progress.
 /// A first run that never completed a handshake with a sprat server is not retried: a wrong
 /// address, a server that is not there or a peer that is not sprat is reported at once, as
 /// any tool would; once a server has proved itself, its going away (a restart, a lost link)
@@ -72,6 +75,7 @@ fn backoff(attempt: u32) -> Duration {
 pub(crate) fn retrying(
     retry_for: Duration,
     notify: &mut dyn FnMut(&Notice),
+    progressed: &dyn Fn() -> bool,
     mut run: impl FnMut() -> Result<Report, TransferError>,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
@@ -81,12 +85,18 @@ pub(crate) fn retrying(
     // send again; and when the run after that started.
     let mut earlier: Option<Report> = None;
     let mut counted_from = started;
+    // When the failures in a row began, and how many runs of them failed (for the backoff).
+    let mut streak: Option<(Instant, u32)> = None;
     loop {
         let outcome = run();
-        let elapsed = started.elapsed();
+        let (since, failed_runs) = match streak {
+            Some((since, n)) if !progressed() => (since, n + 1),
+            _ => (Instant::now(), 1),
+        };
+        let elapsed = since.elapsed();
         // The last wait is cut to what is left, so that the last run starts when
         // `--retry-for` ends rather than a whole backoff before it.
-        let wait = backoff(attempt).min(retry_for.saturating_sub(elapsed));
+        let wait = backoff(failed_runs).min(retry_for.saturating_sub(elapsed));
         let in_time = elapsed < retry_for;
         // What failed, for the line that says another run follows.
         let failed = match outcome {
@@ -126,13 +136,14 @@ pub(crate) fn retrying(
                 if !in_time {
                     return Err(TransferError::GaveUp {
                         attempts: attempt,
-                        after: elapsed,
+                        after: started.elapsed(),
                         last: Box::new(error),
                     });
                 }
                 error.to_string()
             }
         };
+        streak = Some((since, failed_runs));
         notify(&Notice {
             attempt,
             error: failed,
@@ -186,6 +197,7 @@ mod tests {
         let out = retrying(
             Duration::from_secs(600),
             &mut |n| notices.push(n.to_string()),
+            &|| false,
             || {
                 runs += 1;
                 let first = [("f", damaged), ("u", unreadable)];
@@ -202,7 +214,7 @@ mod tests {
         );
         // Damaged every time: three runs, then the report says so.
         let mut runs = 0;
-        let out = retrying(Duration::from_secs(600), &mut |_| {}, || {
+        let out = retrying(Duration::from_secs(600), &mut |_| {}, &|| false, || {
             runs += 1;
             Ok(report(&[("f", damaged)]))
         })
@@ -211,10 +223,15 @@ mod tests {
         // Failures another run cannot fix, or no --retry-for: one run.
         for (failures, retry_for) in [(&[("u", unreadable)][..], 600), (&[("f", damaged)][..], 0)] {
             let mut runs = 0;
-            let out = retrying(Duration::from_secs(retry_for), &mut |_| {}, || {
-                runs += 1;
-                Ok(report(failures))
-            })
+            let out = retrying(
+                Duration::from_secs(retry_for),
+                &mut |_| {},
+                &|| false,
+                || {
+                    runs += 1;
+                    Ok(report(failures))
+                },
+            )
             .unwrap();
             assert_eq!((runs, out.failed), (1, 1));
         }
@@ -233,6 +250,7 @@ mod tests {
         let out = retrying(
             Duration::from_secs(600),
             &mut |_| panic!("no retry"),
+            &|| false,
             || {
                 runs += 1;
                 Err(TransferError::Auth {
@@ -247,6 +265,7 @@ mod tests {
         let out = retrying(
             Duration::from_secs(600),
             &mut |_| panic!("no retry"),
+            &|| false,
             || {
                 Err(TransferError::Connect {
                     peer: "p".into(),
@@ -263,6 +282,7 @@ mod tests {
         let out = retrying(
             Duration::from_millis(1500),
             &mut |n| notices.push(n.to_string()),
+            &|| false,
             || {
                 // A server was there: its going away is waited for.
                 crate::net::server_proved();
