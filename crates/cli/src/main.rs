@@ -1007,6 +1007,22 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         report.source = src_shown;
         report.destination = dst_shown;
     }
+    if plan.is_some() {
+        // A planned path the source no longer has was removed after the plan: said, not a
+        // failure that no run of the shard could ever fix.
+        let gone = |f: &sprat_engine::report::Failure| {
+            f.error.ends_with(sprat_engine::scan::LISTED_NOT_FOUND)
+        };
+        for f in report.failures.iter().filter(|f| gone(f)) {
+            eprintln!(
+                "sprat: note: {}: in the plan, but no longer at the source (removed since the plan)",
+                printable(&f.path)
+            );
+        }
+        let removed = report.failures.iter().filter(|f| gone(f)).count() as u64;
+        report.failures.retain(|f| !gone(f));
+        report.failed = report.failed.saturating_sub(removed);
+    }
     for f in &report.failures {
         // The root of the copy (a single file's, or DST itself) by the name the user gave.
         let path = match f.path.as_str() {

@@ -226,8 +226,8 @@ pub fn finish(
         };
         let text = if missing.is_empty() {
             format!(
-                "finish {src} -> {dst}: {} directories set; all {} planned files and links at \
-                 the destination{unplanned_text}\n",
+                "finish {src} -> {dst}: {} directories set; every one of the {} planned files \
+                 and links the source still has is at the destination{unplanned_text}\n",
                 dirs.len(),
                 paths.len()
             )

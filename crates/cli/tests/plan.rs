@@ -102,7 +102,7 @@ fn four_local_shards_at_once_then_finish_equal_the_source() {
     let out = cp_plan(&plan_dir, &["--finish"], &src, &dst);
     assert_ok(&out, None);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("all"),
+        String::from_utf8_lossy(&out.stdout).contains("is at the destination"),
         "{out:?}"
     );
     // Directories' mtimes are only right after --finish; the comparison checks them.
@@ -239,6 +239,19 @@ fn finish_names_what_the_source_gained_after_the_plan() {
     assert_ok(&run_sprat(bin(), cp_args(None, &[], &src, &dst), &[]), None);
     assert_ok(&cp_plan(&plan_dir, &["--finish"], &src, &dst), None);
     assert_trees_equal(&src, &dst);
+    // A planned file removed from the source since: its shard notes it and succeeds (review 18
+    // F11: it failed on every re-run, and Slurm never ran the finishing job).
+    let gone = String::from_utf8_lossy(&shard_paths(&plan_dir, 0)[0]).into_owned();
+    std::fs::remove_file(src.join(&gone)).unwrap();
+    let out = cp_plan(&plan_dir, &["--shard", "0"], &src, &dst);
+    assert_ok(&out, None);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "note: {gone}: in the plan, but no longer at the source"
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A planned directory removed from the source since: a note, not a failure no run of
     // the shards could ever fix.
     std::fs::remove_dir_all(src.join("d001")).unwrap();

@@ -112,7 +112,7 @@ fn a_four_task_slurm_array_and_its_finishing_job_copy_the_tree_exactly() {
         );
     }
     let finish = std::fs::read_to_string(plan.join("finish.log")).unwrap();
-    assert!(finish.contains("all"), "{finish}");
+    assert!(finish.contains("is at the destination"), "{finish}");
     assert_trees_equal(&src, &root.join("tree"));
 
     // A shard that fails (a node lost, a copy given up) cancels the finishing job: --wait
