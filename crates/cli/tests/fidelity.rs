@@ -503,14 +503,20 @@ fn mtimes_the_destination_cannot_hold_are_reported() {
         fs::create_dir_all(p.parent().unwrap()).unwrap();
         fs::write(p, content).unwrap();
     };
-    let times: [(&str, i64, i64); 4] = [
+    // `big` (2 MiB) is copied inside the kernel by a local copy, not by the write stage.
+    let times: [(&str, i64, i64); 5] = [
         ("y1800", -5_364_662_400, 123),
         ("y3000", 32_503_680_000, 456),
         ("far", 31_556_889_864_403_199, 0),
         ("now", 1_700_000_000, 789),
+        ("big", 32_503_680_000, 7),
     ];
     for (name, sec, nsec) in times {
-        write_file(&src.join(name), name.as_bytes());
+        let content = match name {
+            "big" => sprat_testkit::random_bytes(2 << 20, 5),
+            _ => name.as_bytes().to_vec(),
+        };
+        write_file(&src.join(name), &content);
         set_mtime_ns(&src.join(name), sec, nsec);
     }
     let t = tmp();

@@ -180,6 +180,14 @@ fn copy_one(
         Ok(all) => {
             outcome.files += 1;
             outcome.bytes += entry.size;
+            // As the write stage does (see `sink`): a time outside 32 bits may be more than
+            // the destination's file system holds.
+            let (sec, nsec) = (entry.attrs.mtime_sec, entry.attrs.mtime_nsec);
+            if i32::try_from(sec).is_err()
+                && cursor.mtime_at(&entry.path) != Some((sec, nsec as i64))
+            {
+                outcome.not_kept.mtimes += 1;
+            }
             shown.progress.add(1, entry.size);
             if let Some(log) = &shown.file_log {
                 log.completed(&entry.path);

@@ -174,6 +174,7 @@ fn refuse_separate_trees(
     key: &Credentials,
 ) -> Result<(), TransferError> {
     let first = servers[0];
+    let existed = remote::stat(first, key, dir).is_ok();
     remote::simple(
         first,
         key,
@@ -226,6 +227,18 @@ fn refuse_separate_trees(
     );
     for (addr, seen) in servers[1..].iter().zip(seen) {
         if !seen? {
+            if !existed {
+                // The directory this check made (not its parents, which a copy would make
+                // too), as a refused copy leaves nothing.
+                let _ = remote::simple(
+                    first,
+                    key,
+                    Request::Remove {
+                        path: dir.to_vec(),
+                        recursive: false,
+                    },
+                );
+            }
             return Err(TransferError::Usage(format!(
                 "servers {first} and {addr} do not show one tree at '{}': a directory made \
                  there through {first} is not there through {addr}; a copy spread over several \
