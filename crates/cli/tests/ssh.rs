@@ -670,6 +670,15 @@ fn errors_and_reports_over_ssh_name_the_host_and_path_the_user_wrote() {
     file(&src.join("f"), b"f", 0o644);
     let out = run_ok(&sshd, "cp", &["-n", s(&src), "127.0.0.1:"]);
     assert!(out.contains("127.0.0.1:d00"), "{out}");
+    // A refusal names the arguments as written.
+    file(&src.join("sub/g"), b"g", 0o644);
+    let (inner, outer) = (remote(&src.join("sub")), remote(&src));
+    let out = run(&sshd, "cp", &["--delete", &inner, &outer]);
+    assert_exit(&out, 2);
+    assert_error_names(
+        &out,
+        &[&format!("'{inner}' is inside the destination '{outer}'")],
+    );
 }
 
 /// A copy over ssh interrupted (Ctrl-C) leaves no ssh control directory behind in TMPDIR.

@@ -105,9 +105,16 @@ impl SshTarget {
         }
         let host = std::str::from_utf8(host).ok()?;
         let user_host = host.replace(['[', ']'], "");
+        // `HOST:~/PATH` and `HOST:~` are in the home directory, as the remote shell of scp and
+        // rsync takes them.
+        let path = &bytes[colon + 1..];
+        let path = match path {
+            b"~" => &b""[..],
+            p => p.strip_prefix(b"~/").unwrap_or(p),
+        };
         Some(SshTarget {
             user_host,
-            path: bytes[colon + 1..].to_vec(),
+            path: path.to_vec(),
         })
     }
 
@@ -186,6 +193,15 @@ impl Launched {
                 .collect();
             let shown = format!("{} (over ssh)", server.user_host);
             e = e.renamed(&server.addr, &shown, &paths);
+        }
+        // A usage error (an overlap refused, say) names the endpoints as the user wrote them.
+        if let TransferError::Usage(mut text) = e {
+            for (ep, shown) in self.endpoints.iter().zip(&self.shown) {
+                if matches!(ep, Endpoint::Remote { .. }) {
+                    text = text.replace(&format!("'{ep}'"), &format!("'{shown}'"));
+                }
+            }
+            return TransferError::Usage(text);
         }
         e
     }
@@ -315,6 +331,10 @@ mod tests {
         assert_eq!(parse("host:a:b"), p("host", "a:b"));
         assert_eq!(parse("[::1]:/d"), p("::1", "/d"));
         assert_eq!(parse("me@[fe80::1]:d"), p("me@fe80::1", "d"));
+        // `~` is the home directory, where relative paths are.
+        assert_eq!(parse("host:~/x"), p("host", "x"));
+        assert_eq!(parse("host:~"), p("host", ""));
+        assert_eq!(parse("host:~other/x"), p("host", "~other/x"));
         for local in [
             "./a:b",
             "/x/a:b",
