@@ -48,6 +48,23 @@ pub struct SourceId {
     pub ino: u64,
 }
 
+impl SourceId {
+    /// As 32 bytes: the host, then device and inode (little-endian).
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.host);
+        out.extend_from_slice(&self.dev.to_le_bytes());
+        out.extend_from_slice(&self.ino.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<SourceId, DecodeError> {
+        Ok(SourceId {
+            host: r.array("source host")?,
+            dev: r.u64("source device")?,
+            ino: r.u64("source inode")?,
+        })
+    }
+}
+
 /// What a copy keeps besides content, modes, mtimes and owners, as a pull's `Open` and
 /// `SendTo` ask the sending server for it (a pushing client decides for itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -426,9 +443,7 @@ impl Message {
                                 | (*owners as u8) << 3
                                 | (*numeric_ids as u8) << 4,
                         );
-                        out.extend_from_slice(&source.host);
-                        out.extend_from_slice(&source.dev.to_le_bytes());
-                        out.extend_from_slice(&source.ino.to_le_bytes());
+                        source.encode(&mut out);
                     }
                     Operation::Pull { check, meta } => {
                         out.push(2);
@@ -444,9 +459,7 @@ impl Message {
                 source,
             } => {
                 out.push(*root_is_dir as u8);
-                out.extend_from_slice(&source.host);
-                out.extend_from_slice(&source.dev.to_le_bytes());
-                out.extend_from_slice(&source.ino.to_le_bytes());
+                source.encode(&mut out);
                 kind::OPENED
             }
             Message::Join { session } => {
@@ -612,11 +625,7 @@ impl Message {
                         discard: flags & PUSH_DISCARD != 0,
                         owners: flags & PUSH_OWNERS != 0,
                         numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
-                        source: SourceId {
-                            host: r.array("source host")?,
-                            dev: r.u64("source device")?,
-                            ino: r.u64("source inode")?,
-                        },
+                        source: SourceId::decode(&mut r)?,
                     },
                     (1, _) => {
                         return Err(DecodeError::Invalid {
@@ -658,11 +667,7 @@ impl Message {
             }
             kind::OPENED => Message::Opened {
                 root_is_dir: bool_byte(r.u8("root kind")?)?,
-                source: SourceId {
-                    host: r.array("source host")?,
-                    dev: r.u64("source device")?,
-                    ino: r.u64("source inode")?,
-                },
+                source: SourceId::decode(&mut r)?,
             },
             kind::JOIN => Message::Join {
                 session: r.array("session id")?,
