@@ -737,7 +737,7 @@ pub struct Tuning {
     /// link gets the owner and group of its source, matched by user and group name (a name
     /// unknown on the writing side keeps the numeric id), when the writing side runs as
     /// root; anyone else leaves what it writes owned by itself (the report counts them: "not
-    /// kept: the owners of N items", shown to a client running as root). On `serve`: the
+    /// kept: the owners of N files", shown to a client running as root). On `serve`: the
     /// server never applies the owners clients push (they stay the server's user's).
     #[arg(long)]
     pub no_owners: bool,

@@ -557,7 +557,7 @@ fn mtimes_the_destination_cannot_hold_are_reported() {
     if expected > 0 {
         assert!(
             String::from_utf8_lossy(&cp(&srv, &[], &src, srv.url("again")).stdout)
-                .contains(&format!("not kept: the mtimes of {expected} items")),
+                .contains(&format!("not kept: the mtimes of {expected} files")),
         );
     }
     assert_eq!(mtime_ns(&t.path().join("local/now")), (1_700_000_000, 789));

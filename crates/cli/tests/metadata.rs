@@ -550,11 +550,21 @@ fn a_writer_says_which_setuid_bits_and_trusted_attributes_it_did_not_keep() {
     for line in [
         "not kept: the setuid/setgid bits of 2 files",
         "`sprat serve --keep-setuid` keeps them",
-        "not kept: the trusted.*/security.* attributes of 1 item",
+        "not kept: the trusted.*/security.* attributes of 1 file",
     ] {
         assert!(said.contains(line), "{line:?}: {}", describe(&text));
     }
 
+    // A re-run that writes nothing (-X re-checks the attributes of every file there) counts
+    // nothing (review 18 F12).
+    let out = cp(
+        &srv,
+        &["-X", "--ignore-existing", "--json"],
+        &src,
+        srv.url("pushed"),
+    );
+    assert_ok(&out, Some(&srv));
+    assert_eq!(not_kept(&out), (0, 0), "{}", describe(&out));
     // A server keeping setuid bits keeps both, and says nothing.
     let opts = sprat_testkit::ServerOptions {
         extra_args: vec!["--keep-setuid".into()],

@@ -162,9 +162,14 @@ fn an_export_can_refuse_the_owners_clients_push() {
         ..ServerOptions::default()
     };
     let srv = server_with(&t.path().join("unused"), &opts);
-    // The export that applies none says how many items it left its own, in the report and
-    // its JSON (those whose owner is not the server's user, root).
-    let foreign = want.values().filter(|v| (v.0, v.1) != (0, 0)).count() as u64;
+    // The export that applies none says how many files it left its own, in the report and
+    // its JSON (regular files whose owner is not the server's user, root).
+    let foreign = want
+        .iter()
+        .filter(|(p, v)| {
+            (v.0, v.1) != (0, 0) && fs::symlink_metadata(src.join(p)).unwrap().is_file()
+        })
+        .count() as u64;
     assert!(foreign > 0);
     for (export, json, left) in [("kept", "--json", 0), ("drop", "--json", foreign)] {
         let args = [
@@ -190,7 +195,7 @@ fn an_export_can_refuse_the_owners_clients_push() {
     let out = sprat_testkit::run_sprat(bin(), args, &[]);
     assert!(
         String::from_utf8_lossy(&out.stdout)
-            .contains(&format!("not kept: the owners of {foreign} items")),
+            .contains(&format!("not kept: the owners of {foreign} files")),
         "{}",
         describe(&out)
     );

@@ -114,9 +114,10 @@ pub struct Report {
     #[serde(skip)]
     pub not_sent_are: Option<&'static str>,
     /// What the writing side wrote without all that came with it, by its own rule (not
-    /// failures): regular files whose setuid or setgid bits it cleared, items whose
-    /// `trusted.*` or `security.*` attributes it did not set, items it left owned by itself
-    /// though their owners were sent.
+    /// failures), of the regular files this run wrote or whose mode it set: those whose
+    /// setuid or setgid bits it cleared, whose `trusted.*` or `security.*` attributes it did
+    /// not set, that it left owned by itself though their owners were sent, and whose mtime
+    /// its file system could not hold.
     #[serde(serialize_with = "not_kept_json")]
     pub not_kept: sprat_proto::NotKept,
     /// The first failures (all are counted in `failed`).
@@ -445,7 +446,7 @@ impl Report {
                 f,
                 "  not kept: the trusted.*/security.* attributes of {} ({writer} sets them only \
                  when it runs as root and keeps setuid bits)",
-                counted(n.xattrs, "item", "items")
+                counted(n.xattrs, "file", "files")
             )?;
         }
         if n.mtimes > 0 {
@@ -453,7 +454,7 @@ impl Report {
                 f,
                 "  not kept: the mtimes of {} (out of the range of the destination's file \
                  system, which set the nearest it holds; a re-run sends them again)",
-                counted(n.mtimes, "item", "items")
+                counted(n.mtimes, "file", "files")
             )?;
         }
         if n.owners > 0 && sprat_store::owner::running_as_root() {
@@ -461,7 +462,7 @@ impl Report {
                 f,
                 "  not kept: the owners of {} ({writer} sets owners only when it runs as root, \
                  without --no-owners; they are its own)",
-                counted(n.owners, "item", "items")
+                counted(n.owners, "file", "files")
             )?;
         }
         Ok(())

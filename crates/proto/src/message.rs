@@ -230,12 +230,13 @@ pub struct RemoteStats {
     pub not_kept: NotKept,
 }
 
-/// Items a writer wrote without part of what was sent with them, by its own rule (not a
-/// failure): regular files whose setuid or setgid bits it cleared (it does not keep them from
-/// a peer), items whose `trusted.*` or `security.*` attributes it did not set (it runs as
-/// another user than root, or does not keep setuid bits), items it left owned by itself
-/// although the sender asked for their owners (it does not run as root, or applies none),
-/// and items whose mtime its file system could not hold (it set the nearest it holds).
+/// Regular files a writer wrote (their data, or their mode and mtime alone) without part of
+/// what was sent with them, by its own rule (not a failure): those whose setuid or setgid
+/// bits it cleared (it does not keep them from a peer), whose `trusted.*` or `security.*`
+/// attributes it did not set (it runs as another user than root, or does not keep setuid
+/// bits), that it left owned by itself although the sender asked for their owners (it does
+/// not run as root, or applies none), and whose mtime its file system could not hold (it set
+/// the nearest it holds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NotKept {
     pub setid: u64,

@@ -316,11 +316,15 @@ pub fn write_batch(
     let names = OwnerNames::of(&view);
     let leaves = cursor.as_deref().map(|c| Leaves::of(c.tree()));
     let mut not_kept = NotKept::default();
+    // The last entry was a list of attributes of which the writer sets no `trusted.*` or
+    // `security.*` ones (see `EntryKind::Xattrs` below).
+    let mut dropping_xattrs = false;
     for entry in &view.entries {
         let attrs = |cursor: &Option<&mut WriterCursor<'_>>, m: &FileMeta| {
             names.attrs(cursor.as_deref(), m)
         };
         let path = entry.path;
+        let xattrs_dropped = std::mem::take(&mut dropping_xattrs);
         // A list of attributes is for the entry right behind it, of its path, only.
         if !matches!(entry.kind, EntryKind::Xattrs { .. }) {
             if let Some(c) = cursor.as_deref_mut() {
@@ -440,10 +444,7 @@ pub fn write_batch(
                     Some(c) => c.make_dir(path, &a),
                     None => Ok(()),
                 }
-                .map(|()| {
-                    wrote = Some((*meta, false));
-                    out.dirs += 1
-                })
+                .map(|()| out.dirs += 1)
             }
             EntryKind::Symlink {
                 mtime_sec,
@@ -464,10 +465,7 @@ pub fn write_batch(
                     Some(c) => c.make_symlink(path, target, &a),
                     None => Ok(()),
                 }
-                .map(|()| {
-                    wrote = Some((meta, false));
-                    out.symlinks += 1
-                })
+                .map(|()| out.symlinks += 1)
             }
             EntryKind::Attrs { meta, size } => {
                 let a = attrs(&cursor, meta);
@@ -475,23 +473,19 @@ pub fn write_batch(
                     Some(c) => c.set_file_attrs(path, &a, *size),
                     None => Ok(()),
                 }
-                .map(|()| {
-                    wrote = Some((*meta, true));
-                    out.attrs_fixed += 1
-                })
+                .map(|()| out.attrs_fixed += 1)
             }
             // Read before the entries (see `OwnerNames`).
             EntryKind::UserName { .. } | EntryKind::GroupName { .. } => continue,
             EntryKind::Xattrs { scope, list } => {
                 let system = sprat_store::xattr::SYSTEM;
-                if leaves.as_ref().is_some_and(|l| l.system_xattrs)
+                // Counted once the file they are for is written (a re-check that writes
+                // nothing leaves nothing out).
+                dropping_xattrs = leaves.as_ref().is_some_and(|l| l.system_xattrs)
                     && scope & system != 0
                     && list
                         .iter()
-                        .any(|(n, _)| sprat_store::xattr::scope_of(n) == system)
-                {
-                    not_kept.xattrs += 1;
-                }
+                        .any(|(n, _)| sprat_store::xattr::scope_of(n) == system);
                 // For the next entry, of the same path.
                 if let Some(c) = cursor.as_deref_mut() {
                     let list = list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
@@ -526,6 +520,7 @@ pub fn write_batch(
             out.fail(path, e.to_string());
         } else if let (Some((meta, file)), Some(c)) = (wrote, cursor.as_deref_mut()) {
             Leaves::count_in(&leaves, &mut not_kept, &meta, file);
+            not_kept.xattrs += u64::from(xattrs_dropped);
             // A time outside 32 bits may be more than the file system holds: it then sets the
             // nearest it can (ext4: 1901 to 2446), which only reading it back shows.
             if i32::try_from(meta.mtime_sec).is_err()
