@@ -19,8 +19,8 @@ use std::path::Path;
 /// components, and mount points do not add any.
 pub const MAX_DEPTH: usize = 2048;
 
-/// A path's place in this host's file systems.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A path's place in this host's file systems (the default: nowhere, within nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ancestry {
     /// The path itself is there (else `ids` starts at its nearest directory that is).
     pub exists: bool,

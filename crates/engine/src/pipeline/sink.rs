@@ -86,22 +86,27 @@ struct Leaves {
 
 impl Leaves {
     fn of(writer: &TreeWriter) -> Leaves {
+        let owners = writer.owners_asked() && !writer.sets_owners();
         Leaves {
             setid: !writer.keeps_setid(),
             system_xattrs: writer.xattrs() & sprat_store::xattr::SYSTEM == 0,
-            owners: writer.owners_asked() && !writer.sets_owners(),
-            own: (
-                rustix::process::geteuid().as_raw(),
-                rustix::process::getegid().as_raw(),
-            ),
+            owners,
+            // Asked of the kernel only where they are compared.
+            own: match owners {
+                true => (
+                    rustix::process::geteuid().as_raw(),
+                    rustix::process::getegid().as_raw(),
+                ),
+                false => (0, 0),
+            },
         }
     }
 
-    /// Counts in `n` what of an item written with `meta` (`file`: a regular file's) was left
-    /// (nothing without a writer).
-    fn count_in(leaves: &Option<Leaves>, n: &mut NotKept, meta: &FileMeta, file: bool) {
+    /// Counts in `n` what of a regular file written with `meta` was left (nothing without a
+    /// writer).
+    fn count_in(leaves: &Option<Leaves>, n: &mut NotKept, meta: &FileMeta) {
         let Some(l) = leaves else { return };
-        if file && l.setid && meta.mode & sprat_store::write::SETID_BITS != 0 {
+        if l.setid && meta.mode & sprat_store::write::SETID_BITS != 0 {
             n.setid += 1;
         }
         if l.owners && (meta.uid, meta.gid) != l.own {
@@ -331,8 +336,8 @@ pub fn write_batch(
                 c.forget_xattrs_unless(Some(path));
             }
         }
-        // The attributes of what this entry wrote (and whether it is a regular file's).
-        let mut wrote: Option<(FileMeta, bool)> = None;
+        // The attributes of the regular file this entry wrote, or whose mode and mtime it set.
+        let mut wrote: Option<FileMeta> = None;
         let result = match &entry.kind {
             EntryKind::File {
                 meta,
@@ -370,7 +375,7 @@ pub fn write_batch(
                     // As if the sender had sent its attributes alone.
                     (QuickCheck::SameContent, Some(c)) => {
                         c.set_file_attrs(path, &a, size).map(|()| {
-                            wrote = Some((*meta, true));
+                            wrote = Some(*meta);
                             out.kept_fixed += 1;
                             out.kept_bytes += size;
                         })
@@ -378,7 +383,7 @@ pub fn write_batch(
                     (_, c) => c
                         .map_or(Ok(()), |c| c.write_file(path, &a, data))
                         .map(|()| {
-                            wrote = Some((*meta, true));
+                            wrote = Some(*meta);
                             out.files += 1;
                             out.bytes += size;
                             if list {
@@ -428,7 +433,7 @@ pub fn write_batch(
                 .map(|done| match done {
                     ChunkOutcome::Partial => out.bytes += data.len() as u64,
                     ChunkOutcome::Completed => {
-                        wrote = Some((*meta, true));
+                        wrote = Some(*meta);
                         out.bytes += data.len() as u64;
                         out.files += 1;
                         if list {
@@ -518,8 +523,8 @@ pub fn write_batch(
                 return out;
             }
             out.fail(path, e.to_string());
-        } else if let (Some((meta, file)), Some(c)) = (wrote, cursor.as_deref_mut()) {
-            Leaves::count_in(&leaves, &mut not_kept, &meta, file);
+        } else if let (Some(meta), Some(c)) = (wrote, cursor.as_deref_mut()) {
+            Leaves::count_in(&leaves, &mut not_kept, &meta);
             not_kept.xattrs += u64::from(xattrs_dropped);
             // A time outside 32 bits may be more than the file system holds: it then sets the
             // nearest it can (ext4: 1901 to 2446), which only reading it back shows.

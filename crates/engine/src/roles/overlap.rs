@@ -65,17 +65,25 @@ pub(crate) fn refuse_a_pull_into_its_source(
     dst: &std::path::Path,
     dst_label: &str,
 ) -> Result<(), TransferError> {
-    if source.host == [0; 16] || ancestry::boot_id() != Some(source.host) {
-        return Ok(());
-    }
-    let inside = ancestry::of_local(dst).is_ok_and(|a| a.ids.contains(&(source.dev, source.ino)));
-    if inside {
+    if passes_through(source, || ancestry::of_local(dst)) {
         return Err(TransferError::Usage(format!(
             "destination '{dst_label}' is the pulled source or inside it (the same directory on \
              this host): the copy would read what it writes"
         )));
     }
     Ok(())
+}
+
+/// Whether the way up from a path on this host (its `ancestry`, asked only then) passes
+/// through the directory `source`, when `source` is on this host's kernel: the path is that
+/// directory or lies below it.
+pub(crate) fn passes_through(
+    source: sprat_proto::SourceId,
+    ancestry: impl FnOnce() -> Result<Ancestry, rustix::io::Errno>,
+) -> bool {
+    source.host != [0; 16]
+        && ancestry::boot_id() == Some(source.host)
+        && ancestry().is_ok_and(|a| a.ids.contains(&(source.dev, source.ino)))
 }
 
 /// Where both sides are, when both could be located on one kernel: `None` when either could
@@ -87,19 +95,16 @@ fn located_pair(src: &Endpoint, dst: &Endpoint, key: &Credentials) -> Option<(An
         (mine, other.join().ok().flatten())
     });
     let ((s_host, s), (d_host, d)) = (s?, d?);
-    if s_host != d_host {
-        let apart = |_| Ancestry {
-            exists: false,
-            ids: Vec::new(),
-        };
-        return Some((apart(s), apart(d)));
+    // On two kernels nothing overlaps: two ancestries with nothing in common.
+    match s_host == d_host {
+        true => Some((s, d)),
+        false => Some((Ancestry::default(), Ancestry::default())),
     }
-    Some((s, d))
 }
 
 /// The kernel `ep` is on and its ancestry there; `None` when unknown.
 fn locate(ep: &Endpoint, key: &Credentials) -> Option<([u8; 16], Ancestry)> {
-    let found = match ep {
+    match ep {
         Endpoint::Local(p) => ancestry::of_local(p)
             .ok()
             .and_then(|a| Some((ancestry::boot_id()?, a))),
@@ -117,8 +122,7 @@ fn locate(ep: &Endpoint, key: &Credentials) -> Option<([u8; 16], Ancestry)> {
                 None
             }
         },
-    };
-    found
+    }
 }
 
 /// Without locations: two paths of servers compared as they are written, when the servers are

@@ -824,7 +824,8 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                     if let Err((code, text)) = export.writable("write", rel) {
                         return served.refuse(code, text);
                     }
-                    if source_holds(source, export, rel) {
+                    let below = || sprat_store::ancestry::below(&export.root, rel);
+                    if super::overlap::passes_through(source, below) {
                         return served.refuse(
                             ErrorCode::BadRequest,
                             format!(
@@ -1330,19 +1331,6 @@ fn serve_push(
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
-}
-
-/// Whether the pushed directory `source` (on this host's kernel) is `rel` below `export`'s
-/// root or one of the directories above it.
-fn source_holds(
-    source: sprat_proto::SourceId,
-    export: &super::exports::Export,
-    rel: &[u8],
-) -> bool {
-    source.host != [0; 16]
-        && sprat_store::ancestry::boot_id() == Some(source.host)
-        && sprat_store::ancestry::below(&export.root, rel)
-            .is_ok_and(|a| a.ids.contains(&(source.dev, source.ino)))
 }
 
 /// The failure of a large file left incomplete when its transfer ended.
