@@ -434,9 +434,9 @@ pub struct CpArgs {
     /// --blocking-io and --mkpath: accepted, and change nothing. sprat always copies symlinks
     /// as links, permission bits and mtimes, owners and groups when the writing side runs as
     /// root, whole files (no deltas), keeps sparse files sparse, scans in parallel rather
-    /// than incrementally, never hands paths to a remote shell, and makes DST's missing
-    /// parents; devices, FIFOs and sockets are never copied (each is reported by name, exit
-    /// 1).
+    /// than incrementally, never hands paths to a remote shell, makes DST's missing parents,
+    /// and recreates FIFOs, sockets and devices (devices from the network only with
+    /// --keep-devices; see there).
     #[arg(short = 'l', long = "links", hide = true)]
     pub links: bool,
     #[arg(short = 'p', long = "perms", hide = true)]
@@ -447,8 +447,10 @@ pub struct CpArgs {
     pub owner: bool,
     #[arg(short = 'g', long = "group", hide = true)]
     pub group: bool,
-    #[arg(short = 'D', long = "devices", visible_alias = "specials", hide = true)]
+    #[arg(short = 'D', long = "devices", hide = true)]
     pub devices: bool,
+    #[arg(long = "specials", hide = true)]
+    pub specials: bool,
     #[arg(short = 'E', long = "executability", hide = true)]
     pub executability: bool,
     #[arg(long = "no-inc-recursive", visible_alias = "no-i-r", hide = true)]
@@ -733,6 +735,14 @@ pub struct Tuning {
     /// directories always keep theirs (a setgid directory passes its group on).
     #[arg(long)]
     pub keep_setuid: bool,
+    /// Create the character and block devices whose description comes from the network
+    /// (the writing side must run as root). By default they are not created and the report
+    /// counts them ("not kept: N device files"), since a device file gives whoever may open
+    /// it the device itself. On `serve`: those clients push; on `cp`: those a pull writes. A
+    /// local copy run as root always creates them, like `cp -a`; FIFOs and sockets are
+    /// always created.
+    #[arg(long)]
+    pub keep_devices: bool,
     /// Do not copy owners and groups. By default, like `rsync -a`, each file, directory and
     /// link gets the owner and group of its source, matched by user and group name (a name
     /// unknown on the writing side keeps the numeric id), when the writing side runs as

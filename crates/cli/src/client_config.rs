@@ -39,6 +39,7 @@ Relative paths are relative to the file's directory, `~/` is the home directory.
     numeric_ids = false                       # cp: as --numeric-ids
     no_owners = false                         # cp: as --no-owners
     keep_setuid = false                       # cp: as --keep-setuid
+    keep_devices = false                      # cp: as --keep-devices
     hard_links = false                        # cp: as -H
     xattrs = false                            # cp: as -X
     acls = false                              # cp: as -A
@@ -78,6 +79,7 @@ pub struct Defaults {
     pub numeric_ids: Option<bool>,
     pub no_owners: Option<bool>,
     pub keep_setuid: Option<bool>,
+    pub keep_devices: Option<bool>,
     pub hard_links: Option<bool>,
     pub xattrs: Option<bool>,
     pub acls: Option<bool>,
@@ -130,6 +132,7 @@ struct RawDefaults {
     numeric_ids: Option<bool>,
     no_owners: Option<bool>,
     keep_setuid: Option<bool>,
+    keep_devices: Option<bool>,
     hard_links: Option<bool>,
     xattrs: Option<bool>,
     acls: Option<bool>,
@@ -376,6 +379,7 @@ fn read_defaults(table: toml::Table, base: &Path) -> Result<Defaults, String> {
         numeric_ids: raw.numeric_ids,
         no_owners: raw.no_owners,
         keep_setuid: raw.keep_setuid,
+        keep_devices: raw.keep_devices,
         hard_links: raw.hard_links,
         xattrs: raw.xattrs,
         acls: raw.acls,

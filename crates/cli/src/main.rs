@@ -301,6 +301,7 @@ pub fn options(t: &Tuning, streams: Option<usize>, network: bool) -> TransferOpt
             args::PublishArg::Rename => PublishChoice::Rename,
         },
         keep_setid: t.keep_setuid,
+        keep_devices: t.keep_devices,
         owners: !t.no_owners,
         numeric_ids: t.numeric_ids,
         skip: SkipRule::QuickCheck,
@@ -889,6 +890,13 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
              --keep-setuid`"
         );
     }
+    if a.tuning.keep_devices && matches!(dst, Endpoint::Remote { .. }) {
+        eprintln!(
+            "sprat: note: --keep-devices creates devices in what this client writes (a pull); \
+             a server creates those it is sent only when it runs as root with `sprat serve \
+             --keep-devices`"
+        );
+    }
     let mut options = options(&a.tuning, a.streams.0, network);
     options.transport = launched.transport();
     options.hard_links = a.hard_links;
@@ -1101,6 +1109,7 @@ fn apply_defaults(
     take!(t.numeric_ids, numeric_ids);
     take!(t.no_owners, no_owners);
     take!(t.keep_setuid, keep_setuid);
+    take!(t.keep_devices, keep_devices);
     take!(a.hard_links, hard_links);
     take!(a.xattrs, xattrs);
     take!(a.acls, acls);
@@ -1170,12 +1179,20 @@ fn dry_run(
                 sprat_engine::Action::Delete => "delete",
                 sprat_engine::Action::Mkdir => "mkdir",
                 sprat_engine::Action::Link => "link",
+                sprat_engine::Action::Special => "special",
             };
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }
+        let specials = match plan.specials {
+            0 => String::new(),
+            n => format!(
+                ", {}",
+                sprat_engine::report::counted(n, "special file", "special files")
+            ),
+        };
         text.push_str(&format!(
-            "dry run {} -> {}: would send {} ({}), make {} and {}, set the attributes of \
-             {}, leave {} up to date{}; nothing was changed\n",
+            "dry run {} -> {}: would send {} ({}), make {}{specials} and {}, set the \
+             attributes of {}, leave {} up to date{}; nothing was changed\n",
             printable(src_shown),
             printable(dst_shown),
             sprat_engine::report::counted(plan.send, "file", "files"),
@@ -1245,8 +1262,12 @@ fn verify(a: VerifyArgs) -> anyhow::Result<i32> {
     }
     match sprat_engine::compare::compare_trees_also(&a.a, &a.b, true, also) {
         Ok(s) => {
+            let specials = match s.specials {
+                0 => String::new(),
+                n => format!("{}, ", counted(n, "special file", "special files")),
+            };
             print_quietly(&format!(
-                "identical: {}, {}, {}, {} (compared: {})\n",
+                "identical: {}, {}, {}, {specials}{} (compared: {})\n",
                 counted(s.files, "file", "files"),
                 counted(s.dirs, "directory", "directories"),
                 counted(s.symlinks, "symlink", "symlinks"),

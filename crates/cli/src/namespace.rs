@@ -10,7 +10,7 @@ use sprat_engine::ssh::Launched;
 use sprat_engine::text::printable;
 use sprat_engine::Credentials;
 use sprat_engine::{remote, Endpoint, TransferError};
-use sprat_engine::{NsEntry, NsKind, Request, SumAlgo};
+use sprat_engine::{NsEntry, NsKind, Request, SpecialKind, SumAlgo};
 use std::ffi::OsStr;
 
 /// A server's address and a path on it.
@@ -64,13 +64,27 @@ fn printed(path: &[u8]) -> String {
     printable(&sprat_engine::relpath::display_bytes(path)).into_owned()
 }
 
-fn kind_name(k: NsKind) -> &'static str {
-    match k {
-        NsKind::File => "file",
-        NsKind::Dir => "directory",
-        NsKind::Symlink => "symlink",
-        NsKind::Special => "special",
-        NsKind::Partial => "partial",
+fn kind_name(e: &NsEntry) -> &'static str {
+    match (e.kind, e.special()) {
+        (NsKind::File, _) => "file",
+        (NsKind::Dir, _) => "directory",
+        (NsKind::Symlink, _) => "symlink",
+        (NsKind::Special, Some((SpecialKind::Fifo, ..))) => "fifo",
+        (NsKind::Special, Some((SpecialKind::Socket, ..))) => "socket",
+        (NsKind::Special, Some((SpecialKind::CharDevice, ..))) => "character device",
+        (NsKind::Special, Some((SpecialKind::BlockDevice, ..))) => "block device",
+        (NsKind::Special, None) => "special",
+        (NsKind::Partial, _) => "partial",
+    }
+}
+
+/// A device's number as `ls -l` shows it (`8, 0`), `None` for anything else.
+fn device_number(e: &NsEntry) -> Option<String> {
+    match e.special()? {
+        (SpecialKind::CharDevice | SpecialKind::BlockDevice, major, minor) => {
+            Some(format!("{major}, {minor}"))
+        }
+        _ => None,
     }
 }
 
@@ -81,11 +95,17 @@ fn mode_string(e: &NsEntry) -> String {
         NsKind::Dir => 'd',
         NsKind::Symlink => 'l',
         NsKind::File => '-',
-        NsKind::Special => '?',
+        NsKind::Special => match e.special() {
+            Some((SpecialKind::Fifo, ..)) => 'p',
+            Some((SpecialKind::Socket, ..)) => 's',
+            Some((SpecialKind::CharDevice, ..)) => 'c',
+            Some((SpecialKind::BlockDevice, ..)) => 'b',
+            None => '?',
+        },
         // Not `p`, which `ls -l` shows for a FIFO.
         NsKind::Partial => '~',
     });
-    let m = e.mode;
+    let m = e.mode & 0o7777;
     for (shift, special, lower, upper) in [
         (6, 0o4000, 's', 'S'),
         (3, 0o2000, 's', 'S'),
@@ -145,12 +165,13 @@ fn owner_names(e: &NsEntry, numeric: bool) -> (String, String) {
 }
 
 /// The size shown for an entry: a symlink's is the length of its target, as `ls -l` and
-/// `stat` show it (the listing carries no data size for it).
+/// `stat` show it (the listing carries no data size for it); a special file's is 0 (a
+/// device's listed size is its number, see [`device_number`]).
 fn shown_size(e: &NsEntry) -> u64 {
-    if e.kind == NsKind::Symlink {
-        e.target.len() as u64
-    } else {
-        e.size
+    match e.kind {
+        NsKind::Symlink => e.target.len() as u64,
+        NsKind::Special => 0,
+        _ => e.size,
     }
 }
 
@@ -219,9 +240,10 @@ fn entry_json(e: &NsEntry) -> serde_json::Value {
         "user": owner.and_then(|o| name(&o.user)),
         "group": owner.and_then(|o| name(&o.group)),
         "path": shown(&e.path),
-        "type": kind_name(e.kind),
+        "type": kind_name(e),
         "size": shown_size(e),
-        "mode": format!("{:04o}", e.mode),
+        "device": device_number(e).map(|n| n.replace(' ', "")),
+        "mode": format!("{:04o}", e.mode & 0o7777),
         "mtime": e.mtime_sec,
         "mtime_nsec": e.mtime_nsec,
         "target": if e.kind == NsKind::Symlink { Some(shown(&e.target)) } else { None },
@@ -230,10 +252,10 @@ fn entry_json(e: &NsEntry) -> serde_json::Value {
 
 fn long_line(e: &NsEntry, name: &str, numeric: bool, human: bool) -> String {
     let (user, group) = owner_names(e, numeric);
-    let size = if human {
-        human_size(shown_size(e))
-    } else {
-        shown_size(e).to_string()
+    let size = match device_number(e) {
+        Some(number) => number,
+        None if human => human_size(shown_size(e)),
+        None => shown_size(e).to_string(),
     };
     let mut line = format!(
         "{} {user:<8} {group:<8} {size:>12} {} {}",
@@ -329,15 +351,18 @@ pub fn stat(a: &StatArgs, given: &Credentials) -> anyhow::Result<i32> {
         let mut s = format!(
             "  path: {}\n  type: {}\n  size: {}\n  mode: {:04o} ({})\n mtime: {}.{:09} UTC\n",
             printable(&a.url.to_string_lossy()),
-            kind_name(e.kind),
+            kind_name(&e),
             shown_size(&e),
-            e.mode,
+            e.mode & 0o7777,
             mode_string(&e),
             utc(e.mtime_sec),
             e.mtime_nsec
         );
         if e.kind == NsKind::Symlink {
             s.push_str(&format!("target: {}\n", printed(&e.target)));
+        }
+        if let Some(number) = device_number(&e) {
+            s.push_str(&format!("device: {number}\n"));
         }
         if let Some(o) = &e.owner {
             let (user, group) = owner_names(&e, a.numeric_ids);

@@ -60,7 +60,8 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<i32> {
         ));
         if s.skipped_special > 0 {
             text.push_str(&format!(
-                "  left out: {} devices, sockets or FIFOs (sprat does not copy them)\n",
+                "  left out: {} entries of a type sprat does not copy (not a file, directory, \
+                 symlink, FIFO, socket or device)\n",
                 s.skipped_special
             ));
         }

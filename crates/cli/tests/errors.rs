@@ -573,7 +573,7 @@ fn pull_with_one_blocked_file_fails_alone_with_exit_1() {
 }
 
 #[test]
-fn push_of_special_files_does_not_hang() {
+fn push_of_special_files_does_not_hang_and_makes_them_again() {
     let t = tmp();
     let src = t.path().join("src");
     make_many_files(&src, 10, 1000, 16);

@@ -82,20 +82,23 @@ fn json_events_name_each_failed_file() {
     let t = tmp();
     let src = t.path().join("src");
     make_source(&src);
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        src.join("a-fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
-    let out = cp_local(&["--json-events"], &src, t.path().join("dst"));
+    // A file named as the partial copy of a large file beside it cannot be copied (see
+    // hostile_data.rs): the one failure.
+    std::fs::write(src.join("large"), vec![7u8; 3 << 20]).unwrap();
+    std::fs::write(src.join(".large.sprat-part"), b"notes").unwrap();
+    let chunked = [
+        "--json-events",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "1MiB",
+    ];
+    let out = cp_local(&chunked, &src, t.path().join("dst"));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let events = lines(&out);
     let failed: Vec<_> = events.iter().filter(|e| e["event"] == "failed").collect();
     assert_eq!(failed.len(), 1, "{events:?}");
-    assert_eq!(failed[0]["path"], "a-fifo");
+    assert_eq!(failed[0]["path"], ".large.sprat-part");
     assert!(failed[0]["error"].is_string());
     assert_eq!(events.last().unwrap()["failed"].as_u64(), Some(1));
 }

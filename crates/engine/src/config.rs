@@ -51,6 +51,10 @@ pub struct TransferOptions {
     /// bits (a server's pushes, a client's pulls); by default they are cleared. A local copy
     /// always keeps them.
     pub keep_setid: bool,
+    /// Character and block devices whose description arrived from a network peer are
+    /// created (by a writer running as root: a server's pushes, a client's pulls); by default
+    /// they are not, and counted as not kept. A local copy run as root always creates them.
+    pub keep_devices: bool,
     /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
     /// root, left as the writing user's by anyone else. On a server: whether it applies the
     /// owners clients ask for (`sprat serve --no-owners` refuses them).
@@ -142,6 +146,7 @@ impl Default for TransferOptions {
             read_order: ReadOrder::Scan,
             publish: PublishChoice::Auto,
             keep_setid: false,
+            keep_devices: false,
             owners: true,
             numeric_ids: false,
             hard_links: false,

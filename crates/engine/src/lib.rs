@@ -44,6 +44,7 @@ pub use net::{Credentials, Fingerprint, ServerAccess, ServerIdentity, ServerTls,
 pub use sprat_proto::auth::TokenKey;
 pub use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, Request, SumAlgo};
 pub use sprat_proto::ErrorCode;
+pub use sprat_proto::SpecialKind;
 pub use sprat_store::compare;
 pub use sprat_store::compare::compare_trees;
 pub use sprat_store::partial::final_name_of_hidden;

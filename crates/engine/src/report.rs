@@ -73,6 +73,8 @@ pub struct Report {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and devices made.
+    pub specials: u64,
     pub bytes: u64,
     pub failed: u64,
     pub seconds: f64,
@@ -164,14 +166,16 @@ impl ServerShare {
     }
 }
 
-/// [`Report::not_kept`] in JSON: `{"setid": N, "xattrs": N, "owners": N, "mtimes": N}`.
+/// [`Report::not_kept`] in JSON: `{"setid": N, "xattrs": N, "owners": N, "mtimes": N,
+/// "devices": N}`.
 fn not_kept_json<S: serde::Serializer>(n: &sprat_proto::NotKept, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(4))?;
+    let mut map = s.serialize_map(Some(5))?;
     map.serialize_entry("setid", &n.setid)?;
     map.serialize_entry("xattrs", &n.xattrs)?;
     map.serialize_entry("owners", &n.owners)?;
     map.serialize_entry("mtimes", &n.mtimes)?;
+    map.serialize_entry("devices", &n.devices)?;
     map.end()
 }
 
@@ -235,6 +239,7 @@ impl Report {
         self.bytes += earlier.bytes;
         self.dirs = self.dirs.max(earlier.dirs);
         self.symlinks = self.symlinks.max(earlier.symlinks);
+        self.specials = self.specials.max(earlier.specials);
         self.syncs += earlier.syncs;
         self.cloned += earlier.cloned;
         self.kernel_copied += earlier.kernel_copied;
@@ -294,6 +299,7 @@ impl Report {
             files: counts.files,
             dirs: counts.dirs,
             symlinks: counts.symlinks,
+            specials: counts.specials,
             bytes: counts.bytes,
             failed: counts.failed,
             seconds,
@@ -328,6 +334,7 @@ pub struct Counts {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    pub specials: u64,
     pub bytes: u64,
     pub failed: u64,
     pub failures: Vec<Failure>,
@@ -365,6 +372,7 @@ impl Counts {
             other.failed,
         );
         self.dirs += other.dirs;
+        self.specials += other.specials;
         self.not_kept.add(&other.not_kept);
         self.extend_failures(&other.failures);
     }
@@ -372,6 +380,7 @@ impl Counts {
     /// Adds what the report of another part of the same transfer counted, directories aside.
     pub fn absorb_report(&mut self, r: &Report) {
         self.add_totals(r.files, r.symlinks, r.bytes, r.syncs, r.failed);
+        self.specials += r.specials;
         self.extend_failures(&r.failures);
     }
 
@@ -411,6 +420,7 @@ impl Counts {
         self.files += o.files;
         self.dirs += o.dirs;
         self.symlinks += o.symlinks;
+        self.specials += o.specials;
         self.bytes += o.bytes;
         self.kept += o.kept;
         self.kept_fixed += o.kept_fixed;
@@ -457,6 +467,24 @@ impl Report {
                 counted(n.mtimes, "file", "files")
             )?;
         }
+        if n.devices > 0 {
+            let rule = match self.direction {
+                "push" | "third-party" => {
+                    "the server creates them only when it runs as root and was started with \
+                     `sprat serve --keep-devices`"
+                }
+                "copy" => "only root creates them",
+                _ => {
+                    "this side creates them only when it runs as root, and from the network \
+                      only with `sprat cp --keep-devices`"
+                }
+            };
+            writeln!(
+                f,
+                "  not kept: {} ({rule})",
+                counted(n.devices, "device file", "device files")
+            )?;
+        }
         if n.owners > 0 && sprat_store::owner::running_as_root() {
             writeln!(
                 f,
@@ -479,9 +507,13 @@ impl fmt::Display for Report {
             printable(&self.source),
             printable(&self.destination)
         )?;
+        let specials = match self.specials {
+            0 => String::new(),
+            n => format!("{}, ", counted(n, "special file", "special files")),
+        };
         writeln!(
             f,
-            "  {}, {}, {}, {} in {:.2} s",
+            "  {}, {}, {}, {specials}{} in {:.2} s",
             counted(self.files, "file", "files"),
             counted(self.dirs, "directory", "directories"),
             counted(self.symlinks, "symlink", "symlinks"),

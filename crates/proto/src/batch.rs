@@ -40,6 +40,7 @@ const ENTRY_HARD_LINK: u8 = 9;
 const ENTRY_XATTRS: u8 = 10;
 const ENTRY_FILE_UNLESS: u8 = 11;
 const ENTRY_CHUNK_WHOLE: u8 = 12;
+const ENTRY_SPECIAL: u8 = 13;
 
 /// When a receiver keeps what it has instead of writing a [`EntryKind::File`] sent with
 /// `unless`: the sender sent it before it knew what the destination has (a push's first
@@ -68,6 +69,39 @@ impl KeepRule {
             2 => Ok(KeepRule::Present),
             other => Err(DecodeError::Unknown {
                 what: "keep rule",
+                value: other as u64,
+            }),
+        }
+    }
+}
+
+/// Which special file an [`EntryKind::Special`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecialKind {
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl SpecialKind {
+    fn to_u8(self) -> u8 {
+        match self {
+            SpecialKind::Fifo => 1,
+            SpecialKind::Socket => 2,
+            SpecialKind::CharDevice => 3,
+            SpecialKind::BlockDevice => 4,
+        }
+    }
+
+    fn from_u8(v: u8) -> Result<SpecialKind, DecodeError> {
+        match v {
+            1 => Ok(SpecialKind::Fifo),
+            2 => Ok(SpecialKind::Socket),
+            3 => Ok(SpecialKind::CharDevice),
+            4 => Ok(SpecialKind::BlockDevice),
+            other => Err(DecodeError::Unknown {
+                what: "special file type",
                 value: other as u64,
             }),
         }
@@ -223,6 +257,14 @@ pub enum EntryKind<'a> {
         uid: u32,
         gid: u32,
         target: &'a [u8],
+    },
+    /// A FIFO, a socket or a device (of number `major`, `minor`; both 0 for a FIFO or a
+    /// socket), recreated as such and never opened.
+    Special {
+        meta: FileMeta,
+        kind: SpecialKind,
+        major: u32,
+        minor: u32,
     },
     /// One piece of a large file: `data` goes at `offset` of a file of `file_size` bytes.
     /// `whole`: the file is sent whole, so a partial file an earlier run left of it is not
@@ -464,6 +506,21 @@ impl Batch {
         put_bytes16(&mut self.header, target);
     }
 
+    /// Records a FIFO, socket or device (see [`EntryKind::Special`]).
+    pub fn push_special(
+        &mut self,
+        path: &[u8],
+        meta: &FileMeta,
+        kind: SpecialKind,
+        (major, minor): (u32, u32),
+    ) {
+        self.begin(ENTRY_SPECIAL, path);
+        self.put_meta(meta);
+        self.header.push(kind.to_u8());
+        self.header.extend_from_slice(&major.to_le_bytes());
+        self.header.extend_from_slice(&minor.to_le_bytes());
+    }
+
     /// Records the sender's name of user `id` (left out when empty, too long or with a NUL,
     /// or when the batch holds [`MAX_ENTRIES`] already: the id alone travels then).
     pub fn push_user_name(&mut self, id: u32, name: &[u8]) {
@@ -687,6 +744,25 @@ impl<'a> BatchView<'a> {
                         target,
                     }
                 }
+                ENTRY_SPECIAL => {
+                    let meta = read_meta(&mut r)?;
+                    let kind = SpecialKind::from_u8(r.u8("special file type")?)?;
+                    let major = r.u32("device major")?;
+                    let minor = r.u32("device minor")?;
+                    let device = matches!(kind, SpecialKind::CharDevice | SpecialKind::BlockDevice);
+                    if !device && (major, minor) != (0, 0) {
+                        return Err(DecodeError::Invalid {
+                            what: "special file",
+                            why: "a FIFO or socket with a device number",
+                        });
+                    }
+                    EntryKind::Special {
+                        meta,
+                        kind,
+                        major,
+                        minor,
+                    }
+                }
                 ENTRY_CHUNK | ENTRY_CHUNK_WHOLE => {
                     let meta = read_meta(&mut r)?;
                     let file_size = r.u64("file size")?;
@@ -851,6 +927,8 @@ mod tests {
         ];
         assert!(b.push_xattrs(b"d", xattr_scope::USER | xattr_scope::ACL, &list));
         b.push_dir(b"d", &meta);
+        b.push_special(b"dev/sda", &meta, SpecialKind::BlockDevice, (8, 0));
+        b.push_special(b"fifo", &meta, SpecialKind::Fifo, (0, 0));
         b
     }
 
@@ -885,7 +963,29 @@ mod tests {
         let bytes = payload(&b);
         let view = BatchView::decode(&bytes).unwrap();
         assert_eq!(view.seq, 7);
-        assert_eq!(view.entries.len(), 13);
+        assert_eq!(view.entries.len(), 15);
+        assert_eq!(
+            view.entries[13].kind,
+            EntryKind::Special {
+                meta: FileMeta {
+                    mode: 0o644,
+                    mtime_sec: 1_700_000_000,
+                    mtime_nsec: 123,
+                    uid: 1000,
+                    gid: 4,
+                },
+                kind: SpecialKind::BlockDevice,
+                major: 8,
+                minor: 0,
+            }
+        );
+        assert!(matches!(
+            view.entries[14].kind,
+            EntryKind::Special {
+                kind: SpecialKind::Fifo,
+                ..
+            }
+        ));
         match &view.entries[10].kind {
             EntryKind::File { data, unless, .. } => {
                 assert_eq!(*data, b"sent early");

@@ -17,7 +17,8 @@ pub mod selection;
 pub mod session;
 
 pub use batch::{
-    xattr_scope, Batch, BatchView, ChunkOf, Entry, EntryKind, FileMeta, KeepRule, Totals, XattrList,
+    xattr_scope, Batch, BatchView, ChunkOf, Entry, EntryKind, FileMeta, KeepRule, SpecialKind,
+    Totals, XattrList,
 };
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
@@ -28,4 +29,4 @@ pub use message::{
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 17;
+pub const PROTOCOL_VERSION: u16 = 18;

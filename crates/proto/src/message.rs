@@ -228,6 +228,8 @@ pub struct RemoteStats {
     pub totals: Totals,
     /// A push: what the server wrote without all that was sent with it (see [`NotKept`]).
     pub not_kept: NotKept,
+    /// FIFOs, sockets and devices made (from protocol 18).
+    pub specials: u64,
 }
 
 /// Regular files a writer wrote (their data, or their mode and mtime alone) without part of
@@ -236,13 +238,15 @@ pub struct RemoteStats {
 /// attributes it did not set (it runs as another user than root, or does not keep setuid
 /// bits), that it left owned by itself although the sender asked for their owners (it does
 /// not run as root, or applies none), and whose mtime its file system could not hold (it set
-/// the nearest it holds).
+/// the nearest it holds); and devices it did not create (it does not run as root, or does not
+/// create devices a peer sends), from protocol 18.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NotKept {
     pub setid: u64,
     pub xattrs: u64,
     pub owners: u64,
     pub mtimes: u64,
+    pub devices: u64,
 }
 
 impl NotKept {
@@ -251,6 +255,7 @@ impl NotKept {
         self.xattrs = self.xattrs.saturating_add(other.xattrs);
         self.owners = self.owners.saturating_add(other.owners);
         self.mtimes = self.mtimes.saturating_add(other.mtimes);
+        self.devices = self.devices.saturating_add(other.devices);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -513,7 +518,7 @@ impl Message {
                 }
                 s.totals.encode(&mut out);
                 let n = &s.not_kept;
-                for v in [n.setid, n.xattrs, n.owners, n.mtimes] {
+                for v in [n.setid, n.xattrs, n.owners, n.mtimes, n.devices, s.specials] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::DONE
@@ -725,7 +730,9 @@ impl Message {
                     xattrs: r.u64("attributes not kept")?,
                     owners: r.u64("owners not kept")?,
                     mtimes: r.u64("mtimes not kept")?,
+                    devices: r.u64("devices not kept")?,
                 },
+                specials: r.u64("special files")?,
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -924,7 +931,9 @@ mod tests {
                 xattrs: 14,
                 owners: 15,
                 mtimes: 16,
+                devices: 17,
             },
+            specials: 18,
         }));
     }
 

@@ -9,6 +9,7 @@
 
 use crate::codec::{put_bytes16, DecodeError, Reader};
 use crate::path::{self, MAX_PATH};
+use crate::SpecialKind;
 
 /// Most entries or sums in one frame.
 pub const MAX_ENTRIES_PER_FRAME: usize = 65536;
@@ -197,6 +198,8 @@ pub enum NsKind {
     File,
     Dir,
     Symlink,
+    /// A FIFO, socket or device (from protocol 18, see [`NsEntry::special`]), or an entry of
+    /// another type.
     Special,
     /// A large file an interrupted transfer left incomplete, kept (under hidden names) for
     /// the next run to resume: `path` is the file's final path, `size`, `mtime_*` are the
@@ -224,6 +227,44 @@ pub struct NsEntry {
     pub target: Vec<u8>,
     /// Its owner and group, when the listing carries them.
     pub owner: Option<NsOwner>,
+}
+
+/// The type bits of `st_mode` a [`NsKind::Special`] entry's mode carries.
+const SPECIAL_TYPES: [(u32, SpecialKind); 4] = [
+    (0o010000, SpecialKind::Fifo),
+    (0o140000, SpecialKind::Socket),
+    (0o020000, SpecialKind::CharDevice),
+    (0o060000, SpecialKind::BlockDevice),
+];
+
+impl NsEntry {
+    /// What a [`NsKind::Special`] entry is: its `mode` carries the type bits of `st_mode`
+    /// (FIFO `0o010000`, socket `0o140000`, character device `0o020000`, block device
+    /// `0o060000`) besides its permission bits, and its `size` a device's number, major in
+    /// the high 32 bits and minor in the low. `None`: another entry, or an unknown type.
+    pub fn special(&self) -> Option<(SpecialKind, u32, u32)> {
+        if self.kind != NsKind::Special {
+            return None;
+        }
+        let kind = SPECIAL_TYPES
+            .iter()
+            .find(|(bits, _)| self.mode & 0o170000 == *bits)?
+            .1;
+        Some((kind, (self.size >> 32) as u32, self.size as u32))
+    }
+
+    /// The `mode` and `size` of a [`NsKind::Special`] entry of `kind` with permission bits
+    /// `perm` and device number `major`, `minor` (see [`NsEntry::special`]).
+    pub fn special_fields(kind: SpecialKind, perm: u32, (major, minor): (u32, u32)) -> (u32, u64) {
+        let bits = SPECIAL_TYPES
+            .iter()
+            .find(|(_, k)| *k == kind)
+            .map_or(0, |(bits, _)| *bits);
+        (
+            bits | perm & 0o7777,
+            u64::from(major) << 32 | u64::from(minor),
+        )
+    }
 }
 
 /// An entry's owner and group: numeric ids, and their names on the side that listed it

@@ -10,7 +10,7 @@ use sprat_proto::auth::{ClientHandshake, Credential, ServerHandshake, TokenKey};
 use sprat_proto::namespace::{DiskUsage, ListOwners, NsEntry, NsKind, NsOwner, Request, SumAlgo};
 use sprat_proto::{
     Batch, BatchView, ChunkOf, DestCheck, EntryKind, ErrorCode, FileMeta, FrameHeader, KeepRule,
-    Message, MetaFlags, Operation, RemoteStats, Selection, Totals, FRAME_HEADER_LEN,
+    Message, MetaFlags, Operation, RemoteStats, Selection, SpecialKind, Totals, FRAME_HEADER_LEN,
     PROTOCOL_VERSION,
 };
 
@@ -101,7 +101,7 @@ fn totals() -> impl Strategy<Value = Totals> {
 }
 
 fn remote_stats() -> impl Strategy<Value = RemoteStats> {
-    (any::<[u64; 12]>(), totals(), any::<[u64; 4]>()).prop_map(|(f, totals, n)| RemoteStats {
+    (any::<[u64; 12]>(), totals(), any::<[u64; 6]>()).prop_map(|(f, totals, n)| RemoteStats {
         files: f[0],
         dirs: f[1],
         symlinks: f[2],
@@ -120,7 +120,9 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
             xattrs: n[1],
             owners: n[2],
             mtimes: n[3],
+            devices: n[4],
         },
+        specials: n[5],
     })
 }
 
@@ -378,6 +380,7 @@ enum Item {
     Attrs(Vec<u8>, FileMeta, u64),
     HardLink(Vec<u8>, Vec<u8>),
     Xattrs(Vec<u8>, u8, Pairs),
+    Special(Vec<u8>, FileMeta, SpecialKind, (u32, u32)),
 }
 
 /// Extended attributes as (name, value) pairs.
@@ -468,6 +471,15 @@ fn item() -> impl Strategy<Value = Item> {
             })
             .prop_map(|(p, t)| Item::HardLink(p, t)),
         (rel_path(), xattr_list()).prop_map(|(p, (scope, list))| Item::Xattrs(p, scope, list)),
+        (rel_path(), meta(), 0u8..4, any::<(u32, u32)>()).prop_map(|(p, m, k, number)| {
+            // A FIFO or a socket has no device number.
+            match k {
+                0 => Item::Special(p, m, SpecialKind::Fifo, (0, 0)),
+                1 => Item::Special(p, m, SpecialKind::Socket, (0, 0)),
+                2 => Item::Special(p, m, SpecialKind::CharDevice, number),
+                _ => Item::Special(p, m, SpecialKind::BlockDevice, number),
+            }
+        }),
     ]
 }
 
@@ -491,6 +503,7 @@ fn build(seq: u64, items: &[Item]) -> Batch {
             Item::Attrs(p, m, s) => b.push_attrs(p, m, *s),
             Item::HardLink(p, t) => b.push_hard_link(p, t),
             Item::Xattrs(p, scope, list) => assert!(b.push_xattrs(p, *scope, list)),
+            Item::Special(p, m, k, number) => b.push_special(p, m, *k, *number),
         }
     }
     b
@@ -525,6 +538,9 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
         Item::Attrs(p, m, s) => (p, format!("attrs {m:?} {s}")),
         Item::HardLink(p, t) => (p, format!("hard link {t:?}")),
         Item::Xattrs(p, scope, list) => (p, format!("xattrs {scope} {list:?}")),
+        Item::Special(p, m, k, (major, minor)) => {
+            (p, format!("special {m:?} {k:?} {major} {minor}"))
+        }
     };
     (path.clone(), kind)
 }
@@ -563,6 +579,12 @@ fn described(kind: &EntryKind<'_>) -> String {
             let list: Pairs = list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
             format!("xattrs {scope} {list:?}")
         }
+        EntryKind::Special {
+            meta,
+            kind,
+            major,
+            minor,
+        } => format!("special {meta:?} {kind:?} {major} {minor}"),
     }
 }
 

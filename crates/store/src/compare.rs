@@ -16,6 +16,8 @@ pub struct TreeSummary {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and devices.
+    pub specials: u64,
     pub bytes: u64,
 }
 
@@ -94,11 +96,8 @@ pub fn compare_trees_also(
                 continue;
             }
         };
-        let (ta, tb) = (ma.file_type(), mb.file_type());
-        if ta.is_dir() != tb.is_dir()
-            || ta.is_file() != tb.is_file()
-            || ta.is_symlink() != tb.is_symlink()
-        {
+        let ta = ma.file_type();
+        if ma.mode() & 0o170000 != mb.mode() & 0o170000 {
             diffs.push(format!("{shown}: file type differs"));
             continue;
         }
@@ -131,7 +130,9 @@ pub fn compare_trees_also(
                 mb.gid()
             ));
         }
-        if also.xattrs != 0 && !ta.is_symlink() {
+        // Special files (FIFOs, sockets, devices) are copied without their attributes.
+        let special = !(ta.is_symlink() || ta.is_file() || ta.is_dir());
+        if also.xattrs != 0 && !ta.is_symlink() && !special {
             match (xattrs_of(&pa, also.xattrs), xattrs_of(&pb, also.xattrs)) {
                 (Ok(x), Ok(y)) if x == y => {}
                 (Ok(x), Ok(y)) => diffs.push(format!(
@@ -163,7 +164,18 @@ pub fn compare_trees_also(
                 }
             }
         }
-        if ta.is_symlink() {
+        if special {
+            summary.specials += 1;
+            if ma.rdev() != mb.rdev() {
+                let number =
+                    |rdev| format!("{},{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+                diffs.push(format!(
+                    "{shown}: device {} != {}",
+                    number(ma.rdev()),
+                    number(mb.rdev())
+                ));
+            }
+        } else if ta.is_symlink() {
             summary.symlinks += 1;
             match (fs::read_link(&pa), fs::read_link(&pb)) {
                 (Ok(x), Ok(y)) if x == y => {}

@@ -28,6 +28,7 @@ pub mod relpath;
 pub mod root;
 pub mod scan;
 pub mod sparse;
+pub mod special;
 pub mod sync;
 mod sys;
 pub mod write;
@@ -43,4 +44,5 @@ pub use scan::{
     list_directory, scan, scan_selected, stat_path, stat_root_file, EntryType, ScanEntry,
     ScanOptions,
 };
+pub use special::Special;
 pub use write::{TreeWriter, WriterCursor};

@@ -30,7 +30,8 @@ pub enum EntryType {
     File,
     Dir,
     Symlink,
-    /// Devices, sockets and FIFOs: reported, not copied.
+    /// Devices, sockets and FIFOs ([`ScanEntry::special`] says which), and entries that
+    /// could not be examined ([`ScanEntry::error`]).
     Special,
 }
 
@@ -53,6 +54,9 @@ pub struct ScanEntry {
     /// scanned here; 0 where unknown (an entry a listing described).
     pub version: u64,
     pub link_target: Option<Vec<u8>>,
+    /// What a [`EntryType::Special`] entry is (`None` for every other kind, and for an entry
+    /// that could not be examined).
+    pub special: Option<crate::Special>,
     /// Set when the entry could not be examined; the rest of its fields are zero.
     pub error: Option<String>,
 }
@@ -447,6 +451,11 @@ fn try_stat_entry<P: rustix::path::Arg, Fd: std::os::fd::AsFd>(
         nlink: st.stx_nlink,
         version: version_of(st.stx_ino, &st.stx_ctime),
         link_target: None,
+        special: crate::Special::of(
+            FileType::from_raw_mode(st.stx_mode as u32),
+            st.stx_rdev_major,
+            st.stx_rdev_minor,
+        ),
         error: None,
     };
     if kind == EntryType::Symlink {
@@ -494,6 +503,7 @@ fn failed_with(path: Vec<u8>, error: String) -> ScanEntry {
         nlink: 0,
         version: 0,
         link_target: None,
+        special: None,
         error: Some(error),
     }
 }

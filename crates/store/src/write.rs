@@ -28,8 +28,8 @@ use crate::partial::{self, Coverage, Identity, Record};
 use crate::root::{escape_error, Root};
 use crate::sync::{lock, unpoisoned};
 use rustix::fs::{
-    fchmod, ftruncate, futimens, linkat, mkdirat, openat, renameat, statx, symlinkat, unlinkat,
-    utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
+    fchmod, ftruncate, futimens, linkat, mkdirat, mknodat, openat, renameat, statx, symlinkat,
+    unlinkat, utimensat, AtFlags, FileType, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD,
 };
 use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
@@ -82,6 +82,8 @@ pub struct TreeWriter {
     exact_create_mode: bool,
     /// Regular files keep their setuid and setgid bits (see [`TreeWriter::keep_setid`]).
     keep_setid: bool,
+    /// Character and block devices are created (see [`TreeWriter::devices`]).
+    devices: bool,
     /// Owners and groups are set as sent (see [`TreeWriter::owners`]).
     owners: bool,
     /// The sender asked for owners and groups, whether or not this writer sets them.
@@ -378,6 +380,7 @@ impl TreeWriter {
             settled: Mutex::new(HashSet::new()),
             exact_create_mode: umask_is_zero(),
             keep_setid: false,
+            devices: false,
             owners: false,
             owners_asked: false,
             ids: Some(crate::owner::LocalIds::default()),
@@ -490,6 +493,20 @@ impl TreeWriter {
     pub fn keep_setid(mut self, keep: bool) -> TreeWriter {
         self.keep_setid = keep;
         self
+    }
+
+    /// Whether character and block devices sent are created: only when `allow` and this
+    /// process runs as root (only root may). A device file gives whoever may open it the
+    /// device itself, so a writer creates none by default; FIFOs and sockets are always
+    /// created. A device not created is left out without an error; a caller counts them.
+    pub fn devices(mut self, allow: bool) -> TreeWriter {
+        self.devices = allow && crate::owner::running_as_root();
+        self
+    }
+
+    /// Whether character and block devices are created (see [`TreeWriter::devices`]).
+    pub fn makes_devices(&self) -> bool {
+        self.devices
     }
 
     /// Whether every item written gets the owner and group of its [`Attrs`] (`uid`, `gid`),
@@ -1631,6 +1648,75 @@ impl WriterCursor<'_> {
             .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
                 true => put_in_place_error(path, e),
                 false => StoreError::new("create symlink", path, e),
+            });
+        if result.is_err() {
+            let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+        }
+        result
+    }
+}
+
+impl WriterCursor<'_> {
+    /// Creates the FIFO, socket or device `path` (never opened), with its mode, owner (where
+    /// the writer sets owners) and mtime, under a temporary name first, then in place of what
+    /// is there. A device the writer does not create ([`TreeWriter::devices`]) is an error:
+    /// its caller leaves it out before.
+    pub fn make_special(
+        &mut self,
+        path: &[u8],
+        special: crate::Special,
+        attrs: &Attrs,
+    ) -> Result<(), StoreError> {
+        let writer = self.writer;
+        if special.is_device() && !writer.devices {
+            return Err(StoreError::other(
+                "create",
+                path,
+                "this writer does not create devices",
+            ));
+        }
+        let target = writer.target(path)?;
+        let (dir, name) = self.parent(target)?;
+        let (dir_path, _) = crate::relpath::split_parent(target);
+        let temp = writer.temp_name(name);
+        let what = match special {
+            crate::Special::Fifo => "create FIFO",
+            crate::Special::Socket => "create socket",
+            _ => "create device",
+        };
+        let mode = Mode::from_raw_mode(writer.file_mode(attrs.mode & 0o7777));
+        let create = || mknodat(dir, os(&temp), special.file_type(), mode, special.dev());
+        writer
+            .in_dir_errno((dir, dir_path), || match create() {
+                Err(Errno::EXIST) => {
+                    let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+                    create()
+                }
+                other => other,
+            })
+            .map_err(|e| StoreError::new(what, path, e))?;
+        let chown = || {
+            if !writer.owners {
+                return Ok(());
+            }
+            let (uid, gid) = owner_ids(attrs);
+            rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
+        };
+        // The mode again after the umask and the change of owner; chmod never opens the file.
+        let result = chown()
+            .and_then(|()| rustix::fs::chmodat(dir, os(&temp), mode, AtFlags::empty()))
+            .and_then(|()| {
+                utimensat(
+                    dir,
+                    os(&temp),
+                    &timestamps(attrs),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+            })
+            .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
+            .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
+                true => put_in_place_error(path, e),
+                false => StoreError::new(what, path, e),
             });
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());

@@ -14,3 +14,4 @@ pub(crate) mod send;
 pub(crate) mod sink;
 pub(crate) mod skip;
 pub(crate) mod source;
+pub(crate) mod special;

@@ -42,6 +42,8 @@ pub enum PlanItem {
     },
     Dir(ScanEntry),
     Symlink(ScanEntry),
+    /// A FIFO, socket or device ([`ScanEntry::special`] says which).
+    Special(ScanEntry),
     Failed {
         path: Vec<u8>,
         text: String,
@@ -78,6 +80,7 @@ impl PlanItem {
             | PlanItem::EarlyFile(e, _)
             | PlanItem::Dir(e)
             | PlanItem::Symlink(e)
+            | PlanItem::Special(e)
             | PlanItem::Attrs(e) => &e.path,
             PlanItem::Chunk { entry, .. } => &entry.path,
             PlanItem::Failed { path, .. } | PlanItem::HardLink { path, .. } => path,
@@ -275,10 +278,15 @@ impl Planner {
             }
             EntryType::Dir => self.add(PlanItem::Dir(entry), 0, emit),
             EntryType::Symlink => self.add(PlanItem::Symlink(entry), 0, emit),
+            EntryType::Special if entry.special.is_some() => {
+                self.add(PlanItem::Special(entry), 0, emit)
+            }
             EntryType::Special => {
                 let item = PlanItem::Failed {
                     path: entry.path,
-                    text: "special file (device, socket or FIFO) not copied".into(),
+                    text: "of a type sprat does not know (not a file, directory, symlink, \
+                           FIFO, socket or device): not copied"
+                        .into(),
                 };
                 self.add(item, 0, emit)
             }
@@ -491,6 +499,7 @@ mod tests {
             nlink: 1,
             version: 0,
             link_target: None,
+            special: None,
             error: None,
         }
     }

@@ -46,6 +46,8 @@ pub struct BatchOutcome {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and devices made.
+    pub specials: u64,
     pub bytes: u64,
     /// Files whose content the destination had already: only their attributes were set.
     pub attrs_fixed: u64,
@@ -471,6 +473,25 @@ pub fn write_batch(
                     None => Ok(()),
                 }
                 .map(|()| out.symlinks += 1)
+            }
+            EntryKind::Special {
+                meta,
+                kind,
+                major,
+                minor,
+            } => {
+                let special = crate::pipeline::special::from_wire(*kind, *major, *minor);
+                let a = attrs(&cursor, meta);
+                match cursor.as_deref_mut() {
+                    // Left out by this writer's rule (see `TreeWriter::devices`): counted.
+                    Some(c) if special.is_device() && !c.tree().makes_devices() => {
+                        not_kept.devices += 1;
+                        continue;
+                    }
+                    Some(c) => c.make_special(path, special, &a),
+                    None => Ok(()),
+                }
+                .map(|()| out.specials += 1)
             }
             EntryKind::Attrs { meta, size } => {
                 let a = attrs(&cursor, meta);

@@ -779,6 +779,7 @@ fn read_batch(
             | PlanItem::EarlyFile(e, _)
             | PlanItem::Dir(e)
             | PlanItem::Symlink(e)
+            | PlanItem::Special(e)
             | PlanItem::Attrs(e) => Some(&e.attrs),
             PlanItem::Chunk { entry, .. } => Some(&entry.attrs),
             PlanItem::Failed { .. } | PlanItem::HardLink { .. } => None,
@@ -827,6 +828,13 @@ fn read_batch(
                 let target = e.link_target.as_deref().unwrap_or_default();
                 batch.push_symlink(&e.path, &meta(&e.attrs), target)
             }
+            PlanItem::Special(e) => match e.special {
+                Some(special) => {
+                    let (kind, number) = crate::pipeline::special::to_wire(special);
+                    batch.push_special(&e.path, &meta(&e.attrs), kind, number)
+                }
+                None => batch.push_failed(&e.path, "not a special file"),
+            },
             PlanItem::Failed { path, text } => batch.push_failed(&path, &text),
             PlanItem::Attrs(e) => batch.push_attrs(&e.path, &meta(&e.attrs), e.size),
             PlanItem::HardLink { path, target } => batch.push_hard_link(&path, &target),

@@ -89,6 +89,7 @@ pub(crate) fn local_writer(
             .durable(options.durable)
             .early_writeback(early_writeback())
             .keep_setid(keep_setid)
+            .devices(!from_peer || options.keep_devices)
             .owners(options.owners)
             // A local copy's source and destination share one user database: the ids are
             // the same whichever way they are found.

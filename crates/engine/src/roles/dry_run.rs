@@ -33,6 +33,9 @@ pub enum Action {
     /// A symlink the destination lacks, or has with another target, would be made (or would
     /// replace what is there).
     Link,
+    /// A FIFO, socket or device the destination lacks, or has of another type or number,
+    /// would be made (or would replace what is there).
+    Special,
 }
 
 /// The outcome of a dry run.
@@ -49,6 +52,8 @@ pub struct DryRun {
     pub mkdir: u64,
     /// Symlinks to make.
     pub links: u64,
+    /// FIFOs, sockets and devices to make.
+    pub specials: u64,
     /// Top-most destination entries `--delete` would remove.
     pub delete: u64,
 }
@@ -85,6 +90,7 @@ pub fn dry_run(
     // digests are known.
     let mut compare = Vec::new();
     let mut links_there: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut specials_there: Vec<(Vec<u8>, sprat_store::Special)> = Vec::new();
     let mut each = |e: ScanEntry| match e.kind {
         EntryType::File => match index.verdict(&e, options.skip) {
             Verdict::Compare => compare.push(e),
@@ -100,6 +106,12 @@ pub fn dry_run(
         // A symlink (or special file) there already: its target is compared once the
         // destination's targets are read, below.
         EntryType::Symlink => links_there.push((e.path, e.link_target.unwrap_or_default())),
+        EntryType::Special => match (e.special, index.at(&e.path)) {
+            // Compared with what is there once the destination's are read, below.
+            (Some(special), Some(There::Other)) => specials_there.push((e.path, special)),
+            (Some(_), _) => out.record_special(&e.path),
+            (None, _) => {}
+        },
         _ => {}
     };
     match src {
@@ -136,6 +148,7 @@ pub fn dry_run(
                     // A partial file at the source is not a file of the source.
                     return;
                 }
+                let special = crate::pipeline::special::of_listed(&n);
                 each(ScanEntry {
                     path: n.path,
                     kind: match n.kind {
@@ -155,6 +168,7 @@ pub fn dry_run(
                     dev: 0,
                     nlink: 1,
                     version: 0,
+                    special,
                     link_target: (n.kind == NsKind::Symlink).then_some(n.target),
                     error: None,
                 })
@@ -172,6 +186,9 @@ pub fn dry_run(
         out.links += 1;
         out.files
             .push((sprat_store::display_path(&path), Action::Link));
+    }
+    for path in specials_that_differ(dst, key, specials_there)? {
+        out.record_special(&path);
     }
     if options.delete {
         for rel in super::delete::extras(src, dst, key, options)? {
@@ -223,7 +240,58 @@ fn links_that_differ(
         .collect())
 }
 
+/// Of the source's FIFOs, sockets and devices `specials` that have something at the
+/// destination, those the copy would make again: the destination has another type or device
+/// number there, or no special file. Read from the destination's own entries (a local one) or
+/// from one more listing (a server's), only when there are such.
+fn specials_that_differ(
+    dst: &Endpoint,
+    key: &Credentials,
+    specials: Vec<(Vec<u8>, sprat_store::Special)>,
+) -> Result<Vec<Vec<u8>>, TransferError> {
+    if specials.is_empty() {
+        return Ok(Vec::new());
+    }
+    let there: HashMap<Vec<u8>, sprat_store::Special> = match dst {
+        Endpoint::Local(d) => {
+            let root = sprat_store::Root::open(d).ok();
+            specials
+                .iter()
+                .filter_map(|(p, _)| {
+                    let e = sprat_store::stat_path(root.as_ref()?, p).ok()?;
+                    Some((p.clone(), e.special?))
+                })
+                .collect()
+        }
+        Endpoint::Remote { addr, path, .. } => {
+            let wanted: std::collections::HashSet<&[u8]> =
+                specials.iter().map(|(p, _)| p.as_slice()).collect();
+            let mut there = HashMap::new();
+            remote::list(addr, key, path, true, |e| {
+                if let Some(special) = crate::pipeline::special::of_listed(&e) {
+                    if wanted.contains(e.path.as_slice()) {
+                        there.insert(e.path, special);
+                    }
+                }
+            })?;
+            there
+        }
+    };
+    Ok(specials
+        .into_iter()
+        .filter(|(p, special)| there.get(p) != Some(special))
+        .map(|(p, _)| p)
+        .collect())
+}
+
 impl DryRun {
+    /// A FIFO, socket or device to make at `path`.
+    fn record_special(&mut self, path: &[u8]) {
+        self.specials += 1;
+        self.files
+            .push((sprat_store::display_path(path), Action::Special));
+    }
+
     /// A directory of the source, and what the destination has at its path.
     fn record_dir(&mut self, there: Option<There>, e: &ScanEntry) {
         let path = sprat_store::display_path(&e.path);

@@ -407,6 +407,7 @@ pub(crate) fn run_session(
     counts.files = remote.files;
     counts.dirs = remote.dirs;
     counts.symlinks = remote.symlinks;
+    counts.specials = remote.specials;
     counts.bytes = remote.bytes;
     counts.syncs = remote.syncs;
     counts.not_kept = remote.not_kept;

@@ -413,6 +413,7 @@ pub fn third_party(
     counts.files = stats.files;
     counts.dirs = stats.dirs;
     counts.symlinks = stats.symlinks;
+    counts.specials = stats.specials;
     counts.bytes = stats.bytes;
     counts.failed = counts.failed.max(stats.failures);
     counts.syncs = stats.syncs;

@@ -175,6 +175,11 @@ fn ns_entry(e: ScanEntry, names: Option<&mut NameCache>) -> NsEntry {
         user: names.user(e.attrs.uid).unwrap_or_default().to_vec(),
         group: names.group(e.attrs.gid).unwrap_or_default().to_vec(),
     });
+    // A special file's type and device number travel in its mode and size.
+    let (mode, size) = match e.special {
+        Some(special) => crate::pipeline::special::listed_fields(special, e.attrs.mode),
+        None => (e.attrs.mode, e.size),
+    };
     NsEntry {
         owner,
         kind: match e.kind {
@@ -183,8 +188,8 @@ fn ns_entry(e: ScanEntry, names: Option<&mut NameCache>) -> NsEntry {
             EntryType::Symlink => NsKind::Symlink,
             EntryType::Special => NsKind::Special,
         },
-        size: e.size,
-        mode: e.attrs.mode,
+        size,
+        mode,
         mtime_sec: e.attrs.mtime_sec,
         mtime_nsec: e.attrs.mtime_nsec,
         target: e.link_target.unwrap_or_default(),
@@ -714,6 +719,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 attrs_fixed: report.attrs_fixed,
                 bytes_not_sent: report.bytes_not_sent,
                 not_kept: report.not_kept,
+                specials: report.specials,
             }))?;
         }
     }

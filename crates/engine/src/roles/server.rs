@@ -880,6 +880,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                     let w = super::destination::to_disk_early(w)
                         .publishing(shared.options.publish)
                         .keep_setid(shared.options.keep_setid)
+                        .devices(shared.options.keep_devices)
                         .owners(owners && shared.options.owners && root.is_some_and(|e| e.owners))
                         .owners_sent(owners)
                         .numeric_ids(numeric_ids || shared.options.numeric_ids);
@@ -1318,6 +1319,7 @@ fn serve_push(
         files: counts.files,
         dirs: counts.dirs,
         symlinks: counts.symlinks,
+        specials: counts.specials,
         bytes: counts.bytes,
         failures: counts.failed,
         read_busy_ns: 0,

@@ -19,13 +19,15 @@ pub struct Summary {
     pub format: u32,
     /// The source as given to `sprat plan` (shards may name it by another path).
     pub source: PathBuf,
-    /// Regular files (each hard link counted) and symlinks.
+    /// Regular files (each hard link counted), and symlinks with the FIFOs, sockets and
+    /// devices (each a name without data).
     pub files: u64,
     pub symlinks: u64,
     pub dirs: u64,
     /// Bytes of the regular files, each hard-linked file's once.
     pub bytes: u64,
-    /// Devices, sockets and FIFOs, which sprat does not copy.
+    /// Entries of a type sprat does not copy (not a file, directory, symlink, FIFO, socket or
+    /// device).
     pub skipped_special: u64,
     /// The cost model the split used.
     pub per_file_s: f64,

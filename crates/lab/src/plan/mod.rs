@@ -88,6 +88,8 @@ pub fn make(source: &Path, options: PlanOptions) -> Result<Plan, PlanError> {
                     EntryType::Dir => {}
                     EntryType::File => entries.push((e.path, e.size, Some(e.ino))),
                     EntryType::Symlink => entries.push((e.path, 0, None)),
+                    // FIFOs, sockets and devices travel like symlinks: a name, no data.
+                    EntryType::Special if e.special.is_some() => entries.push((e.path, 0, None)),
                     EntryType::Special => specials += 1,
                 }
             }

@@ -660,6 +660,7 @@ mod tests {
             nlink: 1,
             version: 0,
             link_target: None,
+            special: None,
             error: None,
         }
     }

@@ -1,0 +1,331 @@
+//! FIFOs, sockets and character and block devices, end to end: a tree holding each is copied
+//! locally, pushed to and pulled from a real `sprat serve` on 127.0.0.1, and copied between
+//! two servers; each arrives as what it is (type, device number, mode, mtime, owner), never
+//! opened. Devices from the network are created only where the writing side allows it
+//! (`sprat serve --keep-devices`, `sprat cp --keep-devices`); elsewhere the report counts
+//! them as not kept, exit 0. A re-run puts right a special file of another type or number,
+//! `--delete` removes one the source lacks, `--dry-run` lists what it would make, and
+//! `sprat ls -l`, `stat` and `verify` show and compare them. Devices need root: without it
+//! those checks are skipped with a note.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use common::{assert_ok, bin, cp, cp_local, is_root, server, server_with, tmp};
+use rustix::fs::{FileType, Mode};
+use sprat_testkit::{describe, parse_json_report, run_sprat, ServerOptions};
+
+/// What a special file is: its type letter as `ls -l` shows it, and its device number.
+fn kind_of(path: &Path) -> (char, u32, u32) {
+    let m = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let t = m.file_type();
+    let letter = match () {
+        _ if t.is_fifo() => 'p',
+        _ if t.is_socket() => 's',
+        _ if t.is_char_device() => 'c',
+        _ if t.is_block_device() => 'b',
+        _ if t.is_file() => '-',
+        _ => '?',
+    };
+    let rdev = m.rdev();
+    (letter, rustix::fs::major(rdev), rustix::fs::minor(rdev))
+}
+
+fn mknod(path: &Path, kind: FileType, mode: u32, (major, minor): (u32, u32)) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        kind,
+        Mode::from_raw_mode(mode),
+        rustix::fs::makedev(major, minor),
+    )
+    .unwrap_or_else(|e| panic!("mknod {}: {e}", path.display()));
+    // The umask aside, as given.
+    rustix::fs::chmod(path, Mode::from_raw_mode(mode)).unwrap();
+}
+
+/// A tree of one file, a FIFO with an old mtime, a socket, and (as root) a character device
+/// owned by ids without a name and a block device; returns whether it holds the devices.
+fn make_tree(dir: &Path) -> bool {
+    fs::create_dir_all(dir.join("sub")).unwrap();
+    fs::write(dir.join("sub/f"), b"data").unwrap();
+    mknod(&dir.join("fifo"), FileType::Fifo, 0o640, (0, 0));
+    mknod(&dir.join("sub/sock"), FileType::Socket, 0o755, (0, 0));
+    let old = filetime(1_577_934_245, 123_456_789);
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        dir.join("fifo"),
+        &old,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    if !is_root() {
+        eprintln!("note: not root, so the tree holds no devices and their checks are skipped");
+        return false;
+    }
+    mknod(&dir.join("null"), FileType::CharacterDevice, 0o600, (1, 3));
+    rustix::fs::chownat(
+        rustix::fs::CWD,
+        dir.join("null"),
+        Some(rustix::fs::Uid::from_raw(54_321)),
+        Some(rustix::fs::Gid::from_raw(54_322)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        dir.join("null"),
+        &old,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    mknod(&dir.join("sub/loop"), FileType::BlockDevice, 0o660, (7, 99));
+    true
+}
+
+fn filetime(sec: i64, nsec: i64) -> rustix::fs::Timestamps {
+    let t = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    rustix::fs::Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+/// `sprat verify` of `copy` against `src`, owners compared as root: exit 0.
+#[track_caller]
+fn assert_verified(src: &Path, copy: &Path) {
+    let mut args = vec!["verify".to_string()];
+    if is_root() {
+        args.push("--owners".into());
+    }
+    args.push(src.display().to_string());
+    args.push(copy.display().to_string());
+    let out = run_sprat(bin(), &args, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let specials = if is_root() { 4 } else { 2 };
+    assert!(
+        stdout.contains(&format!("{specials} special files")),
+        "{stdout}"
+    );
+}
+
+/// What arrived without the devices: the file, the FIFO and the socket, and no device.
+#[track_caller]
+fn assert_without_devices(copy: &Path, out: &std::process::Output) {
+    assert_eq!(fs::read(copy.join("sub/f")).unwrap(), b"data");
+    assert_eq!(kind_of(&copy.join("fifo")), ('p', 0, 0));
+    assert_eq!(kind_of(&copy.join("sub/sock")).0, 's');
+    assert!(!copy.join("null").exists() && !copy.join("sub/loop").exists());
+    let report = parse_json_report(&out.stdout);
+    assert_eq!(report.u64("specials"), 2, "{}", describe(out));
+    assert_eq!(report.get("not_kept")["devices"], 2, "{}", describe(out));
+}
+
+#[test]
+fn every_kind_of_special_file_is_made_again_locally_pushed_pulled_and_between_servers() {
+    let t = tmp();
+    let (root_a, root_b) = (t.path().join("a"), t.path().join("b"));
+    let src = root_a.join("src");
+    let devices = make_tree(&src);
+    fs::create_dir_all(&root_b).unwrap();
+    let keeping = ServerOptions {
+        extra_args: vec!["--keep-devices".into()],
+        ..ServerOptions::default()
+    };
+    let (a, b) = (server(&root_a), server_with(&root_b, &keeping));
+
+    let local = t.path().join("local");
+    let out = cp_local(&["--json"], &src, &local);
+    assert_ok(&out, None);
+    assert_verified(&src, &local);
+    let report = parse_json_report(&out.stdout);
+    assert_eq!(report.u64("specials"), if devices { 4 } else { 2 });
+
+    for (extra, url, root) in [
+        (&[][..], b.url("pushed"), &root_b),
+        (&["--keep-devices"][..], b.url("pushed-again"), &root_b),
+    ] {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let out = cp(&b, &args, &src, &url);
+        assert_ok(&out, Some(&b));
+        let name = url.rsplit('/').next().unwrap();
+        assert_verified(&src, &root.join(name));
+    }
+    let pulled = t.path().join("pulled");
+    let out = cp(&b, &["--keep-devices"], b.url("pushed"), &pulled);
+    assert_ok(&out, Some(&b));
+    assert_verified(&src, &pulled);
+    let out = cp(&a, &[], a.url("src"), b.url("third"));
+    assert_ok(&out, Some(&b));
+    assert_verified(&src, &root_b.join("third"));
+
+    if !devices {
+        return;
+    }
+    // Where the writing side does not create devices from the network: counted, exit 0.
+    let out = cp(&a, &["--json"], &src, a.url("pushed"));
+    assert_ok(&out, Some(&a));
+    assert_without_devices(&root_a.join("pushed"), &out);
+    let out = cp(&a, &[], &src, a.url("pushed"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("not kept: 2 device files (the server creates them only when it runs as root and was started with `sprat serve --keep-devices`)"),
+        "{}",
+        describe(&out)
+    );
+    let plain = t.path().join("pulled-plain");
+    let out = cp(&b, &["--json"], b.url("pushed"), &plain);
+    assert_ok(&out, Some(&b));
+    assert_without_devices(&plain, &out);
+    let out = cp(&b, &["--json"], b.url("pushed"), a.url("third"));
+    assert_ok(&out, Some(&a));
+    assert_without_devices(&root_a.join("third"), &out);
+}
+
+#[test]
+fn a_rerun_puts_right_special_files_of_another_kind_and_delete_removes_extra_ones() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    let devices = make_tree(&src);
+    let keeping = ServerOptions {
+        extra_args: vec!["--keep-devices".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &keeping);
+    let local = t.path().join("local");
+    for (how, copy) in [("local", local.clone()), ("push", root.join("pushed"))] {
+        let run = |extra: &[&str]| match how {
+            "local" => cp_local(extra, &src, &copy),
+            _ => cp(&srv, extra, &src, srv.url("pushed")),
+        };
+        assert_ok(&run(&[]), Some(&srv));
+        // The copy's FIFO becomes a socket, its socket a regular file, a device gets another
+        // number, and a FIFO the source lacks appears.
+        fs::remove_file(copy.join("fifo")).unwrap();
+        mknod(&copy.join("fifo"), FileType::Socket, 0o640, (0, 0));
+        fs::remove_file(copy.join("sub/sock")).unwrap();
+        fs::write(copy.join("sub/sock"), b"not a socket").unwrap();
+        if devices {
+            fs::remove_file(copy.join("null")).unwrap();
+            mknod(&copy.join("null"), FileType::CharacterDevice, 0o600, (1, 5));
+        }
+        mknod(&copy.join("extra"), FileType::Fifo, 0o600, (0, 0));
+
+        let dry = run(&["--dry-run", "--delete"]);
+        assert_eq!(dry.status.code(), Some(0), "{how}: {}", describe(&dry));
+        let listed = String::from_utf8_lossy(&dry.stdout);
+        for line in ["special fifo", "special sub/sock", "delete extra"] {
+            assert!(listed.lines().any(|l| l == line), "{how}: {line}\n{listed}");
+        }
+        assert_eq!(
+            listed.lines().any(|l| l == "special null"),
+            devices,
+            "{how}: {listed}"
+        );
+        assert_eq!(
+            kind_of(&copy.join("fifo")).0,
+            's',
+            "{how}: the dry run changed it"
+        );
+
+        assert_ok(&run(&["--delete"]), Some(&srv));
+        assert!(!copy.join("extra").exists(), "{how}");
+        assert_verified(&src, &copy);
+        // Up to date: the dry run would make nothing.
+        let dry = run(&["--dry-run", "--delete"]);
+        let listed = String::from_utf8_lossy(&dry.stdout);
+        assert!(!listed.contains("special "), "{how}: {listed}");
+    }
+}
+
+#[test]
+fn ls_and_stat_show_each_type_and_device_number() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let devices = make_tree(&root.join("tree"));
+    let srv = server(&root);
+    let mut ls = vec!["ls".to_string(), "-l".into()];
+    ls.extend(
+        srv.client_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    ls.push(srv.url("tree"));
+    let out = run_sprat(bin(), &ls, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.ends_with(&format!(" {name}")))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{text}"))
+            .to_string()
+    };
+    assert!(line("fifo").starts_with("prw-r----- "), "{text}");
+    if devices {
+        let null = line("null");
+        assert!(null.starts_with("crw------- "), "{null}");
+        assert!(null.contains(" 1, 3 2020-01-02 03:04:05 null"), "{null}");
+    }
+    let mut stat = vec!["stat".to_string(), "--json".into()];
+    stat.extend(
+        srv.client_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    stat.push(srv.url("tree/sub/sock"));
+    let out = run_sprat(bin(), &stat, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["type"], "socket", "{v}");
+    assert_eq!(v["mode"], "0755", "{v}");
+    if devices {
+        let mut stat = stat.clone();
+        *stat.last_mut().unwrap() = srv.url("tree/sub/loop");
+        let out = run_sprat(bin(), &stat, &[]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["type"], "block device", "{v}");
+        assert_eq!(v["device"], "7,99", "{v}");
+    }
+}
+
+#[test]
+fn verify_tells_special_files_of_another_type_or_number_apart() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let devices = make_tree(&src);
+    let copy = t.path().join("copy");
+    assert_ok(&cp_local(&[], &src, &copy), None);
+    fs::remove_file(copy.join("fifo")).unwrap();
+    mknod(&copy.join("fifo"), FileType::Socket, 0o640, (0, 0));
+    if devices {
+        fs::remove_file(copy.join("sub/loop")).unwrap();
+        mknod(
+            &copy.join("sub/loop"),
+            FileType::BlockDevice,
+            0o660,
+            (7, 98),
+        );
+    }
+    let args = [
+        "verify".to_string(),
+        src.display().to_string(),
+        copy.display().to_string(),
+    ];
+    let out = run_sprat(bin(), &args, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fifo: file type differs"), "{stderr}");
+    if devices {
+        assert!(stderr.contains("sub/loop: device 7,99 != 7,98"), "{stderr}");
+    }
+}
