@@ -329,3 +329,40 @@ fn verify_tells_special_files_of_another_type_or_number_apart() {
         assert!(stderr.contains("sub/loop: device 7,99 != 7,98"), "{stderr}");
     }
 }
+
+#[test]
+fn a_special_file_alone_is_copied_as_a_file_would_be() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let devices = make_tree(&root.join("tree"));
+    let srv = server(&root);
+    let fifo = root.join("tree/fifo");
+    let local = t.path().join("local-fifo");
+    for _ in 0..2 {
+        assert_ok(&cp_local(&[], &fifo, &local), None);
+    }
+    assert_eq!(kind_of(&local), ('p', 0, 0));
+    let pushed = root.join("pushed-sock");
+    assert_ok(
+        &cp(&srv, &[], root.join("tree/sub/sock"), srv.url("pushed-sock")),
+        Some(&srv),
+    );
+    assert_eq!(kind_of(&pushed).0, 's');
+    // Into an existing directory: inside it, under its own name.
+    let into = t.path().join("into");
+    fs::create_dir(&into).unwrap();
+    assert_ok(&cp(&srv, &[], srv.url("tree/fifo"), &into), Some(&srv));
+    assert_eq!(kind_of(&into.join("fifo")), ('p', 0, 0));
+    assert_eq!(
+        fs::symlink_metadata(into.join("fifo")).unwrap().mtime(),
+        1_577_934_245
+    );
+    if devices {
+        let null = t.path().join("null");
+        assert_ok(
+            &cp(&srv, &["--keep-devices"], srv.url("tree/null"), &null),
+            Some(&srv),
+        );
+        assert_eq!(kind_of(&null), ('c', 1, 3));
+    }
+}

@@ -88,7 +88,12 @@ impl Root {
             .map_err(|e| StoreError::new("read source", bytes, e))?;
         match FileType::from_raw_mode(st.stx_mode as u32) {
             FileType::Directory => Ok(Source::Dir(Root::open(path)?)),
-            FileType::RegularFile => {
+            // A FIFO, socket or device alone is copied as what it is, as a file would be.
+            FileType::RegularFile
+            | FileType::Fifo
+            | FileType::Socket
+            | FileType::CharacterDevice
+            | FileType::BlockDevice => {
                 let parent = match path.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p,
                     _ => Path::new("."),
@@ -166,7 +171,7 @@ impl Root {
         Ok(Root { fd, confined: true })
     }
 
-    /// Resolves a source below this root: a directory or a regular file.
+    /// Resolves a source below this root: a directory, or a regular or special file.
     pub fn source(&self, rel: &[u8]) -> Result<Source, StoreError> {
         let fd = self
             .open_beneath(rel, OFlags::PATH)
@@ -175,7 +180,11 @@ impl Root {
             .map_err(|e| StoreError::new("read source", rel, e))?;
         match FileType::from_raw_mode(st.stx_mode as u32) {
             FileType::Directory => Ok(Source::Dir(self.sub_root(rel)?)),
-            FileType::RegularFile => {
+            FileType::RegularFile
+            | FileType::Fifo
+            | FileType::Socket
+            | FileType::CharacterDevice
+            | FileType::BlockDevice => {
                 let (parent, name) = crate::relpath::split_parent(rel);
                 Ok(Source::File {
                     parent: self.sub_root(parent)?,
