@@ -344,7 +344,12 @@ fn a_special_file_alone_is_copied_as_a_file_would_be() {
     assert_eq!(kind_of(&local), ('p', 0, 0));
     let pushed = root.join("pushed-sock");
     assert_ok(
-        &cp(&srv, &[], root.join("tree/sub/sock"), srv.url("pushed-sock")),
+        &cp(
+            &srv,
+            &[],
+            root.join("tree/sub/sock"),
+            srv.url("pushed-sock"),
+        ),
         Some(&srv),
     );
     assert_eq!(kind_of(&pushed).0, 's');
