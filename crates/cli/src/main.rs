@@ -510,6 +510,12 @@ const DEFAULT_MAX_CONNECTIONS: usize = 64;
 fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let opts = options(&a.tuning, None, true);
     opts.validate()?;
+    if a.tuning.keep_devices && !rustix::process::geteuid().is_root() {
+        eprintln!(
+            "sprat: note: --keep-devices changes nothing here: only a server running as root \
+             can create device files (clients are told \"not kept: N device files\")"
+        );
+    }
     // What is exported, where to listen and what errors name it as.
     let (exports, listen, max_connections, key_file, what) = match &a.config {
         Some(file) => {
@@ -1180,6 +1186,7 @@ fn dry_run(
                 sprat_engine::Action::Mkdir => "mkdir",
                 sprat_engine::Action::Link => "link",
                 sprat_engine::Action::Special => "special",
+                sprat_engine::Action::Device => "device",
             };
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }

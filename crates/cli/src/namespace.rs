@@ -75,6 +75,7 @@ fn kind_name(e: &NsEntry) -> &'static str {
         (NsKind::Special, Some((SpecialKind::BlockDevice, ..))) => "block device",
         (NsKind::Special, None) => "special",
         (NsKind::Partial, _) => "partial",
+        (NsKind::Failed, _) => "failed",
     }
 }
 
@@ -104,6 +105,7 @@ fn mode_string(e: &NsEntry) -> String {
         },
         // Not `p`, which `ls -l` shows for a FIFO.
         NsKind::Partial => '~',
+        NsKind::Failed => '!',
     });
     let m = e.mode & 0o7777;
     for (shift, special, lower, upper) in [
@@ -288,6 +290,21 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
         e.path = sprat_engine::relpath::split_parent(&path).1.to_vec();
     }
     entries.sort_by(|x, y| x.path.cmp(&y.path));
+    // What the server could not list, said on stderr as `ls -R` says it; the rest is listed
+    // and the exit code tells (1).
+    let mut failed = 0u64;
+    entries.retain(|e| {
+        if e.kind != NsKind::Failed {
+            return true;
+        }
+        failed += 1;
+        eprintln!(
+            "sprat: cannot list '{}': {}",
+            printed(&sprat_engine::relpath::join(&path, &e.path)),
+            printable(&String::from_utf8_lossy(&e.target))
+        );
+        false
+    });
     let mut out = String::new();
     if a.json {
         out = serde_json::to_string(&entries.iter().map(entry_json).collect::<Vec<_>>())? + "\n";
@@ -317,7 +334,7 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
         }
     }
     crate::print_quietly(&out)?;
-    Ok(0)
+    Ok(if failed > 0 { 1 } else { 0 })
 }
 
 /// Leaves out the hidden files in which a large file an interrupted copy left is kept (its

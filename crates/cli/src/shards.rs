@@ -35,7 +35,8 @@ pub fn plan(a: PlanArgs) -> anyhow::Result<i32> {
         serde_json::to_string(s)? + "\n"
     } else {
         let mut text = format!(
-            "plan {} -> {}: {} files, {} symlinks, {} directories, {} in {} shards\n",
+            "plan {} -> {}: {} files, {} symlinks and special files, {} directories, {} in {} \
+             shards\n",
             a.src.display(),
             a.out.display(),
             s.files,
@@ -155,11 +156,23 @@ pub fn finish(
     };
     check.delete = false;
     let left = sprat_engine::dry_run(src, dst, key, &check).context("--finish: checking")?;
-    let missing: Vec<&(String, sprat_engine::Action)> = left
+    // A device file not at the destination is what a writing side that does not create
+    // devices leaves out (each shard's report counted it as not kept): said, not a failure
+    // that running the shards again would fix.
+    let (devices, missing): (Vec<_>, Vec<_>) = left
         .files
         .iter()
         .filter(|(p, _)| planned.contains(p))
-        .collect();
+        .partition(|(_, a)| *a == sprat_engine::Action::Device);
+    if !devices.is_empty() {
+        eprintln!(
+            "sprat: note: {} not at the destination ({}{}): the writing side creates devices \
+             only when it runs as root, and from the network only with --keep-devices",
+            sprat_engine::report::counted(devices.len() as u64, "device file", "device files"),
+            printable(&devices[0].0),
+            if devices.len() > 1 { ", ..." } else { "" }
+        );
+    }
     // What the source gained since the plan, which no shard copied: said, not left behind
     // silently (a run directory still being written when it was planned).
     let planned_dirs: std::collections::HashSet<String> = dirs
@@ -185,6 +198,7 @@ pub fn finish(
             "directories": dirs.len(),
             "planned": paths.len(),
             "missing_or_different": missing.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            "devices_not_made": devices.iter().map(|(p, _)| p).collect::<Vec<_>>(),
             "not_in_plan": unplanned,
         });
         crate::print_quietly(&format!("{value}\n"))?;
@@ -192,6 +206,7 @@ pub fn finish(
     for (path, action) in missing.iter().take(NAMED_MISSING) {
         let what = match action {
             sprat_engine::Action::Attrs => "mode or mtime differs at the destination",
+            sprat_engine::Action::Special => "missing at the destination, or another type there",
             _ => "missing at the destination, or another size or mtime",
         };
         eprintln!("sprat: not finished: {}: {what}", printable(path));

@@ -137,7 +137,8 @@ fn kind_name(k: EntryKind) -> &'static str {
         EntryKind::File => "file",
         EntryKind::Dir => "directory",
         EntryKind::Symlink => "symlink",
-        EntryKind::Other => "special",
+        // The fidelity tree's only special file is a FIFO.
+        EntryKind::Other => "fifo",
     }
 }
 
@@ -533,7 +534,7 @@ fn ls_json_describes_every_entry_of_the_fidelity_tree() {
         "{}",
         format_diffs("ls -R --json", &failures)
     );
-    assert_eq!(by_path["sub/pipe"]["type"], "special");
+    assert_eq!(by_path["sub/pipe"]["type"], "fifo");
     assert_eq!(by_path["links/to-dir"]["target"], "../sub");
 
     // Without -R: only the children.

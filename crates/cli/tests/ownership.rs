@@ -954,3 +954,107 @@ fn a_writer_that_is_not_root_fixes_the_mode_of_its_own_closed_file() {
     assert_eq!(mode_and_mtime(&dst.join("f")).0, 0o640);
     assert_eq!(fs::read(dst.join("f")).unwrap(), b"content");
 }
+
+/// A server running as an unprivileged user wrote a tree with a `0000` directory and a `0300`
+/// one (write and search, no read), as the client's source had them, and cannot list them
+/// for the next push. The next push still updates what changed in them and elsewhere (exit
+/// 0): the client sends what goes below them for the server's writer to check, which opens
+/// its own directories as it writes into them; a re-run that changes nothing writes nothing
+/// there, `--ignore-existing` keeps what is there, `-u` fails those files by name (exit 1:
+/// it cannot tell which is newer), `--delete` refuses naming the directory (exit 5), and
+/// `sprat ls -R` lists the rest and names what it cannot list (exit 1). Before, every push
+/// after the first failed with "list 'min/a': open directory 'a': Permission denied" (exit
+/// 5), nothing updated (review 2026-11-29 fidelity, F1).
+#[test]
+fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    chmod(t.path(), 0o755);
+    let src = t.path().join("src");
+    make_file_in(&src.join("closed/in"), b"first");
+    make_file_in(&src.join("w300/in"), b"first");
+    make_file_in(&src.join("open/f"), b"first");
+    let seal = |mode_closed: u32, mode_w300: u32| {
+        chmod(&src.join("closed"), mode_closed);
+        chmod(&src.join("w300"), mode_w300);
+    };
+    seal(0o000, 0o300);
+    let root = t.path().join("exported");
+    let srv = server_as_nobody(&root, &t.path().join("state"));
+    assert_ok(&cp(&srv, &[], &src, srv.url("min")), Some(&srv));
+    let copy = root.join("min");
+    assert_eq!(mode_and_mtime(&copy.join("closed")).0, 0o000);
+    // Read as the server's own files are: root reads through any mode.
+    let read = |rel: &str| fs::read(copy.join(rel)).unwrap();
+
+    seal(0o700, 0o700);
+    fs::write(src.join("closed/in"), b"second").unwrap();
+    make_file_in(&src.join("closed/new"), b"new");
+    fs::write(src.join("w300/in"), b"second").unwrap();
+    fs::write(src.join("open/f"), b"second").unwrap();
+    seal(0o000, 0o300);
+    let out = cp(&srv, &["--json"], &src, srv.url("min"));
+    assert_ok(&out, Some(&srv));
+    for (rel, want) in [
+        ("closed/in", &b"second"[..]),
+        ("closed/new", b"new"),
+        ("w300/in", b"second"),
+        ("open/f", b"second"),
+    ] {
+        assert_eq!(read(rel), want, "{rel}: {}", describe(&out));
+    }
+    assert_eq!(mode_and_mtime(&copy.join("closed")).0, 0o000);
+    assert_eq!(mode_and_mtime(&copy.join("w300")).0, 0o300);
+
+    // Nothing changed: the files below the closed directories are checked there, not written.
+    let before = fs::metadata(copy.join("closed/in")).unwrap().ino();
+    let out = cp(&srv, &["--json"], &src, srv.url("min"));
+    assert_ok(&out, Some(&srv));
+    let report = sprat_testkit::parse_json_report(&out.stdout);
+    assert_eq!(report.files(), 0, "{}", describe(&out));
+    assert_eq!(fs::metadata(copy.join("closed/in")).unwrap().ino(), before);
+
+    // --ignore-existing keeps what is there; -u cannot tell.
+    seal(0o700, 0o700);
+    fs::write(src.join("closed/in"), b"third").unwrap();
+    seal(0o000, 0o300);
+    assert_ok(
+        &cp(&srv, &["--ignore-existing"], &src, srv.url("min")),
+        Some(&srv),
+    );
+    assert_eq!(read("closed/in"), b"second");
+    let out = cp(&srv, &["-u"], &src, srv.url("min"));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .contains("closed/in: not sent: the destination's directory 'closed' cannot be listed"),
+        "{stderr}"
+    );
+    assert_eq!(read("closed/in"), b"second");
+
+    let out = cp(&srv, &["--delete"], &src, srv.url("min"));
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--delete cannot see what the destination holds below 'min/"),
+        "{}",
+        describe(&out)
+    );
+
+    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-R".into()];
+    ls.extend(srv.client_args());
+    ls.push(srv.url("min").into());
+    let out = sprat_testkit::run_sprat(bin(), ls, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.lines().any(|l| l == "open/f"), "{listed}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sprat: cannot list 'min/closed'"),
+        "{}",
+        describe(&out)
+    );
+    seal(0o700, 0o700);
+}

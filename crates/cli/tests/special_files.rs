@@ -228,7 +228,7 @@ fn a_rerun_puts_right_special_files_of_another_kind_and_delete_removes_extra_one
             assert!(listed.lines().any(|l| l == line), "{how}: {line}\n{listed}");
         }
         assert_eq!(
-            listed.lines().any(|l| l == "special null"),
+            listed.lines().any(|l| l == "device null"),
             devices,
             "{how}: {listed}"
         );
@@ -244,7 +244,10 @@ fn a_rerun_puts_right_special_files_of_another_kind_and_delete_removes_extra_one
         // Up to date: the dry run would make nothing.
         let dry = run(&["--dry-run", "--delete"]);
         let listed = String::from_utf8_lossy(&dry.stdout);
-        assert!(!listed.contains("special "), "{how}: {listed}");
+        assert!(
+            !listed.contains("special ") && !listed.contains("device "),
+            "{how}: {listed}"
+        );
     }
 }
 
@@ -369,5 +372,180 @@ fn a_special_file_alone_is_copied_as_a_file_would_be() {
             Some(&srv),
         );
         assert_eq!(kind_of(&null), ('c', 1, 3));
+    }
+}
+
+/// A FIFO or a symlink named as the partial copy (or journal) of a large file beside it is
+/// failed by name, never sent: made under that name at the destination, it took the partial
+/// copy's place, and the large file arrived as a FIFO with exit 0 (review 2026-11-29, F6).
+#[test]
+fn nothing_named_as_a_partial_copy_takes_a_large_files_place() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let big = sprat_testkit::random_bytes(3 << 20, 5);
+    fs::write(src.join("big"), &big).unwrap();
+    mknod(&src.join(".big.sprat-part"), FileType::Fifo, 0o644, (0, 0));
+    std::os::unix::fs::symlink("elsewhere", src.join(".big.sprat-part.log")).unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for (how, dst) in [
+        ("push", root.join("pushed")),
+        ("pull", t.path().join("pulled")),
+    ] {
+        let out = match how {
+            "push" => cp(&srv, &chunked, &src, srv.url("pushed")),
+            _ => cp(&srv, &chunked, srv.url("src"), &dst),
+        };
+        let why = format!("{how}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(1), "{why}");
+        assert_eq!(kind_of(&dst.join("big")).0, '-', "{why}");
+        assert_eq!(fs::read(dst.join("big")).unwrap(), big, "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("failed: .big.sprat-part: not copied"),
+            "{why}"
+        );
+    }
+}
+
+/// `--ignore-existing` leaves whatever the destination has at a path, whatever the source
+/// has there: a file is not replaced by a FIFO or a symlink, nor a FIFO or symlink by a file
+/// (review 2026-11-29, F1). Local copy, push and pull.
+#[test]
+fn ignore_existing_leaves_every_kind_of_entry_alone() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    mknod(&src.join("was-file"), FileType::Fifo, 0o644, (0, 0));
+    fs::write(src.join("was-fifo"), b"source file").unwrap();
+    mknod(&src.join("was-link"), FileType::Socket, 0o644, (0, 0));
+    std::os::unix::fs::symlink("source-target", src.join("was-sock")).unwrap();
+    let before = |dst: &Path| {
+        fs::create_dir_all(dst).unwrap();
+        fs::write(dst.join("was-file"), b"kept data").unwrap();
+        mknod(&dst.join("was-fifo"), FileType::Fifo, 0o600, (0, 0));
+        std::os::unix::fs::symlink("kept-target", dst.join("was-link")).unwrap();
+        mknod(&dst.join("was-sock"), FileType::Socket, 0o600, (0, 0));
+    };
+    let srv = server(&root);
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", t.path().join("pulled")),
+    ] {
+        before(&dst);
+        let out = match how {
+            "local" => cp_local(&["--ignore-existing"], &src, &dst),
+            "push" => cp(&srv, &["--ignore-existing"], &src, srv.url("pushed")),
+            _ => cp(&srv, &["--ignore-existing"], srv.url("src"), &dst),
+        };
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", describe(&out));
+        assert_eq!(
+            fs::read(dst.join("was-file")).unwrap(),
+            b"kept data",
+            "{why}"
+        );
+        assert_eq!(kind_of(&dst.join("was-fifo")).0, 'p', "{why}");
+        assert_eq!(
+            fs::read_link(dst.join("was-link")).unwrap(),
+            Path::new("kept-target"),
+            "{why}"
+        );
+        assert_eq!(kind_of(&dst.join("was-sock")).0, 's', "{why}");
+    }
+}
+
+/// A re-run keeps a special file of the same type and number where it is (the same inode: a
+/// socket a service listens on stays that socket), setting only what differs of its
+/// attributes; it replaced every one on every run before (review 2026-11-29, F2).
+#[test]
+fn a_rerun_keeps_the_same_special_files_and_fixes_their_attributes() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    make_tree(&src);
+    let keeping = ServerOptions {
+        extra_args: vec!["--keep-devices".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &keeping);
+    let local = t.path().join("local");
+    for (how, dst) in [("local", local.clone()), ("push", root.join("pushed"))] {
+        let run = || match how {
+            "local" => cp_local(&[], &src, &dst),
+            _ => cp(&srv, &[], &src, srv.url("pushed")),
+        };
+        assert_ok(&run(), Some(&srv));
+        let ino = |rel: &str| fs::symlink_metadata(dst.join(rel)).unwrap().ino();
+        let (fifo, sock) = (ino("fifo"), ino("sub/sock"));
+        rustix::fs::chmod(dst.join("fifo"), Mode::from_raw_mode(0o600)).unwrap();
+        assert_ok(&run(), Some(&srv));
+        assert_eq!((ino("fifo"), ino("sub/sock")), (fifo, sock), "{how}");
+        assert_verified(&src, &dst);
+    }
+}
+
+/// `-A`: a device's or a FIFO's ACL travels with it (read and set without opening it), so
+/// that a device whose ACL shuts its group out does not arrive open to its group through
+/// its mode's group bits, which are the ACL's mask (review 2026-11-29, F5). Local copy, push
+/// and pull, checked by `verify -A`.
+#[test]
+fn acls_of_special_files_travel_with_them() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    mknod(&src.join("fifo"), FileType::Fifo, 0o640, (0, 0));
+    let devices = is_root();
+    if devices {
+        mknod(&src.join("disk"), FileType::BlockDevice, 0o660, (7, 98));
+    }
+    let setfacl = |spec: &str, name: &str| {
+        std::process::Command::new("setfacl")
+            .args(["-m", spec])
+            .arg(src.join(name))
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !setfacl("u:nobody:r", "fifo") {
+        eprintln!("skipped: setfacl cannot set an ACL here");
+        return;
+    }
+    if devices {
+        assert!(setfacl("g::---,m::rw-,u:nobody:rw-", "disk"));
+    }
+    let keeping = ServerOptions {
+        extra_args: vec!["--keep-devices".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &keeping);
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", t.path().join("pulled")),
+    ] {
+        let out = match how {
+            "local" => cp_local(&["-A"], &src, &dst),
+            "push" => cp(&srv, &["-A"], &src, srv.url("pushed")),
+            _ => cp(&srv, &["-A", "--keep-devices"], srv.url("src"), &dst),
+        };
+        assert_ok(&out, Some(&srv));
+        let args = [
+            "verify",
+            "-A",
+            &src.display().to_string(),
+            &dst.display().to_string(),
+        ];
+        let verified = run_sprat(bin(), args, &[]);
+        assert_eq!(
+            verified.status.code(),
+            Some(0),
+            "{how}: {}",
+            describe(&verified)
+        );
     }
 }

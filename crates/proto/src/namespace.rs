@@ -208,6 +208,11 @@ pub enum NsKind {
     /// present (pairs of little-endian u64 offset and length, at most
     /// [`MAX_PARTIAL_RANGES`]).
     Partial,
+    /// An entry below the listed path that the listing side could not examine, in a
+    /// recursive listing (from protocol 18): a directory it could not list (nothing below
+    /// it is listed), or a name it could not look at; `target` says why. Before, such an
+    /// entry ended the whole listing with an error.
+    Failed,
 }
 
 /// Most ranges a [`NsKind::Partial`] entry lists.
@@ -593,6 +598,7 @@ impl NsKind {
             NsKind::Symlink => 3,
             NsKind::Special => 4,
             NsKind::Partial => 5,
+            NsKind::Failed => 6,
         }
     }
     fn from_u8(v: u8) -> Result<NsKind, DecodeError> {
@@ -602,6 +608,7 @@ impl NsKind {
             3 => Ok(NsKind::Symlink),
             4 => Ok(NsKind::Special),
             5 => Ok(NsKind::Partial),
+            6 => Ok(NsKind::Failed),
             other => Err(DecodeError::Unknown {
                 what: "entry type",
                 value: other as u64,

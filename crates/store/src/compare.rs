@@ -98,7 +98,11 @@ pub fn compare_trees_also(
         };
         let ta = ma.file_type();
         if ma.mode() & 0o170000 != mb.mode() & 0o170000 {
-            diffs.push(format!("{shown}: file type differs"));
+            diffs.push(format!(
+                "{shown}: file type differs ({} != {})",
+                type_name(ma.mode()),
+                type_name(mb.mode())
+            ));
             continue;
         }
         let is_root = rel.as_os_str().is_empty();
@@ -130,10 +134,10 @@ pub fn compare_trees_also(
                 mb.gid()
             ));
         }
-        // Special files (FIFOs, sockets, devices) are copied without their attributes.
         let special = !(ta.is_symlink() || ta.is_file() || ta.is_dir());
-        if also.xattrs != 0 && !ta.is_symlink() && !special {
-            match (xattrs_of(&pa, also.xattrs), xattrs_of(&pb, also.xattrs)) {
+        if also.xattrs != 0 && !ta.is_symlink() {
+            let read = |p: &Path| xattrs_of(p, also.xattrs, special);
+            match (read(&pa), read(&pb)) {
                 (Ok(x), Ok(y)) if x == y => {}
                 (Ok(x), Ok(y)) => diffs.push(format!(
                     "{shown}: extended attributes differ: {}",
@@ -217,15 +221,33 @@ pub fn compare_trees_also(
 }
 
 /// The extended attributes of `p` in `scope` (a file or directory, never through a symlink).
-fn xattrs_of(p: &Path, scope: u8) -> Result<crate::xattr::Xattrs, String> {
+/// The file type of `mode` (`st_mode`) in words.
+fn type_name(mode: u32) -> &'static str {
+    match mode & 0o170000 {
+        0o100000 => "regular file",
+        0o040000 => "directory",
+        0o120000 => "symlink",
+        0o010000 => "FIFO",
+        0o140000 => "socket",
+        0o020000 => "character device",
+        0o060000 => "block device",
+        _ => "unknown type",
+    }
+}
+
+fn xattrs_of(p: &Path, scope: u8, special: bool) -> Result<crate::xattr::Xattrs, String> {
     use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        p,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| e.to_string())?;
-    crate::xattr::read(&fd, scope).map_err(|e| match e {
+    // A FIFO, socket or device is never opened (see `crate::xattr::Unopened`).
+    let flags = match special {
+        true => OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        false => OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+    };
+    let fd = rustix::fs::open(p, flags, Mode::empty()).map_err(|e| e.to_string())?;
+    let read = match special {
+        true => crate::xattr::read(&crate::xattr::Unopened::new(fd), scope),
+        false => crate::xattr::read(&fd, scope),
+    };
+    read.map_err(|e| match e {
         crate::xattr::ReadError::Os(e) => e.to_string(),
         crate::xattr::ReadError::TooLarge(n) => format!("{n} bytes, more than a copy carries"),
     })

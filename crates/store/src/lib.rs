@@ -24,6 +24,7 @@ pub mod owner;
 pub mod partial;
 pub(crate) mod perm;
 pub mod read;
+pub mod regular;
 pub mod relpath;
 pub mod root;
 pub mod scan;

@@ -360,6 +360,27 @@ pub fn walk_selected(
     selection: &Selection,
     mut each: impl FnMut(ScanEntry) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
+    walk_reporting(root, rel, recursive, selection, |e| match &e.error {
+        Some(err) => Err(StoreError::other(
+            "list",
+            &crate::relpath::join(rel, &e.path),
+            err,
+        )),
+        None => each(e),
+    })
+}
+
+/// [`walk_selected`], giving `each` the entries that could not be examined too (their
+/// [`ScanEntry::error`] set: a directory that could not be listed, nothing below it given)
+/// instead of ending the walk at the first; the walk still ends if `rel` itself cannot be
+/// examined, or a directory listed alone (not `recursive`) cannot be read.
+pub fn walk_reporting(
+    root: &Root,
+    rel: &[u8],
+    recursive: bool,
+    selection: &Selection,
+    mut each: impl FnMut(ScanEntry) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let top = crate::scan::stat_path(root, rel)?;
     if top.kind != EntryType::Dir {
         let mut top = top;
@@ -394,13 +415,6 @@ pub fn walk_selected(
         s.spawn(move || scan_selected(sub, ScanOptions::default(), selection, tx));
         for listing in rx {
             for e in listing {
-                if let Some(err) = &e.error {
-                    return Err(StoreError::other(
-                        "list",
-                        &crate::relpath::join(rel, &e.path),
-                        err,
-                    ));
-                }
                 each(e)?;
             }
         }

@@ -20,7 +20,7 @@
 //!
 //! Pure encoding and range arithmetic, plus reading a journal from a directory.
 
-use rustix::fs::{openat, Mode, OFlags};
+use rustix::fs::OFlags;
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 
@@ -233,17 +233,10 @@ pub fn decode(bytes: &[u8]) -> Option<Journal> {
 
 /// Reads the journal `log` in directory `dir` (never following a symlink).
 pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
-    let fd = openat(
-        dir,
-        std::os::unix::ffi::OsStrExt::from_bytes(log) as &std::ffi::OsStr,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
+    // A journal's name holding a device or a FIFO is never opened.
+    let fd = crate::regular::open_regular_at(dir, log, OFlags::RDONLY).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
-    let is_file =
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
-    if !is_file || st.st_size as u64 > MAX_LOG_BYTES {
+    if st.st_size as u64 > MAX_LOG_BYTES {
         return None;
     }
     let mut bytes = Vec::with_capacity(st.st_size as usize);

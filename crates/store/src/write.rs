@@ -584,7 +584,7 @@ impl TreeWriter {
     /// writer may set); `fresh`: `fd` was just created by this writer.
     fn apply_xattrs(
         &self,
-        fd: &impl AsFd,
+        fd: &impl crate::xattr::Target,
         update: &XattrUpdate,
         fresh: bool,
         path: &[u8],
@@ -1530,7 +1530,22 @@ impl WriterCursor<'_> {
         }
         finish_file(&file.fd, &attrs)
             .map_err(|e| fail(StoreError::new("set attributes of", path, e)))?;
-        let put = || rename_into_place(&file.dir, &file.part, &file.name, path.is_empty());
+        // The name put in place is the file written, not what another writer (or a peer's
+        // entry) may have put under the partial file's name since.
+        let own = rustix::fs::fstat(&file.fd).map(|st| st.st_ino);
+        let still_ours = || {
+            statx(
+                &file.dir,
+                os(&file.part),
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::INO,
+            )
+            .is_ok_and(|st| Ok(st.stx_ino) == own)
+        };
+        let put = || match still_ours() {
+            true => rename_into_place(&file.dir, &file.part, &file.name, path.is_empty()),
+            false => Err(Errno::NOENT),
+        };
         let dir_path = writer
             .target(path)
             .map_or(&b""[..], |t| crate::relpath::split_parent(t).0);
@@ -1675,16 +1690,40 @@ impl WriterCursor<'_> {
                 "this writer does not create devices",
             ));
         }
+        let xattrs = self.take_xattrs(path);
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
         let (dir_path, _) = crate::relpath::split_parent(target);
-        let temp = writer.temp_name(name);
         let what = match special {
             crate::Special::Fifo => "create FIFO",
             crate::Special::Socket => "create socket",
             _ => "create device",
         };
-        let mode = Mode::from_raw_mode(writer.file_mode(attrs.mode & 0o7777));
+        // Setuid and setgid bits make nothing of a FIFO, socket or device run: kept as sent.
+        let mode = Mode::from_raw_mode(attrs.mode & 0o7777);
+        // The same special file there already (a socket a service listens on, a FIFO a reader
+        // holds open) is kept: only what differs of its attributes is set, by name.
+        let wanted = StatxFlags::TYPE
+            | StatxFlags::MODE
+            | StatxFlags::UID
+            | StatxFlags::GID
+            | StatxFlags::MTIME;
+        if let Ok(st) = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted) {
+            let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
+            let same_kind = FileType::from_raw_mode(u32::from(st.stx_mode)) == special.file_type()
+                && (!special.is_device() || number == special.dev());
+            if same_kind {
+                fix_special(writer, (dir, name), &st, (mode, attrs))
+                    .map_err(|e| StoreError::new("set attributes of", path, e))?;
+                if let Some(x) = &xattrs {
+                    let item = crate::xattr::Unopened::at(dir, name)
+                        .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
+                    writer.apply_xattrs(&item, x, false, path)?;
+                }
+                return Ok(());
+            }
+        }
+        let temp = writer.temp_name(name);
         let create = || mknodat(dir, os(&temp), special.file_type(), mode, special.dev());
         writer
             .in_dir_errno((dir, dir_path), || match create() {
@@ -1702,9 +1741,21 @@ impl WriterCursor<'_> {
             let (uid, gid) = owner_ids(attrs);
             rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
         };
+        // Its ACL and attributes (`-A`, `-X`) on the node, never opened (see
+        // `crate::xattr::Unopened`), before its name appears.
+        let with_xattrs = || -> Result<(), StoreError> {
+            if let Some(x) = &xattrs {
+                let item = crate::xattr::Unopened::at(dir, &temp)
+                    .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
+                writer.apply_xattrs(&item, x, true, path)?;
+            }
+            Ok(())
+        };
         // The mode again after the umask and the change of owner; chmod never opens the file.
         let result = chown()
             .and_then(|()| rustix::fs::chmodat(dir, os(&temp), mode, AtFlags::empty()))
+            .map_err(|e| StoreError::new(what, path, e))
+            .and_then(|()| with_xattrs())
             .and_then(|()| {
                 utimensat(
                     dir,
@@ -1712,17 +1763,42 @@ impl WriterCursor<'_> {
                     &timestamps(attrs),
                     AtFlags::SYMLINK_NOFOLLOW,
                 )
-            })
-            .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
-            .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
-                true => put_in_place_error(path, e),
-                false => StoreError::new(what, path, e),
+                .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
+                .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
+                    true => put_in_place_error(path, e),
+                    false => StoreError::new(what, path, e),
+                })
             });
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
         result
     }
+}
+
+/// Gives the special file `name` in `dir` (examined as `st`) the owner (where `writer` sets
+/// owners), `mode` and mtime of `attrs`, each only where it differs, by name: it is never
+/// opened.
+fn fix_special(
+    writer: &TreeWriter,
+    (dir, name): (&OwnedFd, &[u8]),
+    st: &rustix::fs::Statx,
+    (mode, attrs): (Mode, &Attrs),
+) -> Result<(), Errno> {
+    let (uid, gid) = owner_ids(attrs);
+    let owner_differs = uid.is_some_and(|u| u.as_raw() != st.stx_uid)
+        || gid.is_some_and(|g| g.as_raw() != st.stx_gid);
+    if writer.owners && owner_differs {
+        rustix::fs::chownat(dir, os(name), uid, gid, AtFlags::SYMLINK_NOFOLLOW)?;
+    }
+    // A change of owner clears setuid and setgid bits: the mode is looked at after it.
+    if writer.owners && owner_differs || u32::from(st.stx_mode) & 0o7777 != mode.bits() {
+        rustix::fs::chmodat(dir, os(name), mode, AtFlags::empty())?;
+    }
+    if (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) != (attrs.mtime_sec, attrs.mtime_nsec) {
+        utimensat(dir, os(name), &timestamps(attrs), AtFlags::SYMLINK_NOFOLLOW)?;
+    }
+    Ok(())
 }
 
 /// Whether `name` (one path component) is a temporary name a writer left behind when its
@@ -2067,16 +2143,15 @@ fn open_large(
     let opened = partial::read_log(dir, &log_name)
         .filter(|found| found.id == id && !whole)
         .and_then(|partial::Journal { records, .. }| {
-            let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-            let fd = openat(dir, os(&part), flags, Mode::empty()).ok()?;
+            // Opened only as regular files: a device or FIFO a peer put under these names is
+            // never opened (see `crate::regular`).
+            let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR).ok()?;
             let st = rustix::fs::fstat(&fd).ok()?;
-            let ok = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-                && st.st_size as u64 == id.size;
-            if !ok {
+            if st.st_size as u64 != id.size {
                 return None;
             }
-            let log_flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let log = openat(dir, os(&log_name), log_flags, Mode::empty()).ok()?;
+            let log_flags = OFlags::WRONLY | OFlags::APPEND;
+            let log = crate::regular::open_regular_at(dir, &log_name, log_flags).ok()?;
             let (good, coverage) = verified(&records, &fd);
             if good.len() < records.len() {
                 // Records whose bytes no longer hash as recorded are dropped from the journal,
@@ -2140,13 +2215,19 @@ fn join_large(
     (part, log_name): (Vec<u8>, Vec<u8>),
     how: ChunkWrites,
 ) -> Result<LargeFile, StoreError> {
-    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let fd = openat(dir, os(&part), flags, Mode::empty())
+    // Opened only as regular files (see `crate::regular`).
+    let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR)
         .map_err(|e| StoreError::new("open", path, e))?;
-    let log_flags =
-        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let log = openat(dir, os(&log_name), log_flags, Mode::from_raw_mode(0o600))
-        .map_err(|e| StoreError::new("open the journal of", path, e))?;
+    let log_flags = OFlags::WRONLY | OFlags::APPEND;
+    let create = log_flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let log = match crate::regular::open_regular_at(dir, &log_name, log_flags) {
+        Err(Errno::NOENT) => match openat(dir, os(&log_name), create, Mode::from_raw_mode(0o600)) {
+            Err(Errno::EXIST) => crate::regular::open_regular_at(dir, &log_name, log_flags),
+            other => other,
+        },
+        other => other,
+    }
+    .map_err(|e| StoreError::new("open the journal of", path, e))?;
     let names = (part, log_name);
     LargeFile::new(
         dir,

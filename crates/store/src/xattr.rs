@@ -1,6 +1,7 @@
 //! Extended attributes (`-X`) and POSIX ACLs (`-A`, which Linux keeps as the extended
 //! attributes `system.posix_acl_access` and `system.posix_acl_default`): read from an open
-//! file or directory, and made on one exactly as listed within a scope.
+//! file or directory, or from a FIFO, socket or device that is never opened ([`Unopened`]),
+//! and made on one exactly as listed within a scope.
 //!
 //! A scope is a set of namespaces ([`USER`], [`SYSTEM`], [`ACL`]; the same bits as the
 //! protocol's): what is read is only what the scope covers, and applying a list makes the
@@ -12,7 +13,75 @@
 
 use rustix::fs::XattrFlags;
 use rustix::io::Errno;
-use std::os::fd::AsFd;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// What attributes are read from and set on.
+pub trait Target {
+    fn list(&self, buf: &mut [u8]) -> Result<usize, Errno>;
+    fn get(&self, name: &OsStr, buf: &mut [u8]) -> Result<usize, Errno>;
+    fn set(&self, name: &OsStr, value: &[u8]) -> Result<(), Errno>;
+    fn remove(&self, name: &OsStr) -> Result<(), Errno>;
+}
+
+/// An open file or directory.
+impl<T: AsFd> Target for T {
+    fn list(&self, buf: &mut [u8]) -> Result<usize, Errno> {
+        rustix::fs::flistxattr(self, buf)
+    }
+    fn get(&self, name: &OsStr, buf: &mut [u8]) -> Result<usize, Errno> {
+        rustix::fs::fgetxattr(self, name, buf)
+    }
+    fn set(&self, name: &OsStr, value: &[u8]) -> Result<(), Errno> {
+        rustix::fs::fsetxattr(self, name, value, XattrFlags::empty())
+    }
+    fn remove(&self, name: &OsStr) -> Result<(), Errno> {
+        rustix::fs::fremovexattr(self, name)
+    }
+}
+
+/// A FIFO, socket or device, whose attributes are read and set without opening it (which
+/// would run a device's driver or wait on a FIFO): through its `O_PATH` descriptor's name in
+/// `/proc/self/fd`, which the kernel resolves to the very inode.
+pub struct Unopened {
+    _fd: OwnedFd,
+    proc: String,
+}
+
+impl Unopened {
+    /// The item open as `fd` with `O_PATH`.
+    pub fn new(fd: OwnedFd) -> Unopened {
+        let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        Unopened { _fd: fd, proc }
+    }
+
+    /// The item `name` in `dir`, not following a symlink.
+    pub fn at(dir: impl AsFd, name: &[u8]) -> Result<Unopened, Errno> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        Ok(Unopened::new(rustix::fs::openat(
+            dir,
+            os(name),
+            flags,
+            Mode::empty(),
+        )?))
+    }
+}
+
+impl Target for Unopened {
+    fn list(&self, buf: &mut [u8]) -> Result<usize, Errno> {
+        rustix::fs::listxattr(self.proc.as_str(), buf)
+    }
+    fn get(&self, name: &OsStr, buf: &mut [u8]) -> Result<usize, Errno> {
+        rustix::fs::getxattr(self.proc.as_str(), name, buf)
+    }
+    fn set(&self, name: &OsStr, value: &[u8]) -> Result<(), Errno> {
+        rustix::fs::setxattr(self.proc.as_str(), name, value, XattrFlags::empty())
+    }
+    fn remove(&self, name: &OsStr) -> Result<(), Errno> {
+        rustix::fs::removexattr(self.proc.as_str(), name)
+    }
+}
 
 /// `user.*`.
 pub const USER: u8 = 1;
@@ -49,10 +118,10 @@ pub enum ReadError {
 }
 
 /// The names of `fd`'s attributes (a NUL-separated list).
-fn names(fd: impl AsFd) -> Result<Vec<u8>, Errno> {
+fn names(fd: &impl Target) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0u8; 4096];
     loop {
-        match rustix::fs::flistxattr(&fd, &mut buf[..]) {
+        match fd.list(&mut buf[..]) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(buf);
@@ -64,11 +133,11 @@ fn names(fd: impl AsFd) -> Result<Vec<u8>, Errno> {
 }
 
 /// The value of `name` on `fd`; `None` if it went away meanwhile.
-fn value(fd: impl AsFd, name: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
+fn value(fd: &impl Target, name: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
     let name = os(name);
     let mut buf = vec![0u8; 256];
     loop {
-        match rustix::fs::fgetxattr(&fd, name, &mut buf[..]) {
+        match fd.get(name, &mut buf[..]) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(Some(buf));
@@ -85,8 +154,8 @@ fn value(fd: impl AsFd, name: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
 
 /// Reads the attributes of `fd` that `scope` covers, sorted by name. A file system without
 /// extended attributes has none.
-pub fn read(fd: impl AsFd, scope: u8) -> Result<Xattrs, ReadError> {
-    let list = match names(&fd) {
+pub fn read(fd: &impl Target, scope: u8) -> Result<Xattrs, ReadError> {
+    let list = match names(fd) {
         Ok(list) => list,
         Err(Errno::NOTSUP) => return Ok(Vec::new()),
         Err(e) => return Err(ReadError::Os(e)),
@@ -97,7 +166,7 @@ pub fn read(fd: impl AsFd, scope: u8) -> Result<Xattrs, ReadError> {
         if scope & scope_of(name) == 0 {
             continue;
         }
-        if let Some(v) = value(&fd, name)? {
+        if let Some(v) = value(fd, name)? {
             total += name.len() + v.len();
             if total > MAX_BYTES {
                 return Err(ReadError::TooLarge(total));
@@ -114,7 +183,7 @@ pub fn read(fd: impl AsFd, scope: u8) -> Result<Xattrs, ReadError> {
 /// attributes of its own but an access ACL inherited from its directory's default ACL:
 /// nothing is listed, only that ACL removed when the scope covers ACLs and `wanted` has none.
 pub fn apply<'a>(
-    fd: impl AsFd,
+    fd: &impl Target,
     scope: u8,
     wanted: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone,
     fresh: bool,
@@ -122,13 +191,13 @@ pub fn apply<'a>(
     let in_scope = |n: &[u8]| scope & scope_of(n) != 0;
     if fresh {
         if scope & ACL != 0 && !wanted.clone().any(|(n, _)| n == b"system.posix_acl_access") {
-            match rustix::fs::fremovexattr(&fd, "system.posix_acl_access") {
+            match fd.remove(OsStr::new("system.posix_acl_access")) {
                 Ok(()) | Err(Errno::NODATA | Errno::NOTSUP) => {}
                 Err(e) => return Err(e),
             }
         }
     } else {
-        let present = match read(&fd, scope) {
+        let present = match read(fd, scope) {
             Ok(p) => p,
             Err(ReadError::Os(e)) => return Err(e),
             // Too many to read back: replace them all.
@@ -138,7 +207,7 @@ pub fn apply<'a>(
             match wanted.clone().find(|(n, _)| n == name) {
                 Some((_, w)) if w == v.as_slice() => continue,
                 Some(_) => {}
-                None => match rustix::fs::fremovexattr(&fd, os(name)) {
+                None => match fd.remove(os(name)) {
                     Ok(()) | Err(Errno::NODATA) => {}
                     Err(e) => return Err(e),
                 },
@@ -147,13 +216,13 @@ pub fn apply<'a>(
         for (name, value) in wanted.clone().filter(|(n, _)| in_scope(n)) {
             let same = present.iter().any(|(n, v)| n == name && v == value);
             if !same {
-                rustix::fs::fsetxattr(&fd, os(name), value, XattrFlags::empty())?;
+                fd.set(os(name), value)?;
             }
         }
         return Ok(());
     }
     for (name, value) in wanted.filter(|(n, _)| in_scope(n)) {
-        rustix::fs::fsetxattr(&fd, os(name), value, XattrFlags::empty())?;
+        fd.set(os(name), value)?;
     }
     Ok(())
 }

@@ -230,10 +230,12 @@ fn plan_entry(
     }
 }
 
-/// Whether `entry` is a regular file named as sprat names the partial copy of a large file, or
-/// its journal (`.NAME.sprat-part`, `.NAME.sprat-part.log`).
+/// Whether `entry` is named as sprat names the partial copy of a large file, or its journal
+/// (`.NAME.sprat-part`, `.NAME.sprat-part.log`), and is not a directory: a symlink, FIFO or
+/// device under such a name would take the place of NAME's partial copy at the destination.
 fn is_partial_file_name(entry: &sprat_store::ScanEntry) -> bool {
-    entry.kind == sprat_store::EntryType::File
+    entry.kind != sprat_store::EntryType::Dir
+        && entry.error.is_none()
         && sprat_store::partial::final_name_of_hidden(
             sprat_store::relpath::split_parent(&entry.path).1,
         )
@@ -362,6 +364,29 @@ fn apply(
         Verdict::Resume(present) => {
             let kept = planner.push_resumed(entry, &present, emit);
             counts.resumed(kept);
+        }
+        Verdict::LeaveAlone => {}
+        // Below a directory the destination's side could not list: the writer checks a
+        // whole file itself; a large one is sent whole where that is safe.
+        Verdict::Unknown {
+            rule: Some(rule), ..
+        } if planner.is_whole_file(&entry) => planner.push_early_file(entry, rule, emit),
+        Verdict::Unknown {
+            rule: Some(KeepRule::SameSizeAndTime),
+            ..
+        } => push_or_take(planner, entry, emit, take_whole),
+        Verdict::Unknown { dir, rule } => {
+            let asked = match rule {
+                None => "whether the file there is newer (-u)",
+                Some(_) => "whether a file is there (--ignore-existing)",
+            };
+            let mut entry = entry;
+            entry.error = Some(format!(
+                "not sent: the destination's directory '{}' cannot be listed, so {asked} is \
+                 unknown",
+                crate::text::printable(&sprat_store::display_path(&dir))
+            ));
+            planner.push(entry, emit)
         }
     }
 }
@@ -637,14 +662,18 @@ struct XattrSource<'a> {
 
 impl XattrSource<'_> {
     /// The attributes of the item at transfer path `path` (a file or a directory), read
-    /// on the item itself, opened without following a symlink.
-    fn read(&self, path: &[u8]) -> Result<sprat_store::xattr::Xattrs, String> {
+    /// on the item itself, opened without following a symlink; of a `special` file (a FIFO,
+    /// socket or device), read without opening it.
+    fn read(&self, path: &[u8], special: bool) -> Result<sprat_store::xattr::Xattrs, String> {
         use rustix::fs::OFlags;
         let rel = match self.file_name {
             Some(name) if path.is_empty() => name,
             _ => path,
         };
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let flags = match special {
+            true => OFlags::PATH | OFlags::NOFOLLOW,
+            false => OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+        };
         let fd = self.root.open_beneath(rel, flags).map_err(|e| {
             StoreError::new(
                 "read extended attributes of",
@@ -653,7 +682,11 @@ impl XattrSource<'_> {
             )
             .to_string()
         })?;
-        sprat_store::xattr::read(&fd, self.scope).map_err(|e| match e {
+        let read = match special {
+            true => sprat_store::xattr::read(&sprat_store::xattr::Unopened::new(fd), self.scope),
+            false => sprat_store::xattr::read(&fd, self.scope),
+        };
+        read.map_err(|e| match e {
             sprat_store::xattr::ReadError::Os(e) => {
                 StoreError::new("read extended attributes of", path, e).to_string()
             }
@@ -710,18 +743,19 @@ fn read_batch(
     let mut attrs_of: Vec<Option<sprat_store::xattr::Xattrs>> = Vec::new();
     if xattrs.scope != 0 {
         for item in plan.items.iter_mut() {
-            let path = match item {
+            let (path, special) = match item {
                 PlanItem::File(e)
                 | PlanItem::EarlyFile(e, _)
                 | PlanItem::Dir(e)
-                | PlanItem::Attrs(e) => &e.path,
-                PlanItem::Chunk { entry, .. } => &entry.path,
+                | PlanItem::Attrs(e) => (&e.path, false),
+                PlanItem::Special(e) => (&e.path, true),
+                PlanItem::Chunk { entry, .. } => (&entry.path, false),
                 _ => {
                     attrs_of.push(None);
                     continue;
                 }
             };
-            match xattrs.read(path) {
+            match xattrs.read(path, special) {
                 Ok(list) => attrs_of.push(Some(list)),
                 Err(text) => {
                     let path = path.clone();

@@ -67,11 +67,31 @@ fn paths(
         }
         Endpoint::Remote { addr, path, .. } => {
             // A listing names each partial file by its final path, kind partial: no entry.
+            let mut failed = None;
             let listed =
                 remote::list_summed(addr, key, path, true, &selection, None, |e| match e.kind {
                     NsKind::Partial => partials.push(e.path),
+                    // What the server could not list: a source's unreadable entries stop
+                    // the deletion (see `extras_unless_unreadable`), a destination's the copy.
+                    NsKind::Failed if source => unreadable += 1,
+                    NsKind::Failed => {
+                        failed.get_or_insert((e.path, e.target));
+                    }
                     _ => out.push((e.path, e.kind == NsKind::Dir)),
                 });
+            if let Some((at, why)) = failed {
+                let at = relpath::join(path, &at);
+                return Err(TransferError::Remote {
+                    peer: addr.clone(),
+                    code: sprat_proto::ErrorCode::PermissionDenied,
+                    text: format!(
+                        "--delete cannot see what the destination holds below '{}' (it cannot \
+                         be listed: {}), so it cannot tell what to delete there",
+                        crate::text::printable(&sprat_store::display_path(&at)),
+                        crate::text::printable(&String::from_utf8_lossy(&why))
+                    ),
+                });
+            }
             match listed {
                 Ok(()) => {}
                 Err(TransferError::Remote {

@@ -375,6 +375,37 @@ pub(crate) fn local_entries(
             }
             if crate::pipeline::skip::is_leftover(&e.path) {
                 leftovers.push(e.path);
+            } else if let Some(error) = e.error {
+                // A directory this pull cannot list (a `0000` one of its own): the server
+                // sends what goes below it for the writer here to check.
+                let mut why = error.into_bytes();
+                why.truncate(sprat_proto::path::MAX_PATH);
+                add(NsEntry {
+                    path: e.path,
+                    kind: NsKind::Failed,
+                    size: 0,
+                    mode: 0,
+                    mtime_sec: 0,
+                    mtime_nsec: 0,
+                    target: why,
+                    owner: None,
+                });
+            } else if e.kind != EntryType::File && options.skip == SkipRule::IgnoreExisting {
+                // `--ignore-existing` leaves whatever is at a path alone, not only files.
+                add(NsEntry {
+                    path: e.path,
+                    kind: match e.kind {
+                        EntryType::Dir => NsKind::Dir,
+                        EntryType::Symlink => NsKind::Symlink,
+                        _ => NsKind::Special,
+                    },
+                    size: 0,
+                    mode: e.attrs.mode,
+                    mtime_sec: e.attrs.mtime_sec,
+                    mtime_nsec: e.attrs.mtime_nsec,
+                    target: Vec::new(),
+                    owner: None,
+                });
             } else if e.kind == EntryType::File {
                 add(NsEntry {
                     path: e.path,

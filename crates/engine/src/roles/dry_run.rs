@@ -36,6 +36,9 @@ pub enum Action {
     /// A FIFO, socket or device the destination lacks, or has of another type or number,
     /// would be made (or would replace what is there).
     Special,
+    /// As [`Action::Special`], of a character or block device: made only where the writing
+    /// side runs as root and creates devices (see `--keep-devices`).
+    Device,
 }
 
 /// The outcome of a dry run.
@@ -92,6 +95,8 @@ pub fn dry_run(
     let mut links_there: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut specials_there: Vec<(Vec<u8>, sprat_store::Special)> = Vec::new();
     let mut each = |e: ScanEntry| match e.kind {
+        // `--ignore-existing` where the destination has something at a link's path.
+        EntryType::Symlink | EntryType::Special if index.leaves_alone(&e, options.skip) => {}
         EntryType::File => match index.verdict(&e, options.skip) {
             Verdict::Compare => compare.push(e),
             verdict => out.record(verdict, &e),
@@ -109,7 +114,7 @@ pub fn dry_run(
         EntryType::Special => match (e.special, index.at(&e.path)) {
             // Compared with what is there once the destination's are read, below.
             (Some(special), Some(There::Other)) => specials_there.push((e.path, special)),
-            (Some(_), _) => out.record_special(&e.path),
+            (Some(special), _) => out.record_special(&e.path, special),
             (None, _) => {}
         },
         _ => {}
@@ -155,11 +160,11 @@ pub fn dry_run(
                         NsKind::File => EntryType::File,
                         NsKind::Dir => EntryType::Dir,
                         NsKind::Symlink => EntryType::Symlink,
-                        NsKind::Special | NsKind::Partial => EntryType::Special,
+                        NsKind::Special | NsKind::Partial | NsKind::Failed => EntryType::Special,
                     },
                     size: n.size,
                     attrs: Attrs {
-                        mode: n.mode,
+                        mode: n.mode & 0o7777,
                         mtime_sec: n.mtime_sec,
                         mtime_nsec: n.mtime_nsec,
                         ..Attrs::default()
@@ -169,8 +174,9 @@ pub fn dry_run(
                     nlink: 1,
                     version: 0,
                     special,
+                    error: (n.kind == NsKind::Failed)
+                        .then(|| String::from_utf8_lossy(&n.target).into_owned()),
                     link_target: (n.kind == NsKind::Symlink).then_some(n.target),
-                    error: None,
                 })
             })?;
             if !root_is_dir {
@@ -187,8 +193,8 @@ pub fn dry_run(
         out.files
             .push((sprat_store::display_path(&path), Action::Link));
     }
-    for path in specials_that_differ(dst, key, specials_there)? {
-        out.record_special(&path);
+    for (path, special) in specials_that_differ(dst, key, specials_there)? {
+        out.record_special(&path, special);
     }
     if options.delete {
         for rel in super::delete::extras(src, dst, key, options)? {
@@ -248,7 +254,7 @@ fn specials_that_differ(
     dst: &Endpoint,
     key: &Credentials,
     specials: Vec<(Vec<u8>, sprat_store::Special)>,
-) -> Result<Vec<Vec<u8>>, TransferError> {
+) -> Result<Vec<(Vec<u8>, sprat_store::Special)>, TransferError> {
     if specials.is_empty() {
         return Ok(Vec::new());
     }
@@ -280,16 +286,18 @@ fn specials_that_differ(
     Ok(specials
         .into_iter()
         .filter(|(p, special)| there.get(p) != Some(special))
-        .map(|(p, _)| p)
         .collect())
 }
 
 impl DryRun {
     /// A FIFO, socket or device to make at `path`.
-    fn record_special(&mut self, path: &[u8]) {
+    fn record_special(&mut self, path: &[u8], special: sprat_store::Special) {
         self.specials += 1;
-        self.files
-            .push((sprat_store::display_path(path), Action::Special));
+        let action = match special.is_device() {
+            true => Action::Device,
+            false => Action::Special,
+        };
+        self.files.push((sprat_store::display_path(path), action));
     }
 
     /// A directory of the source, and what the destination has at its path.
@@ -312,7 +320,7 @@ impl DryRun {
 
     fn record(&mut self, verdict: Verdict, e: &ScanEntry) {
         match verdict {
-            Verdict::Send | Verdict::Compare => {
+            Verdict::Send | Verdict::Compare | Verdict::Unknown { .. } => {
                 self.send += 1;
                 self.send_bytes += e.size;
                 self.files
@@ -330,6 +338,7 @@ impl DryRun {
                     .push((sprat_store::display_path(&e.path), Action::Send));
             }
             Verdict::Skip => self.up_to_date += 1,
+            Verdict::LeaveAlone => {}
         }
     }
 }

@@ -127,15 +127,17 @@ pub fn into_directory(
         _ => None,
     };
     let (is_file, name) = match src {
+        // A FIFO, socket or device goes as a file would.
         Endpoint::Local(p) => (
-            std::fs::metadata(p).is_ok_and(|m| m.is_file()),
+            std::fs::metadata(p).is_ok_and(|m| !m.is_dir()),
             p.file_name().map(|n| n.as_bytes().to_vec()),
         ),
         Endpoint::Remote { addr, path, .. } => {
+            use sprat_proto::namespace::NsKind;
             let name = path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec);
             let is_file = !path.is_empty()
                 && super::remote::stat(addr, key, path)
-                    .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::File);
+                    .is_ok_and(|e| matches!(e.kind, NsKind::File | NsKind::Special));
             (is_file, name)
         }
     };

@@ -167,8 +167,24 @@ fn change_of(req: &Request) -> Option<String> {
     })
 }
 
-/// A listing's entry for `e`, with its owner and group (and their names here) when `names`.
+/// A listing's entry for `e`, with its owner and group (and their names here) when `names`;
+/// an entry that could not be examined is a [`NsKind::Failed`] one saying why.
 fn ns_entry(e: ScanEntry, names: Option<&mut NameCache>) -> NsEntry {
+    if let Some(error) = e.error {
+        let mut why = error.into_bytes();
+        // Within what a listing's text may hold.
+        why.truncate(sprat_proto::path::MAX_PATH);
+        return NsEntry {
+            path: e.path,
+            kind: NsKind::Failed,
+            size: 0,
+            mode: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            target: why,
+            owner: None,
+        };
+    }
     let owner = names.map(|names| NsOwner {
         uid: e.attrs.uid,
         gid: e.attrs.gid,
@@ -278,7 +294,8 @@ fn list(
     let beside = partial::describe_file(root, path);
     let mut listed_a_dir = false;
     digest::with_pool(root, threads, full_path, |mut pool| {
-        let walked = ns::walk_selected(root, path, recursive, selection, |e| {
+        // A directory that cannot be listed is an entry saying so, and the walk goes on.
+        let walked = ns::walk_reporting(root, path, recursive, selection, |e| {
             if e.path.is_empty() && e.kind == EntryType::Dir {
                 listed_a_dir = true;
             }

@@ -14,7 +14,7 @@
 use crate::measurement::progress::Progress;
 use paths::PathTable;
 use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
-use sprat_proto::DestCheck;
+use sprat_proto::{DestCheck, KeepRule};
 use sprat_store::partial::{Coverage, Identity};
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
@@ -80,6 +80,17 @@ pub enum Verdict {
     /// `--checksum`: the destination has a file of this size and knows its digest; the
     /// source's digest decides ([`DestIndex::compared`]).
     Compare,
+    /// What the destination has at this path is unknown: it lies below a directory of the
+    /// destination that could not be listed (`dir`; a writer that is not root and a `0000`
+    /// directory of its own). With `rule`, a whole file goes for the writer to check as the
+    /// rule says (see [`KeepRule`]); without one (`-u`), the copy cannot tell what to do.
+    Unknown {
+        dir: Vec<u8>,
+        rule: Option<KeepRule>,
+    },
+    /// `--ignore-existing`: a symlink or special file where the destination has something
+    /// already: nothing is sent (nor counted among the files left alone).
+    LeaveAlone,
 }
 
 /// A partial file at the destination: the source file it is a copy of, and what it has.
@@ -213,6 +224,9 @@ pub struct DestIndex {
     /// Temporary names left by a writer that was killed (see
     /// [`sprat_store::write::is_leftover_temp`]): not entries, but debris to remove.
     leftovers: Vec<Vec<u8>>,
+    /// Directories of the destination that could not be listed: what is below them is
+    /// unknown (see [`Verdict::Unknown`]).
+    unlisted: std::collections::HashSet<Vec<u8>>,
     /// The destination is written across the network, where a writer clears the setuid and
     /// setgid bits of regular files unless told to keep them: a file lacking only those
     /// bits of its source's mode counts as having the source's mode.
@@ -291,8 +305,35 @@ impl DestIndex {
         out
     }
 
-    /// Adds an entry of a scan of the destination.
+    /// Records that the destination's directory `path` could not be listed (an entry the
+    /// scan or listing could not examine): nothing below it is known.
+    pub fn insert_unlisted(&mut self, path: Vec<u8>) {
+        self.unlisted.insert(path);
+    }
+
+    /// The directory that could not be listed at or above `path`, if any.
+    fn unlisted_above(&self, path: &[u8]) -> Option<&[u8]> {
+        if self.unlisted.is_empty() {
+            return None;
+        }
+        let mut at = path;
+        loop {
+            if let Some(dir) = self.unlisted.get(at) {
+                return Some(dir);
+            }
+            if at.is_empty() {
+                return None;
+            }
+            at = sprat_store::split_parent(at).0;
+        }
+    }
+
+    /// Adds an entry of a scan of the destination (one that could not be examined: a
+    /// directory that could not be listed, see [`DestIndex::insert_unlisted`]).
     pub fn insert_scanned(&mut self, e: ScanEntry) {
+        if e.error.is_some() {
+            return self.insert_unlisted(e.path);
+        }
         let entry = DestEntry {
             is_file: e.kind == EntryType::File,
             is_dir: e.kind == EntryType::Dir,
@@ -340,6 +381,9 @@ impl DestIndex {
 
     /// Adds what a listing (or a pulling client's index) says is there.
     pub fn insert_listed(&mut self, e: NsEntry) {
+        if e.kind == NsKind::Failed {
+            return self.insert_unlisted(e.path);
+        }
         if e.kind == NsKind::Partial {
             let (version, ranges) = e.target.split_at(e.target.len().min(8));
             let version = version.try_into().map(u64::from_le_bytes);
@@ -391,14 +435,29 @@ impl DestIndex {
 
     /// Decides for one scanned source entry.
     pub fn verdict(&self, e: &ScanEntry, rule: SkipRule) -> Verdict {
+        if self.leaves_alone(e, rule) {
+            return Verdict::LeaveAlone;
+        }
         if e.kind != EntryType::File
             || e.error.is_some()
             || rule == SkipRule::Never
-            || (self.entries.is_empty() && self.partials.is_empty())
+            || (self.entries.is_empty() && self.partials.is_empty() && self.unlisted.is_empty())
         {
             return Verdict::Send;
         }
         let Some((at, d)) = self.entries.get(&e.path) else {
+            if let Some(dir) = self.unlisted_above(&e.path) {
+                let rule = match rule {
+                    SkipRule::QuickCheck | SkipRule::SizeOnly => Some(KeepRule::SameSizeAndTime),
+                    SkipRule::IgnoreExisting => Some(KeepRule::Present),
+                    SkipRule::Checksum | SkipRule::Never => return Verdict::Send,
+                    SkipRule::Update => None,
+                };
+                return Verdict::Unknown {
+                    dir: dir.to_vec(),
+                    rule,
+                };
+            }
             // `--checksum` trusts no size and mtime: a partial file of another content with
             // the same size and mtime would make a mix. Sent whole, it is started afresh.
             if rule == SkipRule::Checksum {
@@ -441,6 +500,16 @@ impl DestIndex {
                 }
             }
         }
+    }
+
+    /// Whether `--ignore-existing` leaves what the destination has at the path of `e`, a
+    /// symlink or special file of the source, as it is (see [`Verdict::LeaveAlone`]).
+    pub fn leaves_alone(&self, e: &ScanEntry, rule: SkipRule) -> bool {
+        rule == SkipRule::IgnoreExisting
+            && matches!(e.kind, EntryType::Symlink | EntryType::Special)
+            && e.error.is_none()
+            && !e.path.is_empty()
+            && self.entries.get(&e.path).is_some()
     }
 
     /// Decides for a source file that got [`Verdict::Compare`], from its own digest (`None`:

@@ -543,7 +543,7 @@ fn plan_pieces(
                     needed.push((e.path, e.size));
                 }
             }
-            NsKind::Symlink => needed.push((e.path, 0)),
+            NsKind::Symlink | NsKind::Special => needed.push((e.path, 0)),
             NsKind::Dir if !e.path.is_empty() => dirs += 1,
             _ => {}
         }
