@@ -402,6 +402,7 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
         serde_json::to_string(&json!({
             "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
             "incomplete_files": u.partial_files, "incomplete_bytes": u.partial_bytes,
+            "specials": u.specials,
         }))? + "\n"
     } else {
         let incomplete = if u.partial_files + u.partial_bytes > 0 {
@@ -413,8 +414,12 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
         } else {
             String::new()
         };
+        let specials = match u.specials {
+            0 => String::new(),
+            n => format!(", {}", counted(n, "special file", "special files")),
+        };
         format!(
-            "{} ({})\t{}, {}, {}{incomplete}\t{}\n",
+            "{} ({})\t{}, {}, {}{specials}{incomplete}\t{}\n",
             counted(u.bytes, "byte", "bytes"),
             sprat_engine::report::human_bytes(u.bytes),
             counted(u.files, "file", "files"),

@@ -290,6 +290,17 @@ fn ls_and_stat_show_each_type_and_device_number() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["type"], "socket", "{v}");
+    // `du` counts them.
+    let mut du = vec!["du".to_string(), "--json".into()];
+    du.extend(
+        srv.client_args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    du.push(srv.url("tree"));
+    let out = run_sprat(bin(), &du, &[]);
+    let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u["specials"], if devices { 4 } else { 2 }, "{u}");
     assert_eq!(v["mode"], "0755", "{v}");
     if devices {
         let mut stat = stat.clone();

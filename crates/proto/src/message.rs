@@ -543,6 +543,7 @@ impl Message {
                     u.bytes,
                     u.partial_files,
                     u.partial_bytes,
+                    u.specials,
                 ];
                 for v in all {
                     out.extend_from_slice(&v.to_le_bytes());
@@ -744,6 +745,7 @@ impl Message {
                 bytes: r.u64("bytes")?,
                 partial_files: r.u64("incomplete files")?,
                 partial_bytes: r.u64("bytes of incomplete files")?,
+                specials: r.u64("special files")?,
             }),
             kind::REPLY_END => Message::ReplyEnd,
             kind::TICKET => Message::Ticket {
@@ -1059,6 +1061,7 @@ mod tests {
             bytes: 4,
             partial_files: 5,
             partial_bytes: 6,
+            specials: 7,
         }));
         roundtrip(Message::ReplyEnd);
         roundtrip(Message::Ticket {

@@ -336,6 +336,8 @@ pub struct DiskUsage {
     /// `files`; the bytes of their partial files and journals, not among `bytes`.
     pub partial_files: u64,
     pub partial_bytes: u64,
+    /// FIFOs, sockets and devices (from protocol 18).
+    pub specials: u64,
 }
 
 const OP_LIST: u8 = 1;

@@ -338,6 +338,8 @@ pub struct Usage {
     /// `files`, and the bytes of their partial files and journals, not among `bytes`.
     pub partial_files: u64,
     pub partial_bytes: u64,
+    /// FIFOs, sockets and devices.
+    pub specials: u64,
 }
 
 /// Walks `rel` (a file or a whole tree), calling `each` for every entry; entries are
@@ -441,7 +443,7 @@ pub fn usage(root: &Root, rel: &[u8], selection: &Selection) -> Result<Usage, St
             }
             EntryType::Dir => u.dirs += 1,
             EntryType::Symlink => u.symlinks += 1,
-            EntryType::Special => {}
+            EntryType::Special => u.specials += 1,
         }
         Ok(())
     })?;

@@ -482,6 +482,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 total.bytes += u.bytes;
                 total.partial_files += u.partial_files;
                 total.partial_bytes += u.partial_bytes;
+                total.specials += u.specials;
                 Ok(())
             };
             match ctx.place(&path)? {
