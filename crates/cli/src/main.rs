@@ -8,6 +8,16 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `eprintln!` that never panics: a line for a stderr that is gone (`sprat ... 2>&1 | head`,
+/// a closed terminal) is dropped, as the report on a closed stdout is (`print_quietly`).
+/// Defined before the modules, so that theirs is this one too.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod bench;
 mod client_config;
@@ -1187,6 +1197,7 @@ fn dry_run(
                 sprat_engine::Action::Link => "link",
                 sprat_engine::Action::Special => "special",
                 sprat_engine::Action::Device => "device",
+                sprat_engine::Action::Check => "check",
             };
             text.push_str(&format!("{verb} {}\n", printable(path)));
         }
@@ -1197,9 +1208,16 @@ fn dry_run(
                 sprat_engine::report::counted(n, "special file", "special files")
             ),
         };
+        let check = match plan.check {
+            0 => String::new(),
+            n => format!(
+                ", send {} for the destination to check below directories it cannot list",
+                sprat_engine::report::counted(n, "file", "files")
+            ),
+        };
         text.push_str(&format!(
             "dry run {} -> {}: would send {} ({}), make {}{specials} and {}, set the \
-             attributes of {}, leave {} up to date{}; nothing was changed\n",
+             attributes of {}, leave {} up to date{check}{}; nothing was changed\n",
             printable(src_shown),
             printable(dst_shown),
             sprat_engine::report::counted(plan.send, "file", "files"),

@@ -164,6 +164,24 @@ pub fn finish(
         .iter()
         .filter(|(p, _)| planned.contains(p))
         .partition(|(_, a)| *a == sprat_engine::Action::Device);
+    // Below directories the destination cannot list, nothing can be checked from here (each
+    // shard's writer checked what it sent there): said, not a failure.
+    let (unchecked, missing): (Vec<_>, Vec<_>) = missing
+        .into_iter()
+        .partition(|(_, a)| *a == sprat_engine::Action::Check);
+    if !unchecked.is_empty() {
+        eprintln!(
+            "sprat: note: {} not checked ({}{}): they are below directories the destination \
+             cannot list (a server not running as root and its own 0000 directories)",
+            sprat_engine::report::counted(
+                unchecked.len() as u64,
+                "planned entry",
+                "planned entries"
+            ),
+            printable(&unchecked[0].0),
+            if unchecked.len() > 1 { ", ..." } else { "" }
+        );
+    }
     if !devices.is_empty() {
         eprintln!(
             "sprat: note: {} not at the destination ({}{}): the writing side creates devices \
@@ -185,7 +203,9 @@ pub fn finish(
         .filter(|(p, a)| {
             !matches!(
                 a,
-                sprat_engine::Action::Attrs | sprat_engine::Action::Delete
+                sprat_engine::Action::Attrs
+                    | sprat_engine::Action::Delete
+                    | sprat_engine::Action::Check
             ) && !planned.contains(p)
                 && !planned_dirs.contains(p)
         })

@@ -961,7 +961,8 @@ fn a_writer_that_is_not_root_fixes_the_mode_of_its_own_closed_file() {
 /// 0): the client sends what goes below them for the server's writer to check, which opens
 /// its own directories as it writes into them; a re-run that changes nothing writes nothing
 /// there, `--ignore-existing` keeps what is there, `-u` fails those files by name (exit 1:
-/// it cannot tell which is newer), `--delete` refuses naming the directory (exit 5), and
+/// it cannot tell which is newer), `--delete` copies but deletes nothing, naming the directory
+/// (exit 1), and
 /// `sprat ls -R` lists the rest and names what it cannot list (exit 1). Before, every push
 /// after the first failed with "list 'min/a': open directory 'a': Permission denied" (exit
 /// 5), nothing updated (review 2026-11-29 fidelity, F1).
@@ -1016,6 +1017,13 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     assert_eq!(report.files(), 0, "{}", describe(&out));
     assert_eq!(fs::metadata(copy.join("closed/in")).unwrap().ino(), before);
 
+    // A dry run says what it cannot check from here.
+    let dry = cp(&srv, &["--dry-run"], &src, srv.url("min"));
+    assert_eq!(dry.status.code(), Some(0), "{}", describe(&dry));
+    let listed = String::from_utf8_lossy(&dry.stdout);
+    assert!(listed.lines().any(|l| l == "check closed/in"), "{listed}");
+    assert!(!listed.lines().any(|l| l.starts_with("send ")), "{listed}");
+
     // --ignore-existing keeps what is there; -u cannot tell.
     seal(0o700, 0o700);
     fs::write(src.join("closed/in"), b"third").unwrap();
@@ -1035,14 +1043,19 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     );
     assert_eq!(read("closed/in"), b"second");
 
+    // --delete copies, then deletes nothing: it cannot tell what the closed directories hold.
+    seal(0o700, 0o700);
+    fs::write(src.join("open/f"), b"fourth").unwrap();
+    seal(0o000, 0o300);
     let out = cp(&srv, &["--delete"], &src, srv.url("min"));
-    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("--delete cannot see what the destination holds below 'min/"),
+            .contains("--delete skipped: the destination's directory 'closed' cannot be listed"),
         "{}",
         describe(&out)
     );
+    assert_eq!(read("open/f"), b"fourth");
 
     let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-R".into()];
     ls.extend(srv.client_args());
@@ -1057,4 +1070,74 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
         describe(&out)
     );
     seal(0o700, 0o700);
+}
+
+/// A client that is not root pulled a tree holding a `0000` directory (as the server's
+/// source has it) and cannot list its own copy of it. The next pulls keep what it holds as
+/// the rules say: `--ignore-existing` keeps a local edit, `-u` fails the file by name (it
+/// cannot tell which is newer, exit 1), a plain pull puts the source's version back, and
+/// `--delete` copies but deletes nothing there, naming the directory (exit 1). Before, the
+/// directory looked empty: `--ignore-existing` and `-u` overwrote local edits and `--delete`
+/// deleted nothing, all with exit 0 (review 2026-11-29 of unreadable directories, F7).
+#[test]
+fn a_client_that_is_not_root_pulls_into_its_own_unreadable_directories() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    chmod(t.path(), 0o755);
+    let root = t.path().join("root");
+    make_file_in(&root.join("tree/closed/f"), b"source");
+    make_file_in(&root.join("tree/top"), b"top");
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    fs::File::open(root.join("tree/closed/f"))
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_modified(old))
+        .unwrap();
+    chmod(&root.join("tree/closed"), 0o000);
+    let srv = server(&root);
+    let out_dir = nobody_out_dir(&t);
+    let home = out_dir.join("home");
+    fs::create_dir(&home).unwrap();
+    lchown(&home, Some(user("nobody")), Some(user("nobody"))).unwrap();
+    let dst = out_dir.join("pulled");
+    let pull = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new("/usr/bin/setpriv");
+        cmd.args(nobody_setpriv_args()).arg(bin()).arg("cp");
+        cmd.args(extra).arg(srv.url("tree")).arg(&dst);
+        cmd.env("SPRAT_CONFIG", "/dev/null").env("HOME", &home);
+        if let Some(token) = srv.token() {
+            cmd.env("SPRAT_TOKEN", token);
+        }
+        cmd.output().unwrap()
+    };
+    assert_ok(&pull(&[]), Some(&srv));
+    assert_eq!(mode_and_mtime(&dst.join("closed")).0, 0o000);
+    // A local edit, newer than the source's.
+    chmod(&dst.join("closed"), 0o700);
+    fs::write(dst.join("closed/f"), b"local edit").unwrap();
+    chmod(&dst.join("closed"), 0o000);
+    let read = || fs::read(dst.join("closed/f")).unwrap();
+
+    assert_ok(&pull(&["--ignore-existing"]), Some(&srv));
+    assert_eq!(read(), b"local edit");
+    let out = pull(&["-u"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("closed/f: not sent"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(read(), b"local edit");
+    assert_ok(&pull(&[]), Some(&srv));
+    assert_eq!(read(), b"source");
+    let out = pull(&["--delete"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--delete skipped: the destination's directory 'closed' cannot be listed"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(mode_and_mtime(&dst.join("closed")).0, 0o000);
 }

@@ -560,3 +560,53 @@ fn acls_of_special_files_travel_with_them() {
         );
     }
 }
+
+/// `--ignore-existing` where the source has a directory and the destination a file, FIFO or
+/// symlink: what is there stays, and the directory is failed by name with everything below
+/// it (exit 1); before, the file was deleted and the directory put in its place, exit 0
+/// (review 2026-11-29 of unreadable directories, F10). A directory named as a large file's
+/// journal beside it is failed the same way: it would stand where that file's journal is
+/// kept and block the file forever (F14). Local copy, push and pull.
+#[test]
+fn ignore_existing_keeps_a_file_where_the_source_has_a_directory() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(src.join("h")).unwrap();
+    fs::write(src.join("h/x"), b"below").unwrap();
+    fs::write(src.join("a"), b"a").unwrap();
+    let srv = server(&root);
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", t.path().join("pulled")),
+    ] {
+        fs::create_dir_all(&dst).unwrap();
+        fs::write(dst.join("h"), b"precious").unwrap();
+        let out = match how {
+            "local" => cp_local(&["--ignore-existing"], &src, &dst),
+            "push" => cp(&srv, &["--ignore-existing"], &src, srv.url("pushed")),
+            _ => cp(&srv, &["--ignore-existing"], srv.url("src"), &dst),
+        };
+        let why = format!("{how}: {}", describe(&out));
+        assert_eq!(out.status.code(), Some(1), "{why}");
+        assert_eq!(fs::read(dst.join("h")).unwrap(), b"precious", "{why}");
+        assert_eq!(fs::read(dst.join("a")).unwrap(), b"a", "{why}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("failed: h: not copied"),
+            "{why}"
+        );
+    }
+
+    let tree = root.join("journal");
+    fs::create_dir_all(tree.join(".big.sprat-part.log")).unwrap();
+    fs::write(tree.join(".big.sprat-part.log/x"), b"inner").unwrap();
+    let big = sprat_testkit::random_bytes(3 << 20, 9);
+    fs::write(tree.join("big"), &big).unwrap();
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for _ in 0..2 {
+        let out = cp(&srv, &chunked, &tree, srv.url("journal-copy"));
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        assert_eq!(fs::read(root.join("journal-copy/big")).unwrap(), big);
+    }
+}

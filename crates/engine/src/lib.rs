@@ -6,6 +6,16 @@
 //! It is the only crate that knows both the protocol and the storage layer.
 #![forbid(unsafe_code)]
 
+/// `eprintln!` that never panics: a line for a stderr that is gone (a server started with its
+/// stderr closed, a client's piped into `head`) is dropped. Defined before the modules, so
+/// that theirs is this one too.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub(crate) mod budget;
 pub mod config;
 pub mod error;

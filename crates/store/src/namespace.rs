@@ -389,7 +389,18 @@ pub fn walk_reporting(
         top.path.clear();
         return each(top);
     }
-    let sub = root.sub_root(rel)?;
+    let sub = match root.sub_root(rel) {
+        Ok(sub) => sub,
+        // A directory it may not read (a `0000` one of the server's own): itself, and an
+        // entry saying it cannot be listed.
+        Err(e) if recursive => {
+            let mut me = top;
+            me.path.clear();
+            each(me)?;
+            return each(crate::scan::failed_with(Vec::new(), e.to_string()));
+        }
+        Err(e) => return Err(e),
+    };
     if !recursive {
         let mut me = top;
         me.path.clear();

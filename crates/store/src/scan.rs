@@ -492,7 +492,7 @@ fn failed(path: Vec<u8>, err: StoreError) -> ScanEntry {
 }
 
 /// A failed entry at `path`, for the reason `error`.
-fn failed_with(path: Vec<u8>, error: String) -> ScanEntry {
+pub(crate) fn failed_with(path: Vec<u8>, error: String) -> ScanEntry {
     ScanEntry {
         path,
         kind: EntryType::Special,

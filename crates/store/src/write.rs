@@ -1533,18 +1533,15 @@ impl WriterCursor<'_> {
         // The name put in place is the file written, not what another writer (or a peer's
         // entry) may have put under the partial file's name since.
         let own = rustix::fs::fstat(&file.fd).map(|st| st.st_ino);
-        let still_ours = || {
-            statx(
-                &file.dir,
-                os(&file.part),
-                AtFlags::SYMLINK_NOFOLLOW,
-                StatxFlags::INO,
-            )
-            .is_ok_and(|st| Ok(st.stx_ino) == own)
-        };
-        let put = || match still_ours() {
-            true => rename_into_place(&file.dir, &file.part, &file.name, path.is_empty()),
-            false => Err(Errno::NOENT),
+        let put = || {
+            // Looked at as a rename would be (a directory it may not search: made searchable
+            // and tried again); another inode there is as good as none.
+            let flags = AtFlags::SYMLINK_NOFOLLOW;
+            let st = statx(&file.dir, os(&file.part), flags, StatxFlags::INO)?;
+            if Ok(st.stx_ino) != own {
+                return Err(Errno::NOENT);
+            }
+            rename_into_place(&file.dir, &file.part, &file.name, path.is_empty())
         };
         let dir_path = writer
             .target(path)

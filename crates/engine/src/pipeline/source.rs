@@ -9,7 +9,7 @@ use crate::config::TransferOptions;
 use crate::error::TransferError;
 use crate::pipeline::digest;
 use crate::pipeline::plan::{BatchPlan, PlanItem, Planner};
-use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, Verdict};
+use crate::pipeline::skip::{DestIndex, SkipCounts, SkipRule, There, Verdict};
 use crate::sync::lock;
 use crossbeam_channel::{bounded, unbounded, Receiver};
 use sprat_proto::{Batch, ChunkOf, FileMeta, KeepRule, Totals};
@@ -228,6 +228,62 @@ fn plan_entry(
         Verdict::Compare => digests.submit(entry),
         verdict => apply(planner, counts, verdict, entry, emit, take_whole),
     }
+}
+
+/// Directories left out of a copy with everything below them (see [`left_out_dir`]).
+#[derive(Default)]
+struct LeftOut(std::collections::HashSet<Vec<u8>>);
+
+impl LeftOut {
+    fn add(&mut self, dir: Vec<u8>) {
+        self.0.insert(dir);
+    }
+
+    /// Whether `path` lies below a directory left out.
+    fn holds(&self, path: &[u8]) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        let mut at = path;
+        while !at.is_empty() {
+            at = sprat_store::split_parent(at).0;
+            if self.0.contains(at) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Why the source's directory `entry` is left out of the copy with everything below it, if
+/// it is: `--ignore-existing` and the destination has something else than a directory there
+/// (which the directory would replace); or it is named as the partial copy (or journal) of a
+/// large file beside it, where the destination keeps that file's partial copy.
+fn left_out_dir(
+    root: &sprat_store::Root,
+    options: &TransferOptions,
+    skip: Option<&Resolved>,
+    entry: &sprat_store::ScanEntry,
+) -> Option<String> {
+    if entry.kind != sprat_store::EntryType::Dir || entry.path.is_empty() {
+        return None;
+    }
+    if let Some((index, SkipRule::IgnoreExisting, _)) = skip {
+        if matches!(index.at(&entry.path), Some(There::File | There::Other)) {
+            return Some(
+                "not copied: the destination has a file or link there, which --ignore-existing \
+                 leaves as it is"
+                    .into(),
+            );
+        }
+    }
+    let named = sprat_store::partial::final_name_of_hidden(entry.name()).is_some();
+    if named {
+        let mut as_file = entry.clone();
+        as_file.kind = sprat_store::EntryType::File;
+        return held_back(root, options, as_file).error;
+    }
+    None
 }
 
 /// Whether `entry` is named as sprat names the partial copy of a large file, or its journal
@@ -520,10 +576,26 @@ fn start_with(
                                         // Files named as a partial file of another (rare):
                                         // planned once the scan is over (see `held_back`).
                                         let mut held = Vec::new();
+                                        // Directories left out with all they hold (see
+                                        // `left_out_dir`): the scan lists a directory before
+                                        // what it holds.
+                                        let mut left_out = LeftOut::default();
                                         for listing in scan_rx {
                                             for entry in listing {
+                                                if left_out.holds(&entry.path) {
+                                                    continue;
+                                                }
                                                 if is_partial_file_name(&entry) {
                                                     held.push(entry);
+                                                    continue;
+                                                }
+                                                if let Some(why) =
+                                                    left_out_dir(root, options, skip, &entry)
+                                                {
+                                                    left_out.add(entry.path.clone());
+                                                    let mut entry = entry;
+                                                    entry.error = Some(why);
+                                                    planner.push(entry, &mut emit);
                                                     continue;
                                                 }
                                                 plan_entry(

@@ -23,8 +23,9 @@ use sprat_store::{partial, relpath, EntryType, Root};
 use std::collections::{HashMap, HashSet};
 
 /// A tree's paths with whether each is a directory, the final paths of its partial files, and
-/// how many of its entries could not be read (a local source's; their contents are missing).
-type Listed = (Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>, u64);
+/// why what is below some of its entries is unknown, if it is (entries that could not be read
+/// or listed).
+type Listed = (Vec<(Vec<u8>, bool)>, Vec<Vec<u8>>, Option<String>);
 
 /// Every path below `ep` (relative to it; the root itself left out), whether it is a
 /// directory, and the final paths of the partial files there (from a server's listing, or
@@ -38,6 +39,8 @@ fn paths(
     let mut out = Vec::new();
     let mut partials = Vec::new();
     let mut unreadable = 0;
+    // The first of the destination's directories that could not be listed, and why.
+    let mut failed: Option<(Vec<u8>, String)> = None;
     let selection = match source {
         true => options.selection.clone(),
         false => Selection::default(),
@@ -45,12 +48,18 @@ fn paths(
     match ep {
         Endpoint::Local(p) if source => {
             unreadable = scan_local_source_counting_errors(p, options, |e| {
-                out.push((e.path, e.kind == EntryType::Dir))
+                if e.error.is_none() {
+                    out.push((e.path, e.kind == EntryType::Dir))
+                }
             })?
         }
         Endpoint::Local(p) => {
             let mut logs = Vec::new();
             scan_local(p, options, |e| {
+                if let Some(error) = e.error {
+                    failed.get_or_insert((e.path, error));
+                    return;
+                }
                 if e.kind == EntryType::File && partial::is_log_path(&e.path) {
                     logs.push(e.path.clone());
                 }
@@ -67,31 +76,17 @@ fn paths(
         }
         Endpoint::Remote { addr, path, .. } => {
             // A listing names each partial file by its final path, kind partial: no entry.
-            let mut failed = None;
             let listed =
                 remote::list_summed(addr, key, path, true, &selection, None, |e| match e.kind {
                     NsKind::Partial => partials.push(e.path),
-                    // What the server could not list: a source's unreadable entries stop
-                    // the deletion (see `extras_unless_unreadable`), a destination's the copy.
+                    // What the server could not list (see `extras_unless_unreadable`).
                     NsKind::Failed if source => unreadable += 1,
                     NsKind::Failed => {
-                        failed.get_or_insert((e.path, e.target));
+                        let why = String::from_utf8_lossy(&e.target).into_owned();
+                        failed.get_or_insert((e.path, why));
                     }
                     _ => out.push((e.path, e.kind == NsKind::Dir)),
                 });
-            if let Some((at, why)) = failed {
-                let at = relpath::join(path, &at);
-                return Err(TransferError::Remote {
-                    peer: addr.clone(),
-                    code: sprat_proto::ErrorCode::PermissionDenied,
-                    text: format!(
-                        "--delete cannot see what the destination holds below '{}' (it cannot \
-                         be listed: {}), so it cannot tell what to delete there",
-                        crate::text::printable(&sprat_store::display_path(&at)),
-                        crate::text::printable(&String::from_utf8_lossy(&why))
-                    ),
-                });
-            }
             match listed {
                 Ok(()) => {}
                 Err(TransferError::Remote {
@@ -102,7 +97,21 @@ fn paths(
             }
         }
     }
-    Ok((out, partials, unreadable))
+    let unknown = match failed {
+        Some((at, why)) => Some(format!(
+            "--delete skipped: the destination's directory '{}' cannot be listed ({}), so what \
+             it holds that the source lacks cannot be told",
+            crate::text::printable(&sprat_store::display_path(&at)),
+            crate::text::printable(&why)
+        )),
+        None if unreadable > 0 => Some(format!(
+            "--delete skipped: {} of the source could not be read, and what is below an \
+             unreadable directory would have looked deleted from it",
+            crate::report::counted(unreadable, "entry", "entries")
+        )),
+        None => None,
+    };
+    Ok((out, partials, unknown))
 }
 
 /// Whether a listing (as [`paths`] returns it, the root's own entry included) is of a
@@ -160,13 +169,9 @@ pub(crate) fn extras_unless_unreadable(
     key: &Credentials,
     options: &TransferOptions,
 ) -> Result<Result<Vec<Vec<u8>>, String>, TransferError> {
-    let (listed, _, unreadable) = paths(src, key, options, true)?;
-    if unreadable > 0 {
-        return Ok(Err(format!(
-            "--delete skipped: {} of the source could not be read, and what is below an \
-             unreadable directory would have looked deleted from it",
-            crate::report::counted(unreadable, "entry", "entries")
-        )));
+    let (listed, _, unknown) = paths(src, key, options, true)?;
+    if let Some(why) = unknown {
+        return Ok(Err(why));
     }
     // A single file replaces one name, or goes inside DST: nothing else of DST is the copy's
     // to delete (as with rsync), whatever DST holds.
@@ -179,7 +184,10 @@ pub(crate) fn extras_unless_unreadable(
         .filter(|p| !p.is_empty())
         .collect();
     let filter = &options.selection.filter;
-    let (mut dest, partials, _) = paths(dst, key, options, false)?;
+    let (mut dest, partials, unknown) = paths(dst, key, options, false)?;
+    if let Some(why) = unknown {
+        return Ok(Err(why));
+    }
     dest.retain(|(p, _)| !p.is_empty());
     // Entries a user made, not an interrupted copy's partial files.
     let dest_top = dest

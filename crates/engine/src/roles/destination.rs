@@ -170,8 +170,9 @@ pub(crate) fn scan_local_source_counting_errors(
 type Summed = Vec<(Vec<u8>, u128)>;
 
 /// [`scan_local_summed`] that stops scanning (what it has not listed yet is left out) once
-/// `go_on` says false, checked between listings; also returns how many entries failed (left
-/// out too).
+/// `go_on` says false, checked between listings; also returns how many entries failed. An
+/// entry that could not be examined (a directory that could not be listed: nothing below it
+/// is given) is given to `each` too, its `error` set.
 fn scan_local_summed_while(
     dst: &Path,
     options: &TransferOptions,
@@ -211,9 +212,7 @@ fn scan_local_summed_while(
                 for e in listing {
                     if e.error.is_some() {
                         errors += 1;
-                        continue;
-                    }
-                    if digests && e.kind == EntryType::File {
+                    } else if digests && e.kind == EntryType::File {
                         pool.submit(e.path.clone());
                     }
                     each(e);

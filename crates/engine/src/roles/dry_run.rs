@@ -39,6 +39,9 @@ pub enum Action {
     /// As [`Action::Special`], of a character or block device: made only where the writing
     /// side runs as root and creates devices (see `--keep-devices`).
     Device,
+    /// Below a directory of the destination that cannot be listed: the copy sends it for the
+    /// writer to check there (see `pipeline::skip::Verdict::Unknown`).
+    Check,
 }
 
 /// The outcome of a dry run.
@@ -57,6 +60,9 @@ pub struct DryRun {
     pub links: u64,
     /// FIFOs, sockets and devices to make.
     pub specials: u64,
+    /// Files below directories of the destination that cannot be listed, which the copy
+    /// sends for the writer to check there.
+    pub check: u64,
     /// Top-most destination entries `--delete` would remove.
     pub delete: u64,
 }
@@ -102,6 +108,9 @@ pub fn dry_run(
             verdict => out.record(verdict, &e),
         },
         // DST itself is made or kept as it is.
+        EntryType::Dir if !e.path.is_empty() && index.unlisted_above(&e.path).is_some() => out
+            .files
+            .push((sprat_store::display_path(&e.path) + "/", Action::Check)),
         EntryType::Dir if !e.path.is_empty() => out.record_dir(index.at(&e.path), &e),
         EntryType::Symlink if !matches!(index.at(&e.path), Some(There::Other)) => {
             out.links += 1;
@@ -320,7 +329,12 @@ impl DryRun {
 
     fn record(&mut self, verdict: Verdict, e: &ScanEntry) {
         match verdict {
-            Verdict::Send | Verdict::Compare | Verdict::Unknown { .. } => {
+            Verdict::Unknown { .. } => {
+                self.check += 1;
+                self.files
+                    .push((sprat_store::display_path(&e.path), Action::Check));
+            }
+            Verdict::Send | Verdict::Compare => {
                 self.send += 1;
                 self.send_bytes += e.size;
                 self.files

@@ -312,7 +312,7 @@ impl DestIndex {
     }
 
     /// The directory that could not be listed at or above `path`, if any.
-    fn unlisted_above(&self, path: &[u8]) -> Option<&[u8]> {
+    pub(crate) fn unlisted_above(&self, path: &[u8]) -> Option<&[u8]> {
         if self.unlisted.is_empty() {
             return None;
         }
