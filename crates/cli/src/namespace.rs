@@ -402,7 +402,7 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
         serde_json::to_string(&json!({
             "path": shown(&path), "files": u.files, "dirs": u.dirs, "symlinks": u.symlinks, "bytes": u.bytes,
             "incomplete_files": u.partial_files, "incomplete_bytes": u.partial_bytes,
-            "specials": u.specials,
+            "specials": u.specials, "unreadable": u.unreadable,
         }))? + "\n"
     } else {
         let incomplete = if u.partial_files + u.partial_bytes > 0 {
@@ -429,6 +429,14 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
         )
     };
     crate::print_quietly(&out)?;
+    if u.unreadable > 0 {
+        eprintln!(
+            "sprat: du: {} could not be read on the server (a directory it may not list: what \
+             it holds is not counted)",
+            counted(u.unreadable, "entry", "entries")
+        );
+        return Ok(1);
+    }
     Ok(0)
 }
 

@@ -1069,6 +1069,15 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
         "{}",
         describe(&out)
     );
+    // `du` counts the rest and says what it could not read (exit 1).
+    let mut du: Vec<std::ffi::OsString> = vec!["du".into(), "--json".into()];
+    du.extend(srv.client_args());
+    du.push(srv.url("min").into());
+    let out = sprat_testkit::run_sprat(bin(), du, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u["unreadable"], 2, "{u}");
+    assert_eq!(u["files"], 1, "{u}");
     seal(0o700, 0o700);
 }
 

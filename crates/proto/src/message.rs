@@ -544,6 +544,7 @@ impl Message {
                     u.partial_files,
                     u.partial_bytes,
                     u.specials,
+                    u.unreadable,
                 ];
                 for v in all {
                     out.extend_from_slice(&v.to_le_bytes());
@@ -746,6 +747,7 @@ impl Message {
                 partial_files: r.u64("incomplete files")?,
                 partial_bytes: r.u64("bytes of incomplete files")?,
                 specials: r.u64("special files")?,
+                unreadable: r.u64("unreadable entries")?,
             }),
             kind::REPLY_END => Message::ReplyEnd,
             kind::TICKET => Message::Ticket {
@@ -1062,6 +1064,7 @@ mod tests {
             partial_files: 5,
             partial_bytes: 6,
             specials: 7,
+            unreadable: 8,
         }));
         roundtrip(Message::ReplyEnd);
         roundtrip(Message::Ticket {

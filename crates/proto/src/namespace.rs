@@ -338,6 +338,9 @@ pub struct DiskUsage {
     pub partial_bytes: u64,
     /// FIFOs, sockets and devices (from protocol 18).
     pub specials: u64,
+    /// Entries the server could not examine (a directory it may not read: what it holds is
+    /// not counted), from protocol 18.
+    pub unreadable: u64,
 }
 
 const OP_LIST: u8 = 1;

@@ -331,7 +331,7 @@ fn message() -> impl Strategy<Value = Message> {
         request().prop_map(Message::Request),
         proptest::collection::vec(ns_entry(), 0..8).prop_map(Message::Entries),
         proptest::collection::vec((rel_path(), bytes(65)), 0..8).prop_map(Message::Sums),
-        any::<[u64; 7]>().prop_map(|f| Message::Usage(DiskUsage {
+        any::<[u64; 8]>().prop_map(|f| Message::Usage(DiskUsage {
             files: f[0],
             dirs: f[1],
             symlinks: f[2],
@@ -339,6 +339,7 @@ fn message() -> impl Strategy<Value = Message> {
             partial_files: f[4],
             partial_bytes: f[5],
             specials: f[6],
+            unreadable: f[7],
         })),
         Just(Message::ReplyEnd),
         any::<([u8; 32], u32)>().prop_map(|(ticket, expires_in_s)| Message::Ticket {

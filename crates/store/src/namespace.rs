@@ -340,6 +340,9 @@ pub struct Usage {
     pub partial_bytes: u64,
     /// FIFOs, sockets and devices.
     pub specials: u64,
+    /// Entries that could not be examined (a directory that may not be read: what it holds
+    /// is not counted).
+    pub unreadable: u64,
 }
 
 /// Walks `rel` (a file or a whole tree), calling `each` for every entry; entries are
@@ -438,7 +441,11 @@ pub fn walk_reporting(
 /// `du`: files, directories, symlinks and bytes under `rel` (of what `selection` selects).
 pub fn usage(root: &Root, rel: &[u8], selection: &Selection) -> Result<Usage, StoreError> {
     let mut u = Usage::default();
-    walk_selected(root, rel, true, selection, |e| {
+    walk_reporting(root, rel, true, selection, |e| {
+        if e.error.is_some() {
+            u.unreadable += 1;
+            return Ok(());
+        }
         match e.kind {
             EntryType::File
                 if crate::partial::is_partial_name(crate::relpath::split_parent(&e.path).1) =>

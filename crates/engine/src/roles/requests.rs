@@ -483,6 +483,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 total.partial_files += u.partial_files;
                 total.partial_bytes += u.partial_bytes;
                 total.specials += u.specials;
+                total.unreadable += u.unreadable;
                 Ok(())
             };
             match ctx.place(&path)? {
