@@ -120,8 +120,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<i32> {
     ] {
         match sprat_engine::compare_trees(&data, &copy, true) {
             Ok(s) => println!(
-                "verified {what}: {} files, {} directories, {} symlinks identical (content, modes, mtimes, links)",
-                s.files, s.dirs, s.symlinks
+                "verified {what}: {} files, {} directories, {} symlinks, {} identical (content, modes, mtimes, links)",
+                s.files,
+                s.dirs,
+                s.symlinks,
+                sprat_engine::report::counted(s.specials, "special file", "special files")
             ),
             Err(diffs) => {
                 ok = false;
@@ -146,7 +149,8 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Makes a mixed tree: `files` small files (mostly a few KiB, some up to 2 MiB) in nested
-/// directories, one 24 MiB file, empty files and directories, symlinks, odd names and modes.
+/// directories, one 24 MiB file, empty files and directories, symlinks, a FIFO, odd names and
+/// modes.
 /// Returns the number of regular files and their bytes.
 fn make_tree(root: &Path, files: usize, seed: u64) -> anyhow::Result<(u64, u64)> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -196,6 +200,14 @@ fn make_tree(root: &Path, files: usize, seed: u64) -> anyhow::Result<(u64, u64)>
     std::fs::create_dir_all(root.join("empty dir/nested empty"))?;
     std::os::unix::fs::symlink("../large.bin", odd.join("link to large"))?;
     std::os::unix::fs::symlink("/does/not/exist", odd.join("dangling link"))?;
+    // A FIFO travels as what it is (never opened, so nothing waits on it).
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        odd.join("a fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o640),
+        0,
+    )?;
     let mut deep = root.join("deep");
     for level in 0..40 {
         deep = deep.join(format!("d{level}"));
