@@ -1078,6 +1078,18 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(u["unreadable"], 2, "{u}");
     assert_eq!(u["files"], 1, "{u}");
+    // `rm` of a file in them: the directory gets what it needs for the removal, and its mode
+    // back.
+    for rel in ["closed/new", "w300/in"] {
+        let mut rm: Vec<std::ffi::OsString> = vec!["rm".into()];
+        rm.extend(srv.client_args());
+        rm.push(srv.url(&format!("min/{rel}")).into());
+        let out = sprat_testkit::run_sprat(bin(), rm, &[]);
+        assert_eq!(out.status.code(), Some(0), "{rel}: {}", describe(&out));
+        assert!(!copy.join(rel).exists(), "{rel}");
+    }
+    assert_eq!(mode_and_mtime(&copy.join("closed")).0, 0o000);
+    assert_eq!(mode_and_mtime(&copy.join("w300")).0, 0o300);
     seal(0o700, 0o700);
 }
 

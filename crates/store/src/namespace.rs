@@ -51,9 +51,13 @@ fn parent_of<'p>(
     rel: &'p [u8],
 ) -> Result<(OwnedFd, &'p [u8]), StoreError> {
     let (dir, name) = crate::relpath::split_parent(rel);
-    let fd = root
-        .open_dir(dir)
-        .map_err(|e| StoreError::new(op, rel, escape_error(e)))?;
+    let fd = match root.open_dir(dir) {
+        // A directory the user may not read (`0300`, or `0000` of its own): opened without
+        // reading it; a change in it adds the bits it needs (see `Parent`).
+        Err(Errno::ACCESS) => root.open_beneath(dir, OFlags::PATH | OFlags::DIRECTORY),
+        other => other,
+    }
+    .map_err(|e| StoreError::new(op, rel, escape_error(e)))?;
     Ok((fd, name))
 }
 
@@ -79,12 +83,19 @@ pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreErro
             "is being written by a running transfer",
         ));
     }
-    let st = statx(&dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
-        .map_err(|e| StoreError::new("remove", rel, e))?;
     let mut parent = Parent {
         fd: &dir,
         had: None,
     };
+    // Looked at in a directory it may have to make searchable first (see `Parent`).
+    let st =
+        match parent.retry(|| statx(&dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)) {
+            Ok(st) => st,
+            Err(e) => {
+                parent.restore(rel)?;
+                return Err(StoreError::new("remove", rel, e));
+            }
+        };
     let removed = if FileType::from_raw_mode(st.stx_mode as u32) != FileType::Directory {
         parent
             .retry(|| unlinkat(&dir, os(name), AtFlags::empty()))
