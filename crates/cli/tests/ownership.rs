@@ -1162,3 +1162,57 @@ fn a_client_that_is_not_root_pulls_into_its_own_unreadable_directories() {
     );
     assert_eq!(mode_and_mtime(&dst.join("closed")).0, 0o000);
 }
+
+/// A large file (sent in chunks) below a `0000` directory of a server not running as root:
+/// each chunk carries the check the sender could not make, so a re-run that changes nothing
+/// writes nothing (the same inode), a changed file is written, and `--ignore-existing` keeps
+/// what is there. Before, it was sent and written whole on every run, and failed with
+/// `--ignore-existing` (review 2026-11-29 of unreadable directories, F4).
+#[test]
+fn a_large_file_below_a_non_root_servers_unreadable_directory_is_checked_there() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    chmod(t.path(), 0o755);
+    let src = t.path().join("src");
+    let first = random_bytes(3 << 20, 1);
+    make_file_in(&src.join("closed/big"), &first);
+    chmod(&src.join("closed"), 0o000);
+    let root = t.path().join("exported");
+    let srv = server_as_nobody(&root, &t.path().join("state"));
+    let chunked = [
+        "--json",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "1MiB",
+    ];
+    let push = |extra: &[&str]| {
+        let mut args = chunked.to_vec();
+        args.extend_from_slice(extra);
+        cp(&srv, &args, &src, srv.url("big"))
+    };
+    assert_ok(&push(&[]), Some(&srv));
+    let copy = root.join("big/closed/big");
+    let ino = || fs::metadata(&copy).unwrap().ino();
+    let before = ino();
+    let out = push(&[]);
+    assert_ok(&out, Some(&srv));
+    let report = sprat_testkit::parse_json_report(&out.stdout);
+    assert_eq!(report.files(), 0, "{}", describe(&out));
+    assert_eq!(report.u64("up_to_date"), 1, "{}", describe(&out));
+    assert_eq!(ino(), before);
+
+    let second = random_bytes(3 << 20, 2);
+    chmod(&src.join("closed"), 0o700);
+    fs::write(src.join("closed/big"), &second).unwrap();
+    chmod(&src.join("closed"), 0o000);
+    let out = push(&["--ignore-existing"]);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(fs::read(&copy).unwrap(), first, "{}", describe(&out));
+    assert_ok(&push(&[]), Some(&srv));
+    assert_eq!(fs::read(&copy).unwrap(), second);
+    assert_eq!(mode_and_mtime(&root.join("big/closed")).0, 0o000);
+    chmod(&src.join("closed"), 0o700);
+}

@@ -41,6 +41,7 @@ const ENTRY_XATTRS: u8 = 10;
 const ENTRY_FILE_UNLESS: u8 = 11;
 const ENTRY_CHUNK_WHOLE: u8 = 12;
 const ENTRY_SPECIAL: u8 = 13;
+const ENTRY_CHUNK_UNLESS: u8 = 14;
 
 /// When a receiver keeps what it has instead of writing a [`EntryKind::File`] sent with
 /// `unless`: the sender sent it before it knew what the destination has (a push's first
@@ -234,6 +235,9 @@ pub struct ChunkOf {
     pub file_size: u64,
     pub version: u64,
     pub whole: bool,
+    /// The receiver keeps what it has at the path, and drops the file's chunks, if the rule
+    /// holds (see [`EntryKind::Chunk`]); only with `whole`.
+    pub unless: Option<KeepRule>,
 }
 
 /// What one entry of a batch describes.
@@ -281,6 +285,11 @@ pub enum EntryKind<'a> {
         hash: u128,
         data: &'a [u8],
         whole: bool,
+        /// From protocol 18, of a file sent whole only: the receiver keeps what it has at
+        /// the path if the rule holds (looked at when a chunk of the file arrives while
+        /// nothing of it is written yet), and drops the file's chunks (a file below a
+        /// directory the destination's side could not list, whose check is the receiver's).
+        unless: Option<KeepRule>,
     },
     /// The sender could not read this item; `text` says why.
     Failed { text: &'a [u8] },
@@ -471,15 +480,17 @@ impl Batch {
             file_size,
             version,
             whole,
+            unless,
         } = of;
-        self.begin(
-            if whole {
-                ENTRY_CHUNK_WHOLE
-            } else {
-                ENTRY_CHUNK
-            },
-            path,
-        );
+        let kind = match (whole, unless) {
+            (true, Some(_)) => ENTRY_CHUNK_UNLESS,
+            (true, None) => ENTRY_CHUNK_WHOLE,
+            (false, _) => ENTRY_CHUNK,
+        };
+        self.begin(kind, path);
+        if let (true, Some(rule)) = (whole, unless) {
+            self.header.push(rule.to_u8());
+        }
         self.totals.chunks += 1;
         self.totals.chunk_bytes += len;
         self.put_meta(meta);
@@ -763,7 +774,11 @@ impl<'a> BatchView<'a> {
                         minor,
                     }
                 }
-                ENTRY_CHUNK | ENTRY_CHUNK_WHOLE => {
+                ENTRY_CHUNK | ENTRY_CHUNK_WHOLE | ENTRY_CHUNK_UNLESS => {
+                    let unless = match entry {
+                        ENTRY_CHUNK_UNLESS => Some(KeepRule::from_u8(r.u8("keep rule")?)?),
+                        _ => None,
+                    };
                     let meta = read_meta(&mut r)?;
                     let file_size = r.u64("file size")?;
                     let version = r.u64("file version")?;
@@ -784,7 +799,8 @@ impl<'a> BatchView<'a> {
                         offset,
                         hash,
                         data: take_data(len)?,
-                        whole: entry == ENTRY_CHUNK_WHOLE,
+                        whole: entry != ENTRY_CHUNK,
+                        unless,
                     }
                 }
                 ENTRY_FAILED => EntryKind::Failed {
@@ -908,6 +924,7 @@ mod tests {
                 file_size: 10,
                 version: 77,
                 whole: false,
+                unless: None,
             },
             8,
             2,
@@ -1085,6 +1102,7 @@ mod tests {
                 file_size: 4,
                 version: 0,
                 whole: true,
+                unless: None,
             },
             2,
             3,

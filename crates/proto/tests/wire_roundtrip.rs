@@ -451,9 +451,9 @@ fn item() -> impl Strategy<Value = Item> {
             proptest::collection::vec(any::<u8>(), 1..200),
             any::<u64>(),
             any::<u128>(),
-            any::<bool>()
+            (any::<bool>(), keep_rule())
         )
-            .prop_map(|(p, m, d, slack, h, whole)| {
+            .prop_map(|(p, m, d, slack, h, (whole, unless))| {
                 // offset + len <= file size, without overflow.
                 let len = d.len() as u64;
                 let offset = slack % (u64::MAX - len);
@@ -462,6 +462,8 @@ fn item() -> impl Strategy<Value = Item> {
                     file_size,
                     version: slack ^ h as u64,
                     whole,
+                    // A rule travels with a file sent whole only.
+                    unless: unless.filter(|_| whole),
                 };
                 Item::Chunk(p, m, of, offset, d, h)
             }),
@@ -530,10 +532,11 @@ fn expected(item: &Item) -> (Vec<u8>, String) {
                 file_size,
                 version,
                 whole,
+                unless,
             } = of;
             (
                 p,
-                format!("chunk {m:?} {file_size} {version} {offset} {h} {d:?} {whole}"),
+                format!("chunk {m:?} {file_size} {version} {offset} {h} {d:?} {whole} {unless:?}"),
             )
         }
         Item::Failed(p, t) => (p, format!("failed {:?}", t.as_bytes())),
@@ -573,7 +576,10 @@ fn described(kind: &EntryKind<'_>) -> String {
             hash,
             data,
             whole,
-        } => format!("chunk {meta:?} {file_size} {version} {offset} {hash} {data:?} {whole}"),
+            unless,
+        } => format!(
+            "chunk {meta:?} {file_size} {version} {offset} {hash} {data:?} {whole} {unless:?}"
+        ),
         EntryKind::Failed { text } => format!("failed {text:?}"),
         EntryKind::Attrs { meta, size } => format!("attrs {meta:?} {size}"),
         EntryKind::HardLink { target } => format!("hard link {:?}", target.to_vec()),

@@ -428,6 +428,20 @@ impl TreeWriter {
     /// Remembers that this writer is done with the large file at `path`, while the hook
     /// allows (see [`TreeWriter::remembering`]): a late chunk of a file not remembered can
     /// only start a partial file that never completes (it is reported incomplete).
+    /// Records that the large file at `path` is kept as the destination has it (a check a
+    /// sender left to this writer found it so): its chunks are not written. Whether this call
+    /// recorded it first (so that the file is counted once, however many of its chunks come).
+    pub fn keep_large(&self, path: &[u8]) -> bool {
+        let mut settled = lock(&self.settled);
+        if settled.contains(path) {
+            return false;
+        }
+        if self.may_remember(path) {
+            settled.insert(path.to_vec());
+        }
+        true
+    }
+
     fn settle(&self, path: &[u8]) {
         let mut settled = lock(&self.settled);
         if !settled.contains(path) && self.may_remember(path) {

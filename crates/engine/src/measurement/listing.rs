@@ -166,6 +166,7 @@ mod tests {
             file_size: size,
             version: 0,
             whole: true,
+            unless: None,
         };
         b.push_chunk(path, &FileMeta::default(), of, offset, len, 0);
         b

@@ -39,6 +39,9 @@ pub enum PlanItem {
         offset: u64,
         len: u64,
         whole: bool,
+        /// Of a file sent whole for the receiver to check (see
+        /// [`sprat_proto::EntryKind::Chunk`]).
+        unless: Option<KeepRule>,
     },
     Dir(ScanEntry),
     Symlink(ScanEntry),
@@ -270,7 +273,7 @@ impl Planner {
         match entry.kind {
             EntryType::File if entry.size > self.threshold => {
                 let size = entry.size;
-                self.push_chunks(&Arc::new(entry), (0, size), true, emit);
+                self.push_chunks(&Arc::new(entry), (0, size), (true, None), emit);
             }
             EntryType::File => {
                 let size = entry.size;
@@ -315,7 +318,7 @@ impl Planner {
         let sent: u64 = missing.iter().map(|&(_, len)| len).sum();
         let entry = Arc::new(entry);
         for (start, len) in missing {
-            self.push_chunks(&entry, (start, start + len), false, emit);
+            self.push_chunks(&entry, (start, start + len), (false, None), emit);
         }
         size - sent
     }
@@ -325,7 +328,7 @@ impl Planner {
         &mut self,
         entry: &Arc<ScanEntry>,
         (start, end): (u64, u64),
-        whole: bool,
+        (whole, unless): (bool, Option<KeepRule>),
         emit: &mut impl FnMut(BatchPlan),
     ) {
         let mut offset = start;
@@ -344,10 +347,27 @@ impl Planner {
                 offset,
                 len,
                 whole,
+                unless,
             };
             self.add(item, len, emit);
             offset += len;
         }
+    }
+
+    /// Adds a file for the receiver to check as `rule` says before it writes it (a file the
+    /// sender cannot check against the destination's listing): a whole file as one entry, a
+    /// large one as chunks, each carrying the rule.
+    pub fn push_checked(
+        &mut self,
+        entry: ScanEntry,
+        rule: KeepRule,
+        emit: &mut impl FnMut(BatchPlan),
+    ) {
+        if entry.kind != EntryType::File || entry.size <= self.threshold {
+            return self.push_early_file(entry, rule, emit);
+        }
+        let size = entry.size;
+        self.push_chunks(&Arc::new(entry), (0, size), (true, Some(rule)), emit);
     }
 
     /// Adds a file whose content the destination already has: only its attributes travel.

@@ -402,6 +402,7 @@ pub fn write_batch(
                 hash,
                 data,
                 whole,
+                unless,
             } => {
                 if sprat_store::checksum(data) != *hash {
                     out.fail(
@@ -414,36 +415,69 @@ pub fn write_batch(
                     continue;
                 }
                 let a = attrs(&cursor, meta);
-                match cursor.as_deref_mut() {
-                    Some(c) => {
-                        let piece = sprat_store::write::Piece {
-                            file_size: *file_size,
-                            version: *version,
-                            offset: *offset,
-                            data,
-                            hash: *hash,
-                            whole: *whole,
+                // A file the sender could not check against the destination's listing: the
+                // check, made here on each of its chunks (the destination's file does not
+                // change while the new one is written beside it, so each finds the same).
+                let kept_here = match (unless, cursor.as_deref_mut()) {
+                    (Some(rule), Some(c)) => {
+                        let check = match rule {
+                            KeepRule::SameSizeAndTime => c.quick_check(path, &a, *file_size),
+                            KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
+                            KeepRule::Present => QuickCheck::Differs,
                         };
-                        c.write_piece(path, &a, piece)
-                    }
-                    // Discarding: the chunk that ends the file counts it.
-                    None if *offset + data.len() as u64 >= *file_size => {
-                        Ok(ChunkOutcome::Completed)
-                    }
-                    None => Ok(ChunkOutcome::Partial),
-                }
-                .map(|done| match done {
-                    ChunkOutcome::Partial => out.bytes += data.len() as u64,
-                    ChunkOutcome::Completed => {
-                        wrote = Some(*meta);
-                        out.bytes += data.len() as u64;
-                        out.files += 1;
-                        if list {
-                            out.completed.push(path.to_vec());
+                        match check {
+                            QuickCheck::Differs => None,
+                            // The first chunk to find it counts the file (and fixes its mode).
+                            _ if !c.tree().keep_large(path) => Some(Ok(())),
+                            QuickCheck::SameContent => {
+                                Some(c.set_file_attrs(path, &a, *file_size).map(|()| {
+                                    wrote = Some(*meta);
+                                    out.kept_fixed += 1;
+                                }))
+                            }
+                            QuickCheck::Same => {
+                                out.kept += 1;
+                                Some(Ok(()))
+                            }
                         }
                     }
-                    ChunkOutcome::Dropped => {}
-                })
+                    _ => None,
+                };
+                if let Some(kept) = kept_here {
+                    out.kept_bytes += data.len() as u64;
+                    kept
+                } else {
+                    match cursor.as_deref_mut() {
+                        Some(c) => {
+                            let piece = sprat_store::write::Piece {
+                                file_size: *file_size,
+                                version: *version,
+                                offset: *offset,
+                                data,
+                                hash: *hash,
+                                whole: *whole,
+                            };
+                            c.write_piece(path, &a, piece)
+                        }
+                        // Discarding: the chunk that ends the file counts it.
+                        None if *offset + data.len() as u64 >= *file_size => {
+                            Ok(ChunkOutcome::Completed)
+                        }
+                        None => Ok(ChunkOutcome::Partial),
+                    }
+                    .map(|done| match done {
+                        ChunkOutcome::Partial => out.bytes += data.len() as u64,
+                        ChunkOutcome::Completed => {
+                            wrote = Some(*meta);
+                            out.bytes += data.len() as u64;
+                            out.files += 1;
+                            if list {
+                                out.completed.push(path.to_vec());
+                            }
+                        }
+                        ChunkOutcome::Dropped => {}
+                    })
+                }
             }
             EntryKind::Dir { meta } => {
                 let a = attrs(&cursor, meta);

@@ -422,20 +422,13 @@ fn apply(
             counts.resumed(kept);
         }
         Verdict::LeaveAlone => {}
-        // Below a directory the destination's side could not list: the writer checks a
-        // whole file itself; a large one is sent whole where that is safe.
+        // Below a directory the destination's side could not list: the writer checks the
+        // file itself (a large one in each chunk, until one decides).
         Verdict::Unknown {
             rule: Some(rule), ..
-        } if planner.is_whole_file(&entry) => planner.push_early_file(entry, rule, emit),
-        Verdict::Unknown {
-            rule: Some(KeepRule::SameSizeAndTime),
-            ..
-        } => push_or_take(planner, entry, emit, take_whole),
-        Verdict::Unknown { dir, rule } => {
-            let asked = match rule {
-                None => "whether the file there is newer (-u)",
-                Some(_) => "whether a file is there (--ignore-existing)",
-            };
+        } => planner.push_checked(entry, rule, emit),
+        Verdict::Unknown { dir, rule: None } => {
+            let asked = "whether the file there is newer (-u)";
             let mut entry = entry;
             entry.error = Some(format!(
                 "not sent: the destination's directory '{}' cannot be listed, so {asked} is \
@@ -914,12 +907,14 @@ fn read_batch(
                 offset,
                 len,
                 whole,
+                unless,
             } => match next(&entry.path) {
                 Ok((_, hash)) => {
                     let of = ChunkOf {
                         file_size: entry.size,
                         version: entry.version,
                         whole,
+                        unless,
                     };
                     batch.push_chunk(&entry.path, &meta(&entry.attrs), of, offset, len, hash)
                 }
@@ -1066,6 +1061,7 @@ impl SyntheticBatches<'_> {
             file_size: size,
             version: 0,
             whole: true,
+            unless: None,
         };
         let mut offset = 0;
         loop {
