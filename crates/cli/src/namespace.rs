@@ -503,6 +503,20 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         })
     })?;
     sums.sort();
+    // An empty digest names what the server could not read (a directory it may not list).
+    let mut unreadable = 0u64;
+    sums.retain(|(p, d)| {
+        if !d.is_empty() {
+            return true;
+        }
+        unreadable += 1;
+        let full = sprat_engine::relpath::join(&path, p);
+        eprintln!(
+            "sprat: cannot read '{}' on the server (a directory it may not list): not summed",
+            printed(&full)
+        );
+        false
+    });
     let mut out = String::new();
     for (p, d) in sums {
         let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
@@ -510,7 +524,7 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         out.push_str(&format!("{hex}  {}\n", printed(&full)));
     }
     crate::print_quietly(&out)?;
-    Ok(0)
+    Ok(if unreadable > 0 { 1 } else { 0 })
 }
 
 #[cfg(test)]

@@ -1078,6 +1078,22 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(u["unreadable"], 2, "{u}");
     assert_eq!(u["files"], 1, "{u}");
+    // `sum -r` sums the rest and names what it could not read (exit 1).
+    let mut sum: Vec<std::ffi::OsString> = vec!["sum".into(), "-r".into()];
+    sum.extend(srv.client_args());
+    sum.push(srv.url("min").into());
+    let out = sprat_testkit::run_sprat(bin(), sum, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l.ends_with("  min/open/f")),
+        "{stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sprat: cannot read 'min/closed'"),
+        "{}",
+        describe(&out)
+    );
     // `rm` of a file in them: the directory gets what it needs for the removal, and its mode
     // back.
     for rel in ["closed/new", "w300/in"] {

@@ -575,7 +575,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 SumAlgo::Md5 => Digest::Md5,
             };
             let mut out = Batcher::new(Message::Sums);
-            ns::walk(root, &path, true, |e| {
+            // A directory that cannot be read (a non-root server's own `0000` one) is named
+            // with an empty digest, and the walk goes on.
+            ns::walk_reporting(root, &path, true, &Selection::default(), |e| {
+                if e.error.is_some() {
+                    let size = e.path.len() + 4;
+                    return out
+                        .push(conn, (e.path, Vec::new()), size)
+                        .map_err(|Refusal(_, t)| StoreError::other("checksum", &path, &t));
+                }
                 if e.kind != EntryType::File {
                     return Ok(());
                 }
