@@ -280,16 +280,6 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
         entries.clear();
         remote::list(&addr, key, &path, a.recursive, |e| entries.push(e))
     })?;
-    // A listed file is shown by its own name; a listed directory by its contents.
-    let listed_is_dir = entries
-        .iter()
-        .any(|e| e.path.is_empty() && e.kind == NsKind::Dir);
-    if listed_is_dir {
-        entries.retain(|e| !e.path.is_empty());
-    } else if let Some(e) = entries.first_mut() {
-        e.path = sprat_engine::relpath::split_parent(&path).1.to_vec();
-    }
-    entries.sort_by(|x, y| x.path.cmp(&y.path));
     // What the server could not list, said on stderr as `ls -R` says it; the rest is listed
     // and the exit code tells (1).
     let mut failed = 0u64;
@@ -305,6 +295,16 @@ pub fn ls(a: &LsArgs, given: &Credentials) -> anyhow::Result<i32> {
         );
         false
     });
+    // A listed file is shown by its own name; a listed directory by its contents.
+    let listed_is_dir = entries
+        .iter()
+        .any(|e| e.path.is_empty() && e.kind == NsKind::Dir);
+    if listed_is_dir {
+        entries.retain(|e| !e.path.is_empty());
+    } else if let Some(e) = entries.first_mut() {
+        e.path = sprat_engine::relpath::split_parent(&path).1.to_vec();
+    }
+    entries.sort_by(|x, y| x.path.cmp(&y.path));
     let mut out = String::new();
     if a.json {
         out = serde_json::to_string(&entries.iter().map(entry_json).collect::<Vec<_>>())? + "\n";

@@ -610,3 +610,77 @@ fn ignore_existing_keeps_a_file_where_the_source_has_a_directory() {
         assert_eq!(fs::read(root.join("journal-copy/big")).unwrap(), big);
     }
 }
+
+/// `--ignore-existing` with a single FIFO as the source keeps the file the
+/// destination has at its name, and a single file keeps a FIFO there (review 2026-11-29 of
+/// the session's changes, F4). Local copy and push.
+#[test]
+fn ignore_existing_with_a_single_special_file_or_link_keeps_what_is_there() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    let fifo = t.path().join("fifo");
+    mknod(&fifo, FileType::Fifo, 0o644, (0, 0));
+    let file = t.path().join("file");
+    fs::write(&file, b"source").unwrap();
+    let srv = server(&root);
+    for (src, kept_as) in [(&fifo, "a-file"), (&file, "a-fifo")] {
+        for how in ["local", "push"] {
+            let dst = match how {
+                "local" => t.path().join(format!("local-{kept_as}")),
+                _ => root.join(format!("pushed-{kept_as}")),
+            };
+            let _ = fs::remove_file(&dst);
+            match kept_as {
+                "a-file" => fs::write(&dst, b"kept").unwrap(),
+                _ => mknod(&dst, FileType::Fifo, 0o600, (0, 0)),
+            }
+            let out = match how {
+                "local" => cp_local(&["--ignore-existing"], src, &dst),
+                _ => {
+                    let name = dst.file_name().unwrap().to_str().unwrap();
+                    cp(&srv, &["--ignore-existing"], src, srv.url(name))
+                }
+            };
+            let why = format!("{how} {}: {}", src.display(), describe(&out));
+            assert_eq!(out.status.code(), Some(0), "{why}");
+            match kept_as {
+                "a-file" => assert_eq!(fs::read(&dst).unwrap(), b"kept", "{why}"),
+                _ => assert_eq!(kind_of(&dst).0, 'p', "{why}"),
+            }
+        }
+    }
+}
+
+/// A directory at the name under which the destination keeps a large file's partial copy
+/// (`.NAME.sprat-part`): an empty one is removed and the file arrives; one holding files
+/// fails the file, naming the directory (before: `No such device or address`, every run;
+/// review 2026-11-29 of the session's changes, F7).
+#[test]
+fn a_directory_at_a_partial_copys_name_is_named_or_removed() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let big = sprat_testkit::random_bytes(3 << 20, 3);
+    fs::write(src.join("big"), &big).unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    fs::create_dir_all(root.join("empty/.big.sprat-part")).unwrap();
+    assert_ok(&cp(&srv, &chunked, &src, srv.url("empty")), Some(&srv));
+    assert_eq!(fs::read(root.join("empty/big")).unwrap(), big);
+    fs::create_dir_all(root.join("full/.big.sprat-part")).unwrap();
+    fs::write(root.join("full/.big.sprat-part/mine"), b"mine").unwrap();
+    let out = cp(&srv, &chunked, &src, srv.url("full"));
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("'.big.sprat-part' at the destination is not a regular file"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        fs::read(root.join("full/.big.sprat-part/mine")).unwrap(),
+        b"mine"
+    );
+}

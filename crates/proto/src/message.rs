@@ -28,6 +28,9 @@ pub enum Operation {
         discard: bool,
         owners: bool,
         numeric_ids: bool,
+        /// `--ignore-existing` (from protocol 18): the server replaces nothing the
+        /// destination has (a file, a link, a special file), whatever the client sends.
+        keep_existing: bool,
         /// Where the pushed directory is on the sender's host, for the server to refuse a
         /// destination inside it (see [`SourceId`]).
         source: SourceId,
@@ -439,6 +442,7 @@ impl Message {
                         discard,
                         owners,
                         numeric_ids,
+                        keep_existing,
                         source,
                     } => {
                         out.push(1);
@@ -447,7 +451,8 @@ impl Message {
                                 | (*durable as u8) << 1
                                 | (*discard as u8) << 2
                                 | (*owners as u8) << 3
-                                | (*numeric_ids as u8) << 4,
+                                | (*numeric_ids as u8) << 4
+                                | (*keep_existing as u8) << 5,
                         );
                         source.encode(&mut out);
                     }
@@ -633,6 +638,7 @@ impl Message {
                         discard: flags & PUSH_DISCARD != 0,
                         owners: flags & PUSH_OWNERS != 0,
                         numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
+                        keep_existing: flags & PUSH_KEEP_EXISTING != 0,
                         source: SourceId::decode(&mut r)?,
                     },
                     (1, _) => {
@@ -779,8 +785,13 @@ const PUSH_DURABLE: u8 = 2;
 const PUSH_DISCARD: u8 = 4;
 const PUSH_OWNERS: u8 = 8;
 const PUSH_NUMERIC_IDS: u8 = 16;
-const PUSH_FLAGS: u8 =
-    PUSH_SOURCE_IS_DIR | PUSH_DURABLE | PUSH_DISCARD | PUSH_OWNERS | PUSH_NUMERIC_IDS;
+const PUSH_KEEP_EXISTING: u8 = 32;
+const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR
+    | PUSH_DURABLE
+    | PUSH_DISCARD
+    | PUSH_OWNERS
+    | PUSH_NUMERIC_IDS
+    | PUSH_KEEP_EXISTING;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -864,6 +875,7 @@ mod tests {
                 discard: true,
                 owners: true,
                 numeric_ids: false,
+                keep_existing: false,
                 source: Default::default(),
             },
             path: b"a/b".to_vec(),
@@ -877,6 +889,7 @@ mod tests {
                 discard: false,
                 owners: true,
                 numeric_ids: false,
+                keep_existing: false,
                 source: Default::default(),
             },
             path: b"a/b".to_vec(),

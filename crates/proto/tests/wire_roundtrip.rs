@@ -129,17 +129,21 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
 fn operation() -> impl Strategy<Value = Operation> {
     prop_oneof![
         (
-            any::<(bool, bool, bool, bool, bool)>(),
+            any::<(bool, bool, bool, bool, bool, bool)>(),
             any::<([u8; 16], u64, u64)>()
         )
             .prop_map(
-                |((source_is_dir, durable, discard, owners, numeric_ids), (host, dev, ino))| {
+                |(
+                    (source_is_dir, durable, discard, owners, numeric_ids, keep_existing),
+                    (host, dev, ino),
+                )| {
                     Operation::Push {
                         source_is_dir,
                         durable,
                         discard,
                         owners,
                         numeric_ids,
+                        keep_existing,
                         source: sprat_proto::SourceId { host, dev, ino },
                     }
                 }

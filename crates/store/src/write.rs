@@ -84,6 +84,8 @@ pub struct TreeWriter {
     keep_setid: bool,
     /// Character and block devices are created (see [`TreeWriter::devices`]).
     devices: bool,
+    /// Nothing the destination has is replaced (see [`TreeWriter::keep_existing`]).
+    keep_existing: bool,
     /// Owners and groups are set as sent (see [`TreeWriter::owners`]).
     owners: bool,
     /// The sender asked for owners and groups, whether or not this writer sets them.
@@ -381,6 +383,7 @@ impl TreeWriter {
             exact_create_mode: umask_is_zero(),
             keep_setid: false,
             devices: false,
+            keep_existing: false,
             owners: false,
             owners_asked: false,
             ids: Some(crate::owner::LocalIds::default()),
@@ -515,6 +518,16 @@ impl TreeWriter {
     /// created. A device not created is left out without an error; a caller counts them.
     pub fn devices(mut self, allow: bool) -> TreeWriter {
         self.devices = allow && crate::owner::running_as_root();
+        self
+    }
+
+    /// `--ignore-existing`: whatever the destination has at a path (a file, a link, a special
+    /// file) stays as it is, whatever is sent for that path: a file, link or special file is
+    /// not put there, and a directory not made there (that fails, by name). The sender leaves
+    /// such paths out where it knows of them; this holds where it does not (below a directory
+    /// it could not list, a single file, what appeared since its listing).
+    pub fn keep_existing(mut self, keep: bool) -> TreeWriter {
+        self.keep_existing = keep;
         self
     }
 
@@ -923,9 +936,11 @@ impl TreeWriter {
         keep_dir: bool,
     ) -> Result<(), Errno> {
         if let Some(temp) = temp {
-            return rename_into_place(dir, temp, name, keep_dir);
+            return self.put_in_place(dir, temp, name, keep_dir);
         }
         match self.link_unnamed(fd, dir, name) {
+            // `--ignore-existing`: what is there stays (see `TreeWriter::keep_existing`).
+            Err(Errno::EXIST) if self.keep_existing => Ok(()),
             Err(Errno::EXIST) => {
                 // Something is in the way: link under a hidden name, then rename over it.
                 let temp = self.temp_name(name);
@@ -943,6 +958,38 @@ impl TreeWriter {
             }
             other => other,
         }
+    }
+
+    /// Renames `temp` in `dir` to `name` in place of what is there (see
+    /// [`rename_into_place`]); a writer keeping what exists ([`TreeWriter::keep_existing`])
+    /// replaces nothing: `temp` is removed where `name` is taken.
+    pub(crate) fn put_in_place(
+        &self,
+        dir: &OwnedFd,
+        temp: &[u8],
+        name: &[u8],
+        keep_dir: bool,
+    ) -> Result<(), Errno> {
+        if !self.keep_existing {
+            return rename_into_place(dir, temp, name, keep_dir);
+        }
+        let flags = rustix::fs::RenameFlags::NOREPLACE;
+        match rustix::fs::renameat_with(dir, os(temp), dir, os(name), flags) {
+            Err(Errno::EXIST) => unlinkat(dir, os(temp), AtFlags::empty()),
+            other => other,
+        }
+    }
+
+    /// Whether a writer keeping what exists ([`TreeWriter::keep_existing`]) finds `name` in
+    /// `dir` (`dir_path` below the base) taken: then it puts nothing there. Looked at in a
+    /// directory it may have to make searchable first.
+    fn keeps(&self, (dir, dir_path): (&OwnedFd, &[u8]), name: &[u8]) -> bool {
+        self.keep_existing
+            && self
+                .in_dir_errno((dir, dir_path), || {
+                    statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                })
+                .is_ok()
     }
 
     /// Links the unnamed inode `fd` as `name` in `dir`.
@@ -1123,6 +1170,11 @@ impl WriterCursor<'_> {
         }
     }
 
+    /// Whether extended attributes were set for `path` by [`WriterCursor::set_next_xattrs`].
+    pub fn has_next_xattrs(&self, path: &[u8]) -> bool {
+        self.xattrs.as_ref().is_some_and(|(p, _)| p == path)
+    }
+
     /// The extended attributes set for `path` by [`WriterCursor::set_next_xattrs`].
     fn take_xattrs(&mut self, path: &[u8]) -> Option<XattrUpdate> {
         match self.xattrs.take() {
@@ -1160,7 +1212,12 @@ impl WriterCursor<'_> {
             let open = || match writer.base.open_dir_nofollow(dir) {
                 Ok(fd) => Ok(fd),
                 Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {
-                    let root = writer.base.mkdir_all_replacing(dir)?;
+                    // `--ignore-existing`: a file or link on the way stays (see
+                    // `TreeWriter::keep_existing`), and what goes below it fails.
+                    let root = match writer.keep_existing {
+                        true => writer.base.mkdir_all(dir)?,
+                        false => writer.base.mkdir_all_replacing(dir)?,
+                    };
                     root.fd()
                         .try_clone_to_owned()
                         .map_err(|e| StoreError::new("open directory", dir, e))
@@ -1555,7 +1612,7 @@ impl WriterCursor<'_> {
             if Ok(st.stx_ino) != own {
                 return Err(Errno::NOENT);
             }
-            rename_into_place(&file.dir, &file.part, &file.name, path.is_empty())
+            writer.put_in_place(&file.dir, &file.part, &file.name, path.is_empty())
         };
         let dir_path = writer
             .target(path)
@@ -1612,6 +1669,14 @@ impl WriterCursor<'_> {
                     if FileType::from_raw_mode(st.stx_mode as u32) == FileType::Directory {
                         return Ok(());
                     }
+                    if writer.keep_existing {
+                        return Err(StoreError::other(
+                            "create directory",
+                            path,
+                            "not made: the destination has a file or link there, which \
+                             --ignore-existing keeps",
+                        ));
+                    }
                     // A file or link where the tree now has a directory: replace it.
                     unlinkat(dir, os(name), AtFlags::empty())
                         .and_then(|()| mkdirat(dir, os(name), Mode::from_raw_mode(0o755)))
@@ -1643,6 +1708,9 @@ impl WriterCursor<'_> {
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
         let (dir_path, _) = crate::relpath::split_parent(target);
+        if writer.keeps((dir, dir_path), name) {
+            return Ok(());
+        }
         let temp = writer.temp_name(name);
         let create = || symlinkat(os(link_target), dir, os(&temp));
         writer
@@ -1705,6 +1773,9 @@ impl WriterCursor<'_> {
         let target = writer.target(path)?;
         let (dir, name) = self.parent(target)?;
         let (dir_path, _) = crate::relpath::split_parent(target);
+        if writer.keeps((dir, dir_path), name) {
+            return Ok(());
+        }
         let what = match special {
             crate::Special::Fifo => "create FIFO",
             crate::Special::Socket => "create socket",
@@ -2180,7 +2251,11 @@ fn open_large(
         Some(found) => found,
         None => {
             for stale in [&part, &log_name] {
-                let _ = unlinkat(dir, os(stale), AtFlags::empty());
+                // An empty directory under sprat's name goes too (a full one stays, and the
+                // file fails, naming it).
+                if unlinkat(dir, os(stale), AtFlags::empty()) == Err(Errno::ISDIR) {
+                    let _ = unlinkat(dir, os(stale), AtFlags::REMOVEDIR);
+                }
             }
             // The size is the peer's word: refused before anything is created or allocated
             // when the file system has no room for it.
@@ -2227,8 +2302,21 @@ fn join_large(
     how: ChunkWrites,
 ) -> Result<LargeFile, StoreError> {
     // Opened only as regular files (see `crate::regular`).
-    let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR)
-        .map_err(|e| StoreError::new("open", path, e))?;
+    let not_a_file = |taken: &[u8]| {
+        StoreError::other(
+            "open",
+            path,
+            &format!(
+                "'{}' at the destination is not a regular file, and sprat keeps the partial copy \
+                 of this file and its journal under that name while it arrives: move it away",
+                crate::relpath::display_path(taken)
+            ),
+        )
+    };
+    let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR).map_err(|e| match e {
+        Errno::NXIO => not_a_file(&part),
+        e => StoreError::new("open", path, e),
+    })?;
     let log_flags = OFlags::WRONLY | OFlags::APPEND;
     let create = log_flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let log = match crate::regular::open_regular_at(dir, &log_name, log_flags) {
@@ -2238,7 +2326,10 @@ fn join_large(
         },
         other => other,
     }
-    .map_err(|e| StoreError::new("open the journal of", path, e))?;
+    .map_err(|e| match e {
+        Errno::NXIO => not_a_file(&log_name),
+        e => StoreError::new("open the journal of", path, e),
+    })?;
     let names = (part, log_name);
     LargeFile::new(
         dir,

@@ -145,6 +145,7 @@ pub fn push_op() -> Operation {
         discard: false,
         owners: true,
         numeric_ids: false,
+        keep_existing: false,
         source: Default::default(),
     }
 }

@@ -358,7 +358,14 @@ pub fn write_batch(
                 let size = data.len() as u64;
                 // A file sent before the sender had the listing: the sender's check, made here.
                 let check = match (unless, cursor.as_deref_mut()) {
-                    (Some(KeepRule::SameSizeAndTime), Some(c)) => c.quick_check(path, &a, size),
+                    // Attributes sent with it (`-X`, `-A`) are made exact on a file kept, as
+                    // they are by an Attrs entry.
+                    (Some(KeepRule::SameSizeAndTime), Some(c)) => {
+                        match c.quick_check(path, &a, size) {
+                            QuickCheck::Same if c.has_next_xattrs(path) => QuickCheck::SameContent,
+                            check => check,
+                        }
+                    }
                     (Some(KeepRule::Present), Some(c)) => {
                         if c.has_anything(path) {
                             QuickCheck::Same
@@ -421,7 +428,14 @@ pub fn write_batch(
                 let kept_here = match (unless, cursor.as_deref_mut()) {
                     (Some(rule), Some(c)) => {
                         let check = match rule {
-                            KeepRule::SameSizeAndTime => c.quick_check(path, &a, *file_size),
+                            KeepRule::SameSizeAndTime => {
+                                match c.quick_check(path, &a, *file_size) {
+                                    QuickCheck::Same if c.has_next_xattrs(path) => {
+                                        QuickCheck::SameContent
+                                    }
+                                    check => check,
+                                }
+                            }
                             KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
                             KeepRule::Present => QuickCheck::Differs,
                         };

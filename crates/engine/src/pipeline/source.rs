@@ -215,7 +215,15 @@ fn plan_entry(
         let kept = skip
             .filter(|(_, rule, _)| rule.keeps_destination_content())
             .map(|(index, rule, counts)| (index.verdict(&entry, *rule), counts))
-            .filter(|(verdict, _)| matches!(verdict, Verdict::Skip | Verdict::FixAttrs));
+            // Below a directory the destination cannot list, what is there is unknown: the
+            // name is sent as a file for the writer to check, or failed (`-u`), never linked
+            // over what may be there.
+            .filter(|(verdict, _)| {
+                matches!(
+                    verdict,
+                    Verdict::Skip | Verdict::FixAttrs | Verdict::Unknown { .. }
+                )
+            });
         return match kept {
             Some((verdict, counts)) => apply(planner, counts, verdict, entry, emit, take_whole),
             None => planner.push_link(entry.path, target, emit),

@@ -57,7 +57,10 @@ fn paths(
             let mut logs = Vec::new();
             scan_local(p, options, |e| {
                 if let Some(error) = e.error {
-                    failed.get_or_insert((e.path, error));
+                    // What --exclude protects at the destination is kept anyway.
+                    if !options.selection.filter.protected(&e.path, true) {
+                        failed.get_or_insert((e.path, error));
+                    }
                     return;
                 }
                 if e.kind == EntryType::File && partial::is_log_path(&e.path) {
@@ -83,7 +86,9 @@ fn paths(
                     NsKind::Failed if source => unreadable += 1,
                     NsKind::Failed => {
                         let why = String::from_utf8_lossy(&e.target).into_owned();
-                        failed.get_or_insert((e.path, why));
+                        if !options.selection.filter.protected(&e.path, true) {
+                            failed.get_or_insert((e.path, why));
+                        }
                     }
                     _ => out.push((e.path, e.kind == NsKind::Dir)),
                 });

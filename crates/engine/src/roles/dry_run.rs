@@ -101,6 +101,14 @@ pub fn dry_run(
     let mut links_there: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut specials_there: Vec<(Vec<u8>, sprat_store::Special)> = Vec::new();
     let mut each = |e: ScanEntry| match e.kind {
+        // Below a directory the destination cannot list: what the copy sends there, the
+        // writer checks.
+        EntryType::Symlink | EntryType::Special
+            if e.error.is_none() && index.unlisted_above(&e.path).is_some() =>
+        {
+            out.files
+                .push((sprat_store::display_path(&e.path), Action::Check))
+        }
         // `--ignore-existing` where the destination has something at a link's path.
         EntryType::Symlink | EntryType::Special if index.leaves_alone(&e, options.skip) => {}
         EntryType::File => match index.verdict(&e, options.skip) {

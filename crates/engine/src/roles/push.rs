@@ -116,6 +116,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             discard: false,
             owners: options.owners,
             numeric_ids: options.numeric_ids,
+            keep_existing: options.skip == crate::config::SkipRule::IgnoreExisting,
             source: source_id(source),
         },
         PushInput::Synthetic(_) => Operation::Push {
@@ -124,6 +125,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             discard: true,
             owners: false,
             numeric_ids: false,
+            keep_existing: false,
             source: SourceId::default(),
         },
     }

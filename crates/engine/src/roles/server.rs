@@ -817,6 +817,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             discard,
             owners,
             numeric_ids,
+            keep_existing,
             source,
         } => {
             let (root, rel) = match &place {
@@ -883,7 +884,8 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                         .devices(shared.options.keep_devices)
                         .owners(owners && shared.options.owners && root.is_some_and(|e| e.owners))
                         .owners_sent(owners)
-                        .numeric_ids(numeric_ids || shared.options.numeric_ids);
+                        .numeric_ids(numeric_ids || shared.options.numeric_ids)
+                        .keep_existing(keep_existing);
                     let w = w.remembering(Box::new(remember));
                     let early = super::destination::early_writeback();
                     Arc::new(

@@ -550,6 +550,7 @@ mod tests {
             discard: false,
             owners: true,
             numeric_ids: false,
+            keep_existing: false,
             source: Default::default(),
         };
         let (mut s, event, now) = deciding(Message::Open {

@@ -180,6 +180,7 @@ impl SimClient {
                                 discard: false,
                                 owners: true,
                                 numeric_ids: false,
+                                keep_existing: false,
                                 source: Default::default(),
                             },
                             Direction::Pull => Operation::Pull {

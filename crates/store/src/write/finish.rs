@@ -152,7 +152,8 @@ impl TreeWriter {
         }
         if let Ok(p) = statx(pfd, os(pname), AtFlags::SYMLINK_NOFOLLOW, wanted) {
             let same_dev = (p.stx_dev_major, p.stx_dev_minor) == (t.stx_dev_major, t.stx_dev_minor);
-            if same_dev && p.stx_ino == t.stx_ino {
+            // `--ignore-existing`: what is there stays (see `TreeWriter::keep_existing`).
+            if same_dev && p.stx_ino == t.stx_ino || self.keep_existing {
                 return Ok(());
             }
         }
@@ -397,9 +398,12 @@ impl OpenDirs {
             self.open.push(kept);
             return Ok(());
         }
+        // Links are made and looked at by name in it: an `O_PATH` descriptor serves, and
+        // needs no permission on the directory itself (a `0000` one of a non-root writer's
+        // own gets what a link in it needs when the link is refused, see `loosen_link_dirs`).
         let fd = writer
             .base
-            .open_dir_nofollow(dir)
+            .open_dir_path_nofollow(dir)
             .map_err(|e| StoreError::new("open directory", dir, escape_error(e)))?;
         if self.open.len() == Self::KEPT {
             self.open.remove(0);
