@@ -292,7 +292,7 @@ fn arb_batch(u: &mut Unstructured<'_>, seq: u64) -> arbitrary::Result<Vec<u8>> {
     };
     for _ in 0..u.int_in_range(0..=4)? {
         let path = sprat_fuzz::arb_path(u)?;
-        match u.int_in_range(0..=5)? {
+        match u.int_in_range(0..=6)? {
             0 => {
                 let data: Vec<u8> = u.arbitrary()?;
                 let hash = if u.ratio(7, 8)? {
@@ -322,15 +322,36 @@ fn arb_batch(u: &mut Unstructured<'_>, seq: u64) -> arbitrary::Result<Vec<u8>> {
                 }
                 let offset = u64::from(u.int_in_range(0u16..=64)?);
                 let size = offset + data.len() as u64 + u64::from(u.int_in_range(0u8..=3)?);
+                let whole = u.arbitrary()?;
+                // Sometimes a file to check, below a directory the sender could not list.
+                let unless = match whole {
+                    true => *u.choose(&[
+                        None,
+                        Some(KeepRule::SameSizeAndTime),
+                        Some(KeepRule::Present),
+                    ])?,
+                    false => None,
+                };
                 let of = ChunkOf {
                     file_size: size,
                     version: u64::from(u.int_in_range(0u8..=2)?),
-                    whole: u.arbitrary()?,
+                    whole,
+                    unless,
                 };
                 b.data.extend_from_slice(&data);
                 b.push_chunk(&path, &meta, of, offset, data.len() as u64, xxh3_128(&data));
             }
             4 => b.push_failed(&path, "unreadable"),
+            // A FIFO, or a device (which a server makes only with --keep-devices, as root).
+            5 => {
+                let (kind, number) = *u.choose(&[
+                    (sprat_proto::SpecialKind::Fifo, (0, 0)),
+                    (sprat_proto::SpecialKind::Socket, (0, 0)),
+                    (sprat_proto::SpecialKind::CharDevice, (1, 3)),
+                    (sprat_proto::SpecialKind::BlockDevice, (7, 0)),
+                ])?;
+                b.push_special(&path, &meta, kind, number)
+            }
             _ => b.push_attrs(&path, &meta, u.int_in_range(0..=5000)?),
         }
     }

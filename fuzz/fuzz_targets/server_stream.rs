@@ -351,6 +351,7 @@ fn first_message(which: u8) -> Message {
             discard: false,
             owners: false,
             numeric_ids: false,
+            keep_existing: false,
             source: Default::default(),
         },
         1 => Operation::Pull {

@@ -256,8 +256,13 @@ pub fn check_batch(payload: &[u8]) -> bool {
                 hash,
                 data,
                 whole,
+                unless,
             } => {
                 assert!(!data.is_empty(), "empty chunk accepted");
+                assert!(
+                    unless.is_none() || *whole,
+                    "a keep rule on a resumable chunk"
+                );
                 assert!(
                     offset
                         .checked_add(data.len() as u64)
@@ -269,6 +274,7 @@ pub fn check_batch(payload: &[u8]) -> bool {
                     file_size: *file_size,
                     version: *version,
                     whole: *whole,
+                    unless: *unless,
                 };
                 b.push_chunk(e.path, meta, of, *offset, data.len() as u64, *hash);
             }
@@ -284,6 +290,12 @@ pub fn check_batch(payload: &[u8]) -> bool {
                 assert!(!target.is_empty() && !e.path.is_empty() && *target != e.path);
                 b.push_hard_link(e.path, target)
             }
+            EntryKind::Special {
+                meta,
+                kind,
+                major,
+                minor,
+            } => b.push_special(e.path, meta, *kind, (*major, *minor)),
             EntryKind::Xattrs { scope, list } => {
                 let list: Vec<(Vec<u8>, Vec<u8>)> =
                     list.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
@@ -525,6 +537,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                         discard: u.arbitrary()?,
                         owners: u.arbitrary()?,
                         numeric_ids: u.arbitrary()?,
+                        keep_existing: u.arbitrary()?,
                         // Unknown (all zeros), or a directory on some kernel.
                         source: if u.arbitrary()? {
                             SourceId::default()
@@ -579,7 +592,9 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 xattrs: u.arbitrary()?,
                 owners: u.arbitrary()?,
                 mtimes: u.arbitrary()?,
+                devices: u.arbitrary()?,
             },
+            specials: u.arbitrary()?,
             ..RemoteStats::default()
         }),
         13 => Message::Request(arb_request(u)?),
@@ -602,6 +617,8 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             bytes: u.arbitrary()?,
             partial_files: u.arbitrary()?,
             partial_bytes: u.arbitrary()?,
+            specials: u.arbitrary()?,
+            unreadable: u.arbitrary()?,
         }),
         17 => Message::ReplyEnd,
         18 => Message::Ticket {
