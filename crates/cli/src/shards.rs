@@ -108,7 +108,10 @@ pub fn finish(
     let dirs = plan.dirs().map_err(usage)?;
     let mut dir_options = options.clone();
     dir_options.selection = Selection::default().with_files(&dirs);
-    // Every directory is set whatever the destination has: no listing of it is needed.
+    // Every directory is set whatever the destination has: no listing of it is needed; with
+    // `--ignore-existing` still none is made over a file the shards left (see
+    // `TransferOptions::keeps_existing`).
+    dir_options.keep_existing = options.keeps_existing();
     dir_options.skip = sprat_engine::config::SkipRule::Never;
     let made = sprat_engine::copy_retrying(src, dst, key, &dir_options, &mut |n| {
         eprintln!("sprat: {}", printable(&n.to_string()))

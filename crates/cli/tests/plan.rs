@@ -342,3 +342,41 @@ fn finish_counts_what_update_leaves_on_purpose() {
         sprat_testkit::describe(&out)
     );
 }
+
+/// `--ignore-existing` through a plan: a file the destination has where the source has a
+/// directory stays a file after the shards and after `--finish`, which made the directory
+/// over it before (review 2026-11-29 of `--ignore-existing`, #6).
+#[test]
+fn finish_with_ignore_existing_keeps_a_file_where_the_source_has_a_directory() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/x"), b"x").unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    let plan_dir = t.path().join("plan");
+    assert_eq!(plan(&src, 1, &plan_dir).status.code(), Some(0));
+    let dst = t.path().join("dst");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("d"), b"kept").unwrap();
+    let shard = cp_plan(
+        &plan_dir,
+        &["--shard", "0", "--ignore-existing"],
+        &src,
+        &dst,
+    );
+    assert_eq!(
+        shard.status.code(),
+        Some(1),
+        "{}",
+        sprat_testkit::describe(&shard)
+    );
+    let finish = cp_plan(&plan_dir, &["--finish", "--ignore-existing"], &src, &dst);
+    assert_ne!(
+        finish.status.code(),
+        Some(0),
+        "{}",
+        sprat_testkit::describe(&finish)
+    );
+    assert_eq!(std::fs::read(dst.join("d")).unwrap(), b"kept");
+    assert_eq!(std::fs::read(dst.join("f")).unwrap(), b"f");
+}

@@ -684,3 +684,49 @@ fn a_directory_at_a_partial_copys_name_is_named_or_removed() {
         b"mine"
     );
 }
+
+/// `-H --ignore-existing`: a name of a group of hard links the destination lacks arrives with
+/// the source's content even where another name of the group is there with other content (it
+/// became a link to that, #1); and with `-X` a kept file keeps its own mtime and attributes
+/// (it was given the source's mtime over its other content, which later runs then took for up
+/// to date, #7). Review 2026-11-29 of `--ignore-existing`. Local copy and push.
+#[test]
+fn ignore_existing_keeps_files_whole_with_hard_links_and_xattrs() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), b"source content").unwrap();
+    fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    let srv = server(&root);
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+    ] {
+        fs::create_dir_all(&dst).unwrap();
+        fs::write(dst.join("a"), b"destination's own").unwrap();
+        let old = filetime(1_000_000_000, 0);
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            dst.join("a"),
+            &old,
+            rustix::fs::AtFlags::empty(),
+        )
+        .unwrap();
+        let out = match how {
+            "local" => cp_local(&["-HX", "--ignore-existing"], &src, &dst),
+            _ => cp(&srv, &["-HX", "--ignore-existing"], &src, srv.url("pushed")),
+        };
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", describe(&out));
+        assert_eq!(
+            fs::read(dst.join("a")).unwrap(),
+            b"destination's own",
+            "{why}"
+        );
+        assert_eq!(fs::read(dst.join("b")).unwrap(), b"source content", "{why}");
+        let a = fs::metadata(dst.join("a")).unwrap();
+        assert_eq!(a.mtime(), 1_000_000_000, "{why}");
+        assert_eq!(a.nlink(), 1, "{why}");
+    }
+}

@@ -55,6 +55,9 @@ pub struct TransferOptions {
     /// created (by a writer running as root: a server's pushes, a client's pulls); by default
     /// they are not, and counted as not kept. A local copy run as root always creates them.
     pub keep_devices: bool,
+    /// The writing side replaces nothing the destination has (see
+    /// [`TransferOptions::keeps_existing`]), whatever `skip` says.
+    pub keep_existing: bool,
     /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
     /// root, left as the writing user's by anyone else. On a server: whether it applies the
     /// owners clients ask for (`sprat serve --no-owners` refuses them).
@@ -147,6 +150,7 @@ impl Default for TransferOptions {
             publish: PublishChoice::Auto,
             keep_setid: false,
             keep_devices: false,
+            keep_existing: false,
             owners: true,
             numeric_ids: false,
             hard_links: false,
@@ -171,6 +175,13 @@ impl Default for TransferOptions {
 }
 
 impl TransferOptions {
+    /// Whether the writing side replaces nothing the destination has at a path (a file, a
+    /// link, a special file; no directory made over a file): `--ignore-existing`, or a copy
+    /// asked so whatever its check (`--finish` of a plan copied with `--ignore-existing`).
+    pub fn keeps_existing(&self) -> bool {
+        self.keep_existing || self.skip == crate::pipeline::skip::SkipRule::IgnoreExisting
+    }
+
     /// What of `-H`, `-X`, `-A` this copy asks of a sending server.
     pub fn meta_flags(&self) -> sprat_proto::MetaFlags {
         sprat_proto::MetaFlags {

@@ -148,6 +148,9 @@ pub struct Planner {
     /// `-X`/`-A`: a file the destination has is still sent as attributes, so that the
     /// receiver compares and fixes its extended attributes (listings do not carry them).
     recheck_xattrs: bool,
+    /// Groups of hard links (device, inode) whose first name was left as the destination
+    /// has it (see [`Planner::keep_link_group`]).
+    kept_link_groups: std::collections::HashSet<(u64, u64)>,
     /// The batch of held-back directories and hard links being filled, when they are held
     /// back (see [`Planner::deferring_namespace`]).
     deferred: Option<BatchPlan>,
@@ -179,6 +182,7 @@ impl Planner {
             current: BatchPlan::default(),
             links: options.hard_links.then(HashMap::new),
             recheck_xattrs: options.xattrs || options.acls,
+            kept_link_groups: Default::default(),
             deferred: None,
         }
     }
@@ -219,6 +223,20 @@ impl Planner {
                 None
             }
         }
+    }
+
+    /// Records that the first name of `entry`'s group of hard links was left as the
+    /// destination has it (see [`Planner::link_group_kept`]).
+    pub fn keep_link_group(&mut self, entry: &ScanEntry) {
+        if self.links.is_some() {
+            self.kept_link_groups.insert((entry.dev, entry.ino));
+        }
+    }
+
+    /// Whether the first name of `entry`'s group of hard links was left as the destination
+    /// has it: then `entry` is not made a link to that.
+    pub fn link_group_kept(&self, entry: &ScanEntry) -> bool {
+        self.kept_link_groups.contains(&(entry.dev, entry.ino))
     }
 
     /// Whether up-to-date files still travel as attributes (see `recheck_xattrs`).

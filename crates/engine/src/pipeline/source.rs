@@ -221,12 +221,20 @@ fn plan_entry(
             .filter(|(verdict, _)| {
                 matches!(
                     verdict,
-                    Verdict::Skip | Verdict::FixAttrs | Verdict::Unknown { .. }
+                    Verdict::Skip | Verdict::Kept | Verdict::FixAttrs | Verdict::Unknown { .. }
                 )
             });
-        return match kept {
-            Some((verdict, counts)) => apply(planner, counts, verdict, entry, emit, take_whole),
-            None => planner.push_link(entry.path, target, emit),
+        return match (kept, skip) {
+            (Some((verdict, counts)), _) => {
+                apply(planner, counts, verdict, entry, emit, take_whole)
+            }
+            // The first name was left as the destination has it (another content, maybe):
+            // this one travels as the source's file, as rsync sends it, not as a link to that.
+            (None, Some((index, rule, counts))) if planner.link_group_kept(&entry) => {
+                let verdict = index.verdict(&entry, *rule);
+                apply(planner, counts, verdict, entry, emit, take_whole)
+            }
+            (None, _) => planner.push_link(entry.path, target, emit),
         };
     }
     let Some((index, rule, counts)) = skip else {
@@ -234,7 +242,22 @@ fn plan_entry(
     };
     match index.verdict(&entry, *rule) {
         Verdict::Compare => digests.submit(entry),
-        verdict => apply(planner, counts, verdict, entry, emit, take_whole),
+        verdict => {
+            // The first name of a group of hard links that a rule keeping the destination's
+            // content leaves there: its other names must not become links to that.
+            let left_there = matches!(
+                verdict,
+                Verdict::Skip
+                    | Verdict::Kept
+                    | Verdict::FixAttrs
+                    | Verdict::LeaveAlone
+                    | Verdict::Unknown { .. }
+            );
+            if left_there && rule.keeps_destination_content() && entry.nlink > 1 {
+                planner.keep_link_group(&entry);
+            }
+            apply(planner, counts, verdict, entry, emit, take_whole)
+        }
     }
 }
 
@@ -415,6 +438,7 @@ fn apply(
 ) {
     match verdict {
         Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
+        Verdict::Kept => counts.skipped(entry.size),
         Verdict::Skip => {
             counts.skipped(entry.size);
             if planner.rechecks_xattrs() {

@@ -90,7 +90,7 @@ pub(crate) fn local_writer(
             .early_writeback(early_writeback())
             .keep_setid(keep_setid)
             .devices(!from_peer || options.keep_devices)
-            .keep_existing(options.skip == SkipRule::IgnoreExisting)
+            .keep_existing(options.keeps_existing())
             .owners(options.owners)
             // A local copy's source and destination share one user database: the ids are
             // the same whichever way they are found.

@@ -359,7 +359,7 @@ impl DryRun {
                 self.files
                     .push((sprat_store::display_path(&e.path), Action::Send));
             }
-            Verdict::Skip => self.up_to_date += 1,
+            Verdict::Skip | Verdict::Kept => self.up_to_date += 1,
             Verdict::LeaveAlone => {}
         }
     }

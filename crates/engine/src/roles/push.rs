@@ -116,7 +116,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             discard: false,
             owners: options.owners,
             numeric_ids: options.numeric_ids,
-            keep_existing: options.skip == crate::config::SkipRule::IgnoreExisting,
+            keep_existing: options.keeps_existing(),
             source: source_id(source),
         },
         PushInput::Synthetic(_) => Operation::Push {

@@ -91,6 +91,11 @@ pub enum Verdict {
     /// `--ignore-existing`: a symlink or special file where the destination has something
     /// already: nothing is sent (nor counted among the files left alone).
     LeaveAlone,
+    /// The rule keeps the destination's file as it is, whatever its content (`--ignore-
+    /// existing`, or `-u` and it is newer there): counted as left alone, and not even its
+    /// attributes are sent (`-X` sends those of an up-to-date file, which would give a kept
+    /// file the source's mtime over another content).
+    Kept,
 }
 
 /// A partial file at the destination: the source file it is a copy of, and what it has.
@@ -466,7 +471,7 @@ impl DestIndex {
             return self.resume(e);
         };
         match rule {
-            SkipRule::IgnoreExisting => Verdict::Skip,
+            SkipRule::IgnoreExisting => Verdict::Kept,
             SkipRule::Never => Verdict::Send,
             SkipRule::SizeOnly => {
                 if d.is_file && d.size == e.size {
@@ -479,7 +484,7 @@ impl DestIndex {
                 if d.is_file
                     && (d.mtime_sec, d.mtime_nsec) > (e.attrs.mtime_sec, e.attrs.mtime_nsec) =>
             {
-                Verdict::Skip
+                Verdict::Kept
             }
             SkipRule::QuickCheck | SkipRule::Update => {
                 let same_content = d.is_file
@@ -811,7 +816,7 @@ mod tests {
     fn ignore_existing_skips_any_file_present_and_never_skips_nothing() {
         let i = index();
         let newer = file(b"newer", 99, 0o644, 1, 0);
-        assert_eq!(i.verdict(&newer, SkipRule::IgnoreExisting), Verdict::Skip);
+        assert_eq!(i.verdict(&newer, SkipRule::IgnoreExisting), Verdict::Kept);
         assert_eq!(i.verdict(&newer, SkipRule::Never), Verdict::Send);
         let same = file(b"same", 10, 0o644, 5, 7);
         assert_eq!(i.verdict(&same, SkipRule::Never), Verdict::Send);
@@ -912,9 +917,9 @@ mod tests {
         // whatever its size.
         assert_eq!(
             i.verdict(&file(b"newer", 99, 0o644, 5, 7), u),
-            Verdict::Skip
+            Verdict::Kept
         );
-        assert_eq!(i.verdict(&file(b"nsec", 3, 0o644, 5, 7), u), Verdict::Skip);
+        assert_eq!(i.verdict(&file(b"nsec", 3, 0o644, 5, 7), u), Verdict::Kept);
         // Older or the same mtime: the quick check decides.
         assert_eq!(
             i.verdict(&file(b"newer", 10, 0o644, 7, 0), u),
