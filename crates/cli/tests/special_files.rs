@@ -698,6 +698,7 @@ fn ignore_existing_keeps_files_whole_with_hard_links_and_xattrs() {
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("a"), b"source content").unwrap();
     fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    fs::hard_link(src.join("a"), src.join("c")).unwrap();
     let srv = server(&root);
     for (how, dst) in [
         ("local", t.path().join("local")),
@@ -725,8 +726,12 @@ fn ignore_existing_keeps_files_whole_with_hard_links_and_xattrs() {
             "{why}"
         );
         assert_eq!(fs::read(dst.join("b")).unwrap(), b"source content", "{why}");
+        assert_eq!(fs::read(dst.join("c")).unwrap(), b"source content", "{why}");
         let a = fs::metadata(dst.join("a")).unwrap();
         assert_eq!(a.mtime(), 1_000_000_000, "{why}");
         assert_eq!(a.nlink(), 1, "{why}");
+        // The names sent are still links of each other, whichever the scan met first.
+        let ino = |n: &str| fs::metadata(dst.join(n)).unwrap().ino();
+        assert_eq!(ino("b"), ino("c"), "{why}");
     }
 }

@@ -233,6 +233,16 @@ impl Planner {
         }
     }
 
+    /// Makes `entry`, a name of a group whose first name was left as the destination has it
+    /// and which travels as the source's file, the name the group's next names link to.
+    pub fn relink_group(&mut self, entry: &ScanEntry) {
+        let key = (entry.dev, entry.ino);
+        if let Some((first, _)) = self.links.as_mut().and_then(|links| links.get_mut(&key)) {
+            *first = entry.path.clone();
+            self.kept_link_groups.remove(&key);
+        }
+    }
+
     /// Whether the first name of `entry`'s group of hard links was left as the destination
     /// has it: then `entry` is not made a link to that.
     pub fn link_group_kept(&self, entry: &ScanEntry) -> bool {

@@ -232,6 +232,10 @@ fn plan_entry(
             // this one travels as the source's file, as rsync sends it, not as a link to that.
             (None, Some((index, rule, counts))) if planner.link_group_kept(&entry) => {
                 let verdict = index.verdict(&entry, *rule);
+                // Sent whole, it is what the group's next names link to.
+                if matches!(verdict, Verdict::Send) {
+                    planner.relink_group(&entry);
+                }
                 apply(planner, counts, verdict, entry, emit, take_whole)
             }
             (None, _) => planner.push_link(entry.path, target, emit),
