@@ -243,6 +243,23 @@ const SPECIAL_TYPES: [(u32, SpecialKind); 4] = [
 ];
 
 impl NsEntry {
+    /// A [`NsKind::Failed`] entry for `path`, saying `why` (cut to what a listing's text may
+    /// hold).
+    pub fn failed(path: Vec<u8>, why: String) -> NsEntry {
+        let mut target = why.into_bytes();
+        target.truncate(MAX_PATH);
+        NsEntry {
+            path,
+            kind: NsKind::Failed,
+            size: 0,
+            mode: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            target,
+            owner: None,
+        }
+    }
+
     /// What a [`NsKind::Special`] entry is: its `mode` carries the type bits of `st_mode`
     /// (FIFO `0o010000`, socket `0o140000`, character device `0o020000`, block device
     /// `0o060000`) besides its permission bits, and its `size` a device's number, major in

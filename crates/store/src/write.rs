@@ -980,6 +980,26 @@ impl TreeWriter {
         }
     }
 
+    /// Gives the link or special file just made as `temp` in `dir` its mtime (never following
+    /// it) and then its name `name` (see [`TreeWriter::put_in_place`]); `what` names the
+    /// operation in errors.
+    fn place_node(
+        &self,
+        dir: &OwnedFd,
+        (temp, name): (&[u8], &[u8]),
+        path: &[u8],
+        attrs: &Attrs,
+        what: &'static str,
+    ) -> Result<(), StoreError> {
+        let flags = AtFlags::SYMLINK_NOFOLLOW;
+        utimensat(dir, os(temp), &timestamps(attrs), flags)
+            .and_then(|()| self.put_in_place(dir, temp, name, path.is_empty()))
+            .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
+                true => put_in_place_error(path, e),
+                false => StoreError::new(what, path, e),
+            })
+    }
+
     /// Whether a writer keeping what exists ([`TreeWriter::keep_existing`]) finds `name` in
     /// `dir` (`dir_path` below the base) taken: then it puts nothing there. Looked at in a
     /// directory it may have to make searchable first.
@@ -1730,19 +1750,8 @@ impl WriterCursor<'_> {
             rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
         };
         let result = chown()
-            .and_then(|()| {
-                utimensat(
-                    dir,
-                    os(&temp),
-                    &timestamps(attrs),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-            })
-            .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
-            .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
-                true => put_in_place_error(path, e),
-                false => StoreError::new("create symlink", path, e),
-            });
+            .map_err(|e| StoreError::new("create symlink", path, e))
+            .and_then(|()| writer.place_node(dir, (&temp, name), path, attrs, "create symlink"));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
@@ -1838,19 +1847,7 @@ impl WriterCursor<'_> {
             .and_then(|()| rustix::fs::chmodat(dir, os(&temp), mode, AtFlags::empty()))
             .map_err(|e| StoreError::new(what, path, e))
             .and_then(|()| with_xattrs())
-            .and_then(|()| {
-                utimensat(
-                    dir,
-                    os(&temp),
-                    &timestamps(attrs),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .and_then(|()| rename_into_place(dir, &temp, name, path.is_empty()))
-                .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
-                    true => put_in_place_error(path, e),
-                    false => StoreError::new(what, path, e),
-                })
-            });
+            .and_then(|()| writer.place_node(dir, (&temp, name), path, attrs, what));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }

@@ -378,18 +378,7 @@ pub(crate) fn local_entries(
             } else if let Some(error) = e.error {
                 // A directory this pull cannot list (a `0000` one of its own): the server
                 // sends what goes below it for the writer here to check.
-                let mut why = error.into_bytes();
-                why.truncate(sprat_proto::path::MAX_PATH);
-                add(NsEntry {
-                    path: e.path,
-                    kind: NsKind::Failed,
-                    size: 0,
-                    mode: 0,
-                    mtime_sec: 0,
-                    mtime_nsec: 0,
-                    target: why,
-                    owner: None,
-                });
+                add(NsEntry::failed(e.path, error));
             } else if e.kind != EntryType::File && options.skip == SkipRule::IgnoreExisting {
                 // `--ignore-existing` leaves whatever is at a path alone, not only files.
                 add(NsEntry {

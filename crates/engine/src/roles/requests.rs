@@ -171,19 +171,7 @@ fn change_of(req: &Request) -> Option<String> {
 /// an entry that could not be examined is a [`NsKind::Failed`] one saying why.
 fn ns_entry(e: ScanEntry, names: Option<&mut NameCache>) -> NsEntry {
     if let Some(error) = e.error {
-        let mut why = error.into_bytes();
-        // Within what a listing's text may hold.
-        why.truncate(sprat_proto::path::MAX_PATH);
-        return NsEntry {
-            path: e.path,
-            kind: NsKind::Failed,
-            size: 0,
-            mode: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            target: why,
-            owner: None,
-        };
+        return NsEntry::failed(e.path, error);
     }
     let owner = names.map(|names| NsOwner {
         uid: e.attrs.uid,
