@@ -920,6 +920,14 @@ fn a_server_that_is_not_root_removes_from_the_read_only_trees_it_wrote() {
     assert!(root.exists());
 }
 
+/// Runs `sprat ARGS... URL` authenticated to `srv` (a namespace command: `ls`, `du`, ...).
+fn at_server(srv: &sprat_testkit::Server, args: &[&str], url: String) -> std::process::Output {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    all.extend(srv.client_args());
+    all.push(url.into());
+    sprat_testkit::run_sprat(bin(), all, &[])
+}
+
 /// Writes `content` at `path` (mode 0644), making its parents.
 fn make_file_in(path: &Path, content: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1057,10 +1065,7 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     );
     assert_eq!(read("open/f"), b"fourth");
 
-    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-R".into()];
-    ls.extend(srv.client_args());
-    ls.push(srv.url("min").into());
-    let out = sprat_testkit::run_sprat(bin(), ls, &[]);
+    let out = at_server(&srv, &["ls", "-R"], srv.url("min"));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let listed = String::from_utf8_lossy(&out.stdout);
     assert!(listed.lines().any(|l| l == "open/f"), "{listed}");
@@ -1071,10 +1076,7 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     );
     // `ls -R` of the closed directory itself says it cannot list it (exit 1), not that it is
     // empty.
-    let mut ls: Vec<std::ffi::OsString> = vec!["ls".into(), "-R".into()];
-    ls.extend(srv.client_args());
-    ls.push(srv.url("min/closed").into());
-    let out = sprat_testkit::run_sprat(bin(), ls, &[]);
+    let out = at_server(&srv, &["ls", "-R"], srv.url("min/closed"));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("sprat: cannot list 'min/closed'"),
@@ -1082,19 +1084,13 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
         describe(&out)
     );
     // `du` counts the rest and says what it could not read (exit 1).
-    let mut du: Vec<std::ffi::OsString> = vec!["du".into(), "--json".into()];
-    du.extend(srv.client_args());
-    du.push(srv.url("min").into());
-    let out = sprat_testkit::run_sprat(bin(), du, &[]);
+    let out = at_server(&srv, &["du", "--json"], srv.url("min"));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let u: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(u["unreadable"], 2, "{u}");
     assert_eq!(u["files"], 1, "{u}");
     // `sum -r` sums the rest and names what it could not read (exit 1).
-    let mut sum: Vec<std::ffi::OsString> = vec!["sum".into(), "-r".into()];
-    sum.extend(srv.client_args());
-    sum.push(srv.url("min").into());
-    let out = sprat_testkit::run_sprat(bin(), sum, &[]);
+    let out = at_server(&srv, &["sum", "-r"], srv.url("min"));
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1109,10 +1105,7 @@ fn a_server_that_is_not_root_updates_its_own_unreadable_directories() {
     // `rm` of a file in them: the directory gets what it needs for the removal, and its mode
     // back.
     for rel in ["closed/new", "w300/in"] {
-        let mut rm: Vec<std::ffi::OsString> = vec!["rm".into()];
-        rm.extend(srv.client_args());
-        rm.push(srv.url(&format!("min/{rel}")).into());
-        let out = sprat_testkit::run_sprat(bin(), rm, &[]);
+        let out = at_server(&srv, &["rm"], srv.url(&format!("min/{rel}")));
         assert_eq!(out.status.code(), Some(0), "{rel}: {}", describe(&out));
         assert!(!copy.join(rel).exists(), "{rel}");
     }
