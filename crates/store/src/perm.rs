@@ -18,7 +18,7 @@
 
 use rustix::fs::{fchmod, fstat, openat, FileType, Mode, OFlags};
 use rustix::io::Errno;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 /// `u+x`: to look names up in a directory (to pass through it).
@@ -68,7 +68,7 @@ pub fn restore(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
 pub fn set_mode(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     match fchmod(fd, Mode::from_raw_mode(mode)) {
         Err(Errno::BADF) => {
-            let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            let proc_path = crate::regular::proc_path(fd);
             rustix::fs::chmod(proc_path.as_str(), Mode::from_raw_mode(mode))
         }
         other => other,

@@ -11,6 +11,13 @@ use rustix::fs::{fstat, openat, FileType, Mode, OFlags, CWD};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+/// The name of the descriptor `fd` in `/proc/self/fd`, which the kernel resolves to that very
+/// inode (never to what has its name by then): the way to act on an `O_PATH` descriptor where
+/// an `f*` call refuses it, or to open again what it names.
+pub(crate) fn proc_path(fd: impl AsFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
 /// Opens `name` in `dir` with `flags` (never creating it, never following a symlink) if it
 /// is a regular file; `Errno::NXIO` if it is anything else.
 pub fn open_regular_at(dir: impl AsFd, name: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
@@ -21,8 +28,12 @@ pub fn open_regular_at(dir: impl AsFd, name: &[u8], flags: OFlags) -> Result<Own
         return Err(Errno::NXIO);
     }
     let again = flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::TRUNC);
-    let proc = format!("/proc/self/fd/{}", at.as_raw_fd());
-    openat(CWD, proc.as_str(), again | OFlags::CLOEXEC, Mode::empty())
+    openat(
+        CWD,
+        proc_path(&at).as_str(),
+        again | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use rustix::fs::{
 use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -481,7 +481,7 @@ impl TreeWriter {
             return self;
         };
         let probe = format!(".sprat-probe-{}", self.temp_tag);
-        let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let proc_path = crate::regular::proc_path(&fd);
         let scheme = if linkat(&fd, "", dir, probe.as_str(), AtFlags::EMPTY_PATH).is_ok() {
             Publish::LinkEmptyPath
         } else if linkat(
@@ -640,6 +640,16 @@ impl TreeWriter {
         }
         let (uid, gid) = owner_ids(attrs);
         rustix::fs::fchown(fd, uid, gid)
+    }
+
+    /// Sets the owner and group of `name` in `dir` (never following a symlink) when this
+    /// writer sets owners: a link or special file, which is never opened.
+    pub(crate) fn chown_at(&self, dir: &OwnedFd, name: &[u8], attrs: &Attrs) -> Result<(), Errno> {
+        if !self.owners {
+            return Ok(());
+        }
+        let (uid, gid) = owner_ids(attrs);
+        rustix::fs::chownat(dir, os(name), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
     }
 
     /// The mode a regular file is given for the `mode` it was sent with.
@@ -1017,7 +1027,7 @@ impl TreeWriter {
         if self.publish_scheme() == Publish::LinkEmptyPath {
             linkat(fd, "", dir, os(name), AtFlags::EMPTY_PATH)
         } else {
-            let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            let proc_path = crate::regular::proc_path(fd);
             linkat(
                 CWD,
                 proc_path.as_str(),
@@ -1742,13 +1752,7 @@ impl WriterCursor<'_> {
                 other => other,
             })
             .map_err(|e| StoreError::new("create symlink", path, e))?;
-        let chown = || {
-            if !writer.owners {
-                return Ok(());
-            }
-            let (uid, gid) = owner_ids(attrs);
-            rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
-        };
+        let chown = || writer.chown_at(dir, &temp, attrs);
         let result = chown()
             .map_err(|e| StoreError::new("create symlink", path, e))
             .and_then(|()| writer.place_node(dir, (&temp, name), path, attrs, "create symlink"));
@@ -1825,13 +1829,7 @@ impl WriterCursor<'_> {
                 other => other,
             })
             .map_err(|e| StoreError::new(what, path, e))?;
-        let chown = || {
-            if !writer.owners {
-                return Ok(());
-            }
-            let (uid, gid) = owner_ids(attrs);
-            rustix::fs::chownat(dir, os(&temp), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
-        };
+        let chown = || writer.chown_at(dir, &temp, attrs);
         // Its ACL and attributes (`-A`, `-X`) on the node, never opened (see
         // `crate::xattr::Unopened`), before its name appears.
         let with_xattrs = || -> Result<(), StoreError> {
@@ -1867,8 +1865,8 @@ fn fix_special(
     let (uid, gid) = owner_ids(attrs);
     let owner_differs = uid.is_some_and(|u| u.as_raw() != st.stx_uid)
         || gid.is_some_and(|g| g.as_raw() != st.stx_gid);
-    if writer.owners && owner_differs {
-        rustix::fs::chownat(dir, os(name), uid, gid, AtFlags::SYMLINK_NOFOLLOW)?;
+    if owner_differs {
+        writer.chown_at(dir, name, attrs)?;
     }
     // A change of owner clears setuid and setgid bits: the mode is looked at after it.
     if writer.owners && owner_differs || u32::from(st.stx_mode) & 0o7777 != mode.bits() {

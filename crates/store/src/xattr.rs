@@ -14,7 +14,7 @@
 use rustix::fs::XattrFlags;
 use rustix::io::Errno;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 /// What attributes are read from and set on.
 pub trait Target {
@@ -51,7 +51,7 @@ pub struct Unopened {
 impl Unopened {
     /// The item open as `fd` with `O_PATH`.
     pub fn new(fd: OwnedFd) -> Unopened {
-        let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let proc = crate::regular::proc_path(&fd);
         Unopened { _fd: fd, proc }
     }
 

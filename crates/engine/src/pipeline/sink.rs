@@ -135,6 +135,26 @@ impl BatchOutcome {
     }
 }
 
+/// The check a sender left to this writer (see [`KeepRule`]) of what is at `path`, for a file
+/// of `size` bytes with `attrs`. Attributes sent with it (`-X`, `-A`) are made exact on a file
+/// kept as it is, as an Attrs entry would make them.
+fn check_here(
+    c: &mut WriterCursor<'_>,
+    rule: KeepRule,
+    path: &[u8],
+    attrs: &sprat_store::Attrs,
+    size: u64,
+) -> QuickCheck {
+    match rule {
+        KeepRule::SameSizeAndTime => match c.quick_check(path, attrs, size) {
+            QuickCheck::Same if c.has_next_xattrs(path) => QuickCheck::SameContent,
+            check => check,
+        },
+        KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
+        KeepRule::Present => QuickCheck::Differs,
+    }
+}
+
 /// A running pool of writer threads.
 pub struct WriterPool {
     jobs: Sender<WriteJob>,
@@ -358,21 +378,7 @@ pub fn write_batch(
                 let size = data.len() as u64;
                 // A file sent before the sender had the listing: the sender's check, made here.
                 let check = match (unless, cursor.as_deref_mut()) {
-                    // Attributes sent with it (`-X`, `-A`) are made exact on a file kept, as
-                    // they are by an Attrs entry.
-                    (Some(KeepRule::SameSizeAndTime), Some(c)) => {
-                        match c.quick_check(path, &a, size) {
-                            QuickCheck::Same if c.has_next_xattrs(path) => QuickCheck::SameContent,
-                            check => check,
-                        }
-                    }
-                    (Some(KeepRule::Present), Some(c)) => {
-                        if c.has_anything(path) {
-                            QuickCheck::Same
-                        } else {
-                            QuickCheck::Differs
-                        }
-                    }
+                    (Some(rule), Some(c)) => check_here(c, *rule, path, &a, size),
                     _ => QuickCheck::Differs,
                 };
                 match (check, cursor.as_deref_mut()) {
@@ -427,19 +433,7 @@ pub fn write_batch(
                 // change while the new one is written beside it, so each finds the same).
                 let kept_here = match (unless, cursor.as_deref_mut()) {
                     (Some(rule), Some(c)) => {
-                        let check = match rule {
-                            KeepRule::SameSizeAndTime => {
-                                match c.quick_check(path, &a, *file_size) {
-                                    QuickCheck::Same if c.has_next_xattrs(path) => {
-                                        QuickCheck::SameContent
-                                    }
-                                    check => check,
-                                }
-                            }
-                            KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
-                            KeepRule::Present => QuickCheck::Differs,
-                        };
-                        match check {
+                        match check_here(c, *rule, path, &a, *file_size) {
                             QuickCheck::Differs => None,
                             // The first chunk to find it counts the file (and fixes its mode).
                             _ if !c.tree().keep_large(path) => Some(Ok(())),

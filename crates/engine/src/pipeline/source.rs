@@ -251,11 +251,7 @@ fn plan_entry(
             // content leaves there: its other names must not become links to that.
             let left_there = matches!(
                 verdict,
-                Verdict::Skip
-                    | Verdict::Kept
-                    | Verdict::FixAttrs
-                    | Verdict::LeaveAlone
-                    | Verdict::Unknown { .. }
+                Verdict::Skip | Verdict::Kept | Verdict::FixAttrs | Verdict::Unknown { .. }
             );
             if left_there && rule.keeps_destination_content() && entry.nlink > 1 {
                 planner.keep_link_group(&entry);
@@ -442,7 +438,9 @@ fn apply(
 ) {
     match verdict {
         Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
-        Verdict::Kept => counts.skipped(entry.size),
+        // Counted among the files left alone (a symlink or special file kept is not one).
+        Verdict::Kept if entry.kind == sprat_store::EntryType::File => counts.skipped(entry.size),
+        Verdict::Kept => {}
         Verdict::Skip => {
             counts.skipped(entry.size);
             if planner.rechecks_xattrs() {
@@ -457,7 +455,6 @@ fn apply(
             let kept = planner.push_resumed(entry, &present, emit);
             counts.resumed(kept);
         }
-        Verdict::LeaveAlone => {}
         // Below a directory the destination's side could not list: the writer checks the
         // file itself (a large one in each chunk, until one decides).
         Verdict::Unknown {

@@ -360,7 +360,6 @@ impl DryRun {
                     .push((sprat_store::display_path(&e.path), Action::Send));
             }
             Verdict::Skip | Verdict::Kept => self.up_to_date += 1,
-            Verdict::LeaveAlone => {}
         }
     }
 }

@@ -88,12 +88,9 @@ pub enum Verdict {
         dir: Vec<u8>,
         rule: Option<KeepRule>,
     },
-    /// `--ignore-existing`: a symlink or special file where the destination has something
-    /// already: nothing is sent (nor counted among the files left alone).
-    LeaveAlone,
-    /// The rule keeps the destination's file as it is, whatever its content (`--ignore-
-    /// existing`, or `-u` and it is newer there): counted as left alone, and not even its
-    /// attributes are sent (`-X` sends those of an up-to-date file, which would give a kept
+    /// The rule keeps what the destination has as it is, whatever its content (`--ignore-
+    /// existing`, for a symlink or special file too; `-u` and a file newer there): a regular
+    /// file is counted as left alone, and not even its attributes are sent (`-X` sends those of an up-to-date file, which would give a kept
     /// file the source's mtime over another content).
     Kept,
 }
@@ -441,7 +438,7 @@ impl DestIndex {
     /// Decides for one scanned source entry.
     pub fn verdict(&self, e: &ScanEntry, rule: SkipRule) -> Verdict {
         if self.leaves_alone(e, rule) {
-            return Verdict::LeaveAlone;
+            return Verdict::Kept;
         }
         if e.kind != EntryType::File
             || e.error.is_some()
@@ -508,7 +505,7 @@ impl DestIndex {
     }
 
     /// Whether `--ignore-existing` leaves what the destination has at the path of `e`, a
-    /// symlink or special file of the source, as it is (see [`Verdict::LeaveAlone`]).
+    /// symlink or special file of the source, as it is (see [`Verdict::Kept`]).
     pub fn leaves_alone(&self, e: &ScanEntry, rule: SkipRule) -> bool {
         rule == SkipRule::IgnoreExisting
             && matches!(e.kind, EntryType::Symlink | EntryType::Special)
