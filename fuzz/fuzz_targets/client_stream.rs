@@ -168,6 +168,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         seq,
                         files: 1,
                         bytes: 1,
+                        kept: Default::default(),
                         failures: Vec::new(),
                         unlisted: 0,
                     },

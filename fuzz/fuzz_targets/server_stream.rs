@@ -248,7 +248,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 m.closed = false;
             }
             Op::Ack => {
-                let r = s.ack(1, 1, 1, (Vec::new(), 0));
+                let r = s.ack(1, 1, 1, Default::default(), (Vec::new(), 0));
                 if m.live() && m.accepted == Some(Direction::Push) && m.acks < m.batches {
                     assert!(r.is_ok(), "an acknowledgement of an arrived batch refused");
                     m.acks += 1;

@@ -577,6 +577,13 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             seq: u.int_in_range(0..=8)?,
             files: u.arbitrary()?,
             bytes: u.arbitrary()?,
+            kept: {
+                let mut kept = sprat_proto::KeptEntries::default();
+                for _ in 0..u.int_in_range(0..=3)? {
+                    kept.mark(u.int_in_range(0..=600)?);
+                }
+                kept
+            },
             failures: arb_failures(u)?,
             unlisted: u.int_in_range(0..=3)?,
         },

@@ -1161,8 +1161,13 @@ fn a_client_that_is_not_root_pulls_into_its_own_unreadable_directories() {
     chmod(&dst.join("closed"), 0o000);
     let read = || fs::read(dst.join("closed/f")).unwrap();
 
-    assert_ok(&pull(&["--ignore-existing"]), Some(&srv));
+    // Counted as left alone, not as copied (before, the file counted nowhere).
+    let out = pull(&["--ignore-existing", "--json"]);
+    assert_ok(&out, Some(&srv));
     assert_eq!(read(), b"local edit");
+    let report = sprat_testkit::parse_json_report(&out.stdout);
+    assert_eq!(report.files(), 0, "{}", describe(&out));
+    assert_eq!(report.u64("up_to_date"), 2, "{}", describe(&out));
     let out = pull(&["-u"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
@@ -1182,6 +1187,83 @@ fn a_client_that_is_not_root_pulls_into_its_own_unreadable_directories() {
         describe(&out)
     );
     assert_eq!(mode_and_mtime(&dst.join("closed")).0, 0o000);
+}
+
+/// `cp -v` of a push into a server not running as root, below a `0000` directory of its own
+/// the client cannot list: the files the server keeps there (up to date, or by
+/// `--ignore-existing`), small or large, are not listed as copied and count as up to date;
+/// a file it writes there is listed. Before, every file sent there was listed (reviews
+/// 2026-11-29 of unreadable directories, F2, and of `--ignore-existing`, #5).
+#[test]
+fn a_push_lists_only_what_the_server_wrote_below_its_unreadable_directory() {
+    if !root_with_setpriv_or_skip() {
+        return;
+    }
+    let t = tmp();
+    chmod(t.path(), 0o755);
+    let src = t.path().join("src");
+    make_file_in(&src.join("closed/same"), b"same");
+    make_file_in(&src.join("closed/edited"), b"source version");
+    make_file_in(&src.join("closed/big"), &random_bytes(3 << 20, 3));
+    make_file_in(&src.join("open/o"), b"o");
+    chmod(&src.join("closed"), 0o000);
+    let root = t.path().join("exported");
+    let srv = server_as_nobody(&root, &t.path().join("state"));
+    let push = |extra: &[&str]| {
+        let mut args = vec![
+            "-v",
+            "--small-file-threshold",
+            "1MiB",
+            "--chunk-size",
+            "1MiB",
+        ];
+        args.extend_from_slice(extra);
+        cp(&srv, &args, &src, srv.url("v"))
+    };
+    // The files listed before the report's first line.
+    let listed = |out: &std::process::Output| -> Vec<String> {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut names: Vec<String> = text
+            .lines()
+            .take_while(|l| !l.starts_with("push "))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    };
+    let out = push(&[]);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(
+        listed(&out),
+        ["closed/big", "closed/edited", "closed/same", "open/o"],
+        "{}",
+        describe(&out)
+    );
+    // Changed at the source: --ignore-existing keeps the server's; a new file is written.
+    chmod(&src.join("closed"), 0o700);
+    fs::write(src.join("closed/edited"), b"edited again at the source").unwrap();
+    fs::write(src.join("closed/big"), random_bytes(3 << 20, 4)).unwrap();
+    fs::write(src.join("closed/new"), b"new").unwrap();
+    chmod(&src.join("closed"), 0o000);
+    let out = push(&["--ignore-existing"]);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(listed(&out), ["closed/new"], "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  1 file, "), "{}", describe(&out));
+    assert!(
+        text.contains("left alone, being at the destination (--ignore-existing): 4 files"),
+        "{}",
+        describe(&out)
+    );
+    let copy = root.join("v/closed");
+    chmod(&copy, 0o700);
+    assert_eq!(fs::read(copy.join("edited")).unwrap(), b"source version");
+    chmod(&copy, 0o000);
+    // Nothing changed: nothing listed.
+    let out = push(&["--ignore-existing"]);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(listed(&out), Vec::<String>::new(), "{}", describe(&out));
+    chmod(&src.join("closed"), 0o700);
 }
 
 /// A large file (sent in chunks) below a `0000` directory of a server not running as root:

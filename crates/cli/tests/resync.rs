@@ -688,3 +688,104 @@ fn hard_links_do_not_replace_what_a_keeping_rule_leaves_alone() {
         }
     }
 }
+
+/// `--ignore-existing` when files appear at the destination during the copy, after the
+/// sender looked (a small file, and a large one sent in chunks or copied inside the kernel):
+/// the writer keeps them, `-v` does not list them, and the report counts them as left alone,
+/// not as copied; no partial copy is left. Before, they were kept but reported as copied with
+/// their bytes (review 2026-11-29 of `--ignore-existing`, #2). Local copy, push and pull.
+#[test]
+fn files_that_appear_during_an_ignore_existing_copy_are_left_alone_and_counted_so() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    for i in 0..40 {
+        let data = sprat_testkit::random_bytes(100_000, i);
+        std::fs::write(src.join(format!("a/{i:02}")), data).unwrap();
+    }
+    // Listed once `a` is (the scan finds it there): sent after everything in `a`.
+    std::fs::create_dir(src.join("a/z")).unwrap();
+    std::fs::write(src.join("a/z/small"), b"the source's small file").unwrap();
+    std::fs::write(
+        src.join("a/z/big"),
+        sprat_testkit::random_bytes(3 << 20, 99),
+    )
+    .unwrap();
+    let srv = server(&root);
+    let pull_dst = t.path().join("pulled");
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", pull_dst.clone()),
+    ] {
+        // Once the copy has begun (the sender's look at the destination is over), files
+        // appear at two names the sender will send.
+        let planter = {
+            let dst = dst.clone();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                let has_a_file = || {
+                    std::fs::read_dir(dst.join("a")).is_ok_and(|mut d| {
+                        d.any(|e| e.is_ok_and(|e| e.file_type().is_ok_and(|t| t.is_file())))
+                    })
+                };
+                while !has_a_file() {
+                    assert!(std::time::Instant::now() < deadline, "the copy never began");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let _ = std::fs::create_dir(dst.join("a/z"));
+                // Never over what the copy wrote already.
+                let plant = |name: &str, data: &[u8]| {
+                    let mut f = std::fs::File::options()
+                        .write(true)
+                        .create_new(true)
+                        .open(dst.join(name))
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                    std::io::Write::write_all(&mut f, data).unwrap();
+                };
+                plant("a/z/small", b"planted");
+                plant("a/z/big", b"planted big");
+            })
+        };
+        let args = [
+            "-v",
+            "--ignore-existing",
+            "--bwlimit",
+            "2MB/s",
+            "--small-file-threshold",
+            "1MiB",
+            "--chunk-size",
+            "1MiB",
+        ];
+        let out = match how {
+            "local" => cp_local(&args, &src, &dst),
+            "push" => cp(&srv, &args, &src, srv.url("pushed")),
+            _ => cp(&srv, &args, srv.url("src"), &pull_dst),
+        };
+        planter.join().unwrap();
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", sprat_testkit::describe(&out));
+        let planted = |name: &str| std::fs::read(dst.join("a/z").join(name)).unwrap();
+        assert_eq!(planted("small"), b"planted", "{why}");
+        assert_eq!(planted("big"), b"planted big", "{why}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.lines().any(|l| l.starts_with("a/z/")), "{why}");
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("a/")).count(),
+            40,
+            "{why}"
+        );
+        assert!(text.contains("  40 files, "), "{why}");
+        assert!(
+            text.contains("left alone, being at the destination (--ignore-existing): 2 files"),
+            "{why}"
+        );
+        let mut left: Vec<String> = std::fs::read_dir(dst.join("a/z"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["big", "small"], "{why}");
+    }
+}

@@ -23,10 +23,10 @@ pub use batch::{
 pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{
-    DestCheck, ErrorCode, Message, MetaFlags, NotKept, Operation, RemoteStats, SourceId,
-    TransferProgress,
+    DestCheck, ErrorCode, KeptEntries, Message, MetaFlags, NotKept, Operation, RemoteStats,
+    SourceId, TransferProgress,
 };
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 18;
+pub const PROTOCOL_VERSION: u16 = 19;

@@ -14,6 +14,53 @@ pub const MAX_MESSAGE_TEXT: usize = 4096;
 /// Most failures listed in one acknowledgement.
 pub const MAX_ACK_FAILURES: usize = 128;
 
+/// Which entries of a pushed batch its writer kept as the destination had them, not writing
+/// them (`--ignore-existing`, or the check a sender left to the writer): a bitmap, bit
+/// `i % 8` of byte `i / 8` for the batch's entry `i`, empty when none was kept. A pushing
+/// client's `-v` leaves those files out of what it lists as copied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeptEntries(Vec<u8>);
+
+impl KeptEntries {
+    /// The longest bitmap: one bit for each entry a batch may hold.
+    pub const MAX_LEN: usize = crate::batch::MAX_ENTRIES as usize / 8;
+
+    /// Marks entry `index` as kept (indexes past a batch's [`crate::batch::MAX_ENTRIES`] are
+    /// not entries of a batch, and are ignored).
+    pub fn mark(&mut self, index: usize) {
+        if index / 8 >= Self::MAX_LEN {
+            return;
+        }
+        if self.0.len() <= index / 8 {
+            self.0.resize(index / 8 + 1, 0);
+        }
+        self.0[index / 8] |= 1 << (index % 8);
+    }
+
+    /// Whether entry `index` was kept.
+    pub fn contains(&self, index: usize) -> bool {
+        self.0
+            .get(index / 8)
+            .is_some_and(|b| b & (1 << (index % 8)) != 0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn from_bytes(bytes: &[u8]) -> KeptEntries {
+        KeptEntries(bytes.to_vec())
+    }
+}
+
 /// What a session does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -315,11 +362,14 @@ pub enum Message {
     Joined,
     /// A written batch (after `Commit`: directories whose attributes could not be set).
     /// `failures` lists failed paths and why (at most [`MAX_ACK_FAILURES`] travel);
-    /// `unlisted` counts the failures beyond those listed.
+    /// `unlisted` counts the failures beyond those listed. `kept` says which of the batch's
+    /// entries the writer did not write because the destination had them (see
+    /// [`KeptEntries`]).
     BatchAck {
         seq: u64,
         files: u32,
         bytes: u64,
+        kept: KeptEntries,
         failures: Vec<(Vec<u8>, String)>,
         unlisted: u32,
     },
@@ -482,13 +532,16 @@ impl Message {
                 seq,
                 files,
                 bytes,
+                kept,
                 failures,
                 unlisted,
             } => {
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&files.to_le_bytes());
                 out.extend_from_slice(&bytes.to_le_bytes());
-                let listed = &failures[..listed_failures(failures)];
+                put_bytes16(&mut out, kept.as_bytes());
+                let room = MAX_CONTROL_PAYLOAD as usize - BATCH_ACK_FIXED_LEN - kept.len();
+                let listed = &failures[..listed_failures(failures, room)];
                 let total = (failures.len() as u32).saturating_add(*unlisted);
                 out.extend_from_slice(&total.to_le_bytes());
                 out.extend_from_slice(&(listed.len() as u16).to_le_bytes());
@@ -691,6 +744,8 @@ impl Message {
                 let seq = r.u64("sequence")?;
                 let files = r.u32("files")?;
                 let bytes = r.u64("bytes")?;
+                let kept =
+                    KeptEntries::from_bytes(r.bytes16("kept entries", KeptEntries::MAX_LEN)?);
                 let total_failures = r.u32("failure count")? as usize;
                 let listed = r.u16("listed failures")? as usize;
                 if listed > MAX_ACK_FAILURES || listed > total_failures {
@@ -711,6 +766,7 @@ impl Message {
                     seq,
                     files,
                     bytes,
+                    kept,
                     failures,
                     // Failures beyond the listed ones are reported by count only.
                     unlisted: (total_failures - listed) as u32,
@@ -804,14 +860,13 @@ fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     }
 }
 
-/// Bytes of a `BatchAck` before its list of failures.
-const BATCH_ACK_FIXED_LEN: usize = 26;
+/// Bytes of a `BatchAck` before its list of failures, but for its kept entries' bitmap.
+const BATCH_ACK_FIXED_LEN: usize = 28;
 
 /// How many of `failures` a `BatchAck` lists: at most [`MAX_ACK_FAILURES`], and no more than
-/// fit in a control frame (128 failures with the longest path and text would not); the
-/// failure count still says how many there were in all.
-fn listed_failures(failures: &[(Vec<u8>, String)]) -> usize {
-    let mut room = MAX_CONTROL_PAYLOAD as usize - BATCH_ACK_FIXED_LEN;
+/// fit in the `room` left in a control frame (128 failures with the longest path and text
+/// would not); the failure count still says how many there were in all.
+fn listed_failures(failures: &[(Vec<u8>, String)], mut room: usize) -> usize {
     let mut listed = 0;
     for (path, text) in failures.iter().take(MAX_ACK_FAILURES) {
         let len = 4 + path.len().min(u16::MAX as usize) + truncate_text(text).len();
@@ -910,10 +965,14 @@ mod tests {
         });
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
+        let mut kept = KeptEntries::default();
+        kept.mark(0);
+        kept.mark(9);
         roundtrip(Message::BatchAck {
             seq: 5,
             files: 3,
             bytes: 100,
+            kept,
             failures: vec![(b"x".to_vec(), "bad".into())],
             unlisted: 7,
         });
@@ -1179,10 +1238,14 @@ mod tests {
         let failures: Vec<(Vec<u8>, String)> = (0..200u8)
             .map(|i| (vec![b'a' + i % 26; MAX_PATH], "x".repeat(MAX_MESSAGE_TEXT)))
             .collect();
+        // With the longest bitmap of kept entries too.
+        let mut kept = KeptEntries::default();
+        kept.mark(crate::batch::MAX_ENTRIES as usize - 1);
         let m = Message::BatchAck {
             seq: 3,
             files: 0,
             bytes: 0,
+            kept,
             failures,
             unlisted: 5,
         };

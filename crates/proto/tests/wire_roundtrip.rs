@@ -317,17 +317,23 @@ fn message() -> impl Strategy<Value = Message> {
         (
             any::<(u64, u32, u64)>(),
             proptest::collection::vec((bytes(40), ".{0,20}"), 0..6),
-            any::<u16>()
+            any::<u16>(),
+            proptest::collection::vec(0usize..70_000, 0..5)
         )
-            .prop_map(
-                |((seq, files, bytes), failures, unlisted)| Message::BatchAck {
+            .prop_map(|((seq, files, bytes), failures, unlisted, kept_at)| {
+                Message::BatchAck {
                     seq,
                     files,
                     bytes,
+                    kept: {
+                        let mut kept = sprat_proto::KeptEntries::default();
+                        kept_at.iter().for_each(|&i| kept.mark(i));
+                        kept
+                    },
                     failures,
                     unlisted: u32::from(unlisted),
                 }
-            ),
+            }),
         Just(Message::End),
         Just(Message::EndAck),
         totals().prop_map(Message::Commit),

@@ -21,6 +21,9 @@ use std::sync::atomic::Ordering;
 pub enum Cloned {
     /// The file is in place under its final name, sharing the source's blocks.
     Done,
+    /// The name was taken meanwhile and the writer keeps what exists
+    /// ([`crate::TreeWriter::keep_existing`]): the clone was dropped.
+    Kept,
     /// Nothing was written: copy the file the ordinary way. The file systems cannot share
     /// blocks here (the writer then stops trying, see [`TreeWriter::may_clone`]), the source
     /// is no longer the file the scan saw, or cloning failed for this file.
@@ -102,11 +105,18 @@ impl WriterCursor<'_> {
         let chmod = Some(writer.file_mode(attrs.mode));
         let place = (dir, temp.as_deref(), name);
         let born_owned = born_owned(new_file_owner, attrs);
-        if let Err(e) = writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod) {
-            discard(temp.as_deref());
-            return Err(e);
-        }
+        let placed = match writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod) {
+            Ok(placed) => placed,
+            Err(e) => {
+                discard(temp.as_deref());
+                return Err(e);
+            }
+        };
+        // A partial copy an earlier run left is of no use now, whichever file has the name.
         remove_stale_partial(dir, name);
+        if placed == crate::write::Placed::KeptExisting {
+            return Ok(Cloned::Kept);
+        }
         // `--durable`: done once a sync of the destination that started after it is done, as
         // a written batch is.
         if writer.is_durable() {

@@ -25,7 +25,7 @@ use crate::attrs::Attrs;
 use crate::batch_read::{allocated_if_unchanged, unchanged, CHANGED, VANISHED};
 use crate::clone::CloneSource;
 use crate::error::StoreError;
-use crate::write::{born_owned, os, remove_stale_partial, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, remove_stale_partial, Placed, TreeWriter, WriterCursor};
 use rustix::fs::{seek, unlinkat, AtFlags, SeekFrom};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, OwnedFd};
@@ -64,7 +64,8 @@ impl WriterCursor<'_> {
     /// Puts at `path` a copy of the local file `source`, its bytes copied inside the kernel,
     /// with the owner (when this writer sets owners), mode and mtime of `attrs`; returns
     /// whether all of it was copied inside the kernel (not so where the file systems refused,
-    /// see the module's doc). On any error nothing is left at `path` that was not there
+    /// see the module's doc), and whether it is in place or the writer kept what was there
+    /// ([`crate::TreeWriter::keep_existing`]). On any error nothing is left at `path` that was not there
     /// before; a source that is gone or no longer the file the scan saw fails as it does for a
     /// read ([`VANISHED`], [`CHANGED`]).
     pub fn copy_in_kernel(
@@ -72,7 +73,7 @@ impl WriterCursor<'_> {
         source: CloneSource<'_>,
         path: &[u8],
         attrs: &Attrs,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<(bool, Placed), StoreError> {
         let writer = self.writer;
         let src = crate::read::open_regular(source.dir, source.name, path, "read").map_err(
             |e| match e.errno() {
@@ -103,17 +104,17 @@ impl WriterCursor<'_> {
                 let chmod = (!exact).then_some(mode);
                 let place = (dir, temp.as_deref(), name);
                 let born_owned = born_owned(new_file_owner, attrs);
-                writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod)?;
+                let placed = writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod)?;
                 remove_stale_partial(dir, name);
-                Ok(in_kernel)
+                Ok((in_kernel, placed))
             })
-            .and_then(|in_kernel| {
+            .and_then(|done| {
                 // `--durable`: done once a sync of the destination that started after it is
                 // done, as a written batch is.
                 if writer.is_durable() {
                     writer.sync(path)?;
                 }
-                Ok(in_kernel)
+                Ok(done)
             });
         if let (Err(_), Some(temp)) = (&result, &temp) {
             let _ = unlinkat(dir, os(temp), AtFlags::empty());

@@ -348,6 +348,20 @@ pub enum ChunkOutcome {
     /// this writer counted it complete already (a late chunk of a file another session put
     /// in place).
     Dropped,
+    /// This chunk completed the file, but its name was taken meanwhile and the writer keeps
+    /// what exists ([`TreeWriter::keep_existing`]): the file written, and its journal, were
+    /// removed.
+    Kept,
+}
+
+/// What giving a new file its name did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// The file is in place under its name.
+    Written,
+    /// The name was taken and the writer keeps what exists ([`TreeWriter::keep_existing`]):
+    /// the new file was dropped, what was there is as it was.
+    KeptExisting,
 }
 
 impl TreeWriter {
@@ -918,7 +932,7 @@ impl TreeWriter {
         attrs: &Attrs,
         born_owned: bool,
         chmod: Option<u32>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Placed, StoreError> {
         let chown = if born_owned {
             Ok(())
         } else {
@@ -944,13 +958,14 @@ impl TreeWriter {
         temp: Option<&[u8]>,
         name: &[u8],
         keep_dir: bool,
-    ) -> Result<(), Errno> {
+    ) -> Result<Placed, Errno> {
         if let Some(temp) = temp {
             return self.put_in_place(dir, temp, name, keep_dir);
         }
         match self.link_unnamed(fd, dir, name) {
+            Ok(()) => Ok(Placed::Written),
             // `--ignore-existing`: what is there stays (see `TreeWriter::keep_existing`).
-            Err(Errno::EXIST) if self.keep_existing => Ok(()),
+            Err(Errno::EXIST) if self.keep_existing => Ok(Placed::KeptExisting),
             Err(Errno::EXIST) => {
                 // Something is in the way: link under a hidden name, then rename over it.
                 let temp = self.temp_name(name);
@@ -962,11 +977,13 @@ impl TreeWriter {
                     other => other,
                 };
                 linked?;
-                rename_into_place(dir, &temp, name, keep_dir).inspect_err(|_| {
-                    let _ = unlinkat(dir, os(&temp), AtFlags::empty());
-                })
+                rename_into_place(dir, &temp, name, keep_dir)
+                    .map(|()| Placed::Written)
+                    .inspect_err(|_| {
+                        let _ = unlinkat(dir, os(&temp), AtFlags::empty());
+                    })
             }
-            other => other,
+            Err(e) => Err(e),
         }
     }
 
@@ -979,14 +996,17 @@ impl TreeWriter {
         temp: &[u8],
         name: &[u8],
         keep_dir: bool,
-    ) -> Result<(), Errno> {
+    ) -> Result<Placed, Errno> {
         if !self.keep_existing {
-            return rename_into_place(dir, temp, name, keep_dir);
+            return rename_into_place(dir, temp, name, keep_dir).map(|()| Placed::Written);
         }
         let flags = rustix::fs::RenameFlags::NOREPLACE;
         match rustix::fs::renameat_with(dir, os(temp), dir, os(name), flags) {
-            Err(Errno::EXIST) => unlinkat(dir, os(temp), AtFlags::empty()),
-            other => other,
+            Ok(()) => Ok(Placed::Written),
+            Err(Errno::EXIST) => {
+                unlinkat(dir, os(temp), AtFlags::empty()).map(|()| Placed::KeptExisting)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -1003,7 +1023,10 @@ impl TreeWriter {
     ) -> Result<(), StoreError> {
         let flags = AtFlags::SYMLINK_NOFOLLOW;
         utimensat(dir, os(temp), &timestamps(attrs), flags)
-            .and_then(|()| self.put_in_place(dir, temp, name, path.is_empty()))
+            .and_then(|()| {
+                self.put_in_place(dir, temp, name, path.is_empty())
+                    .map(|_| ())
+            })
             .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
                 true => put_in_place_error(path, e),
                 false => StoreError::new(what, path, e),
@@ -1123,14 +1146,16 @@ fn set_attrs_of_copy(
         })
         .and_then(|()| {
             let mode = Some(writer.file_mode(attrs.mode));
-            writer.settle_new_file(
-                &copy,
-                (dir, temp.as_deref(), name),
-                path,
-                attrs,
-                false,
-                mode,
-            )
+            writer
+                .settle_new_file(
+                    &copy,
+                    (dir, temp.as_deref(), name),
+                    path,
+                    attrs,
+                    false,
+                    mode,
+                )
+                .map(|_| ())
         });
     if let (Err(_), Some(temp)) = (&result, &temp) {
         let _ = unlinkat(dir, os(temp), AtFlags::empty());
@@ -1304,13 +1329,14 @@ impl WriterCursor<'_> {
         Ok((fd, name, self.new_file_owner))
     }
 
-    /// Writes a whole file at `path` with `data`, then its mode and mtime.
+    /// Writes a whole file at `path` with `data`, then its mode and mtime; says whether it is
+    /// in place or the writer kept what was there ([`TreeWriter::keep_existing`]).
     pub fn write_file(
         &mut self,
         path: &[u8],
         attrs: &Attrs,
         data: &[u8],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Placed, StoreError> {
         let writer = self.writer;
         let xattrs = self.take_xattrs(path);
         let target = writer.target(path)?;
@@ -1647,17 +1673,20 @@ impl WriterCursor<'_> {
         let dir_path = writer
             .target(path)
             .map_or(&b""[..], |t| crate::relpath::split_parent(t).0);
-        match writer.in_dir_errno((&file.dir, dir_path), put) {
-            Ok(()) => {}
+        let outcome = match writer.in_dir_errno((&file.dir, dir_path), put) {
+            Ok(Placed::Written) => ChunkOutcome::Completed,
+            Ok(Placed::KeptExisting) => ChunkOutcome::Kept,
             // Another writer of the same file (a concurrent transfer of the same source)
             // completed it first: its copy is this one.
-            Err(Errno::NOENT) if is_complete_version(&file.dir, &file.name, &file.id) => {}
+            Err(Errno::NOENT) if is_complete_version(&file.dir, &file.name, &file.id) => {
+                ChunkOutcome::Completed
+            }
             Err(e) => return Err(fail(put_in_place_error(path, e))),
-        }
+        };
         let _ = unlinkat(&file.dir, os(&file.log_name), AtFlags::empty());
         lock(&writer.large).remove(path);
         writer.settle(path);
-        Ok(ChunkOutcome::Completed)
+        Ok(outcome)
     }
 
     /// Creates directory `path` (its attributes are applied by [`TreeWriter::finish`]).

@@ -6,7 +6,7 @@
 //! it is removed.
 
 use crate::sync::lock;
-use sprat_proto::{Batch, EntryKind};
+use sprat_proto::{Batch, EntryKind, KeptEntries};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -48,10 +48,12 @@ impl std::fmt::Debug for FileLog {
     }
 }
 
-/// What a pushed batch held that an acknowledgement completes.
+/// What a pushed batch held that an acknowledgement completes, with its index among the
+/// batch's entries (how the acknowledgement names what the server kept).
 enum Held {
-    File(Vec<u8>),
+    File(usize, Vec<u8>),
     Chunk {
+        index: usize,
         path: Vec<u8>,
         len: u64,
         file_size: u64,
@@ -61,14 +63,16 @@ enum Held {
 /// A push's batches in flight, to report their files once the server acknowledged them. A
 /// small file is complete with its batch's acknowledgement; a large file once acknowledged
 /// chunks cover its size, or (a resumed file, of which only missing ranges travel) when the
-/// session is done ([`PushListing::finish`]).
+/// session is done ([`PushListing::finish`]). Files the server kept as the destination had
+/// them (`--ignore-existing`, or its own check of what the client could not list) are not
+/// reported: they were not copied.
 pub(crate) struct PushListing {
     log: FileLog,
     in_flight: Mutex<HashMap<u64, Vec<Held>>>,
     /// Large files with chunks acknowledged: bytes acknowledged so far.
     large: Mutex<HashMap<Vec<u8>, u64>>,
-    /// Large files of which a chunk failed: never reported.
-    failed: Mutex<HashSet<Vec<u8>>>,
+    /// Large files of which a chunk failed or was kept: never reported.
+    unreported: Mutex<HashSet<Vec<u8>>>,
 }
 
 impl PushListing {
@@ -77,7 +81,7 @@ impl PushListing {
             log,
             in_flight: Mutex::default(),
             large: Mutex::default(),
-            failed: Mutex::default(),
+            unreported: Mutex::default(),
         }
     }
 
@@ -87,11 +91,13 @@ impl PushListing {
         let held = view
             .entries
             .iter()
-            .filter_map(|e| match &e.kind {
-                EntryKind::File { .. } => Some(Held::File(e.path.to_vec())),
+            .enumerate()
+            .filter_map(|(index, e)| match &e.kind {
+                EntryKind::File { .. } => Some(Held::File(index, e.path.to_vec())),
                 EntryKind::Chunk {
                     file_size, data, ..
                 } => Some(Held::Chunk {
+                    index,
                     path: e.path.to_vec(),
                     len: data.len() as u64,
                     file_size: *file_size,
@@ -102,27 +108,33 @@ impl PushListing {
         lock(&self.in_flight).insert(batch.seq, held);
     }
 
-    /// The server acknowledged batch `seq`; `failures` name what of it failed.
-    pub(crate) fn acked(&self, seq: u64, failures: &[(Vec<u8>, String)]) {
+    /// The server acknowledged batch `seq`; `kept` says which of its entries the server kept
+    /// as the destination had them, `failures` name what of it failed.
+    pub(crate) fn acked(&self, seq: u64, kept: &KeptEntries, failures: &[(Vec<u8>, String)]) {
         let Some(held) = lock(&self.in_flight).remove(&seq) else {
             return;
         };
         let failed: HashSet<&[u8]> = failures.iter().map(|(p, _)| p.as_slice()).collect();
         for h in held {
             match h {
-                Held::File(path) if !failed.contains(path.as_slice()) => self.log.completed(&path),
-                Held::File(_) => {}
+                Held::File(index, path)
+                    if !kept.contains(index) && !failed.contains(path.as_slice()) =>
+                {
+                    self.log.completed(&path)
+                }
+                Held::File(..) => {}
                 Held::Chunk {
+                    index,
                     path,
                     len,
                     file_size,
                 } => {
-                    if failed.contains(path.as_slice()) {
+                    if kept.contains(index) || failed.contains(path.as_slice()) {
                         lock(&self.large).remove(&path);
-                        lock(&self.failed).insert(path);
+                        lock(&self.unreported).insert(path);
                         continue;
                     }
-                    if lock(&self.failed).contains(&path) {
+                    if lock(&self.unreported).contains(&path) {
                         continue;
                     }
                     let mut large = lock(&self.large);
@@ -159,6 +171,16 @@ mod tests {
         (FileLog::new(move |p, _| lock(&s).push(p.to_vec())), seen)
     }
 
+    fn none() -> KeptEntries {
+        KeptEntries::default()
+    }
+
+    fn kept(at: &[usize]) -> KeptEntries {
+        let mut kept = KeptEntries::default();
+        at.iter().for_each(|&i| kept.mark(i));
+        kept
+    }
+
     fn chunk(seq: u64, path: &[u8], size: u64, offset: u64, len: u64) -> Batch {
         let mut b = Batch::new(seq, len as usize);
         b.data.resize(len as usize, 7);
@@ -184,10 +206,10 @@ mod tests {
         b.push_dir(b"d", &FileMeta::default());
         listing.sending(&b);
         assert!(lock(&seen).is_empty(), "nothing before the acknowledgement");
-        listing.acked(1, &[(b"b".to_vec(), "disk trouble".into())]);
+        listing.acked(1, &none(), &[(b"b".to_vec(), "disk trouble".into())]);
         assert_eq!(*lock(&seen), vec![b"a".to_vec()]);
         // An acknowledgement of a batch not in flight reports nothing.
-        listing.acked(1, &[]);
+        listing.acked(1, &none(), &[]);
         assert_eq!(lock(&seen).len(), 1);
     }
 
@@ -198,20 +220,44 @@ mod tests {
         listing.sending(&chunk(1, b"big", 10, 0, 4));
         listing.sending(&chunk(2, b"big", 10, 4, 4));
         listing.sending(&chunk(3, b"big", 10, 8, 2));
-        listing.acked(3, &[]);
-        listing.acked(1, &[]);
+        listing.acked(3, &none(), &[]);
+        listing.acked(1, &none(), &[]);
         assert!(lock(&seen).is_empty());
-        listing.acked(2, &[]);
+        listing.acked(2, &none(), &[]);
         assert_eq!(*lock(&seen), vec![b"big".to_vec()]);
         // A resumed file (only its tail travels) is reported when the session is done; one
         // of which a chunk failed never is.
         listing.sending(&chunk(4, b"resumed", 10, 8, 2));
         listing.sending(&chunk(5, b"broken", 10, 0, 4));
         listing.sending(&chunk(6, b"broken", 10, 4, 6));
-        listing.acked(4, &[]);
-        listing.acked(5, &[(b"broken".to_vec(), "bad".into())]);
-        listing.acked(6, &[]);
+        listing.acked(4, &none(), &[]);
+        listing.acked(5, &none(), &[(b"broken".to_vec(), "bad".into())]);
+        listing.acked(6, &none(), &[]);
         listing.finish();
         assert_eq!(*lock(&seen), vec![b"big".to_vec(), b"resumed".to_vec()]);
+    }
+
+    #[test]
+    fn files_the_server_kept_are_not_reported() {
+        let (log, seen) = recorder();
+        let listing = PushListing::new(log);
+        let mut b = Batch::new(1, 8);
+        b.push_dir(b"d", &FileMeta::default());
+        for name in [&b"d/a"[..], b"d/b", b"d/c"] {
+            b.data.extend_from_slice(b"xy");
+            b.push_file(name, &FileMeta::default(), 2, 0);
+        }
+        listing.sending(&b);
+        // Entries 1 and 3 (`d/a`, `d/c`; entry 0 is the directory) were kept.
+        listing.acked(1, &kept(&[1, 3]), &[]);
+        assert_eq!(*lock(&seen), vec![b"d/b".to_vec()]);
+        // A large file whose completing chunk the server kept is never reported, whatever
+        // the order its other chunks' acknowledgements come in.
+        listing.sending(&chunk(2, b"big", 10, 0, 4));
+        listing.sending(&chunk(3, b"big", 10, 4, 6));
+        listing.acked(3, &kept(&[0]), &[]);
+        listing.acked(2, &none(), &[]);
+        listing.finish();
+        assert_eq!(*lock(&seen), vec![b"d/b".to_vec()]);
     }
 }

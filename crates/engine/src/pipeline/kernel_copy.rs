@@ -17,6 +17,7 @@ use crate::pipeline::sink::BatchOutcome;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::ErrorCode;
 use sprat_store::clone::CloneSource;
+use sprat_store::write::Placed;
 use sprat_store::{ScanEntry, TreeWriter, WriterCursor};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -177,7 +178,15 @@ fn copy_one(
         scanned: crate::pipeline::source::scanned(entry),
     };
     match cursor.copy_in_kernel(source, &entry.path, &entry.attrs) {
-        Ok(all) => {
+        // Appeared after the planning looked: `--ignore-existing` keeps it.
+        Ok((_, Placed::KeptExisting)) => {
+            // Counted as a file done with the report's, as every file the writer kept.
+            outcome.kept += 1;
+            outcome.kept_bytes += entry.size;
+            shown.progress.add(0, entry.size);
+            false
+        }
+        Ok((all, Placed::Written)) => {
             outcome.files += 1;
             outcome.bytes += entry.size;
             // As the write stage does (see `sink`): a time outside 32 bits may be more than

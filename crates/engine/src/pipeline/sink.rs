@@ -12,8 +12,10 @@ use crate::error::TransferError;
 use crate::sync::lock;
 use crossbeam_channel::{bounded, Sender};
 use sprat_proto::message::MAX_ACK_FAILURES;
-use sprat_proto::{Batch, BatchView, EntryKind, ErrorCode, FileMeta, KeepRule, NotKept, Totals};
-use sprat_store::write::{ChunkOutcome, QuickCheck};
+use sprat_proto::{
+    Batch, BatchView, EntryKind, ErrorCode, FileMeta, KeepRule, KeptEntries, NotKept, Totals,
+};
+use sprat_store::write::{ChunkOutcome, Placed, QuickCheck};
 use sprat_store::{Attrs, TreeWriter, WriterCursor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +60,9 @@ pub struct BatchOutcome {
     pub kept_fixed: u64,
     /// The bytes of both (they crossed the network: the acknowledgement counts them).
     pub kept_bytes: u64,
+    /// Which of the batch's entries were kept (both kinds, and files `--ignore-existing`
+    /// kept), for a pushing client's `-v` (see [`KeptEntries`]).
+    pub kept_entries: KeptEntries,
     /// Items that failed, with the reason (the first [`MAX_ACK_FAILURES`]); the transfer
     /// goes on.
     pub failures: Vec<(Vec<u8>, String)>,
@@ -346,7 +351,7 @@ pub fn write_batch(
     // The last entry was a list of attributes of which the writer sets no `trusted.*` or
     // `security.*` ones (see `EntryKind::Xattrs` below).
     let mut dropping_xattrs = false;
-    for entry in &view.entries {
+    for (index, entry) in view.entries.iter().enumerate() {
         let attrs = |cursor: &Option<&mut WriterCursor<'_>>, m: &FileMeta| {
             names.attrs(cursor.as_deref(), m)
         };
@@ -385,6 +390,7 @@ pub fn write_batch(
                     (QuickCheck::Same, _) => {
                         out.kept += 1;
                         out.kept_bytes += size;
+                        out.kept_entries.mark(index);
                         Ok(())
                     }
                     // As if the sender had sent its attributes alone.
@@ -393,16 +399,26 @@ pub fn write_batch(
                             wrote = Some(*meta);
                             out.kept_fixed += 1;
                             out.kept_bytes += size;
+                            out.kept_entries.mark(index);
                         })
                     }
                     (_, c) => c
-                        .map_or(Ok(()), |c| c.write_file(path, &a, data))
-                        .map(|()| {
-                            wrote = Some(*meta);
-                            out.files += 1;
-                            out.bytes += size;
-                            if list {
-                                out.completed.push(path.to_vec());
+                        .map_or(Ok(Placed::Written), |c| c.write_file(path, &a, data))
+                        .map(|placed| match placed {
+                            Placed::Written => {
+                                wrote = Some(*meta);
+                                out.files += 1;
+                                out.bytes += size;
+                                if list {
+                                    out.completed.push(path.to_vec());
+                                }
+                            }
+                            // Appeared after the sender looked (or where it could not):
+                            // `--ignore-existing` keeps it, as the sender would have.
+                            Placed::KeptExisting => {
+                                out.kept += 1;
+                                out.kept_bytes += size;
+                                out.kept_entries.mark(index);
                             }
                         }),
                 }
@@ -453,6 +469,7 @@ pub fn write_batch(
                 };
                 if let Some(kept) = kept_here {
                     out.kept_bytes += data.len() as u64;
+                    out.kept_entries.mark(index);
                     kept
                 } else {
                     match cursor.as_deref_mut() {
@@ -482,6 +499,11 @@ pub fn write_batch(
                             if list {
                                 out.completed.push(path.to_vec());
                             }
+                        }
+                        ChunkOutcome::Kept => {
+                            out.kept += 1;
+                            out.kept_bytes += data.len() as u64;
+                            out.kept_entries.mark(index);
                         }
                         ChunkOutcome::Dropped => {}
                     })

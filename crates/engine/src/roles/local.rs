@@ -93,7 +93,7 @@ pub(crate) fn copy(
         for o in reply_rx.try_iter() {
             fatal = fatal.or_else(|| fatal_outcome(&o, dst));
             counts.add_outcome(&o);
-            options.progress.add(o.files, o.bytes);
+            options.progress.add(o.files, o.bytes + o.kept_bytes);
             report_completed(options, &o);
         }
     }
@@ -116,7 +116,7 @@ pub(crate) fn copy(
     for o in reply_rx.iter() {
         fatal = fatal.or_else(|| fatal_outcome(&o, dst));
         counts.add_outcome(&o);
-        options.progress.add(o.files, o.bytes);
+        options.progress.add(o.files, o.bytes + o.kept_bytes);
         report_completed(options, &o);
     }
     if let Some(e) = fatal {
@@ -127,6 +127,12 @@ pub(crate) fn copy(
     let cloned_files = cloned.files.load(Ordering::Relaxed);
     counts.files += cloned_files;
     counts.bytes += cloned.bytes.load(Ordering::Relaxed);
+    counts.kept += cloned.kept.load(Ordering::Relaxed);
+    // Files the writer kept (see `BatchOutcome::kept`) were not copied: up to date, for the
+    // report.
+    if let Some(s) = &skipped {
+        s.kept_by_destination(counts.kept, counts.kept_fixed);
+    }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
     let stages = Stages {
@@ -154,6 +160,8 @@ pub(crate) fn copy(
 struct Cloned {
     files: AtomicU64,
     bytes: AtomicU64,
+    /// Files `--ignore-existing` kept: their names were taken after the planning looked.
+    kept: AtomicU64,
 }
 
 /// Files this large or larger are copied inside the kernel by a local copy, not in batches
@@ -228,16 +236,23 @@ fn take_whole_files(
                     scanned: source::scanned(entry),
                 };
                 // An error puts nothing in place: the ordinary copy then meets and reports it.
-                if let Ok(sprat_store::clone::Cloned::Done) =
-                    writer.cursor().clone_file(from, &entry.path, &entry.attrs)
-                {
-                    cloned.files.fetch_add(1, Ordering::Relaxed);
-                    cloned.bytes.fetch_add(entry.size, Ordering::Relaxed);
-                    progress.add(1, entry.size);
-                    if let Some(log) = &file_log {
-                        log.completed(&entry.path);
+                match writer.cursor().clone_file(from, &entry.path, &entry.attrs) {
+                    Ok(sprat_store::clone::Cloned::Done) => {
+                        cloned.files.fetch_add(1, Ordering::Relaxed);
+                        cloned.bytes.fetch_add(entry.size, Ordering::Relaxed);
+                        progress.add(1, entry.size);
+                        if let Some(log) = &file_log {
+                            log.completed(&entry.path);
+                        }
+                        return true;
                     }
-                    return true;
+                    Ok(sprat_store::clone::Cloned::Kept) => {
+                        // Counted as a file done with the report's (see below).
+                        cloned.kept.fetch_add(1, Ordering::Relaxed);
+                        progress.add(0, entry.size);
+                        return true;
+                    }
+                    _ => {}
                 }
             }
             match &offer {

@@ -248,7 +248,9 @@ pub(crate) fn pull(
                             abort.fail(e);
                         }
                         counts.add_outcome(&o);
-                        options.progress.add(o.files, o.bytes);
+                        // Files this writer kept (see `BatchOutcome::kept`) are done too.
+                        let kept = o.kept + o.kept_fixed;
+                        options.progress.add(o.files + kept, o.bytes + o.kept_bytes);
                         if let Some(log) = &options.file_log {
                             o.completed.iter().for_each(|p| log.completed(p));
                         }
@@ -306,7 +308,13 @@ pub(crate) fn pull(
         stages,
     )
     .with_durable(options.durable)
-    .with_not_sent(remote.up_to_date, remote.attrs_fixed, remote.bytes_not_sent)
+    // With what this writer kept: up to date at the destination, which the server could not
+    // see (below directories this side could not list) or that appeared meanwhile.
+    .with_not_sent(
+        remote.up_to_date + counts.kept,
+        remote.attrs_fixed + counts.kept_fixed,
+        remote.bytes_not_sent,
+    )
     .with_path(session.report(streams_max, streams_max, &tail)))
 }
 

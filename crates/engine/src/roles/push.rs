@@ -846,6 +846,7 @@ fn receive_acks(
                 seq,
                 files,
                 bytes,
+                kept,
                 failures,
                 unlisted,
             } => {
@@ -853,7 +854,7 @@ fn receive_acks(
                 opening.acked(seq);
                 push.progress.add(files as u64, bytes);
                 if let Some(listing) = &push.listing {
-                    listing.acked(seq, &failures);
+                    listing.acked(seq, &kept, &failures);
                 }
                 let o = BatchOutcome {
                     seq,

@@ -708,6 +708,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                     seq: 0,
                     files: 0,
                     bytes: 0,
+                    kept: Default::default(),
                     failures: report
                         .failures
                         .iter()

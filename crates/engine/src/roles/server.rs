@@ -1374,7 +1374,8 @@ fn acknowledge(
         // Files kept because the destination had them (sent before the client had its
         // listing) count with their bytes, not as files written.
         let bytes = o.bytes + o.kept_bytes;
-        let ack = lock(machine).ack(o.seq, o.files as u32, bytes, o.ack_failures());
+        let kept = std::mem::take(&mut o.kept_entries);
+        let ack = lock(machine).ack(o.seq, o.files as u32, bytes, kept, o.ack_failures());
         conn.send(&ack.map_err(|e| conn.session_error(e))?)?;
     }
     let end_ack = lock(machine).end_ack();

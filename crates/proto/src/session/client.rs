@@ -42,6 +42,7 @@ pub enum Event {
         seq: u64,
         files: u32,
         bytes: u64,
+        kept: crate::KeptEntries,
         failures: Vec<(Vec<u8>, String)>,
         unlisted: u32,
     },
@@ -291,6 +292,7 @@ impl ClientStream {
                             seq,
                             files,
                             bytes,
+                            kept,
                             failures,
                             unlisted,
                         },
@@ -304,6 +306,7 @@ impl ClientStream {
                             seq,
                             files,
                             bytes,
+                            kept,
                             failures,
                             unlisted,
                         })
@@ -633,6 +636,7 @@ mod tests {
             seq,
             files: 1,
             bytes: 1,
+            kept: Default::default(),
             failures: Vec::new(),
             unlisted: 0,
         }

@@ -430,6 +430,7 @@ impl ServerStream {
         seq: u64,
         files: u32,
         bytes: u64,
+        kept: crate::KeptEntries,
         (failures, unlisted): (Vec<(Vec<u8>, String)>, u32),
     ) -> Result<Message, SessionError> {
         match &mut self.state {
@@ -439,6 +440,7 @@ impl ServerStream {
                     seq,
                     files,
                     bytes,
+                    kept,
                     failures,
                     unlisted,
                 })
@@ -480,6 +482,7 @@ impl ServerStream {
             seq: 0,
             files: 0,
             bytes: 0,
+            kept: crate::KeptEntries::default(),
             failures,
             unlisted,
         })
@@ -575,7 +578,7 @@ mod tests {
         let (mut s, now) = open_push();
         s.on_batch().expect("batch");
         s.on_batch().expect("batch");
-        assert!(s.ack(1, 1, 1, (Vec::new(), 0)).is_ok());
+        assert!(s.ack(1, 1, 1, Default::default(), (Vec::new(), 0)).is_ok());
         assert_eq!(s.on_message(Message::End, now), Ok(Event::Ended));
         assert!(s.on_batch().is_err());
     }
@@ -586,9 +589,10 @@ mod tests {
         s.on_batch().expect("batch");
         assert_eq!(s.on_message(Message::End, now), Ok(Event::Ended));
         assert!(s.end_ack().is_err());
-        s.ack(1, 1, 1, (Vec::new(), 0)).expect("ack");
+        s.ack(1, 1, 1, Default::default(), (Vec::new(), 0))
+            .expect("ack");
         assert!(
-            s.ack(2, 1, 1, (Vec::new(), 0)).is_err(),
+            s.ack(2, 1, 1, Default::default(), (Vec::new(), 0)).is_err(),
             "more acks than batches"
         );
         assert!(s.done(RemoteStats::default()).is_err(), "no Commit yet");

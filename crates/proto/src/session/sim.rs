@@ -401,10 +401,13 @@ impl SimServer {
                     s.files += 1;
                     s.bytes += b.data.len() as u64;
                 }
-                let ack =
-                    self.conns[conn]
-                        .stream
-                        .ack(b.seq, 1, b.data.len() as u64, (Vec::new(), 0))?;
+                let ack = self.conns[conn].stream.ack(
+                    b.seq,
+                    1,
+                    b.data.len() as u64,
+                    Default::default(),
+                    (Vec::new(), 0),
+                )?;
                 net.send(conn, To::Client, Frame::Msg(ack));
                 return Ok(());
             }
