@@ -1393,6 +1393,19 @@ fn what_a_non_root_servers_unreadable_directory_holds_is_kept_as_the_rules_say()
         let n = rustix::fs::lgetxattr(xcopy.join("c"), "user.tag", &mut buf).unwrap();
         assert_eq!(&buf[..n], b"two");
         chmod(&xcopy, 0o000);
+        // Once they are right, a re-run fixes nothing there (before, every file kept there
+        // counted as fixed, and its owner as not kept, on every run: review of
+        // `--ignore-existing`, #3).
+        let out = cp(&srv, &["-X", "--json"], &src, srv.url("x"));
+        assert_ok(&out, Some(&srv));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["attrs_fixed"], 0, "{}", describe(&out));
+        assert_eq!(report["not_kept"]["owners"], 0, "{}", describe(&out));
+        assert!(
+            report["up_to_date"].as_u64() >= Some(2),
+            "{}",
+            describe(&out)
+        );
     }
     chmod(&src.join("z0"), 0o000);
 

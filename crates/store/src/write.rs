@@ -1225,9 +1225,35 @@ impl WriterCursor<'_> {
         }
     }
 
-    /// Whether extended attributes were set for `path` by [`WriterCursor::set_next_xattrs`].
-    pub fn has_next_xattrs(&self, path: &[u8]) -> bool {
-        self.xattrs.as_ref().is_some_and(|(p, _)| p == path)
+    /// Whether the extended attributes set for `path` by [`WriterCursor::set_next_xattrs`]
+    /// would change what the destination has there (in their scope, as this writer sets
+    /// them); `true` when they cannot be read. Looked at without opening it.
+    pub fn next_xattrs_differ(&mut self, path: &[u8]) -> bool {
+        let scope = match &self.xattrs {
+            Some((p, update)) if p == path => update.scope & self.writer.xattrs(),
+            _ => return false,
+        };
+        let writer = self.writer;
+        let present = writer
+            .target(path)
+            .ok()
+            .and_then(|target| self.parent(target).ok())
+            .and_then(|(dir, name)| crate::xattr::Unopened::at(dir, name).ok())
+            .and_then(|item| crate::xattr::read(&item, scope).ok());
+        let Some(present) = present else {
+            return true;
+        };
+        let Some((_, update)) = &self.xattrs else {
+            return true;
+        };
+        let mut wanted: Vec<&(Vec<u8>, Vec<u8>)> = update
+            .list
+            .iter()
+            .filter(|(n, _)| scope & crate::xattr::scope_of(n) != 0)
+            .collect();
+        // Both sorted by name (`xattr::read` sorts).
+        wanted.sort();
+        present.len() != wanted.len() || present.iter().zip(wanted).any(|(a, b)| *a != *b)
     }
 
     /// The extended attributes set for `path` by [`WriterCursor::set_next_xattrs`].

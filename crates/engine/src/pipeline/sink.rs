@@ -152,7 +152,8 @@ fn check_here(
 ) -> QuickCheck {
     match rule {
         KeepRule::SameSizeAndTime => match c.quick_check(path, attrs, size) {
-            QuickCheck::Same if c.has_next_xattrs(path) => QuickCheck::SameContent,
+            // Attributes sent with it (`-X`, `-A`) that it lacks are set.
+            QuickCheck::Same if c.next_xattrs_differ(path) => QuickCheck::SameContent,
             check => check,
         },
         KeepRule::Present if c.has_anything(path) => QuickCheck::Same,
