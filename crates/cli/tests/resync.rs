@@ -789,3 +789,69 @@ fn files_that_appear_during_an_ignore_existing_copy_are_left_alone_and_counted_s
         assert_eq!(left, ["big", "small"], "{why}");
     }
 }
+
+/// A large file's partial copy left by an interrupted run, when the file then appears at the
+/// destination from elsewhere: `--ignore-existing` keeps that file, so the partial copy is of
+/// no use, and `--ignore-existing --delete` removes it (before, nothing ever did: review
+/// 2026-11-29 of `--ignore-existing`, #4). Local copy and push.
+#[test]
+fn ignore_existing_with_delete_removes_the_partial_copy_of_a_file_it_keeps() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 5)).unwrap();
+    std::fs::write(src.join("small"), b"small").unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+    ] {
+        let target = match how {
+            "local" => dst.as_os_str().to_owned(),
+            _ => srv.url("pushed").into(),
+        };
+        let mut args = common::cp_args((how == "push").then_some(&srv), &chunked, &src, &target);
+        args.splice(1..1, ["--bwlimit".into(), "2MB/s".into()]);
+        let mut child = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
+        // Interrupted once the large file's journal shows chunks written.
+        let journal = dst.join(".big.sprat-part.log");
+        let started = std::time::Instant::now();
+        while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{how}: no partial copy"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(child.pid() as i32).unwrap(),
+            rustix::process::Signal::INT,
+        )
+        .unwrap();
+        let out = child.wait_or_panic(Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(130), "{how}");
+        assert!(dst.join(".big.sprat-part").exists(), "{how}");
+        std::fs::write(dst.join("big"), b"from elsewhere").unwrap();
+        let mut extra = vec!["--ignore-existing", "--delete"];
+        extra.extend_from_slice(&chunked);
+        let out = match how {
+            "local" => cp_local(&extra, &src, &dst),
+            _ => cp(&srv, &extra, &src, srv.url("pushed")),
+        };
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", sprat_testkit::describe(&out));
+        assert_eq!(
+            std::fs::read(dst.join("big")).unwrap(),
+            b"from elsewhere",
+            "{why}"
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&dst)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["big", "small"], "{why}");
+    }
+}

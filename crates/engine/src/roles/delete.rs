@@ -200,12 +200,30 @@ pub(crate) fn extras_unless_unreadable(
         .filter(|(p, _)| !p.contains(&b'/') && partial::final_name_of_hidden(p).is_none())
         .count();
     let owners = partial_owners(partials);
+    // With `--ignore-existing`, a file the destination has is never written again: a partial
+    // file of it is of no use (an interrupted run left it before the file appeared there).
+    let kept_files: HashSet<Vec<u8>> = match options.keeps_existing() {
+        true => {
+            let with_partial: HashSet<Vec<u8>> = dest
+                .iter()
+                .filter(|(_, is_dir)| !*is_dir)
+                .filter_map(|(p, _)| owner_of(p, &owners).map(|f| f.into_owned()))
+                .collect();
+            dest.iter()
+                .filter(|(p, is_dir)| !*is_dir && with_partial.contains(p))
+                .map(|(p, _)| p.clone())
+                .collect()
+        }
+        false => HashSet::new(),
+    };
     let (protected, mut extra): (Vec<_>, Vec<_>) = dest
         .into_iter()
         .filter(|(p, _)| !source.contains(p))
         // A partial file of a file the source has is what the copy resumes from.
         .filter(|(p, is_dir)| {
-            *is_dir || owner_of(p, &owners).is_none_or(|f| !source.contains(f.as_ref()))
+            *is_dir
+                || owner_of(p, &owners)
+                    .is_none_or(|f| !source.contains(f.as_ref()) || kept_files.contains(f.as_ref()))
         })
         .partition(|(p, is_dir)| filter.protected(p, *is_dir));
     // A directory holding a protected entry stays (its other extras go one by one).
