@@ -812,27 +812,8 @@ fn ignore_existing_with_delete_removes_the_partial_copy_of_a_file_it_keeps() {
             "local" => dst.as_os_str().to_owned(),
             _ => srv.url("pushed").into(),
         };
-        let mut args = common::cp_args((how == "push").then_some(&srv), &chunked, &src, &target);
-        args.splice(1..1, ["--bwlimit".into(), "2MB/s".into()]);
-        let mut child = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
-        // Interrupted once the large file's journal shows chunks written.
-        let journal = dst.join(".big.sprat-part.log");
-        let started = std::time::Instant::now();
-        while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{how}: no partial copy"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(child.pid() as i32).unwrap(),
-            rustix::process::Signal::INT,
-        )
-        .unwrap();
-        let out = child.wait_or_panic(Duration::from_secs(30));
-        assert_eq!(out.status.code(), Some(130), "{how}");
-        assert!(dst.join(".big.sprat-part").exists(), "{how}");
+        let server = (how == "push").then_some(&srv);
+        common::interrupt_once_a_partial_copy_is_written(server, &chunked, &src, &target, &dst);
         std::fs::write(dst.join("big"), b"from elsewhere").unwrap();
         let mut extra = vec!["--ignore-existing", "--delete"];
         extra.extend_from_slice(&chunked);

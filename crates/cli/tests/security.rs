@@ -1787,3 +1787,38 @@ fn setting_attributes_never_reaches_a_hard_link_outside_the_root() {
         0o600
     );
 }
+
+/// A hard link of a file outside the export, put under the name of a large file's partial
+/// copy (by anyone who may write the directory), is never resumed into: the push starts the
+/// partial copy again, and the file outside keeps its content, owner and mode. Before, the
+/// server wrote the pushed bytes into it, then gave it the pushed owner and mode (review
+/// 2026-11-29 of the server's confinement, F2).
+#[test]
+fn a_hard_link_under_a_partial_copys_name_is_never_written_through() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&root).unwrap();
+    let data = sprat_testkit::random_bytes(12 << 20, 8);
+    fs::write(src.join("big"), &data).unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let dst = root.join("in");
+    let url: std::ffi::OsString = srv.url("in").into();
+    common::interrupt_once_a_partial_copy_is_written(Some(&srv), &chunked, &src, &url, &dst);
+    // Outside the export, of the same size: what the journal's chunks would go into.
+    let outside = t.path().join("outside");
+    let theirs = vec![b'o'; data.len()];
+    fs::write(&outside, &theirs).unwrap();
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(dst.join(".big.sprat-part")).unwrap();
+    fs::hard_link(&outside, dst.join(".big.sprat-part")).unwrap();
+    let out = cp(&srv, &chunked, &src, srv.url("in"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(fs::read(dst.join("big")).unwrap(), data);
+    assert_eq!(fs::read(&outside).unwrap(), theirs, "{}", describe(&out));
+    let m = fs::metadata(&outside).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o600);
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&m), 1);
+}

@@ -21,11 +21,28 @@ pub(crate) fn proc_path(fd: impl AsFd) -> String {
 /// Opens `name` in `dir` with `flags` (never creating it, never following a symlink) if it
 /// is a regular file; `Errno::NXIO` if it is anything else.
 pub fn open_regular_at(dir: impl AsFd, name: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+    open_checked(dir, name, flags, false)
+}
+
+/// [`open_regular_at`] of a file this process's user made for itself (a partial copy and its
+/// journal): also `Errno::PERM` unless it is owned by the effective user and has no other hard
+/// link. Whoever may write the directory could put another user's file there under that name
+/// (a hard link of a file outside the tree, or of another user's file in it), which writing,
+/// `chown` and `chmod` would then change.
+pub fn open_own_regular_at(dir: impl AsFd, name: &[u8], flags: OFlags) -> Result<OwnedFd, Errno> {
+    open_checked(dir, name, flags, true)
+}
+
+fn open_checked(dir: impl AsFd, name: &[u8], flags: OFlags, own: bool) -> Result<OwnedFd, Errno> {
     let name: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(name);
     let path = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let at = openat(dir, name, path, Mode::empty())?;
-    if FileType::from_raw_mode(fstat(&at)?.st_mode) != FileType::RegularFile {
+    let st = fstat(&at)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(Errno::NXIO);
+    }
+    if own && (st.st_nlink != 1 || st.st_uid != rustix::process::geteuid().as_raw()) {
+        return Err(Errno::PERM);
     }
     let again = flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::TRUNC);
     openat(

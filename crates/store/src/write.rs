@@ -656,14 +656,14 @@ impl TreeWriter {
         rustix::fs::fchown(fd, uid, gid)
     }
 
-    /// Sets the owner and group of `name` in `dir` (never following a symlink) when this
-    /// writer sets owners: a link or special file, which is never opened.
-    pub(crate) fn chown_at(&self, dir: &OwnedFd, name: &[u8], attrs: &Attrs) -> Result<(), Errno> {
+    /// Sets the owner and group of the item `fd` holds (an `O_PATH` descriptor too) when this
+    /// writer sets owners.
+    pub(crate) fn chown_path_fd(&self, fd: &OwnedFd, attrs: &Attrs) -> Result<(), Errno> {
         if !self.owners {
             return Ok(());
         }
         let (uid, gid) = owner_ids(attrs);
-        rustix::fs::chownat(dir, os(name), uid, gid, AtFlags::SYMLINK_NOFOLLOW)
+        rustix::fs::chownat(fd, "", uid, gid, AtFlags::EMPTY_PATH)
     }
 
     /// The mode a regular file is given for the `mode` it was sent with.
@@ -1010,23 +1010,17 @@ impl TreeWriter {
         }
     }
 
-    /// Gives the link or special file just made as `temp` in `dir` its mtime (never following
-    /// it) and then its name `name` (see [`TreeWriter::put_in_place`]); `what` names the
-    /// operation in errors.
+    /// Gives the link or special file just made as `temp` in `dir` its name `name` (see
+    /// [`TreeWriter::put_in_place`]); `what` names the operation in errors.
     fn place_node(
         &self,
         dir: &OwnedFd,
         (temp, name): (&[u8], &[u8]),
         path: &[u8],
-        attrs: &Attrs,
         what: &'static str,
     ) -> Result<(), StoreError> {
-        let flags = AtFlags::SYMLINK_NOFOLLOW;
-        utimensat(dir, os(temp), &timestamps(attrs), flags)
-            .and_then(|()| {
-                self.put_in_place(dir, temp, name, path.is_empty())
-                    .map(|_| ())
-            })
+        self.put_in_place(dir, temp, name, path.is_empty())
+            .map(|_| ())
             .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
                 true => put_in_place_error(path, e),
                 false => StoreError::new(what, path, e),
@@ -1807,10 +1801,19 @@ impl WriterCursor<'_> {
                 other => other,
             })
             .map_err(|e| StoreError::new("create symlink", path, e))?;
-        let chown = || writer.chown_at(dir, &temp, attrs);
-        let result = chown()
-            .map_err(|e| StoreError::new("create symlink", path, e))
-            .and_then(|()| writer.place_node(dir, (&temp, name), path, attrs, "create symlink"));
+        // Its owner and mtime set through a descriptor of the link just made (see
+        // `HeldNode`), then its name.
+        let by_name = || {
+            let flags = AtFlags::SYMLINK_NOFOLLOW;
+            utimensat(dir, os(&temp), &timestamps(attrs), flags)
+        };
+        let result = HeldNode::open(dir, &temp, FileType::Symlink, None, true)
+            .and_then(|held| {
+                writer.chown_path_fd(&held.fd, attrs)?;
+                held.set_mtime(attrs, by_name)
+            })
+            .map_err(|e| held_error("create symlink", path, e))
+            .and_then(|()| writer.place_node(dir, (&temp, name), path, "create symlink"));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
@@ -1852,26 +1855,20 @@ impl WriterCursor<'_> {
         // Setuid and setgid bits make nothing of a FIFO, socket or device run: kept as sent.
         let mode = Mode::from_raw_mode(attrs.mode & 0o7777);
         // The same special file there already (a socket a service listens on, a FIFO a reader
-        // holds open) is kept: only what differs of its attributes is set, by name.
-        let wanted = StatxFlags::TYPE
-            | StatxFlags::MODE
-            | StatxFlags::UID
-            | StatxFlags::GID
-            | StatxFlags::MTIME;
-        if let Ok(st) = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted) {
-            let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
-            let same_kind = FileType::from_raw_mode(u32::from(st.stx_mode)) == special.file_type()
-                && (!special.is_device() || number == special.dev());
-            if same_kind {
-                fix_special(writer, (dir, name), &st, (mode, attrs))
-                    .map_err(|e| StoreError::new("set attributes of", path, e))?;
-                if let Some(x) = &xattrs {
-                    let item = crate::xattr::Unopened::at(dir, name)
-                        .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
-                    writer.apply_xattrs(&item, x, false, path)?;
-                }
-                return Ok(());
+        // holds open) is kept: only what differs of its attributes is set, through a
+        // descriptor of that very node (never by name: whoever can write the directory could
+        // put a symlink or another file's hard link there meanwhile).
+        let (kind, dev) = (special.file_type(), Some(special.dev()));
+        if let Ok(held) = HeldNode::open(dir, name, kind, dev, false) {
+            held.fix(writer, (mode, attrs))
+                .map_err(|e| StoreError::new("set attributes of", path, e))?;
+            if let Some(x) = &xattrs {
+                let item = held
+                    .unopened()
+                    .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
+                writer.apply_xattrs(&item, x, false, path)?;
             }
+            return Ok(());
         }
         let temp = writer.temp_name(name);
         let create = || mknodat(dir, os(&temp), special.file_type(), mode, special.dev());
@@ -1884,23 +1881,27 @@ impl WriterCursor<'_> {
                 other => other,
             })
             .map_err(|e| StoreError::new(what, path, e))?;
-        let chown = || writer.chown_at(dir, &temp, attrs);
-        // Its ACL and attributes (`-A`, `-X`) on the node, never opened (see
-        // `crate::xattr::Unopened`), before its name appears.
-        let with_xattrs = || -> Result<(), StoreError> {
-            if let Some(x) = &xattrs {
-                let item = crate::xattr::Unopened::at(dir, &temp)
-                    .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
-                writer.apply_xattrs(&item, x, true, path)?;
-            }
-            Ok(())
-        };
-        // The mode again after the umask and the change of owner; chmod never opens the file.
-        let result = chown()
-            .and_then(|()| rustix::fs::chmodat(dir, os(&temp), mode, AtFlags::empty()))
-            .map_err(|e| StoreError::new(what, path, e))
-            .and_then(|()| with_xattrs())
-            .and_then(|()| writer.place_node(dir, (&temp, name), path, attrs, what));
+        // Its owner, mode, ACL and attributes (`-A`, `-X`) and mtime, set through a
+        // descriptor of the node just made (see `HeldSpecial`), never opened, before its name
+        // appears; the mode again after the umask and the change of owner.
+        let result = HeldNode::open(dir, &temp, kind, dev, true)
+            .and_then(|held| {
+                writer.chown_path_fd(&held.fd, attrs)?;
+                crate::perm::set_mode(held.fd.as_fd(), mode.bits())?;
+                Ok(held)
+            })
+            .map_err(|e| held_error(what, path, e))
+            .and_then(|held| {
+                if let Some(x) = &xattrs {
+                    let item = held
+                        .unopened()
+                        .map_err(|e| StoreError::new("set extended attributes of", path, e))?;
+                    writer.apply_xattrs(&item, x, true, path)?;
+                }
+                held.set_mtime(attrs, || Err(Errno::INVAL))
+                    .map_err(|e| StoreError::new(what, path, e))
+            })
+            .and_then(|()| writer.place_node(dir, (&temp, name), path, what));
         if result.is_err() {
             let _ = unlinkat(dir, os(&temp), AtFlags::empty());
         }
@@ -1908,29 +1909,110 @@ impl WriterCursor<'_> {
     }
 }
 
-/// Gives the special file `name` in `dir` (examined as `st`) the owner (where `writer` sets
-/// owners), `mode` and mtime of `attrs`, each only where it differs, by name: it is never
-/// opened.
-fn fix_special(
-    writer: &TreeWriter,
-    (dir, name): (&OwnedFd, &[u8]),
-    st: &rustix::fs::Statx,
-    (mode, attrs): (Mode, &Attrs),
-) -> Result<(), Errno> {
-    let (uid, gid) = owner_ids(attrs);
-    let owner_differs = uid.is_some_and(|u| u.as_raw() != st.stx_uid)
-        || gid.is_some_and(|g| g.as_raw() != st.stx_gid);
-    if owner_differs {
-        writer.chown_at(dir, name, attrs)?;
+/// A symlink or special file (FIFO, socket, device) held by an `O_PATH` descriptor, opened
+/// without following a symlink and checked to be the node meant: of the type (and device
+/// number) wanted, with no other hard link (a link to another file elsewhere would carry what
+/// is set to it), and, for a node this writer just made, owned by the writer. Its attributes
+/// are set through the descriptor, so that nothing put under its name meanwhile (a symlink to
+/// a file outside the tree, another file's hard link) is ever changed; a special file is
+/// never opened.
+struct HeldNode {
+    fd: OwnedFd,
+    st: rustix::fs::Statx,
+}
+
+impl HeldNode {
+    fn open(
+        dir: &OwnedFd,
+        name: &[u8],
+        kind: FileType,
+        dev: Option<u64>,
+        fresh: bool,
+    ) -> Result<HeldNode, Errno> {
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = openat(dir, os(name), flags, Mode::empty())?;
+        let wanted = StatxFlags::TYPE
+            | StatxFlags::MODE
+            | StatxFlags::UID
+            | StatxFlags::GID
+            | StatxFlags::MTIME
+            | StatxFlags::NLINK;
+        let st = statx(&fd, "", AtFlags::EMPTY_PATH, wanted)?;
+        let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
+        let device = matches!(kind, FileType::CharacterDevice | FileType::BlockDevice);
+        let meant = FileType::from_raw_mode(u32::from(st.stx_mode)) == kind
+            && (!device || dev == Some(number))
+            && st.stx_nlink == 1
+            && (!fresh || st.stx_uid == rustix::process::geteuid().as_raw());
+        if !meant {
+            // Not the node meant (for a new one: something replaced it under its temporary
+            // name).
+            return Err(Errno::STALE);
+        }
+        Ok(HeldNode { fd, st })
     }
-    // A change of owner clears setuid and setgid bits: the mode is looked at after it.
-    if writer.owners && owner_differs || u32::from(st.stx_mode) & 0o7777 != mode.bits() {
-        rustix::fs::chmodat(dir, os(name), mode, AtFlags::empty())?;
+
+    /// The node, for its extended attributes.
+    fn unopened(&self) -> Result<crate::xattr::Unopened, Errno> {
+        Ok(crate::xattr::Unopened::new(rustix::io::dup(&self.fd)?))
     }
-    if (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) != (attrs.mtime_sec, attrs.mtime_nsec) {
-        utimensat(dir, os(name), &timestamps(attrs), AtFlags::SYMLINK_NOFOLLOW)?;
+
+    /// Gives it the owner (where `writer` sets owners), `mode` and mtime of `attrs`, each only
+    /// where it differs.
+    fn fix(&self, writer: &TreeWriter, (mode, attrs): (Mode, &Attrs)) -> Result<(), Errno> {
+        let st = &self.st;
+        let (uid, gid) = owner_ids(attrs);
+        let owner_differs = uid.is_some_and(|u| u.as_raw() != st.stx_uid)
+            || gid.is_some_and(|g| g.as_raw() != st.stx_gid);
+        if owner_differs {
+            writer.chown_path_fd(&self.fd, attrs)?;
+        }
+        // A change of owner clears setuid and setgid bits: the mode is looked at after it.
+        if writer.owners && owner_differs || u32::from(st.stx_mode) & 0o7777 != mode.bits() {
+            crate::perm::set_mode(self.fd.as_fd(), mode.bits())?;
+        }
+        if (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) != (attrs.mtime_sec, attrs.mtime_nsec) {
+            self.set_mtime(attrs, || Err(Errno::INVAL))?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Sets its mtime through the descriptor; a kernel that cannot (no `AT_EMPTY_PATH` for
+    /// `utimensat`) reaches a special file by its `/proc/self/fd` name, and a symlink through
+    /// `by_name`.
+    fn set_mtime(
+        &self,
+        attrs: &Attrs,
+        by_name: impl FnOnce() -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        let times = timestamps(attrs);
+        let symlink = FileType::from_raw_mode(u32::from(self.st.stx_mode)) == FileType::Symlink;
+        match utimensat(&self.fd, "", &times, AtFlags::EMPTY_PATH) {
+            Err(Errno::INVAL) if symlink => by_name(),
+            Err(Errno::INVAL) => {
+                let proc_path = crate::regular::proc_path(&self.fd);
+                utimensat(
+                    rustix::fs::CWD,
+                    proc_path.as_str(),
+                    &times,
+                    AtFlags::empty(),
+                )
+            }
+            other => other,
+        }
+    }
+}
+
+/// The error of making `what` at `path` through a [`HeldNode`].
+fn held_error(what: &'static str, path: &[u8], e: Errno) -> StoreError {
+    match e {
+        Errno::STALE => StoreError::other(
+            what,
+            path,
+            "something else was put under its temporary name while it was made",
+        ),
+        e => StoreError::new(what, path, e),
+    }
 }
 
 /// Whether `name` (one path component) is a temporary name a writer left behind when its
@@ -2275,15 +2357,16 @@ fn open_large(
     let opened = partial::read_log(dir, &log_name)
         .filter(|found| found.id == id && !whole)
         .and_then(|partial::Journal { records, .. }| {
-            // Opened only as regular files: a device or FIFO a peer put under these names is
-            // never opened (see `crate::regular`).
-            let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR).ok()?;
+            // Opened only as regular files this writer made: a device or FIFO a peer put
+            // under these names is never opened, nor another user's file (see
+            // `crate::regular`); the partial copy is then started again.
+            let fd = crate::regular::open_own_regular_at(dir, &part, OFlags::RDWR).ok()?;
             let st = rustix::fs::fstat(&fd).ok()?;
             if st.st_size as u64 != id.size {
                 return None;
             }
             let log_flags = OFlags::WRONLY | OFlags::APPEND;
-            let log = crate::regular::open_regular_at(dir, &log_name, log_flags).ok()?;
+            let log = crate::regular::open_own_regular_at(dir, &log_name, log_flags).ok()?;
             let (good, coverage) = verified(&records, &fd);
             if good.len() < records.len() {
                 // Records whose bytes no longer hash as recorded are dropped from the journal,
@@ -2357,27 +2440,30 @@ fn join_large(
             "open",
             path,
             &format!(
-                "'{}' at the destination is not a regular file, and sprat keeps the partial copy \
-                 of this file and its journal under that name while it arrives: move it away",
+                "'{}' at the destination is not a regular file sprat made (a file of another \
+                 owner, or with other hard links, or not a file at all), and sprat keeps the \
+                 partial copy of this file and its journal under that name while it arrives: \
+                 move it away",
                 crate::relpath::display_path(taken)
             ),
         )
     };
-    let fd = crate::regular::open_regular_at(dir, &part, OFlags::RDWR).map_err(|e| match e {
-        Errno::NXIO => not_a_file(&part),
+    let open = crate::regular::open_own_regular_at;
+    let fd = open(dir, &part, OFlags::RDWR).map_err(|e| match e {
+        Errno::NXIO | Errno::PERM => not_a_file(&part),
         e => StoreError::new("open", path, e),
     })?;
     let log_flags = OFlags::WRONLY | OFlags::APPEND;
     let create = log_flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let log = match crate::regular::open_regular_at(dir, &log_name, log_flags) {
+    let log = match open(dir, &log_name, log_flags) {
         Err(Errno::NOENT) => match openat(dir, os(&log_name), create, Mode::from_raw_mode(0o600)) {
-            Err(Errno::EXIST) => crate::regular::open_regular_at(dir, &log_name, log_flags),
+            Err(Errno::EXIST) => open(dir, &log_name, log_flags),
             other => other,
         },
         other => other,
     }
     .map_err(|e| match e {
-        Errno::NXIO => not_a_file(&log_name),
+        Errno::NXIO | Errno::PERM => not_a_file(&log_name),
         e => StoreError::new("open the journal of", path, e),
     })?;
     let names = (part, log_name);
@@ -2530,6 +2616,59 @@ mod tests {
             mtime_nsec: 123_456_789,
             ..Attrs::default()
         }
+    }
+
+    /// Whoever may write a directory swaps a FIFO (and the temporary name it is made under)
+    /// for a symlink to a file outside the tree, over and over, while the writer makes the
+    /// FIFO there and fixes its mode: the file outside never changes. Before, the mode of a FIFO was
+    /// set by name with a call that follows symlinks (review 2026-11-29 of the server's
+    /// confinement, F1).
+    #[test]
+    fn a_symlink_swapped_in_never_carries_a_special_files_attributes_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"secret").unwrap();
+        let perms = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+        std::fs::set_permissions(&outside, perms).unwrap();
+        let mtime_before = std::fs::metadata(&outside).unwrap().mtime();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("swap")).unwrap();
+        let writer = TreeWriter::for_dir(Root::open(&tree).unwrap(), false, "t".into());
+        let mut c = writer.cursor();
+        c.make_special(b"f", crate::Special::Fifo, &attrs(0o644))
+            .unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("swap2")).unwrap();
+        // The temporary name the writer makes the FIFO under, swapped too.
+        let temp = <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(
+            writer.temp_name(b"f"),
+        );
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (stop, tree) = (stop.clone(), tree.clone());
+            std::thread::spawn(move || {
+                let d = rustix::fs::open(&tree, OFlags::DIRECTORY, Mode::empty()).unwrap();
+                let flags = rustix::fs::RenameFlags::EXCHANGE;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = rustix::fs::renameat_with(&d, "f", &d, "swap", flags);
+                    let _ = rustix::fs::renameat_with(&d, &temp, &d, "swap2", flags);
+                }
+            })
+        };
+        for i in 0..100_000u32 {
+            let mode = if i % 2 == 0 { 0o666 } else { 0o4777 };
+            let _ = c.make_special(b"f", crate::Special::Fifo, &attrs(mode));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        let m = std::fs::metadata(&outside).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o600);
+        assert_eq!(
+            m.mtime(),
+            mtime_before,
+            "the mtime sent reached the file outside"
+        );
+        assert_eq!(std::fs::read(&outside).unwrap(), b"secret");
     }
 
     #[test]

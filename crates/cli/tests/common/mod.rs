@@ -431,3 +431,37 @@ pub fn is_root() -> bool {
         .map(|m| m.uid() == 0)
         .unwrap_or(false)
 }
+
+/// Runs `sprat cp [extra] SRC DST` (authenticated to `server` if given) at 2 MB/s and stops it
+/// with SIGINT once the journal of the partial copy of the large file `big` in `dst_dir` (where
+/// DST lands on disk) records chunks written; the copy must exit 130 and leave that partial
+/// copy. `extra` should make `big` a large file (e.g. `--small-file-threshold 1MiB`).
+pub fn interrupt_once_a_partial_copy_is_written(
+    server: Option<&Server>,
+    extra: &[&str],
+    src: &Path,
+    dst: &OsStr,
+    dst_dir: &Path,
+) {
+    let mut args = cp_args(server, extra, src, dst);
+    args.splice(1..1, ["--bwlimit".into(), "2MB/s".into()]);
+    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
+    let journal = dst_dir.join(".big.sprat-part.log");
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no partial copy at {}",
+            journal.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid() as i32).expect("a pid"),
+        rustix::process::Signal::INT,
+    )
+    .expect("SIGINT");
+    let out = child.wait_or_panic(std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(dst_dir.join(".big.sprat-part").exists());
+}
