@@ -28,6 +28,11 @@ pub enum TransferError {
     },
     #[error("connection to {peer} lost: {why}")]
     ConnectionLost { peer: String, why: String },
+    /// Every try was closed before the TLS handshake: a sprat server at its limit of
+    /// connections still authenticating does that (it cannot say why before TLS), so it is
+    /// waited for with `--retry-for` even on a first run.
+    #[error("connection to {peer} lost: {why}")]
+    ClosedBeforeHandshake { peer: String, why: String },
     /// No byte moved for `after`, the time the option `option` allows.
     #[error("no progress from {peer} for {} s ({option})", .after.as_secs())]
     Stalled {
@@ -84,6 +89,7 @@ impl TransferError {
             TransferError::Auth { .. } | TransferError::Identity { .. } => 3,
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
+            | TransferError::ClosedBeforeHandshake { .. }
             | TransferError::Stalled { .. }
             | TransferError::Protocol { .. }
             | TransferError::Ssh { .. } => 4,
@@ -145,6 +151,12 @@ impl TransferError {
                 peer: name(peer),
                 why,
             },
+            TransferError::ClosedBeforeHandshake { peer, why } => {
+                TransferError::ClosedBeforeHandshake {
+                    peer: name(peer),
+                    why,
+                }
+            }
             TransferError::Stalled {
                 peer,
                 after,
@@ -192,6 +204,7 @@ impl TransferError {
         match self {
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
+            | TransferError::ClosedBeforeHandshake { .. }
             | TransferError::Stalled { .. }
             | TransferError::Protocol { .. } => true,
             TransferError::Remote { code, .. } => {

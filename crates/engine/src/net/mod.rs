@@ -665,7 +665,7 @@ fn open(
             }
             // Every try closed at once: say what that most likely means.
             Err(TransferError::ConnectionLost { peer, why }) if attempt > 0 => {
-                return Err(TransferError::ConnectionLost {
+                return Err(TransferError::ClosedBeforeHandshake {
                     peer,
                     why: format!(
                         "{why} ({} tries, each closed before the TLS handshake: the server may \

@@ -129,7 +129,10 @@ pub(crate) fn retrying(
             Err(error) => {
                 // What earlier runs sent is not known: the next run counts it up to date.
                 earlier = None;
-                let never_connected = attempt == 1 && crate::net::servers_proved() == proved_before;
+                // A server at its limit of handshakes is waited for, as a busy one is.
+                let busy = matches!(error, TransferError::ClosedBeforeHandshake { .. });
+                let never_connected =
+                    attempt == 1 && crate::net::servers_proved() == proved_before && !busy;
                 if retry_for.is_zero() || !error.is_retryable() || never_connected {
                     return Err(error);
                 }

@@ -451,7 +451,8 @@ impl Server {
             // places of real clients. The place is given back when the slot is dropped: by the
             // connection's thread once authenticated (or failed, or panicked), or here with
             // the thread's closure if the thread cannot be started.
-            let slot = match self.shared.handshakes.admit(ip) {
+            // A connection authenticating for long may be closed for a newcomer: its handle.
+            let slot = match self.shared.handshakes.admit(ip, stream.try_clone().ok()) {
                 Ok(slot) => slot,
                 Err(why) => {
                     refusals.refused(&peer, why);

@@ -53,45 +53,115 @@ pub(crate) const MAX_HANDSHAKING: usize = 1024;
 /// streams at once, and several clients may share a host or a NAT).
 pub(crate) const MAX_HANDSHAKING_PER_ADDRESS: usize = 256;
 
+/// How long a connection may authenticate before a newer one from the same address (or any,
+/// once the server's limit is reached) may take its place: a real client's handshake takes
+/// a few round trips, so only connections that sit idle (or trickle bytes) are closed for
+/// newcomers, and a stranger holding every place cannot keep clients out without opening
+/// connections faster than they age (see [`Handshakes::admit`]).
+pub(crate) const HANDSHAKE_EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+
+/// One connection authenticating: where from, since when, and its socket, to close it for a
+/// newcomer.
+#[derive(Debug)]
+struct Authenticating {
+    ip: Option<IpAddr>,
+    since: Instant,
+    socket: Option<std::net::TcpStream>,
+}
+
+/// The connections authenticating, counted and by order of arrival.
+#[derive(Debug, Default)]
+struct HandshakeTable {
+    count: Count,
+    next: u64,
+    open: std::collections::BTreeMap<u64, Authenticating>,
+}
+
+impl HandshakeTable {
+    /// Closes the oldest connection authenticating for longer than
+    /// [`HANDSHAKE_EVICTABLE_AFTER`] (from `ip` only, when given): its place is free at once
+    /// (its thread sees the socket shut and ends). Whether there was one.
+    fn evict_oldest(&mut self, ip: Option<Option<IpAddr>>, now: Instant) -> bool {
+        let oldest = self
+            .open
+            .iter()
+            .find(|(_, a)| ip.is_none_or(|ip| a.ip == ip))
+            .filter(|(_, a)| now.duration_since(a.since) >= HANDSHAKE_EVICTABLE_AFTER)
+            .map(|(&id, _)| id);
+        let Some(a) = oldest.and_then(|id| self.open.remove(&id)) else {
+            return false;
+        };
+        self.count.remove(a.ip, 1);
+        if let Some(socket) = a.socket {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+        true
+    }
+}
+
 /// The connections still authenticating, in all and by client address.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Handshakes(Arc<Mutex<Count>>);
+pub(crate) struct Handshakes(Arc<Mutex<HandshakeTable>>);
 
 /// One connection's place among those authenticating, given back when dropped.
 #[derive(Debug)]
 pub(crate) struct HandshakeSlot {
-    count: Arc<Mutex<Count>>,
-    ip: Option<IpAddr>,
+    table: Arc<Mutex<HandshakeTable>>,
+    id: u64,
 }
 
 impl Handshakes {
-    /// A place for a new connection from `ip`, unless a limit is reached.
-    pub(crate) fn admit(&self, ip: Option<IpAddr>) -> Result<HandshakeSlot, &'static str> {
-        let mut count = lock(&self.0);
-        if count.all >= MAX_HANDSHAKING {
+    /// A place for a new connection from `ip` (`socket`: a handle to close it by, should a
+    /// newcomer take its place), unless a limit is reached and no connection has been
+    /// authenticating long enough to give its place up (see [`HANDSHAKE_EVICTABLE_AFTER`]).
+    pub(crate) fn admit(
+        &self,
+        ip: Option<IpAddr>,
+        socket: Option<std::net::TcpStream>,
+    ) -> Result<HandshakeSlot, &'static str> {
+        let mut table = lock(&self.0);
+        let now = Instant::now();
+        if table.count.all >= MAX_HANDSHAKING && !table.evict_oldest(None, now) {
             return Err("too many unauthenticated connections");
         }
-        if ip.is_some() && count.of(ip) >= MAX_HANDSHAKING_PER_ADDRESS {
+        if ip.is_some()
+            && table.count.of(ip) >= MAX_HANDSHAKING_PER_ADDRESS
+            && !table.evict_oldest(Some(ip), now)
+        {
             return Err("too many unauthenticated connections from this address");
         }
-        count.add(ip, 1);
+        table.count.add(ip, 1);
+        let id = table.next;
+        table.next += 1;
+        table.open.insert(
+            id,
+            Authenticating {
+                ip,
+                since: now,
+                socket,
+            },
+        );
         Ok(HandshakeSlot {
-            count: self.0.clone(),
-            ip,
+            table: self.0.clone(),
+            id,
         })
     }
 
     /// Connections authenticating now (in all, and from `ip`).
     #[cfg(test)]
     fn held(&self, ip: Option<IpAddr>) -> (usize, usize) {
-        let count = lock(&self.0);
-        (count.all, count.of(ip))
+        let table = lock(&self.0);
+        (table.count.all, table.count.of(ip))
     }
 }
 
 impl Drop for HandshakeSlot {
     fn drop(&mut self) {
-        lock(&self.count).remove(self.ip, 1);
+        let mut table = lock(&self.table);
+        // Not there: a newcomer took its place, and its count went then.
+        if let Some(a) = table.open.remove(&self.id) {
+            table.count.remove(a.ip, 1);
+        }
     }
 }
 
@@ -271,15 +341,15 @@ mod tests {
     fn a_handshake_slot_is_given_back_however_its_holder_ends() {
         let handshakes = Handshakes::default();
         // Returned normally.
-        drop(handshakes.admit(ip(1)).unwrap());
+        drop(handshakes.admit(ip(1), None).unwrap());
         assert_eq!(handshakes.held(ip(1)), (0, 0));
         // Its thread could not be started: the closure that owned it is dropped unrun.
-        let slot = handshakes.admit(ip(1)).unwrap();
+        let slot = handshakes.admit(ip(1), None).unwrap();
         let never_run = move || drop(slot);
         drop(never_run);
         assert_eq!(handshakes.held(ip(1)), (0, 0));
         // Its thread panicked while it held it.
-        let slot = handshakes.admit(ip(1)).unwrap();
+        let slot = handshakes.admit(ip(1), None).unwrap();
         let panicked = std::thread::spawn(move || {
             let _slot = slot;
             panic!("a connection's thread panicking in the handshake");
@@ -293,14 +363,42 @@ mod tests {
     fn handshakes_are_bounded_in_all_and_per_address() {
         let handshakes = Handshakes::default();
         let mine: Vec<_> = (0..MAX_HANDSHAKING_PER_ADDRESS)
-            .map(|_| handshakes.admit(ip(1)).unwrap())
+            .map(|_| handshakes.admit(ip(1), None).unwrap())
             .collect();
-        assert!(handshakes.admit(ip(1)).is_err());
+        assert!(handshakes.admit(ip(1), None).is_err());
         let others: Vec<_> = (MAX_HANDSHAKING_PER_ADDRESS..MAX_HANDSHAKING)
-            .map(|i| handshakes.admit(ip(2 + (i % 200) as u8)).unwrap())
+            .map(|i| handshakes.admit(ip(2 + (i % 200) as u8), None).unwrap())
             .collect();
-        assert!(handshakes.admit(ip(250)).is_err());
+        assert!(handshakes.admit(ip(250), None).is_err());
         drop((mine, others));
+        assert_eq!(handshakes.held(ip(1)), (0, 0));
+    }
+
+    /// A stranger holding every place of an address keeps newcomers out only as long as its
+    /// connections are young: once one has been authenticating for long, a newcomer takes
+    /// its place (its socket is shut), and its own end does not give a place back twice
+    /// (review 2026-11-29 of the server's confinement, F3).
+    #[test]
+    fn a_newcomer_takes_the_place_of_a_connection_authenticating_for_long() {
+        let handshakes = Handshakes::default();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let idle = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        let first = handshakes.admit(ip(1), Some(accepted)).unwrap();
+        let rest: Vec<_> = (1..MAX_HANDSHAKING_PER_ADDRESS)
+            .map(|_| handshakes.admit(ip(1), None).unwrap())
+            .collect();
+        assert!(handshakes.admit(ip(1), None).is_err(), "all young");
+        std::thread::sleep(HANDSHAKE_EVICTABLE_AFTER + Duration::from_millis(100));
+        let newcomer = handshakes.admit(ip(1), None).unwrap();
+        assert_eq!(handshakes.held(ip(1)).1, MAX_HANDSHAKING_PER_ADDRESS);
+        // The oldest was closed: its peer reads the end of the stream.
+        let mut buf = [0u8; 1];
+        let read = std::io::Read::read(&mut &idle, &mut buf);
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        drop(first);
+        assert_eq!(handshakes.held(ip(1)).1, MAX_HANDSHAKING_PER_ADDRESS);
+        drop((rest, newcomer));
         assert_eq!(handshakes.held(ip(1)), (0, 0));
     }
 
