@@ -431,8 +431,8 @@ pub fn du(a: &DuArgs, given: &Credentials) -> anyhow::Result<i32> {
     crate::print_quietly(&out)?;
     if u.unreadable > 0 {
         eprintln!(
-            "sprat: du: {} could not be read on the server (a directory it may not list: what \
-             it holds is not counted)",
+            "sprat: du: {} could not be read on the server (a directory it may not list, or \
+             one whose path is longer than a path may be: what it holds is not counted)",
             counted(u.unreadable, "entry", "entries")
         );
         return Ok(1);
@@ -512,7 +512,8 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         unreadable += 1;
         let full = sprat_engine::relpath::join(&path, p);
         eprintln!(
-            "sprat: cannot read '{}' on the server (a directory it may not list): not summed",
+            "sprat: cannot read '{}' on the server (a directory it may not list, or one whose \
+             path is longer than a path may be): not summed",
             printed(&full)
         );
         false

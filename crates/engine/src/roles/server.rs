@@ -398,7 +398,9 @@ impl Server {
                 ),
                 handshakes: Handshakes::default(),
                 stopping: AtomicBool::new(false),
-                failed_handshakes: Mutex::default(),
+                failed_handshakes: Mutex::new(RefusalLog::new(
+                    "failed authentications, for any reason,",
+                )),
                 budget: Budget::new(config.max_client_memory.max(MIN_CLIENT_MEMORY)),
                 idle_timeout: config.idle_timeout,
                 third_party: config.third_party,
@@ -430,7 +432,7 @@ impl Server {
     pub fn run(self) -> Result<(), TransferError> {
         // Refusals are logged at most once a second, with how many went unlogged: a flood of
         // connections must not flood the log too.
-        let mut refusals = RefusalLog::default();
+        let mut refusals = RefusalLog::new("connections refused");
         for stream in self.listener.incoming() {
             if self.shared.stopping.load(Ordering::SeqCst) {
                 return Ok(());
@@ -1042,8 +1044,10 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
 }
 
 /// A log of connections refused or failed before authentication, at most a line a second.
-#[derive(Default)]
 struct RefusalLog {
+    /// What it counts, for the line that says how many were not written ("failed
+    /// authentications": whatever the reason each failed for, not only the one written).
+    kind: &'static str,
     /// When the last line was written.
     last: Option<Instant>,
     /// Refusals since then that were not written.
@@ -1051,6 +1055,14 @@ struct RefusalLog {
 }
 
 impl RefusalLog {
+    fn new(kind: &'static str) -> RefusalLog {
+        RefusalLog {
+            kind,
+            last: None,
+            unlogged: 0,
+        }
+    }
+
     fn refused(&mut self, peer: &str, why: &str) {
         self.log(|| format!("refusing {peer}: {why}"));
     }
@@ -1069,7 +1081,10 @@ impl RefusalLog {
         }
         let more = match std::mem::take(&mut self.unlogged) {
             0 => String::new(),
-            n => format!(" ({n} more since the last such line, not logged)"),
+            n => format!(
+                " ({n} more {} since the last such line, not logged)",
+                self.kind
+            ),
         };
         eprintln!("sprat serve: {}{more}", line());
         self.last = Some(now);
