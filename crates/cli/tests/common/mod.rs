@@ -439,7 +439,7 @@ pub fn is_root() -> bool {
 pub fn interrupt_once_a_partial_copy_is_written(
     server: Option<&Server>,
     extra: &[&str],
-    src: &Path,
+    src: impl AsRef<OsStr>,
     dst: &OsStr,
     dst_dir: &Path,
 ) {
