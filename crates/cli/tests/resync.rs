@@ -893,3 +893,53 @@ fn a_partial_copy_of_a_file_gone_from_the_source_is_removed_by_the_next_run() {
         assert_ok(&verify, None);
     }
 }
+
+/// A re-run leaves a symlink the destination has already (same target and mtime) as it is,
+/// as rsync does, and counts none made; one whose target changed at the source is made
+/// again. Before, every run made every symlink anew (a new inode each time, and the report
+/// counted them all). Local copy, push and pull.
+#[test]
+fn a_re_run_leaves_symlinks_that_are_up_to_date_and_remakes_changed_ones() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    std::os::unix::fs::symlink("f", src.join("same")).unwrap();
+    std::os::unix::fs::symlink("f", src.join("changes")).unwrap();
+    std::os::unix::fs::symlink("../f", src.join("d/deep")).unwrap();
+    let srv = server(&root);
+    let pulled = t.path().join("pulled");
+    let runs: [(&str, std::path::PathBuf); 3] = [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+        ("pull", pulled.clone()),
+    ];
+    let copy = |how: &str| match how {
+        "local" => cp_local(&["--json"], &src, t.path().join("local")),
+        "push" => cp(&srv, &["--json"], &src, srv.url("pushed")),
+        _ => cp(&srv, &["--json"], srv.url("src"), &pulled),
+    };
+    for (how, dst) in &runs {
+        assert_ok(&copy(how), Some(&srv));
+        let ino = |name: &str| std::fs::symlink_metadata(dst.join(name)).unwrap().ino();
+        let before = (ino("same"), ino("d/deep"));
+        let out = copy(how);
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", sprat_testkit::describe(&out));
+        assert_eq!(report(&out)["symlinks"], 0, "{why}");
+        assert_eq!((ino("same"), ino("d/deep")), before, "{why}");
+    }
+    std::fs::remove_file(src.join("changes")).unwrap();
+    std::os::unix::fs::symlink("d", src.join("changes")).unwrap();
+    for (how, dst) in &runs {
+        let out = copy(how);
+        assert_ok(&out, Some(&srv));
+        let why = format!("{how}: {}", sprat_testkit::describe(&out));
+        assert_eq!(report(&out)["symlinks"], 1, "{why}");
+        let target = std::fs::read_link(dst.join("changes")).unwrap();
+        assert_eq!(target, std::path::Path::new("d"), "{why}");
+        assert_trees_equal(&src, dst);
+    }
+}

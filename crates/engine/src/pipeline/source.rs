@@ -441,6 +441,13 @@ fn apply(
         // Counted among the files left alone (a symlink or special file kept is not one).
         Verdict::Kept if entry.kind == sprat_store::EntryType::File => counts.skipped(entry.size),
         Verdict::Kept => {}
+        // A symlink the destination has already: nothing to count; made again only for its
+        // attributes (`-X`), as a file's are sent again.
+        Verdict::Skip if entry.kind == sprat_store::EntryType::Symlink => {
+            if planner.rechecks_xattrs() {
+                push_or_take(planner, entry, emit, take_whole)
+            }
+        }
         Verdict::Skip => {
             counts.skipped(entry.size);
             if planner.rechecks_xattrs() {

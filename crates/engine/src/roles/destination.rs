@@ -413,6 +413,22 @@ pub(crate) fn local_entries(
     let mut names = (options.owners && sprat_store::owner::running_as_root())
         .then(sprat_store::owner::NameCache::default);
     let numeric = options.numeric_ids;
+    let mut owner_of = |attrs: &sprat_store::Attrs| {
+        names.as_mut().map(|names| {
+            let name = |n: Option<&[u8]>| match n {
+                Some(n) if !numeric => n.to_vec(),
+                _ => Vec::new(),
+            };
+            let user = name(names.user(attrs.uid));
+            let group = name(names.group(attrs.gid));
+            NsOwner {
+                uid: attrs.uid,
+                gid: attrs.gid,
+                user,
+                group,
+            }
+        })
+    };
     let mut add = |e: NsEntry| {
         let size = entry_wire_size(&e);
         if let Some(piece) = pieces.push(e, size) {
@@ -431,13 +447,25 @@ pub(crate) fn local_entries(
                 // A directory this pull cannot list (a `0000` one of its own): the server
                 // sends what goes below it for the writer here to check.
                 add(NsEntry::failed(e.path, error));
+            } else if e.kind == EntryType::Symlink {
+                // With its target: the server does not send a symlink the destination has
+                // (`--ignore-existing`: any symlink there).
+                add(NsEntry {
+                    owner: owner_of(&e.attrs),
+                    path: e.path,
+                    kind: NsKind::Symlink,
+                    size: 0,
+                    mode: e.attrs.mode,
+                    mtime_sec: e.attrs.mtime_sec,
+                    mtime_nsec: e.attrs.mtime_nsec,
+                    target: e.link_target.unwrap_or_default(),
+                });
             } else if e.kind != EntryType::File && options.skip == SkipRule::IgnoreExisting {
                 // `--ignore-existing` leaves whatever is at a path alone, not only files.
                 add(NsEntry {
                     path: e.path,
                     kind: match e.kind {
                         EntryType::Dir => NsKind::Dir,
-                        EntryType::Symlink => NsKind::Symlink,
                         _ => NsKind::Special,
                     },
                     size: 0,
@@ -449,6 +477,7 @@ pub(crate) fn local_entries(
                 });
             } else if e.kind == EntryType::File {
                 add(NsEntry {
+                    owner: owner_of(&e.attrs),
                     path: e.path,
                     kind: NsKind::File,
                     size: e.size,
@@ -456,20 +485,6 @@ pub(crate) fn local_entries(
                     mtime_sec: e.attrs.mtime_sec,
                     mtime_nsec: e.attrs.mtime_nsec,
                     target: Vec::new(),
-                    owner: names.as_mut().map(|names| {
-                        let name = |n: Option<&[u8]>| match n {
-                            Some(n) if !numeric => n.to_vec(),
-                            _ => Vec::new(),
-                        };
-                        let user = name(names.user(e.attrs.uid));
-                        let group = name(names.group(e.attrs.gid));
-                        NsOwner {
-                            uid: e.attrs.uid,
-                            gid: e.attrs.gid,
-                            user,
-                            group,
-                        }
-                    }),
                 });
             }
         })?;

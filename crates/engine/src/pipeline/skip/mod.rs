@@ -8,8 +8,9 @@
 //! XXH3-128 digest of each of the destination's files (computed where the destination lives),
 //! a source file of the same size gets [`Verdict::Compare`] and, once its own digest is
 //! computed (on the source's side, many at once: `pipeline::digest`), [`DestIndex::compared`]
-//! decides; files of another size are sent without a digest. Directories and symlinks always
-//! travel (they cost no data). Pure logic, no I/O: the roles build the index.
+//! decides; files of another size are sent without a digest. Directories always travel (they
+//! cost no data, and their attributes are set at the end); a symlink the destination has with
+//! the same target and mtime is not made again. Pure logic, no I/O: the roles build the index.
 
 use crate::measurement::progress::Progress;
 use paths::PathTable;
@@ -64,6 +65,13 @@ pub struct DestEntry {
     /// The names of its owner and group on the destination's side (empty: none), when the
     /// listing carried any.
     pub owner_names: Option<Box<(Vec<u8>, Vec<u8>)>>,
+    /// A symlink's target, by its XXH3-128 (see [`target_digest`]).
+    pub link_target: Option<u128>,
+}
+
+/// What the index keeps of a symlink's target: its XXH3-128.
+pub fn target_digest(target: &[u8]) -> u128 {
+    sprat_store::checksum(target)
 }
 
 /// What to do with one source entry.
@@ -219,6 +227,10 @@ pub struct DestIndex {
     entries: PathTable<Kept>,
     /// Digests of the entries that have one (`--checksum`), by position in `entries`.
     digests: HashMap<u32, u128>,
+    /// The targets of the symlinks (see [`target_digest`]), by position in `entries`: a
+    /// symlink the destination has already, with the same target and mtime, is not made
+    /// again.
+    link_targets: HashMap<u32, u128>,
     /// Every pair of owner and group names the entries carry, once.
     names: NamePairs,
     /// Partial files by the final path of their file.
@@ -297,6 +309,10 @@ impl DestIndex {
             Some(d) => self.digests.insert(at, d),
             None => self.digests.remove(&at),
         };
+        match entry.link_target {
+            Some(t) => self.link_targets.insert(at, t),
+            None => self.link_targets.remove(&at),
+        };
     }
 
     /// The leftover temporary names found (paths relative to the copy's root), sorted; the
@@ -346,6 +362,10 @@ impl DestIndex {
             digest: None,
             owner: Some((e.attrs.uid, e.attrs.gid)),
             owner_names: None,
+            link_target: match e.kind {
+                EntryType::Symlink => e.link_target.as_deref().map(target_digest),
+                _ => None,
+            },
         };
         self.insert(e.path, entry);
     }
@@ -433,6 +453,7 @@ impl DestIndex {
                 .owner
                 .filter(|o| !o.user.is_empty() || !o.group.is_empty())
                 .map(|o| Box::new((o.user, o.group))),
+            link_target: (e.kind == NsKind::Symlink).then(|| target_digest(&e.target)),
         };
         self.insert(e.path, entry);
     }
@@ -459,6 +480,9 @@ impl DestIndex {
     pub fn verdict(&self, e: &ScanEntry, rule: SkipRule) -> Verdict {
         if self.leaves_alone(e, rule) {
             return Verdict::Kept;
+        }
+        if e.kind == EntryType::Symlink && rule != SkipRule::Never && self.has_same_symlink(e) {
+            return Verdict::Skip;
         }
         if e.kind != EntryType::File
             || e.error.is_some()
@@ -532,6 +556,23 @@ impl DestIndex {
             && e.error.is_none()
             && !e.path.is_empty()
             && self.entries.get(&e.path).is_some()
+    }
+
+    /// Whether the destination has the symlink `e` already: a symlink with the same target,
+    /// mtime and (where the copy sets them) owner, as rsync leaves one. It is not made again
+    /// (before, every run made every symlink anew: a new inode, and the report counted each).
+    fn has_same_symlink(&self, e: &ScanEntry) -> bool {
+        let (Some(target), None) = (&e.link_target, &e.error) else {
+            return false;
+        };
+        let Some((at, d)) = self.entries.get(&e.path) else {
+            return false;
+        };
+        !d.is_file
+            && !d.is_dir
+            && self.link_targets.get(&at) == Some(&target_digest(target))
+            && (d.mtime_sec, d.mtime_nsec) == (e.attrs.mtime_sec, e.attrs.mtime_nsec)
+            && (!self.owners_compared || self.same_owner(d, e))
     }
 
     /// Decides for a source file that got [`Verdict::Compare`], from its own digest (`None`:
@@ -768,6 +809,7 @@ mod tests {
             digest: None,
             owner: None,
             owner_names: None,
+            link_target: None,
         };
         i.insert(b"same".to_vec(), d(10, 0o644, 5, 7));
         i.insert(b"mode".to_vec(), d(10, 0o600, 5, 7));
@@ -965,6 +1007,7 @@ mod tests {
             digest: None,
             owner: None,
             owner_names: None,
+            link_target: None,
         };
         for (path, entry) in [
             (&b"same"[..], d(10, 0o644, 5)),

@@ -511,7 +511,7 @@ fn plan_pieces(
         local.skip = SkipRule::QuickCheck;
         super::destination::local_entries(dst, &local, |piece| {
             if let super::destination::IndexPiece::Entries(entries) = piece {
-                for e in entries {
+                for e in entries.into_iter().filter(|e| e.kind == NsKind::File) {
                     have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
                 }
             }
