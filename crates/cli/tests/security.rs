@@ -1004,8 +1004,8 @@ fn proc_status_bytes(pid: u32, field: &str) -> u64 {
 #[test]
 fn a_thousand_silent_connections_from_one_address_do_not_lock_out_another() {
     // 1,100 connections from 127.0.0.2 that never speak (more than the 1,024 the server lets
-    // authenticate at once): at most 256 of them wait in the handshake (the rest are closed at
-    // once), and a client from 127.0.0.1 is served at once.
+    // authenticate at once): at most 256 of them wait in the handshake (each newcomer past
+    // that closes the oldest), and a client from 127.0.0.1 is served at once.
     let t = tmp();
     let root = t.path().join("root");
     let srv = server(&root);

@@ -28,19 +28,45 @@ fn url<'a>(relays: impl IntoIterator<Item = &'a RelayProc>, path: &str) -> Strin
     format!("sprat://{}/{path}", addrs.join(","))
 }
 
+/// How many files (not hidden, not temporary) are below `dir` now, which a copy is writing
+/// into: what cannot be read is passed over.
+fn files_written(dir: &std::path::Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => files_written(&e.path()),
+            Ok(t) if t.is_file() => 1,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Runs `cp -a --retry-for 0 SRC DST` and kills the second server once the copy is well
-/// under way (about 26 MB at 5 MB/s per server: after 0.6 s, far from done); the copy must
-/// fail naming that server's relay.
+/// under way (20 files arrived at `written`, where the copy lands, of about 26 MB at 5 MB/s
+/// per server: far from done); the copy must fail naming that server's relay.
 #[track_caller]
 fn kill_second_server_during(
     servers: &mut [Server],
     relays: &[RelayProc],
     src: impl AsRef<std::ffi::OsStr>,
-    dst: impl AsRef<std::ffi::OsStr>,
+    (dst, written): (impl AsRef<std::ffi::OsStr>, &std::path::Path),
 ) {
     let args = cp_args(Some(&servers[0]), &["-a", "--retry-for", "0"], src, dst);
     let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Once files have arrived (where the copy lands, `written`): before, a fixed 600 ms, in
+    // which a loaded machine had sometimes written nothing yet.
+    let started = std::time::Instant::now();
+    while files_written(written) < 20 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "nothing written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     servers[1].kill();
     let out = child.wait_or_panic(std::time::Duration::from_secs(60));
     assert_failed(&out);
@@ -311,7 +337,8 @@ fn a_server_killed_during_a_push_fails_it_naming_the_server_and_a_rerun_complete
     let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);
     fs::set_permissions(&locked, mode(0o555)).unwrap();
     let (mut servers, relays) = servers(&root, "40mbit");
-    kill_second_server_during(&mut servers, &relays, &src, url(&relays, "copy"));
+    let copy = root.join("copy");
+    kill_second_server_during(&mut servers, &relays, &src, (url(&relays, "copy"), &copy));
     // Nothing incomplete under a final name.
     let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &root.join("copy"));
     assert!(violations.is_empty(), "{violations:?}");
@@ -332,7 +359,12 @@ fn a_server_killed_during_a_pull_fails_it_naming_the_server_and_a_rerun_complete
     let src = root.join("tree");
     sprat_testkit::make_many_files(&src, 1600, 16 << 10, 6);
     let (mut servers, relays) = servers(&root, "40mbit");
-    kill_second_server_during(&mut servers, &relays, url(&relays, "tree"), &pulled);
+    kill_second_server_during(
+        &mut servers,
+        &relays,
+        url(&relays, "tree"),
+        (&pulled, &pulled),
+    );
     let (violations, _) = sprat_testkit::compare::partial_copy_violations(&src, &pulled);
     assert!(violations.is_empty(), "{violations:?}");
     let alive = url([&relays[0], &relays[2]], "tree");

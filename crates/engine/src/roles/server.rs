@@ -455,7 +455,16 @@ impl Server {
             // the thread's closure if the thread cannot be started.
             // A connection authenticating for long may be closed for a newcomer: its handle.
             let slot = match self.shared.handshakes.admit(ip, stream.try_clone().ok()) {
-                Ok(slot) => slot,
+                Ok((slot, evicted)) => {
+                    if let Some(e) = evicted {
+                        let from = e
+                            .from
+                            .map_or_else(|| "unknown peer".into(), |ip| ip.to_string());
+                        let closed = format!("{from} (its oldest connection still authenticating, closed for {peer})");
+                        refusals.refused(&closed, e.why);
+                    }
+                    slot
+                }
                 Err(why) => {
                     refusals.refused(&peer, why);
                     continue;

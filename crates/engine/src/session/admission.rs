@@ -70,28 +70,34 @@ struct HandshakeTable {
 
 impl HandshakeTable {
     /// Closes the oldest connection authenticating (from `ip` only, when given) that it can
-    /// close: its place is free at once (its thread sees the socket shut and ends). Whether
-    /// there was one.
-    fn evict_oldest(&mut self, ip: Option<Option<IpAddr>>) -> bool {
+    /// close: its place is free at once (its thread sees the socket shut and ends). Where it
+    /// came from, if there was one.
+    fn evict_oldest(&mut self, ip: Option<Option<IpAddr>>) -> Option<Option<IpAddr>> {
         let oldest = self
             .open
             .iter()
             .find(|(_, a)| a.socket.is_some() && ip.is_none_or(|ip| a.ip == ip))
             .map(|(&id, _)| id);
-        let Some(a) = oldest.and_then(|id| self.open.remove(&id)) else {
-            return false;
-        };
+        let a = oldest.and_then(|id| self.open.remove(&id))?;
         self.count.remove(a.ip, 1);
         if let Some(socket) = a.socket {
             let _ = socket.shutdown(std::net::Shutdown::Both);
         }
-        true
+        Some(a.ip)
     }
 }
 
 /// The connections still authenticating, in all and by client address.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Handshakes(Arc<Mutex<HandshakeTable>>);
+
+/// A connection closed in its handshake to make way for a newcomer (see
+/// [`Handshakes::admit`]): where it came from, and the limit that was reached.
+#[derive(Debug)]
+pub(crate) struct Evicted {
+    pub(crate) from: Option<IpAddr>,
+    pub(crate) why: &'static str,
+}
 
 /// One connection's place among those authenticating, given back when dropped.
 #[derive(Debug)]
@@ -108,29 +114,34 @@ impl Handshakes {
     /// keeps it out only by opening that many connections within its handshake, not by
     /// holding idle ones, or by refusals it spins on. Refused only where no connection it
     /// may replace is left (one without a socket to close).
+    /// With the place, the connection closed to make it, if one was: where it came from, and
+    /// why.
     pub(crate) fn admit(
         &self,
         ip: Option<IpAddr>,
         socket: Option<std::net::TcpStream>,
-    ) -> Result<HandshakeSlot, &'static str> {
+    ) -> Result<(HandshakeSlot, Option<Evicted>), &'static str> {
         let mut table = lock(&self.0);
-        if table.count.all >= MAX_HANDSHAKING && !table.evict_oldest(None) {
-            return Err("too many unauthenticated connections");
+        let mut evicted = None;
+        if table.count.all >= MAX_HANDSHAKING {
+            const WHY: &str = "too many unauthenticated connections";
+            let from = table.evict_oldest(None).ok_or(WHY)?;
+            evicted = Some(Evicted { from, why: WHY });
         }
-        if ip.is_some()
-            && table.count.of(ip) >= MAX_HANDSHAKING_PER_ADDRESS
-            && !table.evict_oldest(Some(ip))
-        {
-            return Err("too many unauthenticated connections from this address");
+        if ip.is_some() && table.count.of(ip) >= MAX_HANDSHAKING_PER_ADDRESS {
+            const WHY: &str = "too many unauthenticated connections from this address";
+            let from = table.evict_oldest(Some(ip)).ok_or(WHY)?;
+            evicted = Some(Evicted { from, why: WHY });
         }
         table.count.add(ip, 1);
         let id = table.next;
         table.next += 1;
         table.open.insert(id, Authenticating { ip, socket });
-        Ok(HandshakeSlot {
+        let slot = HandshakeSlot {
             table: self.0.clone(),
             id,
-        })
+        };
+        Ok((slot, evicted))
     }
 
     /// Connections authenticating now (in all, and from `ip`).
@@ -327,15 +338,15 @@ mod tests {
     fn a_handshake_slot_is_given_back_however_its_holder_ends() {
         let handshakes = Handshakes::default();
         // Returned normally.
-        drop(handshakes.admit(ip(1), None).unwrap());
+        drop(handshakes.admit(ip(1), None).unwrap().0);
         assert_eq!(handshakes.held(ip(1)), (0, 0));
         // Its thread could not be started: the closure that owned it is dropped unrun.
-        let slot = handshakes.admit(ip(1), None).unwrap();
+        let slot = handshakes.admit(ip(1), None).unwrap().0;
         let never_run = move || drop(slot);
         drop(never_run);
         assert_eq!(handshakes.held(ip(1)), (0, 0));
         // Its thread panicked while it held it.
-        let slot = handshakes.admit(ip(1), None).unwrap();
+        let slot = handshakes.admit(ip(1), None).unwrap().0;
         let panicked = std::thread::spawn(move || {
             let _slot = slot;
             panic!("a connection's thread panicking in the handshake");
@@ -349,11 +360,11 @@ mod tests {
     fn handshakes_are_bounded_in_all_and_per_address() {
         let handshakes = Handshakes::default();
         let mine: Vec<_> = (0..MAX_HANDSHAKING_PER_ADDRESS)
-            .map(|_| handshakes.admit(ip(1), None).unwrap())
+            .map(|_| handshakes.admit(ip(1), None).unwrap().0)
             .collect();
         assert!(handshakes.admit(ip(1), None).is_err());
         let others: Vec<_> = (MAX_HANDSHAKING_PER_ADDRESS..MAX_HANDSHAKING)
-            .map(|i| handshakes.admit(ip(2 + (i % 200) as u8), None).unwrap())
+            .map(|i| handshakes.admit(ip(2 + (i % 200) as u8), None).unwrap().0)
             .collect();
         assert!(handshakes.admit(ip(250), None).is_err());
         drop((mine, others));
@@ -369,11 +380,11 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let idle = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (accepted, _) = listener.accept().unwrap();
-        let first = handshakes.admit(ip(1), Some(accepted)).unwrap();
+        let first = handshakes.admit(ip(1), Some(accepted)).unwrap().0;
         let rest: Vec<_> = (1..MAX_HANDSHAKING_PER_ADDRESS)
-            .map(|_| handshakes.admit(ip(1), None).unwrap())
+            .map(|_| handshakes.admit(ip(1), None).unwrap().0)
             .collect();
-        let newcomer = handshakes.admit(ip(1), None).unwrap();
+        let newcomer = handshakes.admit(ip(1), None).unwrap().0;
         assert_eq!(handshakes.held(ip(1)).1, MAX_HANDSHAKING_PER_ADDRESS);
         // The oldest was closed: its peer reads the end of the stream.
         let mut buf = [0u8; 1];
