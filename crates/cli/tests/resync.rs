@@ -837,63 +837,6 @@ fn ignore_existing_with_delete_removes_the_partial_copy_of_a_file_it_keeps() {
     }
 }
 
-/// A large file's partial copy left by an interrupted run, when the file is then gone from
-/// the source (removed, or a directory now): the next run removes it, and `verify` finds the
-/// copy exact. Before, it stayed for good, and `verify` failed the copy (review 2026-11-29,
-/// chaos, F1). Local copy, push and pull.
-#[test]
-fn a_partial_copy_of_a_file_gone_from_the_source_is_removed_by_the_next_run() {
-    let t = tmp();
-    let root = t.path().join("root");
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
-    let srv = server(&root);
-    for (how, becomes) in [
-        ("local", "gone"),
-        ("push", "gone"),
-        ("push", "a directory"),
-        ("pull", "gone"),
-    ] {
-        let src_name = format!("src-{how}-{}", becomes.len());
-        let src = root.join(&src_name);
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 6)).unwrap();
-        std::fs::write(src.join("small"), b"small").unwrap();
-        let name = format!("{how}-{}", becomes.len());
-        let (target, dst) = match how {
-            "push" => (srv.url(&name).into(), root.join(&name)),
-            _ => {
-                let dst = t.path().join(&name);
-                (dst.as_os_str().to_owned(), dst)
-            }
-        };
-        let (server, from): (_, std::ffi::OsString) = match how {
-            "local" => (None, src.clone().into()),
-            "push" => (Some(&srv), src.clone().into()),
-            _ => (Some(&srv), srv.url(&src_name).into()),
-        };
-        common::interrupt_once_a_partial_copy_is_written(server, &chunked, &from, &target, &dst);
-        std::fs::remove_file(src.join("big")).unwrap();
-        if becomes == "a directory" {
-            std::fs::create_dir(src.join("big")).unwrap();
-        }
-        let out = match how {
-            "local" => cp_local(&chunked, &src, &dst),
-            "push" => cp(&srv, &chunked, &src, srv.url(&name)),
-            _ => cp(&srv, &chunked, srv.url(&src_name), &dst),
-        };
-        assert_ok(&out, Some(&srv));
-        let why = format!("{how}, {becomes}: {}", sprat_testkit::describe(&out));
-        assert!(!dst.join(".big.sprat-part").exists(), "{why}");
-        assert!(!dst.join(".big.sprat-part.log").exists(), "{why}");
-        let verify = sprat_testkit::run_sprat(
-            common::bin(),
-            ["verify".as_ref(), src.as_os_str(), dst.as_os_str()],
-            &[],
-        );
-        assert_ok(&verify, None);
-    }
-}
-
 /// A re-run leaves a symlink the destination has already (same target and mtime) as it is,
 /// as rsync does, and counts none made; one whose target changed at the source is made
 /// again. Before, every run made every symlink anew (a new inode each time, and the report

@@ -266,57 +266,6 @@ pub(crate) fn local_index_cleaned(
     Ok(index)
 }
 
-/// The local source of a copy, as far as the partial copies its destination holds are
-/// concerned: its root, when the copy takes the whole tree (no selection, no `-x`: then a
-/// file the source lacks is one the copy will never send).
-pub(crate) fn whole_source_root(source: &Source, options: &TransferOptions) -> Option<Root> {
-    let whole = options.selection.is_all() && !options.selection.one_file_system;
-    match source {
-        Source::Dir(root) if whole => root.try_clone().ok(),
-        _ => None,
-    }
-}
-
-/// Whether the local source `root` has no regular file at `path` any more (nothing there, a
-/// directory, a symlink, or a path through one): a partial copy of it is of no use. `false`
-/// where it cannot tell.
-pub(crate) fn source_lacks_file(root: &Root, path: &[u8]) -> bool {
-    use rustix::fs::{FileType, OFlags};
-    match root.open_beneath(path, OFlags::PATH | OFlags::NOFOLLOW) {
-        Ok(fd) => rustix::fs::fstat(&fd)
-            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) != FileType::RegularFile),
-        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => true,
-        Err(_) => false,
-    }
-}
-
-/// After a pull of the server's directory `path` on `addr` into `dst` (the whole tree),
-/// removes the partial copies `dst` held (`partials`: their files' paths) of files the source
-/// no longer has as regular files (asked of the server, one `stat` each: they are few), which
-/// no run would resume (see [`DestIndex::take_orphan_partials`]).
-pub(crate) fn remove_orphan_partials_pulled(
-    (addr, key, path): (&str, &crate::net::Credentials, &[u8]),
-    dst: &Path,
-    partials: &[Vec<u8>],
-) {
-    let gone = |rel: &[u8]| match super::remote::stat(addr, key, &sprat_store::join(path, rel)) {
-        Ok(entry) => entry.kind != NsKind::File,
-        Err(TransferError::Remote {
-            code: sprat_proto::ErrorCode::NotFound,
-            ..
-        }) => true,
-        Err(_) => false,
-    };
-    let mut hidden = Vec::new();
-    for rel in partials.iter().filter(|rel| !rel.is_empty() && gone(rel)) {
-        let (dir, name) = sprat_store::split_parent(rel);
-        for name in [partial::part_name(name), partial::log_name(name)] {
-            hidden.push(sprat_store::join(dir, &name));
-        }
-    }
-    remove_local_leftovers(dst, &hidden);
-}
-
 /// Removes `leftovers` (temporary names a killed writer left, relative to `dst`) from the
 /// local destination `dst`, confined to it and never following a symlink; what cannot be
 /// removed is logged and left (the copy does not depend on it).
@@ -391,13 +340,12 @@ impl<T> Pieces<T> {
 /// their digests: handed to `each` in pieces as the scan goes, so that the index of a tree
 /// of millions of files is never whole in memory (`each` returns false when it wants no
 /// more: the scan stops soon after, and what it has not given is never given). Temporary
-/// names a killed writer left are removed, not listed. Returns the paths of the files of
-/// which the destination holds a partial copy.
+/// names a killed writer left are removed, not listed.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
     mut each: impl FnMut(IndexPiece) -> bool,
-) -> Result<Vec<Vec<u8>>, TransferError> {
+) -> Result<(), TransferError> {
     let wanted = std::cell::Cell::new(true);
     let mut give = |piece: IndexPiece| {
         if wanted.get() {
@@ -489,9 +437,7 @@ pub(crate) fn local_entries(
             }
         })?;
     remove_local_leftovers(dst, &leftovers);
-    let mut partial_paths = Vec::new();
     for (path, partial) in local_partials(dst, logs) {
-        partial_paths.push(path.clone());
         add(partial.to_listed(path));
     }
     if let Some(piece) = pieces.rest() {
@@ -507,7 +453,7 @@ pub(crate) fn local_entries(
     if let Some(piece) = sums.rest() {
         give(IndexPiece::Sums(piece));
     }
-    Ok(partial_paths)
+    Ok(())
 }
 
 /// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).

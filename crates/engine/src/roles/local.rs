@@ -3,7 +3,7 @@
 
 use super::destination::{
     check_complete, fatal_outcome, finish_dirs, is_inside, local_index_cleaned, local_writer,
-    open_source, remove_local_leftovers, skip_for, source_lacks_file, whole_source_root,
+    open_source, skip_for,
 };
 use super::endpoint::Endpoint;
 use crate::config::TransferOptions;
@@ -39,17 +39,7 @@ pub(crate) fn copy(
     }
     let skip = {
         let (dst, opts) = (dst.to_path_buf(), options.clone());
-        let source_root = whole_source_root(&source, options);
-        skip_for(options, move || {
-            let mut index = local_index_cleaned(&dst, &opts)?;
-            // Partial copies of files the source no longer has: removed (see
-            // `DestIndex::take_orphan_partials`).
-            if let Some(root) = &source_root {
-                let orphans = index.take_orphan_partials(|p| source_lacks_file(root, p));
-                remove_local_leftovers(&dst, &orphans);
-            }
-            Ok(index)
-        })
+        skip_for(options, move || local_index_cleaned(&dst, &opts))
     };
     let skipped = skip.as_ref().map(|s| s.counts.clone());
     let writer = local_writer(dst, matches!(source, Source::Dir(_)), false, options)?;

@@ -4,8 +4,7 @@
 //! `Done` follows its last batch there without a round trip of its own.
 
 use super::destination::{
-    check_complete, fatal_outcome, finish_dirs, local_entries, local_writer,
-    remove_orphan_partials_pulled, IndexPiece,
+    check_complete, fatal_outcome, finish_dirs, local_entries, local_writer, IndexPiece,
 };
 use super::endpoint::Endpoint;
 use super::push::await_done;
@@ -84,19 +83,14 @@ pub(crate) fn pull(
         true => source_is_file(addr, key, path),
         false => Arc::default(),
     };
-    // The files of which the destination holds a partial copy, as its scan finds them.
-    let partials: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
     let scan = (check != DestCheck::None).then(|| {
         let (dst, options) = (dst.to_path_buf(), options.clone());
         let (pieces, scanned) = crossbeam_channel::bounded(INDEX_PIECES_AHEAD);
         let file_source = file_source.clone();
-        let partials = partials.clone();
         let scan = std::thread::spawn(move || {
             let wanted =
                 |piece| !file_source.load(Ordering::SeqCst) && pieces.send(Ok(piece)).is_ok();
-            let done = local_entries(&dst, &options, wanted).map(|found| {
-                *crate::sync::lock(&partials) = found;
-            });
+            let done = local_entries(&dst, &options, wanted);
             // A scan cut short must not end the index as if it were whole.
             let done = match file_source.load(Ordering::SeqCst) {
                 true => Err(TransferError::Local(
@@ -292,13 +286,6 @@ pub(crate) fn pull(
         .progress
         .set_skipped(remote.up_to_date, remote.bytes_not_sent);
     check_complete(&writer, &mut counts, &remote.totals, &control_conn.peer)?;
-    // Partial copies of files the source no longer has, which no run would resume: removed
-    // once the whole tree arrived (before the directories get their mtimes).
-    let whole = options.selection.is_all() && !options.selection.one_file_system;
-    if session.root_is_dir && whole {
-        let partials = std::mem::take(&mut *crate::sync::lock(&partials));
-        remove_orphan_partials_pulled((addr, key, path), dst, &partials);
-    }
     finish_dirs(&writer, &mut counts);
     counts.syncs = writer.sync_count();
     // A join the server refused carried nothing.

@@ -9,7 +9,7 @@
 //! stream sent before the server announced it, and hands it back if the server refuses the
 //! stream: the transfer goes on with the streams it has.
 
-use super::destination::{open_source, skip_for, source_lacks_file, whole_source_root};
+use super::destination::{open_source, skip_for};
 use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::TransferOptions;
@@ -168,16 +168,9 @@ pub(crate) fn start_source(
             let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let owners = options.owners.then_some(!options.numeric_ids);
-            let source_root = whole_source_root(&source, options);
             let skip = skip_for(options, move || {
                 let mut index = index_patiently(|| remote::index(&a, &k, &p, digests, owners))?;
-                let mut debris = index.take_leftovers();
-                // Partial copies of files the source no longer has (see
-                // `DestIndex::take_orphan_partials`).
-                if let Some(root) = &source_root {
-                    debris.extend(index.take_orphan_partials(|p| source_lacks_file(root, p)));
-                }
-                remote::remove_leftovers(&a, &k, &p, &debris);
+                remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
                 Ok(index)
             });
             // A single small file goes before the listing is in, for the server to check it

@@ -375,26 +375,6 @@ impl DestIndex {
         self.partials.insert(path, partial);
     }
 
-    /// Forgets the partial files of the files for which `gone(path)` says the source has no
-    /// regular file any more (removed, or a directory or symlink now), and returns their
-    /// hidden names (partial copy and journal, relative to the copy's root) for the copy to
-    /// remove: no run would ever resume them, and nothing else would remove them.
-    pub fn take_orphan_partials(&mut self, gone: impl Fn(&[u8]) -> bool) -> Vec<Vec<u8>> {
-        let orphans: Vec<Vec<u8>> = self.partials.keys().filter(|p| gone(p)).cloned().collect();
-        let mut hidden = Vec::with_capacity(2 * orphans.len());
-        for path in orphans {
-            self.partials.remove(&path);
-            let (dir, name) = sprat_store::split_parent(&path);
-            for name in [
-                sprat_store::partial::part_name(name),
-                sprat_store::partial::log_name(name),
-            ] {
-                hidden.push(sprat_store::join(dir, &name));
-            }
-        }
-        hidden
-    }
-
     /// Records the digest of a regular file already in the index (a digest of anything else
     /// is dropped: it cannot make the index larger than its listing).
     pub fn set_digest(&mut self, path: &[u8], digest: u128) {

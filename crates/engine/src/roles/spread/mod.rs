@@ -516,8 +516,7 @@ fn plan_pieces(
                 }
             }
             true
-        })
-        .map(drop)?;
+        })?;
     }
     let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
     let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();
