@@ -1042,7 +1042,9 @@ fn a_thousand_silent_connections_from_one_address_do_not_lock_out_another() {
         "server resident memory with 1,100 silent connections: {} MiB",
         rss >> 20
     );
-    assert!(rss < 128 << 20, "{} MiB", rss >> 20);
+    // Each of the 1,100 had a thread for its handshake a moment (a newcomer closes the
+    // oldest): 120-131 MiB measured (debug build); the bound is for growth without end.
+    assert!(rss < 192 << 20, "{} MiB", rss >> 20);
     // The 800 or so refused at once are not 800 lines of the log: at most one a second,
     // with how many went unlogged.
     let log = srv.stderr_log();
@@ -1821,4 +1823,36 @@ fn a_hard_link_under_a_partial_copys_name_is_never_written_through() {
     let m = fs::metadata(&outside).unwrap();
     assert_eq!(m.permissions().mode() & 0o7777, 0o600);
     assert_eq!(std::os::unix::fs::MetadataExt::nlink(&m), 1);
+}
+
+/// A partial copy with another hard link (a snapshot of the destination made with `cp -al`
+/// while it was there) is not resumed, and not offered to the sender either: the next run
+/// sends the file whole and succeeds at once. Before, the listing offered its ranges, the
+/// writer refused it, and the file arrived incomplete (exit 1 with `--retry-for 0`; review
+/// 2026-11-29 of the fixes, F2). Push and pull.
+#[test]
+fn a_partial_copy_with_another_hard_link_is_neither_resumed_nor_offered() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    let data = sprat_testkit::random_bytes(12 << 20, 9);
+    fs::write(src.join("big"), &data).unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let pulled = t.path().join("pulled");
+    for how in ["push", "pull"] {
+        let (dst, from, to): (PathBuf, std::ffi::OsString, std::ffi::OsString) = match how {
+            "push" => (root.join("in"), src.clone().into(), srv.url("in").into()),
+            _ => (pulled.clone(), srv.url("src").into(), pulled.clone().into()),
+        };
+        common::interrupt_once_a_partial_copy_is_written(Some(&srv), &chunked, &from, &to, &dst);
+        let snapshot = t.path().join(format!("snapshot-{how}"));
+        fs::hard_link(dst.join(".big.sprat-part"), &snapshot).unwrap();
+        let mut args = vec!["--retry-for", "0"];
+        args.extend_from_slice(&chunked);
+        let out = cp(&srv, &args, &from, &to);
+        assert_ok(&out, Some(&srv));
+        assert_eq!(fs::read(dst.join("big")).unwrap(), data, "{how}");
+    }
 }

@@ -72,16 +72,16 @@ pub fn make_dir(root: &Root, rel: &[u8], parents: bool) -> Result<(), StoreError
         .map_err(|e| StoreError::new("create directory", rel, e))
 }
 
+/// Why [`remove`] leaves a name alone that a running transfer is writing (a temporary name, a
+/// partial copy or its journal): the end of its error's text.
+pub const BEING_WRITTEN: &str = "is being written by a running transfer";
+
 /// `rm` (or `rm -r` with `recursive`); returns the number of entries removed.
 pub fn remove(root: &Root, rel: &[u8], recursive: bool) -> Result<u64, StoreError> {
     not_root("remove", rel)?;
     let (dir, name) = parent_of(root, "remove", rel)?;
-    if crate::write::is_live_temp(name) {
-        return Err(StoreError::other(
-            "remove",
-            rel,
-            "is being written by a running transfer",
-        ));
+    if crate::write::is_live_temp(name) || crate::partial::is_being_written(&dir, name) {
+        return Err(StoreError::other("remove", rel, BEING_WRITTEN));
     }
     let mut parent = Parent {
         fd: &dir,
@@ -628,6 +628,26 @@ mod tests {
         let root = Root::open(dir.path()).unwrap();
         assert_eq!(remove(&root, b"w", true).unwrap(), made + 1);
         assert!(!dir.path().join("w").exists());
+    }
+
+    /// The partial copy (and journal) of a file a writer holds is not removed, by `rm` or by
+    /// another copy's `--delete` (review 2026-11-29 of the fixes, F3); once the writer lets
+    /// go, it is.
+    #[test]
+    fn a_partial_copy_a_writer_holds_is_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".f.sprat-part"), b"data").unwrap();
+        std::fs::write(dir.path().join(".f.sprat-part.log"), b"journal").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let held = std::fs::File::open(dir.path().join(".f.sprat-part.log")).unwrap();
+        crate::partial::hold(&held);
+        for name in [&b".f.sprat-part"[..], b".f.sprat-part.log"] {
+            let e = remove(&root, name, false).unwrap_err();
+            assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
+        }
+        drop(held);
+        assert_eq!(remove(&root, b".f.sprat-part", false).unwrap(), 1);
+        assert_eq!(remove(&root, b".f.sprat-part.log", false).unwrap(), 1);
     }
 
     #[test]

@@ -233,8 +233,9 @@ pub fn decode(bytes: &[u8]) -> Option<Journal> {
 
 /// Reads the journal `log` in directory `dir` (never following a symlink).
 pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
-    // A journal's name holding a device or a FIFO is never opened.
-    let fd = crate::regular::open_regular_at(dir, log, OFlags::RDONLY).ok()?;
+    // A journal's name holding a device or a FIFO is never opened, and one this user did not
+    // make (another owner, another hard link) is none (see `regular::open_own_regular_at`).
+    let fd = crate::regular::open_own_regular_at(dir, log, OFlags::RDONLY).ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
     if st.st_size as u64 > MAX_LOG_BYTES {
         return None;
@@ -243,6 +244,31 @@ pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
     let mut file = std::fs::File::from(fd);
     std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
     decode(&bytes)
+}
+
+/// Marks the journal `log` as held by a writer writing its file now, for as long as the
+/// descriptor is open: a shared lock, which other writers of the same file share and which
+/// [`is_being_written`] tells (a lock that cannot be taken at once is done without: a
+/// remover looking at that moment only).
+pub fn hold(log: &impl AsFd) {
+    let _ = rustix::fs::flock(log, rustix::fs::FlockOperation::NonBlockingLockShared);
+}
+
+/// Whether `hidden` in `dir`, a partial copy or its journal, is of a file a writer is writing
+/// right now (see [`hold`]): then it must not be removed (a `--delete`, `rm`, or another
+/// copy's clean-up would make that transfer fail at its end, losing what it wrote).
+pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
+    let Some(name) = final_name_of_hidden(hidden) else {
+        return false;
+    };
+    let Ok(fd) = crate::regular::open_regular_at(dir, &log_name(name), OFlags::RDONLY) else {
+        return false;
+    };
+    let exclusive = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+    matches!(
+        rustix::fs::flock(&fd, exclusive),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
 }
 
 /// A partial file found by a listing or scan: `log_path` (relative to `root`) names a
@@ -265,6 +291,12 @@ pub fn describe(root: &crate::Root, log_path: &[u8]) -> Option<(Vec<u8>, Identit
             .as_deref()
             .filter(|n| is_component(n) && log_name(n) == log)?,
     };
+    // Only a partial copy a writer would resume is one: this user's, with no other hard link
+    // (a listing that offered another's ranges would have a copy send too little).
+    let fd = crate::regular::open_own_regular_at(&dir_fd, &part_name(name), OFlags::PATH);
+    if fd.is_err() {
+        return None;
+    }
     let mut present = Coverage::default();
     for r in &journal.records {
         present.add(r.offset, r.len);
@@ -477,6 +509,14 @@ mod tests {
         }));
         let log = [b"d/", &log_name(&long)[..]].concat();
         std::fs::write(dir.path().join(std::ffi::OsStr::from_bytes(&log)), &bytes).unwrap();
+        // Without its partial copy, a journal describes nothing.
+        assert_eq!(describe(&root, &log), None);
+        let part = [b"d/", &part_name(&long)[..]].concat();
+        std::fs::write(
+            dir.path().join(std::ffi::OsStr::from_bytes(&part)),
+            [0u8; 64],
+        )
+        .unwrap();
         let (path, found, present) = describe(&root, &log).unwrap();
         assert_eq!(path, [b"d/", &long[..]].concat());
         assert_eq!((found, present.bytes()), (id, 32));

@@ -2422,6 +2422,7 @@ fn open_large(
         }
     };
     let names = (part, log_name);
+    crate::partial::hold(&log);
     LargeFile::new(dir, name, path, id, names, (fd, log), coverage, how)
 }
 
@@ -2467,6 +2468,7 @@ fn join_large(
         e => StoreError::new("open the journal of", path, e),
     })?;
     let names = (part, log_name);
+    crate::partial::hold(&log);
     LargeFile::new(
         dir,
         name,

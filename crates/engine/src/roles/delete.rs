@@ -311,6 +311,7 @@ pub(crate) fn delete_extras(
                         removed += 1;
                         told_deleted(options, &rel);
                     }
+                    Err(e) if being_written(&e.to_string()) => {}
                     Err(e) => failures.push((rel, e.to_string())),
                 }
             }
@@ -333,6 +334,7 @@ pub(crate) fn delete_extras(
                     Ok(other) => {
                         return Err(conn.protocol(format!("unexpected reply {other:?}")));
                     }
+                    Err(TransferError::Remote { text, .. }) if being_written(&text) => {}
                     // A request the server refused: the others go on.
                     Err(TransferError::Remote { text, .. }) => failures.push((rel, text)),
                     Err(e) => return Err(e),
@@ -341,6 +343,17 @@ pub(crate) fn delete_extras(
         }
     }
     Ok((removed, failures))
+}
+
+/// Whether a removal was refused because a running transfer is writing the entry (the partial
+/// copy of a file another copy is writing into this destination now): not this copy's to
+/// remove, and no failure of it.
+fn being_written(error: &str) -> bool {
+    let refused = error.ends_with(sprat_store::namespace::BEING_WRITTEN);
+    if refused {
+        tracing::info!(error, "left for the transfer writing it");
+    }
+    refused
 }
 
 /// `-v`: an entry removed, told as it is.
