@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use sprat_testkit::run::{run_sprat, spawn_sprat};
+use sprat_testkit::run::{run_sprat, run_sprat_timeout, spawn_sprat};
 use sprat_testkit::server::{Server, ServerOptions};
 use sprat_testkit::{assert_trees_equal, tree, Tmpfs};
 use std::net::SocketAddr;
@@ -976,4 +976,42 @@ fn a_copy_longer_than_retry_for_is_still_retried_while_it_progresses() {
     let attempts = sprat_testkit::parse_json_report(&out.stdout).u64("attempts");
     assert!(attempts >= 3, "{attempts} attempts");
     assert_trees_equal(&src, &root.join("dst"));
+}
+
+/// `--checksum` over a link that drops every 2 MB: a large file of 12 MiB is resumed from
+/// what the earlier attempts of the same run wrote (a partial file of this very version of
+/// the source), and the copy completes. Before, `--checksum` sent it whole every time, each
+/// attempt's progress restarted `--retry-for`, and the copy never ended (review 2026-11-29,
+/// chaos, F2).
+#[test]
+fn checksum_resumes_a_large_file_across_its_own_retries() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let data = tree::random_bytes(12 << 20, 41);
+    std::fs::write(src.join("big"), &data).unwrap();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let relay = RelayProc::start(srv.addr(), &["--reset-after", "2MB"]);
+    let args = [
+        "--checksum",
+        "--retry-for",
+        "20s",
+        "--streams",
+        "1",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "256KiB",
+        "--json",
+    ];
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &args, &src, relay.url("dst")),
+        &[],
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|_| panic!("the copy did not end within 120 s"));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(std::fs::read(root.join("dst/big")).unwrap(), data);
 }

@@ -485,11 +485,11 @@ impl DestIndex {
                 };
             }
             // `--checksum` trusts no size and mtime: a partial file of another content with
-            // the same size and mtime would make a mix. Sent whole, it is started afresh.
-            if rule == SkipRule::Checksum {
-                return Verdict::Send;
-            }
-            return self.resume(e);
+            // the same size and mtime would make a mix, and it is started afresh; but one of
+            // this very version of the source file (its inode and change time, which no user
+            // sets: a run cut short, and `--retry-for` running it again) is resumed. Before,
+            // a link that dropped every few MB never let a large file finish.
+            return self.resume(e, rule == SkipRule::Checksum);
         };
         match rule {
             SkipRule::IgnoreExisting => Verdict::Kept,
@@ -498,7 +498,7 @@ impl DestIndex {
                 if d.is_file && d.size == e.size {
                     self.attrs_verdict(d, e)
                 } else {
-                    self.resume(e)
+                    self.resume(e, false)
                 }
             }
             SkipRule::Update
@@ -515,7 +515,7 @@ impl DestIndex {
                 if same_content {
                     self.attrs_verdict(d, e)
                 } else {
-                    self.resume(e)
+                    self.resume(e, false)
                 }
             }
             SkipRule::Checksum => {
@@ -622,21 +622,24 @@ impl DestIndex {
     /// written in place with its mtime put back, is another version: resuming would mix the
     /// two). A source entry of unknown version (0: a dry run's listing of a server) is taken
     /// on its size and mtime; the writer checks the version again before it resumes.
-    fn resume(&self, e: &ScanEntry) -> Verdict {
+    fn resume(&self, e: &ScanEntry, same_version_only: bool) -> Verdict {
         let id = Identity {
             size: e.size,
             mtime_sec: e.attrs.mtime_sec,
             mtime_nsec: e.attrs.mtime_nsec,
             version: e.version,
         };
-        let same = |p: &Identity| {
-            *p == id
-                || (id.version == 0
-                    && *p
-                        == Identity {
-                            version: p.version,
-                            ..id
-                        })
+        let same = |p: &Identity| match same_version_only {
+            true => id.version != 0 && *p == id,
+            false => {
+                *p == id
+                    || (id.version == 0
+                        && *p
+                            == Identity {
+                                version: p.version,
+                                ..id
+                            })
+            }
         };
         match self.partials.get(&e.path) {
             Some(p) if same(&p.id) && p.present.bytes() > 0 => Verdict::Resume(p.present.clone()),
@@ -862,7 +865,7 @@ mod tests {
     }
 
     #[test]
-    fn a_partial_file_is_resumed_on_size_mtime_and_version_but_not_with_checksum() {
+    fn a_partial_file_is_resumed_on_size_mtime_and_version_and_with_checksum_on_version_only() {
         let mut i = DestIndex::default();
         let mut present = Coverage::default();
         present.add(0, 40);
@@ -890,7 +893,13 @@ mod tests {
                 "{rule:?}"
             );
         }
-        assert_eq!(i.verdict(&big, SkipRule::Checksum), Verdict::Send);
+        // `--checksum`: only a partial file of this very version (not of an unknown one).
+        assert_eq!(
+            i.verdict(&big, SkipRule::Checksum),
+            Verdict::Resume(present.clone())
+        );
+        let unknown = file(b"big", 100, 0o644, 5, 7);
+        assert_eq!(i.verdict(&unknown, SkipRule::Checksum), Verdict::Send);
         assert_eq!(i.verdict(&big, SkipRule::Never), Verdict::Send);
         // Another version of the file (its mtime): sent whole.
         let other = file(b"big", 100, 0o644, 6, 7);
