@@ -735,3 +735,34 @@ fn ignore_existing_keeps_files_whole_with_hard_links_and_xattrs() {
         assert_eq!(ino("b"), ino("c"), "{why}");
     }
 }
+
+/// A FIFO the destination has already, which a snapshot of the destination (`cp -al`) gave a
+/// second hard link, is left as it is by a re-run that has nothing to set: the same inode.
+/// Before, it was made again on every run (review 2026-11-29 of the fixes, F5). Local copy
+/// and push.
+#[test]
+fn a_special_file_with_another_hard_link_is_left_when_nothing_changed() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    mknod(&src.join("fifo"), FileType::Fifo, 0o640, (0, 0));
+    let srv = server(&root);
+    for (how, dst) in [
+        ("local", t.path().join("local")),
+        ("push", root.join("pushed")),
+    ] {
+        let copy = || match how {
+            "local" => cp_local(&[], &src, &dst),
+            _ => cp(&srv, &[], &src, srv.url("pushed")),
+        };
+        assert_ok(&copy(), Some(&srv));
+        fs::hard_link(dst.join("fifo"), t.path().join(format!("snapshot-{how}"))).unwrap();
+        let before = fs::symlink_metadata(dst.join("fifo")).unwrap().ino();
+        let out = copy();
+        assert_ok(&out, Some(&srv));
+        let after = fs::symlink_metadata(dst.join("fifo")).unwrap();
+        assert_eq!(after.ino(), before, "{how}: {}", describe(&out));
+        assert!(after.file_type().is_fifo(), "{how}");
+    }
+}

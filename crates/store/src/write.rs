@@ -1859,6 +1859,11 @@ impl WriterCursor<'_> {
         // descriptor of that very node (never by name: whoever can write the directory could
         // put a symlink or another file's hard link there meanwhile).
         let (kind, dev) = (special.file_type(), Some(special.dev()));
+        // Nothing to set (a re-run): looked at only, whatever links it has (a snapshot of the
+        // destination made with `cp -al` gives it another; it would be made again else).
+        if xattrs.is_none() && has_all_of(writer, (dir, name), special, (mode, attrs)) {
+            return Ok(());
+        }
         if let Ok(held) = HeldNode::open(dir, name, kind, dev, false) {
             held.fix(writer, (mode, attrs))
                 .map_err(|e| StoreError::new("set attributes of", path, e))?;
@@ -2001,6 +2006,32 @@ impl HeldNode {
             other => other,
         }
     }
+}
+
+/// Whether `name` in `dir` is the special file `special` already, with the owner (where
+/// `writer` sets owners), `mode` and mtime of `attrs`: nothing to set. Looked at by name,
+/// never following a symlink, and nothing is changed.
+fn has_all_of(
+    writer: &TreeWriter,
+    (dir, name): (&OwnedFd, &[u8]),
+    special: crate::Special,
+    (mode, attrs): (Mode, &Attrs),
+) -> bool {
+    let wanted =
+        StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID | StatxFlags::MTIME;
+    let Ok(st) = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted) else {
+        return false;
+    };
+    let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
+    let (uid, gid) = owner_ids(attrs);
+    let same_owner = !writer.owners
+        || (uid.is_none_or(|u| u.as_raw() == st.stx_uid)
+            && gid.is_none_or(|g| g.as_raw() == st.stx_gid));
+    FileType::from_raw_mode(u32::from(st.stx_mode)) == special.file_type()
+        && (!special.is_device() || number == special.dev())
+        && u32::from(st.stx_mode) & 0o7777 == mode.bits()
+        && same_owner
+        && (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) == (attrs.mtime_sec, attrs.mtime_nsec)
 }
 
 /// The error of making `what` at `path` through a [`HeldNode`].
