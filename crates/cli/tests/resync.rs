@@ -886,3 +886,48 @@ fn a_re_run_leaves_symlinks_that_are_up_to_date_and_remakes_changed_ones() {
         assert_trees_equal(&src, dst);
     }
 }
+
+/// Two processes copying the same large file into one destination at once (a push through a
+/// server, and a local copy beside it that sends the file whole): the second writes it with
+/// the first instead of removing the partial copy the first is writing, and both succeed.
+/// Before, the second removed it, and the first failed at its end (review 2026-11-29 of the
+/// session's later changes, F1).
+#[test]
+fn a_second_process_writing_the_same_large_file_joins_the_first() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let data = sprat_testkit::random_bytes(12 << 20, 12);
+    std::fs::write(src.join("big"), &data).unwrap();
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let dst = root.join("shared");
+    let mut args = common::cp_args(Some(&srv), &chunked, &src, srv.url("shared"));
+    // The first ends first (before, it then found its partial copy gone, the second's not
+    // complete yet, and failed).
+    args.splice(1..1, ["--bwlimit".into(), "4MB/s".into()]);
+    let mut first = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
+    let journal = dst.join(".big.sprat-part.log");
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no partial copy"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut extra = vec!["--ignore-times", "--bwlimit", "1500kB/s"];
+    extra.extend_from_slice(&chunked);
+    let second = cp_local(&extra, &src, &dst);
+    let first = first.wait_or_panic(Duration::from_secs(60));
+    assert_ok(&second, Some(&srv));
+    assert_ok(&first, Some(&srv));
+    assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
+    let left: Vec<_> = std::fs::read_dir(&dst)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["big"]);
+}

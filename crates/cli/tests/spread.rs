@@ -210,6 +210,9 @@ fn a_pull_from_three_servers_of_one_tree_is_exact_with_a_share_on_each() {
     );
     assert_ok(&again, Some(&servers[0]));
     assert_eq!(parse_json_report(&again.stdout).files(), 0);
+    // Nor do its symlinks (review 2026-11-29 of the session's later changes, F7).
+    let symlinks = parse_json_report(&again.stdout).get("symlinks").as_u64();
+    assert_eq!(symlinks, Some(0), "{}", sprat_testkit::describe(&again));
     fs::write(root.join("tree/many/d0/f7"), b"changed").unwrap();
     let third = cp(
         &servers[0],

@@ -1111,8 +1111,13 @@ fn depth(path: &[u8]) -> usize {
 /// file put in place whole (cloned, copied inside the kernel) makes them useless, as the
 /// chunks' own writer does when it completes the file.
 pub(crate) fn remove_stale_partial(dir: impl AsFd, name: &[u8]) {
+    let log = partial::log_name(name);
+    // Not one a running transfer (another process) writes now.
+    if partial::is_being_written(&dir, &log) {
+        return;
+    }
     let _ = unlinkat(&dir, os(&partial::part_name(name)), AtFlags::empty());
-    let _ = unlinkat(&dir, os(&partial::log_name(name)), AtFlags::empty());
+    let _ = unlinkat(&dir, os(&log), AtFlags::empty());
 }
 
 /// [`WriterCursor::set_file_attrs`] of a file with other hard links: its content copied
@@ -2385,9 +2390,11 @@ fn open_large(
 ) -> Result<LargeFile, StoreError> {
     let part = partial::part_name(name);
     let log_name = partial::log_name(name);
-    let opened = partial::read_log(dir, &log_name)
-        .filter(|found| found.id == id && !whole)
-        .and_then(|partial::Journal { records, .. }| {
+    let journal = partial::read_log(dir, &log_name);
+    // Of the same version of the file: a writer writing it now may be joined.
+    let same_version = journal.as_ref().is_some_and(|found| found.id == id);
+    let opened = journal.filter(|found| found.id == id && !whole).and_then(
+        |partial::Journal { records, .. }| {
             // Opened only as regular files this writer made: a device or FIFO a peer put
             // under these names is never opened, nor another user's file (see
             // `crate::regular`); the partial copy is then started again.
@@ -2410,10 +2417,24 @@ fn open_large(
                 write_all(&log, &fresh).ok()?;
             }
             Some((fd, log, coverage))
-        });
+        },
+    );
     let (fd, log, coverage) = match opened {
         Some(found) => found,
         None => {
+            // Another process writes this file now (a second server on one file system, a
+            // local copy beside a push): its partial copy is never removed under it (it would
+            // fail at its end). The same version is written with it; another fails here.
+            if partial::is_being_written(dir, &log_name) {
+                if same_version {
+                    return join_large(dir, name, path, id, (part, log_name), how);
+                }
+                return Err(StoreError::other(
+                    "write",
+                    path,
+                    "another version of it is being written by a running transfer",
+                ));
+            }
             for stale in [&part, &log_name] {
                 // An empty directory under sprat's name goes too (a full one stays, and the
                 // file fails, naming it).

@@ -506,13 +506,23 @@ fn plan_pieces(
         return Ok(None);
     }
     let mut have: HashMap<Vec<u8>, (u64, i64, u32, u32)> = HashMap::new();
+    // The destination's symlinks: target and mtime.
+    let mut links: HashMap<Vec<u8>, (Vec<u8>, i64, u32)> = HashMap::new();
     if dst.is_dir() {
         let mut local = options.clone();
         local.skip = SkipRule::QuickCheck;
         super::destination::local_entries(dst, &local, |piece| {
             if let super::destination::IndexPiece::Entries(entries) = piece {
-                for e in entries.into_iter().filter(|e| e.kind == NsKind::File) {
-                    have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
+                for e in entries {
+                    match e.kind {
+                        NsKind::File => {
+                            have.insert(e.path, (e.size, e.mtime_sec, e.mtime_nsec, e.mode));
+                        }
+                        NsKind::Symlink => {
+                            links.insert(e.path, (e.target, e.mtime_sec, e.mtime_nsec));
+                        }
+                        _ => {}
+                    }
                 }
             }
             true
@@ -543,6 +553,13 @@ fn plan_pieces(
                     needed.push((e.path, e.size));
                 }
             }
+            // A symlink the destination has with the same target and mtime is left, as a
+            // single server's pull leaves it (see `DestIndex::verdict`).
+            NsKind::Symlink
+                if options.skip != SkipRule::Never
+                    && links.get(&e.path).is_some_and(|(target, sec, nsec)| {
+                        (target, *sec, *nsec) == (&e.target, e.mtime_sec, e.mtime_nsec)
+                    }) => {}
             NsKind::Symlink | NsKind::Special => needed.push((e.path, 0)),
             NsKind::Dir if !e.path.is_empty() => dirs += 1,
             _ => {}
