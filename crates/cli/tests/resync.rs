@@ -15,6 +15,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+/// The names in directory `dir`, sorted (hidden ones too).
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn report(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).expect("a JSON report")
 }
@@ -781,12 +791,7 @@ fn files_that_appear_during_an_ignore_existing_copy_are_left_alone_and_counted_s
             text.contains("left alone, being at the destination (--ignore-existing): 2 files"),
             "{why}"
         );
-        let mut left: Vec<String> = std::fs::read_dir(dst.join("a/z"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["big", "small"], "{why}");
+        assert_eq!(names_in(&dst.join("a/z")), ["big", "small"], "{why}");
     }
 }
 
@@ -828,12 +833,7 @@ fn ignore_existing_with_delete_removes_the_partial_copy_of_a_file_it_keeps() {
             b"from elsewhere",
             "{why}"
         );
-        let mut left: Vec<String> = std::fs::read_dir(&dst)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["big", "small"], "{why}");
+        assert_eq!(names_in(&dst), ["big", "small"], "{why}");
     }
 }
 
@@ -924,10 +924,5 @@ fn a_second_process_writing_the_same_large_file_joins_the_first() {
     assert_ok(&second, Some(&srv));
     assert_ok(&first, Some(&srv));
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
-    let left: Vec<_> = std::fs::read_dir(&dst)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    assert_eq!(left, ["big"]);
+    assert_eq!(names_in(&dst), ["big"]);
 }
