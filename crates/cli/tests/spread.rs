@@ -445,3 +445,32 @@ fn a_push_over_three_servers_where_most_files_fail_ends_naming_them_and_writes_t
     }
     assert_a_share_on_each(&out, &relays);
 }
+
+/// A push over several servers with small chunks, so that a batch could hold the end of one
+/// large file and the start of the next: each large file still goes whole to one server, and
+/// the first attempt succeeds. Before, such a batch tied two files to two servers, each
+/// wrote a part, and every such file failed its first attempt (review 2026-11-29 of the
+/// session's later changes, F3).
+#[test]
+fn a_push_over_several_servers_with_small_chunks_keeps_each_large_file_on_one_server() {
+    let t = tmp();
+    let (src, root) = (t.path().join("src"), t.path().join("export"));
+    fs::create_dir_all(&src).unwrap();
+    for i in 0..6 {
+        let bytes = sprat_testkit::random_bytes(3 << 20, 500 + i);
+        fs::write(src.join(format!("big{i}")), bytes).unwrap();
+    }
+    let (servers, relays) = servers(&root, "400mbit");
+    let args = [
+        "-a",
+        "--retry-for",
+        "0",
+        "--chunk-size",
+        "256KiB",
+        "--small-file-threshold",
+        "128KiB",
+    ];
+    let out = cp(&servers[0], &args, &src, url(&relays, "copy"));
+    assert_ok(&out, Some(&servers[0]));
+    assert_trees_equal(&src, &root.join("copy"));
+}

@@ -359,6 +359,14 @@ impl Planner {
         (whole, unless): (bool, Option<KeepRule>),
         emit: &mut impl FnMut(BatchPlan),
     ) {
+        // Spread over several servers (`deferring_namespace`), a batch holds the chunks of one
+        // large file alone: each such file goes whole to the server its first batch went to,
+        // whatever order the batches are read in (before, a batch holding the end of one file
+        // and the start of the next could tie them to two servers, and each wrote a part).
+        let alone = self.deferred.is_some();
+        if alone {
+            self.flush_current(emit);
+        }
         let mut offset = start;
         while offset < end {
             let mut len = self.chunk_size_now(&entry.path).min(end - offset);
@@ -379,6 +387,9 @@ impl Planner {
             };
             self.add(item, len, emit);
             offset += len;
+        }
+        if alone {
+            self.flush_current(emit);
         }
     }
 

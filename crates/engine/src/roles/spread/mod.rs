@@ -696,6 +696,11 @@ impl Dispatcher<'_> {
     fn hand_out(&mut self, mut batch: Batch) -> bool {
         let chunked = chunk_paths(&batch);
         if let Some(&to) = chunked.iter().find_map(|p| self.pinned.get(p)) {
+            // The batch's other large files go with it: their next chunks follow them there
+            // (before, they went wherever there was room, and two servers each wrote a part).
+            for path in chunked {
+                self.pinned.entry(path).or_insert(to);
+            }
             return self.send_to(to, batch);
         }
         loop {
