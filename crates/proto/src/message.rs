@@ -44,10 +44,6 @@ impl KeptEntries {
             .is_some_and(|b| b & (1 << (index % 8)) != 0)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.iter().all(|&b| b == 0)
-    }
-
     fn len(&self) -> usize {
         self.0.len()
     }

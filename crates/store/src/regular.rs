@@ -45,6 +45,10 @@ fn open_checked(dir: impl AsFd, name: &[u8], flags: OFlags, own: bool) -> Result
         return Err(Errno::PERM);
     }
     let again = flags & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::TRUNC);
+    // Asked only to look (`O_PATH`): the descriptor looked at is the one wanted.
+    if again == OFlags::PATH {
+        return Ok(at);
+    }
     openat(
         CWD,
         proc_path(&at).as_str(),

@@ -1948,10 +1948,7 @@ impl HeldNode {
             | StatxFlags::MTIME
             | StatxFlags::NLINK;
         let st = statx(&fd, "", AtFlags::EMPTY_PATH, wanted)?;
-        let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
-        let device = matches!(kind, FileType::CharacterDevice | FileType::BlockDevice);
-        let meant = FileType::from_raw_mode(u32::from(st.stx_mode)) == kind
-            && (!device || dev == Some(number))
+        let meant = is_node(&st, kind, dev)
             && st.stx_nlink == 1
             && (!fresh || st.stx_uid == rustix::process::geteuid().as_raw());
         if !meant {
@@ -1969,19 +1966,17 @@ impl HeldNode {
 
     /// Gives it the owner (where `writer` sets owners), `mode` and mtime of `attrs`, each only
     /// where it differs.
-    fn fix(&self, writer: &TreeWriter, (mode, attrs): (Mode, &Attrs)) -> Result<(), Errno> {
-        let st = &self.st;
-        let (uid, gid) = owner_ids(attrs);
-        let owner_differs = uid.is_some_and(|u| u.as_raw() != st.stx_uid)
-            || gid.is_some_and(|g| g.as_raw() != st.stx_gid);
-        if owner_differs {
+    fn fix(&self, writer: &TreeWriter, wanted: (Mode, &Attrs)) -> Result<(), Errno> {
+        let (mode, attrs) = wanted;
+        let lacks = Lacks::of(writer, &self.st, wanted);
+        if lacks.owner {
             writer.chown_path_fd(&self.fd, attrs)?;
         }
-        // A change of owner clears setuid and setgid bits: the mode is looked at after it.
-        if writer.owners && owner_differs || u32::from(st.stx_mode) & 0o7777 != mode.bits() {
+        // A change of owner clears setuid and setgid bits: the mode is set again after it.
+        if lacks.owner || lacks.mode {
             crate::perm::set_mode(self.fd.as_fd(), mode.bits())?;
         }
-        if (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) != (attrs.mtime_sec, attrs.mtime_nsec) {
+        if lacks.mtime {
             self.set_mtime(attrs, || Err(Errno::INVAL))?;
         }
         Ok(())
@@ -2020,23 +2015,44 @@ fn has_all_of(
     writer: &TreeWriter,
     (dir, name): (&OwnedFd, &[u8]),
     special: crate::Special,
-    (mode, attrs): (Mode, &Attrs),
+    wanted: (Mode, &Attrs),
 ) -> bool {
-    let wanted =
+    let fields =
         StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID | StatxFlags::MTIME;
-    let Ok(st) = statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, wanted) else {
-        return false;
-    };
+    statx(dir, os(name), AtFlags::SYMLINK_NOFOLLOW, fields).is_ok_and(|st| {
+        is_node(&st, special.file_type(), Some(special.dev()))
+            && Lacks::of(writer, &st, wanted) == Lacks::default()
+    })
+}
+
+/// Whether the node examined as `st` is of type `kind` (and, a device, of number `dev`).
+fn is_node(st: &rustix::fs::Statx, kind: FileType, dev: Option<u64>) -> bool {
+    let device = matches!(kind, FileType::CharacterDevice | FileType::BlockDevice);
     let number = rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor);
-    let (uid, gid) = owner_ids(attrs);
-    let same_owner = !writer.owners
-        || (uid.is_none_or(|u| u.as_raw() == st.stx_uid)
-            && gid.is_none_or(|g| g.as_raw() == st.stx_gid));
-    FileType::from_raw_mode(u32::from(st.stx_mode)) == special.file_type()
-        && (!special.is_device() || number == special.dev())
-        && u32::from(st.stx_mode) & 0o7777 == mode.bits()
-        && same_owner
-        && (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) == (attrs.mtime_sec, attrs.mtime_nsec)
+    FileType::from_raw_mode(u32::from(st.stx_mode)) == kind && (!device || dev == Some(number))
+}
+
+/// What a node examined as `st` lacks of the `mode` and `attrs` sent for it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Lacks {
+    /// Its owner or group, where the writer sets owners.
+    owner: bool,
+    mode: bool,
+    mtime: bool,
+}
+
+impl Lacks {
+    fn of(writer: &TreeWriter, st: &rustix::fs::Statx, (mode, attrs): (Mode, &Attrs)) -> Lacks {
+        let (uid, gid) = owner_ids(attrs);
+        Lacks {
+            owner: writer.owners
+                && (uid.is_some_and(|u| u.as_raw() != st.stx_uid)
+                    || gid.is_some_and(|g| g.as_raw() != st.stx_gid)),
+            mode: u32::from(st.stx_mode) & 0o7777 != mode.bits(),
+            mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec)
+                != (attrs.mtime_sec, attrs.mtime_nsec),
+        }
+    }
 }
 
 /// The error of making `what` at `path` through a [`HeldNode`].

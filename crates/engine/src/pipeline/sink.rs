@@ -133,6 +133,13 @@ impl BatchOutcome {
         }
     }
 
+    /// Records that the writer kept the batch's entry `index` as the destination had it (its
+    /// `bytes` crossed the network all the same); the caller counts the file.
+    fn kept_entry(&mut self, index: usize, bytes: u64) {
+        self.kept_bytes += bytes;
+        self.kept_entries.mark(index);
+    }
+
     /// The failures as an acknowledgement carries them: those listed, and how many more.
     pub fn ack_failures(&mut self) -> (Vec<(Vec<u8>, String)>, u32) {
         let unlisted = self.unlisted.min(u32::MAX as u64) as u32;
@@ -390,8 +397,7 @@ pub fn write_batch(
                 match (check, cursor.as_deref_mut()) {
                     (QuickCheck::Same, _) => {
                         out.kept += 1;
-                        out.kept_bytes += size;
-                        out.kept_entries.mark(index);
+                        out.kept_entry(index, size);
                         Ok(())
                     }
                     // As if the sender had sent its attributes alone.
@@ -399,8 +405,7 @@ pub fn write_batch(
                         c.set_file_attrs(path, &a, size).map(|()| {
                             wrote = Some(*meta);
                             out.kept_fixed += 1;
-                            out.kept_bytes += size;
-                            out.kept_entries.mark(index);
+                            out.kept_entry(index, size);
                         })
                     }
                     (_, c) => c
@@ -418,8 +423,7 @@ pub fn write_batch(
                             // `--ignore-existing` keeps it, as the sender would have.
                             Placed::KeptExisting => {
                                 out.kept += 1;
-                                out.kept_bytes += size;
-                                out.kept_entries.mark(index);
+                                out.kept_entry(index, size);
                             }
                         }),
                 }
@@ -469,8 +473,7 @@ pub fn write_batch(
                     _ => None,
                 };
                 if let Some(kept) = kept_here {
-                    out.kept_bytes += data.len() as u64;
-                    out.kept_entries.mark(index);
+                    out.kept_entry(index, data.len() as u64);
                     kept
                 } else {
                     match cursor.as_deref_mut() {
@@ -503,8 +506,7 @@ pub fn write_batch(
                         }
                         ChunkOutcome::Kept => {
                             out.kept += 1;
-                            out.kept_bytes += data.len() as u64;
-                            out.kept_entries.mark(index);
+                            out.kept_entry(index, data.len() as u64);
                         }
                         ChunkOutcome::Dropped => {}
                     })
