@@ -926,3 +926,69 @@ fn a_second_process_writing_the_same_large_file_joins_the_first() {
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
     assert_eq!(names_in(&dst), ["big"]);
 }
+
+/// A partial copy an interrupted copy left of a large file goes once a later copy succeeds
+/// without it: when the file arrives whole as a small file (a new, smaller version), and when
+/// the file is up to date already (debris of an older run). Before, both stayed for ever,
+/// listed as an incomplete file and taking their room (review 2026-11-29 of the session's
+/// later changes, F4). Local copy, push and pull.
+#[test]
+fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for how in ["local", "push", "pull"] {
+        let src = root.join(format!("src-{how}"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 4)).unwrap();
+        std::fs::write(src.join("other"), b"other").unwrap();
+        let (dst, from, to): (std::path::PathBuf, std::ffi::OsString, std::ffi::OsString) =
+            match how {
+                "local" => {
+                    let dst = t.path().join("local");
+                    (dst.clone(), src.clone().into(), dst.into())
+                }
+                "push" => (
+                    root.join("pushed"),
+                    src.clone().into(),
+                    srv.url("pushed").into(),
+                ),
+                _ => {
+                    let dst = t.path().join("pulled");
+                    (
+                        dst.clone(),
+                        srv.url(&format!("src-{how}")).into(),
+                        dst.into(),
+                    )
+                }
+            };
+        let server = (how != "local").then_some(&srv);
+        common::interrupt_once_a_partial_copy_is_written(server, &chunked, &from, &to, &dst);
+        let hidden = [".big.sprat-part", ".big.sprat-part.log"];
+        let kept = t.path().join(format!("kept-{how}"));
+        std::fs::create_dir_all(&kept).unwrap();
+        for name in hidden {
+            std::fs::copy(dst.join(name), kept.join(name)).unwrap();
+        }
+        // A new version, small: it travels whole.
+        std::fs::write(src.join("big"), b"small now").unwrap();
+        let copy = |extra: &[&str]| match server {
+            Some(srv) => cp(srv, extra, &from, &to),
+            None => cp_local(extra, &from, &to),
+        };
+        let out = copy(&chunked);
+        assert_ok(&out, server);
+        assert_eq!(names_in(&dst), ["big", "other"], "{how}");
+        assert_eq!(std::fs::read(dst.join("big")).unwrap(), b"small now");
+        // The same partial copy put back beside the up-to-date file: the next run finds
+        // nothing to copy, and removes it.
+        for name in hidden {
+            std::fs::copy(kept.join(name), dst.join(name)).unwrap();
+        }
+        let out = copy(&["--json"]);
+        assert_ok(&out, server);
+        assert_eq!(report(&out)["files"], 0, "{how}");
+        assert_eq!(names_in(&dst), ["big", "other"], "{how}");
+    }
+}

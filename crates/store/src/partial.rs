@@ -249,9 +249,30 @@ pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
 /// Marks the journal `log` as held by a writer writing its file now, for as long as the
 /// descriptor is open: a shared lock, which other writers of the same file share and which
 /// [`is_being_written`] tells (a lock that cannot be taken at once is done without: a
-/// remover looking at that moment only).
+/// remover looking at that moment only). `log` must be open for reading and writing: where
+/// `flock` is carried out as a POSIX lock (an NFS client), a shared lock needs a descriptor
+/// open for reading, an exclusive one a descriptor open for writing.
 pub fn hold(log: &impl AsFd) {
-    let _ = rustix::fs::flock(log, rustix::fs::FlockOperation::NonBlockingLockShared);
+    if let Err(e) = rustix::fs::flock(log, rustix::fs::FlockOperation::NonBlockingLockShared) {
+        if e != rustix::io::Errno::WOULDBLOCK {
+            cannot_lock(e);
+        }
+    }
+}
+
+/// Says once per process that this file system takes no lock on journals (Lustre mounted
+/// without `flock`, an NFS export without locking): a removal cannot tell a partial copy a
+/// running transfer writes from one an interrupted transfer left.
+fn cannot_lock(e: rustix::io::Errno) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            error = %e,
+            "the destination's file system takes no lock (flock) on the journals of partial \
+             copies: `rm`, `--delete` and other transfers cannot tell a partial copy being \
+             written from one an interrupted copy left"
+        );
+    }
 }
 
 /// Whether `hidden` in `dir`, a partial copy or its journal, is of a file a writer is writing
@@ -261,14 +282,45 @@ pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
     let Some(name) = final_name_of_hidden(hidden) else {
         return false;
     };
-    let Ok(fd) = crate::regular::open_regular_at(dir, &log_name(name), OFlags::RDONLY) else {
+    let log = log_name(name);
+    // Open for writing, which an exclusive lock needs where `flock` is a POSIX lock (see
+    // `hold`); for reading only where this user may not write it.
+    let fd = match crate::regular::open_regular_at(&dir, &log, OFlags::RDWR) {
+        Err(rustix::io::Errno::ACCESS) => {
+            crate::regular::open_regular_at(&dir, &log, OFlags::RDONLY)
+        }
+        other => other,
+    };
+    let Ok(fd) = fd else {
         return false;
     };
     let exclusive = rustix::fs::FlockOperation::NonBlockingLockExclusive;
-    matches!(
-        rustix::fs::flock(&fd, exclusive),
-        Err(rustix::io::Errno::WOULDBLOCK)
-    )
+    match rustix::fs::flock(&fd, exclusive) {
+        Err(rustix::io::Errno::WOULDBLOCK) => true,
+        Err(e) => {
+            cannot_lock(e);
+            false
+        }
+        Ok(()) => false,
+    }
+}
+
+/// Removes the partial copy of `name` in `dir` and its journal, if an interrupted copy left
+/// them there, once `name` itself is complete (its file arrived whole, as a small file, a
+/// symlink or anything else, or was up to date): they would stay for ever otherwise, taking
+/// room and listed as incomplete. One a running transfer writes stays. Whether they were
+/// there.
+pub fn discard(dir: impl AsFd, name: &[u8]) -> bool {
+    let (part, log) = (part_name(name), log_name(name));
+    if is_being_written(&dir, &log) {
+        return false;
+    }
+    let mut removed = false;
+    for hidden in [part, log] {
+        let hidden: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(&hidden);
+        removed |= rustix::fs::unlinkat(&dir, hidden, rustix::fs::AtFlags::empty()).is_ok();
+    }
+    removed
 }
 
 /// A partial file found by a listing or scan: `log_path` (relative to `root`) names a

@@ -2419,7 +2419,8 @@ fn open_large(
             if st.st_size as u64 != id.size {
                 return None;
             }
-            let log_flags = OFlags::WRONLY | OFlags::APPEND;
+            // Read and write: see `partial::hold`.
+            let log_flags = OFlags::RDWR | OFlags::APPEND;
             let log = crate::regular::open_own_regular_at(dir, &log_name, log_flags).ok()?;
             let (good, coverage) = verified(&records, &fd);
             if good.len() < records.len() {
@@ -2476,7 +2477,7 @@ fn open_large(
             preallocate(&fd, id.size)
                 .map_err(|e| StoreError::new("allocate", path, e))
                 .inspect_err(|_| cleanup())?;
-            let log_flags = OFlags::WRONLY
+            let log_flags = OFlags::RDWR
                 | OFlags::APPEND
                 | OFlags::CREATE
                 | OFlags::EXCL
@@ -2522,7 +2523,7 @@ fn join_large(
         Errno::NXIO | Errno::PERM => not_a_file(&part),
         e => StoreError::new("open", path, e),
     })?;
-    let log_flags = OFlags::WRONLY | OFlags::APPEND;
+    let log_flags = OFlags::RDWR | OFlags::APPEND;
     let create = log_flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let log = match open(dir, &log_name, log_flags) {
         Err(Errno::NOENT) => match openat(dir, os(&log_name), create, Mode::from_raw_mode(0o600)) {

@@ -214,7 +214,7 @@ fn plan_entry(
     if let Some(target) = planner.link_target(&entry) {
         let kept = skip
             .filter(|(_, rule, _)| rule.keeps_destination_content())
-            .map(|(index, rule, counts)| (index.verdict(&entry, *rule), counts))
+            .map(|(index, rule, counts)| (index.verdict(&entry, *rule), (index, counts)))
             // Below a directory the destination cannot list, what is there is unknown: the
             // name is sent as a file for the writer to check, or failed (`-u`), never linked
             // over what may be there.
@@ -225,8 +225,8 @@ fn plan_entry(
                 )
             });
         return match (kept, skip) {
-            (Some((verdict, counts)), _) => {
-                apply(planner, counts, verdict, entry, emit, take_whole)
+            (Some((verdict, (index, counts))), _) => {
+                apply(planner, (index, counts), verdict, entry, emit, take_whole)
             }
             // The first name was left as the destination has it (another content, maybe):
             // this one travels as the source's file, as rsync sends it, not as a link to that.
@@ -236,7 +236,7 @@ fn plan_entry(
                 if matches!(verdict, Verdict::Send) {
                     planner.relink_group(&entry);
                 }
-                apply(planner, counts, verdict, entry, emit, take_whole)
+                apply(planner, (index, counts), verdict, entry, emit, take_whole)
             }
             (None, _) => planner.push_link(entry.path, target, emit),
         };
@@ -256,7 +256,7 @@ fn plan_entry(
             if left_there && rule.keeps_destination_content() && entry.nlink > 1 {
                 planner.keep_link_group(&entry);
             }
-            apply(planner, counts, verdict, entry, emit, take_whole)
+            apply(planner, (index, counts), verdict, entry, emit, take_whole)
         }
     }
 }
@@ -382,7 +382,7 @@ fn plan_root_file(
     match index.verdict(&entry, rule) {
         // `--checksum` on a single file sends it (no digests).
         Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
-        verdict => apply(planner, &counts, verdict, entry, emit, take_whole),
+        verdict => apply(planner, (&index, &counts), verdict, entry, emit, take_whole),
     }
 }
 
@@ -422,7 +422,7 @@ fn plan_compared(
     match skip {
         Some((index, _, counts)) => {
             let verdict = index.compared(&entry, digest);
-            apply(planner, counts, verdict, entry, emit, take_whole)
+            apply(planner, (index, counts), verdict, entry, emit, take_whole)
         }
         None => push_or_take(planner, entry, emit, take_whole),
     }
@@ -430,12 +430,18 @@ fn plan_compared(
 
 fn apply(
     planner: &mut Planner,
-    counts: &SkipCounts,
+    (index, counts): (&DestIndex, &SkipCounts),
     verdict: Verdict,
     entry: sprat_store::ScanEntry,
     emit: &mut impl FnMut(BatchPlan),
     take_whole: TakeWhole<'_>,
 ) {
+    // A partial copy this copy does not finish the file from is one to remove once it
+    // succeeded (what is below an unlisted directory is not known).
+    let resumed_or_unknown = matches!(verdict, Verdict::Resume(_) | Verdict::Unknown { .. });
+    if !resumed_or_unknown && entry.error.is_none() && index.has_partial(&entry.path) {
+        counts.supersedes(&entry.path);
+    }
     match verdict {
         Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
         // Counted among the files left alone (a symlink or special file kept is not one).

@@ -291,6 +291,41 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
     }
 }
 
+/// Removes the partial copies an interrupted copy left of `files` (paths relative to the
+/// local destination `dst`, the empty path for `dst` itself, a single file) once a copy
+/// into `dst` succeeded without them (see `SkipCounts::supersedes`); with `only_present`,
+/// only those whose file is there now (a pull, whose source's side knows which it did not
+/// resume: every file of the source is there after a copy that succeeded). One a running
+/// transfer writes stays; nothing else is touched.
+pub(crate) fn discard_superseded_local(dst: &Path, files: &[Vec<u8>], only_present: bool) {
+    if files.is_empty() {
+        return;
+    }
+    let tree = Root::open(dst).ok();
+    for file in files {
+        let (dir, name) = match file.is_empty() {
+            true => match parent_and_name(dst) {
+                Some((parent, name)) => (parent.open_dir_nofollow(b""), name.to_vec()),
+                None => continue,
+            },
+            false => {
+                let Some(tree) = &tree else { continue };
+                let (dir, name) = sprat_store::relpath::split_parent(file);
+                (tree.open_dir_nofollow(dir), name.to_vec())
+            }
+        };
+        let Ok(dir) = dir else { continue };
+        let present = || {
+            let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+            let name: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(&name);
+            rustix::fs::statx(&dir, name, nofollow, rustix::fs::StatxFlags::TYPE).is_ok()
+        };
+        if (!only_present || present()) && partial::discard(&dir, &name) {
+            tracing::info!(path = %crate::text::printable(&sprat_store::display_path(file)), "removed the partial copy an interrupted copy left of a file now complete");
+        }
+    }
+}
+
 /// A piece of a pulling client's index of its destination, as [`local_entries`] makes them,
 /// each of at most [`PIECE_BYTES`] encoded (a piece is one message, and a control message
 /// stays well under its 1 MiB frame).
@@ -340,12 +375,13 @@ impl<T> Pieces<T> {
 /// their digests: handed to `each` in pieces as the scan goes, so that the index of a tree
 /// of millions of files is never whole in memory (`each` returns false when it wants no
 /// more: the scan stops soon after, and what it has not given is never given). Temporary
-/// names a killed writer left are removed, not listed.
+/// names a killed writer left are removed, not listed. Returns the paths of the files whose
+/// partial copies it listed.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
     mut each: impl FnMut(IndexPiece) -> bool,
-) -> Result<(), TransferError> {
+) -> Result<Vec<Vec<u8>>, TransferError> {
     let wanted = std::cell::Cell::new(true);
     let mut give = |piece: IndexPiece| {
         if wanted.get() {
@@ -437,7 +473,9 @@ pub(crate) fn local_entries(
             }
         })?;
     remove_local_leftovers(dst, &leftovers);
+    let mut partial_files = Vec::new();
     for (path, partial) in local_partials(dst, logs) {
+        partial_files.push(path.clone());
         add(partial.to_listed(path));
     }
     if let Some(piece) = pieces.rest() {
@@ -453,7 +491,7 @@ pub(crate) fn local_entries(
     if let Some(piece) = sums.rest() {
         give(IndexPiece::Sums(piece));
     }
-    Ok(())
+    Ok(partial_files)
 }
 
 /// Whether a scanned entry is the journal of a partial file (see `sprat_store::partial`).

@@ -140,6 +140,12 @@ pub(crate) fn copy(
         network_s: None,
         write_s: write_busy.as_secs_f64(),
     };
+    let skipped = skipped.unwrap_or_default();
+    // Partial copies an interrupted copy left of files this one wrote whole or found up to
+    // date: of no more use once it succeeded.
+    if counts.failed == 0 {
+        super::destination::discard_superseded_local(dst, &skipped.take_superseded(), false);
+    }
     Ok(Report::new(
         "copy",
         src_ep.to_string(),
@@ -150,7 +156,7 @@ pub(crate) fn copy(
         stages,
     )
     .with_durable(options.durable)
-    .with_skipped(&skipped.unwrap_or_default())
+    .with_skipped(&skipped)
     .with_cloned(cloned_files)
     .with_kernel_copied(kernel_copied))
 }

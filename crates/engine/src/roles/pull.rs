@@ -83,14 +83,18 @@ pub(crate) fn pull(
         true => source_is_file(addr, key, path),
         false => Arc::default(),
     };
+    // The files whose partial copies the index lists (an interrupted copy's).
+    let partial_files: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
     let scan = (check != DestCheck::None).then(|| {
         let (dst, options) = (dst.to_path_buf(), options.clone());
+        let partial_files = partial_files.clone();
         let (pieces, scanned) = crossbeam_channel::bounded(INDEX_PIECES_AHEAD);
         let file_source = file_source.clone();
         let scan = std::thread::spawn(move || {
             let wanted =
                 |piece| !file_source.load(Ordering::SeqCst) && pieces.send(Ok(piece)).is_ok();
-            let done = local_entries(&dst, &options, wanted);
+            let done =
+                local_entries(&dst, &options, wanted).map(|listed| *lock(&partial_files) = listed);
             // A scan cut short must not end the index as if it were whole.
             let done = match file_source.load(Ordering::SeqCst) {
                 true => Err(TransferError::Local(
@@ -298,6 +302,13 @@ pub(crate) fn pull(
         ),
         write_s: write_busy.as_secs_f64(),
     };
+    // Partial copies an interrupted copy left of files now complete here: of no more use
+    // once the pull succeeded (the server does not say which it did not resume; every file
+    // of the source is here now).
+    if counts.failed == 0 {
+        let listed = std::mem::take(&mut *lock(&partial_files));
+        super::destination::discard_superseded_local(dst, &listed, true);
+    }
     Ok(Report::new(
         "pull",
         src_ep.to_string(),

@@ -47,15 +47,16 @@ pub(crate) fn push(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let source = open_source(src)?;
-    push_input(
-        PushInput::Source(source),
-        addr,
-        path,
-        key,
-        options,
-        src_ep.to_string(),
-        dst_ep.to_string(),
-    )
+    let labels = (src_ep.to_string(), dst_ep.to_string());
+    let (report, skipped) =
+        push_counting(PushInput::Source(source), addr, path, key, options, labels)?;
+    // Partial copies an interrupted push left of files this one sent whole or found up to
+    // date: of no more use once it succeeded.
+    if report.failed == 0 {
+        let superseded = skipped.take_superseded();
+        remote::remove_superseded_partials(addr, key, path, &superseded);
+    }
+    Ok(report)
 }
 
 /// What a push sends.
@@ -216,6 +217,18 @@ pub fn push_input(
     src_label: String,
     dst_label: String,
 ) -> Result<Report, TransferError> {
+    push_counting(input, addr, path, key, options, (src_label, dst_label)).map(|(r, _)| r)
+}
+
+/// [`push_input`], also returning what the check spared.
+fn push_counting(
+    input: PushInput,
+    addr: &str,
+    path: &[u8],
+    key: &Credentials,
+    options: &TransferOptions,
+    (src_label, dst_label): (String, String),
+) -> Result<(Report, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
     let started = Instant::now();
     // This transfer's own record of its path's round trip (the caller's options may serve
     // other transfers at once: a server's third-party copies).
@@ -253,7 +266,7 @@ pub fn push_input(
         network_s: Some(Duration::from_nanos(run.remote.network_busy_ns).as_secs_f64()),
         write_s: Duration::from_nanos(run.remote.write_busy_ns).as_secs_f64(),
     };
-    Ok(Report::new(
+    let report = Report::new(
         "push",
         src_label,
         dst_label,
@@ -264,7 +277,8 @@ pub fn push_input(
     )
     .with_durable(options.durable)
     .with_skipped(&skipped)
-    .with_path(run.path))
+    .with_path(run.path);
+    Ok((report, skipped))
 }
 
 /// Where one session of a push goes.

@@ -168,26 +168,67 @@ pub(crate) fn index(
 /// server, with `Remove` requests all sent on one connection before the replies are read (a
 /// third-party copy's ticket allows exactly these); what cannot be removed is logged and left.
 pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], leftovers: &[Vec<u8>]) {
-    let Some((first, rest)) = leftovers.split_first() else {
+    let paths: Vec<Vec<u8>> = leftovers
+        .iter()
+        .map(|rel| sprat_store::relpath::join(path, rel))
+        .collect();
+    remove_each(addr, key, &paths, "a leftover temporary file");
+}
+
+/// Removes the partial copies (and journals) an interrupted copy left on the server at
+/// `addr` of `files` (paths relative to the destination `path`, the empty path for `path`
+/// itself, a single file), once a push that did not resume them succeeded (see
+/// `SkipCounts::supersedes`). The server keeps one a running transfer writes.
+pub(crate) fn remove_superseded_partials(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+    files: &[Vec<u8>],
+) {
+    let mut paths = Vec::new();
+    for rel in files {
+        let file = sprat_store::relpath::join(path, rel);
+        let (dir, name) = sprat_store::relpath::split_parent(&file);
+        for hidden in [
+            sprat_store::partial::part_name(name),
+            sprat_store::partial::log_name(name),
+        ] {
+            paths.push(sprat_store::relpath::join(dir, &hidden));
+        }
+    }
+    remove_each(
+        addr,
+        key,
+        &paths,
+        "the partial copy an interrupted copy left",
+    );
+}
+
+/// Removes each of `paths` (in the server's namespace) on one connection to `addr`, `what`
+/// they are naming them in the log; what cannot be removed is logged and left (the copy
+/// does not depend on it).
+fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
+    let Some((first, rest)) = paths.split_first() else {
         return;
     };
-    let remove = |rel: &[u8]| Request::Remove {
-        path: sprat_store::relpath::join(path, rel),
+    let remove = |path: &[u8]| Request::Remove {
+        path: path.to_vec(),
         recursive: false,
     };
     let removed = (|| -> Result<(), TransferError> {
         let mut conn = request(addr, key, remove(first))?;
-        for rel in rest {
-            conn.send(&Message::Request(remove(rel)))?;
+        for path in rest {
+            conn.send(&Message::Request(remove(path)))?;
         }
-        for rel in leftovers {
+        for path in paths {
+            let shown = crate::text::printable(&sprat_store::display_path(path)).into_owned();
             match conn.recv_control() {
                 Ok(Message::ReplyEnd) => {
-                    tracing::info!(path = %crate::text::printable(&sprat_store::display_path(rel)), "removed a leftover temporary file")
+                    tracing::info!(path = %shown, "removed {what}")
                 }
                 Ok(other) => return Err(conn.protocol(format!("unexpected reply {other:?}"))),
                 Err(TransferError::Remote { text, .. }) => {
-                    tracing::warn!(text = %crate::text::printable(&text), "cannot remove a leftover temporary file")
+                    tracing::info!(text = %crate::text::printable(&text), "cannot remove {what}")
                 }
                 Err(e) => return Err(e),
             }
@@ -195,7 +236,7 @@ pub(crate) fn remove_leftovers(addr: &str, key: &Credentials, path: &[u8], lefto
         Ok(())
     })();
     if let Err(e) = removed {
-        tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove leftover temporary files");
+        tracing::warn!(e = %crate::text::printable(&e.to_string()), "cannot remove {what}");
     }
 }
 

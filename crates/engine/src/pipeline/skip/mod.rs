@@ -371,6 +371,11 @@ impl DestIndex {
     }
 
     /// Adds a partial file of the file at `path`.
+    /// Whether the destination has a partial copy of `path` (see [`sprat_store::partial`]).
+    pub fn has_partial(&self, path: &[u8]) -> bool {
+        !self.partials.is_empty() && self.partials.contains_key(path)
+    }
+
     pub fn insert_partial(&mut self, path: Vec<u8>, partial: PartialEntry) {
         self.partials.insert(path, partial);
     }
@@ -696,6 +701,9 @@ pub struct SkipCounts {
     bytes: AtomicU64,
     attrs_fixed: AtomicU64,
     progress: Option<Progress>,
+    /// Paths whose partial copy at the destination this copy does not resume (see
+    /// [`SkipCounts::supersedes`]).
+    superseded: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 impl SkipCounts {
@@ -741,6 +749,21 @@ impl SkipCounts {
         self.attrs_fixed.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.done(0, bytes);
+    }
+
+    /// Notes that the destination's partial copy of `path` (an interrupted copy's) is not
+    /// what this copy finishes the file from: the file arrives whole (as a small file, a
+    /// symlink, another version), is up to date or left alone. Once the copy succeeded, such
+    /// partial copies are removed (see [`SkipCounts::take_superseded`]); they would stay
+    /// for ever otherwise.
+    pub fn supersedes(&self, path: &[u8]) {
+        let mut paths = self.superseded.lock().unwrap_or_else(|p| p.into_inner());
+        paths.push(path.to_vec());
+    }
+
+    /// The paths [`SkipCounts::supersedes`] noted.
+    pub fn take_superseded(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.superseded.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// (files not sent because up to date, their bytes plus those of fixed files, files whose
