@@ -927,6 +927,51 @@ fn a_second_process_writing_the_same_large_file_joins_the_first() {
     assert_eq!(names_in(&dst), ["big"]);
 }
 
+/// Two pushes of the same large file to one server at once share its partial copy: both
+/// succeed, and each counts the file once, whichever put it in place (before, the one whose
+/// last chunk came first reported 0 files; review 2026-11-29 of the fixes, F4), and neither
+/// says an interrupted copy had written what it did not send.
+#[test]
+fn two_pushes_of_one_large_file_at_once_each_count_it() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let data = sprat_testkit::random_bytes(12 << 20, 13);
+    std::fs::write(src.join("big"), &data).unwrap();
+    let srv = server(&root);
+    let chunked = [
+        "--json",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "1MiB",
+    ];
+    let dst = root.join("shared");
+    let mut args = common::cp_args(Some(&srv), &chunked, &src, srv.url("shared"));
+    args.splice(1..1, ["--bwlimit".into(), "4MB/s".into()]);
+    let mut first = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
+    let journal = dst.join(".big.sprat-part.log");
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no partial copy"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut extra = vec!["--bwlimit", "3MB/s"];
+    extra.extend_from_slice(&chunked);
+    let second = cp(&srv, &extra, &src, srv.url("shared"));
+    let first = first.wait_or_panic(Duration::from_secs(60));
+    for out in [&first, &second] {
+        assert_ok(out, Some(&srv));
+        assert_eq!(report(out)["files"], 1, "{}", sprat_testkit::describe(out));
+    }
+    assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
+    assert_eq!(names_in(&dst), ["big"]);
+}
+
 /// A partial copy an interrupted copy left of a large file goes once a later copy succeeds
 /// without it: when the file arrives whole as a small file (a new, smaller version), and when
 /// the file is up to date already (debris of an older run). Before, both stayed for ever,

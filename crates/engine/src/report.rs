@@ -530,11 +530,12 @@ impl fmt::Display for Report {
                 human_bytes(self.bytes_not_sent)
             )?;
         } else if self.bytes_not_sent > 0 {
-            // Not sent, and no file up to date: ranges of large files an interrupted copy
-            // had written, resumed.
+            // Not sent, and no file up to date: ranges of large files a partial copy at the
+            // destination held (an interrupted copy's, or another transfer's writing the
+            // same file at once), resumed.
             writeln!(
                 f,
-                "  resumed: {} an interrupted copy had written were not sent again",
+                "  resumed: {} a partial copy at the destination held were not sent again",
                 human_bytes(self.bytes_not_sent)
             )?;
         }

@@ -578,9 +578,12 @@ pub(crate) fn check_complete(
     sent: &sprat_proto::Totals,
     peer: &str,
 ) -> Result<(), TransferError> {
-    for (path, missing) in writer.take_incomplete() {
+    let unfinished = writer.take_incomplete();
+    for (path, missing) in unfinished.incomplete {
         counts.add_failure(&path, &super::server::incomplete_text(&path, missing));
     }
+    // Large files another writer of the same files finished at once: done here too.
+    counts.files += unfinished.completed_by_another;
     super::push::check_totals(sent, &counts.received, peer)
 }
 

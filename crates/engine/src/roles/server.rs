@@ -1302,17 +1302,21 @@ fn serve_push(
         .unwrap_or_default();
     // Every batch is written: a large file still waiting for chunks never gets them in this
     // session (its partial file stays, for a later one to resume).
-    let incomplete = session
+    let unfinished = session
         .writer
         .as_ref()
         .map(|w| w.take_incomplete())
         .unwrap_or_default();
+    let incomplete = unfinished.incomplete;
     let (dir_errors, more_dir_errors) = session
         .writer
         .as_ref()
         .map(|w| w.finish())
         .unwrap_or_default();
     let mut counts = lock(&session.counts).clone();
+    // Large files another session finished at once with this one (the same source pushed
+    // twice): done here too.
+    counts.files += unfinished.completed_by_another;
     let mut machine = unpoisoned(machine.into_inner());
     let received = *lock(&session.received);
     if received != sent {
