@@ -903,20 +903,11 @@ fn a_second_process_writing_the_same_large_file_joins_the_first() {
     let srv = server(&root);
     let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
     let dst = root.join("shared");
-    let mut args = common::cp_args(Some(&srv), &chunked, &src, srv.url("shared"));
     // The first ends first (before, it then found its partial copy gone, the second's not
     // complete yet, and failed).
-    args.splice(1..1, ["--bwlimit".into(), "4MB/s".into()]);
-    let mut first = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
-    let journal = dst.join(".big.sprat-part.log");
-    let started = std::time::Instant::now();
-    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no partial copy"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let url = srv.url("shared");
+    let to = (&src, url.as_ref(), dst.as_path());
+    let mut first = common::copy_writing_a_partial_copy(Some(&srv), &chunked, to, "4MB/s");
     let mut extra = vec!["--ignore-times", "--bwlimit", "1500kB/s"];
     extra.extend_from_slice(&chunked);
     let second = cp_local(&extra, &src, &dst);
@@ -948,18 +939,9 @@ fn two_pushes_of_one_large_file_at_once_each_count_it() {
         "1MiB",
     ];
     let dst = root.join("shared");
-    let mut args = common::cp_args(Some(&srv), &chunked, &src, srv.url("shared"));
-    args.splice(1..1, ["--bwlimit".into(), "4MB/s".into()]);
-    let mut first = sprat_testkit::spawn_sprat(common::bin(), args, &[]);
-    let journal = dst.join(".big.sprat-part.log");
-    let started = std::time::Instant::now();
-    while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no partial copy"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let url = srv.url("shared");
+    let to = (&src, url.as_ref(), dst.as_path());
+    let mut first = common::copy_writing_a_partial_copy(Some(&srv), &chunked, to, "4MB/s");
     let mut extra = vec!["--bwlimit", "3MB/s"];
     extra.extend_from_slice(&chunked);
     let second = cp(&srv, &extra, &src, srv.url("shared"));

@@ -3193,19 +3193,30 @@ mod tests {
         }
     }
 
+    /// Two sessions writing the 9-byte large file `big` in `dir`: the first has written
+    /// bytes 0-2, the second bytes 3-5.
+    fn two_sessions_two_chunks_in(dir: &std::path::Path) -> (TreeWriter, TreeWriter) {
+        let first = TreeWriter::for_dir(Root::open(dir).unwrap(), false, "t".into());
+        let second = TreeWriter::for_dir(Root::open(dir).unwrap(), false, "t".into());
+        let (sum, a) = (crate::attrs::checksum, attrs(0o640));
+        first
+            .cursor()
+            .write_chunk(b"big", &a, 9, 0, b"abc", sum(b"abc"))
+            .unwrap();
+        second
+            .cursor()
+            .write_chunk(b"big", &a, 9, 3, b"def", sum(b"def"))
+            .unwrap();
+        (first, second)
+    }
+
     #[test]
     fn two_sessions_writing_one_large_file_share_it_and_count_it_once_each() {
         let dir = tempfile::tempdir().unwrap();
-        let old = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
-        let new = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
-        let sum = crate::attrs::checksum;
-        let a = attrs(0o640);
-        let (mut o, mut n) = (old.cursor(), new.cursor());
         // The interrupted session had written the first chunk; the re-run sends the rest.
-        o.write_chunk(b"big", &a, 9, 0, b"abc", sum(b"abc"))
-            .unwrap();
-        n.write_chunk(b"big", &a, 9, 3, b"def", sum(b"def"))
-            .unwrap();
+        let (old, new) = two_sessions_two_chunks_in(dir.path());
+        let (sum, a) = (crate::attrs::checksum, attrs(0o640));
+        let (mut o, mut n) = (old.cursor(), new.cursor());
         assert_eq!(
             n.write_chunk(b"big", &a, 9, 6, b"ghi", sum(b"ghi"))
                 .unwrap(),
@@ -3241,17 +3252,12 @@ mod tests {
     #[test]
     fn a_session_whose_file_another_finished_counts_it_done() {
         let dir = tempfile::tempdir().unwrap();
-        let first = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
-        let second = TreeWriter::for_dir(Root::open(dir.path()).unwrap(), false, "t".into());
-        let sum = crate::attrs::checksum;
-        let a = attrs(0o640);
-        let (mut f, mut s) = (first.cursor(), second.cursor());
-        f.write_chunk(b"big", &a, 9, 0, b"abc", sum(b"abc"))
-            .unwrap();
-        s.write_chunk(b"big", &a, 9, 3, b"def", sum(b"def"))
-            .unwrap();
+        let (first, second) = two_sessions_two_chunks_in(dir.path());
+        let (sum, a) = (crate::attrs::checksum, attrs(0o640));
         assert_eq!(
-            f.write_chunk(b"big", &a, 9, 6, b"ghi", sum(b"ghi"))
+            first
+                .cursor()
+                .write_chunk(b"big", &a, 9, 6, b"ghi", sum(b"ghi"))
                 .unwrap(),
             ChunkOutcome::Completed
         );

@@ -443,9 +443,29 @@ pub fn interrupt_once_a_partial_copy_is_written(
     dst: &OsStr,
     dst_dir: &Path,
 ) {
+    let mut child = copy_writing_a_partial_copy(server, extra, (src, dst, dst_dir), "2MB/s");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.pid() as i32).expect("a pid"),
+        rustix::process::Signal::INT,
+    )
+    .expect("SIGINT");
+    let out = child.wait_or_panic(std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(dst_dir.join(".big.sprat-part").exists());
+}
+
+/// Starts `sprat cp` of `src` (holding a large file `big`) to `dst` at `rate`
+/// (`--bwlimit`), and returns it running once its partial copy of `big` in `dst_dir` has
+/// journalled a few chunks.
+pub fn copy_writing_a_partial_copy(
+    server: Option<&Server>,
+    extra: &[&str],
+    (src, dst, dst_dir): (impl AsRef<OsStr>, &OsStr, &Path),
+    rate: &str,
+) -> sprat_testkit::SpratChild {
     let mut args = cp_args(server, extra, src, dst);
-    args.splice(1..1, ["--bwlimit".into(), "2MB/s".into()]);
-    let mut child = sprat_testkit::spawn_sprat(bin(), args, &[]);
+    args.splice(1..1, ["--bwlimit".into(), rate.into()]);
+    let child = sprat_testkit::spawn_sprat(bin(), args, &[]);
     let journal = dst_dir.join(".big.sprat-part.log");
     let started = std::time::Instant::now();
     while std::fs::metadata(&journal).map_or(true, |m| m.len() < 200) {
@@ -456,12 +476,5 @@ pub fn interrupt_once_a_partial_copy_is_written(
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(child.pid() as i32).expect("a pid"),
-        rustix::process::Signal::INT,
-    )
-    .expect("SIGINT");
-    let out = child.wait_or_panic(std::time::Duration::from_secs(30));
-    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
-    assert!(dst_dir.join(".big.sprat-part").exists());
+    child
 }
