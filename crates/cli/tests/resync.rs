@@ -958,38 +958,36 @@ fn two_pushes_of_one_large_file_at_once_each_count_it() {
 /// without it: when the file arrives whole as a small file (a new, smaller version), and when
 /// the file is up to date already (debris of an older run). Before, both stayed for ever,
 /// listed as an incomplete file and taking their room (review 2026-11-29 of the session's
-/// later changes, F4). Local copy, push and pull.
+/// later changes, F4). Local copy, push and pull, over one server and over two.
 #[test]
 fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
     let t = tmp();
     let root = t.path().join("root");
-    let srv = server(&root);
+    let (srv, also) = (server(&root), server(&root));
+    let both = |path: &str| format!("sprat://{},{}/{path}", srv.addr(), also.addr());
     let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
-    for how in ["local", "push", "pull"] {
+    for how in ["local", "push", "pull", "spread-push", "spread-pull"] {
         let src = root.join(format!("src-{how}"));
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 4)).unwrap();
         std::fs::write(src.join("other"), b"other").unwrap();
-        let (dst, from, to): (std::path::PathBuf, std::ffi::OsString, std::ffi::OsString) =
-            match how {
-                "local" => {
-                    let dst = t.path().join("local");
-                    (dst.clone(), src.clone().into(), dst.into())
-                }
-                "push" => (
-                    root.join("pushed"),
-                    src.clone().into(),
-                    srv.url("pushed").into(),
-                ),
-                _ => {
-                    let dst = t.path().join("pulled");
-                    (
-                        dst.clone(),
-                        srv.url(&format!("src-{how}")).into(),
-                        dst.into(),
-                    )
-                }
-            };
+        let (src_url, dst_name) = (format!("src-{how}"), format!("dst-{how}"));
+        let pushed = how.ends_with("push");
+        let dst = match pushed {
+            true => root.join(&dst_name),
+            false => t.path().join(&dst_name),
+        };
+        // Interrupted through one server; copied again through the same, or through both.
+        let (from, to): (std::ffi::OsString, std::ffi::OsString) = match how {
+            "local" => (src.clone().into(), dst.clone().into()),
+            _ if pushed => (src.clone().into(), srv.url(&dst_name).into()),
+            _ => (srv.url(&src_url).into(), dst.clone().into()),
+        };
+        let (again_from, again_to) = match how {
+            "spread-push" => (from.clone(), both(&dst_name).into()),
+            "spread-pull" => (both(&src_url).into(), to.clone()),
+            _ => (from.clone(), to.clone()),
+        };
         let server = (how != "local").then_some(&srv);
         common::interrupt_once_a_partial_copy_is_written(server, &chunked, &from, &to, &dst);
         let hidden = [".big.sprat-part", ".big.sprat-part.log"];
@@ -1001,8 +999,8 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
         // A new version, small: it travels whole.
         std::fs::write(src.join("big"), b"small now").unwrap();
         let copy = |extra: &[&str]| match server {
-            Some(srv) => cp(srv, extra, &from, &to),
-            None => cp_local(extra, &from, &to),
+            Some(srv) => cp(srv, extra, &again_from, &again_to),
+            None => cp_local(extra, &again_from, &again_to),
         };
         let out = copy(&chunked);
         assert_ok(&out, server);

@@ -155,6 +155,12 @@ pub(crate) fn push(
     let mut path_report = runs[0].path.clone();
     path_report.streams_max = streams;
     let report = spread_report("push", (src_ep, dst_ep), &counts, started, streams, stages);
+    // Partial copies an interrupted copy left of files this one sent whole or found up to
+    // date (listed through the first server, as the index was).
+    if counts.failed == 0 {
+        let superseded = skipped.take_superseded();
+        super::remote::remove_superseded_partials(servers[0], key, path, &superseded);
+    }
     Ok(Report {
         servers: shares,
         ..report
