@@ -1017,3 +1017,45 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
         assert_eq!(names_in(&dst), ["big", "other"], "{how}");
     }
 }
+
+/// The same for a single file copied on its own (`sprat cp FILE DST`), whose new small
+/// version a push sends before the destination's listing is in: its partial copy goes too.
+#[test]
+fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    for how in ["local", "push", "pull"] {
+        let src = root.join(format!("src-{how}"));
+        std::fs::create_dir_all(&src).unwrap();
+        let file = src.join("big");
+        std::fs::write(&file, sprat_testkit::random_bytes(12 << 20, 5)).unwrap();
+        let dir = match how {
+            "push" => root.join(format!("dst-{how}")),
+            _ => t.path().join(format!("dst-{how}")),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let (from, to): (std::ffi::OsString, std::ffi::OsString) = match how {
+            "local" => (file.clone().into(), dir.join("big").into()),
+            "push" => (
+                file.clone().into(),
+                srv.url(&format!("dst-{how}/big")).into(),
+            ),
+            _ => (
+                srv.url(&format!("src-{how}/big")).into(),
+                dir.join("big").into(),
+            ),
+        };
+        let server = (how != "local").then_some(&srv);
+        common::interrupt_once_a_partial_copy_is_written(server, &chunked, &from, &to, &dir);
+        std::fs::write(&file, b"small now").unwrap();
+        let out = match server {
+            Some(srv) => cp(srv, &chunked, &from, &to),
+            None => cp_local(&chunked, &from, &to),
+        };
+        assert_ok(&out, server);
+        assert_eq!(names_in(&dir), ["big"], "{how}");
+        assert_eq!(std::fs::read(dir.join("big")).unwrap(), b"small now");
+    }
+}

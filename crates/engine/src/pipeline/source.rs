@@ -359,31 +359,35 @@ fn held_back(
 
 /// Plans a source that is a single file, with what the destination has: the file goes
 /// before the index is in if it may ([`Skip::early`]) and is small enough, else once it is.
+///
+/// Returns the index still to come when the file went before it (for the source to look at
+/// once every batch is queued).
 fn plan_root_file(
     planner: &mut Planner,
     pending: Option<PendingIndex>,
     entry: sprat_store::ScanEntry,
     emit: &mut impl FnMut(BatchPlan),
     take_whole: TakeWhole<'_>,
-) {
+) -> Option<PendingIndex> {
     let Some(pending) = pending else {
-        return push_or_take(planner, entry, emit, take_whole);
+        push_or_take(planner, entry, emit, take_whole);
+        return None;
     };
     if let Some(rule) = pending.early {
         let bytes = Planner::entry_bytes(&entry.path, entry.size);
         if planner.is_whole_file(&entry) && bytes <= EARLY_BYTES {
-            return planner.push_early_file(entry, rule, emit);
+            planner.push_early_file(entry, rule, emit);
+            return Some(pending);
         }
     }
     // No index (it could not be made): nothing is sent.
-    let Some((index, rule, counts)) = pending.wait() else {
-        return;
-    };
+    let (index, rule, counts) = pending.wait()?;
     match index.verdict(&entry, rule) {
         // `--checksum` on a single file sends it (no digests).
         Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
         verdict => apply(planner, (&index, &counts), verdict, entry, emit, take_whole),
     }
+    None
 }
 
 /// Puts a regular file at the destination another way than in batches (a local copy's clone
@@ -555,11 +559,11 @@ fn start_with(
                 }
                 skip => (None, None, skip),
             };
-            std::thread::scope(|s| {
+            let early_pending = std::thread::scope(|s| {
                 let root = &root;
                 let file_name = file_name.as_deref();
                 let options = &options;
-                s.spawn(move || {
+                let planning = s.spawn(move || {
                     let mut planner = Planner::new(options);
                     if defer_namespace {
                         planner = planner.deferring_namespace();
@@ -574,7 +578,7 @@ fn start_with(
                             receivers_gone.set(true);
                         }
                     };
-                    match file_name {
+                    let early_pending = match file_name {
                         Some(name) => {
                             let entry = sprat_store::stat_root_file(root, name);
                             plan_root_file(&mut planner, pending, entry, &mut emit, take_whole)
@@ -586,7 +590,7 @@ fn start_with(
                                 ..ScanOptions::default()
                             };
                             let skip = match skip.map(|s| s.resolve(failure)) {
-                                Some(None) => return, // no index: nothing is sent
+                                Some(None) => return None, // no index: nothing is sent
                                 resolved => resolved.flatten(),
                             };
                             // `--checksum`: the source's digests of files the destination has
@@ -688,9 +692,11 @@ fn start_with(
                                     },
                                 );
                             });
+                            None
                         }
-                    }
+                    };
                     planner.flush(&mut emit);
+                    early_pending
                 });
                 for _ in 0..options.read_threads {
                     let plan_rx = plan_rx.clone();
@@ -733,11 +739,19 @@ fn start_with(
                 // Once the readers are gone (the batches' receiver was dropped), the planner's
                 // sends fail and it stops; a plan receiver kept here would block it for ever.
                 drop(plan_rx);
+                planning.join().ok().flatten()
             });
             // Every batch is queued: whether the listing failed (an impostor) is known once its
             // thread ends, even when every file went before it was in.
             if let Some(listing) = listing {
                 let _ = listing.join();
+            }
+            // A single file that went before the index was in, whole: a partial copy of it at
+            // the destination (of a large version an interrupted copy left) is of no more use.
+            if let Some((index, _, counts)) = early_pending.and_then(PendingIndex::wait) {
+                if index.has_partial(b"") {
+                    counts.supersedes(b"");
+                }
             }
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)
         })
