@@ -1007,15 +1007,72 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
         assert_eq!(names_in(&dst), ["big", "other"], "{how}");
         assert_eq!(std::fs::read(dst.join("big")).unwrap(), b"small now");
         // The same partial copy put back beside the up-to-date file: the next run finds
-        // nothing to copy, and removes it.
+        // nothing to copy, and removes it where the copying client decides what is sent (a
+        // pull from one server is not told what the server found up to date: it stays).
         for name in hidden {
             std::fs::copy(kept.join(name), dst.join(name)).unwrap();
         }
         let out = copy(&["--json"]);
         assert_ok(&out, server);
         assert_eq!(report(&out)["files"], 0, "{how}");
-        assert_eq!(names_in(&dst), ["big", "other"], "{how}");
+        match how {
+            "pull" => assert_eq!(names_in(&dst).len(), 4, "{how}"),
+            _ => assert_eq!(names_in(&dst), ["big", "other"], "{how}"),
+        }
     }
+}
+
+/// A pull removes only the partial copies of files it put in place: one another transfer
+/// left of a file this pull does not cover (another source, a file it excludes, a file
+/// deleted at its source) stays for that transfer to resume, even where a file of that name
+/// is there (review 2026-11-29 of the session's fixes, M2).
+#[test]
+fn a_pull_keeps_the_partial_copies_of_files_it_does_not_copy() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let (a, b) = (root.join("a"), root.join("b"));
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(b.join("small"), b"b's").unwrap();
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(a.join("big"), sprat_testkit::random_bytes(12 << 20, 6)).unwrap();
+    std::fs::write(a.join("small"), b"a's").unwrap();
+    let dst = t.path().join("shared");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("big"), b"the user's old big").unwrap();
+    let to: std::ffi::OsString = dst.clone().into();
+    let from_a: std::ffi::OsString = srv.url("a").into();
+    common::interrupt_once_a_partial_copy_is_written(Some(&srv), &chunked, &from_a, &to, &dst);
+    let hidden = [".big.sprat-part", ".big.sprat-part.log"].map(String::from);
+    let kept = || hidden.iter().all(|h| names_in(&dst).contains(h));
+    assert!(kept(), "{:?}", names_in(&dst));
+    let list = t.path().join("list");
+    std::fs::write(&list, "small\n").unwrap();
+    let list = list.to_str().unwrap();
+    let runs: [(&[&str], String); 3] = [
+        (&[], srv.url("b")),
+        (&["--exclude", "big"], srv.url("a")),
+        (&["--files-from", list], srv.url("a")),
+    ];
+    for (extra, from) in runs {
+        let out = cp(&srv, extra, &from, &to);
+        assert_ok(&out, Some(&srv));
+        assert!(kept(), "{extra:?} {from}: {:?}", names_in(&dst));
+        assert_eq!(
+            std::fs::read(dst.join("big")).unwrap(),
+            b"the user's old big"
+        );
+    }
+    // And the interrupted pull, run again, resumes it.
+    let out = cp(&srv, &["--json"], &from_a, &to);
+    assert_ok(&out, Some(&srv));
+    assert!(
+        report(&out)["bytes_not_sent"].as_u64().unwrap() > 0,
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+    assert_eq!(names_in(&dst), ["big", "small"]);
 }
 
 /// The same for a single file copied on its own (`sprat cp FILE DST`), whose new small

@@ -535,7 +535,7 @@ impl fmt::Display for Report {
             // same file at once), resumed.
             writeln!(
                 f,
-                "  resumed: {} a partial copy at the destination held were not sent again",
+                "  resumed: {} already held by a partial copy at the destination were not sent again",
                 human_bytes(self.bytes_not_sent)
             )?;
         }
@@ -650,9 +650,9 @@ impl fmt::Display for Report {
             let of_all = 100.0 * share.bytes as f64 / self.bytes.max(1) as f64;
             writeln!(
                 f,
-                "  server {}: {} files, {} ({of_all:.0}%), {:.1} MB/s over {} stream{}, RTT {:.3} ms",
+                "  server {}: {}, {} ({of_all:.0}%), {:.1} MB/s over {} stream{}, RTT {:.3} ms",
                 printable(&share.server),
-                share.files,
+                counted(share.files, "file", "files"),
                 human_bytes(share.bytes),
                 share.mb_per_s,
                 share.streams,

@@ -250,7 +250,7 @@ fn remove_tree(
             level.found = true;
             // The partial copy of a file a running transfer is writing stops the removal
             // (see `partial::is_being_written`): that transfer would fail at its end.
-            if crate::partial::final_name_of_hidden(child).is_some()
+            if crate::partial::is_partial_name(child)
                 && crate::partial::is_being_written(&current, child)
             {
                 path.push(b'/');
@@ -654,6 +654,46 @@ mod tests {
         assert!(!dir.path().join("w").exists());
     }
 
+    /// The same for a file whose name is too long to keep in its hidden names (hashed there:
+    /// review 2026-11-29 of the session's fixes, M1: such a partial copy being written was
+    /// removed, moved, and cleaned up under its writer); and the clean-up after a copy that
+    /// finished the file ([`crate::partial::discard`]) leaves it alone too.
+    #[test]
+    fn a_held_partial_copy_of_a_long_name_is_neither_removed_moved_nor_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = vec![b'L'; 245];
+        let (part, log) = (
+            crate::partial::part_name(&name),
+            crate::partial::log_name(&name),
+        );
+        assert!(part.starts_with(b".~"), "a hashed name");
+        let at = |n: &[u8]| dir.path().join(std::ffi::OsStr::from_bytes(n));
+        std::fs::write(at(&part), b"data").unwrap();
+        std::fs::write(at(&log), b"journal").unwrap();
+        std::fs::write(dir.path().join("other"), b"x").unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(at(&log))
+            .unwrap();
+        assert!(crate::partial::hold(&held));
+        for hidden in [&part, &log] {
+            let e = remove(&root, hidden, false).unwrap_err();
+            assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
+            let e = rename(&root, hidden, b"moved").unwrap_err();
+            assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
+            let e = rename(&root, b"other", hidden).unwrap_err();
+            assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
+        }
+        let dir_fd = root.open_dir_nofollow(b"").unwrap();
+        assert!(!crate::partial::discard(&dir_fd, &name));
+        assert_eq!(std::fs::read(at(&part)).unwrap(), b"data");
+        drop(held);
+        assert!(crate::partial::discard(&dir_fd, &name));
+        assert!(!at(&part).exists() && !at(&log).exists());
+    }
+
     /// The partial copy (and journal) of a file a writer holds is not removed, by `rm` or by
     /// another copy's `--delete` (review 2026-11-29 of the fixes, F3); once the writer lets
     /// go, it is.
@@ -664,7 +704,7 @@ mod tests {
         std::fs::write(dir.path().join(".f.sprat-part.log"), b"journal").unwrap();
         let root = Root::open(dir.path()).unwrap();
         let held = std::fs::File::open(dir.path().join(".f.sprat-part.log")).unwrap();
-        crate::partial::hold(&held);
+        assert!(crate::partial::hold(&held));
         std::fs::write(dir.path().join("other"), b"x").unwrap();
         for name in [&b".f.sprat-part"[..], b".f.sprat-part.log"] {
             let e = remove(&root, name, false).unwrap_err();
@@ -690,7 +730,7 @@ mod tests {
         std::fs::write(dir.path().join("d/.g.sprat-part"), b"data").unwrap();
         std::fs::write(dir.path().join("d/.g.sprat-part.log"), b"journal").unwrap();
         let held = std::fs::File::open(dir.path().join("d/.g.sprat-part.log")).unwrap();
-        crate::partial::hold(&held);
+        assert!(crate::partial::hold(&held));
         let e = remove(&root, b"d", true).unwrap_err();
         assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
         assert!(dir.path().join("d/.g.sprat-part").exists());

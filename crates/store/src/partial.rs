@@ -97,6 +97,18 @@ pub fn final_name_of_hidden(hidden: &[u8]) -> Option<&[u8]> {
     })
 }
 
+/// The journal's name of a hidden partial file or journal name `hidden` (plain or hashed).
+fn log_of_hidden(hidden: &[u8]) -> Option<Vec<u8>> {
+    if let Some(name) = final_name_of_hidden(hidden) {
+        return Some(log_name(name));
+    }
+    if is_hashed_log(hidden) {
+        return Some(hidden.to_vec());
+    }
+    let inner = hidden.strip_prefix(b".")?.strip_suffix(PART_SUFFIX)?;
+    is_hash_mark(inner).then(|| [hidden, &LOG_SUFFIX[PART_SUFFIX.len()..]].concat())
+}
+
 /// Whether `log` is the journal name of a hashed (too long) final name.
 fn is_hashed_log(log: &[u8]) -> bool {
     log.strip_prefix(b".")
@@ -248,21 +260,39 @@ pub fn read_log(dir: impl AsFd, log: &[u8]) -> Option<Journal> {
 
 /// Marks the journal `log` as held by a writer writing its file now, for as long as the
 /// descriptor is open: a shared lock, which other writers of the same file share and which
-/// [`is_being_written`] tells (a lock that cannot be taken at once is done without: a
-/// remover looking at that moment only). `log` must be open for reading and writing: where
-/// `flock` is carried out as a POSIX lock (an NFS client), a shared lock needs a descriptor
-/// open for reading, an exclusive one a descriptor open for writing.
-pub fn hold(log: &impl AsFd) {
-    if let Err(e) = rustix::fs::flock(log, rustix::fs::FlockOperation::NonBlockingLockShared) {
-        if e != rustix::io::Errno::WOULDBLOCK {
-            cannot_lock(e);
+/// [`is_being_written`] tells. `log` must be open for reading and writing: where `flock` is
+/// carried out as a POSIX lock (an NFS client), a shared lock needs a descriptor open for
+/// reading, an exclusive one a descriptor open for writing. A tester holds the exclusive lock
+/// for a moment only: the shared one is asked again for a while (a writer that gave up at
+/// once would run unlocked, its partial copy free to remove).
+///
+/// Whether the journal is still there once held: a clean-up that held it exclusively a moment
+/// before may have removed it (see [`discard`]), and a writer must not write into a partial
+/// copy without a name.
+#[must_use]
+pub fn hold(log: &impl AsFd) -> bool {
+    let shared = rustix::fs::FlockOperation::NonBlockingLockShared;
+    for _ in 0..HOLD_TRIES {
+        match rustix::fs::flock(log, shared) {
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                std::thread::sleep(std::time::Duration::from_micros(500))
+            }
+            Err(e) => {
+                cannot_lock(e);
+                break;
+            }
+            Ok(()) => break,
         }
     }
+    rustix::fs::fstat(log).is_ok_and(|st| st.st_nlink > 0)
 }
 
-/// Says once per process that this file system takes no lock on journals (Lustre mounted
-/// without `flock`, an NFS export without locking): a removal cannot tell a partial copy a
-/// running transfer writes from one an interrupted transfer left.
+/// How often [`hold`] asks for its lock (every half millisecond: a tenth of a second).
+const HOLD_TRIES: u32 = 200;
+
+/// Says once per process that this file system takes no lock (flock) on journals (Lustre
+/// mounted without `flock`, an NFS mount without locking): a removal cannot tell a partial
+/// copy a running transfer writes from one an interrupted transfer left.
 fn cannot_lock(e: rustix::io::Errno) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -275,14 +305,13 @@ fn cannot_lock(e: rustix::io::Errno) {
     }
 }
 
-/// Whether `hidden` in `dir`, a partial copy or its journal, is of a file a writer is writing
-/// right now (see [`hold`]): then it must not be removed (a `--delete`, `rm`, or another
-/// copy's clean-up would make that transfer fail at its end, losing what it wrote).
-pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
-    let Some(name) = final_name_of_hidden(hidden) else {
-        return false;
+/// The journal of `hidden` in `dir`, a partial copy or its journal (plain or hashed name),
+/// with an exclusive lock on it: `None` while a writer holds it (see [`hold`]), or when
+/// there is no journal; the lock lasts as long as the descriptor.
+fn lock_unless_held(dir: impl AsFd, hidden: &[u8]) -> Result<Option<std::os::fd::OwnedFd>, ()> {
+    let Some(log) = log_of_hidden(hidden) else {
+        return Ok(None);
     };
-    let log = log_name(name);
     // Open for writing, which an exclusive lock needs where `flock` is a POSIX lock (see
     // `hold`); for reading only where this user may not write it.
     let fd = match crate::regular::open_regular_at(&dir, &log, OFlags::RDWR) {
@@ -292,35 +321,52 @@ pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
         other => other,
     };
     let Ok(fd) = fd else {
-        return false;
+        return Ok(None);
     };
     let exclusive = rustix::fs::FlockOperation::NonBlockingLockExclusive;
     match rustix::fs::flock(&fd, exclusive) {
-        Err(rustix::io::Errno::WOULDBLOCK) => true,
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(()),
         Err(e) => {
             cannot_lock(e);
-            false
+            Ok(None)
         }
-        Ok(()) => false,
+        Ok(()) => Ok(Some(fd)),
     }
+}
+
+/// Whether `hidden` in `dir`, a partial copy or its journal (plain or hashed name), is of a
+/// file a writer is writing right now (see [`hold`]): then it must not be removed (a
+/// `--delete`, `rm`, or another copy's clean-up would make that transfer fail at its end,
+/// losing what it wrote).
+pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
+    lock_unless_held(dir, hidden).is_err()
 }
 
 /// Removes the partial copy of `name` in `dir` and its journal, if an interrupted copy left
 /// them there, once `name` itself is complete (its file arrived whole, as a small file, a
 /// symlink or anything else, or was up to date): they would stay for ever otherwise, taking
-/// room and listed as incomplete. One a running transfer writes stays. Whether they were
-/// there.
+/// room and listed as incomplete. One a running transfer writes stays; the two names go while
+/// this holds the journal's lock, so that no writer starts on them meanwhile. Whether they
+/// were there.
 pub fn discard(dir: impl AsFd, name: &[u8]) -> bool {
     let (part, log) = (part_name(name), log_name(name));
-    if is_being_written(&dir, &log) {
+    let Ok(_locked) = lock_unless_held(&dir, &log) else {
         return false;
-    }
+    };
     let mut removed = false;
     for hidden in [part, log] {
         let hidden: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(&hidden);
         removed |= rustix::fs::unlinkat(&dir, hidden, rustix::fs::AtFlags::empty()).is_ok();
     }
     removed
+}
+
+/// [`discard`] for the file at `rel` below `root` (its directory opened without following a
+/// symlink on the way). Whether its partial copy went.
+pub fn discard_at(root: &crate::Root, rel: &[u8]) -> bool {
+    let (dir, name) = crate::relpath::split_parent(rel);
+    root.open_dir_nofollow(dir)
+        .is_ok_and(|dir| !name.is_empty() && discard(&dir, name))
 }
 
 /// A partial file found by a listing or scan: `log_path` (relative to `root`) names a

@@ -78,6 +78,8 @@ pub struct TreeWriter {
     /// chunks are not written, so never assembled into a file. Guarded with `large`'s lock
     /// held first.
     settled: Mutex<HashSet<Vec<u8>>>,
+    partials: Mutex<WatchedPartials>,
+    watching_partials: AtomicBool,
     /// The process umask is 0, so files can be created with their final permission bits.
     exact_create_mode: bool,
     /// Regular files keep their setuid and setgid bits (see [`TreeWriter::keep_setid`]).
@@ -125,6 +127,14 @@ pub struct TreeWriter {
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Asked before a directory's attributes are remembered (see [`TreeWriter::remembering`]).
     may_remember: Option<Box<RememberHook>>,
+}
+
+/// Paths whose partial copies the destination's index listed, watched for entries put in
+/// place whole at them (see [`TreeWriter::watch_partials`]), and those of them put so.
+#[derive(Default)]
+struct WatchedPartials {
+    watched: HashSet<Vec<u8>>,
+    placed: Vec<Vec<u8>>,
 }
 
 /// What [`TreeWriter::finish`] gives a directory: its attributes, and its extended
@@ -394,6 +404,8 @@ impl TreeWriter {
                 },
             large: Mutex::new(HashMap::new()),
             settled: Mutex::new(HashSet::new()),
+            partials: Mutex::default(),
+            watching_partials: AtomicBool::new(false),
             exact_create_mode: umask_is_zero(),
             keep_setid: false,
             devices: false,
@@ -1053,6 +1065,52 @@ impl TreeWriter {
                 AtFlags::SYMLINK_FOLLOW,
             )
         }
+    }
+
+    /// Watches `paths` (as sent), whose partial copies an interrupted copy left at the
+    /// destination: an entry put in place whole at one of them (a file, a symlink, a
+    /// directory, a special file, a hard link, or its attributes alone: the file is there and
+    /// complete) is noted, for [`TreeWriter::placed_over_partials`]. Cheap for every other
+    /// entry; nothing is watched unless this is called.
+    pub fn watch_partials(&self, paths: Vec<Vec<u8>>) {
+        if paths.is_empty() {
+            return;
+        }
+        lock(&self.partials).watched.extend(paths);
+        self.watching_partials.store(true, Ordering::Release);
+    }
+
+    /// Notes that the entry at `path` (as sent) was put in place whole, or kept complete (see
+    /// [`TreeWriter::watch_partials`]).
+    pub fn placed_whole(&self, path: &[u8]) {
+        if !self.watching_partials.load(Ordering::Acquire) {
+            return;
+        }
+        let mut partials = lock(&self.partials);
+        if partials.watched.remove(path) {
+            partials.placed.push(path.to_vec());
+        }
+    }
+
+    /// The watched paths an entry was put in place at whole (see
+    /// [`TreeWriter::watch_partials`]), taken.
+    pub fn placed_over_partials(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut lock(&self.partials).placed)
+    }
+
+    /// Removes the partial copies (and journals) an interrupted copy left of `paths` (as
+    /// sent), through the destination this writer opened at its start (never looked up by
+    /// name again), unless a running transfer holds them (see [`partial::discard`]); for a
+    /// copy that succeeded without them. Returns the paths whose partial copies it removed.
+    pub fn discard_partials(&self, paths: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        paths
+            .iter()
+            .filter(|path| {
+                self.target(path)
+                    .is_ok_and(|target| partial::discard_at(&self.base, target))
+            })
+            .cloned()
+            .collect()
     }
 
     /// Number of large files still waiting for chunks (their partial files stay, for a
@@ -2505,8 +2563,21 @@ fn open_large(
         }
     };
     let names = (part, log_name);
-    crate::partial::hold(&log);
+    if !crate::partial::hold(&log) {
+        return Err(removed_meanwhile(path));
+    }
     LargeFile::new(dir, name, path, id, names, (fd, log), coverage, how)
+}
+
+/// The error of a large file whose partial copy another process removed while this writer
+/// opened it (the clean-up of a copy that had finished the file: see `partial::discard`).
+fn removed_meanwhile(path: &[u8]) -> StoreError {
+    StoreError::other(
+        "open",
+        path,
+        "its partial copy was removed by another process as this copy opened it; run the copy \
+         again",
+    )
 }
 
 /// Opens the partial file another writer is creating right now, without its ranges.
@@ -2551,7 +2622,9 @@ fn join_large(
         e => StoreError::new("open the journal of", path, e),
     })?;
     let names = (part, log_name);
-    crate::partial::hold(&log);
+    if !crate::partial::hold(&log) {
+        return Err(removed_meanwhile(path));
+    }
     LargeFile::new(
         dir,
         name,

@@ -611,7 +611,25 @@ pub fn write_batch(
                 return out;
             }
             out.fail(path, e.to_string());
-        } else if let (Some(meta), Some(c)) = (wrote, cursor.as_deref_mut()) {
+            continue;
+        }
+        if let Some(c) = cursor.as_deref_mut() {
+            // What is now at the path whole (or kept there complete): a partial copy an
+            // interrupted copy left of it is of no more use (see `TreeWriter::watch_partials`).
+            let whole = matches!(
+                entry.kind,
+                EntryKind::File { .. }
+                    | EntryKind::Dir { .. }
+                    | EntryKind::Symlink { .. }
+                    | EntryKind::Special { .. }
+                    | EntryKind::Attrs { .. }
+                    | EntryKind::HardLink { .. }
+            );
+            if whole {
+                c.tree().placed_whole(path);
+            }
+        }
+        if let (Some(meta), Some(c)) = (wrote, cursor.as_deref_mut()) {
             Leaves::count_in(&leaves, &mut not_kept, &meta);
             not_kept.xattrs += u64::from(xattrs_dropped);
             // A time outside 32 bits may be more than the file system holds: it then sets the

@@ -238,7 +238,16 @@ fn plan_entry(
                 }
                 apply(planner, (index, counts), verdict, entry, emit, take_whole)
             }
-            (None, _) => planner.push_link(entry.path, target, emit),
+            (None, skip) => {
+                // Made a link to the group's first name: a partial copy of this name is of
+                // no more use (see `apply`).
+                if let Some((index, _, counts)) = skip {
+                    if entry.error.is_none() && index.has_partial(&entry.path) {
+                        counts.supersedes(&entry.path);
+                    }
+                }
+                planner.push_link(entry.path, target, emit)
+            }
         };
     }
     let Some((index, rule, counts)) = skip else {
@@ -442,8 +451,13 @@ fn apply(
 ) {
     // A partial copy this copy does not finish the file from is one to remove once it
     // succeeded (what is below an unlisted directory is not known).
+    // A large file sent is written over its partial copy by the writer itself.
     let resumed_or_unknown = matches!(verdict, Verdict::Resume(_) | Verdict::Unknown { .. });
-    if !resumed_or_unknown && entry.error.is_none() && index.has_partial(&entry.path) {
+    let sent_large = matches!(verdict, Verdict::Send | Verdict::Compare)
+        && entry.kind == sprat_store::EntryType::File
+        && !planner.is_whole_file(&entry);
+    if !resumed_or_unknown && !sent_large && entry.error.is_none() && index.has_partial(&entry.path)
+    {
         counts.supersedes(&entry.path);
     }
     match verdict {

@@ -291,38 +291,16 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
     }
 }
 
-/// Removes the partial copies an interrupted copy left of `files` (paths relative to the
-/// local destination `dst`, the empty path for `dst` itself, a single file) once a copy
-/// into `dst` succeeded without them (see `SkipCounts::supersedes`); with `only_present`,
-/// only those whose file is there now (a pull, whose source's side knows which it did not
-/// resume: every file of the source is there after a copy that succeeded). One a running
-/// transfer writes stays; nothing else is touched.
-pub(crate) fn discard_superseded_local(dst: &Path, files: &[Vec<u8>], only_present: bool) {
-    if files.is_empty() {
-        return;
-    }
-    let tree = Root::open(dst).ok();
-    for file in files {
-        let (dir, name) = match file.is_empty() {
-            true => match parent_and_name(dst) {
-                Some((parent, name)) => (parent.open_dir_nofollow(b""), name.to_vec()),
-                None => continue,
-            },
-            false => {
-                let Some(tree) = &tree else { continue };
-                let (dir, name) = sprat_store::relpath::split_parent(file);
-                (tree.open_dir_nofollow(dir), name.to_vec())
-            }
+/// Removes, through `writer`, the partial copies an interrupted copy left of `files` (paths
+/// as written below the local destination `dst`), for a copy into `dst` that succeeded
+/// without them (see `TreeWriter::discard_partials`), and logs each.
+pub(crate) fn discard_partials(writer: &TreeWriter, dst: &Path, files: &[Vec<u8>]) {
+    for file in writer.discard_partials(files) {
+        let shown = match file.is_empty() {
+            true => dst.to_path_buf(),
+            false => dst.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&file)),
         };
-        let Ok(dir) = dir else { continue };
-        let present = || {
-            let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
-            let name: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(&name);
-            rustix::fs::statx(&dir, name, nofollow, rustix::fs::StatxFlags::TYPE).is_ok()
-        };
-        if (!only_present || present()) && partial::discard(&dir, &name) {
-            tracing::info!(path = %crate::text::printable(&sprat_store::display_path(file)), "removed the partial copy an interrupted copy left of a file now complete");
-        }
+        tracing::info!(path = %shown.display(), "removed the partial copy an interrupted copy left of a file now complete");
     }
 }
 

@@ -144,7 +144,7 @@ pub(crate) fn copy(
     // Partial copies an interrupted copy left of files this one wrote whole or found up to
     // date: of no more use once it succeeded.
     if counts.failed == 0 {
-        super::destination::discard_superseded_local(dst, &skipped.take_superseded(), false);
+        super::destination::discard_partials(&writer, dst, &skipped.take_superseded());
     }
     Ok(Report::new(
         "copy",

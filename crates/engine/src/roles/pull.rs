@@ -164,6 +164,8 @@ pub(crate) fn pull(
         }
     }
     let writer = local_writer(dst, session.root_is_dir, true, options)?;
+    // The index was sent whole (its scan ended) before the session opened.
+    writer.watch_partials(std::mem::take(&mut *lock(&partial_files)));
     let pool = WriterPool::start(
         Some(writer.clone()),
         options.write_threads,
@@ -302,12 +304,12 @@ pub(crate) fn pull(
         ),
         write_s: write_busy.as_secs_f64(),
     };
-    // Partial copies an interrupted copy left of files now complete here: of no more use
-    // once the pull succeeded (the server does not say which it did not resume; every file
-    // of the source is here now).
+    // Partial copies an interrupted copy left of files this pull put in place whole (or
+    // found complete): of no more use once it succeeded. (The server decides what it does not
+    // resume and does not say: a partial copy beside a file it found up to date stays.)
     if counts.failed == 0 {
-        let listed = std::mem::take(&mut *lock(&partial_files));
-        super::destination::discard_superseded_local(dst, &listed, true);
+        let placed = writer.placed_over_partials();
+        super::destination::discard_partials(&writer, dst, &placed);
     }
     Ok(Report::new(
         "pull",

@@ -42,7 +42,7 @@ use sprat_proto::batch::EntryKind;
 use sprat_proto::namespace::{NsKind, Request};
 use sprat_proto::Batch;
 use sprat_store::Source;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -299,6 +299,9 @@ pub(crate) fn pull(
         "pull planned"
     );
     options.progress.set_totals(plan.files, plan.bytes);
+    // The destination as planned: where its partial copies are removed once every piece
+    // is in (not looked up by name again).
+    let planned_dst = sprat_store::Root::open(dst).ok();
     let queue = Mutex::new(plan.pieces);
     let stop = crate::sync::Cancel::default();
     let failure: Mutex<Option<TransferError>> = Mutex::new(None);
@@ -391,6 +394,15 @@ pub(crate) fn pull(
         lines.push(ServerShare::new(server, &share.counts, n, rtt_ms, seconds));
     }
     counts.dirs = last.dirs;
+    if let (0, Some(root)) = (counts.failed, &planned_dst) {
+        for file in &plan.superseded {
+            if sprat_store::partial::discard_at(root, file) {
+                let shown =
+                    dst.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(file));
+                tracing::info!(path = %shown.display(), "removed the partial copy an interrupted copy left of a file now complete");
+            }
+        }
+    }
     let report = spread_report("pull", (src_ep, dst_ep), &counts, started, streams, stages);
     Ok(Report {
         path: last.path.clone(),
@@ -487,6 +499,9 @@ struct PullPlan {
     /// Of those, what the destination has already.
     same_files: u64,
     same_bytes: u64,
+    /// Paths of the source whose partial copies the destination holds (see
+    /// `SkipCounts::supersedes`).
+    superseded: Vec<Vec<u8>>,
 }
 
 /// What a pull from `servers` servers must fetch, cut into pieces: the source's files and
@@ -514,10 +529,11 @@ fn plan_pieces(
     let mut have: HashMap<Vec<u8>, (u64, i64, u32, u32)> = HashMap::new();
     // The destination's symlinks: target and mtime.
     let mut links: HashMap<Vec<u8>, (Vec<u8>, i64, u32)> = HashMap::new();
+    let mut partials = HashSet::new();
     if dst.is_dir() {
         let mut local = options.clone();
         local.skip = SkipRule::QuickCheck;
-        super::destination::local_entries(dst, &local, |piece| {
+        partials = super::destination::local_entries(dst, &local, |piece| {
             if let super::destination::IndexPiece::Entries(entries) = piece {
                 for e in entries {
                     match e.kind {
@@ -532,12 +548,20 @@ fn plan_pieces(
                 }
             }
             true
-        })?;
+        })?
+        .into_iter()
+        .collect();
     }
     let (mut files, mut bytes, mut same_files, mut same_bytes) = (0, 0, 0, 0);
     let mut needed: Vec<(Vec<u8>, u64)> = Vec::new();
     let mut dirs = 0;
+    // Partial copies an interrupted copy left of what the source has: of no more use once
+    // this pull put it in place or found it there (every piece pulls its files whole).
+    let mut superseded = Vec::new();
     for e in listed {
+        if partials.contains(&e.path) {
+            superseded.push(e.path.clone());
+        }
         match e.kind {
             NsKind::File => {
                 files += 1;
@@ -606,6 +630,7 @@ fn plan_pieces(
         bytes,
         same_files,
         same_bytes,
+        superseded,
     }))
 }
 
