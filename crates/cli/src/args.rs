@@ -562,7 +562,8 @@ pub struct CpArgs {
     /// source (in the tree copied) are made hard links of each other at the destination,
     /// the first name met carrying the data and the others made as links to it once every
     /// file is written, whatever batch or stream each travels in. A re-run links again
-    /// what the destination has as separate files. Without -H each name is a file of its own.
+    /// what the destination has as separate files. FIFOs, sockets and devices too. Without -H
+    /// each name is a file of its own.
     #[arg(long, short = 'H')]
     pub hard_links: bool,
     /// Large files in a local copy onto a file system that shares blocks between files (XFS,

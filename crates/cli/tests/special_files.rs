@@ -766,3 +766,80 @@ fn a_special_file_with_another_hard_link_is_left_when_nothing_changed() {
         assert!(after.file_type().is_fifo(), "{how}");
     }
 }
+
+/// `-H` keeps hard links between FIFOs, sockets and devices as between regular files (as
+/// rsync -aH does), locally, pushed and pulled, and a re-run leaves them so; `verify -H` tells
+/// a copy that lost such a link (review 2026-11-29 of special files, F3: each name was made a
+/// node of its own, and `verify -H` called the copy identical).
+#[test]
+fn hard_links_between_special_files_are_kept_with_dash_h() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(src.join("a")).unwrap();
+    fs::create_dir_all(src.join("b")).unwrap();
+    mknod(&src.join("a/fifo"), FileType::Fifo, 0o640, (0, 0));
+    fs::hard_link(src.join("a/fifo"), src.join("b/fifo2")).unwrap();
+    mknod(&src.join("a/sock"), FileType::Socket, 0o755, (0, 0));
+    fs::hard_link(src.join("a/sock"), src.join("b/sock2")).unwrap();
+    fs::write(src.join("a/file"), b"data").unwrap();
+    fs::hard_link(src.join("a/file"), src.join("b/file2")).unwrap();
+    let srv = server(&root);
+    let ino = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
+    let verify_h = |copy: &Path| {
+        let args = [
+            "verify",
+            "-H",
+            src.to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ];
+        run_sprat(bin(), args, &[])
+    };
+    let local = t.path().join("local");
+    let pulled = t.path().join("pulled");
+    let copies = [
+        ("local", local.clone()),
+        ("push", root.join("pushed")),
+        ("pull", pulled.clone()),
+    ];
+    for (how, copy) in &copies {
+        for run in 0..2 {
+            let out = match *how {
+                "local" => cp_local(&["-H"], &src, copy),
+                "push" => cp(&srv, &["-H"], &src, srv.url("pushed")),
+                _ => cp(&srv, &["-H"], srv.url("src"), copy),
+            };
+            assert_ok(&out, Some(&srv));
+            for (first, second) in [
+                ("a/fifo", "b/fifo2"),
+                ("a/sock", "b/sock2"),
+                ("a/file", "b/file2"),
+            ] {
+                let why = format!("{how} run {run}: {second}");
+                assert_eq!(ino(&copy.join(first)), ino(&copy.join(second)), "{why}");
+            }
+            assert_eq!(kind_of(&copy.join("b/fifo2")).0, 'p');
+            let out = verify_h(copy);
+            assert_eq!(out.status.code(), Some(0), "{how}: {}", describe(&out));
+        }
+    }
+    // A copy whose FIFOs are no longer one: verify -H says so.
+    fs::remove_file(local.join("b/fifo2")).unwrap();
+    mknod(&local.join("b/fifo2"), FileType::Fifo, 0o640, (0, 0));
+    let mtime = fs::symlink_metadata(src.join("b/fifo2")).unwrap();
+    let at = filetime(mtime.mtime(), mtime.mtime_nsec());
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        &local.join("b/fifo2"),
+        &at,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .unwrap();
+    let out = verify_h(&local);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a/fifo: a hard link of b/fifo2"),
+        "{}",
+        describe(&out)
+    );
+}

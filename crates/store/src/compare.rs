@@ -148,7 +148,7 @@ pub fn compare_trees_also(
                 }
             }
         }
-        if also.hard_links && ta.is_file() {
+        if also.hard_links && (ta.is_file() || special) {
             let (ia, ib) = ((ma.dev(), ma.ino()), (mb.dev(), mb.ino()));
             for (map, mine, theirs, linked, side) in [
                 (&mut links_a, ia, ib, ma.nlink() > 1, "source"),

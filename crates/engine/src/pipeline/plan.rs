@@ -200,12 +200,14 @@ impl Planner {
         self
     }
 
-    /// With `-H`, for a regular file with more than one name: `None` for the first of its
+    /// With `-H`, for a regular or special file with more than one name: `None` for the first of its
     /// names seen (which travels as a file), the path of that first one for the others
     /// (which travel as links to it).
     pub fn link_target(&mut self, entry: &ScanEntry) -> Option<Vec<u8>> {
         let links = self.links.as_mut()?;
-        if entry.kind != EntryType::File || entry.nlink < 2 || entry.error.is_some() {
+        // Regular files, and FIFOs, sockets and devices (as rsync -H keeps them).
+        let linkable = matches!(entry.kind, EntryType::File | EntryType::Special);
+        if !linkable || entry.nlink < 2 || entry.error.is_some() {
             return None;
         }
         let key = (entry.dev, entry.ino);

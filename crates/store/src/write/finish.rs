@@ -123,7 +123,7 @@ impl TreeWriter {
         self.loosen_path(tdir, crate::perm::SEARCH) | self.loosen_path(pdir, crate::perm::CHANGE)
     }
 
-    /// Makes `path` a hard link of the regular file at `target` (transfer paths), replacing
+    /// Makes `path` a hard link of the regular or special file at `target` (transfer paths), replacing
     /// what is at `path`; nothing to do when it is one already.
     fn make_hard_link(
         &self,
@@ -137,11 +137,20 @@ impl TreeWriter {
         let wanted = StatxFlags::TYPE | StatxFlags::INO;
         let t = statx(tfd, os(tname), AtFlags::SYMLINK_NOFOLLOW, wanted)
             .map_err(|e| StoreError::new("hard link to", target, e))?;
-        if FileType::from_raw_mode(t.stx_mode as u32) != FileType::RegularFile {
+        // A regular file, FIFO, socket or device: never a directory or a symlink.
+        let linkable = matches!(
+            FileType::from_raw_mode(t.stx_mode as u32),
+            FileType::RegularFile
+                | FileType::Fifo
+                | FileType::Socket
+                | FileType::CharacterDevice
+                | FileType::BlockDevice
+        );
+        if !linkable {
             return Err(StoreError::other(
                 "hard link",
                 path,
-                "what it links to is not a regular file at the destination",
+                "what it links to at the destination is not a regular file or a special file",
             ));
         }
         // Linked under its name at once (the file it links to is whole already), unless
