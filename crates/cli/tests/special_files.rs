@@ -830,7 +830,7 @@ fn hard_links_between_special_files_are_kept_with_dash_h() {
     let at = filetime(mtime.mtime(), mtime.mtime_nsec());
     rustix::fs::utimensat(
         rustix::fs::CWD,
-        &local.join("b/fifo2"),
+        local.join("b/fifo2"),
         &at,
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
