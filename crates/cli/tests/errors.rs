@@ -1133,3 +1133,36 @@ fn symlinks_as_sources_and_a_mistyped_url_are_explained() {
     assert_exit(&out, 2);
     assert_error_names(&out, &["did you mean 'sprat://127.0.0.1:1/x'"]);
 }
+
+/// A directory copied onto an existing regular file is a usage mistake said plainly, exit
+/// 2, as cp -r and rsync refuse it, locally, pushed and pulled; the file stays as it was
+/// (before: "create directory 'afile': File exists (os error 17)", exit 5; review 2026-11-29
+/// of rsync habits, F11).
+#[test]
+fn a_directory_onto_a_file_is_refused_naming_it() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("src")).unwrap();
+    fs::write(root.join("src/f"), b"data").unwrap();
+    fs::write(root.join("afile"), b"keep me").unwrap();
+    let local = t.path().join("afile");
+    fs::write(&local, b"keep me").unwrap();
+    let srv = server(&root);
+    let outs = [
+        cp_local(&[], root.join("src"), &local),
+        cp(&srv, &[], root.join("src"), srv.url("afile")),
+        cp(&srv, &[], srv.url("src"), &local),
+    ];
+    for out in outs {
+        assert_exit(&out, 2);
+        assert_error_names(
+            &out,
+            &[
+                "'",
+                "afile' is a file, and a directory cannot be copied onto a file",
+            ],
+        );
+    }
+    assert_eq!(fs::read(&local).unwrap(), b"keep me");
+    assert_eq!(fs::read(root.join("afile")).unwrap(), b"keep me");
+}

@@ -65,6 +65,14 @@ pub(crate) fn local_writer(
     options: &TransferOptions,
 ) -> Result<Arc<TreeWriter>, TransferError> {
     let writer = if root_is_dir {
+        // As cp -r and rsync refuse it: a usage mistake, not an I/O failure.
+        if std::fs::metadata(dst).is_ok_and(|m| !m.is_dir()) {
+            return Err(TransferError::Usage(format!(
+                "destination '{0}' is a file, and a directory cannot be copied onto a file: \
+                 name another destination, or remove '{0}' first",
+                dst.display()
+            )));
+        }
         TreeWriter::for_dir(Root::create_local(dst)?, true, temp_tag())
     } else {
         let parent = parent_dir(dst);

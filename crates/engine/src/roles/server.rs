@@ -905,6 +905,17 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                             .early_writeback(early),
                     )
                 }),
+                // A tree onto a file: the client's mistake, said as a local copy says it.
+                Err(e) if source_is_dir && e.errno() == Some(rustix::io::Errno::NOTDIR) => {
+                    let shown = printable(&display_path(&path)).into_owned();
+                    return served.refuse(
+                        ErrorCode::BadRequest,
+                        format!(
+                            "destination '{shown}' is a file, and a directory cannot be copied \
+                             onto a file: name another destination"
+                        ),
+                    );
+                }
                 Err(e) => return served.refuse_store(&e),
             };
             // The pool's busy time grows with every batch written: the claim's progress.
