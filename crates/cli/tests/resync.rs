@@ -1116,3 +1116,41 @@ fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
         assert_eq!(std::fs::read(dir.join("big")).unwrap(), b"small now");
     }
 }
+
+/// A copy whose source holds files named like a partial copy (a tree copied on from an
+/// interrupted destination) does not write them over the partial copy a running transfer is
+/// writing there: those two entries fail by name, and the running transfer succeeds (review
+/// 2026-11-29 of the fixes of partial copies, M3: it failed at its end).
+#[test]
+fn files_named_like_a_held_partial_copy_are_not_written_over_it() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let data = sprat_testkit::random_bytes(12 << 20, 8);
+    std::fs::write(src.join("big"), &data).unwrap();
+    let debris = t.path().join("debris");
+    std::fs::create_dir_all(&debris).unwrap();
+    std::fs::write(debris.join(".big.sprat-part"), b"not a partial copy").unwrap();
+    std::fs::write(debris.join(".big.sprat-part.log"), b"not a journal").unwrap();
+    std::fs::write(debris.join("other"), b"other").unwrap();
+    let dst = t.path().join("dst");
+    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let to = (&src, dst.as_os_str(), dst.as_path());
+    let mut running = common::copy_writing_a_partial_copy(None, &chunked, to, "4MB/s");
+    let out = cp_local(&["--json"], &debris, &dst);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("its name is that of a partial copy a running transfer is writing"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(dst.join("other")).unwrap(), b"other");
+    let first = running.wait_or_panic(Duration::from_secs(60));
+    assert_ok(&first, None);
+    assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
+}

@@ -687,11 +687,43 @@ mod tests {
             assert!(e.to_string().ends_with(BEING_WRITTEN), "{e}");
         }
         let dir_fd = root.open_dir_nofollow(b"").unwrap();
-        assert!(!crate::partial::discard(&dir_fd, &name));
+        assert!(!crate::partial::discard(&dir_fd, &name, None));
         assert_eq!(std::fs::read(at(&part)).unwrap(), b"data");
         drop(held);
-        assert!(crate::partial::discard(&dir_fd, &name));
+        assert!(crate::partial::discard(&dir_fd, &name, None));
         assert!(!at(&part).exists() && !at(&log).exists());
+    }
+
+    /// The clean-up of a copy removes only the partial copy its index found at that name (of
+    /// the same source identity and journal): not another job's, moved there since by a rename (review
+    /// 2026-11-29 of the fixes of partial copies, M1).
+    #[test]
+    fn a_partial_copy_of_another_identity_is_not_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = |size| crate::partial::Identity {
+            size,
+            mtime_sec: 1_700_000_000,
+            mtime_nsec: 0,
+            version: 7,
+        };
+        std::fs::write(dir.path().join(".x.sprat-part"), b"data").unwrap();
+        let journal = crate::partial::encode_header(&id(4), b"x");
+        std::fs::write(dir.path().join(".x.sprat-part.log"), journal).unwrap();
+        let root = Root::open(dir.path()).unwrap();
+        let seen = |size| crate::partial::Seen {
+            id: id(size),
+            journal_ino: crate::partial::journal_ino(&root, b"x"),
+        };
+        assert!(!crate::partial::discard_at(&root, b"x", Some(&seen(5))));
+        let elsewhere = crate::partial::Seen {
+            journal_ino: seen(4).journal_ino + 1,
+            ..seen(4)
+        };
+        assert!(!crate::partial::discard_at(&root, b"x", Some(&elsewhere)));
+        assert!(dir.path().join(".x.sprat-part").exists());
+        assert!(crate::partial::discard_at(&root, b"x", Some(&seen(4))));
+        assert!(!dir.path().join(".x.sprat-part").exists());
+        assert!(!dir.path().join(".x.sprat-part.log").exists());
     }
 
     /// The partial copy (and journal) of a file a writer holds is not removed, by `rm` or by

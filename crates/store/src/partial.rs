@@ -348,11 +348,25 @@ pub fn is_being_written(dir: impl AsFd, hidden: &[u8]) -> bool {
 /// room and listed as incomplete. One a running transfer writes stays; the two names go while
 /// this holds the journal's lock, so that no writer starts on them meanwhile. Whether they
 /// were there.
-pub fn discard(dir: impl AsFd, name: &[u8]) -> bool {
+///
+/// With `expected`, only the partial copy the copy's index found there: of that identity at
+/// the source, and with that journal (not another job's, moved there since by a rename of
+/// its directory).
+pub fn discard(dir: impl AsFd, name: &[u8], expected: Option<&Seen>) -> bool {
     let (part, log) = (part_name(name), log_name(name));
-    let Ok(_locked) = lock_unless_held(&dir, &log) else {
+    let Ok(locked) = lock_unless_held(&dir, &log) else {
         return false;
     };
+    if let Some(seen) = expected {
+        let ino = locked
+            .as_ref()
+            .and_then(|fd| rustix::fs::fstat(fd).ok())
+            .map(|st| st.st_ino);
+        let moved = seen.journal_ino != 0 && ino != Some(seen.journal_ino);
+        if moved || read_log(&dir, &log).is_none_or(|journal| journal.id != seen.id) {
+            return false;
+        }
+    }
     let mut removed = false;
     for hidden in [part, log] {
         let hidden: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(&hidden);
@@ -363,10 +377,29 @@ pub fn discard(dir: impl AsFd, name: &[u8]) -> bool {
 
 /// [`discard`] for the file at `rel` below `root` (its directory opened without following a
 /// symlink on the way). Whether its partial copy went.
-pub fn discard_at(root: &crate::Root, rel: &[u8]) -> bool {
+pub fn discard_at(root: &crate::Root, rel: &[u8], expected: Option<&Seen>) -> bool {
     let (dir, name) = crate::relpath::split_parent(rel);
     root.open_dir_nofollow(dir)
-        .is_ok_and(|dir| !name.is_empty() && discard(&dir, name))
+        .is_ok_and(|dir| !name.is_empty() && discard(&dir, name, expected))
+}
+
+/// A partial copy as an index found it: its source identity, and its journal's inode number
+/// where the index looked at it itself (0 where a listing told it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub id: Identity,
+    pub journal_ino: u64,
+}
+
+/// The inode number of the journal of the partial copy of `file_rel` below `root`, looked at
+/// without following symlinks (0: none).
+pub fn journal_ino(root: &crate::Root, file_rel: &[u8]) -> u64 {
+    let (dir, name) = crate::relpath::split_parent(file_rel);
+    let log = crate::relpath::join(dir, &log_name(name));
+    root.open_beneath(&log, OFlags::PATH | OFlags::NOFOLLOW)
+        .ok()
+        .and_then(|fd| rustix::fs::fstat(&fd).ok())
+        .map_or(0, |st| st.st_ino)
 }
 
 /// A partial file found by a listing or scan: `log_path` (relative to `root`) names a

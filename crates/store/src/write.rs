@@ -133,8 +133,8 @@ pub struct TreeWriter {
 /// place whole at them (see [`TreeWriter::watch_partials`]), and those of them put so.
 #[derive(Default)]
 struct WatchedPartials {
-    watched: HashSet<Vec<u8>>,
-    placed: Vec<Vec<u8>>,
+    watched: HashMap<Vec<u8>, partial::Seen>,
+    placed: Vec<(Vec<u8>, partial::Seen)>,
 }
 
 /// What [`TreeWriter::finish`] gives a directory: its attributes, and its extended
@@ -957,6 +957,11 @@ impl TreeWriter {
             })
             .and_then(|()| futimens(fd, &timestamps(attrs)))
             .map_err(|e| StoreError::new("set attributes of", path, e))?;
+        refuse_held_partial(dir, name, path).inspect_err(|_| {
+            if let Some(temp) = temp {
+                let _ = unlinkat(dir, os(temp), AtFlags::empty());
+            }
+        })?;
         self.publish(fd, dir, temp, name, path.is_empty())
             .map_err(|e| put_in_place_error(path, e))
     }
@@ -1031,6 +1036,9 @@ impl TreeWriter {
         path: &[u8],
         what: &'static str,
     ) -> Result<(), StoreError> {
+        refuse_held_partial(dir, name, path).inspect_err(|_| {
+            let _ = unlinkat(dir, os(temp), AtFlags::empty());
+        })?;
         self.put_in_place(dir, temp, name, path.is_empty())
             .map(|_| ())
             .map_err(|e| match path.is_empty() && e == Errno::ISDIR {
@@ -1067,12 +1075,12 @@ impl TreeWriter {
         }
     }
 
-    /// Watches `paths` (as sent), whose partial copies an interrupted copy left at the
-    /// destination: an entry put in place whole at one of them (a file, a symlink, a
+    /// Watches `paths` (as sent), whose partial copies (of the identity given) an interrupted
+    /// copy left at the destination: an entry put in place whole at one of them (a file, a symlink, a
     /// directory, a special file, a hard link, or its attributes alone: the file is there and
     /// complete) is noted, for [`TreeWriter::placed_over_partials`]. Cheap for every other
     /// entry; nothing is watched unless this is called.
-    pub fn watch_partials(&self, paths: Vec<Vec<u8>>) {
+    pub fn watch_partials(&self, paths: Vec<(Vec<u8>, partial::Seen)>) {
         if paths.is_empty() {
             return;
         }
@@ -1087,29 +1095,30 @@ impl TreeWriter {
             return;
         }
         let mut partials = lock(&self.partials);
-        if partials.watched.remove(path) {
-            partials.placed.push(path.to_vec());
+        if let Some(id) = partials.watched.remove(path) {
+            partials.placed.push((path.to_vec(), id));
         }
     }
 
     /// The watched paths an entry was put in place at whole (see
     /// [`TreeWriter::watch_partials`]), taken.
-    pub fn placed_over_partials(&self) -> Vec<Vec<u8>> {
+    pub fn placed_over_partials(&self) -> Vec<(Vec<u8>, partial::Seen)> {
         std::mem::take(&mut lock(&self.partials).placed)
     }
 
-    /// Removes the partial copies (and journals) an interrupted copy left of `paths` (as
-    /// sent), through the destination this writer opened at its start (never looked up by
-    /// name again), unless a running transfer holds them (see [`partial::discard`]); for a
-    /// copy that succeeded without them. Returns the paths whose partial copies it removed.
-    pub fn discard_partials(&self, paths: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        paths
+    /// Removes the partial copies (and journals) an interrupted copy left of `files` (paths
+    /// as sent, and the identity the index found there), below the destination this writer
+    /// opened at its start, unless a running transfer holds them or another partial copy is
+    /// there now (see [`partial::discard`]); for a copy that succeeded without them. Returns
+    /// the paths whose partial copies it removed.
+    pub fn discard_partials(&self, files: &[(Vec<u8>, partial::Seen)]) -> Vec<Vec<u8>> {
+        files
             .iter()
-            .filter(|path| {
+            .filter(|(path, seen)| {
                 self.target(path)
-                    .is_ok_and(|target| partial::discard_at(&self.base, target))
+                    .is_ok_and(|target| partial::discard_at(&self.base, target, Some(seen)))
             })
-            .cloned()
+            .map(|(path, _)| path.clone())
             .collect()
     }
 
@@ -2494,6 +2503,12 @@ fn open_large(
             // Read and write: see `partial::hold`.
             let log_flags = OFlags::RDWR | OFlags::APPEND;
             let log = crate::regular::open_own_regular_at(dir, &log_name, log_flags).ok()?;
+            // Held before its ranges are read back (which takes as long as they are large):
+            // a clean-up or removal meanwhile would leave this writer a copy without a name.
+            // Gone while this asked for it: started again.
+            if !crate::partial::hold(&log) {
+                return None;
+            }
             let (good, coverage) = verified(&records, &fd);
             if good.len() < records.len() {
                 // Records whose bytes no longer hash as recorded are dropped from the journal,
@@ -2559,14 +2574,28 @@ fn open_large(
                 .and_then(|log| write_all(&log, &partial::encode_header(&id, name)).map(|()| log))
                 .map_err(|e| StoreError::new("create the journal of", path, e))
                 .inspect_err(|_| cleanup())?;
+            if !crate::partial::hold(&log) {
+                return Err(removed_meanwhile(path));
+            }
             (fd, log, Coverage::default())
         }
     };
     let names = (part, log_name);
-    if !crate::partial::hold(&log) {
-        return Err(removed_meanwhile(path));
-    }
     LargeFile::new(dir, name, path, id, names, (fd, log), coverage, how)
+}
+
+/// Refuses to put an entry at `name` in `dir` (`path` as sent) where that name is a partial
+/// copy, or its journal, that a running transfer is writing (a source holding files named so,
+/// a tree copied on from an interrupted destination): that transfer would fail at its end.
+fn refuse_held_partial(dir: &OwnedFd, name: &[u8], path: &[u8]) -> Result<(), StoreError> {
+    if partial::is_partial_name(name) && partial::is_being_written(dir, name) {
+        return Err(StoreError::other(
+            "write",
+            path,
+            "its name is that of a partial copy a running transfer is writing: left for it",
+        ));
+    }
+    Ok(())
 }
 
 /// The error of a large file whose partial copy another process removed while this writer

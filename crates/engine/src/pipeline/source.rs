@@ -241,9 +241,9 @@ fn plan_entry(
             (None, skip) => {
                 // Made a link to the group's first name: a partial copy of this name is of
                 // no more use (see `apply`).
-                if let Some((index, _, counts)) = skip {
-                    if entry.error.is_none() && index.has_partial(&entry.path) {
-                        counts.supersedes(&entry.path);
+                if let Some((index, _, counts)) = skip.filter(|_| entry.error.is_none()) {
+                    if let Some(id) = index.partial_at(&entry.path) {
+                        counts.supersedes(&entry.path, id);
                     }
                 }
                 planner.push_link(entry.path, target, emit)
@@ -456,9 +456,10 @@ fn apply(
     let sent_large = matches!(verdict, Verdict::Send | Verdict::Compare)
         && entry.kind == sprat_store::EntryType::File
         && !planner.is_whole_file(&entry);
-    if !resumed_or_unknown && !sent_large && entry.error.is_none() && index.has_partial(&entry.path)
-    {
-        counts.supersedes(&entry.path);
+    if !resumed_or_unknown && !sent_large && entry.error.is_none() {
+        if let Some(id) = index.partial_at(&entry.path) {
+            counts.supersedes(&entry.path, id);
+        }
     }
     match verdict {
         Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
@@ -763,8 +764,8 @@ fn start_with(
             // A single file that went before the index was in, whole: a partial copy of it at
             // the destination (of a large version an interrupted copy left) is of no more use.
             if let Some((index, _, counts)) = early_pending.and_then(PendingIndex::wait) {
-                if index.has_partial(b"") {
-                    counts.supersedes(b"");
+                if let Some(id) = index.partial_at(b"") {
+                    counts.supersedes(b"", id);
                 }
             }
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)

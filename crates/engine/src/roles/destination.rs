@@ -7,7 +7,9 @@ use crate::error::TransferError;
 use crate::net;
 use crate::pipeline::digest;
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::{digest_bytes, DestIndex, PartialEntry, SkipCounts, SkipRule};
+use crate::pipeline::skip::{
+    digest_bytes, DestIndex, PartialEntry, SkipCounts, SkipRule, Superseded,
+};
 use crate::pipeline::source::Skip;
 use crate::report::Counts;
 use rustix::io::Errno;
@@ -302,7 +304,7 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
 /// Removes, through `writer`, the partial copies an interrupted copy left of `files` (paths
 /// as written below the local destination `dst`), for a copy into `dst` that succeeded
 /// without them (see `TreeWriter::discard_partials`), and logs each.
-pub(crate) fn discard_partials(writer: &TreeWriter, dst: &Path, files: &[Vec<u8>]) {
+pub(crate) fn discard_partials(writer: &TreeWriter, dst: &Path, files: &[Superseded]) {
     for file in writer.discard_partials(files) {
         let shown = match file.is_empty() {
             true => dst.to_path_buf(),
@@ -362,12 +364,12 @@ impl<T> Pieces<T> {
 /// of millions of files is never whole in memory (`each` returns false when it wants no
 /// more: the scan stops soon after, and what it has not given is never given). Temporary
 /// names a killed writer left are removed, not listed. Returns the paths of the files whose
-/// partial copies it listed.
+/// partial copies it listed, with those copies' source identities.
 pub(crate) fn local_entries(
     dst: &Path,
     options: &TransferOptions,
     mut each: impl FnMut(IndexPiece) -> bool,
-) -> Result<Vec<Vec<u8>>, TransferError> {
+) -> Result<Vec<Superseded>, TransferError> {
     let wanted = std::cell::Cell::new(true);
     let mut give = |piece: IndexPiece| {
         if wanted.get() {
@@ -461,7 +463,7 @@ pub(crate) fn local_entries(
     remove_local_leftovers(dst, &leftovers);
     let mut partial_files = Vec::new();
     for (path, partial) in local_partials(dst, logs) {
-        partial_files.push(path.clone());
+        partial_files.push((path.clone(), partial.seen()));
         add(partial.to_listed(path));
     }
     if let Some(piece) = pieces.rest() {
@@ -513,7 +515,16 @@ fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)
     if !dst.is_dir() {
         return parent_and_name(dst)
             .and_then(|(parent, name)| partial::describe_file(&parent, name))
-            .map(|(id, present)| (Vec::new(), PartialEntry { id, present }))
+            .map(|(id, present)| {
+                let journal_ino = parent_and_name(dst)
+                    .map_or(0, |(parent, name)| partial::journal_ino(&parent, name));
+                let entry = PartialEntry {
+                    id,
+                    present,
+                    journal_ino,
+                };
+                (Vec::new(), entry)
+            })
             .into_iter()
             .collect();
     }
@@ -525,7 +536,15 @@ fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)
     };
     logs.iter()
         .filter_map(|log| partial::describe(&root, log))
-        .map(|(path, id, present)| (path, PartialEntry { id, present }))
+        .map(|(path, id, present)| {
+            let journal_ino = partial::journal_ino(&root, &path);
+            let entry = PartialEntry {
+                id,
+                present,
+                journal_ino,
+            };
+            (path, entry)
+        })
         .collect()
 }
 

@@ -84,7 +84,7 @@ pub(crate) fn pull(
         false => Arc::default(),
     };
     // The files whose partial copies the index lists (an interrupted copy's).
-    let partial_files: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let partial_files: Arc<Mutex<Vec<crate::pipeline::skip::Superseded>>> = Arc::default();
     let scan = (check != DestCheck::None).then(|| {
         let (dst, options) = (dst.to_path_buf(), options.clone());
         let partial_files = partial_files.clone();

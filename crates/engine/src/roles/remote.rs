@@ -183,10 +183,10 @@ pub(crate) fn remove_superseded_partials(
     addr: &str,
     key: &Credentials,
     path: &[u8],
-    files: &[Vec<u8>],
+    files: &[crate::pipeline::skip::Superseded],
 ) {
     let mut paths = Vec::new();
-    for rel in files {
+    for (rel, _) in files {
         let file = sprat_store::relpath::join(path, rel);
         let (dir, name) = sprat_store::relpath::split_parent(&file);
         for hidden in [
@@ -227,6 +227,11 @@ fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
                     tracing::info!(path = %shown, "removed {what}")
                 }
                 Ok(other) => return Err(conn.protocol(format!("unexpected reply {other:?}"))),
+                // Gone already (another transfer finished the file): nothing to say.
+                Err(TransferError::Remote {
+                    code: sprat_proto::ErrorCode::NotFound,
+                    ..
+                }) => {}
                 Err(TransferError::Remote { text, .. }) => {
                     tracing::info!(text = %crate::text::printable(&text), "cannot remove {what}")
                 }

@@ -309,7 +309,13 @@ fn list(
             other => other?,
         }
         if let Some((id, present)) = beside.filter(|_| !listed_a_dir) {
-            let e = PartialEntry { id, present }.to_listed(Vec::new());
+            let journal_ino = 0;
+            let e = PartialEntry {
+                id,
+                present,
+                journal_ino,
+            }
+            .to_listed(Vec::new());
             let size = entry_wire_size(&e);
             entries.push(conn, e, size)?;
         }
@@ -318,7 +324,13 @@ fn list(
             let listed = root.sub_root(path)?;
             for log in &logs {
                 if let Some((file, id, present)) = partial::describe(&listed, log) {
-                    let e = PartialEntry { id, present }.to_listed(file);
+                    let journal_ino = 0;
+                    let e = PartialEntry {
+                        id,
+                        present,
+                        journal_ino,
+                    }
+                    .to_listed(file);
                     let size = entry_wire_size(&e);
                     entries.push(conn, e, size)?;
                 }

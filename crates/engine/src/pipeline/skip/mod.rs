@@ -16,7 +16,7 @@ use crate::measurement::progress::Progress;
 use paths::PathTable;
 use sprat_proto::namespace::{NsEntry, NsKind, MAX_PARTIAL_RANGES};
 use sprat_proto::{DestCheck, KeepRule};
-use sprat_store::partial::{Coverage, Identity};
+use sprat_store::partial::{Coverage, Identity, Seen};
 use sprat_store::{EntryType, ScanEntry};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -108,9 +108,19 @@ pub enum Verdict {
 pub struct PartialEntry {
     pub id: Identity,
     pub present: Coverage,
+    /// Its journal's inode number, where this side's own scan found it (0 from a listing).
+    pub journal_ino: u64,
 }
 
 impl PartialEntry {
+    /// As the index found it (see [`Superseded`]).
+    pub fn seen(&self) -> Seen {
+        Seen {
+            id: self.id,
+            journal_ino: self.journal_ino,
+        }
+    }
+
     /// As a listing entry for `path` (the file's final path).
     pub fn to_listed(&self, path: Vec<u8>) -> NsEntry {
         NsEntry {
@@ -371,9 +381,13 @@ impl DestIndex {
     }
 
     /// Adds a partial file of the file at `path`.
-    /// Whether the destination has a partial copy of `path` (see [`sprat_store::partial`]).
-    pub fn has_partial(&self, path: &[u8]) -> bool {
-        !self.partials.is_empty() && self.partials.contains_key(path)
+    /// The destination's partial copy of `path` as this index found it, if it has one (see
+    /// [`sprat_store::partial`]).
+    pub fn partial_at(&self, path: &[u8]) -> Option<Seen> {
+        match self.partials.is_empty() {
+            true => None,
+            false => self.partials.get(path).map(PartialEntry::seen),
+        }
     }
 
     pub fn insert_partial(&mut self, path: Vec<u8>, partial: PartialEntry) {
@@ -421,7 +435,15 @@ impl DestIndex {
                     mtime_nsec: e.mtime_nsec,
                     version,
                 };
-                self.insert_partial(e.path, PartialEntry { id, present });
+                let journal_ino = 0;
+                self.insert_partial(
+                    e.path,
+                    PartialEntry {
+                        id,
+                        present,
+                        journal_ino,
+                    },
+                );
             }
             return;
         }
@@ -693,6 +715,10 @@ impl SkipRule {
     }
 }
 
+/// A path whose partial copy at the destination a copy does not resume, and that partial
+/// copy as the index found it (see [`SkipCounts::supersedes`]).
+pub type Superseded = (Vec<u8>, Seen);
+
 /// What the check spared a copy (counted on the sending side); also counted as done in the
 /// transfer's progress, if it has one.
 #[derive(Debug, Default)]
@@ -703,7 +729,7 @@ pub struct SkipCounts {
     progress: Option<Progress>,
     /// Paths whose partial copy at the destination this copy does not resume (see
     /// [`SkipCounts::supersedes`]).
-    superseded: std::sync::Mutex<Vec<Vec<u8>>>,
+    superseded: std::sync::Mutex<Vec<Superseded>>,
 }
 
 impl SkipCounts {
@@ -751,18 +777,19 @@ impl SkipCounts {
         self.done(0, bytes);
     }
 
-    /// Notes that the destination's partial copy of `path` (an interrupted copy's) is not
+    /// Notes that the destination's partial copy of `path` (an interrupted copy's, as the
+    /// index found it) is not
     /// what this copy finishes the file from: the file arrives whole (as a small file, a
     /// symlink, another version), is up to date or left alone. Once the copy succeeded, such
     /// partial copies are removed (see [`SkipCounts::take_superseded`]); they would stay
     /// for ever otherwise.
-    pub fn supersedes(&self, path: &[u8]) {
+    pub fn supersedes(&self, path: &[u8], seen: Seen) {
         let mut paths = self.superseded.lock().unwrap_or_else(|p| p.into_inner());
-        paths.push(path.to_vec());
+        paths.push((path.to_vec(), seen));
     }
 
     /// The paths [`SkipCounts::supersedes`] noted.
-    pub fn take_superseded(&self) -> Vec<Vec<u8>> {
+    pub fn take_superseded(&self) -> Vec<Superseded> {
         std::mem::take(&mut self.superseded.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -903,6 +930,7 @@ mod tests {
             PartialEntry {
                 id,
                 present: present.clone(),
+                journal_ino: 0,
             },
         );
         let big = ScanEntry {
@@ -945,6 +973,7 @@ mod tests {
             PartialEntry {
                 id,
                 present: present.clone(),
+                journal_ino: 0,
             }
             .to_listed(b"big".to_vec()),
         );

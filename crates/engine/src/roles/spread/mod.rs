@@ -42,7 +42,7 @@ use sprat_proto::batch::EntryKind;
 use sprat_proto::namespace::{NsKind, Request};
 use sprat_proto::Batch;
 use sprat_store::Source;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -395,8 +395,8 @@ pub(crate) fn pull(
     }
     counts.dirs = last.dirs;
     if let (0, Some(root)) = (counts.failed, &planned_dst) {
-        for file in &plan.superseded {
-            if sprat_store::partial::discard_at(root, file) {
+        for (file, id) in &plan.superseded {
+            if sprat_store::partial::discard_at(root, file, Some(id)) {
                 let shown =
                     dst.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(file));
                 tracing::info!(path = %shown.display(), "removed the partial copy an interrupted copy left of a file now complete");
@@ -501,7 +501,7 @@ struct PullPlan {
     same_bytes: u64,
     /// Paths of the source whose partial copies the destination holds (see
     /// `SkipCounts::supersedes`).
-    superseded: Vec<Vec<u8>>,
+    superseded: Vec<crate::pipeline::skip::Superseded>,
 }
 
 /// What a pull from `servers` servers must fetch, cut into pieces: the source's files and
@@ -529,7 +529,7 @@ fn plan_pieces(
     let mut have: HashMap<Vec<u8>, (u64, i64, u32, u32)> = HashMap::new();
     // The destination's symlinks: target and mtime.
     let mut links: HashMap<Vec<u8>, (Vec<u8>, i64, u32)> = HashMap::new();
-    let mut partials = HashSet::new();
+    let mut partials = HashMap::new();
     if dst.is_dir() {
         let mut local = options.clone();
         local.skip = SkipRule::QuickCheck;
@@ -559,8 +559,8 @@ fn plan_pieces(
     // this pull put it in place or found it there (every piece pulls its files whole).
     let mut superseded = Vec::new();
     for e in listed {
-        if partials.contains(&e.path) {
-            superseded.push(e.path.clone());
+        if let Some(id) = partials.get(&e.path) {
+            superseded.push((e.path.clone(), *id));
         }
         match e.kind {
             NsKind::File => {
