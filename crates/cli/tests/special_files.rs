@@ -55,14 +55,8 @@ fn make_tree(dir: &Path) -> bool {
     fs::write(dir.join("sub/f"), b"data").unwrap();
     mknod(&dir.join("fifo"), FileType::Fifo, 0o640, (0, 0));
     mknod(&dir.join("sub/sock"), FileType::Socket, 0o755, (0, 0));
-    let old = filetime(1_577_934_245, 123_456_789);
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        dir.join("fifo"),
-        &old,
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .unwrap();
+    let old = (1_577_934_245, 123_456_789);
+    set_mtime(&dir.join("fifo"), old);
     if !is_root() {
         eprintln!("note: not root, so the tree holds no devices and their checks are skipped");
         return false;
@@ -76,26 +70,24 @@ fn make_tree(dir: &Path) -> bool {
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
     .unwrap();
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        dir.join("null"),
-        &old,
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .unwrap();
+    set_mtime(&dir.join("null"), old);
     mknod(&dir.join("sub/loop"), FileType::BlockDevice, 0o660, (7, 99));
     true
 }
 
-fn filetime(sec: i64, nsec: i64) -> rustix::fs::Timestamps {
+/// Sets the mtime (and atime) of `path` itself, a symlink or special file too.
+fn set_mtime(path: &Path, (sec, nsec): (i64, i64)) {
     let t = rustix::fs::Timespec {
         tv_sec: sec,
         tv_nsec: nsec,
     };
-    rustix::fs::Timestamps {
+    let times = rustix::fs::Timestamps {
         last_access: t,
         last_modification: t,
-    }
+    };
+    let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rustix::fs::utimensat(rustix::fs::CWD, path, &times, nofollow)
+        .unwrap_or_else(|e| panic!("utimensat {}: {e}", path.display()));
 }
 
 /// `sprat verify` of `copy` against `src`, owners compared as root: exit 0.
@@ -706,14 +698,7 @@ fn ignore_existing_keeps_files_whole_with_hard_links_and_xattrs() {
     ] {
         fs::create_dir_all(&dst).unwrap();
         fs::write(dst.join("a"), b"destination's own").unwrap();
-        let old = filetime(1_000_000_000, 0);
-        rustix::fs::utimensat(
-            rustix::fs::CWD,
-            dst.join("a"),
-            &old,
-            rustix::fs::AtFlags::empty(),
-        )
-        .unwrap();
+        set_mtime(&dst.join("a"), (1_000_000_000, 0));
         let out = match how {
             "local" => cp_local(&["-HX", "--ignore-existing"], &src, &dst),
             _ => cp(&srv, &["-HX", "--ignore-existing"], &src, srv.url("pushed")),
@@ -827,14 +812,7 @@ fn hard_links_between_special_files_are_kept_with_dash_h() {
     fs::remove_file(local.join("b/fifo2")).unwrap();
     mknod(&local.join("b/fifo2"), FileType::Fifo, 0o640, (0, 0));
     let mtime = fs::symlink_metadata(src.join("b/fifo2")).unwrap();
-    let at = filetime(mtime.mtime(), mtime.mtime_nsec());
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        local.join("b/fifo2"),
-        &at,
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .unwrap();
+    set_mtime(&local.join("b/fifo2"), (mtime.mtime(), mtime.mtime_nsec()));
     let out = verify_h(&local);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
