@@ -18,7 +18,11 @@
 //! journal then also records the final name in its header, so that a listing can still tell
 //! which file it belongs to and the copy resumes like any other.
 //!
-//! Pure encoding and range arithmetic, plus reading a journal from a directory.
+//! A writer holds a shared lock on the journal while it writes ([`hold`]); removals look for
+//! it ([`is_being_written`]), and the clean-up after a copy that no longer needs a partial
+//! copy takes the exclusive lock while it removes both names ([`discard`]).
+//!
+//! Encoding and range arithmetic, reading a journal from a directory, and the lock.
 
 use rustix::fs::OFlags;
 use std::collections::BTreeMap;
@@ -306,8 +310,9 @@ fn cannot_lock(e: rustix::io::Errno) {
 }
 
 /// The journal of `hidden` in `dir`, a partial copy or its journal (plain or hashed name),
-/// with an exclusive lock on it: `None` while a writer holds it (see [`hold`]), or when
-/// there is no journal; the lock lasts as long as the descriptor.
+/// with an exclusive lock on it, which lasts as long as the descriptor: an error while a
+/// writer holds it (see [`hold`]); `None` when there is no journal, or its file system takes
+/// no lock.
 fn lock_unless_held(dir: impl AsFd, hidden: &[u8]) -> Result<Option<std::os::fd::OwnedFd>, ()> {
     let Some(log) = log_of_hidden(hidden) else {
         return Ok(None);
