@@ -10,7 +10,7 @@
 use crate::attrs::Attrs;
 use crate::batch_read::{unchanged, Scanned};
 use crate::error::StoreError;
-use crate::write::{born_owned, os, remove_stale_partial, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, TreeWriter, WriterCursor};
 use rustix::fs::{unlinkat, AtFlags};
 use rustix::io::Errno;
 use std::os::fd::BorrowedFd;
@@ -112,8 +112,9 @@ impl WriterCursor<'_> {
                 return Err(e);
             }
         };
-        // A partial copy an earlier run left is of no use now, whichever file has the name.
-        remove_stale_partial(dir, name);
+        // A partial copy an earlier run left is of no use now, whichever file has the name
+        // (one another process writes now stays).
+        crate::partial::discard(dir, name, None);
         if placed == crate::write::Placed::KeptExisting {
             return Ok(Cloned::Kept);
         }

@@ -25,7 +25,7 @@ use crate::attrs::Attrs;
 use crate::batch_read::{allocated_if_unchanged, unchanged, CHANGED, VANISHED};
 use crate::clone::CloneSource;
 use crate::error::StoreError;
-use crate::write::{born_owned, os, remove_stale_partial, Placed, TreeWriter, WriterCursor};
+use crate::write::{born_owned, os, Placed, TreeWriter, WriterCursor};
 use rustix::fs::{seek, unlinkat, AtFlags, SeekFrom};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, OwnedFd};
@@ -105,7 +105,9 @@ impl WriterCursor<'_> {
                 let place = (dir, temp.as_deref(), name);
                 let born_owned = born_owned(new_file_owner, attrs);
                 let placed = writer.settle_new_file(&fd, place, path, attrs, born_owned, chmod)?;
-                remove_stale_partial(dir, name);
+                // A partial copy an earlier run left is of no use now (one another process
+                // writes now stays).
+                crate::partial::discard(dir, name, None);
                 Ok((in_kernel, placed))
             })
             .and_then(|done| {

@@ -695,8 +695,8 @@ mod tests {
     }
 
     /// The clean-up of a copy removes only the partial copy its index found at that name (of
-    /// the same source identity and journal): not another job's, moved there since by a rename (review
-    /// 2026-11-29 of the fixes of partial copies, M1).
+    /// the same source identity and journal): not another job's, moved there since by a
+    /// rename (review 2026-11-29 of the fixes of partial copies, M1).
     #[test]
     fn a_partial_copy_of_another_identity_is_not_discarded() {
         let dir = tempfile::tempdir().unwrap();

@@ -61,6 +61,13 @@ pub fn log_name(name: &[u8]) -> Vec<u8> {
     hidden(name, LOG_SUFFIX)
 }
 
+/// The paths of the partial copy and of the journal of the file at `file` (a relative path),
+/// beside it.
+pub fn hidden_paths(file: &[u8]) -> [Vec<u8>; 2] {
+    let (dir, name) = crate::relpath::split_parent(file);
+    [part_name(name), log_name(name)].map(|hidden| crate::relpath::join(dir, &hidden))
+}
+
 /// Whether `name` is too long to keep in its hidden names, and is hashed there.
 fn is_hashed(name: &[u8]) -> bool {
     name.len() + LOG_SUFFIX.len() >= NAME_MAX
@@ -399,8 +406,7 @@ pub struct Seen {
 /// The inode number of the journal of the partial copy of `file_rel` below `root`, looked at
 /// without following symlinks (0: none).
 pub fn journal_ino(root: &crate::Root, file_rel: &[u8]) -> u64 {
-    let (dir, name) = crate::relpath::split_parent(file_rel);
-    let log = crate::relpath::join(dir, &log_name(name));
+    let [_, log] = hidden_paths(file_rel);
     root.open_beneath(&log, OFlags::PATH | OFlags::NOFOLLOW)
         .ok()
         .and_then(|fd| rustix::fs::fstat(&fd).ok())

@@ -1075,11 +1075,11 @@ impl TreeWriter {
         }
     }
 
-    /// Watches `paths` (as sent), whose partial copies (of the identity given) an interrupted
-    /// copy left at the destination: an entry put in place whole at one of them (a file, a symlink, a
-    /// directory, a special file, a hard link, or its attributes alone: the file is there and
-    /// complete) is noted, for [`TreeWriter::placed_over_partials`]. Cheap for every other
-    /// entry; nothing is watched unless this is called.
+    /// Watches `paths` (as sent), whose partial copies (as the index found them) an
+    /// interrupted copy left at the destination: an entry put in place whole at one of them (a
+    /// file, a symlink, a directory, a special file, a hard link, or its attributes alone: the
+    /// file is there and complete) is noted, for [`TreeWriter::placed_over_partials`]. Cheap
+    /// for every other entry; nothing is watched unless this is called.
     pub fn watch_partials(&self, paths: Vec<(Vec<u8>, partial::Seen)>) {
         if paths.is_empty() {
             return;
@@ -1186,19 +1186,6 @@ fn depth(path: &[u8]) -> usize {
     } else {
         1 + path.iter().filter(|&&b| b == b'/').count()
     }
-}
-
-/// Removes the partial file and journal an earlier run left for `name` in `dir`, if any: a
-/// file put in place whole (cloned, copied inside the kernel) makes them useless, as the
-/// chunks' own writer does when it completes the file.
-pub(crate) fn remove_stale_partial(dir: impl AsFd, name: &[u8]) {
-    let log = partial::log_name(name);
-    // Not one a running transfer (another process) writes now.
-    if partial::is_being_written(&dir, &log) {
-        return;
-    }
-    let _ = unlinkat(&dir, os(&partial::part_name(name)), AtFlags::empty());
-    let _ = unlinkat(&dir, os(&log), AtFlags::empty());
 }
 
 /// [`WriterCursor::set_file_attrs`] of a file with other hard links: its content copied

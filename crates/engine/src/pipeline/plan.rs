@@ -200,8 +200,8 @@ impl Planner {
         self
     }
 
-    /// With `-H`, for a regular or special file with more than one name: `None` for the first of its
-    /// names seen (which travels as a file), the path of that first one for the others
+    /// With `-H`, for a regular or special file with more than one name: `None` for the first
+    /// of its names seen (which travels as a file), the path of that first one for the others
     /// (which travel as links to it).
     pub fn link_target(&mut self, entry: &ScanEntry) -> Option<Vec<u8>> {
         let links = self.links.as_mut()?;

@@ -242,9 +242,7 @@ fn plan_entry(
                 // Made a link to the group's first name: a partial copy of this name is of
                 // no more use (see `apply`).
                 if let Some((index, _, counts)) = skip.filter(|_| entry.error.is_none()) {
-                    if let Some(id) = index.partial_at(&entry.path) {
-                        counts.supersedes(&entry.path, id);
-                    }
+                    supersede(index, counts, &entry.path);
                 }
                 planner.push_link(entry.path, target, emit)
             }
@@ -441,6 +439,14 @@ fn plan_compared(
     }
 }
 
+/// Notes the partial copy `index` lists at `path`, if any, as one this copy does not finish
+/// the file from (see [`SkipCounts::supersedes`]).
+fn supersede(index: &DestIndex, counts: &SkipCounts, path: &[u8]) {
+    if let Some(seen) = index.partial_at(path) {
+        counts.supersedes(path, seen);
+    }
+}
+
 fn apply(
     planner: &mut Planner,
     (index, counts): (&DestIndex, &SkipCounts),
@@ -450,16 +456,14 @@ fn apply(
     take_whole: TakeWhole<'_>,
 ) {
     // A partial copy this copy does not finish the file from is one to remove once it
-    // succeeded (what is below an unlisted directory is not known).
-    // A large file sent is written over its partial copy by the writer itself.
+    // succeeded; not one below an unlisted directory (what is there is not known), nor that
+    // of a large file sent (its writer writes over it itself).
     let resumed_or_unknown = matches!(verdict, Verdict::Resume(_) | Verdict::Unknown { .. });
     let sent_large = matches!(verdict, Verdict::Send | Verdict::Compare)
         && entry.kind == sprat_store::EntryType::File
         && !planner.is_whole_file(&entry);
     if !resumed_or_unknown && !sent_large && entry.error.is_none() {
-        if let Some(id) = index.partial_at(&entry.path) {
-            counts.supersedes(&entry.path, id);
-        }
+        supersede(index, counts, &entry.path);
     }
     match verdict {
         Verdict::Send | Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
@@ -764,9 +768,7 @@ fn start_with(
             // A single file that went before the index was in, whole: a partial copy of it at
             // the destination (of a large version an interrupted copy left) is of no more use.
             if let Some((index, _, counts)) = early_pending.and_then(PendingIndex::wait) {
-                if let Some(id) = index.partial_at(b"") {
-                    counts.supersedes(b"", id);
-                }
+                supersede(&index, &counts, b"");
             }
             Duration::from_nanos(busy_ns.load(Ordering::Relaxed) / options.read_threads as u64)
         })

@@ -133,9 +133,8 @@ fn root_is_dir(listed: &[(Vec<u8>, bool)]) -> bool {
 fn partial_owners(partials: Vec<Vec<u8>>) -> HashMap<Vec<u8>, Vec<u8>> {
     let mut owners = HashMap::new();
     for file in partials {
-        let (dir, name) = relpath::split_parent(&file);
-        for hidden in [partial::part_name(name), partial::log_name(name)] {
-            owners.insert(relpath::join(dir, &hidden), file.clone());
+        for hidden in partial::hidden_paths(&file) {
+            owners.insert(hidden, file.clone());
         }
     }
     owners

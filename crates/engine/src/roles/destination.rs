@@ -17,7 +17,7 @@ use sprat_proto::namespace::{entry_wire_size, NsEntry, NsKind, NsOwner, PathDige
 use sprat_store::partial;
 use sprat_store::{EntryType, ScanEntry, ScanOptions};
 use sprat_store::{Root, Source, TreeWriter};
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -305,10 +305,16 @@ pub(crate) fn remove_local_leftovers(dst: &Path, leftovers: &[Vec<u8>]) {
 /// as written below the local destination `dst`), for a copy into `dst` that succeeded
 /// without them (see `TreeWriter::discard_partials`), and logs each.
 pub(crate) fn discard_partials(writer: &TreeWriter, dst: &Path, files: &[Superseded]) {
-    for file in writer.discard_partials(files) {
+    told_discarded(dst, writer.discard_partials(files));
+}
+
+/// Logs the partial copies removed of `files` (paths below the local destination `dst`, the
+/// empty path for `dst` itself).
+pub(crate) fn told_discarded(dst: &Path, files: impl IntoIterator<Item = Vec<u8>>) {
+    for file in files {
         let shown = match file.is_empty() {
             true => dst.to_path_buf(),
-            false => dst.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&file)),
+            false => dst.join(std::ffi::OsStr::from_bytes(&file)),
         };
         tracing::info!(path = %shown.display(), "removed the partial copy an interrupted copy left of a file now complete");
     }
@@ -514,16 +520,15 @@ fn single_file(dst: &Path) -> Option<ScanEntry> {
 fn local_partials(dst: &Path, logs: Vec<Vec<u8>>) -> Vec<(Vec<u8>, PartialEntry)> {
     if !dst.is_dir() {
         return parent_and_name(dst)
-            .and_then(|(parent, name)| partial::describe_file(&parent, name))
-            .map(|(id, present)| {
-                let journal_ino = parent_and_name(dst)
-                    .map_or(0, |(parent, name)| partial::journal_ino(&parent, name));
+            .and_then(|(parent, name)| {
+                let (id, present) = partial::describe_file(&parent, name)?;
+                let journal_ino = partial::journal_ino(&parent, name);
                 let entry = PartialEntry {
                     id,
                     present,
                     journal_ino,
                 };
-                (Vec::new(), entry)
+                Some((Vec::new(), entry))
             })
             .into_iter()
             .collect();

@@ -185,17 +185,12 @@ pub(crate) fn remove_superseded_partials(
     path: &[u8],
     files: &[crate::pipeline::skip::Superseded],
 ) {
-    let mut paths = Vec::new();
-    for (rel, _) in files {
-        let file = sprat_store::relpath::join(path, rel);
-        let (dir, name) = sprat_store::relpath::split_parent(&file);
-        for hidden in [
-            sprat_store::partial::part_name(name),
-            sprat_store::partial::log_name(name),
-        ] {
-            paths.push(sprat_store::relpath::join(dir, &hidden));
-        }
-    }
+    let paths: Vec<Vec<u8>> = files
+        .iter()
+        .flat_map(|(rel, _)| {
+            sprat_store::partial::hidden_paths(&sprat_store::relpath::join(path, rel))
+        })
+        .collect();
     remove_each(
         addr,
         key,

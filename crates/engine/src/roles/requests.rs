@@ -309,13 +309,7 @@ fn list(
             other => other?,
         }
         if let Some((id, present)) = beside.filter(|_| !listed_a_dir) {
-            let journal_ino = 0;
-            let e = PartialEntry {
-                id,
-                present,
-                journal_ino,
-            }
-            .to_listed(Vec::new());
+            let e = PartialEntry::told(id, present).to_listed(Vec::new());
             let size = entry_wire_size(&e);
             entries.push(conn, e, size)?;
         }
@@ -324,13 +318,7 @@ fn list(
             let listed = root.sub_root(path)?;
             for log in &logs {
                 if let Some((file, id, present)) = partial::describe(&listed, log) {
-                    let journal_ino = 0;
-                    let e = PartialEntry {
-                        id,
-                        present,
-                        journal_ino,
-                    }
-                    .to_listed(file);
+                    let e = PartialEntry::told(id, present).to_listed(file);
                     let size = entry_wire_size(&e);
                     entries.push(conn, e, size)?;
                 }

@@ -123,8 +123,8 @@ impl TreeWriter {
         self.loosen_path(tdir, crate::perm::SEARCH) | self.loosen_path(pdir, crate::perm::CHANGE)
     }
 
-    /// Makes `path` a hard link of the regular or special file at `target` (transfer paths), replacing
-    /// what is at `path`; nothing to do when it is one already.
+    /// Makes `path` a hard link of the regular or special file at `target` (transfer paths),
+    /// replacing what is at `path`; nothing to do when it is one already.
     fn make_hard_link(
         &self,
         dirs: &mut OpenDirs,

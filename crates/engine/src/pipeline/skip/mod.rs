@@ -113,6 +113,15 @@ pub struct PartialEntry {
 }
 
 impl PartialEntry {
+    /// As a listing told it (its journal not looked at on this side).
+    pub fn told(id: Identity, present: Coverage) -> PartialEntry {
+        PartialEntry {
+            id,
+            present,
+            journal_ino: 0,
+        }
+    }
+
     /// As the index found it (see [`Superseded`]).
     pub fn seen(&self) -> Seen {
         Seen {
@@ -380,16 +389,17 @@ impl DestIndex {
         self.insert(e.path, entry);
     }
 
-    /// Adds a partial file of the file at `path`.
     /// The destination's partial copy of `path` as this index found it, if it has one (see
-    /// [`sprat_store::partial`]).
+    /// [`sprat_store::partial`]). Called for every entry planned: an index without partial
+    /// copies answers without hashing the path.
     pub fn partial_at(&self, path: &[u8]) -> Option<Seen> {
-        match self.partials.is_empty() {
-            true => None,
-            false => self.partials.get(path).map(PartialEntry::seen),
+        if self.partials.is_empty() {
+            return None;
         }
+        self.partials.get(path).map(PartialEntry::seen)
     }
 
+    /// Adds a partial file of the file at `path`.
     pub fn insert_partial(&mut self, path: Vec<u8>, partial: PartialEntry) {
         self.partials.insert(path, partial);
     }
@@ -435,15 +445,7 @@ impl DestIndex {
                     mtime_nsec: e.mtime_nsec,
                     version,
                 };
-                let journal_ino = 0;
-                self.insert_partial(
-                    e.path,
-                    PartialEntry {
-                        id,
-                        present,
-                        journal_ino,
-                    },
-                );
+                self.insert_partial(e.path, PartialEntry::told(id, present));
             }
             return;
         }
@@ -778,11 +780,10 @@ impl SkipCounts {
     }
 
     /// Notes that the destination's partial copy of `path` (an interrupted copy's, as the
-    /// index found it) is not
-    /// what this copy finishes the file from: the file arrives whole (as a small file, a
-    /// symlink, another version), is up to date or left alone. Once the copy succeeded, such
-    /// partial copies are removed (see [`SkipCounts::take_superseded`]); they would stay
-    /// for ever otherwise.
+    /// index found it) is not what this copy finishes the file from: the file arrives whole
+    /// (as a small file, a symlink, another version), is up to date or left alone. Once the
+    /// copy succeeded, such partial copies are removed (see [`SkipCounts::take_superseded`]);
+    /// they would stay for ever otherwise.
     pub fn supersedes(&self, path: &[u8], seen: Seen) {
         let mut paths = self.superseded.lock().unwrap_or_else(|p| p.into_inner());
         paths.push((path.to_vec(), seen));
@@ -925,14 +926,7 @@ mod tests {
             mtime_nsec: 7,
             version: 9,
         };
-        i.insert_partial(
-            b"big".to_vec(),
-            PartialEntry {
-                id,
-                present: present.clone(),
-                journal_ino: 0,
-            },
-        );
+        i.insert_partial(b"big".to_vec(), PartialEntry::told(id, present.clone()));
         let big = ScanEntry {
             version: 9,
             ..file(b"big", 100, 0o644, 5, 7)
@@ -969,14 +963,7 @@ mod tests {
         );
         // The version travels with a listed partial file.
         let mut j = DestIndex::default();
-        j.insert_listed(
-            PartialEntry {
-                id,
-                present: present.clone(),
-                journal_ino: 0,
-            }
-            .to_listed(b"big".to_vec()),
-        );
+        j.insert_listed(PartialEntry::told(id, present.clone()).to_listed(b"big".to_vec()));
         assert_eq!(
             j.verdict(&big, SkipRule::QuickCheck),
             Verdict::Resume(present)

@@ -395,13 +395,12 @@ pub(crate) fn pull(
     }
     counts.dirs = last.dirs;
     if let (0, Some(root)) = (counts.failed, &planned_dst) {
-        for (file, id) in &plan.superseded {
-            if sprat_store::partial::discard_at(root, file, Some(id)) {
-                let shown =
-                    dst.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(file));
-                tracing::info!(path = %shown.display(), "removed the partial copy an interrupted copy left of a file now complete");
-            }
-        }
+        let removed = plan
+            .superseded
+            .iter()
+            .filter(|(file, seen)| sprat_store::partial::discard_at(root, file, Some(seen)))
+            .map(|(file, _)| file.clone());
+        super::destination::told_discarded(dst, removed);
     }
     let report = spread_report("pull", (src_ep, dst_ep), &counts, started, streams, stages);
     Ok(Report {
