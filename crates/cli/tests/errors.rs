@@ -823,7 +823,7 @@ fn a_single_file_pulled_into_a_crowded_directory_goes_inside_it() {
     let before = fs::read_dir(&crowded).unwrap().count();
     let srv = server(&root);
     let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for flags in [&chunked[..], &[&chunked[..], &["-c"]].concat()] {
         for file in ["file", "big"] {
             let out = cp(&srv, flags, url(file), &crowded);
@@ -861,7 +861,7 @@ fn a_single_file_onto_an_existing_directory_goes_inside_it() {
     }
     let srv = server(&root);
     let url = |p: &str| format!("sprat://{}/{p}", srv.addr());
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for file in ["file", "big"] {
         let content = fs::read(local_dirs.join(file)).unwrap();
         for dir in ["empty", "full"] {

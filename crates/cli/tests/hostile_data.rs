@@ -443,7 +443,7 @@ fn files_named_as_a_large_files_partial_copy_fail_by_name_instead_of_vanishing()
     fs::write(src.join("small"), b"s").unwrap();
     fs::write(src.join(".small.sprat-part"), b"kept").unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let runs = [
         ("local", t.path().join("local")),
         ("push", root.join("pushed")),

@@ -808,7 +808,7 @@ fn ignore_existing_with_delete_removes_the_partial_copy_of_a_file_it_keeps() {
     std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 5)).unwrap();
     std::fs::write(src.join("small"), b"small").unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for (how, dst) in [
         ("local", t.path().join("local")),
         ("push", root.join("pushed")),
@@ -901,7 +901,7 @@ fn a_second_process_writing_the_same_large_file_joins_the_first() {
     let data = sprat_testkit::random_bytes(12 << 20, 12);
     std::fs::write(src.join("big"), &data).unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let dst = root.join("shared");
     // The first ends first (before, it then found its partial copy gone, the second's not
     // complete yet, and failed).
@@ -965,7 +965,7 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
     let root = t.path().join("root");
     let (srv, also) = (server(&root), server(&root));
     let both = |path: &str| format!("sprat://{},{}/{path}", srv.addr(), also.addr());
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for how in ["local", "push", "pull", "spread-push", "spread-pull"] {
         let src = root.join(format!("src-{how}"));
         std::fs::create_dir_all(&src).unwrap();
@@ -1031,7 +1031,7 @@ fn a_pull_keeps_the_partial_copies_of_files_it_does_not_copy() {
     let t = tmp();
     let root = t.path().join("root");
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let (a, b) = (root.join("a"), root.join("b"));
     std::fs::create_dir_all(&b).unwrap();
     std::fs::write(b.join("small"), b"b's").unwrap();
@@ -1082,7 +1082,7 @@ fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
     let t = tmp();
     let root = t.path().join("root");
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for how in ["local", "push", "pull"] {
         let src = root.join(format!("src-{how}"));
         std::fs::create_dir_all(&src).unwrap();
@@ -1134,7 +1134,7 @@ fn files_named_like_a_held_partial_copy_are_not_written_over_it() {
     std::fs::write(debris.join(".big.sprat-part.log"), b"not a journal").unwrap();
     std::fs::write(debris.join("other"), b"other").unwrap();
     let dst = t.path().join("dst");
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let to = (&src, dst.as_os_str(), dst.as_path());
     let mut running = common::copy_writing_a_partial_copy(None, &chunked, to, "4MB/s");
     let out = cp_local(&["--json"], &debris, &dst);

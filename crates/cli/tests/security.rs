@@ -1805,7 +1805,7 @@ fn a_hard_link_under_a_partial_copys_name_is_never_written_through() {
     let data = sprat_testkit::random_bytes(12 << 20, 8);
     fs::write(src.join("big"), &data).unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let dst = root.join("in");
     let url: std::ffi::OsString = srv.url("in").into();
     common::interrupt_once_a_partial_copy_is_written(Some(&srv), &chunked, &src, &url, &dst);
@@ -1839,7 +1839,7 @@ fn a_partial_copy_with_another_hard_link_is_neither_resumed_nor_offered() {
     let data = sprat_testkit::random_bytes(12 << 20, 9);
     fs::write(src.join("big"), &data).unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     let pulled = t.path().join("pulled");
     for how in ["push", "pull"] {
         let (dst, from, to): (PathBuf, std::ffi::OsString, std::ffi::OsString) = match how {

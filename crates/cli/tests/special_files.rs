@@ -392,7 +392,7 @@ fn nothing_named_as_a_partial_copy_takes_a_large_files_place() {
     mknod(&src.join(".big.sprat-part"), FileType::Fifo, 0o644, (0, 0));
     std::os::unix::fs::symlink("elsewhere", src.join(".big.sprat-part.log")).unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for (how, dst) in [
         ("push", root.join("pushed")),
         ("pull", t.path().join("pulled")),
@@ -595,7 +595,7 @@ fn ignore_existing_keeps_a_file_where_the_source_has_a_directory() {
     fs::write(tree.join(".big.sprat-part.log/x"), b"inner").unwrap();
     let big = sprat_testkit::random_bytes(3 << 20, 9);
     fs::write(tree.join("big"), &big).unwrap();
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     for _ in 0..2 {
         let out = cp(&srv, &chunked, &tree, srv.url("journal-copy"));
         assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
@@ -657,7 +657,7 @@ fn a_directory_at_a_partial_copys_name_is_named_or_removed() {
     let big = sprat_testkit::random_bytes(3 << 20, 3);
     fs::write(src.join("big"), &big).unwrap();
     let srv = server(&root);
-    let chunked = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+    let chunked = common::CHUNKED;
     fs::create_dir_all(root.join("empty/.big.sprat-part")).unwrap();
     assert_ok(&cp(&srv, &chunked, &src, srv.url("empty")), Some(&srv));
     assert_eq!(fs::read(root.join("empty/big")).unwrap(), big);

@@ -432,6 +432,10 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Options that make a file of more than 1 MiB travel in chunks of 1 MiB (a "large" file
+/// with a partial copy and a journal) in a test's few MiB.
+pub const CHUNKED: [&str; 4] = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
+
 /// Runs `sprat cp [extra] SRC DST` (authenticated to `server` if given) at 2 MB/s and stops it
 /// with SIGINT once the journal of the partial copy of the large file `big` in `dst_dir` (where
 /// DST lands on disk) records chunks written; the copy must exit 130 and leave that partial
