@@ -462,6 +462,43 @@ fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
     assert_trees_equal(&src, &back);
 }
 
+/// A single file cannot keep more streams busy than it has chunks: on a long path (where a
+/// session whose hello comes late starts 32 streams at once) a small file goes on one
+/// connection, a file of three chunks on at most three, pushed or sent by a server to
+/// another (a third-party copy), and both arrive whole.
+#[test]
+fn a_single_file_on_a_long_path_opens_no_more_streams_than_it_has_chunks() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    tree::make_file(&src.join("small"), b"a single small file", 0o644);
+    let big = tree::random_bytes(3 << 20, 7);
+    tree::make_file(&src.join("big"), &big, 0o644);
+    let srv = server(&t.path().join("root"));
+    let relay = RelayProc::start(srv.addr(), &["--delay", "30ms"]);
+    let chunked = common::CHUNKED;
+    for (name, most) in [("small", 1), ("big", 3)] {
+        let args: Vec<&str> = ["--json"].iter().chain(&chunked).copied().collect();
+        let out = cp(&srv, &args, src.join(name), relay.url(name));
+        assert_ok(&out, Some(&srv));
+        let path = &json(&out)["path"];
+        for end in ["streams_start", "streams_end"] {
+            let n = path[end].as_u64().unwrap();
+            assert!((1..=most).contains(&n), "{name}: {end} {n}, at most {most}");
+        }
+        let sent = std::fs::read(t.path().join("root").join(name)).unwrap();
+        assert_eq!(sent, std::fs::read(src.join(name)).unwrap(), "{name}");
+    }
+    // The same server sends the small file to itself through the long path.
+    let out = cp(&srv, &chunked, relay.url("small"), relay.url("copied"));
+    assert_ok(&out, Some(&srv));
+    let copied = std::fs::read(t.path().join("root/copied")).unwrap();
+    assert_eq!(copied, b"a single small file");
+    // No stream was opened only to be turned away as one too many from this address.
+    let log = srv.stderr_log();
+    assert!(!log.contains("refusing"), "{log}");
+}
+
 /// A busy server's hello comes after the client's grace even on a short path, so the client
 /// starts wide, as on a long path. Once the `Opened` shows the path is short, a push retires
 /// the streams the path does not need instead of keeping 32 connections to that server.

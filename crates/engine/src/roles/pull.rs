@@ -145,7 +145,7 @@ pub(crate) fn pull(
         let commit = c.machine.commit(sprat_proto::Totals::default());
         c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
     };
-    let opened = session::open(addr, key, op, path, options, send_index_and_commit);
+    let opened = session::open(addr, key, (op, path), options, None, send_index_and_commit);
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
         if let Some(inside) = file_inside_directory(dst, path) {
             return pull(addr, path, &inside, key, options, src_ep, dst_ep);

@@ -32,6 +32,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use sprat_proto::session::client::{ClientStream, Event, Sent};
 use sprat_proto::{Batch, Operation, RemoteStats, SourceId};
 use sprat_store::Source;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,6 +131,22 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             source: SourceId::default(),
         },
     }
+}
+
+/// Most streams a push of `input` can keep busy, when that is known before it opens: a
+/// single file one, or one a chunk if it is large enough to travel in chunks. `None` for a
+/// tree, whose size is known only once it is scanned.
+fn useful_streams(input: &PushInput, options: &TransferOptions) -> Option<usize> {
+    let PushInput::Source(Source::File { parent, name }) = input else {
+        return None;
+    };
+    let name = std::ffi::OsStr::from_bytes(name);
+    let st = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    let size = st.st_size.max(0) as u64;
+    if size <= options.small_file_threshold {
+        return Some(1);
+    }
+    usize::try_from(size.div_ceil(options.chunk_size.max(1))).ok()
 }
 
 /// Where a pushed directory is on this host, for the server to refuse a destination inside
@@ -234,6 +251,7 @@ fn push_counting(
     // other transfers at once: a server's third-party copies).
     let options = &options.for_one_transfer();
     let op = push_operation(&input, options);
+    let useful_streams = useful_streams(&input, options);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.
     let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;
@@ -243,6 +261,7 @@ fn push_counting(
         key,
         op,
         path,
+        useful_streams,
     };
     let ran = run_session(
         &target,
@@ -287,6 +306,8 @@ pub(crate) struct SessionTarget<'a> {
     pub key: &'a Credentials,
     pub op: Operation,
     pub path: &'a [u8],
+    /// Most streams its data can keep busy, if known before it opens (see `session::open`).
+    pub useful_streams: Option<usize>,
 }
 
 /// What one session of a push did.
@@ -316,9 +337,9 @@ pub(crate) fn run_session(
     let (session, control) = session::open(
         addr,
         target.key,
-        target.op,
-        target.path,
+        (target.op, target.path),
         options,
+        target.useful_streams,
         |_| Ok(()),
     )?;
     acked.set_rtt(session.rtt());

@@ -547,13 +547,32 @@ struct Ticket {
     path: Vec<u8>,
     /// The export `path` lies in (the only one the ticket reaches).
     export: usize,
+    /// Until when an unused ticket is valid, or (once `ended`) until when it still
+    /// authenticates what set out while its session ran.
     expires: Instant,
-    /// The push session opened with it; the ticket dies with that session.
+    /// The push session opened with it: the ticket opens no other.
     session: Option<[u8; 16]>,
+    /// Its session has ended. Until it expires, the ticket still authenticates what came
+    /// late: a stream is told the session has ended, a listing (which may go after a single
+    /// small file was sent) is answered. It opens no other session.
+    ended: bool,
+}
+
+impl Ticket {
+    /// Whether the ticket still authenticates anything at `now`.
+    fn valid(&self, now: Instant) -> bool {
+        (self.session.is_some() && !self.ended) || self.expires > now
+    }
 }
 
 /// How long an unused ticket stays valid.
 const TICKET_LIFETIME: Duration = Duration::from_secs(60);
+/// How long what set out while a session opened with a ticket ran can still authenticate
+/// with the ticket once the session has ended: a stream added late is then told the session
+/// has ended, as a stream joining by token is, which the client takes in its stride; the
+/// listing of the destination, which a single small file does not wait for, is answered.
+/// An authentication failure would fail the copy that had just succeeded.
+const ENDED_TICKET_GRACE: Duration = Duration::from_secs(30);
 /// Most tickets outstanding at once.
 const MAX_TICKETS: usize = 256;
 
@@ -568,9 +587,13 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Dur
     let secret: [u8; 32] = net::random();
     let mut tickets = lock(&shared.tickets);
     let now = Instant::now();
-    tickets.retain(|t| t.session.is_some() || t.expires > now);
+    tickets.retain(|t| t.valid(now));
     if tickets.len() >= MAX_TICKETS {
-        tickets.remove(0);
+        // The oldest of those whose session has ended, else of those unused, goes first.
+        let evicted = (tickets.iter().position(|t| t.ended))
+            .or_else(|| tickets.iter().position(|t| t.session.is_none()))
+            .unwrap_or(0);
+        tickets.remove(evicted);
     }
     tickets.push(Ticket {
         id: shared.next_ticket.fetch_add(1, Ordering::Relaxed),
@@ -579,6 +602,7 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Dur
         export,
         expires: now + TICKET_LIFETIME,
         session: None,
+        ended: false,
     });
     (secret, TICKET_LIFETIME)
 }
@@ -589,10 +613,9 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
     let (ids, keys): (Vec<(u64, usize)>, Vec<TokenKey>) = {
         let now = Instant::now();
         let mut tickets = lock(&shared.tickets);
-        tickets.retain(|t| t.session.is_some() || t.expires > now);
+        tickets.retain(|t| t.valid(now));
         tickets
             .iter()
-            .filter(|t| t.expires > now || t.session.is_some())
             .map(|t| ((t.id, t.export), t.key.clone()))
             .unzip()
     };
@@ -1033,7 +1056,11 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
         fn drop(&mut self) {
             self.0.sessions.end(&self.1);
             if let Some(tid) = self.2 {
-                lock(&self.0.tickets).retain(|t| t.id != tid);
+                let mut tickets = lock(&self.0.tickets);
+                if let Some(t) = tickets.iter_mut().find(|t| t.id == tid) {
+                    t.ended = true;
+                    t.expires = Instant::now() + ENDED_TICKET_GRACE;
+                }
             }
         }
     }
@@ -1507,6 +1534,86 @@ fn serve_pull(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server on loopback exporting `root` to `token`, running on a thread of its own.
+    fn serve(root: &std::path::Path, token: &[u8; 32]) -> (String, net::Credentials) {
+        let identity = net::ServerIdentity::ephemeral().unwrap();
+        let tls = net::ServerTls::new(&identity, false).unwrap();
+        let config = ServerConfig {
+            exports: ExportsConfig::Default {
+                root: root.to_path_buf(),
+                read_only: false,
+                key: Some(TokenKey::from_token(token)),
+            },
+            tls,
+            options: TransferOptions::default(),
+            max_connections: 64,
+            max_connections_per_address: 64,
+            max_client_memory: DEFAULT_CLIENT_MEMORY,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            third_party: true,
+        };
+        let server = Server::bind(config, "127.0.0.1:0").unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        std::thread::spawn(move || server.run());
+        let trust = net::Trust::pinned(identity.fingerprint);
+        (
+            addr,
+            net::Credentials::new(Some(TokenKey::from_token(token)), trust),
+        )
+    }
+
+    /// A third-party copy's source server lists the destination with its ticket beside the
+    /// push of a single small file, which does not wait for the listing: the listing may
+    /// come once the push's session has ended. It is answered then (the copy succeeded), but
+    /// the ticket opens no second session.
+    #[test]
+    fn a_spent_tickets_listing_is_answered_after_its_session_and_opens_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("dst")).unwrap();
+        std::fs::write(t.path().join("small"), b"one small file").unwrap();
+        let (addr, owner) = serve(&root, &[7; 32]);
+        let mut conn = super::super::remote::request(
+            &addr,
+            &owner,
+            Request::Delegate {
+                path: b"dst/small".to_vec(),
+            },
+        )
+        .unwrap();
+        let Ok(sprat_proto::Message::Ticket { ticket, .. }) = conn.recv_control() else {
+            panic!("no ticket");
+        };
+        drop(conn);
+        let holder =
+            net::Credentials::new(Some(TokenKey::from_token(&ticket)), owner.trust.clone());
+        let push = |name: &str| {
+            let src = sprat_store::Root::open_local_source(&t.path().join("small")).unwrap();
+            let input = super::super::push::PushInput::Source(src);
+            let options = TransferOptions::default();
+            let (from, to) = (name.to_string(), "dst/small".to_string());
+            let to_path = b"dst/small";
+            super::super::push::push_input(input, &addr, to_path, &holder, &options, from, to)
+        };
+        let report = push("small").unwrap();
+        assert_eq!(
+            (report.files, report.failed),
+            (1, 0),
+            "{:?}",
+            report.failures
+        );
+        // The session has ended; a listing with its ticket is still answered.
+        let listed = super::super::remote::index(&addr, &holder, b"dst/small", false, None);
+        assert!(listed.is_ok(), "{:?}", listed.err());
+        // A second push with the spent ticket is refused.
+        let again = push("small").map(|r| r.files);
+        assert!(again.is_err(), "{again:?}");
+        assert_eq!(
+            std::fs::read(root.join("dst/small")).unwrap(),
+            b"one small file"
+        );
+    }
 
     #[test]
     fn the_default_client_memory_is_an_eighth_of_the_machine_at_least_1_gib() {

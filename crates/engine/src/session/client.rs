@@ -54,6 +54,9 @@ pub(crate) struct Session {
     tcp_buffer: Option<u64>,
     /// Streams are chosen and adapted by sprat (no `--streams`).
     pub auto: bool,
+    /// Most streams an automatic session starts or grows to: what its data can keep busy
+    /// when that is known before it opens (see [`open`]), else [`tune::MAX_AUTO_STREAMS`].
+    most_streams: usize,
     /// Connections joining while the session opened.
     joining: Mutex<Vec<JoinHandle<Result<SessionConn, TransferError>>>>,
     /// Connections that joined (the control connection not counted).
@@ -81,14 +84,21 @@ struct SessionState {
 /// batches travel right behind the `Open`, two round trips after `connect`, and each push
 /// stream reads the server's announcement before its acknowledgements. A pull waits for
 /// `Opened`, which says what the source is.
+///
+/// `useful_streams`: the most streams the data can keep busy, when the caller knows it (a
+/// single file's push): an automatic session neither starts nor grows beyond it, where a
+/// slow hello would otherwise open a wide start's dozens of connections for one small file.
 pub(crate) fn open(
     addr: &str,
     key: &Credentials,
-    op: Operation,
-    path: &[u8],
+    (op, path): (Operation, &[u8]),
     options: &TransferOptions,
+    useful_streams: Option<usize>,
     after_open: impl FnOnce(&mut SessionConn) -> Result<(), TransferError>,
 ) -> Result<(Session, SessionConn), TransferError> {
+    let most_streams = useful_streams.map_or(tune::MAX_AUTO_STREAMS, |n| {
+        n.clamp(1, tune::MAX_AUTO_STREAMS)
+    });
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
@@ -107,7 +117,7 @@ pub(crate) fn open(
     };
     let ahead = options
         .streams
-        .unwrap_or(tune::MIN_AUTO_STREAMS)
+        .unwrap_or(tune::MIN_AUTO_STREAMS.min(most_streams))
         .saturating_sub(1);
     let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
     let (dialled_tx, dialled) = bounded(1);
@@ -130,7 +140,7 @@ pub(crate) fn open(
             // No hello yet: a long path, where streams starting now rather than two round
             // trips later (once the hello tells how long) shorten slow start the most.
             if options.streams.is_none() {
-                let wide = tune::WIDE_START_STREAMS.saturating_sub(1);
+                let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
                 joining.extend((joining.len()..wide).map(|_| join_beside()));
             }
             dialled
@@ -142,6 +152,9 @@ pub(crate) fn open(
     // then the hellos): the streams a path this long wants join now, beside the `Open`.
     let rtt = control.rtt();
     let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    if options.streams.is_none() {
+        plan.streams = plan.streams.min(most_streams);
+    }
     joining.extend((joining.len() + 1..plan.streams).map(|_| join_beside()));
     // Streams that joined early all run, and count as started.
     plan.streams = plan.streams.max(joining.len() + 1);
@@ -193,6 +206,7 @@ pub(crate) fn open(
         limits,
         tcp_buffer: options.tcp_buffer,
         auto: options.streams.is_none(),
+        most_streams,
         joining: Mutex::new(joining),
         joined: AtomicUsize::new(0),
         state: Mutex::new(SessionState {
@@ -382,7 +396,7 @@ impl Session {
         probe: Option<&Receiver<Duration>>,
         mut apply: impl FnMut(Change),
     ) -> usize {
-        let mut adapter = Adapter::new(self.plan.streams, tune::MAX_AUTO_STREAMS);
+        let mut adapter = Adapter::new(self.plan.streams, self.most_streams);
         let mut most = self.plan.streams;
         let interval = tune::adapt_interval(self.rtt());
         // Measure only the later part of each interval: new streams first leave slow start.
@@ -404,7 +418,7 @@ impl Session {
                             rtt_ms = self.rtt().as_secs_f64() * 1e3,
                             "late hello on a short path: retiring the wide start's surplus"
                         );
-                        adapter = Adapter::new(adapter.streams() - surplus, tune::MAX_AUTO_STREAMS);
+                        adapter = Adapter::new(adapter.streams() - surplus, self.most_streams);
                         apply(Change::Retire(surplus));
                         wide_start_open = false;
                     }
@@ -432,9 +446,10 @@ impl Session {
                     let joined = self.join(n, |conn| apply(Change::Grow(Box::new(conn))));
                     most = most.max(adapter.streams());
                     // The transfer goes on with the streams it has, unless what answered a
-                    // join was not the server.
+                    // join was not the server (which no longer matters once the transfer has
+                    // finished on the streams that did join).
                     if let Err(e) = joined {
-                        if e.is_authentication() {
+                        if e.is_authentication() && !finished() {
                             apply(Change::Failed(e));
                         }
                         break;

@@ -109,6 +109,7 @@ pub(crate) fn push(
                         key,
                         op,
                         path,
+                        useful_streams: None,
                     };
                     let run = run_session(&target, options, abort, share, totals, Some(moved));
                     // A failure is recorded before the dispatcher can see this server done.
