@@ -462,12 +462,12 @@ fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
     assert_trees_equal(&src, &back);
 }
 
-/// A single file cannot keep more streams busy than it has chunks: on a long path (where a
-/// session whose hello comes late starts 32 streams at once) a small file goes on one
-/// connection, a file of three chunks on at most three, pushed or sent by a server to
-/// another (a third-party copy), and both arrive whole.
+/// A single small file keeps one stream busy: on a long path (where a session whose hello
+/// comes late starts 32 streams at once, and commits once all have joined) it goes on one
+/// connection, pushed or sent by a server to another (a third-party copy). A large file
+/// still starts as many as the path wants: its opening chunks are small.
 #[test]
-fn a_single_file_on_a_long_path_opens_no_more_streams_than_it_has_chunks() {
+fn a_single_small_file_on_a_long_path_opens_one_stream() {
     let t = tmp();
     let src = t.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
@@ -477,15 +477,12 @@ fn a_single_file_on_a_long_path_opens_no_more_streams_than_it_has_chunks() {
     let srv = server(&t.path().join("root"));
     let relay = RelayProc::start(srv.addr(), &["--delay", "30ms"]);
     let chunked = common::CHUNKED;
-    for (name, most) in [("small", 1), ("big", 3)] {
+    for (name, streams) in [("small", 1..=1), ("big", 2..=32)] {
         let args: Vec<&str> = ["--json"].iter().chain(&chunked).copied().collect();
         let out = cp(&srv, &args, src.join(name), relay.url(name));
         assert_ok(&out, Some(&srv));
-        let path = &json(&out)["path"];
-        for end in ["streams_start", "streams_end"] {
-            let n = path[end].as_u64().unwrap();
-            assert!((1..=most).contains(&n), "{name}: {end} {n}, at most {most}");
-        }
+        let n = json(&out)["path"]["streams_start"].as_u64().unwrap();
+        assert!(streams.contains(&n), "{name}: {n} streams, not {streams:?}");
         let sent = std::fs::read(t.path().join("root").join(name)).unwrap();
         assert_eq!(sent, std::fs::read(src.join(name)).unwrap(), "{name}");
     }
@@ -579,12 +576,12 @@ fn collector() -> (SocketAddr, Collected) {
 }
 
 /// Writes `bytes` zero bytes to a new connection through `addr` (stopping quietly if the
-/// connection breaks), then waits up to 2 s for `done`.
+/// connection breaks), then waits up to 10 s for `done`.
 fn write_zeros(addr: SocketAddr, bytes: usize, done: impl Fn() -> bool) {
     let mut c = TcpStream::connect(addr).unwrap();
     let _ = c.write_all(&vec![0u8; bytes]);
     let _ = c.shutdown(std::net::Shutdown::Write);
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + Duration::from_secs(10);
     while !done() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -637,6 +634,13 @@ fn relay_resets_stalls_and_flips_bits_as_asked() {
     let relay = RelayProc::start(to, &["--stall-after", "500"]);
     let mut c = TcpStream::connect(relay.addr).unwrap();
     c.write_all(&[0u8; 5000]).unwrap();
+    // Once the bytes before the stall are in (a loaded host may take longer than a moment),
+    // then long enough for more to have come if the relay let them through.
+    let arrived = || seen.lock().unwrap().first().map_or(0, |conn| conn.0.len());
+    let until = Instant::now() + Duration::from_secs(10);
+    while arrived() < 500 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     std::thread::sleep(Duration::from_millis(500));
     {
         let seen = seen.lock().unwrap();

@@ -133,20 +133,17 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
     }
 }
 
-/// Most streams a push of `input` can keep busy, when that is known before it opens: a
-/// single file one, or one a chunk if it is large enough to travel in chunks. `None` for a
-/// tree, whose size is known only once it is scanned.
+/// Most streams a push of `input` can keep busy, when that is known before it opens: one for
+/// a single file that travels whole. `None` for a tree, whose size is known only once it is
+/// scanned, and for a large file: its opening chunks are cut as small as slow start's
+/// window, so that even a file of a few chunks keeps many streams busy on a long path.
 fn useful_streams(input: &PushInput, options: &TransferOptions) -> Option<usize> {
     let PushInput::Source(Source::File { parent, name }) = input else {
         return None;
     };
     let name = std::ffi::OsStr::from_bytes(name);
     let st = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    let size = st.st_size.max(0) as u64;
-    if size <= options.small_file_threshold {
-        return Some(1);
-    }
-    usize::try_from(size.div_ceil(options.chunk_size.max(1))).ok()
+    (st.st_size.max(0) as u64 <= options.small_file_threshold).then_some(1)
 }
 
 /// Where a pushed directory is on this host, for the server to refuse a destination inside

@@ -85,9 +85,10 @@ struct SessionState {
 /// stream reads the server's announcement before its acknowledgements. A pull waits for
 /// `Opened`, which says what the source is.
 ///
-/// `useful_streams`: the most streams the data can keep busy, when the caller knows it (a
-/// single file's push): an automatic session neither starts nor grows beyond it, where a
-/// slow hello would otherwise open a wide start's dozens of connections for one small file.
+/// `useful_streams`: the most streams the data can keep busy, when the caller knows it (one
+/// for a single small file's push): an automatic session neither starts nor grows beyond it,
+/// where a slow hello would otherwise open a wide start's dozens of connections, and wait
+/// for every one of them to join before it commits, for one small file.
 pub(crate) fn open(
     addr: &str,
     key: &Credentials,
