@@ -491,6 +491,12 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
     assert_ok(&out, Some(&srv));
     let copied = std::fs::read(t.path().join("root/copied")).unwrap();
     assert_eq!(copied, b"a single small file");
+    // The client does not know how many streams the source server used, and says so.
+    let told = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        told.contains("over streams the source server chose"),
+        "{told}"
+    );
     // No stream was opened only to be turned away as one too many from this address.
     let log = srv.stderr_log();
     assert!(!log.contains("refusing"), "{log}");

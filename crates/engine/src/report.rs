@@ -80,6 +80,8 @@ pub struct Report {
     pub seconds: f64,
     pub mb_per_s: f64,
     pub files_per_s: f64,
+    /// Streams the copy used at most; 0 for a third-party copy whose source server chose
+    /// them (its answer does not say how many).
     pub streams: usize,
     pub stages: Stages,
     pub bottleneck: &'static str,
@@ -593,13 +595,15 @@ impl fmt::Display for Report {
             )?;
         }
         self.fmt_not_kept(f)?;
+        let over = match self.streams {
+            0 => "streams the source server chose".to_string(),
+            1 => "1 stream".to_string(),
+            n => format!("{n} streams"),
+        };
         writeln!(
             f,
-            "  {:.1} MB/s, {:.0} files/s over {} stream{}",
-            self.mb_per_s,
-            self.files_per_s,
-            self.streams,
-            if self.streams == 1 { "" } else { "s" }
+            "  {:.1} MB/s, {:.0} files/s over {over}",
+            self.mb_per_s, self.files_per_s,
         )?;
         let pct = |s: f64| 100.0 * s / self.seconds;
         write!(

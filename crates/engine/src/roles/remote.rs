@@ -471,7 +471,9 @@ pub fn third_party(
         dst_label,
         &counts,
         started.elapsed(),
-        options.expected_streams(),
+        // Automatic streams are the source server's choice, which its `Done` does not say
+        // (0: not known here).
+        options.streams.unwrap_or(0),
         stages,
     )
     .with_durable(options.durable)
