@@ -569,7 +569,13 @@ fn a_server_stopped_by_sigterm_lets_the_running_push_finish() {
     let mut client = spawn_sprat(bin(), cp_args(Some(&srv), &["--json"], &src, url), &[]);
     wait_for_bytes(&root.join("dst"), 1 << 20, &mut client);
     srv.signal("TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    // Once it says it stopped accepting (it logs that after closing its listener), not after
+    // a fixed 300 ms a loaded host may not have given its signal thread.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !srv.stderr_log().contains("stopping (SIGTERM)") {
+        assert!(Instant::now() < until, "{}", srv.stderr_log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
     ls.extend(srv.client_args());
     ls.push(srv.url("").into());
@@ -931,8 +937,11 @@ fn a_transfer_that_keeps_failing_gives_up_after_retry_for_with_exit_6() {
     make_source(&src, 31);
     let root = t.path().join("root");
     let srv = server(&root);
-    // Every connection is reset: no run can succeed.
-    let relay = RelayProc::start(srv.addr(), &["--reset-after", "64KiB"]);
+    // Every connection is reset before it carries a whole file (the small ones are 20,000
+    // bytes): no run can succeed, nor copy anything. After 64 KiB, a few files got through on
+    // each run, each such run started --retry-for again, and a loaded host took 51 runs (over
+    // 60 s) to end.
+    let relay = RelayProc::start(srv.addr(), &["--reset-after", "16KiB"]);
     let started = Instant::now();
     let out = run_sprat(
         bin(),

@@ -1218,8 +1218,11 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
         ..ServerOptions::default()
     };
     let mut srv = server_with(&root, &opts);
-    let mut silent_push = raw::open_push(&srv, "127.0.0.2", "silent");
+    // Timed from before the `Open` is sent (the server cannot have seen the session's last
+    // byte earlier): timed once `Opened` was read, it measured 2.002 s, and a loaded host that
+    // hands `Opened` to this thread 100 ms late would have made it fail.
     let push_opened = Instant::now();
+    let mut silent_push = raw::open_push(&srv, "127.0.0.2", "silent");
     let stat = sprat_proto::namespace::Request::Stat { path: Vec::new() };
     let mut silent_requests = raw::request(&srv, "127.0.0.2", stat);
     let requests_opened = Instant::now();

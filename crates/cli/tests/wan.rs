@@ -385,7 +385,10 @@ fn doctor_measures_the_round_trip_to_a_server() {
         rtts.iter().all(|r| *r >= 19.0),
         "{rtts:?} through a 20 ms relay"
     );
-    assert!((d["paths"][0]["rtt_ms"].as_f64().unwrap() - rtts[0].min(rtts[1])).abs() < 50.0);
+    // The advice is for the least round trip measured: of all of them (of the first two
+    // only, a loaded host's slow first two could be 50 ms above a later one).
+    let least = rtts.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!((d["paths"][0]["rtt_ms"].as_f64().unwrap() - least).abs() < 50.0);
 }
 
 /// `sprat relay --listen 127.0.0.1:0 --to TO EXTRA...`.
