@@ -10,7 +10,7 @@ use common::{
     assert_error_names, assert_exit, assert_ok, bin, cp, no_wrong_file, server, tmp, RelayProc,
 };
 use serde_json::Value;
-use sprat_testkit::{assert_trees_equal, run_sprat, tree};
+use sprat_testkit::{assert_trees_equal, describe, run_sprat, tree};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -501,6 +501,39 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
         "{told}"
     );
     // No stream was opened only to be turned away as one too many from this address.
+    let log = srv.stderr_log();
+    assert!(!log.contains("refusing"), "{log}");
+}
+
+/// A third-party copy of a single small file takes one of its source server's places for its
+/// stream, not the 32 a tree's copy may grow to: with 12 places for the client's address (8 of
+/// them left once the client's own connections are in), it still goes on the one stream its
+/// server chooses, instead of streams fixed at the places it could get.
+#[test]
+fn a_third_party_copy_of_a_small_file_takes_one_place() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    tree::make_file(&root.join("small"), b"a single small file", 0o644);
+    let opts = sprat_testkit::ServerOptions {
+        extra_args: vec!["--max-connections-per-address".into(), "12".into()],
+        ..sprat_testkit::ServerOptions::default()
+    };
+    let srv = common::server_with(&root, &opts);
+    let out = cp(&srv, &["--json"], srv.url("small"), srv.url("copied"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(
+        std::fs::read(root.join("copied")).unwrap(),
+        b"a single small file"
+    );
+    // 0: automatic, the source server's choice (a count would be streams fixed at the places
+    // it got).
+    assert_eq!(
+        json(&out)["streams"].as_u64(),
+        Some(0),
+        "{}",
+        describe(&out)
+    );
     let log = srv.stderr_log();
     assert!(!log.contains("refusing"), "{log}");
 }

@@ -138,12 +138,20 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
 /// scanned, and for a large file: its opening chunks are cut as small as slow start's
 /// window, so that even a file of a few chunks keeps many streams busy on a long path.
 fn useful_streams(input: &PushInput, options: &TransferOptions) -> Option<usize> {
-    let PushInput::Source(Source::File { parent, name }) = input else {
-        return None;
+    match input {
+        PushInput::Source(source) if travels_whole_alone(source, options) => Some(1),
+        _ => None,
+    }
+}
+
+/// Whether `source` is a single file small enough to travel whole, on one stream.
+pub(crate) fn travels_whole_alone(source: &Source, options: &TransferOptions) -> bool {
+    let Source::File { parent, name } = source else {
+        return false;
     };
     let name = std::ffi::OsStr::from_bytes(name);
-    let st = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    (st.st_size.max(0) as u64 <= options.small_file_threshold).then_some(1)
+    rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| st.st_size.max(0) as u64 <= options.small_file_threshold)
 }
 
 /// Where a pushed directory is on this host, for the server to refuse a destination inside

@@ -25,6 +25,9 @@ use sprat_store::partial;
 use sprat_store::{display_path, EntryType, Root, ScanEntry, StoreError};
 use std::time::Duration;
 
+/// A one-time ticket and how long it stays valid unused.
+pub(crate) type IssuedTicket = ([u8; 32], Duration);
+
 /// What answering needs from the server.
 pub(crate) struct Context<'a> {
     pub exports: &'a Exports,
@@ -32,8 +35,8 @@ pub(crate) struct Context<'a> {
     pub reach: &'a Reach,
     pub options: &'a TransferOptions,
     /// Issues a one-time ticket for pushing to a path (as the client named it) in the export
-    /// of that index; returns it and its lifetime.
-    pub issue_ticket: &'a dyn Fn(Vec<u8>, usize) -> ([u8; 32], Duration),
+    /// of that index; returns it and its lifetime, or why not (the server holds too many).
+    pub issue_ticket: &'a dyn Fn(Vec<u8>, usize) -> Result<IssuedTicket, (ErrorCode, String)>,
     /// Whether this server pushes to another one when a client asks (`SendTo`).
     pub third_party: bool,
     /// Takes between 1 and the given number of the server's places for the streams of a
@@ -606,7 +609,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
         }
         Request::Delegate { path } => {
             let (_, index, _) = ctx.writable(&path, "push to")?;
-            let (ticket, lifetime) = (ctx.issue_ticket)(path, index);
+            let (ticket, lifetime) = (ctx.issue_ticket)(path, index)?;
             conn.send(&Message::Ticket {
                 ticket,
                 expires_in_s: lifetime.as_secs() as u32,
@@ -641,6 +644,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             // is, the place this request holds carries the copy: one stream, its listing of
             // the destination made first, so that one connection at a time leaves for it.
             let wanted = match streams {
+                // A single small file goes on one stream (see `push::useful_streams`).
+                0 if super::push::travels_whole_alone(&source, ctx.options) => 1,
                 0 => crate::tune::MAX_AUTO_STREAMS,
                 n => (n as usize).min(64),
             };

@@ -552,6 +552,9 @@ struct Ticket {
     expires: Instant,
     /// The push session opened with it: the ticket opens no other.
     session: Option<[u8; 16]>,
+    /// The address that asked for it, whose unused tickets are counted against
+    /// [`MAX_UNUSED_TICKETS_PER_ADDRESS`].
+    issuer: Option<IpAddr>,
     /// Its session has ended. Until it expires, the ticket still authenticates what came
     /// late: a stream is told the session has ended, a listing (which may go after a single
     /// small file was sent) is answered. It opens no other session.
@@ -573,8 +576,13 @@ const TICKET_LIFETIME: Duration = Duration::from_secs(60);
 /// listing of the destination, which a single small file does not wait for, is answered.
 /// An authentication failure would fail the copy that had just succeeded.
 const ENDED_TICKET_GRACE: Duration = Duration::from_secs(30);
-/// Most tickets outstanding at once.
+/// Most tickets outstanding at once: beyond, the oldest whose session has ended goes, else a
+/// new one is refused as busy (the client tries again). An issued ticket that may still be
+/// used is never taken back: a copy would fail with it.
 const MAX_TICKETS: usize = 256;
+/// Most unused tickets one address may hold: one client cannot fill the table and keep
+/// everyone else's third-party copies out.
+const MAX_UNUSED_TICKETS_PER_ADDRESS: usize = 64;
 
 /// What an authenticated connection may do: name the exports its credential reaches, and
 /// with a ticket only what the ticket was issued for (see [`ticket_allows`]).
@@ -583,17 +591,44 @@ struct Access {
     ticket: Option<u64>,
 }
 
-fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Duration) {
+/// A new ticket for a push to `path` in export `export`, asked for from `issuer`; refused
+/// as busy when the table or the issuer's share of it is full.
+fn issue_ticket(
+    shared: &Shared,
+    path: Vec<u8>,
+    export: usize,
+    issuer: Option<IpAddr>,
+) -> Result<([u8; 32], Duration), (ErrorCode, String)> {
     let secret: [u8; 32] = net::random();
     let mut tickets = lock(&shared.tickets);
     let now = Instant::now();
     tickets.retain(|t| t.valid(now));
+    let unused_of_issuer = tickets
+        .iter()
+        .filter(|t| t.session.is_none() && t.issuer == issuer)
+        .count();
+    if unused_of_issuer >= MAX_UNUSED_TICKETS_PER_ADDRESS {
+        return Err((
+            ErrorCode::Busy,
+            format!(
+                "this address holds {MAX_UNUSED_TICKETS_PER_ADDRESS} third-party tickets not                  used yet; try again once its copies have started"
+            ),
+        ));
+    }
     if tickets.len() >= MAX_TICKETS {
-        // The oldest of those whose session has ended, else of those unused, goes first.
-        let evicted = (tickets.iter().position(|t| t.ended))
-            .or_else(|| tickets.iter().position(|t| t.session.is_none()))
-            .unwrap_or(0);
-        tickets.remove(evicted);
+        match tickets.iter().position(|t| t.ended) {
+            Some(oldest_ended) => {
+                tickets.remove(oldest_ended);
+            }
+            None => {
+                return Err((
+                    ErrorCode::Busy,
+                    format!(
+                        "{MAX_TICKETS} third-party copies are starting or running; try again later"
+                    ),
+                ))
+            }
+        }
     }
     tickets.push(Ticket {
         id: shared.next_ticket.fetch_add(1, Ordering::Relaxed),
@@ -602,9 +637,10 @@ fn issue_ticket(shared: &Shared, path: Vec<u8>, export: usize) -> ([u8; 32], Dur
         export,
         expires: now + TICKET_LIFETIME,
         session: None,
+        issuer,
         ended: false,
     });
-    (secret, TICKET_LIFETIME)
+    Ok((secret, TICKET_LIFETIME))
 }
 
 /// Serves one connection from `ip`, which holds `slot` among those authenticating until it
@@ -719,7 +755,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             let _ = announce_and_serve(shared, served, &found, ip, false);
         }
         Event::Request(mut req) => {
-            let issue = |path: Vec<u8>, export: usize| issue_ticket(shared, path, export);
+            let issue = |path: Vec<u8>, export: usize| issue_ticket(shared, path, export, ip);
             // A third-party copy's streams take places too (the client's address's).
             let places = |wanted: usize| shared.places.take(ip, wanted, Use::Stream).ok();
             let ctx = requests::Context {
@@ -1561,6 +1597,60 @@ mod tests {
             addr,
             net::Credentials::new(Some(TokenKey::from_token(token)), trust),
         )
+    }
+
+    /// Asks the server at `addr` for a ticket to push to `path`.
+    fn delegate(
+        addr: &str,
+        key: &net::Credentials,
+        path: &[u8],
+    ) -> Result<[u8; 32], TransferError> {
+        let request = Request::Delegate {
+            path: path.to_vec(),
+        };
+        let mut conn = super::super::remote::request(addr, key, request)?;
+        match conn.recv_control()? {
+            sprat_proto::Message::Ticket { ticket, .. } => Ok(ticket),
+            other => panic!("not a ticket: {other:?}"),
+        }
+    }
+
+    /// One address may hold 64 unused tickets: the next is refused as busy (retried by a
+    /// client), and no ticket already issued is taken back to make room.
+    #[test]
+    fn one_address_holds_at_most_64_unused_tickets_and_none_is_taken_back() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("dst")).unwrap();
+        std::fs::write(t.path().join("small"), b"one small file").unwrap();
+        let (addr, owner) = serve(&root, &[9; 32]);
+        let first = delegate(&addr, &owner, b"dst/small").unwrap();
+        for _ in 1..MAX_UNUSED_TICKETS_PER_ADDRESS {
+            delegate(&addr, &owner, b"dst/other").unwrap();
+        }
+        let refused = delegate(&addr, &owner, b"dst/more");
+        match refused {
+            Err(TransferError::Remote { code, text, .. }) => {
+                assert_eq!(code, ErrorCode::Busy, "{text}");
+                assert!(text.contains("try again"), "{text}");
+            }
+            other => panic!("not refused as busy: {:?}", other.map(|_| ())),
+        }
+        // The first ticket still pushes.
+        let holder = net::Credentials::new(Some(TokenKey::from_token(&first)), owner.trust.clone());
+        let src = sprat_store::Root::open_local_source(&t.path().join("small")).unwrap();
+        let input = super::super::push::PushInput::Source(src);
+        let options = TransferOptions::default();
+        let (from, to) = ("small".to_string(), "dst/small".to_string());
+        let report =
+            super::super::push::push_input(input, &addr, b"dst/small", &holder, &options, from, to)
+                .unwrap();
+        assert_eq!(
+            (report.files, report.failed),
+            (1, 0),
+            "{:?}",
+            report.failures
+        );
     }
 
     /// A third-party copy's source server lists the destination with its ticket beside the
