@@ -322,6 +322,47 @@ fn local_copy_of_a_large_file_that_keeps_growing_fails_it_alone() {
     assert_big_failed(&out, "changed while being read", &dst, None);
 }
 
+/// A single file copied alone that keeps growing fails by its own name (its path within the
+/// copy is empty: the error said `read '.'`).
+#[test]
+fn a_single_large_file_that_keeps_growing_is_named_in_its_error() {
+    let t = tmp();
+    let src = t.path().join("src");
+    make_source(&src);
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let (big, stop) = (src.join("big"), done.clone());
+    let started = Arc::new(AtomicBool::new(false));
+    let running = started.clone();
+    let grower = std::thread::spawn(move || {
+        let mut f = fs::OpenOptions::new().append(true).open(&big).unwrap();
+        while !stop.load(Ordering::SeqCst) {
+            f.write_all(b"x").unwrap();
+            running.store(true, Ordering::SeqCst);
+            std::thread::yield_now();
+        }
+    });
+    while !started.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    let out = cp_local(
+        &["--chunk-size", "256KiB"],
+        src.join("big"),
+        dst.join("big"),
+    );
+    done.store(true, Ordering::SeqCst);
+    grower.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("read 'big': changed while being read"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("'.'"), "{stderr}");
+    assert!(!dst.join("big").exists(), "{stderr}");
+}
+
 /// Plants every form of temporary name (and resumable partial names, which stay, and a user's
 /// files named like temporary ones, which stay too) in `dst`; returns what must stay.
 fn plant_leftovers(dst: &Path) -> Vec<PathBuf> {

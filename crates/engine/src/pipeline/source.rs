@@ -939,9 +939,16 @@ fn read_batch(
     batch.data = data;
     drop(items);
     let mut next = |path: &[u8]| {
-        results
+        let read = results
             .next()
-            .unwrap_or_else(|| Err(StoreError::other("read", path, "not read")))
+            .unwrap_or_else(|| Err(StoreError::other("read", path, "not read")));
+        // A single file's transfer path is empty: its error names the file, not '.'.
+        read.map_err(|mut e| {
+            if let Some(name) = xattrs.file_name.filter(|_| path.is_empty()) {
+                e.path = sprat_store::display_path(name);
+            }
+            e
+        })
     };
     let mut uids = Vec::new();
     let mut gids = Vec::new();
