@@ -611,7 +611,8 @@ fn issue_ticket(
         return Err((
             ErrorCode::Busy,
             format!(
-                "this address holds {MAX_UNUSED_TICKETS_PER_ADDRESS} third-party tickets not                  used yet; try again once its copies have started"
+                "this address holds {MAX_UNUSED_TICKETS_PER_ADDRESS} third-party tickets not used \
+                 yet; try again once its copies have started"
             ),
         ));
     }
