@@ -538,6 +538,27 @@ fn a_third_party_copy_of_a_small_file_takes_one_place() {
     assert!(!log.contains("refusing"), "{log}");
 }
 
+/// A third-party copy asks its destination what it is and then for a ticket on one
+/// connection (two round trips fewer on a long path): through a relay in front of the
+/// destination go that connection, the source server's listing and its session's one stream,
+/// and nothing else. Asked again with the destination a directory and missing, the same.
+#[test]
+fn a_third_party_copy_asks_its_destination_on_one_connection() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("dir")).unwrap();
+    tree::make_file(&root.join("small"), b"a single small file", 0o644);
+    let srv = server(&root);
+    for (dst, landed) in [("copied", "copied"), ("dir", "dir/small")] {
+        let relay = sprat_testkit::relay::Relay::start(srv.addr());
+        let out = cp(&srv, &[], srv.url("small"), relay.url(dst));
+        assert_ok(&out, Some(&srv));
+        let copied = std::fs::read(root.join(landed)).unwrap();
+        assert_eq!(copied, b"a single small file", "{dst}");
+        assert_eq!(relay.connections(), 3, "{dst}: {}", describe(&out));
+    }
+}
+
 /// A busy server's hello comes after the client's grace even on a short path, so the client
 /// starts wide, as on a long path. Once the `Opened` shows the path is short, a push retires
 /// the streams the path does not need instead of keeping 32 connections to that server.

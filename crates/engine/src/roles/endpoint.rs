@@ -121,7 +121,8 @@ pub fn into_directory(
         (Endpoint::Remote { .. }, Endpoint::Remote { .. }) => {
             let (tx, rx) = std::sync::mpsc::channel();
             let (dst, key) = (dst.clone(), key.clone());
-            std::thread::spawn(move || tx.send(is_directory(&dst, &key)));
+            // Its connection is kept for the ticket the copy asks for next.
+            std::thread::spawn(move || tx.send(is_directory(&dst, &key, true)));
             Some(rx)
         }
         _ => None,
@@ -146,7 +147,7 @@ pub fn into_directory(
     };
     let inside = match dst_asked {
         Some(asked) => asked.recv().unwrap_or(false),
-        None => is_directory(&dst, key),
+        None => is_directory(&dst, key, false),
     };
     if !inside {
         return Ok(dst);
@@ -191,11 +192,16 @@ fn inside(dst: Endpoint, name: &[u8]) -> Endpoint {
 }
 
 /// Whether `ep` is a directory (a server's is asked; a symlink to one counts locally only).
-fn is_directory(ep: &Endpoint, key: &Credentials) -> bool {
+fn is_directory(ep: &Endpoint, key: &Credentials, keep: bool) -> bool {
     match ep {
         Endpoint::Local(d) => std::fs::metadata(d).is_ok_and(|m| m.is_dir()),
-        Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
-            .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir),
+        Endpoint::Remote { addr, path, .. } => {
+            let stat = match keep {
+                true => super::remote::stat_keeping,
+                false => super::remote::stat,
+            };
+            stat(addr, key, path).is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir)
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Namespace operations from the client side: each is one request and one (possibly streamed)
-//! reply on a fresh authenticated connection, and third-party transfers, where this client
-//! directs one server to push a tree straight to another.
+//! reply on a fresh authenticated connection (but a third-party copy's ticket, asked on the
+//! connection that asked what its destination is, see [`Kept`]), and third-party transfers,
+//! where this client directs one server to push a tree straight to another.
 
 use crate::config::{Selection, TransferOptions};
 use crate::error::TransferError;
@@ -298,21 +299,98 @@ pub(crate) fn one_server(a: &str, b: &str, key: &Credentials) -> Result<bool, Tr
 
 /// `stat`: the entry at `path` (a symlink is described, not followed).
 pub fn stat(addr: &str, key: &Credentials, path: &[u8]) -> Result<NsEntry, TransferError> {
-    let mut conn = request(
-        addr,
-        key,
-        Request::Stat {
-            path: path.to_vec(),
-        },
-    )?;
+    stat_reply(&mut stat_request(addr, key, path)?)
+}
+
+fn stat_request(addr: &str, key: &Credentials, path: &[u8]) -> Result<Conn, TransferError> {
+    let path = path.to_vec();
+    request(addr, key, Request::Stat { path })
+}
+
+/// The answer to a `Stat` on `conn`.
+fn stat_reply(conn: &mut Conn) -> Result<NsEntry, TransferError> {
     let entry = match conn.recv_control()? {
         Message::Entries(mut e) if e.len() == 1 => e.remove(0),
-        m => return Err(unexpected(&conn, m)),
+        m => return Err(unexpected(conn, m)),
     };
     match conn.recv_control()? {
         Message::ReplyEnd => Ok(entry),
-        m => Err(unexpected(&conn, m)),
+        m => Err(unexpected(conn, m)),
     }
+}
+
+/// A connection whose request was answered, kept for the next request to the same server:
+/// a third-party copy asks its destination what it is, then for a ticket (see
+/// [`stat_keeping`] and [`third_party`]), and two round trips are saved on a long path.
+struct Kept {
+    addr: String,
+    since: Instant,
+    conn: Conn,
+}
+
+static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+
+/// How long a kept connection may wait for its next request: well within a server's idle
+/// timeout.
+const KEPT_FRESH: Duration = Duration::from_secs(5);
+
+/// [`stat`], keeping the connection for the next request to `addr` (see [`Kept`]): also
+/// after the server's answer that the path is not there, as it goes on serving the
+/// connection.
+pub(crate) fn stat_keeping(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+) -> Result<NsEntry, TransferError> {
+    let mut conn = stat_request(addr, key, path)?;
+    let answer = stat_reply(&mut conn);
+    if matches!(answer, Ok(_) | Err(TransferError::Remote { .. })) {
+        *crate::sync::lock(&KEPT) = Some(Kept {
+            addr: addr.to_string(),
+            since: Instant::now(),
+            conn,
+        });
+    }
+    answer
+}
+
+/// The connection kept for `addr`, if there is one and it is fresh; anything else kept is
+/// dropped.
+fn take_kept(addr: &str) -> Option<Conn> {
+    let kept = crate::sync::lock(&KEPT).take()?;
+    (kept.addr == addr && kept.since.elapsed() < KEPT_FRESH).then_some(kept.conn)
+}
+
+/// A ticket from the server at `addr` for a push to `path`, and the key that server
+/// presented: asked on the connection kept for it if there is one (see [`Kept`]), else on a
+/// new one, or on a new one too when the kept one turns out closed.
+fn ticket(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+) -> Result<([u8; 32], [u8; 32]), TransferError> {
+    let delegate = || Request::Delegate {
+        path: path.to_vec(),
+    };
+    let answer = |conn: &mut Conn| -> Result<([u8; 32], [u8; 32]), TransferError> {
+        let ticket = match conn.recv_control()? {
+            Message::Ticket { ticket, .. } => ticket,
+            m => return Err(unexpected(conn, m)),
+        };
+        // The source server must find the destination this client checked.
+        Ok((ticket, conn.server_key().map_or([0; 32], |k| k.0)))
+    };
+    if let Some(mut conn) = take_kept(addr) {
+        let asked = conn
+            .send(&Message::Request(delegate()))
+            .and_then(|()| answer(&mut conn));
+        match asked {
+            // The server's own answer (a refusal) holds whatever connection asks.
+            Ok(_) | Err(TransferError::Remote { .. }) => return asked,
+            Err(e) => tracing::debug!(%e, "the kept connection failed; asking on a new one"),
+        }
+    }
+    answer(&mut request(addr, key, delegate())?)
 }
 
 /// `du`: totals under `path`, computed on the server.
@@ -392,22 +470,9 @@ pub fn third_party(
     dst_label: String,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    let mut dst = request(
-        dst_addr,
-        key,
-        Request::Delegate {
-            path: dst_path.to_vec(),
-        },
-    )?;
-    let ticket = match dst.recv_control()? {
-        Message::Ticket { ticket, .. } => ticket,
-        m => return Err(unexpected(&dst, m)),
-    };
-    // The source server must find the destination this client checked.
-    let dest_key = dst.server_key().map_or([0; 32], |k| k.0);
-    // The destination's place goes back now: a server of one or two places needs it for the
-    // source server's connections.
-    drop(dst);
+    // The destination's place goes back at once: a server of one or two places needs it for
+    // the source server's connections.
+    let (ticket, dest_key) = ticket(dst_addr, key, dst_path)?;
     let mut src = request(
         src_addr,
         key,
