@@ -291,6 +291,38 @@ fn third_party_copy_of_a_large_file_that_vanishes_while_read_fails_it_alone() {
     big_changes_while_read(Dir::ThirdParty, Change::Vanish);
 }
 
+/// A thread appending to a file a byte at a time until stopped.
+struct Grower {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Grower {
+    /// Starts appending to `path`; returns once the first byte is written.
+    fn start(path: PathBuf) -> Grower {
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        let (stopped, running) = (stop.clone(), started.clone());
+        let thread = std::thread::spawn(move || {
+            let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+            while !stopped.load(Ordering::SeqCst) {
+                f.write_all(b"x").unwrap();
+                running.store(true, Ordering::SeqCst);
+                std::thread::yield_now();
+            }
+        });
+        while !started.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        Grower { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap();
+    }
+}
+
 /// A local copy has no network to slow down: the file grows all the while the copy runs
 /// (every append changes its size, so any chunk read after the first is refused).
 #[test]
@@ -301,24 +333,9 @@ fn local_copy_of_a_large_file_that_keeps_growing_fails_it_alone() {
     let dst = t.path().join("dst");
     fs::create_dir_all(&dst).unwrap();
     fs::write(dst.join("big"), OLD).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let (big, stop) = (src.join("big"), done.clone());
-    let started = Arc::new(AtomicBool::new(false));
-    let running = started.clone();
-    let grower = std::thread::spawn(move || {
-        let mut f = fs::OpenOptions::new().append(true).open(&big).unwrap();
-        while !stop.load(Ordering::SeqCst) {
-            f.write_all(b"x").unwrap();
-            running.store(true, Ordering::SeqCst);
-            std::thread::yield_now();
-        }
-    });
-    while !started.load(Ordering::SeqCst) {
-        std::thread::yield_now();
-    }
+    let grower = Grower::start(src.join("big"));
     let out = cp_local(&["--chunk-size", "256KiB"], &src, &dst);
-    done.store(true, Ordering::SeqCst);
-    grower.join().unwrap();
+    grower.stop();
     assert_big_failed(&out, "changed while being read", &dst, None);
 }
 
@@ -331,28 +348,13 @@ fn a_single_large_file_that_keeps_growing_is_named_in_its_error() {
     make_source(&src);
     let dst = t.path().join("dst");
     fs::create_dir_all(&dst).unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let (big, stop) = (src.join("big"), done.clone());
-    let started = Arc::new(AtomicBool::new(false));
-    let running = started.clone();
-    let grower = std::thread::spawn(move || {
-        let mut f = fs::OpenOptions::new().append(true).open(&big).unwrap();
-        while !stop.load(Ordering::SeqCst) {
-            f.write_all(b"x").unwrap();
-            running.store(true, Ordering::SeqCst);
-            std::thread::yield_now();
-        }
-    });
-    while !started.load(Ordering::SeqCst) {
-        std::thread::yield_now();
-    }
+    let grower = Grower::start(src.join("big"));
     let out = cp_local(
         &["--chunk-size", "256KiB"],
         src.join("big"),
         dst.join("big"),
     );
-    done.store(true, Ordering::SeqCst);
-    grower.join().unwrap();
+    grower.stop();
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

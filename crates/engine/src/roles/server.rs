@@ -1600,19 +1600,50 @@ mod tests {
         )
     }
 
-    /// Asks the server at `addr` for a ticket to push to `path`.
-    fn delegate(
-        addr: &str,
-        key: &net::Credentials,
-        path: &[u8],
-    ) -> Result<[u8; 32], TransferError> {
-        let request = Request::Delegate {
-            path: path.to_vec(),
-        };
-        let mut conn = super::super::remote::request(addr, key, request)?;
-        match conn.recv_control()? {
-            sprat_proto::Message::Ticket { ticket, .. } => Ok(ticket),
-            other => panic!("not a ticket: {other:?}"),
+    /// A server exporting `root/` with an empty `dst/`, beside the file `small` to push.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        addr: String,
+        owner: net::Credentials,
+    }
+
+    impl Fixture {
+        fn new(token: &[u8; 32]) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("root/dst")).unwrap();
+            std::fs::write(dir.path().join("small"), b"one small file").unwrap();
+            let (addr, owner) = serve(&dir.path().join("root"), token);
+            Fixture { dir, addr, owner }
+        }
+
+        /// A ticket for a push to `path`.
+        fn delegate(&self, path: &[u8]) -> Result<[u8; 32], TransferError> {
+            let request = Request::Delegate {
+                path: path.to_vec(),
+            };
+            let mut conn = super::super::remote::request(&self.addr, &self.owner, request)?;
+            match conn.recv_control()? {
+                sprat_proto::Message::Ticket { ticket, .. } => Ok(ticket),
+                other => panic!("not a ticket: {other:?}"),
+            }
+        }
+
+        /// The credentials of a holder of `ticket`.
+        fn holder(&self, ticket: &[u8; 32]) -> net::Credentials {
+            net::Credentials::new(Some(TokenKey::from_token(ticket)), self.owner.trust.clone())
+        }
+
+        /// Pushes `small` to `dst/small` with `key`: the files written, or why not.
+        fn push(&self, key: &net::Credentials) -> Result<u64, TransferError> {
+            let src = sprat_store::Root::open_local_source(&self.dir.path().join("small"))?;
+            let input = super::super::push::PushInput::Source(src);
+            let options = TransferOptions::default();
+            let (from, to) = ("small".to_string(), "dst/small".to_string());
+            let path = b"dst/small";
+            let report =
+                super::super::push::push_input(input, &self.addr, path, key, &options, from, to)?;
+            assert_eq!(report.failed, 0, "{:?}", report.failures);
+            Ok(report.files)
         }
     }
 
@@ -1620,17 +1651,12 @@ mod tests {
     /// client), and no ticket already issued is taken back to make room.
     #[test]
     fn one_address_holds_at_most_64_unused_tickets_and_none_is_taken_back() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("root");
-        std::fs::create_dir_all(root.join("dst")).unwrap();
-        std::fs::write(t.path().join("small"), b"one small file").unwrap();
-        let (addr, owner) = serve(&root, &[9; 32]);
-        let first = delegate(&addr, &owner, b"dst/small").unwrap();
+        let f = Fixture::new(&[9; 32]);
+        let first = f.delegate(b"dst/small").unwrap();
         for _ in 1..MAX_UNUSED_TICKETS_PER_ADDRESS {
-            delegate(&addr, &owner, b"dst/other").unwrap();
+            f.delegate(b"dst/other").unwrap();
         }
-        let refused = delegate(&addr, &owner, b"dst/more");
-        match refused {
+        match f.delegate(b"dst/more") {
             Err(TransferError::Remote { code, text, .. }) => {
                 assert_eq!(code, ErrorCode::Busy, "{text}");
                 assert!(text.contains("try again"), "{text}");
@@ -1638,20 +1664,7 @@ mod tests {
             other => panic!("not refused as busy: {:?}", other.map(|_| ())),
         }
         // The first ticket still pushes.
-        let holder = net::Credentials::new(Some(TokenKey::from_token(&first)), owner.trust.clone());
-        let src = sprat_store::Root::open_local_source(&t.path().join("small")).unwrap();
-        let input = super::super::push::PushInput::Source(src);
-        let options = TransferOptions::default();
-        let (from, to) = ("small".to_string(), "dst/small".to_string());
-        let report =
-            super::super::push::push_input(input, &addr, b"dst/small", &holder, &options, from, to)
-                .unwrap();
-        assert_eq!(
-            (report.files, report.failed),
-            (1, 0),
-            "{:?}",
-            report.failures
-        );
+        assert_eq!(f.push(&f.holder(&first)).unwrap(), 1);
     }
 
     /// A third-party copy's source server lists the destination with its ticket beside the
@@ -1660,50 +1673,17 @@ mod tests {
     /// the ticket opens no second session.
     #[test]
     fn a_spent_tickets_listing_is_answered_after_its_session_and_opens_nothing() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("root");
-        std::fs::create_dir_all(root.join("dst")).unwrap();
-        std::fs::write(t.path().join("small"), b"one small file").unwrap();
-        let (addr, owner) = serve(&root, &[7; 32]);
-        let mut conn = super::super::remote::request(
-            &addr,
-            &owner,
-            Request::Delegate {
-                path: b"dst/small".to_vec(),
-            },
-        )
-        .unwrap();
-        let Ok(sprat_proto::Message::Ticket { ticket, .. }) = conn.recv_control() else {
-            panic!("no ticket");
-        };
-        drop(conn);
-        let holder =
-            net::Credentials::new(Some(TokenKey::from_token(&ticket)), owner.trust.clone());
-        let push = |name: &str| {
-            let src = sprat_store::Root::open_local_source(&t.path().join("small")).unwrap();
-            let input = super::super::push::PushInput::Source(src);
-            let options = TransferOptions::default();
-            let (from, to) = (name.to_string(), "dst/small".to_string());
-            let to_path = b"dst/small";
-            super::super::push::push_input(input, &addr, to_path, &holder, &options, from, to)
-        };
-        let report = push("small").unwrap();
-        assert_eq!(
-            (report.files, report.failed),
-            (1, 0),
-            "{:?}",
-            report.failures
-        );
+        let f = Fixture::new(&[7; 32]);
+        let holder = f.holder(&f.delegate(b"dst/small").unwrap());
+        assert_eq!(f.push(&holder).unwrap(), 1);
         // The session has ended; a listing with its ticket is still answered.
-        let listed = super::super::remote::index(&addr, &holder, b"dst/small", false, None);
+        let listed = super::super::remote::index(&f.addr, &holder, b"dst/small", false, None);
         assert!(listed.is_ok(), "{:?}", listed.err());
         // A second push with the spent ticket is refused.
-        let again = push("small").map(|r| r.files);
+        let again = f.push(&holder);
         assert!(again.is_err(), "{again:?}");
-        assert_eq!(
-            std::fs::read(root.join("dst/small")).unwrap(),
-            b"one small file"
-        );
+        let pushed = std::fs::read(f.dir.path().join("root/dst/small")).unwrap();
+        assert_eq!(pushed, b"one small file");
     }
 
     #[test]
