@@ -225,11 +225,6 @@ impl TransferOptions {
         }
     }
 
-    /// Streams to plan queues for before the session has measured its path.
-    pub fn expected_streams(&self) -> usize {
-        self.streams.unwrap_or(crate::tune::MIN_AUTO_STREAMS)
-    }
-
     /// Batches the planner makes small at the start: one for each stream a session may start
     /// at once (see `plan::OPENING_BATCH_SIZE`).
     pub fn opening_batches(&self) -> usize {

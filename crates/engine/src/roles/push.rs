@@ -133,18 +133,10 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
     }
 }
 
-/// Most streams a push of `input` can keep busy, when that is known before it opens: one for
-/// a single file that travels whole. `None` for a tree, whose size is known only once it is
-/// scanned, and for a large file: its opening chunks are cut as small as slow start's
-/// window, so that even a file of a few chunks keeps many streams busy on a long path.
-fn useful_streams(input: &PushInput, options: &TransferOptions) -> Option<usize> {
-    match input {
-        PushInput::Source(source) if travels_whole_alone(source, options) => Some(1),
-        _ => None,
-    }
-}
-
-/// Whether `source` is a single file small enough to travel whole, on one stream.
+/// Whether `source` is a single file small enough to travel whole, on one stream: the most a
+/// push of it can keep busy. (A tree's size is known only once it is scanned; a large file's
+/// opening chunks are cut as small as slow start's window, so that even a file of a few
+/// chunks keeps many streams busy on a long path.)
 pub(crate) fn travels_whole_alone(source: &Source, options: &TransferOptions) -> bool {
     let Source::File { parent, name } = source else {
         return false;
@@ -256,7 +248,8 @@ fn push_counting(
     // other transfers at once: a server's third-party copies).
     let options = &options.for_one_transfer();
     let op = push_operation(&input, options);
-    let useful_streams = useful_streams(&input, options);
+    let useful_streams =
+        matches!(&input, PushInput::Source(s) if travels_whole_alone(s, options)).then_some(1);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.
     let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;

@@ -598,7 +598,7 @@ fn issue_ticket(
     path: Vec<u8>,
     export: usize,
     issuer: Option<IpAddr>,
-) -> Result<([u8; 32], Duration), (ErrorCode, String)> {
+) -> Result<requests::IssuedTicket, (ErrorCode, String)> {
     let secret: [u8; 32] = net::random();
     let mut tickets = lock(&shared.tickets);
     let now = Instant::now();
