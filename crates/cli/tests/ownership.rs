@@ -1287,13 +1287,7 @@ fn a_large_file_below_a_non_root_servers_unreadable_directory_is_checked_there()
     chmod(&src.join("closed"), 0o000);
     let root = t.path().join("exported");
     let srv = server_as_nobody(&root, &t.path().join("state"));
-    let chunked = [
-        "--json",
-        "--small-file-threshold",
-        "1MiB",
-        "--chunk-size",
-        "1MiB",
-    ];
+    let chunked: Vec<&str> = ["--json"].iter().chain(&common::CHUNKED).copied().collect();
     let push = |extra: &[&str]| {
         let mut args = chunked.to_vec();
         args.extend_from_slice(extra);

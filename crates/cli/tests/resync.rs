@@ -931,13 +931,7 @@ fn two_pushes_of_one_large_file_at_once_each_count_it() {
     let data = sprat_testkit::random_bytes(12 << 20, 13);
     std::fs::write(src.join("big"), &data).unwrap();
     let srv = server(&root);
-    let chunked = [
-        "--json",
-        "--small-file-threshold",
-        "1MiB",
-        "--chunk-size",
-        "1MiB",
-    ];
+    let chunked: Vec<&str> = ["--json"].iter().chain(&common::CHUNKED).copied().collect();
     let dst = root.join("shared");
     let url = srv.url("shared");
     let to = (&src, url.as_ref(), dst.as_path());
