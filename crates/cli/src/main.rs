@@ -866,12 +866,19 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let named_dst = dst.clone();
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
+    // A copy follows at once unless this is a dry run or the end of a plan.
+    let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
     dst = sprat_engine::into_directory(
         &src,
         dst,
         &key,
-        names_a_directory_to_copy_into(a.dst.as_bytes()),
-        names_its_contents(a.src.as_bytes()),
+        (
+            names_a_directory_to_copy_into(a.dst.as_bytes()),
+            names_its_contents(a.src.as_bytes()),
+        ),
+        copy_follows.then_some(sprat_engine::DialAhead {
+            tcp_buffer: a.tuning.tcp_buffer.0,
+        }),
     )?;
     let over_ssh = !launched.servers.is_empty();
     let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());

@@ -879,3 +879,47 @@ fn a_small_pull_over_a_long_path_spreads_its_first_batches_over_the_streams() {
     // Before: 4 connections, one with 251 KB.
     assert_carried_by_many(&relay, |(_, to_client)| to_client);
 }
+
+/// A single file pushed over a long path asks the server what its destination is on one
+/// connection, lists the destination on that same connection, and carries its session on a
+/// second one dialled meanwhile: two connections for a small file (three before: the listing
+/// had one of its own, and the session was dialled once the answer was in), whether the file
+/// goes to a new name or into an existing directory. A large file's session still starts all
+/// its streams at once on such a path.
+#[test]
+fn a_single_file_pushed_over_a_long_path_asks_lists_and_sends_on_two_connections() {
+    let t = tmp();
+    let small = t.path().join("small");
+    tree::make_file(&small, b"four", 0o644);
+    let srv = server(&t.path().join("root"));
+    std::fs::create_dir_all(t.path().join("root/dir")).unwrap();
+    for (n, dst, lands) in [(0, "new", "new"), (1, "dir", "dir/small")] {
+        let log = t.path().join(format!("relay{n}.log"));
+        let relay = RelayProc::start_logged(srv.addr(), &["--delay", "15ms"], &log);
+        let out = cp(&srv, &[], &small, relay.url(dst));
+        assert_ok(&out, Some(&srv));
+        let landed = t.path().join("root").join(lands);
+        assert_eq!(std::fs::read(&landed).unwrap(), b"four", "{lands}");
+        let closed = relay.closed();
+        assert_eq!(
+            closed.len(),
+            2,
+            "connections of a push to {dst}: {closed:?}"
+        );
+    }
+    let large = t.path().join("large");
+    let content: Vec<u8> = (0..3u32 << 20).map(|i| (i * 13 + i / 4099) as u8).collect();
+    tree::make_file(&large, &content, 0o644);
+    let relay = RelayProc::start(srv.addr(), &["--delay", "15ms"]);
+    let out = cp(&srv, &["--json"], &large, relay.url("dir"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(
+        std::fs::read(t.path().join("root/dir/large")).unwrap(),
+        content
+    );
+    let streams = json(&out)["path"]["streams_start"].as_u64().unwrap();
+    assert_eq!(
+        streams, 32,
+        "a large file on a 30 ms path starts its streams wide"
+    );
+}

@@ -98,12 +98,16 @@ impl Endpoint {
 /// local one, or a symlink to one; a remote one, asked with one request). A remote source is
 /// asked what it is (one request) when DST is remote too (the two asked at once); a pull
 /// without `DST/` finds out from the server's answer.
+///
+/// With `dial_ahead` (the copy follows at once), a push of a single file dials its session
+/// while the server is asked, and the listing of its destination goes on the connection
+/// that asked.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
     key: &Credentials,
-    into: bool,
-    contents: bool,
+    (into, contents): (bool, bool),
+    dial_ahead: Option<DialAhead>,
 ) -> Result<Endpoint, TransferError> {
     if into {
         return match src.name().filter(|_| !contents) {
@@ -145,14 +149,26 @@ pub fn into_directory(
     let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
         return Ok(dst);
     };
+    let push = matches!(src, Endpoint::Local(_));
+    if let (Some(ahead), Endpoint::Remote { addr, .. }, true) = (dial_ahead, &dst, push) {
+        crate::session::client::dial_ahead(addr, key, ahead.tcp_buffer);
+    }
     let inside = match dst_asked {
         Some(asked) => asked.recv().unwrap_or(false),
-        None => is_directory(&dst, key, false),
+        // A push's listing of its destination goes on the connection kept.
+        None => is_directory(&dst, key, push),
     };
     if !inside {
         return Ok(dst);
     }
     Ok(self::inside(dst, &name))
+}
+
+/// What [`into_directory`] may start for the copy that follows it: that copy's session.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DialAhead {
+    /// The copy's `--tcp-buffer` (`None`: automatic).
+    pub tcp_buffer: Option<u64>,
 }
 
 /// `DST/NAME`, unless it is a symlink: NAME is SRC's, not a path the user named, and a copy

@@ -100,9 +100,9 @@ fn listed(
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
-    let mut conn = request(addr, key, list)?;
+    let (mut conn, mut reply) = ask(addr, key, list)?;
     loop {
-        match (conn.recv_control()?, &mut digests) {
+        match (reply, &mut digests) {
             (Message::Entries(entries), _) => entries.into_iter().for_each(&mut each),
             (Message::Sums(sums), Some(digests)) => {
                 for (path, bytes) in sums {
@@ -115,6 +115,7 @@ fn listed(
             (Message::ReplyEnd, _) => return Ok(()),
             (m, _) => return Err(unexpected(&conn, m)),
         }
+        reply = conn.recv_control()?;
     }
 }
 
@@ -321,7 +322,8 @@ fn stat_reply(conn: &mut Conn) -> Result<NsEntry, TransferError> {
 
 /// A connection whose request was answered, kept for the next request to the same server:
 /// a third-party copy asks its destination what it is, then for a ticket (see
-/// [`stat_keeping`] and [`third_party`]), and two round trips are saved on a long path.
+/// [`stat_keeping`] and [`third_party`]); a push of a single file asks the same, then lists
+/// the destination for its check. Two round trips are saved on a long path.
 struct Kept {
     addr: String,
     since: Instant,
@@ -361,36 +363,44 @@ fn take_kept(addr: &str) -> Option<Conn> {
     (kept.addr == addr && kept.since.elapsed() < KEPT_FRESH).then_some(kept.conn)
 }
 
+/// `req` asked of the server at `addr`, and the first message of its answer (an `Error` as
+/// an error), with the connection for the rest: on the connection kept for `addr` if there
+/// is one (see [`Kept`]), else on a new one, or on a new one too when the kept one turns out
+/// closed before it answered.
+fn ask(addr: &str, key: &Credentials, req: Request) -> Result<(Conn, Message), TransferError> {
+    if let Some(mut conn) = take_kept(addr) {
+        let first = conn
+            .send(&Message::Request(req.clone()))
+            .and_then(|()| conn.recv_control());
+        match first {
+            Ok(reply) => return Ok((conn, reply)),
+            // The server's own answer (a refusal) holds whatever connection asks.
+            Err(e @ TransferError::Remote { .. }) => return Err(e),
+            Err(e) => tracing::debug!(%e, "the kept connection failed; asking on a new one"),
+        }
+    }
+    let mut conn = request(addr, key, req)?;
+    let first = conn.recv_control()?;
+    Ok((conn, first))
+}
+
 /// A ticket from the server at `addr` for a push to `path`, and the key that server
-/// presented: asked on the connection kept for it if there is one (see [`Kept`]), else on a
-/// new one, or on a new one too when the kept one turns out closed.
+/// presented (asked as [`ask`] does).
 fn ticket(
     addr: &str,
     key: &Credentials,
     path: &[u8],
 ) -> Result<([u8; 32], [u8; 32]), TransferError> {
-    let delegate = || Request::Delegate {
+    let delegate = Request::Delegate {
         path: path.to_vec(),
     };
-    let answer = |conn: &mut Conn| -> Result<([u8; 32], [u8; 32]), TransferError> {
-        let ticket = match conn.recv_control()? {
-            Message::Ticket { ticket, .. } => ticket,
-            m => return Err(unexpected(conn, m)),
-        };
+    match ask(addr, key, delegate)? {
         // The source server must find the destination this client checked.
-        Ok((ticket, conn.server_key().map_or([0; 32], |k| k.0)))
-    };
-    if let Some(mut conn) = take_kept(addr) {
-        let asked = conn
-            .send(&Message::Request(delegate()))
-            .and_then(|()| answer(&mut conn));
-        match asked {
-            // The server's own answer (a refusal) holds whatever connection asks.
-            Ok(_) | Err(TransferError::Remote { .. }) => return asked,
-            Err(e) => tracing::debug!(%e, "the kept connection failed; asking on a new one"),
+        (conn, Message::Ticket { ticket, .. }) => {
+            Ok((ticket, conn.server_key().map_or([0; 32], |k| k.0)))
         }
+        (conn, m) => Err(unexpected(&conn, m)),
     }
-    answer(&mut request(addr, key, delegate())?)
 }
 
 /// `du`: totals under `path`, computed on the server.

@@ -76,6 +76,58 @@ struct SessionState {
     opened: Option<bool>,
 }
 
+/// A push's control connection dialled ahead (see [`dial_ahead`]), and what it was dialled
+/// for.
+struct DialledAhead {
+    addr: String,
+    buffer: Option<u64>,
+    since: Instant,
+    dialled: Receiver<Result<net::DialedSession, TransferError>>,
+}
+
+static AHEAD: Mutex<Option<DialledAhead>> = Mutex::new(None);
+
+/// How long a connection dialled ahead may wait for its session: well within the time a
+/// server gives a connection to say what it is for.
+const AHEAD_FRESH: Duration = Duration::from_secs(5);
+
+/// Starts dialling the control connection of a push to `addr` now, for the next session
+/// [`open`]s there: a push of a single file first asks the server whether its destination
+/// is a directory (three round trips on a connection of its own), and the session's connect
+/// and hellos (two) overlap them instead of following. One connection is held at a time; one
+/// never used is closed when the next is dialled or the process ends.
+pub(crate) fn dial_ahead(addr: &str, key: &Credentials, tcp_buffer: Option<u64>) {
+    let (_, buffer) = TcpLimits::read().buffers(tcp_buffer);
+    let (tx, dialled) = bounded(1);
+    {
+        let (addr, key) = (addr.to_string(), key.clone());
+        std::thread::spawn(move || {
+            let conn = net::dial_session(&addr, &key, buffer, Direction::Push, Role::Control);
+            // The receiver is gone only if the session no longer wants it.
+            let _ = tx.send(conn);
+        });
+    }
+    *lock(&AHEAD) = Some(DialledAhead {
+        addr: addr.to_string(),
+        buffer,
+        since: Instant::now(),
+        dialled,
+    });
+}
+
+/// The connection dialled ahead for a push session like this one, if there is one and it is
+/// fresh (anything else dialled ahead is dropped).
+fn take_ahead(
+    addr: &str,
+    buffer: Option<u64>,
+    direction: Direction,
+) -> Option<Receiver<Result<net::DialedSession, TransferError>>> {
+    let ahead = lock(&AHEAD).take()?;
+    let same = ahead.addr == addr && ahead.buffer == buffer;
+    (same && direction == Direction::Push && ahead.since.elapsed() < AHEAD_FRESH)
+        .then_some(ahead.dialled)
+}
+
 /// Opens a session (`Open` on a control connection, then what `after_open` sends behind it)
 /// and plans its streams. Returns the session and the control connection; the transfer starts on it at once and joins the other
 /// planned streams ([`Session::join_planned`]) while the first data already flows.
@@ -121,8 +173,13 @@ pub(crate) fn open(
         .unwrap_or(tune::MIN_AUTO_STREAMS.min(most_streams))
         .saturating_sub(1);
     let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
-    let (dialled_tx, dialled) = bounded(1);
-    {
+    // A long path's streams all start at once (see `tune::WIDE_START_STREAMS`).
+    let start_wide = |joining: &mut Vec<_>| {
+        let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
+        joining.extend((joining.len()..wide).map(|_| join_beside()));
+    };
+    let dialled = take_ahead(addr, buffer, direction).unwrap_or_else(|| {
+        let (dialled_tx, dialled) = bounded(1);
         let (addr, key) = (addr.to_string(), key.clone());
         std::thread::spawn(move || {
             // The receiver is gone only if `open` returned already; nothing to tell then.
@@ -134,15 +191,15 @@ pub(crate) fn open(
                 Role::Control,
             ));
         });
-    }
+        dialled
+    });
     let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
         Ok(control) => control,
         Err(_) => {
             // No hello yet: a long path, where streams starting now rather than two round
             // trips later (once the hello tells how long) shorten slow start the most.
             if options.streams.is_none() {
-                let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
-                joining.extend((joining.len()..wide).map(|_| join_beside()));
+                start_wide(&mut joining);
             }
             dialled
                 .recv()
@@ -152,6 +209,11 @@ pub(crate) fn open(
     // The server's hello came two round trips after the dialling began (the TCP handshake,
     // then the hellos): the streams a path this long wants join now, beside the `Open`.
     let rtt = control.rtt();
+    // A connection dialled ahead comes with its round trip known: a long path starts as wide
+    // as when its hello is still awaited (see `tune::streams_at_start`).
+    if options.streams.is_none() && rtt * 2 > tune::HELLO_GRACE {
+        start_wide(&mut joining);
+    }
     let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
     if options.streams.is_none() {
         plan.streams = plan.streams.min(most_streams);
