@@ -960,6 +960,19 @@ impl Conn {
         self.refuse_with(&Message::Error { code, text })
     }
 
+    /// Whether the peer has closed (or reset) its side of the connection: asked of the
+    /// kernel, without waiting and without reading.
+    fn hung_up(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.stream, PollFlags::RDHUP)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let hangup = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR;
+        matches!(poll(&mut fds, Some(&now)), Ok(1..)) && fds[0].revents().intersects(hangup)
+    }
+
     /// [`Conn::refuse`] with the `Error` already made (by a session's state machine).
     pub fn refuse_with(&mut self, error: &Message) {
         if self.send(error).is_err() {
@@ -975,13 +988,15 @@ impl Conn {
 /// Runs the server side of the handshake on a new connection (feeding a
 /// [`ServerStream`]); `keys` are the server's tokens, `tickets` one-time keys also accepted.
 /// Returns the connection's machine, now waiting for its first message, and the credential
-/// the client proved; a client that failed is refused (with `Error`) here.
+/// the client proved; a client that failed is refused (with `Error`) here. `None`: the client
+/// closed the connection after the TLS handshake without a word, as a client does with a
+/// stream its session no longer needs (not a failed authentication: it tried none).
 pub fn accept(
     conn: &mut Conn,
     keys: &ServerKeys,
     tickets: Vec<TokenKey>,
     tls: &ServerTls,
-) -> Result<(ServerStream, Credential), TransferError> {
+) -> Result<Option<(ServerStream, Credential)>, TransferError> {
     let started = Instant::now();
     let auth_error = |conn: &Conn, why: String| TransferError::Auth {
         peer: conn.peer.clone(),
@@ -1018,19 +1033,27 @@ pub fn accept(
     if encrypted {
         machine = machine.bound();
     }
+    let mut heard = false;
     loop {
         conn.read_until(machine.deadline());
-        let msg = conn.recv_small()?;
+        let msg = match conn.recv_small() {
+            Ok(msg) => msg,
+            Err(TransferError::ConnectionLost { .. }) if encrypted && !heard && conn.hung_up() => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        heard = true;
         match machine.on_message(msg, Instant::now()) {
             Ok(server_session::Event::Reply(reply)) => conn.send(&reply)?,
             Ok(server_session::Event::Authenticated(credential)) => {
                 conn.read_until(machine.deadline());
-                return Ok((machine, credential));
+                return Ok(Some((machine, credential)));
             }
             Ok(server_session::Event::Greeted { reply, credential }) => {
                 conn.send(&reply)?;
                 conn.read_until(machine.deadline());
-                return Ok((machine, credential));
+                return Ok(Some((machine, credential)));
             }
             Ok(server_session::Event::Unprovable(reply)) => {
                 conn.refuse_with(&reply);
