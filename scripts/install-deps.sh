@@ -54,6 +54,7 @@ need_cmd ip iproute2
 need_cmd setfacl acl          # tests of -A make POSIX ACLs with setfacl and read them with getfacl
 need_cmd setfattr attr        # tests of -X make extended attributes with setfattr
 need_cmd mkfs.xfs xfsprogs    # tests of --reflink clone large files on an XFS image
+need_cmd bindfs bindfs          # tests copy onto a FUSE file system (no O_TMPFILE) that bindfs mirrors
 need_cmd python3 python3
 need_cmd slurmctld slurmctld  # tests of scripts/slurm run a single-host Slurm (with munge)
 need_cmd slurmd slurmd

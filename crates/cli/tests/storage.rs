@@ -5,11 +5,15 @@
 
 mod common;
 
-use common::{assert_exit, assert_ok, bin, cp, cp_args, cp_local, server, server_with, tmp};
-use sprat_testkit::{
-    assert_trees_equal_with, make_fidelity_tree, make_many_files, parse_json_report, run_sprat,
-    CompareOptions, ServerOptions,
+use common::{
+    assert_exit, assert_ok, bin, cp, cp_args, cp_local, server, server_with, tmp, RelayProc,
 };
+use sprat_testkit::{
+    assert_trees_equal, assert_trees_equal_with, describe, make_fidelity_tree, make_many_files,
+    parse_json_report, random_bytes, run_sprat, run_sprat_timeout, CompareOptions, FuseMirror,
+    ServerOptions,
+};
+use std::time::Duration;
 
 fn syncs(stdout: &[u8]) -> (bool, u64) {
     let r = parse_json_report(stdout);
@@ -87,6 +91,90 @@ fn rename_fallback_copies_and_replaces_exactly() {
     let out = cp_local(&[], &src, &dst);
     assert_ok(&out, None);
     assert_trees_equal_with(&src, &dst, &CompareOptions::with_root());
+}
+
+/// On a file system without unnamed inodes (a FUSE one here, as many network and user-space
+/// file systems are), copies put their files in place under temporary names by themselves,
+/// with nothing to ask: a local copy and its re-run replacing every file, a push to a server
+/// whose root is there, and a large file pushed over a link that drops every 2 MB, resumed
+/// from its partial copy there. Nothing is left under a temporary name.
+#[test]
+fn copies_onto_a_fuse_file_system_fall_back_to_temporary_names_by_themselves() {
+    let Some(fuse) = FuseMirror::mount() else {
+        eprintln!("skipped: cannot mount a FUSE file system here (needs bindfs and /dev/fuse)");
+        return;
+    };
+    if fuse.has_unnamed_inodes() {
+        eprintln!("skipped: this FUSE file system makes unnamed inodes: no fallback to test");
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    make_fidelity_tree(&src);
+    make_many_files(&src.join("many"), 300, 3000, 5);
+    let local = fuse.path().join("local");
+    for again in [&[][..], &["--ignore-times"][..]] {
+        let out = cp_local(again, &src, &local);
+        assert_ok(&out, None);
+        assert_trees_equal_with(&src, &local, &CompareOptions::with_root());
+    }
+    let srv = server(&fuse.path().join("root"));
+    let out = cp(&srv, &[], &src, srv.url("pushed"));
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &fuse.path().join("root/pushed"));
+
+    let big = t.path().join("big");
+    let data = random_bytes(12 << 20, 43);
+    std::fs::write(&big, &data).unwrap();
+    let relay = RelayProc::start(srv.addr(), &["--reset-after", "2MB"]);
+    let args = [
+        "--retry-for",
+        "20s",
+        "--streams",
+        "1",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "256KiB",
+        "--json",
+    ];
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &args, &big, relay.url("big")),
+        &[],
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|_| panic!("the push did not end within 120 s"));
+    assert_ok(&out, Some(&srv));
+    let report = parse_json_report(&out.stdout);
+    assert!(report.u64("attempts") >= 2, "{}", describe(&out));
+    assert!(
+        report.u64("bytes_not_sent") > 0,
+        "nothing resumed: {}",
+        describe(&out)
+    );
+    assert_eq!(std::fs::read(fuse.path().join("root/big")).unwrap(), data);
+    let temporary: Vec<String> = walk_names(fuse.backing())
+        .into_iter()
+        .filter(|n| n.contains(".sprat"))
+        .collect();
+    assert!(
+        temporary.is_empty(),
+        "left under temporary names: {temporary:?}"
+    );
+}
+
+/// The names of everything below `dir`.
+fn walk_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        names.push(entry.file_name().to_string_lossy().into_owned());
+        if entry.file_type().unwrap().is_dir() {
+            names.extend(walk_names(&entry.path()));
+        }
+    }
+    names
 }
 
 /// What the plain writer of `sprat bench write` and `copy` keeps: content and links.

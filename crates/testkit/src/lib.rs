@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod compare;
+pub mod fusefs;
 pub mod loopfs;
 pub mod mitm;
 pub mod relay;
@@ -32,6 +33,7 @@ pub use compare::{
     assert_trees_equal, assert_trees_equal_with, diff_snapshots, format_diffs,
     partial_copy_violations, snapshot, walk_tree, CompareOptions, Entry, EntryKind, TreeSnapshot,
 };
+pub use fusefs::FuseMirror;
 pub use loopfs::LoopFs;
 pub use relay::Relay;
 pub use report::{parse_json_report, JsonReport};
