@@ -600,9 +600,11 @@ impl fmt::Display for Report {
             1 => "1 stream".to_string(),
             n => format!("{n} streams"),
         };
+        // A few large files a second read as such, not as 0.
+        let digits = if self.files_per_s < 10.0 { 1 } else { 0 };
         writeln!(
             f,
-            "  {:.1} MB/s, {:.0} files/s over {over}",
+            "  {:.1} MB/s, {:.digits$} files/s over {over}",
             self.mb_per_s, self.files_per_s,
         )?;
         let pct = |s: f64| 100.0 * s / self.seconds;
@@ -752,6 +754,36 @@ mod tests {
             write_s: 0.5,
         };
         assert_eq!(report(stages).bottleneck, "network");
+    }
+
+    #[test]
+    fn a_few_files_a_second_are_shown_with_a_decimal() {
+        let counts = |files| Counts {
+            files,
+            ..Counts::default()
+        };
+        let shown = |files, secs| {
+            let r = Report::new(
+                "push",
+                "a".into(),
+                "b".into(),
+                &counts(files),
+                Duration::from_secs_f64(secs),
+                1,
+                Stages::default(),
+            );
+            r.to_string()
+        };
+        assert!(
+            shown(1, 2.0).contains(", 0.5 files/s over"),
+            "{}",
+            shown(1, 2.0)
+        );
+        assert!(
+            shown(1000, 2.0).contains(", 500 files/s over"),
+            "{}",
+            shown(1000, 2.0)
+        );
     }
 
     #[test]
