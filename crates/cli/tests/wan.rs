@@ -559,6 +559,30 @@ fn a_third_party_copy_asks_its_destination_on_one_connection() {
     }
 }
 
+/// A third-party copy asks its source server what its source is, then for the copy, on one
+/// connection (two before: the copy's request dialled its own), a single file and a tree
+/// alike: through a relay in front of the source goes that connection and nothing else.
+#[test]
+fn a_third_party_copy_asks_its_source_server_on_one_connection() {
+    let t = tmp();
+    let a = server(&t.path().join("a"));
+    let b = server(&t.path().join("b"));
+    tree::make_file(&t.path().join("a/small"), b"four", 0o644);
+    hundred_small_files(&t.path().join("a/tree"));
+    for src in ["small", "tree"] {
+        let relay = sprat_testkit::relay::Relay::start(a.addr());
+        let copy = format!("copy-{src}");
+        let out = cp(&a, &[], relay.url(src), b.url(&copy));
+        assert_ok(&out, Some(&a));
+        let (from, to) = (t.path().join("a").join(src), t.path().join("b").join(&copy));
+        match src {
+            "small" => assert_eq!(std::fs::read(&to).unwrap(), b"four"),
+            _ => assert_trees_equal(&from, &to),
+        }
+        assert_eq!(relay.connections(), 1, "{src}: {}", describe(&out));
+    }
+}
+
 /// A busy server's hello comes after the client's grace even on a short path, so the client
 /// starts wide, as on a long path. Once the `Opened` shows the path is short, a push retires
 /// the streams the path does not need instead of keeping 32 connections to that server.

@@ -962,7 +962,7 @@ impl Conn {
 
     /// Whether the peer has closed (or reset) its side of the connection: asked of the
     /// kernel, without waiting and without reading.
-    fn hung_up(&self) -> bool {
+    pub(crate) fn hung_up(&self) -> bool {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
         let mut fds = [PollFd::new(&self.stream, PollFlags::RDHUP)];
         let now = Timespec {

@@ -140,8 +140,9 @@ pub fn into_directory(
         Endpoint::Remote { addr, path, .. } => {
             use sprat_proto::namespace::NsKind;
             let name = path.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec);
+            // Its connection is kept for the copy the client asks of this server next.
             let is_file = !path.is_empty()
-                && super::remote::stat(addr, key, path)
+                && super::remote::stat_keeping(addr, key, path)
                     .is_ok_and(|e| matches!(e.kind, NsKind::File | NsKind::Special));
             (is_file, name)
         }

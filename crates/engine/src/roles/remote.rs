@@ -321,16 +321,22 @@ fn stat_reply(conn: &mut Conn) -> Result<NsEntry, TransferError> {
 }
 
 /// A connection whose request was answered, kept for the next request to the same server:
-/// a third-party copy asks its destination what it is, then for a ticket (see
-/// [`stat_keeping`] and [`third_party`]); a push of a single file asks the same, then lists
-/// the destination for its check. Two round trips are saved on a long path.
+/// a third-party copy asks both servers what its source and destination are, then the
+/// destination for a ticket and the source for the copy (see [`stat_keeping`] and
+/// [`third_party`]); a push of a single file asks what DST is, then lists it for its check.
+/// Each later request saves the connect and handshake of a new connection: two or three
+/// round trips on a long path.
 struct Kept {
     addr: String,
     since: Instant,
     conn: Conn,
 }
 
-static KEPT: std::sync::Mutex<Option<Kept>> = std::sync::Mutex::new(None);
+/// The connections kept, at most [`KEPT_MOST`]; the oldest goes first.
+static KEPT: std::sync::Mutex<Vec<Kept>> = std::sync::Mutex::new(Vec::new());
+
+/// Most connections kept at once (a third-party copy keeps one to each server).
+const KEPT_MOST: usize = 4;
 
 /// How long a kept connection may wait for its next request: well within a server's idle
 /// timeout.
@@ -347,7 +353,11 @@ pub(crate) fn stat_keeping(
     let mut conn = stat_request(addr, key, path)?;
     let answer = stat_reply(&mut conn);
     if matches!(answer, Ok(_) | Err(TransferError::Remote { .. })) {
-        *crate::sync::lock(&KEPT) = Some(Kept {
+        let mut kept = crate::sync::lock(&KEPT);
+        if kept.len() >= KEPT_MOST {
+            kept.remove(0);
+        }
+        kept.push(Kept {
             addr: addr.to_string(),
             since: Instant::now(),
             conn,
@@ -356,11 +366,13 @@ pub(crate) fn stat_keeping(
     answer
 }
 
-/// The connection kept for `addr`, if there is one and it is fresh; anything else kept is
-/// dropped.
+/// A connection kept for `addr` that is fresh and that the server has not closed, if there is
+/// one; stale ones are dropped.
 fn take_kept(addr: &str) -> Option<Conn> {
-    let kept = crate::sync::lock(&KEPT).take()?;
-    (kept.addr == addr && kept.since.elapsed() < KEPT_FRESH).then_some(kept.conn)
+    let mut kept = crate::sync::lock(&KEPT);
+    kept.retain(|k| k.since.elapsed() < KEPT_FRESH && !k.conn.hung_up());
+    let at = kept.iter().position(|k| k.addr == addr)?;
+    Some(kept.remove(at).conn)
 }
 
 /// `req` asked of the server at `addr`, and the first message of its answer (an `Error` as
@@ -483,23 +495,28 @@ pub fn third_party(
     // The destination's place goes back at once: a server of one or two places needs it for
     // the source server's connections.
     let (ticket, dest_key) = ticket(dst_addr, key, dst_path)?;
-    let mut src = request(
-        src_addr,
-        key,
-        Request::SendTo {
-            path: src_path.to_vec(),
-            addr: dst_addr.to_string(),
-            ticket,
-            dest: dst_path.to_vec(),
-            streams: options.streams.map_or(0, |n| n as u16),
-            durable: options.durable,
-            check: options.skip.as_check(),
-            meta: options.meta_flags(),
-            stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
-            dest_key,
-            selection: crate::config::wire_selection(&options.selection),
-        },
-    )?;
+    let send_to = Request::SendTo {
+        path: src_path.to_vec(),
+        addr: dst_addr.to_string(),
+        ticket,
+        dest: dst_path.to_vec(),
+        streams: options.streams.map_or(0, |n| n as u16),
+        durable: options.durable,
+        check: options.skip.as_check(),
+        meta: options.meta_flags(),
+        stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,
+        dest_key,
+        selection: crate::config::wire_selection(&options.selection),
+    };
+    // On the connection that asked what the source is, if it is still there: it is
+    // authenticated, and the server proved the token on it (a ticket goes only to such a one).
+    let mut src = match take_kept(src_addr) {
+        Some(mut conn) => {
+            conn.send(&Message::Request(send_to))?;
+            conn
+        }
+        None => request(src_addr, key, send_to)?,
+    };
     let mut counts = Counts::default();
     let stats = loop {
         match src.recv_control()? {
