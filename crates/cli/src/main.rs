@@ -866,6 +866,8 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let named_dst = dst.clone();
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
+    // Asking what DST is may be the first a server proves itself (see `servers_proved_before`).
+    let servers_proved_before = sprat_engine::servers_proved();
     // A copy follows at once unless this is a dry run or the end of a plan.
     let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
     dst = sprat_engine::into_directory(
@@ -944,6 +946,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
+    options.servers_proved_before = Some(servers_proved_before);
     if a.one_file_system && matches!(src, Endpoint::Remote { .. }) {
         anyhow::bail!(TransferError::Usage(
             "-x/--one-file-system is for a local copy or a push: a pull's source is scanned by \

@@ -987,6 +987,49 @@ fn a_copy_longer_than_retry_for_is_still_retried_while_it_progresses() {
     assert_trees_equal(&src, &root.join("dst"));
 }
 
+/// A single large file pushed to a server met for the first time, over a link that drops
+/// every 2 MB: the server proved itself while the client asked what DST is, before the first
+/// run, and the first run's loss is retried like any other. Before, the client took the
+/// server for one never reached and gave up at once (exit 4), as the push's session had been
+/// dialled during that question.
+#[test]
+fn a_single_file_pushed_to_a_new_server_over_a_dropping_link_is_retried() {
+    let t = tmp();
+    let big = t.path().join("big");
+    let data = tree::random_bytes(12 << 20, 47);
+    std::fs::write(&big, &data).unwrap();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    // The server's first bytes come late on every connection: the question and the
+    // session's connection both finish their first contact before the first run.
+    let relay = RelayProc::start(
+        srv.addr(),
+        &["--reset-after", "2MB", "--slow-hello", "50ms"],
+    );
+    let args = [
+        "--retry-for",
+        "20s",
+        "--streams",
+        "1",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "256KiB",
+        "--json",
+    ];
+    let out = run_sprat_timeout(
+        bin(),
+        cp_args(Some(&srv), &args, &big, relay.url("big")),
+        &[],
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|_| panic!("the push did not end within 120 s"));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let attempts = sprat_testkit::parse_json_report(&out.stdout).u64("attempts");
+    assert!(attempts >= 2, "{attempts} attempts");
+    assert_eq!(std::fs::read(root.join("big")).unwrap(), data);
+}
+
 /// `--checksum` over a link that drops every 2 MB: a large file of 12 MiB is resumed from
 /// what the earlier attempts of the same run wrote (a partial file of this very version of
 /// the source), and the copy completes. Before, `--checksum` sent it whole every time, each

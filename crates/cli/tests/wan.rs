@@ -908,8 +908,8 @@ fn a_small_pull_over_a_long_path_spreads_its_first_batches_over_the_streams() {
 /// connection, lists the destination on that same connection, and carries its session on a
 /// second one dialled meanwhile: two connections for a small file (three before: the listing
 /// had one of its own, and the session was dialled once the answer was in), whether the file
-/// goes to a new name or into an existing directory. A large file's session still starts all
-/// its streams at once on such a path.
+/// goes to a new name or into an existing directory (`DST` or `DST/`). A large file's session
+/// still starts all its streams at once on such a path.
 #[test]
 fn a_single_file_pushed_over_a_long_path_asks_lists_and_sends_on_two_connections() {
     let t = tmp();
@@ -917,7 +917,13 @@ fn a_single_file_pushed_over_a_long_path_asks_lists_and_sends_on_two_connections
     tree::make_file(&small, b"four", 0o644);
     let srv = server(&t.path().join("root"));
     std::fs::create_dir_all(t.path().join("root/dir")).unwrap();
-    for (n, dst, lands) in [(0, "new", "new"), (1, "dir", "dir/small")] {
+    std::fs::create_dir_all(t.path().join("root/other")).unwrap();
+    let pushes = [
+        (0, "new", "new"),
+        (1, "dir", "dir/small"),
+        (2, "other/", "other/small"),
+    ];
+    for (n, dst, lands) in pushes {
         let log = t.path().join(format!("relay{n}.log"));
         let relay = RelayProc::start_logged(srv.addr(), &["--delay", "15ms"], &log);
         let out = cp(&srv, &[], &small, relay.url(dst));

@@ -99,9 +99,10 @@ impl Endpoint {
 /// asked what it is (one request) when DST is remote too (the two asked at once); a pull
 /// without `DST/` finds out from the server's answer.
 ///
-/// With `dial_ahead` (the copy follows at once), a push of a single file dials its session
-/// while the server is asked, and the listing of its destination goes on the connection
-/// that asked.
+/// With `dial_ahead` (the copy follows at once), a push whose destination the server is
+/// asked about dials its session meanwhile. The connection that asked is kept for what the
+/// copy asks next of that server: a push's listing of its destination, a third-party copy's
+/// ticket.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
@@ -109,9 +110,19 @@ pub fn into_directory(
     (into, contents): (bool, bool),
     dial_ahead: Option<DialAhead>,
 ) -> Result<Endpoint, TransferError> {
+    let push = matches!(src, Endpoint::Local(_));
+    let dial_session = |dst: &Endpoint| {
+        if let (Some(ahead), Endpoint::Remote { addr, .. }, true) = (dial_ahead, dst, push) {
+            crate::session::client::dial_ahead(addr, key, ahead.tcp_buffer);
+        }
+    };
     if into {
         return match src.name().filter(|_| !contents) {
-            Some(name) => no_link_at(inside(dst, &name), key),
+            Some(name) => {
+                let dst = inside(dst, &name);
+                dial_session(&dst);
+                no_link_at(dst, key)
+            }
             None => Ok(dst),
         };
     }
@@ -126,7 +137,7 @@ pub fn into_directory(
             let (tx, rx) = std::sync::mpsc::channel();
             let (dst, key) = (dst.clone(), key.clone());
             // Its connection is kept for the ticket the copy asks for next.
-            std::thread::spawn(move || tx.send(is_directory(&dst, &key, true)));
+            std::thread::spawn(move || tx.send(is_directory(&dst, &key)));
             Some(rx)
         }
         _ => None,
@@ -150,14 +161,10 @@ pub fn into_directory(
     let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
         return Ok(dst);
     };
-    let push = matches!(src, Endpoint::Local(_));
-    if let (Some(ahead), Endpoint::Remote { addr, .. }, true) = (dial_ahead, &dst, push) {
-        crate::session::client::dial_ahead(addr, key, ahead.tcp_buffer);
-    }
+    dial_session(&dst);
     let inside = match dst_asked {
         Some(asked) => asked.recv().unwrap_or(false),
-        // A push's listing of its destination goes on the connection kept.
-        None => is_directory(&dst, key, push),
+        None => is_directory(&dst, key),
     };
     if !inside {
         return Ok(dst);
@@ -180,7 +187,8 @@ fn no_link_at(dst: Endpoint, key: &Credentials) -> Result<Endpoint, TransferErro
         Endpoint::Local(p) => std::fs::read_link(p)
             .ok()
             .map(|t| t.into_os_string().into_vec()),
-        Endpoint::Remote { addr, path, .. } => super::remote::stat(addr, key, path)
+        // Its connection is kept for what the copy asks next (see `into_directory`).
+        Endpoint::Remote { addr, path, .. } => super::remote::stat_keeping(addr, key, path)
             .ok()
             .filter(|e| e.kind == sprat_proto::namespace::NsKind::Symlink)
             .map(|e| e.target),
@@ -208,17 +216,13 @@ fn inside(dst: Endpoint, name: &[u8]) -> Endpoint {
     }
 }
 
-/// Whether `ep` is a directory (a server's is asked; a symlink to one counts locally only).
-fn is_directory(ep: &Endpoint, key: &Credentials, keep: bool) -> bool {
+/// Whether `ep` is a directory (a server's is asked, its connection kept for what the copy
+/// asks next; a symlink to one counts locally only).
+fn is_directory(ep: &Endpoint, key: &Credentials) -> bool {
     match ep {
         Endpoint::Local(d) => std::fs::metadata(d).is_ok_and(|m| m.is_dir()),
-        Endpoint::Remote { addr, path, .. } => {
-            let stat = match keep {
-                true => super::remote::stat_keeping,
-                false => super::remote::stat,
-            };
-            stat(addr, key, path).is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir)
-        }
+        Endpoint::Remote { addr, path, .. } => super::remote::stat_keeping(addr, key, path)
+            .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir),
     }
 }
 
@@ -290,7 +294,8 @@ pub fn copy_retrying(
         let now = options.progress.snapshot();
         now.files_done > now.files_skipped || now.bytes_done > now.bytes_skipped
     };
-    let report = super::retry::retrying(options.retry_for, notify, &progressed, || {
+    let limits = (options.retry_for, options.servers_proved_before);
+    let report = super::retry::retrying(limits, notify, &progressed, || {
         let these = narrowed.as_ref().unwrap_or(options);
         if let Some(gone) = options.transport.gone() {
             return Err(gone);
