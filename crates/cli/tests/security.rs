@@ -809,6 +809,34 @@ fn a_push_that_cannot_list_its_destination_never_overwrites_what_its_rule_keeps(
     }
 }
 
+/// A single file pushed to a server of one place: the connection that asked what DST is
+/// (kept for the push's listing) gives its place back for the session, also when the push
+/// lists nothing (`-I`), so the push goes in one run.
+#[test]
+fn a_single_file_pushed_to_a_server_of_one_place_goes_in_one_run() {
+    let l = Layout::new();
+    fs::create_dir_all(&l.src).unwrap();
+    make_file(&l.src.join("a"), b"one file", 0o644);
+    let opts = ServerOptions {
+        extra_args: vec!["--max-connections".into(), "1".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&l.root, &opts);
+    for (n, rule) in ["--checksum", "-I", "-u"].into_iter().enumerate() {
+        let name = format!("a{n}");
+        let args = cp_args(
+            Some(&srv),
+            &[rule, "--retry-for", "0s"],
+            &l.src.join("a"),
+            srv.url(&name),
+        );
+        let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
+            .expect("a push to a server of one place hung");
+        assert_ok(&out, Some(&srv));
+        assert_eq!(fs::read(l.root.join(&name)).unwrap(), b"one file", "{rule}");
+    }
+}
+
 /// Sets the mtime of `path` to `sec` seconds after the epoch.
 fn filetime_set(path: &std::path::Path, sec: u64) {
     let when = std::time::UNIX_EPOCH + Duration::from_secs(sec);

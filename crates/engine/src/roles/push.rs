@@ -206,8 +206,11 @@ pub(crate) fn start_source(
                 }
                 false => source::Skip { early, ..s },
             });
-            if let Some(s) = &skip {
-                skipped = s.counts.clone();
+            match &skip {
+                Some(s) => skipped = s.counts.clone(),
+                // No listing: the connection that asked what DST is goes (see
+                // `remote::stat_keeping`), its place free for the session.
+                None => remote::release_kept(addr),
             }
             if defer_namespace {
                 source::start_deferring(source, options, skip)?

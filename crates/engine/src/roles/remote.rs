@@ -375,6 +375,12 @@ fn take_kept(addr: &str) -> Option<Conn> {
     Some(kept.remove(at).conn)
 }
 
+/// Closes the connections kept for `addr`: for a copy that will ask nothing more of that
+/// server on them (each holds one of the server's places).
+pub(crate) fn release_kept(addr: &str) {
+    crate::sync::lock(&KEPT).retain(|k| k.addr != addr);
+}
+
 /// `req` asked of the server at `addr`, and the first message of its answer (an `Error` as
 /// an error), with the connection for the rest: on the connection kept for `addr` if there
 /// is one (see [`Kept`]), else on a new one, or on a new one too when the kept one turns out
