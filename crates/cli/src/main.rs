@@ -864,34 +864,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     let key = launched.credentials.clone();
     let (src, mut dst) = (launched.endpoints[0].clone(), launched.endpoints[1].clone());
     let named_dst = dst.clone();
-    // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
-    // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
-    // Asking what DST is may be the first a server proves itself (see `servers_proved_before`).
-    let servers_proved_before = sprat_engine::servers_proved();
-    // A copy follows at once unless this is a dry run or the end of a plan.
-    let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
-    dst = sprat_engine::into_directory(
-        &src,
-        dst,
-        &key,
-        (
-            names_a_directory_to_copy_into(a.dst.as_bytes()),
-            names_its_contents(a.src.as_bytes()),
-        ),
-        copy_follows.then_some(sprat_engine::DialAhead {
-            tcp_buffer: a.tuning.tcp_buffer.0,
-        }),
-    )?;
     let over_ssh = !launched.servers.is_empty();
-    let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
-    // Into `DST/`: shown as DST/NAME, where the copy goes.
-    if let Some(name) = dst.name().filter(|_| dst != named_dst) {
-        let name = String::from_utf8_lossy(&name);
-        let dir = dst_shown.trim_end_matches('/');
-        // `HOST:` is the remote home: `HOST:NAME`, not `HOST:/NAME`.
-        let slash = if dir.ends_with(':') { "" } else { "/" };
-        dst_shown = format!("{dir}{slash}{name}");
-    }
     preserve_modes_exactly();
     let network = !matches!((&src, &dst), (Endpoint::Local(_), Endpoint::Local(_)));
     if let Endpoint::Local(p) = &src {
@@ -946,7 +919,6 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     options.selection = selection;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
-    options.servers_proved_before = Some(servers_proved_before);
     if a.one_file_system && matches!(src, Endpoint::Remote { .. }) {
         anyhow::bail!(TransferError::Usage(
             "-x/--one-file-system is for a local copy or a push: a pull's source is scanned by \
@@ -979,6 +951,31 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         if !options.stall_timeout.is_zero() {
             options.stall_timeout = options.stall_timeout.max(paced);
         }
+    }
+    // Asked once the command line is known good: a push's session is dialled meanwhile.
+    options.validate()?;
+    // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
+    // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
+    // A copy follows at once unless this is a dry run or the end of a plan.
+    let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
+    dst = sprat_engine::into_directory(
+        &src,
+        dst,
+        &key,
+        names_a_directory_to_copy_into(a.dst.as_bytes()),
+        names_its_contents(a.src.as_bytes()),
+        copy_follows.then_some(sprat_engine::DialAhead {
+            tcp_buffer: a.tuning.tcp_buffer.0,
+        }),
+    )?;
+    let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
+    // Into `DST/`: shown as DST/NAME, where the copy goes.
+    if let Some(name) = dst.name().filter(|_| dst != named_dst) {
+        let name = String::from_utf8_lossy(&name);
+        let dir = dst_shown.trim_end_matches('/');
+        // `HOST:` is the remote home: `HOST:NAME`, not `HOST:/NAME`.
+        let slash = if dir.ends_with(':') { "" } else { "/" };
+        dst_shown = format!("{dir}{slash}{name}");
     }
     if verbose && !a.quiet && (!a.json || a.json_events) {
         // The source's own name: what `-v` shows for a single file copied.

@@ -25,11 +25,6 @@ pub struct TransferOptions {
     /// connection of its own beside it: for a server that admits one connection at a time
     /// from this address (set by the retry after a busy refusal).
     pub list_first: bool,
-    /// Servers that had proved themselves in this process when the command began, before it
-    /// asked a server what its destination is (see `net::servers_proved`): a first run that
-    /// fails after one proved itself since is retried, its server known to be there. `None`:
-    /// counted from the first run.
-    pub servers_proved_before: Option<u64>,
     /// Socket send and receive buffer to request; `None`: the best the host allows (kernel
     /// autotuning unless explicit buffers reach a larger window).
     pub tcp_buffer: Option<u64>,
@@ -141,7 +136,6 @@ impl Default for TransferOptions {
         TransferOptions {
             streams: None,
             list_first: false,
-            servers_proved_before: None,
             tcp_buffer: None,
             batch_size: NETWORK_BATCH_SIZE,
             batch_files: 1024,

@@ -50,9 +50,7 @@ pub use roles::ssh;
 // What the cli and the measurement tools need from the layers below, so that they import the
 // engine only.
 pub use net::known_servers::KnownServers;
-pub use net::{
-    servers_proved, Credentials, Fingerprint, ServerAccess, ServerIdentity, ServerTls, Trust,
-};
+pub use net::{Credentials, Fingerprint, ServerAccess, ServerIdentity, ServerTls, Trust};
 pub use sprat_proto::auth::TokenKey;
 pub use sprat_proto::namespace::{NsEntry, NsKind, NsOwner, Request, SumAlgo};
 pub use sprat_proto::ErrorCode;

@@ -65,32 +65,6 @@ impl ServerCertVerifier for AcceptAny {
     }
 }
 
-/// A TLS 1.3 client configuration that accepts whatever key a server presents.
-fn accepting_any(provider: Arc<rustls::crypto::CryptoProvider>) -> Arc<rustls::ClientConfig> {
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
-    Arc::new(config)
-}
-
-/// Connects to `target`, completes a TLS handshake, and closes the connection (with TLS's
-/// close_notify) without a byte of sprat: what a client does with a connection it dialled and
-/// then had no use for.
-pub fn handshake_and_leave(target: SocketAddr) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let name = ServerName::try_from("sprat").expect("a server name");
-    let mut tls = rustls::ClientConnection::new(accepting_any(provider), name).expect("a client");
-    let mut tcp = TcpStream::connect(target).expect("connect");
-    while tls.is_handshaking() {
-        tls.complete_io(&mut tcp).expect("the TLS handshake");
-    }
-    tls.send_close_notify();
-    let _ = tls.complete_io(&mut tcp);
-}
-
 impl Mitm {
     /// Listens on 127.0.0.1 and forwards every connection to `target` through two TLS sessions.
     pub fn start(target: SocketAddr) -> Mitm {
@@ -110,7 +84,13 @@ impl Mitm {
             .with_cert_resolver(Arc::new(
                 rustls::server::AlwaysResolvesServerRawPublicKeys::new(Arc::new(certified)),
             ));
-        let (server_config, client_config) = (Arc::new(server_config), accepting_any(provider));
+        let client_config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+            .with_no_client_auth();
+        let (server_config, client_config) = (Arc::new(server_config), Arc::new(client_config));
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the MITM");
         let addr = listener.local_addr().expect("its address");
         listener

@@ -988,15 +988,13 @@ impl Conn {
 /// Runs the server side of the handshake on a new connection (feeding a
 /// [`ServerStream`]); `keys` are the server's tokens, `tickets` one-time keys also accepted.
 /// Returns the connection's machine, now waiting for its first message, and the credential
-/// the client proved; a client that failed is refused (with `Error`) here. `None`: the client
-/// closed the connection after the TLS handshake without a word, as a client does with a
-/// stream its session no longer needs (not a failed authentication: it tried none).
+/// the client proved; a client that failed is refused (with `Error`) here.
 pub fn accept(
     conn: &mut Conn,
     keys: &ServerKeys,
     tickets: Vec<TokenKey>,
     tls: &ServerTls,
-) -> Result<Option<(ServerStream, Credential)>, TransferError> {
+) -> Result<(ServerStream, Credential), TransferError> {
     let started = Instant::now();
     let auth_error = |conn: &Conn, why: String| TransferError::Auth {
         peer: conn.peer.clone(),
@@ -1033,27 +1031,19 @@ pub fn accept(
     if encrypted {
         machine = machine.bound();
     }
-    let mut heard = false;
     loop {
         conn.read_until(machine.deadline());
-        let msg = match conn.recv_small() {
-            Ok(msg) => msg,
-            Err(TransferError::ConnectionLost { .. }) if encrypted && !heard && conn.hung_up() => {
-                return Ok(None)
-            }
-            Err(e) => return Err(e),
-        };
-        heard = true;
+        let msg = conn.recv_small()?;
         match machine.on_message(msg, Instant::now()) {
             Ok(server_session::Event::Reply(reply)) => conn.send(&reply)?,
             Ok(server_session::Event::Authenticated(credential)) => {
                 conn.read_until(machine.deadline());
-                return Ok(Some((machine, credential)));
+                return Ok((machine, credential));
             }
             Ok(server_session::Event::Greeted { reply, credential }) => {
                 conn.send(&reply)?;
                 conn.read_until(machine.deadline());
-                return Ok(Some((machine, credential)));
+                return Ok((machine, credential));
             }
             Ok(server_session::Event::Unprovable(reply)) => {
                 conn.refuse_with(&reply);

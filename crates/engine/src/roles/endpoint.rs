@@ -102,12 +102,13 @@ impl Endpoint {
 /// With `dial_ahead` (the copy follows at once), a push whose destination the server is
 /// asked about dials its session meanwhile. The connection that asked is kept for what the
 /// copy asks next of that server: a push's listing of its destination, a third-party copy's
-/// ticket.
+/// ticket and its request of the copy.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
     key: &Credentials,
-    (into, contents): (bool, bool),
+    into: bool,
+    contents: bool,
     dial_ahead: Option<DialAhead>,
 ) -> Result<Endpoint, TransferError> {
     let push = matches!(src, Endpoint::Local(_));
@@ -294,8 +295,7 @@ pub fn copy_retrying(
         let now = options.progress.snapshot();
         now.files_done > now.files_skipped || now.bytes_done > now.bytes_skipped
     };
-    let limits = (options.retry_for, options.servers_proved_before);
-    let report = super::retry::retrying(limits, notify, &progressed, || {
+    let report = super::retry::retrying(options.retry_for, notify, &progressed, || {
         let these = narrowed.as_ref().unwrap_or(options);
         if let Some(gone) = options.transport.gone() {
             return Err(gone);

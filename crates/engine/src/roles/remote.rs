@@ -1,7 +1,7 @@
 //! Namespace operations from the client side: each is one request and one (possibly streamed)
-//! reply on a fresh authenticated connection (but a third-party copy's ticket, asked on the
-//! connection that asked what its destination is, see [`Kept`]), and third-party transfers,
-//! where this client directs one server to push a tree straight to another.
+//! reply on an authenticated connection, a fresh one or one kept from the copy's question of
+//! what its source or destination is (see [`Kept`]), and third-party transfers, where this
+//! client directs one server to push a tree straight to another.
 
 use crate::config::{Selection, TransferOptions};
 use crate::error::TransferError;

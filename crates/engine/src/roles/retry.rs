@@ -70,18 +70,17 @@ fn backoff(attempt: u32) -> Duration {
 /// retried like a short one, and `retry_for` bounds the time without progress.
 /// A first run that never completed a handshake with a sprat server is not retried: a wrong
 /// address, a server that is not there or a peer that is not sprat is reported at once, as
-/// any tool would; once a server has proved itself (since `proved_before` of
-/// `net::servers_proved`, else since the first run began), its going away (a restart, a lost
-/// link) is waited for.
+/// any tool would; once a server has proved itself, its going away (a restart, a lost link)
+/// is waited for.
 pub(crate) fn retrying(
-    (retry_for, proved_before): (Duration, Option<u64>),
+    retry_for: Duration,
     notify: &mut dyn FnMut(&Notice),
     progressed: &dyn Fn() -> bool,
     mut run: impl FnMut() -> Result<Report, TransferError>,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     let mut attempt = 1;
-    let proved_before = proved_before.unwrap_or_else(crate::net::servers_proved);
+    let proved_before = crate::net::servers_proved();
     // The report of the runs since the last one cut short, which completed with files to
     // send again; and when the run after that started.
     let mut earlier: Option<Report> = None;
@@ -199,7 +198,7 @@ mod tests {
         let mut notices = Vec::new();
         let mut runs = 0;
         let out = retrying(
-            (Duration::from_secs(600), None),
+            Duration::from_secs(600),
             &mut |n| notices.push(n.to_string()),
             &|| false,
             || {
@@ -218,22 +217,17 @@ mod tests {
         );
         // Damaged every time: three runs, then the report says so.
         let mut runs = 0;
-        let out = retrying(
-            (Duration::from_secs(600), None),
-            &mut |_| {},
-            &|| false,
-            || {
-                runs += 1;
-                Ok(report(&[("f", damaged)]))
-            },
-        )
+        let out = retrying(Duration::from_secs(600), &mut |_| {}, &|| false, || {
+            runs += 1;
+            Ok(report(&[("f", damaged)]))
+        })
         .unwrap();
         assert_eq!((runs, out.failed), (MAX_RUNS_FOR_FAILED_FILES, 1));
         // Failures another run cannot fix, or no --retry-for: one run.
         for (failures, retry_for) in [(&[("u", unreadable)][..], 600), (&[("f", damaged)][..], 0)] {
             let mut runs = 0;
             let out = retrying(
-                (Duration::from_secs(retry_for), None),
+                Duration::from_secs(retry_for),
                 &mut |_| {},
                 &|| false,
                 || {
@@ -257,7 +251,7 @@ mod tests {
     fn errors_another_run_cannot_fix_end_the_transfer_at_once() {
         let mut runs = 0;
         let out = retrying(
-            (Duration::from_secs(600), None),
+            Duration::from_secs(600),
             &mut |_| panic!("no retry"),
             &|| false,
             || {
@@ -272,7 +266,7 @@ mod tests {
         assert_eq!(runs, 1);
         // Nobody listening on the first run: reported at once.
         let out = retrying(
-            (Duration::from_secs(600), None),
+            Duration::from_secs(600),
             &mut |_| panic!("no retry"),
             &|| false,
             || {
@@ -289,7 +283,7 @@ mod tests {
     fn a_lost_connection_is_retried_until_the_deadline_then_given_up() {
         let mut notices = Vec::new();
         let out = retrying(
-            (Duration::from_millis(1500), None),
+            Duration::from_millis(1500),
             &mut |n| notices.push(n.to_string()),
             &|| false,
             || {

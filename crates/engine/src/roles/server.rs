@@ -658,11 +658,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
     };
     let authenticated = net::accept(&mut conn, &shared.exports.keys, keys, &shared.tls);
     let (machine, access) = match authenticated {
-        Ok(None) => {
-            tracing::debug!(peer = %conn.peer, "closed after the TLS handshake without a word");
-            return;
-        }
-        Ok(Some((m, Credential::Ticket(i)))) => {
+        Ok((m, Credential::Ticket(i))) => {
             let Some(&(id, export)) = ids.get(i) else {
                 return;
             };
@@ -672,7 +668,7 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             };
             (m, access)
         }
-        Ok(Some((m, credential))) => {
+        Ok((m, credential)) => {
             let access = Access {
                 reach: shared.exports.reach_of(credential),
                 ticket: None,

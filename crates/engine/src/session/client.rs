@@ -88,8 +88,9 @@ struct DialledAhead {
 static AHEAD: Mutex<Option<DialledAhead>> = Mutex::new(None);
 
 /// How long a connection dialled ahead may wait for its session: well within the time a
-/// server gives a connection to say what it is for.
-const AHEAD_FRESH: Duration = Duration::from_secs(5);
+/// server gives a new connection for its first message (`sprat_proto::session::
+/// CLIENT_HELLO_PATIENCE`, 5 s); a session opened later dials its own.
+const AHEAD_FRESH: Duration = Duration::from_secs(3);
 
 /// Starts dialling the control connection of a push to `addr` now, for the next session
 /// [`open`]s there: a push of a single file first asks the server whether its destination
@@ -178,7 +179,9 @@ pub(crate) fn open(
         let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
         joining.extend((joining.len()..wide).map(|_| join_beside()));
     };
-    let dialled = take_ahead(addr, buffer, direction).unwrap_or_else(|| {
+    let ahead = take_ahead(addr, buffer, direction);
+    let dialled_ahead = ahead.is_some();
+    let dialled = ahead.unwrap_or_else(|| {
         let (dialled_tx, dialled) = bounded(1);
         let (addr, key) = (addr.to_string(), key.clone());
         std::thread::spawn(move || {
@@ -206,6 +209,12 @@ pub(crate) fn open(
                 .map_err(|_| TransferError::Local("the connecting thread failed".into()))?
         }
     }?;
+    // A server that proved itself (or showed its pinned key) on a connection dialled before
+    // this run began proved itself to this run: a run that then fails is retried as one
+    // whose own connection got that far (see `retry::retrying`).
+    if dialled_ahead {
+        net::server_proved();
+    }
     // The server's hello came two round trips after the dialling began (the TCP handshake,
     // then the hellos): the streams a path this long wants join now, beside the `Open`.
     let rtt = control.rtt();
