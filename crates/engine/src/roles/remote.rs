@@ -367,11 +367,13 @@ pub(crate) fn stat_keeping(
 }
 
 /// A connection kept for `addr` that is fresh and that the server has not closed, if there is
-/// one; stale ones are dropped.
+/// one; stale ones are dropped. Its server proved itself on it, before the run that now takes
+/// it: counted again for that run (see `retry::retrying`), as a new connection would be.
 fn take_kept(addr: &str) -> Option<Conn> {
     let mut kept = crate::sync::lock(&KEPT);
     kept.retain(|k| k.since.elapsed() < KEPT_FRESH && !k.conn.hung_up());
     let at = kept.iter().position(|k| k.addr == addr)?;
+    net::server_proved();
     Some(kept.remove(at).conn)
 }
 
