@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use sprat_testkit::run::{run_sprat, run_sprat_timeout, spawn_sprat};
+use sprat_testkit::run::{run_sprat, spawn_sprat};
 use sprat_testkit::server::{Server, ServerOptions};
 use sprat_testkit::{assert_trees_equal, tree, Tmpfs};
 use std::net::SocketAddr;
@@ -1006,24 +1006,7 @@ fn a_single_file_pushed_to_a_new_server_over_a_dropping_link_is_retried() {
         srv.addr(),
         &["--reset-after", "2MB", "--slow-hello", "50ms"],
     );
-    let args = [
-        "--retry-for",
-        "20s",
-        "--streams",
-        "1",
-        "--small-file-threshold",
-        "1MiB",
-        "--chunk-size",
-        "256KiB",
-        "--json",
-    ];
-    let out = run_sprat_timeout(
-        bin(),
-        cp_args(Some(&srv), &args, &big, relay.url("big")),
-        &[],
-        Duration::from_secs(120),
-    )
-    .unwrap_or_else(|_| panic!("the push did not end within 120 s"));
+    let out = common::copy_over_a_dropping_link(&srv, &[], &big, relay.url("big"));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let attempts = sprat_testkit::parse_json_report(&out.stdout).u64("attempts");
     assert!(attempts >= 2, "{attempts} attempts");
@@ -1045,25 +1028,7 @@ fn checksum_resumes_a_large_file_across_its_own_retries() {
     let root = t.path().join("root");
     let srv = server(&root);
     let relay = RelayProc::start(srv.addr(), &["--reset-after", "2MB"]);
-    let args = [
-        "--checksum",
-        "--retry-for",
-        "20s",
-        "--streams",
-        "1",
-        "--small-file-threshold",
-        "1MiB",
-        "--chunk-size",
-        "256KiB",
-        "--json",
-    ];
-    let out = run_sprat_timeout(
-        bin(),
-        cp_args(Some(&srv), &args, &src, relay.url("dst")),
-        &[],
-        Duration::from_secs(120),
-    )
-    .unwrap_or_else(|_| panic!("the copy did not end within 120 s"));
+    let out = common::copy_over_a_dropping_link(&srv, &["--checksum"], &src, relay.url("dst"));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(std::fs::read(root.join("dst/big")).unwrap(), data);
 }

@@ -10,10 +10,8 @@ use common::{
 };
 use sprat_testkit::{
     assert_trees_equal, assert_trees_equal_with, describe, make_fidelity_tree, make_many_files,
-    parse_json_report, random_bytes, run_sprat, run_sprat_timeout, CompareOptions, FuseMirror,
-    ServerOptions,
+    parse_json_report, random_bytes, run_sprat, CompareOptions, FuseMirror, ServerOptions,
 };
-use std::time::Duration;
 
 fn syncs(stdout: &[u8]) -> (bool, u64) {
     let r = parse_json_report(stdout);
@@ -127,24 +125,7 @@ fn copies_onto_a_fuse_file_system_fall_back_to_temporary_names_by_themselves() {
     let data = random_bytes(12 << 20, 43);
     std::fs::write(&big, &data).unwrap();
     let relay = RelayProc::start(srv.addr(), &["--reset-after", "2MB"]);
-    let args = [
-        "--retry-for",
-        "20s",
-        "--streams",
-        "1",
-        "--small-file-threshold",
-        "1MiB",
-        "--chunk-size",
-        "256KiB",
-        "--json",
-    ];
-    let out = run_sprat_timeout(
-        bin(),
-        cp_args(Some(&srv), &args, &big, relay.url("big")),
-        &[],
-        Duration::from_secs(120),
-    )
-    .unwrap_or_else(|_| panic!("the push did not end within 120 s"));
+    let out = common::copy_over_a_dropping_link(&srv, &[], &big, relay.url("big"));
     assert_ok(&out, Some(&srv));
     let report = parse_json_report(&out.stdout);
     assert!(report.u64("attempts") >= 2, "{}", describe(&out));

@@ -436,6 +436,31 @@ pub fn is_root() -> bool {
 /// with a partial copy and a journal) in a test's few MiB.
 pub const CHUNKED: [&str; 4] = ["--small-file-threshold", "1MiB", "--chunk-size", "1MiB"];
 
+/// Runs `sprat cp [extra] SRC DST` on one stream with `--retry-for 20s` and `--json`, a file
+/// over 1 MiB cut into chunks of 256 KiB, for a DST behind a relay that drops its connections:
+/// each run resumes what the runs before wrote. Panics if it takes over 120 s.
+pub fn copy_over_a_dropping_link(
+    server: &Server,
+    extra: &[&str],
+    src: impl AsRef<OsStr>,
+    dst: impl AsRef<OsStr>,
+) -> Output {
+    let resuming = [
+        "--retry-for",
+        "20s",
+        "--streams",
+        "1",
+        "--small-file-threshold",
+        "1MiB",
+        "--chunk-size",
+        "256KiB",
+        "--json",
+    ];
+    let args = cp_args(Some(server), &[extra, &resuming[..]].concat(), src, dst);
+    sprat_testkit::run_sprat_timeout(bin(), args, &[], std::time::Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("the copy did not end within 120 s"))
+}
+
 /// Runs `sprat cp [extra] SRC DST` (authenticated to `server` if given) at 2 MB/s and stops it
 /// with SIGINT once the journal of the partial copy of the large file `big` in `dst_dir` (where
 /// DST lands on disk) records chunks written; the copy must exit 130 and leave that partial
