@@ -952,12 +952,15 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
             options.stall_timeout = options.stall_timeout.max(paced);
         }
     }
-    // Asked once the command line is known good: a push's session is dialled meanwhile.
-    options.validate()?;
+    // A copy follows at once unless this is a dry run or the end of a plan: then its
+    // options are checked before DST is asked about, as a push's session is dialled
+    // meanwhile (a dry run and `--finish` check theirs as before).
+    let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
+    if copy_follows {
+        options.validate()?;
+    }
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
-    // A copy follows at once unless this is a dry run or the end of a plan.
-    let copy_follows = !(a.dry_run || plan.is_some() && a.finish);
     dst = sprat_engine::into_directory(
         &src,
         dst,

@@ -1230,6 +1230,13 @@ fn third_party_copy_errors_change_nothing() {
     let out = run(&a, &["cp", &a.url("src"), &down]);
     assert_exit(&out, 4);
     sprat_testkit::assert_error_line(&out);
+    // A source server that is not there: exit 4 at once, not retried for `--retry-for`
+    // because the destination proved itself (it gave the ticket).
+    let down = format!("sprat://127.0.0.1:{}/src", closed_port());
+    let out = run(&a, &["cp", "--retry-for", "60s", &down, &b.url("dst")]);
+    assert_exit(&out, 4);
+    sprat_testkit::assert_error_line(&out);
+    assert!(common::entries_below(&root_b).is_empty());
 
     // A destination server with another token: exit 3, nothing written.
     let root_d = t.path().join("d");

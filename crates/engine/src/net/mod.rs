@@ -474,7 +474,7 @@ impl Conn {
         handshake
             .on_message(reply)
             .map_err(|e| self.session_error(e.into()))?;
-        server_proved();
+        server_proved(&self.peer);
         Ok(())
     }
 
@@ -767,9 +767,21 @@ fn refused_hello(addr: &str, reply: &Message) -> Option<TransferError> {
 /// `roles::retry`) waits for a server that went away only if one was once there.
 static SERVERS_PROVED: AtomicU64 = AtomicU64::new(0);
 
-/// Counts one handshake in which the server proved itself.
-pub(crate) fn server_proved() {
+/// The addresses (as the user named them) whose server proved itself in this process.
+static PROVED_AT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Counts one handshake in which the server at `peer` proved itself.
+pub(crate) fn server_proved(peer: &str) {
     SERVERS_PROVED.fetch_add(1, Ordering::Relaxed);
+    let mut proved = lock(&PROVED_AT);
+    if !proved.iter().any(|p| p == peer) {
+        proved.push(peer.to_string());
+    }
+}
+
+/// Whether the server at `peer` has proved itself in this process (see [`server_proved`]).
+pub fn proved_at(peer: &str) -> bool {
+    lock(&PROVED_AT).iter().any(|p| p == peer)
 }
 
 /// How many servers have proved themselves in this process so far (see [`SERVERS_PROVED`]).
@@ -804,7 +816,7 @@ pub fn dial(
     let proof = handshake
         .on_message(reply)
         .map_err(|e| conn.session_error(e.into()))?;
-    server_proved();
+    server_proved(&conn.peer);
     conn.rtt = Some(estimated_rtt(&conn, started, true));
     Ok(Dialed {
         conn,
@@ -876,7 +888,7 @@ pub fn dial_session(
     }
     match machine.on_message(reply, Instant::now()) {
         Ok(client_session::Event::ServerProved) => {
-            server_proved();
+            server_proved(&conn.peer);
         }
         Ok(other) => return Err(conn.protocol(format!("unexpected {other:?} in the handshake"))),
         Err(e) => return Err(conn.session_error(e)),

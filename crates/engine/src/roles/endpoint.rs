@@ -111,7 +111,8 @@ pub fn into_directory(
     contents: bool,
     dial_ahead: Option<DialAhead>,
 ) -> Result<Endpoint, TransferError> {
-    let push = matches!(src, Endpoint::Local(_));
+    // A push of a source that is there (a missing one fails before any session).
+    let push = matches!(src, Endpoint::Local(p) if p.symlink_metadata().is_ok());
     let dial_session = |dst: &Endpoint| {
         if let (Some(ahead), Endpoint::Remote { addr, .. }, true) = (dial_ahead, dst, push) {
             crate::session::client::dial_ahead(addr, key, ahead.tcp_buffer);
@@ -160,6 +161,11 @@ pub fn into_directory(
         }
     };
     let Some(name) = name.filter(|n| is_file && !n.is_empty()) else {
+        // The destination's answer is awaited all the same: its connection, kept for the
+        // ticket, must not hold one of the server's places while nobody uses it.
+        if let Some(asked) = dst_asked {
+            let _ = asked.recv();
+        }
         return Ok(dst);
     };
     dial_session(&dst);

@@ -352,7 +352,10 @@ pub(crate) fn stat_keeping(
 ) -> Result<NsEntry, TransferError> {
     let mut conn = stat_request(addr, key, path)?;
     let answer = stat_reply(&mut conn);
-    if matches!(answer, Ok(_) | Err(TransferError::Remote { .. })) {
+    // Only a connection on which the server proved the token: a third-party copy's ticket
+    // may go on it (a server's refusal of the hello, such as busy, proved nothing).
+    let proved = conn.check_server_proof().is_ok();
+    if proved && matches!(answer, Ok(_) | Err(TransferError::Remote { .. })) {
         let mut kept = crate::sync::lock(&KEPT);
         if kept.len() >= KEPT_MOST {
             kept.remove(0);
@@ -373,7 +376,7 @@ fn take_kept(addr: &str) -> Option<Conn> {
     let mut kept = crate::sync::lock(&KEPT);
     kept.retain(|k| k.since.elapsed() < KEPT_FRESH && !k.conn.hung_up());
     let at = kept.iter().position(|k| k.addr == addr)?;
-    net::server_proved();
+    net::server_proved(addr);
     Some(kept.remove(at).conn)
 }
 

@@ -131,8 +131,17 @@ pub(crate) fn retrying(
                 earlier = None;
                 // A server at its limit of handshakes is waited for, as a busy one is.
                 let busy = matches!(error, TransferError::ClosedBeforeHandshake { .. });
-                let never_connected =
-                    attempt == 1 && crate::net::servers_proved() == proved_before && !busy;
+                // The server that failed it never proved itself here (a third-party copy's
+                // source, asked after its destination did): not one that went away.
+                let unproved = match &error {
+                    TransferError::Connect { peer, .. }
+                    | TransferError::ConnectionLost { peer, .. }
+                    | TransferError::Protocol { peer, .. } => !crate::net::proved_at(peer),
+                    _ => false,
+                };
+                let never_connected = attempt == 1
+                    && (crate::net::servers_proved() == proved_before || unproved)
+                    && !busy;
                 if retry_for.is_zero() || !error.is_retryable() || never_connected {
                     return Err(error);
                 }
@@ -271,12 +280,30 @@ mod tests {
             &|| false,
             || {
                 Err(TransferError::Connect {
-                    peer: "p".into(),
+                    peer: "nobody-listening".into(),
                     source: std::io::ErrorKind::ConnectionRefused.into(),
                 })
             },
         );
         assert!(matches!(out, Err(TransferError::Connect { .. })));
+        // Nor when another server proved itself in the run (a third-party copy's destination
+        // answered, its source is not there).
+        let mut runs = 0;
+        let out = retrying(
+            Duration::from_secs(600),
+            &mut |_| panic!("no retry"),
+            &|| false,
+            || {
+                runs += 1;
+                crate::net::server_proved("the-destination");
+                Err(TransferError::Connect {
+                    peer: "a-source-never-reached".into(),
+                    source: std::io::ErrorKind::ConnectionRefused.into(),
+                })
+            },
+        );
+        assert!(matches!(out, Err(TransferError::Connect { .. })));
+        assert_eq!(runs, 1);
     }
 
     #[test]
@@ -288,7 +315,7 @@ mod tests {
             &|| false,
             || {
                 // A server was there: its going away is waited for.
-                crate::net::server_proved();
+                crate::net::server_proved("p");
                 Err(lost())
             },
         );

@@ -213,7 +213,7 @@ pub(crate) fn open(
     // this run began proved itself to this run: a run that then fails is retried as one
     // whose own connection got that far (see `retry::retrying`).
     if dialled_ahead {
-        net::server_proved();
+        net::server_proved(addr);
     }
     // The server's hello came two round trips after the dialling began (the TCP handshake,
     // then the hellos): the streams a path this long wants join now, beside the `Open`.
