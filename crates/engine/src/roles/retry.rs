@@ -273,37 +273,32 @@ mod tests {
         );
         assert!(matches!(out, Err(TransferError::Auth { .. })));
         assert_eq!(runs, 1);
-        // Nobody listening on the first run: reported at once.
-        let out = retrying(
-            Duration::from_secs(600),
-            &mut |_| panic!("no retry"),
-            &|| false,
-            || {
-                Err(TransferError::Connect {
-                    peer: "nobody-listening".into(),
-                    source: std::io::ErrorKind::ConnectionRefused.into(),
-                })
-            },
-        );
-        assert!(matches!(out, Err(TransferError::Connect { .. })));
-        // Nor when another server proved itself in the run (a third-party copy's destination
-        // answered, its source is not there).
-        let mut runs = 0;
-        let out = retrying(
-            Duration::from_secs(600),
-            &mut |_| panic!("no retry"),
-            &|| false,
-            || {
-                runs += 1;
-                crate::net::server_proved("the-destination");
-                Err(TransferError::Connect {
-                    peer: "a-source-never-reached".into(),
-                    source: std::io::ErrorKind::ConnectionRefused.into(),
-                })
-            },
-        );
-        assert!(matches!(out, Err(TransferError::Connect { .. })));
-        assert_eq!(runs, 1);
+        // Nobody listening on the first run: reported at once. Also when another server
+        // proved itself in the run (a third-party copy's destination answered, its source is
+        // not there).
+        for (unreached, other_proved) in [
+            ("nobody-listening", None),
+            ("a-source-never-reached", Some("the-destination")),
+        ] {
+            let mut runs = 0;
+            let out = retrying(
+                Duration::from_secs(600),
+                &mut |_| panic!("no retry"),
+                &|| false,
+                || {
+                    runs += 1;
+                    if let Some(other) = other_proved {
+                        crate::net::server_proved(other);
+                    }
+                    Err(TransferError::Connect {
+                        peer: unreached.into(),
+                        source: std::io::ErrorKind::ConnectionRefused.into(),
+                    })
+                },
+            );
+            assert!(matches!(out, Err(TransferError::Connect { .. })));
+            assert_eq!(runs, 1);
+        }
     }
 
     #[test]

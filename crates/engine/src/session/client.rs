@@ -99,21 +99,31 @@ const AHEAD_FRESH: Duration = Duration::from_secs(3);
 /// never used is closed when the next is dialled or the process ends.
 pub(crate) fn dial_ahead(addr: &str, key: &Credentials, tcp_buffer: Option<u64>) {
     let (_, buffer) = TcpLimits::read().buffers(tcp_buffer);
-    let (tx, dialled) = bounded(1);
-    {
-        let (addr, key) = (addr.to_string(), key.clone());
-        std::thread::spawn(move || {
-            let conn = net::dial_session(&addr, &key, buffer, Direction::Push, Role::Control);
-            // The receiver is gone only if the session no longer wants it.
-            let _ = tx.send(conn);
-        });
-    }
+    let dialled = dial_control(addr, key, buffer, Direction::Push);
     *lock(&AHEAD) = Some(DialledAhead {
         addr: addr.to_string(),
         buffer,
         since: Instant::now(),
         dialled,
     });
+}
+
+/// Dials a session's control connection on a thread of its own; the connection, or why it
+/// failed, comes on the receiver.
+fn dial_control(
+    addr: &str,
+    key: &Credentials,
+    buffer: Option<u64>,
+    direction: Direction,
+) -> Receiver<Result<net::DialedSession, TransferError>> {
+    let (tx, dialled) = bounded(1);
+    let (addr, key) = (addr.to_string(), key.clone());
+    std::thread::spawn(move || {
+        let conn = net::dial_session(&addr, &key, buffer, direction, Role::Control);
+        // The receiver is gone only once nobody wants the connection; nothing to tell then.
+        let _ = tx.send(conn);
+    });
+    dialled
 }
 
 /// The connection dialled ahead for a push session like this one, if there is one and it is
@@ -179,23 +189,9 @@ pub(crate) fn open(
         let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
         joining.extend((joining.len()..wide).map(|_| join_beside()));
     };
-    let ahead = take_ahead(addr, buffer, direction);
-    let dialled_ahead = ahead.is_some();
-    let dialled = ahead.unwrap_or_else(|| {
-        let (dialled_tx, dialled) = bounded(1);
-        let (addr, key) = (addr.to_string(), key.clone());
-        std::thread::spawn(move || {
-            // The receiver is gone only if `open` returned already; nothing to tell then.
-            let _ = dialled_tx.send(net::dial_session(
-                &addr,
-                &key,
-                buffer,
-                direction,
-                Role::Control,
-            ));
-        });
-        dialled
-    });
+    let taken_ahead = take_ahead(addr, buffer, direction);
+    let dialled_ahead = taken_ahead.is_some();
+    let dialled = taken_ahead.unwrap_or_else(|| dial_control(addr, key, buffer, direction));
     let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
         Ok(control) => control,
         Err(_) => {
