@@ -352,6 +352,7 @@ fn first_message(which: u8) -> Message {
             owners: false,
             numeric_ids: false,
             keep_existing: false,
+            no_link_at_path: false,
             source: Default::default(),
         },
         1 => Operation::Pull {

@@ -538,6 +538,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                         owners: u.arbitrary()?,
                         numeric_ids: u.arbitrary()?,
                         keep_existing: u.arbitrary()?,
+                        no_link_at_path: u.arbitrary()?,
                         // Unknown (all zeros), or a directory on some kernel.
                         source: if u.arbitrary()? {
                             SourceId::default()

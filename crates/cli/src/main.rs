@@ -961,7 +961,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     }
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
-    dst = sprat_engine::into_directory(
+    let found = sprat_engine::into_directory(
         &src,
         dst,
         &key,
@@ -969,8 +969,12 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         names_its_contents(a.src.as_bytes()),
         copy_follows.then_some(sprat_engine::DialAhead {
             tcp_buffer: a.tuning.tcp_buffer.0,
+            // `--delete` lists and removes at DST/NAME before the copy's session opens.
+            server_checks_link: !a.delete,
         }),
     )?;
+    dst = found.endpoint;
+    options.no_link_at_dst = found.link_left_to_server;
     let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     // Into `DST/`: shown as DST/NAME, where the copy goes.
     if let Some(name) = dst.name().filter(|_| dst != named_dst) {

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_exit, assert_failed, assert_ok, bin, cp, cp_args, entries_below, raw, s, server,
-    server_with, tmp,
+    assert_error_names, assert_exit, assert_failed, assert_ok, bin, cp, cp_args, entries_below,
+    raw, s, server, server_with, tmp,
 };
 use sprat_testkit::{
     assert_no_panic, assert_trees_equal, describe, make_char_device, make_fifo, make_file,
@@ -457,6 +457,58 @@ fn push_through_symlink_in_root_cannot_write_outside() {
             assert_trees_equal(&l.src, &p);
         }
     }
+}
+
+/// A push into `DST/` goes to `DST/NAME`, a name the user did not type: a symlink there is
+/// refused, never followed (the copy would write, and `--delete` remove, where it points, here
+/// a directory inside the root). The server refuses it itself in the push's `Open` (protocol
+/// 20), so that the client need not ask first; with `--delete` the client still asks, as
+/// extras are removed before the push opens. Nothing reaches the link's target, and the link
+/// stays.
+#[test]
+fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let (src, file) = (t.path().join("src"), t.path().join("f"));
+    for dir in [&src, &root.join("elsewhere"), &root.join("D")] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    make_file(&src.join("new"), b"n", 0o644);
+    make_file(&file, b"f", 0o644);
+    make_file(&root.join("elsewhere/precious"), b"p", 0o644);
+    symlink("../elsewhere", root.join("D/src")).unwrap();
+    symlink("../elsewhere/precious", root.join("D/f")).unwrap();
+    let srv = server(&root);
+    let cases: [(&[&str], &Path, &str); 4] = [
+        (&[], &src, "'D/src' is a symbolic link"),
+        (&[], &file, "'D/f' is a symbolic link"),
+        (&["--delete"], &src, "/D/src' is a symbolic link"),
+        (&["-c"], &file, "'D/f' is a symbolic link"),
+    ];
+    for (flags, what, said) in cases {
+        let out = cp(&srv, flags, what, srv.url("D/"));
+        assert_exit(&out, 2);
+        let line = assert_error_names(&out, &[said]);
+        assert!(
+            line.contains("remove the link, or name the destination itself"),
+            "{line}"
+        );
+        assert_eq!(fs::read(root.join("elsewhere/precious")).unwrap(), b"p");
+        let there: Vec<_> = fs::read_dir(root.join("elsewhere")).unwrap().collect();
+        assert_eq!(there.len(), 1, "{flags:?} {}: {there:?}", what.display());
+        assert!(fs::symlink_metadata(root.join("D/src"))
+            .unwrap()
+            .is_symlink());
+        assert!(fs::symlink_metadata(root.join("D/f")).unwrap().is_symlink());
+    }
+    // Where NAME is free or a directory, the copy goes there.
+    fs::remove_file(root.join("D/src")).unwrap();
+    fs::remove_file(root.join("D/f")).unwrap();
+    for what in [&src, &file] {
+        assert_ok(&cp(&srv, &[], what, srv.url("D/")), Some(&srv));
+    }
+    assert_trees_equal(&src, &root.join("D/src"));
+    assert_eq!(fs::read(root.join("D/f")).unwrap(), b"f");
 }
 
 #[test]

@@ -58,6 +58,10 @@ pub struct TransferOptions {
     /// The writing side replaces nothing the destination has (see
     /// [`TransferOptions::keeps_existing`]), whatever `skip` says.
     pub keep_existing: bool,
+    /// A push's destination is `DST/NAME`, NAME being the source's own (the user named `DST/`):
+    /// the server refuses it if it is a symlink, instead of the client asking first (see
+    /// `roles::endpoint::into_directory`).
+    pub no_link_at_dst: bool,
     /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
     /// root, left as the writing user's by anyone else. On a server: whether it applies the
     /// owners clients ask for (`sprat serve --no-owners` refuses them).
@@ -151,6 +155,7 @@ impl Default for TransferOptions {
             keep_setid: false,
             keep_devices: false,
             keep_existing: false,
+            no_link_at_dst: false,
             owners: true,
             numeric_ids: false,
             hard_links: false,

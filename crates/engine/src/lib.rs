@@ -36,7 +36,7 @@ pub use error::TransferError;
 pub use report::Report;
 pub use roles::bound::MemoryBound;
 pub use roles::dry_run::{dry_run, Action, DryRun};
-pub use roles::endpoint::{copy, copy_retrying, into_directory, DialAhead, Endpoint};
+pub use roles::endpoint::{copy, copy_retrying, into_directory, Destination, DialAhead, Endpoint};
 pub use roles::exports::{check_export_name, ExportSpec, ExportsConfig};
 pub use roles::push::{push_input, PushInput};
 pub use roles::remote;

@@ -74,6 +74,11 @@ pub enum Operation {
         /// `--ignore-existing` (from protocol 18): the server replaces nothing the
         /// destination has (a file, a link, a special file), whatever the client sends.
         keep_existing: bool,
+        /// `DST/NAME` (from protocol 20): the path's last component is the source's own name
+        /// under a directory the user named with a trailing slash, not one the user named;
+        /// the server refuses a symlink there (the copy would write, and `--delete` remove,
+        /// wherever it points), as the client would have asked it first.
+        no_link_at_path: bool,
         /// Where the pushed directory is on the sender's host, for the server to refuse a
         /// destination inside it (see [`SourceId`]).
         source: SourceId,
@@ -489,6 +494,7 @@ impl Message {
                         owners,
                         numeric_ids,
                         keep_existing,
+                        no_link_at_path,
                         source,
                     } => {
                         out.push(1);
@@ -498,7 +504,8 @@ impl Message {
                                 | (*discard as u8) << 2
                                 | (*owners as u8) << 3
                                 | (*numeric_ids as u8) << 4
-                                | (*keep_existing as u8) << 5,
+                                | (*keep_existing as u8) << 5
+                                | (*no_link_at_path as u8) << 6,
                         );
                         source.encode(&mut out);
                     }
@@ -688,6 +695,7 @@ impl Message {
                         owners: flags & PUSH_OWNERS != 0,
                         numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
                         keep_existing: flags & PUSH_KEEP_EXISTING != 0,
+                        no_link_at_path: flags & PUSH_NO_LINK_AT_PATH != 0,
                         source: SourceId::decode(&mut r)?,
                     },
                     (1, _) => {
@@ -838,12 +846,14 @@ const PUSH_DISCARD: u8 = 4;
 const PUSH_OWNERS: u8 = 8;
 const PUSH_NUMERIC_IDS: u8 = 16;
 const PUSH_KEEP_EXISTING: u8 = 32;
+const PUSH_NO_LINK_AT_PATH: u8 = 64;
 const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR
     | PUSH_DURABLE
     | PUSH_DISCARD
     | PUSH_OWNERS
     | PUSH_NUMERIC_IDS
-    | PUSH_KEEP_EXISTING;
+    | PUSH_KEEP_EXISTING
+    | PUSH_NO_LINK_AT_PATH;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -927,6 +937,7 @@ mod tests {
                 owners: true,
                 numeric_ids: false,
                 keep_existing: false,
+                no_link_at_path: false,
                 source: Default::default(),
             },
             path: b"a/b".to_vec(),
@@ -941,6 +952,7 @@ mod tests {
                 owners: true,
                 numeric_ids: false,
                 keep_existing: false,
+                no_link_at_path: false,
                 source: Default::default(),
             },
             path: b"a/b".to_vec(),

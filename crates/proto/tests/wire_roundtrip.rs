@@ -130,11 +130,13 @@ fn operation() -> impl Strategy<Value = Operation> {
     prop_oneof![
         (
             any::<(bool, bool, bool, bool, bool, bool)>(),
+            any::<bool>(),
             any::<([u8; 16], u64, u64)>()
         )
             .prop_map(
                 |(
                     (source_is_dir, durable, discard, owners, numeric_ids, keep_existing),
+                    no_link_at_path,
                     (host, dev, ino),
                 )| {
                     Operation::Push {
@@ -144,6 +146,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                         owners,
                         numeric_ids,
                         keep_existing,
+                        no_link_at_path,
                         source: sprat_proto::SourceId { host, dev, ino },
                     }
                 }

@@ -146,6 +146,7 @@ pub fn push_op() -> Operation {
         owners: true,
         numeric_ids: false,
         keep_existing: false,
+        no_link_at_path: false,
         source: Default::default(),
     }
 }

@@ -102,7 +102,9 @@ impl Endpoint {
 /// With `dial_ahead` (the copy follows at once), a push whose destination the server is
 /// asked about dials its session meanwhile. The connection that asked is kept for what the
 /// copy asks next of that server: a push's listing of its destination, a third-party copy's
-/// ticket and its request of the copy.
+/// ticket and its request of the copy. A push into `DST/` that [`DialAhead::server_checks_link`]
+/// allows asks nothing: its server refuses a symlink at `DST/NAME` itself
+/// ([`Destination::link_left_to_server`]).
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
@@ -110,7 +112,13 @@ pub fn into_directory(
     into: bool,
     contents: bool,
     dial_ahead: Option<DialAhead>,
-) -> Result<Endpoint, TransferError> {
+) -> Result<Destination, TransferError> {
+    let checked_here = |endpoint: Result<Endpoint, TransferError>| {
+        endpoint.map(|endpoint| Destination {
+            endpoint,
+            link_left_to_server: false,
+        })
+    };
     // A push of a source that is there (a missing one fails before any session).
     let push = matches!(src, Endpoint::Local(p) if p.symlink_metadata().is_ok());
     let dial_session = |dst: &Endpoint| {
@@ -122,16 +130,25 @@ pub fn into_directory(
         return match src.name().filter(|_| !contents) {
             Some(name) => {
                 let dst = inside(dst, &name);
+                // A push to one server, its session opened at once: the server refuses a
+                // link there, which saves the three round trips of asking it first.
+                let one_server = matches!(&dst, Endpoint::Remote { also, .. } if also.is_empty());
+                if push && one_server && dial_ahead.is_some_and(|a| a.server_checks_link) {
+                    return Ok(Destination {
+                        endpoint: dst,
+                        link_left_to_server: true,
+                    });
+                }
                 dial_session(&dst);
-                no_link_at(dst, key)
+                checked_here(no_link_at(dst, key))
             }
-            None => Ok(dst),
+            None => checked_here(Ok(dst)),
         };
     }
     // A pull is not asked: it finds out from the server's answer (see `pull`), which costs a
     // tree's pull nothing. Between two servers both are asked, at once.
     if matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_))) {
-        return Ok(dst);
+        return checked_here(Ok(dst));
     }
     // Between servers the source is asked anyway; a push's local source is known at once.
     let dst_asked = match (src, &dst) {
@@ -166,17 +183,17 @@ pub fn into_directory(
         if let Some(asked) = dst_asked {
             let _ = asked.recv();
         }
-        return Ok(dst);
+        return checked_here(Ok(dst));
     };
     dial_session(&dst);
     let inside = match dst_asked {
         Some(asked) => asked.recv().unwrap_or(false),
         None => is_directory(&dst, key),
     };
-    if !inside {
-        return Ok(dst);
-    }
-    Ok(self::inside(dst, &name))
+    checked_here(Ok(match inside {
+        true => self::inside(dst, &name),
+        false => dst,
+    }))
 }
 
 /// What [`into_directory`] may start for the copy that follows it: that copy's session.
@@ -184,6 +201,19 @@ pub fn into_directory(
 pub struct DialAhead {
     /// The copy's `--tcp-buffer` (`None`: automatic).
     pub tcp_buffer: Option<u64>,
+    /// A push into `DST/` may leave it to its server to refuse a symlink at `DST/NAME` (its
+    /// `Open` says so, see [`TransferOptions::no_link_at_dst`]); not where something acts on
+    /// `DST/NAME` before that push opens (`--delete`'s extras).
+    pub server_checks_link: bool,
+}
+
+/// Where a copy goes, as [`into_directory`] found it.
+#[derive(Debug)]
+pub struct Destination {
+    pub endpoint: Endpoint,
+    /// Nobody asked whether `endpoint` (`DST/NAME`) is a symlink: the push must set
+    /// [`TransferOptions::no_link_at_dst`] for its server to refuse one.
+    pub link_left_to_server: bool,
 }
 
 /// `DST/NAME`, unless it is a symlink: NAME is SRC's, not a path the user named, and a copy
@@ -201,14 +231,23 @@ fn no_link_at(dst: Endpoint, key: &Credentials) -> Result<Endpoint, TransferErro
             .map(|e| e.target),
     };
     match target {
-        Some(target) => Err(TransferError::Usage(format!(
-            "'{dst}' is a symbolic link (to '{}'): a copy into the directory goes to that \
-             name, and sprat does not follow a link there that you did not name; remove the \
-             link, or name the destination itself",
-            sprat_store::display_bytes(&target)
+        Some(target) => Err(TransferError::Usage(link_not_followed(
+            &dst.to_string(),
+            &target,
         ))),
         None => Ok(dst),
     }
+}
+
+/// Why a copy into `DST/` does not go to `shown` (`DST/NAME`), a symlink to `target`: said
+/// by the client, or by a server the push left it to (see [`into_directory`]).
+pub(crate) fn link_not_followed(shown: &str, target: &[u8]) -> String {
+    format!(
+        "'{shown}' is a symbolic link (to '{}'): a copy into the directory goes to that \
+         name, and sprat does not follow a link there that you did not name; remove the \
+         link, or name the destination itself",
+        sprat_store::display_bytes(target)
+    )
 }
 
 /// `name` inside the directory `dst`.

@@ -119,6 +119,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             owners: options.owners,
             numeric_ids: options.numeric_ids,
             keep_existing: options.keeps_existing(),
+            no_link_at_path: options.no_link_at_dst,
             source: source_id(source),
         },
         PushInput::Synthetic(_) => Operation::Push {
@@ -128,6 +129,7 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             owners: false,
             numeric_ids: false,
             keep_existing: false,
+            no_link_at_path: false,
             source: SourceId::default(),
         },
     }

@@ -860,6 +860,13 @@ struct Opened<'a> {
     ip: Option<IpAddr>,
 }
 
+/// The target of the symlink at `rel` below `root`, if that is one (its own name, not
+/// followed; the way to it is, as a push's would be).
+fn link_at(root: &sprat_store::Root, rel: &[u8]) -> Option<Vec<u8>> {
+    let entry = sprat_store::stat_path(root, rel).ok()?;
+    (entry.kind == sprat_store::EntryType::Symlink).then(|| entry.link_target.unwrap_or_default())
+}
+
 fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
     let Opened {
         id,
@@ -890,12 +897,22 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             owners,
             numeric_ids,
             keep_existing,
+            no_link_at_path,
             source,
         } => {
             let (root, rel) = match &place {
                 Some((export, _, rel)) => {
                     if let Err((code, text)) = export.writable("write", rel) {
                         return served.refuse(code, text);
+                    }
+                    // `DST/NAME`: the client left it to this server to refuse a symlink there.
+                    let link = no_link_at_path
+                        .then(|| link_at(&export.root, rel))
+                        .flatten();
+                    if let Some(target) = link {
+                        let shown = printable(&display_path(&path)).into_owned();
+                        let text = super::endpoint::link_not_followed(&shown, &target);
+                        return served.refuse(ErrorCode::BadRequest, text);
                     }
                     let below = || sprat_store::ancestry::below(&export.root, rel);
                     if super::overlap::passes_through(source, below) {

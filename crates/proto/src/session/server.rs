@@ -554,6 +554,7 @@ mod tests {
             owners: true,
             numeric_ids: false,
             keep_existing: false,
+            no_link_at_path: false,
             source: Default::default(),
         };
         let (mut s, event, now) = deciding(Message::Open {

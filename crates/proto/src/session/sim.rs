@@ -181,6 +181,7 @@ impl SimClient {
                                 owners: true,
                                 numeric_ids: false,
                                 keep_existing: false,
+                                no_link_at_path: false,
                                 source: Default::default(),
                             },
                             Direction::Pull => Operation::Pull {
