@@ -417,6 +417,7 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             dest: arb_path(u)?,
             streams: u.arbitrary()?,
             durable: u.arbitrary()?,
+            no_link_at_dest: u.arbitrary()?,
             check: arb_check(u)?,
             meta: arb_meta(u)?,
             stall_timeout_ms: u.arbitrary()?,

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_error_names, assert_exit, assert_failed, assert_ok, bin, cp, cp_args, entries_below,
-    raw, s, server, server_with, tmp,
+    assert_error_names, assert_exit, assert_failed, assert_ok, bin, cp, cp_args, cp_local,
+    entries_below, raw, s, server, server_with, tmp,
 };
 use sprat_testkit::{
     assert_no_panic, assert_trees_equal, describe, make_char_device, make_fifo, make_file,
@@ -462,9 +462,9 @@ fn push_through_symlink_in_root_cannot_write_outside() {
 /// A push into `DST/` goes to `DST/NAME`, a name the user did not type: a symlink there is
 /// refused, never followed (the copy would write, and `--delete` remove, where it points, here
 /// a directory inside the root). The server refuses it itself in the push's `Open` (protocol
-/// 20), so that the client need not ask first; with `--delete` the client still asks, as
-/// extras are removed before the push opens. Nothing reaches the link's target, and the link
-/// stays.
+/// 20), so that the client need not ask first, pushed or sent by another server; with
+/// `--delete` the client still asks, as extras are removed before the push opens. Nothing
+/// reaches the link's target, and the link stays.
 #[test]
 fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
     let t = tmp();
@@ -479,11 +479,25 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
     symlink("../elsewhere", root.join("D/src")).unwrap();
     symlink("../elsewhere/precious", root.join("D/f")).unwrap();
     let srv = server(&root);
-    let cases: [(&[&str], &Path, &str); 4] = [
-        (&[], &src, "'D/src' is a symbolic link"),
-        (&[], &file, "'D/f' is a symbolic link"),
-        (&["--delete"], &src, "/D/src' is a symbolic link"),
-        (&["-c"], &file, "'D/f' is a symbolic link"),
+    // The same source on another server, for copies between the two.
+    let other = t.path().join("other");
+    fs::create_dir_all(&other).unwrap();
+    assert_ok(&cp_local(&[], &src, other.join("src")), None);
+    assert_ok(&cp_local(&[], &file, other.join("f")), None);
+    let from = server(&other);
+    let (tree_there, file_there) = (from.url("src"), from.url("f"));
+    let cases: [(&[&str], &std::ffi::OsStr, &str); 7] = [
+        (&[], src.as_os_str(), "'D/src' is a symbolic link"),
+        (&[], file.as_os_str(), "'D/f' is a symbolic link"),
+        (&["--delete"], src.as_os_str(), "/D/src' is a symbolic link"),
+        (&["-c"], file.as_os_str(), "'D/f' is a symbolic link"),
+        (&[], tree_there.as_ref(), "'D/src' is a symbolic link"),
+        (&[], file_there.as_ref(), "'D/f' is a symbolic link"),
+        (
+            &["--delete"],
+            tree_there.as_ref(),
+            "/D/src' is a symbolic link",
+        ),
     ];
     for (flags, what, said) in cases {
         let out = cp(&srv, flags, what, srv.url("D/"));
@@ -495,7 +509,7 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
         );
         assert_eq!(fs::read(root.join("elsewhere/precious")).unwrap(), b"p");
         let there: Vec<_> = fs::read_dir(root.join("elsewhere")).unwrap().collect();
-        assert_eq!(there.len(), 1, "{flags:?} {}: {there:?}", what.display());
+        assert_eq!(there.len(), 1, "{flags:?} {what:?}: {there:?}");
         assert!(fs::symlink_metadata(root.join("D/src"))
             .unwrap()
             .is_symlink());
@@ -509,6 +523,11 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
     }
     assert_trees_equal(&src, &root.join("D/src"));
     assert_eq!(fs::read(root.join("D/f")).unwrap(), b"f");
+    for what in [&tree_there, &file_there] {
+        assert_ok(&cp(&srv, &[], what, srv.url("E/")), Some(&srv));
+    }
+    assert_trees_equal(&src, &root.join("E/src"));
+    assert_eq!(fs::read(root.join("E/f")).unwrap(), b"f");
 }
 
 #[test]

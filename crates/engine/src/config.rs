@@ -60,7 +60,7 @@ pub struct TransferOptions {
     pub keep_existing: bool,
     /// A push's destination is `DST/NAME`, NAME being the source's own (the user named `DST/`):
     /// the server refuses it if it is a symlink, instead of the client asking first (see
-    /// `roles::endpoint::into_directory`).
+    /// `roles::endpoint::into_directory`); a third-party copy passes it to its source server.
     pub no_link_at_dst: bool,
     /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
     /// root, left as the writing user's by anyone else. On a server: whether it applies the

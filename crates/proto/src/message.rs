@@ -1094,6 +1094,7 @@ mod tests {
                 dest: b"d".to_vec(),
                 streams: 4,
                 durable: true,
+                no_link_at_dest: false,
                 check: crate::DestCheck::IgnoreExisting,
                 meta: crate::MetaFlags {
                     hard_links: true,
@@ -1111,6 +1112,7 @@ mod tests {
                 dest: b"d".to_vec(),
                 streams: 0,
                 durable: false,
+                no_link_at_dest: true,
                 check: crate::DestCheck::Checksum,
                 meta: Default::default(),
                 stall_timeout_ms: 0,

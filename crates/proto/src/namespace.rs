@@ -126,6 +126,9 @@ pub enum Request {
         streams: u16,
         /// Ask the destination to sync every batch before acknowledging it.
         durable: bool,
+        /// `dest` is `DST/NAME` (from protocol 20): the source server's push asks the
+        /// destination to refuse a symlink there (see `Operation::Push::no_link_at_path`).
+        no_link_at_dest: bool,
         /// What of the destination the source server leaves out (it lists the destination
         /// with the ticket first).
         check: crate::DestCheck,
@@ -369,6 +372,11 @@ const OP_RENAME: u8 = 6;
 const OP_SUM: u8 = 7;
 const OP_DELEGATE: u8 = 8;
 const OP_SEND_TO: u8 = 9;
+
+/// `SendTo`'s flags byte (before protocol 20, the 0 or 1 of `durable` alone).
+const SEND_DURABLE: u8 = 1;
+const SEND_NO_LINK_AT_DEST: u8 = 2;
+const SEND_FLAGS: u8 = SEND_DURABLE | SEND_NO_LINK_AT_DEST;
 const OP_LOCATE: u8 = 10;
 
 /// `List` flags: bit 0 recursive, bit 1 with digests, bit 2 with owners, bit 3 with owners
@@ -462,6 +470,7 @@ impl Request {
                 dest,
                 streams,
                 durable,
+                no_link_at_dest,
                 check,
                 meta,
                 stall_timeout_ms,
@@ -474,7 +483,7 @@ impl Request {
                 out.extend_from_slice(ticket);
                 put_bytes16(out, dest);
                 out.extend_from_slice(&streams.to_le_bytes());
-                out.push(*durable as u8);
+                out.push(*durable as u8 | (*no_link_at_dest as u8) << 1);
                 out.push(check.to_u8());
                 out.push(meta.to_bits());
                 out.extend_from_slice(&stall_timeout_ms.to_le_bytes());
@@ -563,16 +572,15 @@ impl Request {
                 let ticket = r.array("ticket")?;
                 let dest = rel_path(r)?;
                 let streams = r.u16("streams")?;
-                let durable = match r.u8("durable")? {
-                    0 => false,
-                    1 => true,
-                    _ => {
-                        return Err(DecodeError::Invalid {
-                            what: "durable",
-                            why: "not 0 or 1",
-                        })
-                    }
-                };
+                let flags = r.u8("send flags")?;
+                if flags & !SEND_FLAGS != 0 {
+                    return Err(DecodeError::Invalid {
+                        what: "send flags",
+                        why: "unknown bits set",
+                    });
+                }
+                let (durable, no_link_at_dest) =
+                    (flags & SEND_DURABLE != 0, flags & SEND_NO_LINK_AT_DEST != 0);
                 let check = crate::DestCheck::from_u8(r.u8("destination check")?).ok_or(
                     DecodeError::Invalid {
                         what: "destination check",
@@ -595,6 +603,7 @@ impl Request {
                     dest,
                     streams,
                     durable,
+                    no_link_at_dest,
                     check,
                     meta,
                     stall_timeout_ms,

@@ -205,7 +205,7 @@ fn request() -> impl Strategy<Value = Request> {
             any::<[u8; 32]>(),
             rel_path(),
             any::<u16>(),
-            any::<bool>(),
+            any::<(bool, bool)>(),
             dest_check(),
             (any::<u32>(), any::<[u8; 32]>(), selection(), meta_flags())
         )
@@ -216,7 +216,7 @@ fn request() -> impl Strategy<Value = Request> {
                     ticket,
                     dest,
                     streams,
-                    durable,
+                    (durable, no_link_at_dest),
                     check,
                     (stall_timeout_ms, dest_key, selection, meta),
                 )| {
@@ -227,6 +227,7 @@ fn request() -> impl Strategy<Value = Request> {
                         dest,
                         streams,
                         durable,
+                        no_link_at_dest,
                         check,
                         meta,
                         stall_timeout_ms,

@@ -130,10 +130,12 @@ pub fn into_directory(
         return match src.name().filter(|_| !contents) {
             Some(name) => {
                 let dst = inside(dst, &name);
-                // A push to one server, its session opened at once: the server refuses a
-                // link there, which saves the three round trips of asking it first.
+                // A push to one server, its session opened at once, or a copy between two
+                // servers: the destination's server refuses a link there, which saves the
+                // three round trips of asking it first.
                 let one_server = matches!(&dst, Endpoint::Remote { also, .. } if also.is_empty());
-                if push && one_server && dial_ahead.is_some_and(|a| a.server_checks_link) {
+                let pushed = push || matches!(src, Endpoint::Remote { .. });
+                if pushed && one_server && dial_ahead.is_some_and(|a| a.server_checks_link) {
                     return Ok(Destination {
                         endpoint: dst,
                         link_left_to_server: true,
@@ -201,9 +203,10 @@ pub fn into_directory(
 pub struct DialAhead {
     /// The copy's `--tcp-buffer` (`None`: automatic).
     pub tcp_buffer: Option<u64>,
-    /// A push into `DST/` may leave it to its server to refuse a symlink at `DST/NAME` (its
-    /// `Open` says so, see [`TransferOptions::no_link_at_dst`]); not where something acts on
-    /// `DST/NAME` before that push opens (`--delete`'s extras).
+    /// A push into `DST/`, or a copy between two servers, may leave it to the destination's
+    /// server to refuse a symlink at `DST/NAME` (the push's `Open` says so, see
+    /// [`TransferOptions::no_link_at_dst`]); not where something acts on `DST/NAME` before
+    /// that push opens (`--delete`'s extras).
     pub server_checks_link: bool,
 }
 
@@ -211,8 +214,8 @@ pub struct DialAhead {
 #[derive(Debug)]
 pub struct Destination {
     pub endpoint: Endpoint,
-    /// Nobody asked whether `endpoint` (`DST/NAME`) is a symlink: the push must set
-    /// [`TransferOptions::no_link_at_dst`] for its server to refuse one.
+    /// Nobody asked whether `endpoint` (`DST/NAME`) is a symlink: the copy must set
+    /// [`TransferOptions::no_link_at_dst`] for the push that writes it to be refused there.
     pub link_left_to_server: bool,
 }
 

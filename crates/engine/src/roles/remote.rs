@@ -513,6 +513,7 @@ pub fn third_party(
         dest: dst_path.to_vec(),
         streams: options.streams.map_or(0, |n| n as u16),
         durable: options.durable,
+        no_link_at_dest: options.no_link_at_dst,
         check: options.skip.as_check(),
         meta: options.meta_flags(),
         stall_timeout_ms: options.stall_timeout.as_millis().min(u32::MAX as u128) as u32,

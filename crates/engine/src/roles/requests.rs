@@ -622,6 +622,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             dest,
             streams,
             durable,
+            no_link_at_dest,
             check,
             meta,
             stall_timeout_ms,
@@ -668,6 +669,7 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 streams: (streams > 0).then(|| streams.min(64)),
                 list_first: streams == 1,
                 durable,
+                no_link_at_dst: no_link_at_dest,
                 // The destination is listed with the ticket, which allows that much.
                 skip: crate::pipeline::skip::SkipRule::from_check(check),
                 stall_timeout,
