@@ -561,7 +561,9 @@ fn a_third_party_copy_asks_its_destination_on_one_connection() {
 
 /// A third-party copy asks its source server what its source is, then for the copy, on one
 /// connection (two before: the copy's request dialled its own), a single file and a tree
-/// alike: through a relay in front of the source goes that connection and nothing else.
+/// alike: through a relay in front of the source goes that connection and nothing else. Into
+/// `DST/` too, where the destination is not asked first (its server refuses a symlink at
+/// `DST/NAME` itself): the source server is asked while the ticket is.
 #[test]
 fn a_third_party_copy_asks_its_source_server_on_one_connection() {
     let t = tmp();
@@ -569,12 +571,16 @@ fn a_third_party_copy_asks_its_source_server_on_one_connection() {
     let b = server(&t.path().join("b"));
     tree::make_file(&t.path().join("a/small"), b"four", 0o644);
     hundred_small_files(&t.path().join("a/tree"));
-    for src in ["small", "tree"] {
+    for (src, dst, lands) in [
+        ("small", "copy-small", "copy-small"),
+        ("tree", "copy-tree", "copy-tree"),
+        ("small", "into/", "into/small"),
+        ("tree", "into/", "into/tree"),
+    ] {
         let relay = sprat_testkit::relay::Relay::start(a.addr());
-        let copy = format!("copy-{src}");
-        let out = cp(&a, &[], relay.url(src), b.url(&copy));
+        let out = cp(&a, &[], relay.url(src), b.url(dst));
         assert_ok(&out, Some(&a));
-        let (from, to) = (t.path().join("a").join(src), t.path().join("b").join(&copy));
+        let (from, to) = (t.path().join("a").join(src), t.path().join("b").join(lands));
         match src {
             "small" => assert_eq!(std::fs::read(&to).unwrap(), b"four"),
             _ => assert_trees_equal(&from, &to),
