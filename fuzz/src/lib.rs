@@ -523,6 +523,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 ErrorCode::UnknownSession,
                 ErrorCode::Protocol,
                 ErrorCode::EncryptionRequired,
+                ErrorCode::VersionMismatch,
                 ErrorCode::Other(999),
             ])?,
             text: u.arbitrary()?,

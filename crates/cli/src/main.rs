@@ -767,11 +767,18 @@ fn cp_several(a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> a
             )));
         }
     }
+    // Each goes to DIR/ as a copy of that one source would (to `DIR/NAME`, or into DIR
+    // itself): so a symlink at `DIR/NAME` is refused there as it is for one source, and `HOST:`
+    // stays the remote home.
+    let mut into = dir.clone();
+    if !names_a_directory_to_copy_into(dir.as_bytes()) {
+        into.push("/");
+    }
     let mut worst = 0;
-    for (src, target) in targets {
+    for (src, _) in targets {
         let mut one = a.clone();
         one.src = src;
-        one.dst = OsStr::from_bytes(&target).to_os_string();
+        one.dst = into.clone();
         one.more.clear();
         let code = match cp(one, matches, verbose) {
             Ok(code) => code,

@@ -1166,3 +1166,80 @@ fn a_directory_onto_a_file_is_refused_naming_it() {
     assert_eq!(fs::read(&local).unwrap(), b"keep me");
     assert_eq!(fs::read(root.join("afile")).unwrap(), b"keep me");
 }
+
+// ------------------------------------------------------- a server of another protocol version
+
+/// A hello of another protocol version is refused with the code that says so (from protocol
+/// 20; a server of 19 or older used the code of any protocol error, which clients retried
+/// for all of `--retry-for` once the server had shown its pinned key), and a client refused
+/// so by an older server fails at once, exit 4, with the server's words. (That such a refusal
+/// is not retried even from a server that proved itself is `roles::retry`'s unit test: a
+/// stand-in cannot show a pinned key.)
+#[test]
+fn a_server_of_another_protocol_version_is_not_retried() {
+    use sprat_proto::{ErrorCode, Message, PROTOCOL_VERSION};
+    let t = tmp();
+    let opts = ServerOptions {
+        extra_args: vec!["--no-encryption".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&t.path().join("root"), &opts);
+    let mut s = common::raw::connect(&srv, "127.0.0.1");
+    let older = Message::ClientHello {
+        version: PROTOCOL_VERSION - 1,
+        nonce: [1; 32],
+        hint: [0; 32],
+        mac: [0; 32],
+    };
+    std::io::Write::write_all(&mut s, &older.encode()).unwrap();
+    match common::raw::read_message(&mut s).unwrap() {
+        Message::Error { code, text } => {
+            assert_eq!(code, ErrorCode::VersionMismatch, "{text}");
+            let said = format!("protocol {}", PROTOCOL_VERSION - 1);
+            assert!(text.contains(&said), "{text}");
+        }
+        other => panic!("a hello of another version was answered with {other:?}"),
+    }
+
+    // An older server refuses this client's hello as protocol 19 did.
+    static OLD_REFUSAL: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let refusal = OLD_REFUSAL.get_or_init(|| {
+        Message::Error {
+            code: ErrorCode::Protocol,
+            text: format!(
+                "the client speaks sprat protocol {PROTOCOL_VERSION} and this server {}: run \
+                 the same sprat release on both",
+                PROTOCOL_VERSION - 1
+            ),
+        }
+        .encode()
+    });
+    let port = fake_peer(refusal);
+    let src = t.path().join("src");
+    make_many_files(&src, 3, 100, 17);
+    let url = OsString::from(format!("sprat://127.0.0.1:{port}/dst"));
+    let pulled = t.path().join("pulled").into_os_string();
+    for (src, dst) in [(src.into_os_string(), url.clone()), (url, pulled)] {
+        let args = cp_args(None, &["--no-encryption", "--retry-for", "60s"], src, dst);
+        let started = Instant::now();
+        let out = run_sprat_timeout(
+            bin(),
+            args,
+            &[("SPRAT_TOKEN", "t")],
+            Duration::from_secs(50),
+        )
+        .unwrap_or_else(|e| panic!("retried a version mismatch\n{}", describe(&e.output)));
+        assert_exit(&out, 4);
+        assert_error_names(&out, &["run the same sprat release on both"]);
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("trying again"),
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{}",
+            describe(&out)
+        );
+    }
+}

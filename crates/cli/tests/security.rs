@@ -20,8 +20,8 @@ use common::{
 };
 use sprat_testkit::{
     assert_no_panic, assert_trees_equal, describe, make_char_device, make_fifo, make_file,
-    make_many_files, random_bytes, run_sprat, run_sprat_timeout, snapshot, Relay, Server,
-    ServerOptions, TreeSnapshot, DEFAULT_TOKEN,
+    make_many_files, random_bytes, run_sprat, run_sprat_timeout, snapshot, spawn_sprat, Relay,
+    Server, ServerOptions, TreeSnapshot, DEFAULT_TOKEN,
 };
 
 const SECRET: &[u8] = b"TOP-SECRET-CONTENT-OUTSIDE-THE-ROOT-4d1f";
@@ -515,6 +515,14 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
             .is_symlink());
         assert!(fs::symlink_metadata(root.join("D/f")).unwrap().is_symlink());
     }
+    // Several sources, each into `D/`: the one whose name is a link there is refused.
+    let out = cp(&srv, &[src.to_str().unwrap()], &file, srv.url("D/"));
+    assert_exit(&out, 2);
+    let said = String::from_utf8_lossy(&out.stderr);
+    for name in ["'D/src' is a symbolic link", "'D/f' is a symbolic link"] {
+        assert!(said.contains(name), "{name}: {}", describe(&out));
+    }
+    assert_eq!(fs::read_dir(root.join("elsewhere")).unwrap().count(), 1);
     // Where NAME is free or a directory, the copy goes there.
     fs::remove_file(root.join("D/src")).unwrap();
     fs::remove_file(root.join("D/f")).unwrap();
@@ -528,6 +536,58 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
     }
     assert_trees_equal(&src, &root.join("E/src"));
     assert_eq!(fs::read(root.join("E/f")).unwrap(), b"f");
+}
+
+/// Below an export of `/` the way to `DST/NAME` follows links, as `mkdir -p` does, but NAME
+/// itself is not followed even when a link is made there after the server's check: here
+/// while the push into `DST/` waits for another push of that path (which holds it) to end.
+#[test]
+fn a_link_made_at_dst_name_after_the_check_is_not_followed_below_an_export_of_root() {
+    let t = tmp();
+    let (dst, outside) = (t.path().join("dst"), t.path().join("outside"));
+    let (slow, src) = (t.path().join("slow"), t.path().join("src/tree"));
+    for dir in [&dst, &outside, &src] {
+        fs::create_dir_all(dir).unwrap();
+    }
+    make_file(&outside.join("existing"), b"keep", 0o644);
+    make_file(&src.join("new"), b"new", 0o644);
+    make_many_files(&slow, 20, 30_000, 3);
+    let srv = server(Path::new("/"));
+    let url = |p: &Path| srv.url(p.strip_prefix("/").unwrap().to_str().unwrap());
+    let slowly = [
+        "--bwlimit",
+        "100KB/s",
+        "--batch-size",
+        "16KiB",
+        "--streams",
+        "1",
+    ];
+    let mut holder = spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &slowly, &slow, url(&dst.join("tree"))),
+        &[],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dst.join("tree").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut into = spawn_sprat(
+        bin(),
+        cp_args(Some(&srv), &[], &src, format!("{}/", url(&dst))),
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    fs::rename(dst.join("tree"), dst.join("tree.moved")).unwrap();
+    symlink(&outside, dst.join("tree")).unwrap();
+    let out = into.wait_timeout(Duration::from_secs(60)).unwrap();
+    holder.kill();
+    assert!(!out.status.success(), "{}", describe(&out));
+    let there: Vec<_> = fs::read_dir(&outside)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(there, ["existing"], "{}", describe(&out));
 }
 
 #[test]

@@ -100,11 +100,25 @@ impl TransferError {
                 ErrorCode::Protocol
                 | ErrorCode::UnknownSession
                 | ErrorCode::PeerUnavailable
-                | ErrorCode::Busy => 4,
+                | ErrorCode::Busy
+                | ErrorCode::VersionMismatch => 4,
                 _ => 5,
             },
             TransferError::Store(e) if e.errno() == Some(rustix_noent()) => 2,
             TransferError::Store(_) | TransferError::Local(_) | TransferError::Incomplete(_) => 5,
+        }
+    }
+
+    /// Whether the server refused this client's protocol version: running again cannot help.
+    /// A server of protocol 19 or older says so with the code of any protocol error, and a
+    /// text of its own, which is recognised.
+    pub fn is_version_mismatch(&self) -> bool {
+        match self {
+            TransferError::Remote { code, text, .. } => {
+                *code == ErrorCode::VersionMismatch
+                    || (*code == ErrorCode::Protocol && text.contains(" speaks sprat protocol "))
+            }
+            _ => false,
         }
     }
 
@@ -201,6 +215,9 @@ impl TransferError {
     /// refused or corrupted on the way. Refusals by the server (authentication, a read-only
     /// root, a full disk) and local errors are not retried.
     pub fn is_retryable(&self) -> bool {
+        if self.is_version_mismatch() {
+            return false;
+        }
         match self {
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }

@@ -212,6 +212,9 @@ pub enum ErrorCode {
     Busy,
     /// The server accepts only encrypted (TLS) connections and the client came without.
     EncryptionRequired,
+    /// The client's hello is of another protocol version (from protocol 20; 8 before): no
+    /// attempt of that client will succeed.
+    VersionMismatch,
     Other(u16),
 }
 
@@ -230,6 +233,7 @@ impl ErrorCode {
             ErrorCode::PeerUnavailable => 10,
             ErrorCode::Busy => 11,
             ErrorCode::EncryptionRequired => 12,
+            ErrorCode::VersionMismatch => 13,
             ErrorCode::Other(v) => v,
         }
     }
@@ -247,6 +251,7 @@ impl ErrorCode {
             10 => ErrorCode::PeerUnavailable,
             11 => ErrorCode::Busy,
             12 => ErrorCode::EncryptionRequired,
+            13 => ErrorCode::VersionMismatch,
             other => ErrorCode::Other(other),
         }
     }

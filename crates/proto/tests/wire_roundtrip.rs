@@ -67,8 +67,9 @@ fn error_code() -> impl Strategy<Value = ErrorCode> {
         Just(ErrorCode::PeerUnavailable),
         Just(ErrorCode::Busy),
         Just(ErrorCode::EncryptionRequired),
+        Just(ErrorCode::VersionMismatch),
         // Codes this build does not know travel as they are.
-        (13u16..).prop_map(ErrorCode::Other),
+        (14u16..).prop_map(ErrorCode::Other),
         Just(ErrorCode::Other(0)),
     ]
 }

@@ -2724,9 +2724,8 @@ fn put_in_place_error(path: &[u8], e: Errno) -> StoreError {
         return StoreError::other(
             "put in place",
             path,
-            "the destination is a directory, and a file copied on its own takes the \
-             destination's name: name the file inside it (DST/NAME), or end DST with a / \
-             to copy it in under its own name",
+            "the destination is a directory, which a file copied on its own does not \
+             replace: name the file's place inside it (DST/NAME), or another destination",
         );
     }
     StoreError::new("put in place", path, e)

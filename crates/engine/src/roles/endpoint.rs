@@ -245,13 +245,21 @@ fn no_link_at(dst: Endpoint, key: &Credentials) -> Result<Endpoint, TransferErro
 /// Why a copy into `DST/` does not go to `shown` (`DST/NAME`), a symlink to `target`: said
 /// by the client, or by a server the push left it to (see [`into_directory`]).
 pub(crate) fn link_not_followed(shown: &str, target: &[u8]) -> String {
+    // A target of up to 4 KiB is cut: the advice after it must fit in a server's message.
+    let (target, cut) = match target.len() > LINK_TARGET_SHOWN {
+        true => (&target[..LINK_TARGET_SHOWN], "..."),
+        false => (target, ""),
+    };
     format!(
-        "'{shown}' is a symbolic link (to '{}'): a copy into the directory goes to that \
+        "'{shown}' is a symbolic link (to '{}{cut}'): a copy into the directory goes to that \
          name, and sprat does not follow a link there that you did not name; remove the \
          link, or name the destination itself",
         sprat_store::display_bytes(target)
     )
 }
+
+/// Most bytes of a link's target [`link_not_followed`] shows.
+const LINK_TARGET_SHOWN: usize = 256;
 
 /// `name` inside the directory `dst`.
 fn inside(dst: Endpoint, name: &[u8]) -> Endpoint {

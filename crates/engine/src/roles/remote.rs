@@ -507,17 +507,16 @@ pub fn third_party(
     // the source server's connections. Meanwhile, unless a connection to the source server
     // is kept already (it was asked what the source is), one is made for the `SendTo`, with
     // that question: its connect and hellos overlap the ticket's.
-    // A ticket refused is said at once, without waiting for the source server.
+    // Its answer is awaited even when the ticket is refused: a connection left in the middle
+    // of its handshake would be logged by the source server as a failed authentication.
     let kept_src = crate::sync::lock(&KEPT).iter().any(|k| k.addr == src_addr);
-    let src_asked = (!kept_src).then(|| {
-        let (addr, key, path) = (src_addr.to_string(), key.clone(), src_path.to_vec());
-        std::thread::spawn(move || stat_keeping(&addr, &key, &path).is_ok())
+    let (ticketed, _) = std::thread::scope(|s| {
+        let asked = (!kept_src).then(|| s.spawn(|| stat_keeping(src_addr, key, src_path)));
+        // Whatever the source server answered, the `SendTo` asks again and says what went
+        // wrong.
+        (ticket(dst_addr, key, dst_path), asked.map(|a| a.join()))
     });
-    let (ticket, dest_key) = ticket(dst_addr, key, dst_path)?;
-    if let Some(asked) = src_asked {
-        // Whatever it answered, the `SendTo` asks again and says what went wrong.
-        let _ = asked.join();
-    }
+    let (ticket, dest_key) = ticketed?;
     let send_to = Request::SendTo {
         path: src_path.to_vec(),
         addr: dst_addr.to_string(),

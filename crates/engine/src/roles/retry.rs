@@ -174,6 +174,7 @@ pub(crate) fn retrying(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sprat_proto::ErrorCode;
 
     fn lost() -> TransferError {
         TransferError::ConnectionLost {
@@ -273,6 +274,29 @@ mod tests {
         );
         assert!(matches!(out, Err(TransferError::Auth { .. })));
         assert_eq!(runs, 1);
+        // A server of another protocol version, one that proved itself (its key was pinned):
+        // as this release says it, and as releases of protocol 19 and older did.
+        let older = "the client speaks sprat protocol 20 and this server 19: run the same sprat \
+                     release on both";
+        for code in [ErrorCode::VersionMismatch, ErrorCode::Protocol] {
+            let mut runs = 0;
+            let out = retrying(
+                Duration::from_secs(600),
+                &mut |_| panic!("no retry"),
+                &|| false,
+                || {
+                    runs += 1;
+                    crate::net::server_proved("older");
+                    Err(TransferError::Remote {
+                        peer: "older".into(),
+                        code,
+                        text: older.into(),
+                    })
+                },
+            );
+            assert!(matches!(out, Err(TransferError::Remote { .. })));
+            assert_eq!(runs, 1, "{code:?}");
+        }
         // Nobody listening on the first run: reported at once. Also when another server
         // proved itself in the run (a third-party copy's destination answered, its source is
         // not there).

@@ -115,9 +115,8 @@ pub struct ServerStream {
 /// The error code a failed handshake is refused with.
 pub fn refusal_code(e: &AuthError) -> ErrorCode {
     match e {
-        AuthError::ClientVersion(_) | AuthError::ServerVersion(_) | AuthError::Unexpected => {
-            ErrorCode::Protocol
-        }
+        AuthError::ClientVersion(_) | AuthError::ServerVersion(_) => ErrorCode::VersionMismatch,
+        AuthError::Unexpected => ErrorCode::Protocol,
         _ => ErrorCode::AuthFailed,
     }
 }
