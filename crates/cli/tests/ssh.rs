@@ -733,3 +733,53 @@ fn namespace_errors_over_ssh_name_the_host_and_path_the_user_wrote() {
         assert!(!line.contains("127.0.0.1:"), "{cmd}: {line}");
     }
 }
+
+/// Several sources go into `HOST:` (the remote home) and into `HOST:DIR/` as one source
+/// would: into the home, not the remote `/` (where they went before), and never through a
+/// symlink at `DIR/NAME` (the one-shot server exports `/`, where the way to a path follows
+/// links, so only the refusal of a link at NAME kept it out of where it points).
+#[test]
+fn several_sources_over_ssh_go_into_the_home_and_never_through_a_link() {
+    let sshd = Sshd::start();
+    let t = tmp();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap();
+    let unique = t.path().file_name().unwrap().to_str().unwrap().to_string();
+    let names = [format!("{unique}-a"), format!("{unique}-b")];
+    let sources: Vec<_> = names.iter().map(|n| t.path().join(n)).collect();
+    for (src, name) in sources.iter().zip(&names) {
+        file(&src.join("f"), name.as_bytes(), 0o644);
+    }
+    let out = run(&sshd, "cp", &[s(&sources[0]), s(&sources[1]), "127.0.0.1:"]);
+    let landed: Vec<_> = names.iter().map(|n| home.join(n)).collect();
+    let at_root: Vec<_> = names.iter().map(|n| Path::new("/").join(n)).collect();
+    let in_home = landed.iter().all(|d| d.join("f").is_file());
+    for dir in landed.iter().chain(&at_root) {
+        if !dir.starts_with(t.path()) && dir.exists() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    assert_ok(&out, None);
+    assert!(in_home, "{}", sprat_testkit::describe(&out));
+
+    let (dst, outside) = (t.path().join("dst"), t.path().join("outside"));
+    file(&outside.join("existing"), b"keep", 0o644);
+    std::fs::create_dir_all(&dst).unwrap();
+    std::os::unix::fs::symlink(&outside, dst.join(&names[0])).unwrap();
+    let into = format!("{}/", remote(&dst));
+    let out = run(&sshd, "cp", &[s(&sources[0]), s(&sources[1]), &into]);
+    assert_exit(&out, 2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a symbolic link"),
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+    let there: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(there, ["existing"]);
+    assert_trees_equal(&sources[1], &dst.join(&names[1]));
+}
