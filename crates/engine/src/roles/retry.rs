@@ -257,8 +257,11 @@ mod tests {
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
 
-    #[test]
-    fn errors_another_run_cannot_fix_end_the_transfer_at_once() {
+    /// Runs a transfer whose every run fails with `fail()`, for up to 600 s of
+    /// `--retry-for`; another run is a panic. How many runs there were, and the outcome.
+    fn runs_failing(
+        mut fail: impl FnMut() -> TransferError,
+    ) -> (u32, Result<Report, TransferError>) {
         let mut runs = 0;
         let out = retrying(
             Duration::from_secs(600),
@@ -266,12 +269,18 @@ mod tests {
             &|| false,
             || {
                 runs += 1;
-                Err(TransferError::Auth {
-                    peer: "p".into(),
-                    why: "bad token".into(),
-                })
+                Err(fail())
             },
         );
+        (runs, out)
+    }
+
+    #[test]
+    fn errors_another_run_cannot_fix_end_the_transfer_at_once() {
+        let (runs, out) = runs_failing(|| TransferError::Auth {
+            peer: "p".into(),
+            why: "bad token".into(),
+        });
         assert!(matches!(out, Err(TransferError::Auth { .. })));
         assert_eq!(runs, 1);
         // A server of another protocol version, one that proved itself (its key was pinned):
@@ -279,21 +288,14 @@ mod tests {
         let older = "the client speaks sprat protocol 20 and this server 19: run the same sprat \
                      release on both";
         for code in [ErrorCode::VersionMismatch, ErrorCode::Protocol] {
-            let mut runs = 0;
-            let out = retrying(
-                Duration::from_secs(600),
-                &mut |_| panic!("no retry"),
-                &|| false,
-                || {
-                    runs += 1;
-                    crate::net::server_proved("older");
-                    Err(TransferError::Remote {
-                        peer: "older".into(),
-                        code,
-                        text: older.into(),
-                    })
-                },
-            );
+            let (runs, out) = runs_failing(|| {
+                crate::net::server_proved("older");
+                TransferError::Remote {
+                    peer: "older".into(),
+                    code,
+                    text: older.into(),
+                }
+            });
             assert!(matches!(out, Err(TransferError::Remote { .. })));
             assert_eq!(runs, 1, "{code:?}");
         }
@@ -304,22 +306,15 @@ mod tests {
             ("nobody-listening", None),
             ("a-source-never-reached", Some("the-destination")),
         ] {
-            let mut runs = 0;
-            let out = retrying(
-                Duration::from_secs(600),
-                &mut |_| panic!("no retry"),
-                &|| false,
-                || {
-                    runs += 1;
-                    if let Some(other) = other_proved {
-                        crate::net::server_proved(other);
-                    }
-                    Err(TransferError::Connect {
-                        peer: unreached.into(),
-                        source: std::io::ErrorKind::ConnectionRefused.into(),
-                    })
-                },
-            );
+            let (runs, out) = runs_failing(|| {
+                if let Some(other) = other_proved {
+                    crate::net::server_proved(other);
+                }
+                TransferError::Connect {
+                    peer: unreached.into(),
+                    source: std::io::ErrorKind::ConnectionRefused.into(),
+                }
+            });
             assert!(matches!(out, Err(TransferError::Connect { .. })));
             assert_eq!(runs, 1);
         }
