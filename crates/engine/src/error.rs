@@ -215,15 +215,14 @@ impl TransferError {
     /// refused or corrupted on the way. Refusals by the server (authentication, a read-only
     /// root, a full disk) and local errors are not retried.
     pub fn is_retryable(&self) -> bool {
-        if self.is_version_mismatch() {
-            return false;
-        }
         match self {
             TransferError::Connect { .. }
             | TransferError::ConnectionLost { .. }
             | TransferError::ClosedBeforeHandshake { .. }
             | TransferError::Stalled { .. }
             | TransferError::Protocol { .. } => true,
+            // A protocol error that is an older server's refusal of this client's version is
+            // not (see `is_version_mismatch`).
             TransferError::Remote { code, .. } => {
                 matches!(
                     code,
@@ -231,7 +230,7 @@ impl TransferError {
                         | ErrorCode::UnknownSession
                         | ErrorCode::PeerUnavailable
                         | ErrorCode::Busy
-                )
+                ) && !self.is_version_mismatch()
             }
             _ => false,
         }

@@ -372,12 +372,12 @@ const OP_RENAME: u8 = 6;
 const OP_SUM: u8 = 7;
 const OP_DELEGATE: u8 = 8;
 const OP_SEND_TO: u8 = 9;
+const OP_LOCATE: u8 = 10;
 
 /// `SendTo`'s flags byte (before protocol 20, the 0 or 1 of `durable` alone).
 const SEND_DURABLE: u8 = 1;
 const SEND_NO_LINK_AT_DEST: u8 = 2;
 const SEND_FLAGS: u8 = SEND_DURABLE | SEND_NO_LINK_AT_DEST;
-const OP_LOCATE: u8 = 10;
 
 /// `List` flags: bit 0 recursive, bit 1 with digests, bit 2 with owners, bit 3 with owners
 /// if the server applies a push's (see [`ListOwners`]).

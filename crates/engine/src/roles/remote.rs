@@ -373,11 +373,22 @@ pub(crate) fn stat_keeping(
 /// one; stale ones are dropped. Its server proved itself on it, before the run that now takes
 /// it: counted again for that run (see `retry::retrying`), as a new connection would be.
 fn take_kept(addr: &str) -> Option<Conn> {
-    let mut kept = crate::sync::lock(&KEPT);
-    kept.retain(|k| k.since.elapsed() < KEPT_FRESH && !k.conn.hung_up());
+    let mut kept = fresh_kept();
     let at = kept.iter().position(|k| k.addr == addr)?;
     net::server_proved(addr);
     Some(kept.remove(at).conn)
+}
+
+/// Whether a connection is kept for `addr` (see [`take_kept`]).
+fn is_kept(addr: &str) -> bool {
+    fresh_kept().iter().any(|k| k.addr == addr)
+}
+
+/// The connections kept, once those stale or closed by their server are dropped.
+fn fresh_kept() -> std::sync::MutexGuard<'static, Vec<Kept>> {
+    let mut kept = crate::sync::lock(&KEPT);
+    kept.retain(|k| k.since.elapsed() < KEPT_FRESH && !k.conn.hung_up());
+    kept
 }
 
 /// Closes the connections kept for `addr`: for a copy that will ask nothing more of that
@@ -506,17 +517,17 @@ pub fn third_party(
     // The destination's place goes back at once: a server of one or two places needs it for
     // the source server's connections. Meanwhile, unless a connection to the source server
     // is kept already (it was asked what the source is), one is made for the `SendTo`, with
-    // that question: its connect and hellos overlap the ticket's.
-    // Its answer is awaited even when the ticket is refused: a connection left in the middle
-    // of its handshake would be logged by the source server as a failed authentication.
-    let kept_src = crate::sync::lock(&KEPT).iter().any(|k| k.addr == src_addr);
-    let (ticketed, _) = std::thread::scope(|s| {
-        let asked = (!kept_src).then(|| s.spawn(|| stat_keeping(src_addr, key, src_path)));
-        // Whatever the source server answered, the `SendTo` asks again and says what went
-        // wrong.
-        (ticket(dst_addr, key, dst_path), asked.map(|a| a.join()))
-    });
-    let (ticket, dest_key) = ticketed?;
+    // that question: its connect and hellos overlap the ticket's. Its answer is awaited (the
+    // scope's end) even when the ticket is refused: a connection left in the middle of its
+    // handshake would be logged by the source server as a failed authentication. Whatever it
+    // answered, the `SendTo` asks again and says what went wrong.
+    let src_kept = is_kept(src_addr);
+    let (ticket, dest_key) = std::thread::scope(|s| {
+        if !src_kept {
+            s.spawn(|| stat_keeping(src_addr, key, src_path));
+        }
+        ticket(dst_addr, key, dst_path)
+    })?;
     let send_to = Request::SendTo {
         path: src_path.to_vec(),
         addr: dst_addr.to_string(),

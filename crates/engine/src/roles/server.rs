@@ -939,21 +939,22 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             });
             let writer = match root {
                 None => Ok(None),
-                // `DST/NAME`: NAME is opened without following a link made there since the
-                // check above (below an export of `/` the way to it follows links, as
-                // `mkdir -p` does; the directory made below it is confined).
-                Some(export) if source_is_dir && no_link_at_path => {
-                    let (parent, name) = sprat_store::split_parent(rel);
-                    export
-                        .root
-                        .mkdir_all(parent)
-                        .and_then(|p| p.mkdir_all(name))
-                        .map(|r| Some(TreeWriter::for_dir(r, !rel.is_empty(), tag)))
+                Some(export) if source_is_dir => {
+                    // `DST/NAME`: NAME is opened without following a link made there since
+                    // the check above (below an export of `/` the way to it follows links,
+                    // as `mkdir -p` does; the directory made below it is confined).
+                    let made = match no_link_at_path {
+                        true => {
+                            let (parent, name) = sprat_store::split_parent(rel);
+                            export
+                                .root
+                                .mkdir_all(parent)
+                                .and_then(|p| p.mkdir_all(name))
+                        }
+                        false => export.root.mkdir_all(rel),
+                    };
+                    made.map(|r| Some(TreeWriter::for_dir(r, !rel.is_empty(), tag)))
                 }
-                Some(export) if source_is_dir => export
-                    .root
-                    .mkdir_all(rel)
-                    .map(|r| Some(TreeWriter::for_dir(r, !rel.is_empty(), tag))),
                 Some(root) if rel.is_empty() => {
                     return served.refuse(
                         ErrorCode::BadRequest,
