@@ -150,6 +150,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         Message::Opened {
                             root_is_dir: *root_is_dir,
                             source: Default::default(),
+                            one_stream: *root_is_dir,
                         }
                     } else {
                         Message::Joined
@@ -470,6 +471,7 @@ fn check_message(
         Ok(Event::Announced {
             root_is_dir,
             source,
+            one_stream,
         }) => {
             assert!(
                 m.opened && !m.announced && !m.closed,
@@ -481,14 +483,17 @@ fn check_message(
                     Message::Opened {
                         root_is_dir: r,
                         source: s,
+                        one_stream: o,
                     },
                 ) => {
                     assert_eq!(root_is_dir, Some(*r));
                     assert_eq!(source, *s);
+                    assert_eq!(one_stream, *o);
                 }
                 (Role::Joining, Message::Joined) => {
                     assert_eq!(root_is_dir, None);
                     assert_eq!(source, Default::default());
+                    assert!(!one_stream);
                 }
                 _ => panic!("{name} announced a {role:?} stream"),
             }

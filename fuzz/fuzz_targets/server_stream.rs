@@ -198,7 +198,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             Op::AcceptOpen { push, root_is_dir } => {
                 let d = direction(push);
                 let source = sprat_proto::SourceId::default();
-                let r = s.accept_open(d, root_is_dir, source);
+                let r = s.accept_open(d, root_is_dir, source, false);
                 let may = m.live()
                     && m.role == Some(Role::Control)
                     && m.accepted.is_none()
@@ -208,7 +208,8 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                         r,
                         Ok(Message::Opened {
                             root_is_dir,
-                            source
+                            source,
+                            one_stream: false,
                         })
                     );
                     m.accepted = Some(d);

@@ -573,6 +573,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 dev: u.arbitrary()?,
                 ino: u.arbitrary()?,
             },
+            one_stream: u.arbitrary()?,
         },
         6 => Message::Join { session },
         7 => Message::Joined,

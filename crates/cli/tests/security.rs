@@ -78,6 +78,38 @@ fn push_with_wrong_token_exits_3_and_writes_nothing() {
     );
 }
 
+/// A client that closes its connection after the hellos, before it proves anything (sprat's
+/// own does, with a connection it dialled ahead and did not need), is not logged as a failed
+/// authentication; a wrong token still is, at once.
+#[test]
+fn a_connection_closed_before_it_authenticated_is_not_a_failed_authentication() {
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    let opts = ServerOptions {
+        extra_args: vec!["--no-encryption".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    // The log writes the first failure of a second at once and counts the next ones.
+    raw::hello_then_close(&srv, "127.0.0.1");
+    let wrong = wrong_token_file(t.path());
+    let args = ["ls", "--no-encryption", "--token-file", s(&wrong)];
+    let out = run_sprat(bin(), args.into_iter().chain([srv.url("").as_str()]), &[]);
+    assert_exit(&out, 3);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut log = srv.stderr_log();
+    while !log.contains("sprat serve: ") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        log = srv.stderr_log();
+    }
+    assert!(!log.contains("lost"), "{log}");
+    assert!(
+        log.contains("127.0.0.1"),
+        "the wrong token is not logged: {log}"
+    );
+}
+
 /// Anyone can answer a hello with "no token needed": a client that holds a token stops at such
 /// a server, since it cannot prove it is the server the token is for, and the server (whose
 /// pinned key got the push's first batches behind the hello) acts on none of it.

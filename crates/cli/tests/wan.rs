@@ -467,8 +467,9 @@ fn tiny_transfers_on_a_long_path_wait_for_their_streams_before_committing() {
 
 /// A single small file keeps one stream busy: on a long path (where a session whose hello
 /// comes late starts 32 streams at once, and commits once all have joined) it goes on one
-/// connection, pushed or sent by a server to another (a third-party copy). A large file
-/// still starts as many as the path wants: its opening chunks are small.
+/// connection, pushed, pulled (the server says so in `Opened` and turns the joins away) or
+/// sent by a server to another (a third-party copy). A large file still starts as many as
+/// the path wants: its opening chunks are small.
 #[test]
 fn a_single_small_file_on_a_long_path_opens_one_stream() {
     let t = tmp();
@@ -488,6 +489,21 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
         assert!(streams.contains(&n), "{name}: {n} streams, not {streams:?}");
         let sent = std::fs::read(t.path().join("root").join(name)).unwrap();
         assert_eq!(sent, std::fs::read(src.join(name)).unwrap(), "{name}");
+        // Pulled back, to a new name and into an existing directory.
+        let into = t.path().join(format!("into-{name}"));
+        std::fs::create_dir(&into).unwrap();
+        let back = t.path().join(format!("back-{name}"));
+        for (dst, landed) in [(&back, back.clone()), (&into, into.join(name))] {
+            let out = cp(&srv, &args, relay.url(name), dst);
+            assert_ok(&out, Some(&srv));
+            let n = json(&out)["path"]["streams_start"].as_u64().unwrap();
+            assert!(
+                streams.contains(&n),
+                "pulled {name}: {n} streams, not {streams:?}"
+            );
+            let pulled = std::fs::read(&landed).unwrap();
+            assert_eq!(pulled, std::fs::read(src.join(name)).unwrap(), "{name}");
+        }
     }
     // The same server sends the small file to itself through the long path.
     let out = cp(&srv, &chunked, relay.url("small"), relay.url("copied"));
@@ -503,6 +519,47 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
     // No stream was opened only to be turned away as one too many from this address.
     let log = srv.stderr_log();
     assert!(!log.contains("refusing"), "{log}");
+}
+
+/// A pull into an existing directory dials a second control connection beside its session's,
+/// for the session a single file's copy to `DST/NAME` opens next; a tree's copy closes it
+/// unused. Through a long path and over loopback, a tree lands in the directory and a file
+/// inside it, and the server logs no failure for the connections the pulls did not need
+/// (see `security::a_connection_closed_before_it_authenticated_is_not_a_failed_authentication`
+/// for the rule itself).
+#[test]
+fn pulls_into_an_existing_directory_land_as_with_cp_and_leave_no_failures_logged() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("tree/sub")).unwrap();
+    tree::make_file(&root.join("tree/sub/a"), b"a file in a tree", 0o644);
+    tree::make_file(&root.join("small"), b"a single small file", 0o644);
+    let srv = server(&root);
+    let relay = RelayProc::start(srv.addr(), &["--delay", "15ms"]);
+    let into = t.path().join("into");
+    std::fs::create_dir(&into).unwrap();
+    // Through the relay first: its connection dialled beside the session's has certainly
+    // done its part of the handshake when it is closed, and the server's log writes the
+    // first failure of a second at once (the next ones are only counted).
+    for name in ["tree", "small"] {
+        for url in [relay.url(name), srv.url(name)] {
+            let out = cp(&srv, &[], url, &into);
+            assert_ok(&out, Some(&srv));
+        }
+    }
+    assert_eq!(
+        std::fs::read(into.join("sub/a")).unwrap(),
+        b"a file in a tree"
+    );
+    assert_eq!(
+        std::fs::read(into.join("small")).unwrap(),
+        b"a single small file"
+    );
+    // What the server makes of the connections closed last.
+    std::thread::sleep(Duration::from_millis(300));
+    let log = srv.stderr_log();
+    assert!(!log.contains("the peer closed the connection"), "{log}");
+    assert!(log.matches("pull from 'tree' done").count() == 2, "{log}");
 }
 
 /// A third-party copy of a single small file takes one of its source server's places for its

@@ -10,6 +10,9 @@
 use sprat_proto::ErrorCode;
 use sprat_store::StoreError;
 
+/// Why a connection was lost when its peer closed it (see [`TransferError::is_peer_closed`]).
+pub(crate) const PEER_CLOSED: &str = "the peer closed the connection";
+
 /// Why a transfer or server operation stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
@@ -120,6 +123,12 @@ impl TransferError {
             }
             _ => false,
         }
+    }
+
+    /// Whether the connection was lost because its peer closed it (an orderly end, not a
+    /// reset, a timeout or a malformed message).
+    pub fn is_peer_closed(&self) -> bool {
+        matches!(self, TransferError::ConnectionLost { why, .. } if why == PEER_CLOSED)
     }
 
     /// Whether a server refused a connection for want of places (`--max-connections`, or

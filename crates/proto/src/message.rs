@@ -361,6 +361,10 @@ pub enum Message {
         /// A pull's source directory on the server's kernel (see [`SourceId`]; zeros for a
         /// push), for the client to refuse a destination inside it.
         source: SourceId,
+        /// A pull whose source is one file that travels whole (protocol 21): the server sends
+        /// it on this connection alone and refuses the session's joins, so the client need
+        /// not wait for any of them.
+        one_stream: bool,
     },
     Join {
         session: [u8; 16],
@@ -526,8 +530,9 @@ impl Message {
             Message::Opened {
                 root_is_dir,
                 source,
+                one_stream,
             } => {
-                out.push(*root_is_dir as u8);
+                out.push(*root_is_dir as u8 | (*one_stream as u8) << 1);
                 source.encode(&mut out);
                 kind::OPENED
             }
@@ -741,9 +746,18 @@ impl Message {
                     selection,
                 }
             }
-            kind::OPENED => Message::Opened {
-                root_is_dir: bool_byte(r.u8("root kind")?)?,
-                source: SourceId::decode(&mut r)?,
+            kind::OPENED => match r.u8("root kind")? {
+                flags if flags & !OPENED_FLAGS == 0 => Message::Opened {
+                    root_is_dir: flags & OPENED_ROOT_IS_DIR != 0,
+                    one_stream: flags & OPENED_ONE_STREAM != 0,
+                    source: SourceId::decode(&mut r)?,
+                },
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what: "Opened flags",
+                        why: "unknown flag",
+                    })
+                }
             },
             kind::JOIN => Message::Join {
                 session: r.array("session id")?,
@@ -845,6 +859,9 @@ impl Message {
 }
 
 /// Bits of the flag byte of a push.
+const OPENED_ROOT_IS_DIR: u8 = 1;
+const OPENED_ONE_STREAM: u8 = 2;
+const OPENED_FLAGS: u8 = OPENED_ROOT_IS_DIR | OPENED_ONE_STREAM;
 const PUSH_SOURCE_IS_DIR: u8 = 1;
 const PUSH_DURABLE: u8 = 2;
 const PUSH_DISCARD: u8 = 4;
@@ -975,6 +992,12 @@ mod tests {
         roundtrip(Message::Opened {
             root_is_dir: false,
             source: Default::default(),
+            one_stream: false,
+        });
+        roundtrip(Message::Opened {
+            root_is_dir: false,
+            source: Default::default(),
+            one_stream: true,
         });
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
@@ -1164,6 +1187,21 @@ mod tests {
             skipped_files: 3,
             skipped_bytes: 4,
         }));
+    }
+
+    #[test]
+    fn openeds_unknown_flags_are_refused() {
+        let opened = Message::Opened {
+            root_is_dir: true,
+            source: Default::default(),
+            one_stream: true,
+        };
+        let mut bytes = opened.encode();
+        assert_eq!(bytes[FRAME_HEADER_LEN], 3);
+        for flags in [4, 8, 0x80] {
+            bytes[FRAME_HEADER_LEN] = flags;
+            assert!(Message::decode(kind::OPENED, &bytes[FRAME_HEADER_LEN..]).is_err());
+        }
     }
 
     #[test]

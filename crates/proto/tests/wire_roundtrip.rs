@@ -311,10 +311,11 @@ fn message() -> impl Strategy<Value = Message> {
                 path,
             }
         ),
-        (any::<bool>(), any::<([u8; 16], u64, u64)>()).prop_map(
-            |(root_is_dir, (host, dev, ino))| Message::Opened {
+        (any::<(bool, bool)>(), any::<([u8; 16], u64, u64)>()).prop_map(
+            |((root_is_dir, one_stream), (host, dev, ino))| Message::Opened {
                 root_is_dir,
-                source: sprat_proto::SourceId { host, dev, ino }
+                source: sprat_proto::SourceId { host, dev, ino },
+                one_stream,
             }
         ),
         any::<[u8; 16]>().prop_map(|session| Message::Join { session }),

@@ -104,6 +104,18 @@ pub fn first_message(
     s
 }
 
+/// A connection from `from` that says hello, reads the server's, and closes before it proves
+/// the key (as sprat does with a connection it dialled ahead and did not need).
+pub fn hello_then_close(srv: &Server, from: &str) {
+    let mut s = connect(srv, from);
+    let now = Instant::now();
+    let (mut machine, hello) =
+        ClientStream::new(Direction::Pull, Role::Control, Some(key()), fresh(), now);
+    s.write_all(&hello.encode()).unwrap();
+    let reply = read_message(&mut s).unwrap();
+    assert_eq!(machine.on_message(reply, now), Ok(Event::ServerProved));
+}
+
 /// A session `session` opened from `from` (`op` on `path`) with `behind` right after the
 /// `Open`; the server's answer is not read yet.
 pub fn open_with(

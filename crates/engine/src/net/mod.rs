@@ -285,7 +285,7 @@ impl Conn {
 
     fn lost(&self, e: std::io::Error) -> TransferError {
         let why = match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".to_string(),
+            std::io::ErrorKind::UnexpectedEof => crate::error::PEER_CLOSED.to_string(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
                 "timed out waiting for the peer".to_string()
             }
@@ -920,13 +920,22 @@ impl DialedSession {
     }
 }
 
+/// What the server's `Opened` says of a session.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Announcement {
+    /// Whether the session's root is a directory.
+    pub root_is_dir: bool,
+    /// Where a pull's source directory is on the server's kernel (zeros for a push).
+    pub source: sprat_proto::SourceId,
+    /// The server sends the data on the control connection alone and refuses the joins.
+    pub one_stream: bool,
+}
+
 impl SessionConn {
     /// Reads messages until the server announces the connection (a pull, or a stream joined
-    /// mid-transfer, waits for it before it takes any data). Returns whether the session's
-    /// root is a directory and where a pull's source is (`Opened` says; `None` for `Joined`).
-    pub fn await_announcement(
-        &mut self,
-    ) -> Result<Option<(bool, sprat_proto::SourceId)>, TransferError> {
+    /// mid-transfer, waits for it before it takes any data). Returns what `Opened` says of
+    /// the session (`None` for `Joined`).
+    pub fn await_announcement(&mut self) -> Result<Option<Announcement>, TransferError> {
         let msg = match self.conn.recv_control_raw() {
             Ok(m) => m,
             Err(e) => return Err(self.timed_out().unwrap_or(e)),
@@ -935,9 +944,14 @@ impl SessionConn {
             Ok(client_session::Event::Announced {
                 root_is_dir,
                 source,
+                one_stream,
             }) => {
                 self.conn.read_until(self.machine.deadline());
-                Ok(root_is_dir.map(|dir| (dir, source)))
+                Ok(root_is_dir.map(|root_is_dir| Announcement {
+                    root_is_dir,
+                    source,
+                    one_stream,
+                }))
             }
             Ok(client_session::Event::Refused { code, text, .. }) => Err(TransferError::Remote {
                 peer: self.conn.peer.clone(),

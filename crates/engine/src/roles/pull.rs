@@ -71,7 +71,32 @@ pub(crate) fn pull(
     src_ep: &Endpoint,
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
+    pull_session(addr, (path, dst), key, options, (src_ep, dst_ep), None)
+}
+
+/// A pull of `path` to `dst` in one session, or, when `dst` is an existing directory and the
+/// source turns out to be a single file, in a second one for `DST/NAME`. `useful_streams`:
+/// what the caller knows the data can keep busy (see `session::open`).
+fn pull_session(
+    addr: &str,
+    (path, dst): (&[u8], &Path),
+    key: &Credentials,
+    options: &TransferOptions,
+    (src_ep, dst_ep): (&Endpoint, &Endpoint),
+    useful_streams: Option<usize>,
+) -> Result<Report, TransferError> {
     let started = Instant::now();
+    // Into an existing directory, a second session may follow the first (see below): its
+    // control connection is dialled beside the first one's, and held for it once known to be
+    // needed, so that it costs one round trip more, not three (a tree's is closed unused).
+    let mut spare = file_inside_directory(dst, path).map(|_| {
+        session::dial_spare(
+            addr,
+            key,
+            options.tcp_buffer,
+            sprat_proto::session::Direction::Pull,
+        )
+    });
     // A checked pull sends what the destination has right behind its `Open`; the local scan
     // starts while the session's connection is dialled, and its pieces go as they come (a
     // few held while the dial goes on).
@@ -145,10 +170,21 @@ pub(crate) fn pull(
         let commit = c.machine.commit(sprat_proto::Totals::default());
         c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
     };
-    let opened = session::open(addr, key, (op, path), options, None, send_index_and_commit);
+    let opened = session::open(
+        addr,
+        key,
+        (op, path),
+        options,
+        useful_streams,
+        send_index_and_commit,
+    );
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
         if let Some(inside) = file_inside_directory(dst, path) {
-            return pull(addr, path, &inside, key, options, src_ep, dst_ep);
+            if let Some(spare) = spare.take() {
+                session::hold_ahead(spare);
+            }
+            let ends = (src_ep, dst_ep);
+            return pull_session(addr, (path, &inside), key, options, ends, None);
         }
     }
     let (session, control) = opened?;
@@ -156,13 +192,20 @@ pub(crate) fn pull(
     // A single file into an existing directory goes inside it, under its own name, as with
     // cp. Known only from the server's answer: the session opened for DST is dropped (nothing
     // was written) and one opened for DST/NAME, whose index, partial file and skip are that
-    // file's. Only a file pulled into a directory pays for it.
+    // file's, on the connection dialled beside the first. Only a file pulled into a directory
+    // pays for it.
     if !session.root_is_dir {
         if let Some(inside) = file_inside_directory(dst, path) {
+            let useful_streams = session.one_stream.then_some(1);
             drop((session, control));
-            return pull(addr, path, &inside, key, options, src_ep, dst_ep);
+            if let Some(spare) = spare.take() {
+                session::hold_ahead(spare);
+            }
+            let ends = (src_ep, dst_ep);
+            return pull_session(addr, (path, &inside), key, options, ends, useful_streams);
         }
     }
+    drop(spare);
     let writer = local_writer(dst, session.root_is_dir, true, options)?;
     // The index was sent whole (its scan ended) before the session opened.
     writer.watch_partials(std::mem::take(&mut *lock(&partial_files)));

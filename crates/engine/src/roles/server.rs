@@ -241,6 +241,9 @@ struct PullSession {
     root_is_dir: bool,
     /// Where the source directory is on this host (told in `Opened`).
     source_id: sprat_proto::SourceId,
+    /// The source is one file that travels whole: the control connection carries it, and
+    /// the session's joins are refused (told in `Opened`, so that the client waits for none).
+    one_stream: bool,
     /// What the client's destination had (a checked pull), reported with `Done`.
     skipped: Arc<SkipCounts>,
     /// The memory its index takes, until the session ends.
@@ -675,6 +678,13 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
             };
             (m, access)
         }
+        // A client that closed the connection before it proved anything changed its mind
+        // (a connection dialled ahead for a session that did not need it, or a join its
+        // session no longer waited for): not a failed authentication.
+        Err(e) if e.is_peer_closed() => {
+            tracing::debug!(%e, "closed by the client before it authenticated");
+            return;
+        }
         Err(e) => {
             lock(&shared.failed_handshakes).log(|| printable(&e.to_string()).into_owned());
             return;
@@ -1073,6 +1083,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 .path_rtt
                 .set(served.conn.rtt.unwrap_or(Duration::ZERO));
             let source_id = super::push::source_id(&src);
+            let one_stream = super::push::travels_whole_alone(&src, &options);
             let handle = match source::start(src, &options, skip) {
                 Ok(h) => h,
                 Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
@@ -1081,6 +1092,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 batches: handle.batches.clone(),
                 root_is_dir: handle.root_is_dir,
                 source_id,
+                one_stream,
                 source: Mutex::new(Some(handle)),
                 skipped: counts,
                 _index: charge,
@@ -1214,9 +1226,9 @@ fn announce_and_serve(
     ip: Option<IpAddr>,
     control: bool,
 ) -> Result<(), TransferError> {
-    let (direction, root_is_dir, source) = match &session.kind {
-        SessionKind::Push(p) => (Direction::Push, p.root_is_dir, Default::default()),
-        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir, p.source_id),
+    let (direction, root_is_dir, source, one_stream) = match &session.kind {
+        SessionKind::Push(p) => (Direction::Push, p.root_is_dir, Default::default(), false),
+        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir, p.source_id, p.one_stream),
     };
     // A push stream counts in before its announcement; a join after every stream ended
     // finds the session closed (its client committed without waiting for it).
@@ -1228,10 +1240,19 @@ fn announce_and_serve(
                 return Ok(());
             }
         },
+        SessionKind::Pull(_) if one_stream && !control => {
+            served.refuse(
+                ErrorCode::UnknownSession,
+                "this session's one file travels on its first connection alone".into(),
+            );
+            return Ok(());
+        }
         SessionKind::Pull(p) => Serving::Pull(p),
     };
     let announcement = if control {
-        served.machine.accept_open(direction, root_is_dir, source)
+        served
+            .machine
+            .accept_open(direction, root_is_dir, source, one_stream)
     } else {
         served.machine.accept_join(direction)
     };

@@ -37,6 +37,9 @@ pub(crate) struct Session {
     /// Where a pull's source directory is on the server's kernel (its `Opened` says; zeros
     /// for a push), for the pull to refuse a destination inside it.
     pub source: sprat_proto::SourceId,
+    /// A pull's source is one file that travels whole, on the control connection alone (its
+    /// `Opened` says).
+    pub one_stream: bool,
     /// Half the time from `connect` to the server's hello (see [`net::dial`]).
     rtt_estimate: Duration,
     /// When the `Open` was sent, and the round trip to its `Opened` in nanoseconds (0 until it
@@ -76,11 +79,12 @@ struct SessionState {
     opened: Option<bool>,
 }
 
-/// A push's control connection dialled ahead (see [`dial_ahead`]), and what it was dialled
-/// for.
-struct DialledAhead {
+/// A session's control connection dialled ahead (see [`dial_ahead`]), and what it was
+/// dialled for.
+pub(crate) struct DialledAhead {
     addr: String,
     buffer: Option<u64>,
+    direction: Direction,
     since: Instant,
     dialled: Receiver<Result<net::DialedSession, TransferError>>,
 }
@@ -98,14 +102,31 @@ const AHEAD_FRESH: Duration = Duration::from_secs(3);
 /// and hellos (two) overlap them instead of following. One connection is held at a time; one
 /// never used is closed when the next is dialled or the process ends.
 pub(crate) fn dial_ahead(addr: &str, key: &Credentials, tcp_buffer: Option<u64>) {
+    hold_ahead(dial_spare(addr, key, tcp_buffer, Direction::Push));
+}
+
+/// Starts dialling a control connection to `addr` for a session moving data `direction`,
+/// which the caller holds until it knows whether a session will want it ([`hold_ahead`]).
+pub(crate) fn dial_spare(
+    addr: &str,
+    key: &Credentials,
+    tcp_buffer: Option<u64>,
+    direction: Direction,
+) -> DialledAhead {
     let (_, buffer) = TcpLimits::read().buffers(tcp_buffer);
-    let dialled = dial_control(addr, key, buffer, Direction::Push);
-    *lock(&AHEAD) = Some(DialledAhead {
+    DialledAhead {
         addr: addr.to_string(),
         buffer,
+        direction,
         since: Instant::now(),
-        dialled,
-    });
+        dialled: dial_control(addr, key, buffer, direction),
+    }
+}
+
+/// Holds `spare` for the next session [`open`]ed to its address in its direction (while
+/// fresh), in place of any held before.
+pub(crate) fn hold_ahead(spare: DialledAhead) {
+    *lock(&AHEAD) = Some(spare);
 }
 
 /// Dials a session's control connection on a thread of its own; the connection, or why it
@@ -126,7 +147,7 @@ fn dial_control(
     dialled
 }
 
-/// The connection dialled ahead for a push session like this one, if there is one and it is
+/// The connection dialled ahead for a session like this one, if there is one and it is
 /// fresh (anything else dialled ahead is dropped).
 fn take_ahead(
     addr: &str,
@@ -134,9 +155,8 @@ fn take_ahead(
     direction: Direction,
 ) -> Option<Receiver<Result<net::DialedSession, TransferError>>> {
     let ahead = lock(&AHEAD).take()?;
-    let same = ahead.addr == addr && ahead.buffer == buffer;
-    (same && direction == Direction::Push && ahead.since.elapsed() < AHEAD_FRESH)
-        .then_some(ahead.dialled)
+    let same = ahead.addr == addr && ahead.buffer == buffer && ahead.direction == direction;
+    (same && ahead.since.elapsed() < AHEAD_FRESH).then_some(ahead.dialled)
 }
 
 /// Opens a session (`Open` on a control connection, then what `after_open` sends behind it)
@@ -160,7 +180,7 @@ pub(crate) fn open(
     useful_streams: Option<usize>,
     after_open: impl FnOnce(&mut SessionConn) -> Result<(), TransferError>,
 ) -> Result<(Session, SessionConn), TransferError> {
-    let most_streams = useful_streams.map_or(tune::MAX_AUTO_STREAMS, |n| {
+    let mut most_streams = useful_streams.map_or(tune::MAX_AUTO_STREAMS, |n| {
         n.clamp(1, tune::MAX_AUTO_STREAMS)
     });
     let limits = TcpLimits::read();
@@ -242,14 +262,29 @@ pub(crate) fn open(
     after_open(&mut control)?;
     let open_sent = Instant::now();
     let rtt_opened = AtomicU64::new(0);
-    let (root_is_dir, source) = match direction {
-        Direction::Push => (false, Default::default()),
+    let announced = match direction {
+        Direction::Push => net::Announcement::default(),
         Direction::Pull => {
             let announced = control.await_announcement()?;
             rtt_opened.store(nanos(open_sent.elapsed()), Ordering::Relaxed);
-            announced.unwrap_or((true, Default::default()))
+            announced.unwrap_or(net::Announcement {
+                root_is_dir: true,
+                ..Default::default()
+            })
         }
     };
+    let net::Announcement {
+        root_is_dir,
+        source,
+        one_stream,
+    } = announced;
+    // A pull of one file that travels whole: the server sends it on the control connection
+    // and refuses the joins, which nobody waits for (their threads end with the refusal).
+    if one_stream {
+        joining.clear();
+        plan.streams = 1;
+        most_streams = 1;
+    }
     tracing::info!(
         server = addr,
         ?direction,
@@ -266,6 +301,7 @@ pub(crate) fn open(
         direction,
         root_is_dir,
         source,
+        one_stream,
         rtt_estimate: rtt,
         open_sent,
         rtt_opened,

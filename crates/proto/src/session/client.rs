@@ -36,6 +36,9 @@ pub enum Event {
         root_is_dir: Option<bool>,
         /// A pull's source directory on the server's kernel (`Opened` says; zeros otherwise).
         source: crate::SourceId,
+        /// The server sends the session's data on the control connection alone and refuses
+        /// its joins (`Opened` says; see [`crate::Message::Opened`]).
+        one_stream: bool,
     },
     /// A batch of this connection is written; `unlisted` failures are counted, not listed.
     Acked {
@@ -260,15 +263,16 @@ impl ClientStream {
                 Ok(Event::ServerProved)
             }
             Receiving::Announcing => {
-                let (root_is_dir, source) = match (msg, self.role) {
+                let (root_is_dir, source, one_stream) = match (msg, self.role) {
                     (
                         Message::Opened {
                             root_is_dir,
                             source,
+                            one_stream,
                         },
                         Role::Control,
-                    ) => (Some(root_is_dir), source),
-                    (Message::Joined, Role::Joining) => (None, crate::SourceId::default()),
+                    ) => (Some(root_is_dir), source, one_stream),
+                    (Message::Joined, Role::Joining) => (None, crate::SourceId::default(), false),
                     (other, _) => {
                         self.receiving = Receiving::Announcing;
                         return Err(self.unexpected(&other));
@@ -281,6 +285,7 @@ impl ClientStream {
                 Ok(Event::Announced {
                     root_is_dir,
                     source,
+                    one_stream,
                 })
             }
             Receiving::Transferring => {
@@ -655,7 +660,8 @@ mod tests {
             c.on_message(Message::Joined, now),
             Ok(Event::Announced {
                 root_is_dir: None,
-                source: Default::default()
+                source: Default::default(),
+                one_stream: false
             })
         );
         // The hello was answered already: the `Join` goes alone.
@@ -680,7 +686,8 @@ mod tests {
             c.on_message(Message::Joined, now),
             Ok(Event::Announced {
                 root_is_dir: None,
-                source: Default::default()
+                source: Default::default(),
+                one_stream: false
             })
         );
         assert!(c.take_held().is_empty());
@@ -832,13 +839,15 @@ mod tests {
             c.on_message(
                 Message::Opened {
                     root_is_dir: true,
-                    source: Default::default()
+                    source: Default::default(),
+                    one_stream: false
                 },
                 now
             ),
             Ok(Event::Announced {
                 root_is_dir: Some(true),
-                source: Default::default()
+                source: Default::default(),
+                one_stream: false
             })
         );
         assert!(c.on_batch().is_ok(), "the data still comes");
@@ -850,6 +859,7 @@ mod tests {
                 Message::Opened {
                     root_is_dir: true,
                     source: Default::default(),
+                    one_stream: false,
                 },
                 now,
             )
@@ -870,6 +880,7 @@ mod tests {
             Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
+                one_stream: false,
             },
             now,
         )
@@ -898,6 +909,7 @@ mod tests {
             Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
+                one_stream: false,
             },
             now,
         )
@@ -925,6 +937,7 @@ mod tests {
             Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
+                one_stream: false,
             },
             now,
         )
@@ -949,6 +962,7 @@ mod tests {
             Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
+                one_stream: false,
             },
             now,
         )
@@ -980,7 +994,8 @@ mod tests {
             c.on_message(
                 Message::Opened {
                     root_is_dir: true,
-                    source: Default::default()
+                    source: Default::default(),
+                    one_stream: false
                 },
                 now
             ),
@@ -998,6 +1013,7 @@ mod tests {
             Message::Opened {
                 root_is_dir: false,
                 source: Default::default(),
+                one_stream: false,
             },
             now,
         )

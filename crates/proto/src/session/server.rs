@@ -393,6 +393,7 @@ impl ServerStream {
         direction: Direction,
         root_is_dir: bool,
         source: crate::SourceId,
+        one_stream: bool,
     ) -> Result<Message, SessionError> {
         if !matches!(self.state, State::Deciding(Role::Control)) {
             return Err(self.not_now("send Opened"));
@@ -402,6 +403,7 @@ impl ServerStream {
             Message::Opened {
                 root_is_dir,
                 source,
+                one_stream,
             },
         )
     }
@@ -564,10 +566,11 @@ mod tests {
         });
         assert!(matches!(event, Event::Open { session, .. } if session == [7; 16]));
         assert_eq!(
-            s.accept_open(Direction::Push, true, Default::default()),
+            s.accept_open(Direction::Push, true, Default::default(), false),
             Ok(Message::Opened {
                 root_is_dir: true,
-                source: Default::default()
+                source: Default::default(),
+                one_stream: false
             })
         );
         (s, now)
@@ -610,7 +613,7 @@ mod tests {
         let (mut join, event, now) = deciding(Message::Join { session: [7; 16] });
         assert_eq!(event, Event::Join { session: [7; 16] });
         assert!(join
-            .accept_open(Direction::Push, true, Default::default())
+            .accept_open(Direction::Push, true, Default::default(), false)
             .is_err());
         assert_eq!(join.accept_join(Direction::Push), Ok(Message::Joined));
         join.on_message(Message::End, now).expect("end");
@@ -627,7 +630,7 @@ mod tests {
             path: Vec::new(),
             selection: Default::default(),
         });
-        pull.accept_open(Direction::Pull, false, Default::default())
+        pull.accept_open(Direction::Pull, false, Default::default(), false)
             .expect("opened");
         assert!(pull.on_batch().is_err());
         let (mut pull, _, _) = deciding(Message::Open {
@@ -639,7 +642,7 @@ mod tests {
             path: Vec::new(),
             selection: Default::default(),
         });
-        pull.accept_open(Direction::Pull, false, Default::default())
+        pull.accept_open(Direction::Pull, false, Default::default(), false)
             .expect("opened");
         assert!(pull.may_send_batch());
         assert!(
@@ -664,7 +667,7 @@ mod tests {
         s.expect_index(false)
             .expect("an Open may be followed by an index");
         assert!(
-            s.accept_open(Direction::Pull, true, Default::default())
+            s.accept_open(Direction::Pull, true, Default::default(), false)
                 .is_err(),
             "not before its end"
         );
@@ -685,10 +688,11 @@ mod tests {
         s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
         assert_eq!(
-            s.accept_open(Direction::Pull, true, Default::default()),
+            s.accept_open(Direction::Pull, true, Default::default(), false),
             Ok(Message::Opened {
                 root_is_dir: true,
-                source: Default::default()
+                source: Default::default(),
+                one_stream: false
             })
         );
     }

@@ -432,10 +432,12 @@ impl SimServer {
                     net.send(conn, To::Client, Frame::Msg(refusal));
                     self.refused_ids.push(session);
                 } else {
-                    let opened =
-                        self.conns[conn]
-                            .stream
-                            .accept_open(direction, true, Default::default())?;
+                    let opened = self.conns[conn].stream.accept_open(
+                        direction,
+                        true,
+                        Default::default(),
+                        false,
+                    )?;
                     self.conns[conn].session = Some(session);
                     self.sessions.insert(
                         session,
