@@ -215,6 +215,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                             op: Operation::Pull {
                                 check: DestCheck::None,
                                 meta: Default::default(),
+                                into_dir: false,
                             },
                             path: Vec::new(),
                             selection: Default::default(),

@@ -359,10 +359,12 @@ fn first_message(which: u8) -> Message {
         1 => Operation::Pull {
             check: DestCheck::None,
             meta: Default::default(),
+            into_dir: false,
         },
         _ => Operation::Pull {
             check: DestCheck::Checksum,
             meta: Default::default(),
+            into_dir: false,
         },
     };
     match which % 7 {

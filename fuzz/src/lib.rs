@@ -556,6 +556,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                     Operation::Pull {
                         check: arb_check(u)?,
                         meta: arb_meta(u)?,
+                        into_dir: u.arbitrary()?,
                     }
                 },
                 path: arb_path(u)?,

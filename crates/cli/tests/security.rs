@@ -1422,6 +1422,7 @@ fn authenticated_clients_that_go_silent_or_stop_reading_are_cut_off_after_the_id
     let pull = sprat_proto::Operation::Pull {
         check: sprat_proto::DestCheck::None,
         meta: Default::default(),
+        into_dir: false,
     };
     let mut stuck_pull = raw::open(&srv, "127.0.0.2", pull, b"big");
     // A well-behaved copy that takes several idle timeouts.

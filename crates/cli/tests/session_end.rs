@@ -56,6 +56,7 @@ fn a_pulls_commit_right_behind_its_open_is_answered_after_its_last_batch() {
     let pull = Operation::Pull {
         check: DestCheck::None,
         meta: Default::default(),
+        into_dir: false,
     };
     let commit = Message::Commit(Totals::default());
     let mut s = raw::open_with(

@@ -85,8 +85,16 @@ pub enum Operation {
     },
     /// The server sends the tree at `path`; the client writes it. With a `check`, the client
     /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
-    /// and the server leaves out what the check says is there.
-    Pull { check: DestCheck, meta: MetaFlags },
+    /// and the server leaves out what the check says is there. `into_dir` (from protocol
+    /// 21): the client's destination is an existing directory, which a single file goes
+    /// inside (`DST/NAME`, as with cp); a server whose source is not a directory announces
+    /// it and sends nothing, and the client opens a session for `DST/NAME` (whose index is
+    /// that file's).
+    Pull {
+        check: DestCheck,
+        meta: MetaFlags,
+        into_dir: bool,
+    },
 }
 
 /// A directory on one running kernel: its boot id, device and inode (all zeros: unknown). A
@@ -518,9 +526,13 @@ impl Message {
                         );
                         source.encode(&mut out);
                     }
-                    Operation::Pull { check, meta } => {
+                    Operation::Pull {
+                        check,
+                        meta,
+                        into_dir,
+                    } => {
                         out.push(2);
-                        out.push(check.to_u8() | meta.to_bits() << 4);
+                        out.push(check.to_u8() | meta.to_bits() << 4 | (*into_dir as u8) << 7);
                     }
                 }
                 put_bytes16(&mut out, path);
@@ -719,10 +731,11 @@ impl Message {
                             what: "pull check",
                             why: "unknown value",
                         })?,
-                        meta: MetaFlags::from_bits(byte >> 4).ok_or(DecodeError::Invalid {
+                        meta: MetaFlags::from_bits(byte >> 4 & 7).ok_or(DecodeError::Invalid {
                             what: "pull flags",
                             why: "unknown bits set",
                         })?,
+                        into_dir: byte & PULL_INTO_DIR != 0,
                     },
                     (v, _) => {
                         return Err(DecodeError::Unknown {
@@ -859,6 +872,8 @@ impl Message {
 }
 
 /// Bits of the flag byte of a push.
+/// The pull flag byte's top bit (its low bits are the check, the next three [`MetaFlags`]).
+const PULL_INTO_DIR: u8 = 0x80;
 const OPENED_ROOT_IS_DIR: u8 = 1;
 const OPENED_ONE_STREAM: u8 = 2;
 const OPENED_FLAGS: u8 = OPENED_ROOT_IS_DIR | OPENED_ONE_STREAM;
@@ -985,6 +1000,7 @@ mod tests {
             op: Operation::Pull {
                 check: DestCheck::QuickCheck,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -1219,6 +1235,7 @@ mod tests {
                 op: Operation::Pull {
                     check,
                     meta: Default::default(),
+                    into_dir: false,
                 },
                 path: b"p".to_vec(),
                 selection: Default::default(),
@@ -1229,6 +1246,7 @@ mod tests {
             op: Operation::Pull {
                 check: DestCheck::Checksum,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: b"p".to_vec(),
             selection: Default::default(),
@@ -1274,6 +1292,7 @@ mod tests {
             op: Operation::Pull {
                 check: DestCheck::QuickCheck,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: b"aa/bb".to_vec(),
             selection: Default::default(),

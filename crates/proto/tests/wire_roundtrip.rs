@@ -152,7 +152,13 @@ fn operation() -> impl Strategy<Value = Operation> {
                     }
                 }
             ),
-        (dest_check(), meta_flags()).prop_map(|(check, meta)| Operation::Pull { check, meta }),
+        (dest_check(), meta_flags(), any::<bool>()).prop_map(|(check, meta, into_dir)| {
+            Operation::Pull {
+                check,
+                meta,
+                into_dir,
+            }
+        }),
     ]
 }
 

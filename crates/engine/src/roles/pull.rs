@@ -59,6 +59,19 @@ fn source_is_file(addr: &str, key: &Credentials, path: &[u8]) -> Arc<AtomicBool>
     is_file
 }
 
+/// Reads the `End` and then the `Done` of a session whose server announced its source and
+/// sends nothing (see `Operation::Pull`'s `into_dir`).
+fn end_empty_session(control: SessionConn) -> Result<(), TransferError> {
+    let SessionConn { mut conn, machine } = control;
+    let machine = Mutex::new(machine);
+    let msg = conn.recv_control_raw()?;
+    match on_control(&conn, &machine, msg, &Progress::default())? {
+        Flow::Over => {}
+        Flow::More => return Err(conn.protocol("Progress where End was due".into())),
+    }
+    await_done(&mut conn, &machine, &mut Counts::default()).map(|_| ())
+}
+
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
 const INDEX_PIECES_AHEAD: usize = 4;
 
@@ -162,6 +175,7 @@ fn pull_session(
     let op = Operation::Pull {
         check,
         meta: options.meta_flags(),
+        into_dir: spare.is_some(),
     };
     // The `Commit` goes right behind the `Open` and the index: the server reads it once it
     // has sent its last batch, and answers with `Done` at once.
@@ -197,7 +211,11 @@ fn pull_session(
     if !session.root_is_dir {
         if let Some(inside) = file_inside_directory(dst, path) {
             let useful_streams = session.one_stream.then_some(1);
-            drop((session, control));
+            // The server sent nothing (`into_dir`): its `End` and `Done` are read, so that
+            // the connection closes with nothing unread, which the server would take for a
+            // client lost in the middle of its session.
+            end_empty_session(control)?;
+            drop(session);
             if let Some(spare) = spare.take() {
                 session::hold_ahead(spare);
             }

@@ -244,6 +244,9 @@ struct PullSession {
     /// The source is one file that travels whole: the control connection carries it, and
     /// the session's joins are refused (told in `Opened`, so that the client waits for none).
     one_stream: bool,
+    /// The session announces its source and sends nothing (a file the client puts inside
+    /// its directory, see `Operation::Pull`'s `into_dir`): its joins are refused too.
+    announced_only: bool,
     /// What the client's destination had (a checked pull), reported with `Done`.
     skipped: Arc<SkipCounts>,
     /// The memory its index takes, until the session ends.
@@ -1040,7 +1043,11 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 root_is_dir: source_is_dir,
             })
         }
-        Operation::Pull { check, meta } => {
+        Operation::Pull {
+            check,
+            meta,
+            into_dir,
+        } => {
             // A checked pull's index of the client's destination comes right behind the Open.
             let mut charge = Charge::empty(&shared.budget, ip);
             let index = match check {
@@ -1061,44 +1068,64 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 }
                 Err(e) => return served.refuse_store(&e),
             };
-            let selection = match crate::config::selection_from_wire(selection) {
-                Ok(s) => s,
-                Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
-            };
-            let counts = Arc::new(SkipCounts::default());
-            let skip = index.map(|index| Skip {
-                index: Box::new(move || Ok(index)),
-                rule: SkipRule::from_check(check),
-                counts: counts.clone(),
-                early: false,
-            });
-            let options = TransferOptions {
-                selection,
-                ..shared.options.for_one_transfer().with_meta(meta)
-            };
-            // The opening batches take the shape of slow start on a long path (the round
-            // trip of the control connection's TLS handshake; without TLS none is measured,
-            // and the path is taken as short).
-            options
-                .path_rtt
-                .set(served.conn.rtt.unwrap_or(Duration::ZERO));
-            let source_id = super::push::source_id(&src);
-            let one_stream = super::push::travels_whole_alone(&src, &options);
-            let handle = match source::start(src, &options, skip) {
-                Ok(h) => h,
-                Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
-            };
-            SessionKind::Pull(PullSession {
-                batches: handle.batches.clone(),
-                root_is_dir: handle.root_is_dir,
-                source_id,
-                one_stream,
-                source: Mutex::new(Some(handle)),
-                skipped: counts,
-                _index: charge,
-                told: Mutex::new((None, (0, 0))),
-                source_ended: Signal::default(),
-            })
+            // A single file the client puts inside its directory (`DST/NAME`): announced (with
+            // whether it travels whole) and not sent, nor read, in this session, which takes
+            // no join; the client opens one for `DST/NAME`.
+            if into_dir && !matches!(src, sprat_store::Source::Dir(_)) {
+                let (_, nothing) = bounded(0);
+                SessionKind::Pull(PullSession {
+                    batches: nothing,
+                    root_is_dir: false,
+                    source_id: Default::default(),
+                    one_stream: super::push::travels_whole_alone(&src, &shared.options),
+                    announced_only: true,
+                    source: Mutex::new(None),
+                    skipped: Arc::default(),
+                    _index: charge,
+                    told: Mutex::new((None, (0, 0))),
+                    source_ended: Signal::default(),
+                })
+            } else {
+                let selection = match crate::config::selection_from_wire(selection) {
+                    Ok(s) => s,
+                    Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
+                };
+                let counts = Arc::new(SkipCounts::default());
+                let skip = index.map(|index| Skip {
+                    index: Box::new(move || Ok(index)),
+                    rule: SkipRule::from_check(check),
+                    counts: counts.clone(),
+                    early: false,
+                });
+                let options = TransferOptions {
+                    selection,
+                    ..shared.options.for_one_transfer().with_meta(meta)
+                };
+                // The opening batches take the shape of slow start on a long path (the round
+                // trip of the control connection's TLS handshake; without TLS none is measured,
+                // and the path is taken as short).
+                options
+                    .path_rtt
+                    .set(served.conn.rtt.unwrap_or(Duration::ZERO));
+                let source_id = super::push::source_id(&src);
+                let one_stream = super::push::travels_whole_alone(&src, &options);
+                let handle = match source::start(src, &options, skip) {
+                    Ok(h) => h,
+                    Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
+                };
+                SessionKind::Pull(PullSession {
+                    batches: handle.batches.clone(),
+                    root_is_dir: handle.root_is_dir,
+                    source_id,
+                    one_stream,
+                    announced_only: false,
+                    source: Mutex::new(Some(handle)),
+                    skipped: counts,
+                    _index: charge,
+                    told: Mutex::new((None, (0, 0))),
+                    source_ended: Signal::default(),
+                })
+            }
         }
     };
     let session = Arc::new(Session {
@@ -1158,6 +1185,8 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             "sprat serve: session for {peer} ended: {}",
             printable(&e.to_string())
         );
+    } else if matches!(&session.kind, SessionKind::Pull(p) if p.announced_only) {
+        tracing::info!(%peer, path = %shown, "a file for the client's directory: announced");
     } else {
         // Every transfer is logged whatever the verbosity: who, which way, where.
         let way = match op {
@@ -1240,7 +1269,7 @@ fn announce_and_serve(
                 return Ok(());
             }
         },
-        SessionKind::Pull(_) if one_stream && !control => {
+        SessionKind::Pull(p) if (p.one_stream || p.announced_only) && !control => {
             served.refuse(
                 ErrorCode::UnknownSession,
                 "this session's one file travels on its first connection alone".into(),

@@ -611,6 +611,7 @@ mod tests {
                 op: crate::Operation::Pull {
                     check: crate::DestCheck::None,
                     meta: Default::default(),
+                    into_dir: false,
                 },
                 path: Vec::new(),
                 selection: Default::default(),

@@ -626,6 +626,7 @@ mod tests {
             op: Operation::Pull {
                 check: crate::DestCheck::None,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -638,6 +639,7 @@ mod tests {
             op: Operation::Pull {
                 check: crate::DestCheck::None,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -659,6 +661,7 @@ mod tests {
             op: Operation::Pull {
                 check: crate::DestCheck::QuickCheck,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -681,6 +684,7 @@ mod tests {
             op: Operation::Pull {
                 check: crate::DestCheck::QuickCheck,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),
@@ -704,6 +708,7 @@ mod tests {
             op: Operation::Pull {
                 check: crate::DestCheck::Checksum,
                 meta: Default::default(),
+                into_dir: false,
             },
             path: Vec::new(),
             selection: Default::default(),

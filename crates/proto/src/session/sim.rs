@@ -187,6 +187,7 @@ impl SimClient {
                             Direction::Pull => Operation::Pull {
                                 check: crate::DestCheck::None,
                                 meta: Default::default(),
+                                into_dir: false,
                             },
                         },
                         path: b"dst".to_vec(),
