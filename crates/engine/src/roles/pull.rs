@@ -102,7 +102,10 @@ fn pull_session(
     // Into an existing directory, a second session may follow the first (see below): its
     // control connection is dialled beside the first one's, and held for it once known to be
     // needed, so that it costs one round trip more, not three (a tree's is closed unused).
-    let mut spare = file_inside_directory(dst, path).map(|_| {
+    // Decided once: the server is told `into_dir` from it, and a file it announces then goes
+    // to this `DST/NAME` (whatever the destination became meanwhile: the writer checks).
+    let inside = file_inside_directory(dst, path);
+    let mut spare = inside.as_ref().map(|_| {
         session::dial_spare(
             addr,
             key,
@@ -175,7 +178,7 @@ fn pull_session(
     let op = Operation::Pull {
         check,
         meta: options.meta_flags(),
-        into_dir: spare.is_some(),
+        into_dir: inside.is_some(),
     };
     // The `Commit` goes right behind the `Open` and the index: the server reads it once it
     // has sent its last batch, and answers with `Done` at once.
@@ -193,12 +196,12 @@ fn pull_session(
         send_index_and_commit,
     );
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
-        if let Some(inside) = file_inside_directory(dst, path) {
+        if let Some(inside) = &inside {
             if let Some(spare) = spare.take() {
                 session::hold_ahead(spare);
             }
             let ends = (src_ep, dst_ep);
-            return pull_session(addr, (path, &inside), key, options, ends, None);
+            return pull_session(addr, (path, inside), key, options, ends, None);
         }
     }
     let (session, control) = opened?;
@@ -209,7 +212,7 @@ fn pull_session(
     // file's, on the connection dialled beside the first. Only a file pulled into a directory
     // pays for it.
     if !session.root_is_dir {
-        if let Some(inside) = file_inside_directory(dst, path) {
+        if let Some(inside) = &inside {
             let useful_streams = session.one_stream.then_some(1);
             // The server sent nothing (`into_dir`): its `End` and `Done` are read, so that
             // the connection closes with nothing unread, which the server would take for a
@@ -220,7 +223,7 @@ fn pull_session(
                 session::hold_ahead(spare);
             }
             let ends = (src_ep, dst_ep);
-            return pull_session(addr, (path, &inside), key, options, ends, useful_streams);
+            return pull_session(addr, (path, inside), key, options, ends, useful_streams);
         }
     }
     drop(spare);

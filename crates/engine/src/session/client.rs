@@ -22,7 +22,7 @@ use sprat_proto::session::client::CommitGate;
 use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,18 @@ pub(crate) struct DialledAhead {
     direction: Direction,
     since: Instant,
     dialled: Receiver<Result<net::DialedSession, TransferError>>,
+    /// Whether a session took the connection, or its dialling thread closed it unused.
+    claim: Arc<Mutex<Claim>>,
+}
+
+/// What became of a connection dialled ahead (see [`dial_spare`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    Waiting,
+    /// A session took it: its thread hands it over whenever it is ready.
+    Taken,
+    /// Its thread closed it, unused for [`AHEAD_KEPT`].
+    Closed,
 }
 
 static AHEAD: Mutex<Option<DialledAhead>> = Mutex::new(None);
@@ -95,6 +107,10 @@ static AHEAD: Mutex<Option<DialledAhead>> = Mutex::new(None);
 /// server gives a new connection for its first message (`sprat_proto::session::
 /// CLIENT_HELLO_PATIENCE`, 5 s); a session opened later dials its own.
 const AHEAD_FRESH: Duration = Duration::from_secs(3);
+/// How long a connection dialled ahead is kept open for a session that may take it: a little
+/// beyond [`AHEAD_FRESH`], and closed (quietly, by the client) before the server's patience
+/// with a connection that has not proved itself runs out (which it would log).
+const AHEAD_KEPT: Duration = Duration::from_secs(4);
 
 /// Starts dialling the control connection of a push to `addr` now, for the next session
 /// [`open`]s there: a push of a single file first asks the server whether its destination
@@ -114,12 +130,33 @@ pub(crate) fn dial_spare(
     direction: Direction,
 ) -> DialledAhead {
     let (_, buffer) = TcpLimits::read().buffers(tcp_buffer);
+    let since = Instant::now();
+    let claim = Arc::new(Mutex::new(Claim::Waiting));
+    // Handed over only when a session receives it, so that one nobody takes can be closed.
+    let (tx, dialled) = bounded(0);
+    let (owner, addr_owned, key) = (claim.clone(), addr.to_string(), key.clone());
+    std::thread::spawn(move || {
+        let conn = net::dial_session(&addr_owned, &key, buffer, direction, Role::Control);
+        let left = AHEAD_KEPT.saturating_sub(since.elapsed());
+        if let Err(crossbeam_channel::SendTimeoutError::Timeout(conn)) = tx.send_timeout(conn, left)
+        {
+            let mut claim = lock(&owner);
+            match *claim {
+                Claim::Taken => {
+                    drop(claim);
+                    let _ = tx.send(conn);
+                }
+                _ => *claim = Claim::Closed,
+            }
+        }
+    });
     DialledAhead {
         addr: addr.to_string(),
         buffer,
         direction,
-        since: Instant::now(),
-        dialled: dial_control(addr, key, buffer, direction),
+        since,
+        dialled,
+        claim,
     }
 }
 
@@ -156,7 +193,16 @@ fn take_ahead(
 ) -> Option<Receiver<Result<net::DialedSession, TransferError>>> {
     let ahead = lock(&AHEAD).take()?;
     let same = ahead.addr == addr && ahead.buffer == buffer && ahead.direction == direction;
-    (same && ahead.since.elapsed() < AHEAD_FRESH).then_some(ahead.dialled)
+    if !same || ahead.since.elapsed() >= AHEAD_FRESH {
+        return None;
+    }
+    let mut claim = lock(&ahead.claim);
+    if *claim == Claim::Closed {
+        return None;
+    }
+    *claim = Claim::Taken;
+    drop(claim);
+    Some(ahead.dialled)
 }
 
 /// Opens a session (`Open` on a control connection, then what `after_open` sends behind it)
