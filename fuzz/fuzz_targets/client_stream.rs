@@ -40,6 +40,7 @@ enum Op {
     Announce {
         right: bool,
         root_is_dir: bool,
+        one_stream: bool,
     },
     /// An acknowledgement of the n-th batch sent (or of one never sent).
     Ack(u8),
@@ -143,14 +144,18 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     )),
                 }
             }
-            Op::Announce { right, root_is_dir } => {
+            Op::Announce {
+                right,
+                root_is_dir,
+                one_stream,
+            } => {
                 let control = (role == Role::Control) == *right;
                 Some((
                     if control {
                         Message::Opened {
                             root_is_dir: *root_is_dir,
                             source: Default::default(),
-                            one_stream: *root_is_dir,
+                            one_stream: *one_stream,
                         }
                     } else {
                         Message::Joined

@@ -60,16 +60,27 @@ fn source_is_file(addr: &str, key: &Credentials, path: &[u8]) -> Arc<AtomicBool>
 }
 
 /// Reads the `End` and then the `Done` of a session whose server announced its source and
-/// sends nothing (see `Operation::Pull`'s `into_dir`).
-fn end_empty_session(control: SessionConn) -> Result<(), TransferError> {
+/// sends nothing (see `Operation::Pull`'s `into_dir`), under the transfer's stall timeout.
+fn end_empty_session(
+    control: SessionConn,
+    addr: &str,
+    options: &TransferOptions,
+) -> Result<(), TransferError> {
     let SessionConn { mut conn, machine } = control;
     let machine = Mutex::new(machine);
-    let msg = conn.recv_control_raw()?;
-    match on_control(&conn, &machine, msg, &Progress::default())? {
-        Flow::Over => {}
-        Flow::More => return Err(conn.protocol("Progress where End was due".into())),
-    }
-    await_done(&mut conn, &machine, &mut Counts::default()).map(|_| ())
+    let abort = Abort::default();
+    abort.watch(&conn);
+    let patience = (options.stall_timeout, "--stall-timeout", &options.cancel);
+    let ended = stall::watched(&abort, patience, addr, || {
+        let msg = conn.recv_control_raw()?;
+        match on_control(&conn, &machine, msg, &Progress::default())? {
+            Flow::Over => {}
+            Flow::More => return Err(conn.protocol("Progress where End was due".into())),
+        }
+        await_done(&mut conn, &machine, &mut Counts::default()).map(|_| ())
+    });
+    // The watchdog's verdict rather than the socket it shut.
+    abort.take().map_or(ended, Err)
 }
 
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
@@ -217,7 +228,7 @@ fn pull_session(
             // The server sent nothing (`into_dir`): its `End` and `Done` are read, so that
             // the connection closes with nothing unread, which the server would take for a
             // client lost in the middle of its session.
-            end_empty_session(control)?;
+            end_empty_session(control, addr, options)?;
             drop(session);
             if let Some(spare) = spare.take() {
                 session::hold_ahead(spare);

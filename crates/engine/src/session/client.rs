@@ -255,22 +255,38 @@ pub(crate) fn open(
         let wide = tune::WIDE_START_STREAMS.min(most_streams).saturating_sub(1);
         joining.extend((joining.len()..wide).map(|_| join_beside()));
     };
-    let taken_ahead = take_ahead(addr, buffer, direction);
-    let dialled_ahead = taken_ahead.is_some();
-    let dialled = taken_ahead.unwrap_or_else(|| dial_control(addr, key, buffer, direction));
-    let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
-        Ok(control) => control,
-        Err(_) => {
-            // No hello yet: a long path, where streams starting now rather than two round
-            // trips later (once the hello tells how long) shorten slow start the most.
-            if options.streams.is_none() {
-                start_wide(&mut joining);
+    let mut taken_ahead = take_ahead(addr, buffer, direction);
+    let mut dialled_ahead = taken_ahead.is_some();
+    let control = loop {
+        let dialled = taken_ahead
+            .take()
+            .unwrap_or_else(|| dial_control(addr, key, buffer, direction));
+        let control = match dialled.recv_timeout(tune::HELLO_GRACE) {
+            Ok(control) => control,
+            Err(_) => {
+                // No hello yet: a long path, where streams starting now rather than two round
+                // trips later (once the hello tells how long) shorten slow start the most.
+                if options.streams.is_none() {
+                    start_wide(&mut joining);
+                }
+                dialled
+                    .recv()
+                    .map_err(|_| TransferError::Local("the connecting thread failed".into()))?
             }
-            dialled
-                .recv()
-                .map_err(|_| TransferError::Local("the connecting thread failed".into()))?
+        };
+        match control {
+            // A connection dialled ahead that was lost meanwhile (a server that restarted,
+            // or closed it) is dialled again, once, rather than failing the run.
+            Err(
+                TransferError::ConnectionLost { .. }
+                | TransferError::ClosedBeforeHandshake { .. }
+                | TransferError::Connect { .. },
+            ) if dialled_ahead => {
+                dialled_ahead = false;
+            }
+            control => break control?,
         }
-    }?;
+    };
     // A server that proved itself (or showed its pinned key) on a connection dialled before
     // this run began proved itself to this run: a run that then fails is retried as one
     // whose own connection got that far (see `retry::retrying`).
