@@ -531,6 +531,10 @@ fn check_message(
             assert_eq!(direction, Direction::Push);
             assert!(m.committed && m.ended);
         }
+        Ok(Event::Superseded(_)) => {
+            assert_eq!(direction, Direction::Pull);
+            assert!(m.committed && m.ended && !m.done, "Superseded with {m:?}");
+        }
         Ok(Event::Progress(_)) => {
             assert_eq!(direction, Direction::Pull);
             assert!(m.announced && !m.ended && !m.closed, "Progress with {m:?}");

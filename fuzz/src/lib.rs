@@ -491,7 +491,7 @@ fn arb_meta(u: &mut Unstructured<'_>) -> arbitrary::Result<sprat_proto::MetaFlag
 /// them; what matters is which message arrives when).
 pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
     let session = *u.choose(&[[7u8; 16], [8u8; 16]])?;
-    Ok(match u.int_in_range(0..=20)? {
+    Ok(match u.int_in_range(0..=21)? {
         0 => Message::ClientHello {
             version: if u.ratio(7, 8)? {
                 PROTOCOL_VERSION
@@ -638,9 +638,14 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             expires_in_s: u.arbitrary()?,
         },
         19 => Message::Location(arb_location(u)?),
+        20 => Message::Superseded(
+            (0..u.int_in_range(0..=3)?)
+                .map(|_| arb_path(u))
+                .collect::<arbitrary::Result<_>>()?,
+        ),
         // Raw bytes through the decoder, as a peer would send them.
         _ => {
-            let k = u.int_in_range(kind::SERVER_HELLO..=kind::LOCATION)?;
+            let k = u.int_in_range(kind::SERVER_HELLO..=kind::SUPERSEDED)?;
             let payload: &[u8] = u.arbitrary()?;
             match Message::decode(k, payload) {
                 Ok(m) => m,

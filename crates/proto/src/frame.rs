@@ -36,6 +36,7 @@ pub mod kind {
     pub const TICKET: u8 = 20;
     pub const PROGRESS: u8 = 21;
     pub const LOCATION: u8 = 22;
+    pub const SUPERSEDED: u8 = 23;
 }
 
 /// A decoded frame header.
@@ -52,7 +53,7 @@ impl FrameHeader {
         let kind = bytes[4];
         let limit = match kind {
             kind::BATCH => MAX_BATCH_PAYLOAD,
-            kind::SERVER_HELLO..=kind::LOCATION => MAX_CONTROL_PAYLOAD,
+            kind::SERVER_HELLO..=kind::SUPERSEDED => MAX_CONTROL_PAYLOAD,
             other => {
                 return Err(DecodeError::Unknown {
                     what: "frame kind",

@@ -24,7 +24,7 @@ pub use codec::DecodeError;
 pub use frame::{FrameHeader, FRAME_HEADER_LEN};
 pub use message::{
     DestCheck, ErrorCode, KeptEntries, Message, MetaFlags, NotKept, Operation, RemoteStats,
-    SourceId, TransferProgress,
+    SourceId, TransferProgress, MAX_SUPERSEDED,
 };
 pub use selection::Selection;
 

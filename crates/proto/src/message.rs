@@ -416,7 +416,16 @@ pub enum Message {
     Progress(TransferProgress),
     /// The answer to `Locate` (see [`crate::namespace::Location`]).
     Location(crate::namespace::Location),
+    /// A pull's server, on its control connection between its `End` and its `Done` (from
+    /// protocol 21): paths whose partial copy at the client's destination (listed in its
+    /// index) this copy did not resume, since the file was up to date there, arrived whole or
+    /// was left alone; the client removes those partial copies once the pull succeeded. At
+    /// most [`MAX_SUPERSEDED`] a message.
+    Superseded(Vec<Vec<u8>>),
 }
+
+/// Most paths one [`Message::Superseded`] carries.
+pub const MAX_SUPERSEDED: usize = 1024;
 
 /// What a [`Message::Progress`] carries, each a total since the transfer began.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -456,6 +465,7 @@ impl Message {
             Message::Ticket { .. } => "Ticket",
             Message::Progress(_) => "Progress",
             Message::Location(_) => "Location",
+            Message::Superseded(_) => "Superseded",
         }
     }
 
@@ -652,6 +662,13 @@ impl Message {
             Message::Location(l) => {
                 l.encode(&mut out);
                 kind::LOCATION
+            }
+            Message::Superseded(paths) => {
+                out.extend_from_slice(&(paths.len() as u16).to_le_bytes());
+                for p in paths {
+                    put_bytes16(&mut out, p);
+                }
+                kind::SUPERSEDED
             }
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
@@ -859,6 +876,20 @@ impl Message {
                 skipped_bytes: r.u64("skipped bytes")?,
             }),
             kind::LOCATION => Message::Location(crate::namespace::Location::decode(&mut r)?),
+            kind::SUPERSEDED => {
+                let count = r.u16("path count")? as usize;
+                if count > MAX_SUPERSEDED {
+                    return Err(DecodeError::Invalid {
+                        what: "Superseded",
+                        why: "too many paths",
+                    });
+                }
+                let mut paths = Vec::with_capacity(count);
+                for _ in 0..count {
+                    paths.push(path::validate(r.bytes16("path", MAX_PATH)?)?.to_vec());
+                }
+                Message::Superseded(paths)
+            }
             other => {
                 return Err(DecodeError::Unknown {
                     what: "control message",
@@ -1015,6 +1046,8 @@ mod tests {
             source: Default::default(),
             one_stream: true,
         });
+        roundtrip(Message::Superseded(vec![b"a/big".to_vec(), b"b".to_vec()]));
+        roundtrip(Message::Superseded(Vec::new()));
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
         let mut kept = KeptEntries::default();

@@ -382,6 +382,9 @@ fn message() -> impl Strategy<Value = Message> {
             .prop_map(|(host, exists, ids)| Message::Location(
                 sprat_proto::namespace::Location { host, exists, ids }
             )),
+        proptest::collection::vec("[a-z]{1,20}(/[a-z]{1,20}){0,3}", 0..20).prop_map(|paths| {
+            Message::Superseded(paths.into_iter().map(String::into_bytes).collect())
+        }),
     ]
 }
 

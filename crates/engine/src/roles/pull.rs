@@ -77,7 +77,7 @@ fn end_empty_session(
             Flow::Over => {}
             Flow::More => return Err(conn.protocol("Progress where End was due".into())),
         }
-        await_done(&mut conn, &machine, &mut Counts::default()).map(|_| ())
+        await_done(&mut conn, &machine, &mut Counts::default(), &mut |_| {}).map(|_| ())
     });
     // The watchdog's verdict rather than the socket it shut.
     abort.take().map_or(ended, Err)
@@ -358,7 +358,15 @@ fn pull_session(
         return Err(e);
     }
     let mut control_conn = control_conn;
-    let remote = await_done(&mut control_conn, &control_machine, &mut counts)?;
+    // The partial copies the server did not resume (the file up to date here, or arriving
+    // whole) go with those of files put in place whole, once the pull succeeded.
+    let mut not_resumed = |paths: Vec<Vec<u8>>| paths.iter().for_each(|p| writer.placed_whole(p));
+    let remote = await_done(
+        &mut control_conn,
+        &control_machine,
+        &mut counts,
+        &mut not_resumed,
+    )?;
     // `Done` says what the server's source sent: all of it must have arrived here. (Before
     // the directories' attributes: removing what arrived of an incomplete file changes its
     // directory.)
@@ -380,8 +388,8 @@ fn pull_session(
         write_s: write_busy.as_secs_f64(),
     };
     // Partial copies an interrupted copy left of files this pull put in place whole (or
-    // found complete): of no more use once it succeeded. (The server decides what it does not
-    // resume and does not say: a partial copy beside a file it found up to date stays.)
+    // found complete), and of those the server did not resume (its `Superseded`, from
+    // protocol 21): of no more use once it succeeded.
     if counts.failed == 0 {
         let placed = writer.placed_over_partials();
         super::destination::discard_partials(&writer, dst, &placed);

@@ -436,7 +436,7 @@ pub(crate) fn run_session(
             "cannot duplicate the control connection's socket".into(),
         ));
     };
-    let remote = await_done(&mut control, &machine, &mut counts)?;
+    let remote = await_done(&mut control, &machine, &mut counts, &mut |_| {})?;
     // The server checked what it received against the `Commit`; its answer says what that
     // was, which must be what was sent.
     check_totals(&sent.get(), &remote.totals, &control.peer)?;
@@ -494,11 +494,14 @@ pub(crate) fn await_done(
     control: &mut Conn,
     machine: &Mutex<ClientStream>,
     counts: &mut Counts,
+    superseded: &mut dyn FnMut(Vec<Vec<u8>>),
 ) -> Result<RemoteStats, TransferError> {
     loop {
         let msg = control.recv_control_raw()?;
         let event = lock(machine).on_message(msg, Instant::now());
         match event.map_err(|e| control.session_error(e))? {
+            // A pull's server: partial copies it did not resume (a push never gets these).
+            Event::Superseded(paths) => superseded(paths),
             Event::DirFailures(failures, unlisted) => {
                 for (p, t) in failures {
                     counts.add_failure(&p, &t);

@@ -1631,6 +1631,18 @@ fn serve_pull(
     if !committed {
         return Ok(());
     }
+    // The partial copies of the client's destination this pull did not resume: its source
+    // has ended, so the list is whole.
+    let superseded: Vec<Vec<u8>> = session
+        .skipped
+        .take_superseded()
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect();
+    for piece in superseded_pieces(superseded) {
+        let told = machine.superseded(piece);
+        conn.send(&told.map_err(|e| conn.session_error(e))?)?;
+    }
     let source = lock(&session.source).take();
     // Final: every connection took its last batch from the source before its `End`.
     let totals = source.as_ref().map(|h| h.totals.get()).unwrap_or_default();
@@ -1647,9 +1659,48 @@ fn serve_pull(
     conn.send(&done.map_err(|e| conn.session_error(e))?)
 }
 
+/// Bytes of paths one `Superseded` message carries at most (well within a control frame).
+const SUPERSEDED_PIECE_BYTES: usize = 256 << 10;
+
+/// `paths` in pieces of at most [`sprat_proto::MAX_SUPERSEDED`] paths and about
+/// [`SUPERSEDED_PIECE_BYTES`] (a path of the longest length alone makes one).
+fn superseded_pieces(paths: Vec<Vec<u8>>) -> Vec<Vec<Vec<u8>>> {
+    let mut pieces: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut bytes = 0;
+    for path in paths {
+        let full = pieces.last().is_none_or(|p| {
+            p.len() >= sprat_proto::MAX_SUPERSEDED || bytes + path.len() > SUPERSEDED_PIECE_BYTES
+        });
+        if full {
+            pieces.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += path.len() + 2;
+        if let Some(piece) = pieces.last_mut() {
+            piece.push(path);
+        }
+    }
+    pieces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn superseded_paths_go_in_pieces_that_fit_a_message() {
+        assert!(superseded_pieces(Vec::new()).is_empty());
+        let many = vec![b"a/b".to_vec(); 2500];
+        let sizes: Vec<usize> = superseded_pieces(many).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1024, 1024, 452]);
+        let long = vec![vec![b'x'; 4000]; 100];
+        for piece in superseded_pieces(long) {
+            let bytes: usize = piece.iter().map(|p| p.len() + 2).sum();
+            assert!(bytes <= SUPERSEDED_PIECE_BYTES + 4002, "{bytes}");
+            let encoded = sprat_proto::Message::Superseded(piece).encode();
+            assert!(encoded.len() < sprat_proto::frame::MAX_CONTROL_PAYLOAD as usize);
+        }
+    }
 
     /// A server on loopback exporting `root` to `token`, running on a thread of its own.
     fn serve(root: &std::path::Path, token: &[u8; 32]) -> (String, net::Credentials) {

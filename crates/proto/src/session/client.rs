@@ -58,6 +58,9 @@ pub enum Event {
     /// After `Commit`: directories whose attributes the server could not set (and how many
     /// more were not listed).
     DirFailures(Vec<(Vec<u8>, String)>, u32),
+    /// Paths whose partial copy at the destination a pull did not resume (its server's
+    /// `Superseded`, between `End` and `Done`).
+    Superseded(Vec<Vec<u8>>),
     /// The session's totals: the answer to `Commit`, which ends the session.
     Done(RemoteStats),
     /// The server refused the connection or stopped it; `announced` says whether it had
@@ -340,6 +343,11 @@ impl ClientStream {
                         failures, unlisted, ..
                     } if committed && self.direction == Direction::Push => {
                         Ok(Event::DirFailures(failures, unlisted))
+                    }
+                    Message::Superseded(paths)
+                        if committed && self.direction == Direction::Pull =>
+                    {
+                        Ok(Event::Superseded(paths))
                     }
                     Message::Done(stats) if committed => {
                         self.receiving = Receiving::Done;
@@ -869,12 +877,23 @@ mod tests {
             early.on_message(Message::Done(stats), now).is_err(),
             "Done only after End"
         );
+        let superseded = || Message::Superseded(vec![b"big".to_vec()]);
+        assert!(
+            early.on_message(superseded(), now).is_err(),
+            "Superseded only after End"
+        );
         assert_eq!(c.on_message(Message::End, now), Ok(Event::Ended));
+        // Paths whose partial copies the pull did not resume, between `End` and `Done`.
+        assert_eq!(
+            c.on_message(superseded(), now),
+            Ok(Event::Superseded(vec![b"big".to_vec()]))
+        );
         assert_eq!(
             c.on_message(Message::Done(stats), now),
             Ok(Event::Done(stats))
         );
         assert!(c.on_message(Message::Done(stats), now).is_err());
+        assert!(c.on_message(superseded(), now).is_err());
         // After its `End` (as before protocol 13) it may commit too.
         let (mut late, _) = opened(Direction::Pull, Role::Control);
         late.on_message(

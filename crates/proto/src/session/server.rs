@@ -498,6 +498,18 @@ impl ServerStream {
         Ok(Message::Done(stats))
     }
 
+    /// After `Commit` on a pull: paths whose partial copy at the client's destination the
+    /// pull did not resume (see [`Message::Superseded`]), at most
+    /// [`crate::MAX_SUPERSEDED`] a message.
+    pub fn superseded(&mut self, paths: Vec<Vec<u8>>) -> Result<Message, SessionError> {
+        match &self.state {
+            State::Pull(p) if p.committed && paths.len() <= crate::MAX_SUPERSEDED => {
+                Ok(Message::Superseded(paths))
+            }
+            _ => Err(self.not_now("send Superseded")),
+        }
+    }
+
     /// Whether a pull connection may send a batch now.
     pub fn may_send_batch(&self) -> bool {
         matches!(&self.state, State::Pull(p) if !p.ended)
@@ -652,6 +664,36 @@ mod tests {
                 .is_err(),
             "Commit before End"
         );
+        // Superseded partial copies: after the `Commit`, before `Done`, a bounded number.
+        let (mut pull, _, now) = deciding(Message::Open {
+            session: [9; 16],
+            op: Operation::Pull {
+                check: crate::DestCheck::QuickCheck,
+                meta: Default::default(),
+                into_dir: false,
+            },
+            path: Vec::new(),
+            selection: Default::default(),
+        });
+        pull.expect_index(false).expect("index");
+        pull.on_message(Message::ReplyEnd, now).expect("index end");
+        pull.accept_open(Direction::Pull, true, Default::default(), false)
+            .expect("opened");
+        assert!(
+            pull.superseded(vec![b"a".to_vec()]).is_err(),
+            "no Commit yet"
+        );
+        pull.end().expect("end");
+        pull.on_message(Message::Commit(crate::Totals::default()), now)
+            .expect("commit");
+        assert_eq!(
+            pull.superseded(vec![b"a".to_vec()]),
+            Ok(Message::Superseded(vec![b"a".to_vec()]))
+        );
+        let too_many = vec![b"a".to_vec(); crate::MAX_SUPERSEDED + 1];
+        assert!(pull.superseded(too_many).is_err());
+        assert!(pull.done(RemoteStats::default()).is_ok());
+        assert!(pull.superseded(Vec::new()).is_err(), "after Done");
     }
 
     #[test]

@@ -212,6 +212,7 @@ impl SimClient {
             client::Event::EndAcked
             | client::Event::Ended
             | client::Event::DirFailures(..)
+            | client::Event::Superseded(_)
             | client::Event::Progress(_) => {}
             client::Event::Done(stats) => {
                 self.done = Some(stats);
