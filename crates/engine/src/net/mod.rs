@@ -41,7 +41,7 @@ const NOTSENT_LOWAT: u32 = 128 << 10;
 const TLS_HANDSHAKE_PATIENCE: Duration = Duration::from_secs(10);
 /// Waits before connecting again to a server that closed a connection during its TLS
 /// handshake (see `open`).
-const HANDSHAKE_RETRIES: [Duration; 4] = [
+pub(crate) const HANDSHAKE_RETRIES: [Duration; 4] = [
     Duration::from_millis(100),
     Duration::from_millis(300),
     Duration::from_millis(900),
@@ -901,6 +901,11 @@ impl DialedSession {
     /// The round trip estimated from the handshake, see [`dial`].
     pub fn rtt(&self) -> Duration {
         self.conn.rtt.unwrap_or_default()
+    }
+
+    /// Whether the server has closed the connection meanwhile (one dialled ahead may wait).
+    pub(crate) fn hung_up(&self) -> bool {
+        self.conn.hung_up()
     }
 
     /// Sends the client's proof and `first` (`Open` or `Join`) in one write, and returns

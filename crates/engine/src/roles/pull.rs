@@ -115,7 +115,12 @@ fn pull_session(
     // needed, so that it costs one round trip more, not three (a tree's is closed unused).
     // Decided once: the server is told `into_dir` from it, and a file it announces then goes
     // to this `DST/NAME` (whatever the destination became meanwhile: the writer checks).
-    let inside = file_inside_directory(dst, path);
+    // (A pull of a list of files, `--files-from` or a piece of a pull over several servers,
+    // is of a directory.)
+    let inside = match options.selection.files_from {
+        None => file_inside_directory(dst, path),
+        Some(_) => None,
+    };
     let mut spare = inside.as_ref().map(|_| {
         session::dial_spare(
             addr,
@@ -361,12 +366,20 @@ fn pull_session(
     // The partial copies the server did not resume (the file up to date here, or arriving
     // whole) go with those of files put in place whole, once the pull succeeded.
     let mut not_resumed = |paths: Vec<Vec<u8>>| paths.iter().for_each(|p| writer.placed_whole(p));
-    let remote = await_done(
-        &mut control_conn,
-        &control_machine,
-        &mut counts,
-        &mut not_resumed,
-    )?;
+    // Under the stall timeout: a server gone silent before its `Done` does not hold the
+    // client for ever.
+    let ending = Abort::default();
+    ending.watch(&control_conn);
+    let patience = (options.stall_timeout, "--stall-timeout", &options.cancel);
+    let remote = stall::watched(&ending, patience, addr, || {
+        await_done(
+            &mut control_conn,
+            &control_machine,
+            &mut counts,
+            &mut not_resumed,
+        )
+    });
+    let remote = ending.take().map_or(remote, Err)?;
     // `Done` says what the server's source sent: all of it must have arrived here. (Before
     // the directories' attributes: removing what arrived of an incomplete file changes its
     // directory.)

@@ -1631,8 +1631,12 @@ fn serve_pull(
     if !committed {
         return Ok(());
     }
-    // The partial copies of the client's destination this pull did not resume: its source
-    // has ended, so the list is whole.
+    let source = lock(&session.source).take();
+    // Final: every connection took its last batch from the source before its `End`.
+    let totals = source.as_ref().map(|h| h.totals.get()).unwrap_or_default();
+    let read_busy = source.map(|h| h.finish()).unwrap_or_default();
+    // The partial copies of the client's destination this pull did not resume: the source
+    // has finished, so the list is whole.
     let superseded: Vec<Vec<u8>> = session
         .skipped
         .take_superseded()
@@ -1643,10 +1647,6 @@ fn serve_pull(
         let told = machine.superseded(piece);
         conn.send(&told.map_err(|e| conn.session_error(e))?)?;
     }
-    let source = lock(&session.source).take();
-    // Final: every connection took its last batch from the source before its `End`.
-    let totals = source.as_ref().map(|h| h.totals.get()).unwrap_or_default();
-    let read_busy = source.map(|h| h.finish()).unwrap_or_default();
     let (up_to_date, bytes_not_sent, attrs_fixed) = session.skipped.totals();
     let done = machine.done(RemoteStats {
         read_busy_ns: read_busy.as_nanos() as u64,
@@ -1700,6 +1700,86 @@ mod tests {
             let encoded = sprat_proto::Message::Superseded(piece).encode();
             assert!(encoded.len() < sprat_proto::frame::MAX_CONTROL_PAYLOAD as usize);
         }
+    }
+
+    /// A TCP relay to `to`, for the connections through it to be cut at once (`cut`), and
+    /// whose first `refused` connections are closed as soon as they come.
+    struct CuttableRelay {
+        addr: String,
+        conns: Arc<Mutex<Vec<TcpStream>>>,
+    }
+
+    impl CuttableRelay {
+        fn start(to: String, refused: usize) -> CuttableRelay {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+            let held = conns.clone();
+            std::thread::spawn(move || {
+                for (i, client) in listener.incoming().enumerate() {
+                    let Ok(client) = client else { continue };
+                    if i < refused {
+                        continue;
+                    }
+                    let server = TcpStream::connect(&to).unwrap();
+                    let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut to);
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                        })
+                    };
+                    lock(&held).extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                    pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                    pipe(server, client);
+                }
+            });
+            CuttableRelay { addr, conns }
+        }
+
+        fn cut(&self) {
+            for c in lock(&self.conns).drain(..) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    /// A pull session opened on a control connection dialled ahead (see
+    /// `session::client::dial_spare`), after `spoil` did what it does to it.
+    fn open_on_a_spare(relay: &CuttableRelay, key: &net::Credentials, spoil: impl FnOnce()) {
+        use crate::session::client as session;
+        let options = TransferOptions {
+            streams: Some(1),
+            ..TransferOptions::default()
+        };
+        let op = Operation::Pull {
+            check: DestCheck::None,
+            meta: Default::default(),
+            into_dir: false,
+        };
+        let spare = session::dial_spare(&relay.addr, key, None, Direction::Pull);
+        std::thread::sleep(Duration::from_millis(300));
+        spoil();
+        session::hold_ahead(spare);
+        let opened = session::open(&relay.addr, key, (op, b"src"), &options, None, |_| Ok(()));
+        assert!(opened.is_ok(), "{:?}", opened.err());
+    }
+
+    /// A control connection dialled ahead that the server closed before a session took it
+    /// (its dial failed, or it was lost while it waited) is dialled again: the session opens.
+    #[test]
+    fn a_session_opens_where_the_connection_dialled_ahead_for_it_was_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("root/src")).unwrap();
+        std::fs::write(dir.path().join("root/src/f"), b"x").unwrap();
+        let (server, key) = serve(&dir.path().join("root"), &[5; 32]);
+        // Every try of the dial closed at once (it tries again by itself a few times).
+        let failed_dial = CuttableRelay::start(server.clone(), net::HANDSHAKE_RETRIES.len() + 1);
+        open_on_a_spare(&failed_dial, &key, || {});
+        let lost = CuttableRelay::start(server, 0);
+        open_on_a_spare(&lost, &key, || {
+            lost.cut();
+            std::thread::sleep(Duration::from_millis(100));
+        });
     }
 
     /// A server on loopback exporting `root` to `token`, running on a thread of its own.

@@ -275,8 +275,9 @@ pub(crate) fn open(
             }
         };
         match control {
-            // A connection dialled ahead that was lost meanwhile (a server that restarted,
-            // or closed it) is dialled again, once, rather than failing the run.
+            // A connection dialled ahead that failed, or that the server closed while it
+            // waited (a server that restarted, say), is dialled again, once, rather than
+            // failing the run.
             Err(
                 TransferError::ConnectionLost { .. }
                 | TransferError::ClosedBeforeHandshake { .. }
@@ -284,6 +285,7 @@ pub(crate) fn open(
             ) if dialled_ahead => {
                 dialled_ahead = false;
             }
+            Ok(control) if dialled_ahead && control.hung_up() => dialled_ahead = false,
             control => break control?,
         }
     };
