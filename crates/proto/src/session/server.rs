@@ -542,6 +542,20 @@ mod tests {
     use crate::auth::ClientHandshake;
 
     /// A server stream past the handshake and its first message.
+    /// The `Open` of a pull of the root, session `session`, checked by `check`.
+    fn pull_open(session: [u8; 16], check: crate::DestCheck) -> Message {
+        Message::Open {
+            session,
+            op: Operation::Pull {
+                check,
+                meta: Default::default(),
+                into_dir: false,
+            },
+            path: Vec::new(),
+            selection: Default::default(),
+        }
+    }
+
     fn deciding(first: Message) -> (ServerStream, Event, Instant) {
         let now = Instant::now();
         let key = TokenKey::from_token(b"t");
@@ -633,29 +647,11 @@ mod tests {
             .on_message(Message::Commit(crate::Totals::default()), now)
             .is_err());
 
-        let (mut pull, _, now) = deciding(Message::Open {
-            session: [8; 16],
-            op: Operation::Pull {
-                check: crate::DestCheck::None,
-                meta: Default::default(),
-                into_dir: false,
-            },
-            path: Vec::new(),
-            selection: Default::default(),
-        });
+        let (mut pull, _, now) = deciding(pull_open([8; 16], crate::DestCheck::None));
         pull.accept_open(Direction::Pull, false, Default::default(), false)
             .expect("opened");
         assert!(pull.on_batch().is_err());
-        let (mut pull, _, _) = deciding(Message::Open {
-            session: [8; 16],
-            op: Operation::Pull {
-                check: crate::DestCheck::None,
-                meta: Default::default(),
-                into_dir: false,
-            },
-            path: Vec::new(),
-            selection: Default::default(),
-        });
+        let (mut pull, _, _) = deciding(pull_open([8; 16], crate::DestCheck::None));
         pull.accept_open(Direction::Pull, false, Default::default(), false)
             .expect("opened");
         assert!(pull.may_send_batch());
@@ -665,16 +661,7 @@ mod tests {
             "Commit before End"
         );
         // Superseded partial copies: after the `Commit`, before `Done`, a bounded number.
-        let (mut pull, _, now) = deciding(Message::Open {
-            session: [9; 16],
-            op: Operation::Pull {
-                check: crate::DestCheck::QuickCheck,
-                meta: Default::default(),
-                into_dir: false,
-            },
-            path: Vec::new(),
-            selection: Default::default(),
-        });
+        let (mut pull, _, now) = deciding(pull_open([9; 16], crate::DestCheck::QuickCheck));
         pull.expect_index(false).expect("index");
         pull.on_message(Message::ReplyEnd, now).expect("index end");
         pull.accept_open(Direction::Pull, true, Default::default(), false)
@@ -698,16 +685,7 @@ mod tests {
 
     #[test]
     fn a_checked_pull_reads_the_index_before_it_is_decided() {
-        let (mut s, _, now) = deciding(Message::Open {
-            session: [8; 16],
-            op: Operation::Pull {
-                check: crate::DestCheck::QuickCheck,
-                meta: Default::default(),
-                into_dir: false,
-            },
-            path: Vec::new(),
-            selection: Default::default(),
-        });
+        let (mut s, _, now) = deciding(pull_open([8; 16], crate::DestCheck::QuickCheck));
         assert!(s.accept_join(Direction::Pull).is_err());
         s.expect_index(false)
             .expect("an Open may be followed by an index");
@@ -721,16 +699,7 @@ mod tests {
             Ok(Event::IndexPart(Vec::new()))
         );
         assert!(s.on_batch().is_err(), "a batch is not part of an index");
-        let (mut s, _, now) = deciding(Message::Open {
-            session: [8; 16],
-            op: Operation::Pull {
-                check: crate::DestCheck::QuickCheck,
-                meta: Default::default(),
-                into_dir: false,
-            },
-            path: Vec::new(),
-            selection: Default::default(),
-        });
+        let (mut s, _, now) = deciding(pull_open([8; 16], crate::DestCheck::QuickCheck));
         s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
         assert_eq!(
