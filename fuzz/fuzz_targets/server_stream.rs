@@ -21,7 +21,7 @@ use libfuzzer_sys::fuzz_target;
 use sprat_proto::auth::{ClientHandshake, Credential, TokenKey};
 use sprat_proto::session::server::{Event, ServerStream};
 use sprat_proto::session::Direction;
-use sprat_proto::{ErrorCode, Message, RemoteStats};
+use sprat_proto::{ErrorCode, Message, RemoteStats, MAX_SUPERSEDED};
 use std::time::{Duration, Instant};
 
 const TOKENS: [&[u8]; 3] = [b"token", b"ticket", b"other"];
@@ -50,6 +50,10 @@ enum Op {
     Ack,
     EndAck,
     DirFailures,
+    /// A pull's `Superseded`, of one path or of one more than a message may carry.
+    Superseded {
+        too_many: bool,
+    },
     Done,
     End,
     Inspect,
@@ -277,6 +281,16 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                     assert!(r.is_ok());
                 } else {
                     assert!(r.is_err(), "directory failures allowed with {m:?}");
+                }
+            }
+            Op::Superseded { too_many } => {
+                let n = if too_many { MAX_SUPERSEDED + 1 } else { 1 };
+                let r = s.superseded(vec![b"big".to_vec(); n]);
+                let may = m.accepted == Some(Direction::Pull) && is_committed(&m);
+                if may && !too_many {
+                    assert!(r.is_ok(), "Superseded refused with {m:?}");
+                } else {
+                    assert!(r.is_err(), "Superseded allowed with {m:?} ({n} paths)");
                 }
             }
             Op::Done => {
