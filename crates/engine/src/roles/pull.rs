@@ -59,8 +59,25 @@ fn source_is_file(addr: &str, key: &Credentials, path: &[u8]) -> Arc<AtomicBool>
     is_file
 }
 
+/// Runs `body`, which reads the control connection `conn` to the session's end, under the
+/// transfer's stall timeout: a server gone silent before its `Done` does not hold the client
+/// for ever.
+fn to_the_end<T>(
+    conn: &mut Conn,
+    addr: &str,
+    options: &TransferOptions,
+    body: impl FnOnce(&mut Conn) -> Result<T, TransferError>,
+) -> Result<T, TransferError> {
+    let abort = Abort::default();
+    abort.watch(conn);
+    let patience = (options.stall_timeout, "--stall-timeout", &options.cancel);
+    let ended = stall::watched(&abort, patience, addr, || body(conn));
+    // The watchdog's verdict rather than the socket it shut.
+    abort.take().map_or(ended, Err)
+}
+
 /// Reads the `End` and then the `Done` of a session whose server announced its source and
-/// sends nothing (see `Operation::Pull`'s `into_dir`), under the transfer's stall timeout.
+/// sends nothing (see `Operation::Pull`'s `into_dir`).
 fn end_empty_session(
     control: SessionConn,
     addr: &str,
@@ -68,19 +85,14 @@ fn end_empty_session(
 ) -> Result<(), TransferError> {
     let SessionConn { mut conn, machine } = control;
     let machine = Mutex::new(machine);
-    let abort = Abort::default();
-    abort.watch(&conn);
-    let patience = (options.stall_timeout, "--stall-timeout", &options.cancel);
-    let ended = stall::watched(&abort, patience, addr, || {
+    to_the_end(&mut conn, addr, options, |conn| {
         let msg = conn.recv_control_raw()?;
-        match on_control(&conn, &machine, msg, &Progress::default())? {
+        match on_control(conn, &machine, msg, &Progress::default())? {
             Flow::Over => {}
             Flow::More => return Err(conn.protocol("Progress where End was due".into())),
         }
-        await_done(&mut conn, &machine, &mut Counts::default(), &mut |_| {}).map(|_| ())
-    });
-    // The watchdog's verdict rather than the socket it shut.
-    abort.take().map_or(ended, Err)
+        await_done(conn, &machine, &mut Counts::default(), &mut |_| {}).map(|_| ())
+    })
 }
 
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
@@ -211,13 +223,17 @@ fn pull_session(
         useful_streams,
         send_index_and_commit,
     );
+    // The session for `DST/NAME`, on the connection dialled beside this one's.
+    let pull_inside = |inside: &Path, spare: Option<_>, useful_streams| {
+        if let Some(spare) = spare {
+            session::hold_ahead(spare);
+        }
+        let ends = (src_ep, dst_ep);
+        pull_session(addr, (path, inside), key, options, ends, useful_streams)
+    };
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
         if let Some(inside) = &inside {
-            if let Some(spare) = spare.take() {
-                session::hold_ahead(spare);
-            }
-            let ends = (src_ep, dst_ep);
-            return pull_session(addr, (path, inside), key, options, ends, None);
+            return pull_inside(inside, spare.take(), None);
         }
     }
     let (session, control) = opened?;
@@ -235,11 +251,7 @@ fn pull_session(
             // client lost in the middle of its session.
             end_empty_session(control, addr, options)?;
             drop(session);
-            if let Some(spare) = spare.take() {
-                session::hold_ahead(spare);
-            }
-            let ends = (src_ep, dst_ep);
-            return pull_session(addr, (path, inside), key, options, ends, useful_streams);
+            return pull_inside(inside, spare.take(), useful_streams);
         }
     }
     drop(spare);
@@ -366,20 +378,9 @@ fn pull_session(
     // The partial copies the server did not resume (the file up to date here, or arriving
     // whole) go with those of files put in place whole, once the pull succeeded.
     let mut not_resumed = |paths: Vec<Vec<u8>>| paths.iter().for_each(|p| writer.placed_whole(p));
-    // Under the stall timeout: a server gone silent before its `Done` does not hold the
-    // client for ever.
-    let ending = Abort::default();
-    ending.watch(&control_conn);
-    let patience = (options.stall_timeout, "--stall-timeout", &options.cancel);
-    let remote = stall::watched(&ending, patience, addr, || {
-        await_done(
-            &mut control_conn,
-            &control_machine,
-            &mut counts,
-            &mut not_resumed,
-        )
-    });
-    let remote = ending.take().map_or(remote, Err)?;
+    let remote = to_the_end(&mut control_conn, addr, options, |conn| {
+        await_done(conn, &control_machine, &mut counts, &mut not_resumed)
+    })?;
     // `Done` says what the server's source sent: all of it must have arrived here. (Before
     // the directories' attributes: removing what arrived of an incomplete file changes its
     // directory.)

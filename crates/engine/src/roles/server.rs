@@ -1068,64 +1068,59 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 }
                 Err(e) => return served.refuse_store(&e),
             };
-            // A single file the client puts inside its directory (`DST/NAME`): announced (with
-            // whether it travels whole) and not sent, nor read, in this session, which takes
-            // no join; the client opens one for `DST/NAME`.
-            if into_dir && !matches!(src, sprat_store::Source::Dir(_)) {
-                let (_, nothing) = bounded(0);
-                SessionKind::Pull(PullSession {
-                    batches: nothing,
-                    root_is_dir: false,
-                    source_id: Default::default(),
-                    one_stream: super::push::travels_whole_alone(&src, &shared.options),
-                    announced_only: true,
-                    source: Mutex::new(None),
-                    skipped: Arc::default(),
-                    _index: charge,
-                    told: Mutex::new((None, (0, 0))),
-                    source_ended: Signal::default(),
-                })
-            } else {
-                let selection = match crate::config::selection_from_wire(selection) {
-                    Ok(s) => s,
-                    Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
-                };
-                let counts = Arc::new(SkipCounts::default());
-                let skip = index.map(|index| Skip {
-                    index: Box::new(move || Ok(index)),
-                    rule: SkipRule::from_check(check),
-                    counts: counts.clone(),
-                    early: false,
-                });
-                let options = TransferOptions {
-                    selection,
-                    ..shared.options.for_one_transfer().with_meta(meta)
-                };
-                // The opening batches take the shape of slow start on a long path (the round
-                // trip of the control connection's TLS handshake; without TLS none is measured,
-                // and the path is taken as short).
-                options
-                    .path_rtt
-                    .set(served.conn.rtt.unwrap_or(Duration::ZERO));
-                let source_id = super::push::source_id(&src);
-                let one_stream = super::push::travels_whole_alone(&src, &options);
-                let handle = match source::start(src, &options, skip) {
-                    Ok(h) => h,
-                    Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
-                };
-                SessionKind::Pull(PullSession {
-                    batches: handle.batches.clone(),
-                    root_is_dir: handle.root_is_dir,
-                    source_id,
-                    one_stream,
-                    announced_only: false,
-                    source: Mutex::new(Some(handle)),
-                    skipped: counts,
-                    _index: charge,
-                    told: Mutex::new((None, (0, 0))),
-                    source_ended: Signal::default(),
-                })
-            }
+            // Told in `Opened` (a single file's source id is zeros; its size is the same
+            // against this server's threshold whatever the client selects).
+            let source_id = super::push::source_id(&src);
+            let one_stream = super::push::travels_whole_alone(&src, &shared.options);
+            // A single file the client puts inside its directory (`DST/NAME`): announced and
+            // not sent, nor read, in this session, which takes no join; the client opens one
+            // for `DST/NAME`.
+            let announced_only = into_dir && !matches!(src, sprat_store::Source::Dir(_));
+            let counts = Arc::new(SkipCounts::default());
+            let handle = match announced_only {
+                true => None,
+                false => {
+                    let selection = match crate::config::selection_from_wire(selection) {
+                        Ok(s) => s,
+                        Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
+                    };
+                    let skip = index.map(|index| Skip {
+                        index: Box::new(move || Ok(index)),
+                        rule: SkipRule::from_check(check),
+                        counts: counts.clone(),
+                        early: false,
+                    });
+                    let options = TransferOptions {
+                        selection,
+                        ..shared.options.for_one_transfer().with_meta(meta)
+                    };
+                    // The opening batches take the shape of slow start on a long path (the
+                    // round trip of the control connection's TLS handshake; without TLS none
+                    // is measured, and the path is taken as short).
+                    options
+                        .path_rtt
+                        .set(served.conn.rtt.unwrap_or(Duration::ZERO));
+                    match source::start(src, &options, skip) {
+                        Ok(h) => Some(h),
+                        Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
+                    }
+                }
+            };
+            SessionKind::Pull(PullSession {
+                // An announced-only session's batches: none (disconnected at once).
+                batches: handle
+                    .as_ref()
+                    .map_or_else(|| bounded(0).1, |h| h.batches.clone()),
+                root_is_dir: handle.as_ref().is_some_and(|h| h.root_is_dir),
+                source_id,
+                one_stream,
+                announced_only,
+                source: Mutex::new(handle),
+                skipped: counts,
+                _index: charge,
+                told: Mutex::new((None, (0, 0))),
+                source_ended: Signal::default(),
+            })
         }
     };
     let session = Arc::new(Session {
