@@ -952,7 +952,9 @@ fn two_pushes_of_one_large_file_at_once_each_count_it() {
 /// without it: when the file arrives whole as a small file (a new, smaller version), and when
 /// the file is up to date already (debris of an older run). Before, both stayed for ever,
 /// listed as an incomplete file and taking their room (review 2026-11-29 of the session's
-/// later changes, F4). Local copy, push and pull, over one server and over two.
+/// later changes, F4). Local copy, push and pull, over one server and over two, and a copy
+/// between two servers (whose source server names them to its client from protocol 22:
+/// before, they stayed).
 #[test]
 fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
     let t = tmp();
@@ -960,13 +962,22 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
     let (srv, also) = (server(&root), server(&root));
     let both = |path: &str| format!("sprat://{},{}/{path}", srv.addr(), also.addr());
     let chunked = common::CHUNKED;
-    for how in ["local", "push", "pull", "spread-push", "spread-pull"] {
+    let kinds = [
+        "local",
+        "push",
+        "pull",
+        "spread-push",
+        "spread-pull",
+        "third-party",
+    ];
+    for how in kinds {
         let src = root.join(format!("src-{how}"));
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(src.join("big"), sprat_testkit::random_bytes(12 << 20, 4)).unwrap();
         std::fs::write(src.join("other"), b"other").unwrap();
         let (src_url, dst_name) = (format!("src-{how}"), format!("dst-{how}"));
-        let pushed = how.ends_with("push");
+        // A copy between two servers, interrupted as a push to the destination's.
+        let pushed = how.ends_with("push") || how == "third-party";
         let dst = match pushed {
             true => root.join(&dst_name),
             false => t.path().join(&dst_name),
@@ -980,6 +991,7 @@ fn a_partial_copy_of_a_file_that_arrived_whole_goes_once_the_copy_succeeds() {
         let (again_from, again_to) = match how {
             "spread-push" => (from.clone(), both(&dst_name).into()),
             "spread-pull" => (both(&src_url).into(), to.clone()),
+            "third-party" => (srv.url(&src_url).into(), also.url(&dst_name).into()),
             _ => (from.clone(), to.clone()),
         };
         let server = (how != "local").then_some(&srv);
@@ -1069,25 +1081,26 @@ fn a_pull_keeps_the_partial_copies_of_files_it_does_not_copy() {
 
 /// The same for a single file copied on its own (`sprat cp FILE DST`), whose new small
 /// version a push sends before the destination's listing is in: its partial copy goes too.
+/// Also between two servers, the copy interrupted as a push to the destination's.
 #[test]
 fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
     let t = tmp();
     let root = t.path().join("root");
-    let srv = server(&root);
+    let (srv, also) = (server(&root), server(&root));
     let chunked = common::CHUNKED;
-    for how in ["local", "push", "pull"] {
+    for how in ["local", "push", "pull", "third-party"] {
         let src = root.join(format!("src-{how}"));
         std::fs::create_dir_all(&src).unwrap();
         let file = src.join("big");
         std::fs::write(&file, sprat_testkit::random_bytes(12 << 20, 5)).unwrap();
         let dir = match how {
-            "push" => root.join(format!("dst-{how}")),
+            "push" | "third-party" => root.join(format!("dst-{how}")),
             _ => t.path().join(format!("dst-{how}")),
         };
         std::fs::create_dir_all(&dir).unwrap();
         let (from, to): (std::ffi::OsString, std::ffi::OsString) = match how {
             "local" => (file.clone().into(), dir.join("big").into()),
-            "push" => (
+            "push" | "third-party" => (
                 file.clone().into(),
                 srv.url(&format!("dst-{how}/big")).into(),
             ),
@@ -1099,6 +1112,14 @@ fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
         let server = (how != "local").then_some(&srv);
         common::interrupt_once_a_partial_copy_is_written(server, &chunked, &from, &to, &dir);
         std::fs::write(&file, b"small now").unwrap();
+        let from: std::ffi::OsString = match how {
+            "third-party" => srv.url(&format!("src-{how}/big")).into(),
+            _ => from,
+        };
+        let to: std::ffi::OsString = match how {
+            "third-party" => also.url(&format!("dst-{how}/big")).into(),
+            _ => to,
+        };
         let out = match server {
             Some(srv) => cp(srv, &chunked, &from, &to),
             None => cp_local(&chunked, &from, &to),

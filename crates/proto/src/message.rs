@@ -419,7 +419,10 @@ pub enum Message {
     /// A pull's server, on its control connection between its `End` and its `Done` (from
     /// protocol 21): paths whose partial copy at the client's destination (listed in its
     /// index) this copy did not resume, since the file was up to date there, arrived whole or
-    /// was left alone; the client removes those partial copies once the pull succeeded. At
+    /// was left alone; the client removes those partial copies once the pull succeeded. Also
+    /// (from protocol 22) a third-party copy's source server, on the `SendTo` connection
+    /// before its `Done`, once its push succeeded: the partial copies at the destination
+    /// (relative to its path) that push did not resume, which the client removes there. At
     /// most [`MAX_SUPERSEDED`] a message.
     Superseded(Vec<Vec<u8>>),
 }

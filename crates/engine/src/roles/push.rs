@@ -55,7 +55,7 @@ pub(crate) fn push(
     // date: of no more use once it succeeded.
     if report.failed == 0 {
         let superseded = skipped.take_superseded();
-        remote::remove_superseded_partials(addr, key, path, &superseded);
+        remote::remove_superseded_partials(addr, key, path, superseded.iter().map(|(rel, _)| rel));
     }
     Ok(report)
 }
@@ -240,7 +240,7 @@ pub fn push_input(
 }
 
 /// [`push_input`], also returning what the check spared.
-fn push_counting(
+pub(crate) fn push_counting(
     input: PushInput,
     addr: &str,
     path: &[u8],

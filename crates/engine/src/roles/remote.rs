@@ -185,12 +185,12 @@ pub(crate) fn remove_superseded_partials(
     addr: &str,
     key: &Credentials,
     path: &[u8],
-    files: &[crate::pipeline::skip::Superseded],
+    files: impl IntoIterator<Item = impl AsRef<[u8]>>,
 ) {
     let paths: Vec<Vec<u8>> = files
-        .iter()
-        .flat_map(|(rel, _)| {
-            sprat_store::partial::hidden_paths(&sprat_store::relpath::join(path, rel))
+        .into_iter()
+        .flat_map(|rel| {
+            sprat_store::partial::hidden_paths(&sprat_store::relpath::join(path, rel.as_ref()))
         })
         .collect();
     remove_each(
@@ -499,6 +499,37 @@ pub fn sum(
     }
 }
 
+/// The paths a third-party copy's source server names in its `Superseded` messages, up to
+/// [`SUPERSEDED_KEPT_BYTES`] of them: beyond that, the rest are left in place (and said so once).
+#[derive(Default)]
+struct SupersededPaths {
+    paths: Vec<Vec<u8>>,
+    bytes: usize,
+    full: bool,
+}
+
+/// Most bytes of paths [`SupersededPaths`] keeps: a bound on what a server may make this
+/// client hold, well above the partial copies of any real run.
+const SUPERSEDED_KEPT_BYTES: usize = 16 << 20;
+
+impl SupersededPaths {
+    fn add(&mut self, paths: Vec<Vec<u8>>) {
+        for path in paths {
+            if self.bytes + path.len() + 2 > SUPERSEDED_KEPT_BYTES {
+                if !std::mem::replace(&mut self.full, true) {
+                    tracing::warn!(
+                        "the source server named more partial copies to remove than this \
+                         client keeps; the rest stay at the destination"
+                    );
+                }
+                return;
+            }
+            self.bytes += path.len() + 2;
+            self.paths.push(path);
+        }
+    }
+}
+
 /// Third-party copy: the destination server issues a one-time ticket for `dst_path`, and the
 /// source server pushes `src_path` to it with that ticket. The data never passes through this
 /// client; the report does.
@@ -552,8 +583,12 @@ pub fn third_party(
         None => request(src_addr, key, send_to)?,
     };
     let mut counts = Counts::default();
+    let mut superseded = SupersededPaths::default();
     let stats = loop {
         match src.recv_control()? {
+            // Partial copies at the destination the copy did not resume (after its failures,
+            // before its `Done`).
+            Message::Superseded(paths) => superseded.add(paths),
             Message::BatchAck {
                 failures, unlisted, ..
             } => {
@@ -585,6 +620,11 @@ pub fn third_party(
     counts.failed = counts.failed.max(stats.failures);
     counts.syncs = stats.syncs;
     counts.not_kept = stats.not_kept;
+    // The source server's ticket ended with its push: this client removes them, as its own
+    // push would (see `push::push`).
+    if counts.failed == 0 {
+        remove_superseded_partials(dst_addr, key, dst_path, superseded.paths);
+    }
     let secs = |ns: u64| Duration::from_nanos(ns).as_secs_f64();
     let stages = Stages {
         scan_read_s: secs(stats.read_busy_ns),
@@ -604,4 +644,25 @@ pub fn third_party(
     )
     .with_durable(options.durable)
     .with_not_sent(stats.up_to_date, stats.attrs_fixed, stats.bytes_not_sent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_server_cannot_make_the_client_keep_more_superseded_paths_than_its_bound() {
+        let mut kept = SupersededPaths::default();
+        kept.add(vec![b"a/big".to_vec(), b"b".to_vec()]);
+        assert_eq!(kept.paths, [b"a/big".to_vec(), b"b".to_vec()]);
+        let piece = vec![vec![b'x'; 4000]; 1024];
+        for _ in 0..10 {
+            kept.add(piece.clone());
+        }
+        assert!(kept.full);
+        assert!(kept.bytes <= SUPERSEDED_KEPT_BYTES, "{}", kept.bytes);
+        let held: usize = kept.paths.iter().map(|p| p.len() + 2).sum();
+        assert_eq!(held, kept.bytes);
+        assert!(held > SUPERSEDED_KEPT_BYTES - 4002, "{held}");
+    }
 }

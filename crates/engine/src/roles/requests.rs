@@ -5,7 +5,7 @@
 //! can be listed, described and counted, nothing else.
 
 use super::exports::{Export, Exports, Place, Reach};
-use super::push::{push_input, PushInput};
+use super::push::{push_counting, PushInput};
 use crate::config::{Selection, TransferOptions};
 use crate::error::{code_for, TransferError};
 use crate::measurement::progress::Progress;
@@ -690,21 +690,23 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             // A client that goes away (Ctrl-C) stops the copy it asked for; while the copy
             // runs, the client hears how far it has come (see `tell_progress`).
             let teller = conn.try_clone().ok();
-            let report = std::thread::scope(|s| {
+            let (report, skipped) = std::thread::scope(|s| {
                 let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
                 if let Some(teller) = teller {
                     let progress = options.progress.clone();
                     s.spawn(move || tell_progress(teller, &progress, &stopped));
                 }
                 let report = crate::net::cancel_on_hangup(conn, &options.cancel, || {
-                    push_input(
+                    push_counting(
                         PushInput::Source(source),
                         &addr,
                         &dest,
                         &key,
                         &options,
-                        display_path(&path),
-                        format!("sprat://{addr}/{}", display_path(&dest)),
+                        (
+                            display_path(&path),
+                            format!("sprat://{addr}/{}", display_path(&dest)),
+                        ),
                     )
                 });
                 drop(stop);
@@ -723,6 +725,15 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                         .collect(),
                     unlisted: 0,
                 })?;
+            }
+            // The partial copies at the destination that this push did not resume: of no
+            // more use once it succeeded. The ticket ended with the push, so the client
+            // removes them, with its own key (from protocol 22; before, they stayed).
+            if report.failed == 0 {
+                let superseded = skipped.take_superseded().into_iter().map(|(rel, _)| rel);
+                for piece in super::server::superseded_pieces(superseded.collect()) {
+                    conn.send(&Message::Superseded(piece))?;
+                }
             }
             let ns = |s: f64| (s * 1e9) as u64;
             conn.send(&Message::Done(RemoteStats {

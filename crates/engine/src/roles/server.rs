@@ -1659,7 +1659,7 @@ const SUPERSEDED_PIECE_BYTES: usize = 256 << 10;
 
 /// `paths` in pieces of at most [`sprat_proto::MAX_SUPERSEDED`] paths and about
 /// [`SUPERSEDED_PIECE_BYTES`] (a path of the longest length alone makes one).
-fn superseded_pieces(paths: Vec<Vec<u8>>) -> Vec<Vec<Vec<u8>>> {
+pub(crate) fn superseded_pieces(paths: Vec<Vec<u8>>) -> Vec<Vec<Vec<u8>>> {
     let mut pieces: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut bytes = 0;
     for path in paths {

@@ -160,7 +160,12 @@ pub(crate) fn push(
     // date (listed through the first server, as the index was).
     if counts.failed == 0 {
         let superseded = skipped.take_superseded();
-        super::remote::remove_superseded_partials(servers[0], key, path, &superseded);
+        super::remote::remove_superseded_partials(
+            servers[0],
+            key,
+            path,
+            superseded.iter().map(|(rel, _)| rel),
+        );
     }
     Ok(Report {
         servers: shares,
