@@ -1020,3 +1020,36 @@ fn a_single_file_pushed_over_a_long_path_asks_lists_and_sends_on_two_connections
         "a large file on a 30 ms path starts its streams wide"
     );
 }
+
+/// `--streams N` opens no more streams than the data can keep busy: a single small file,
+/// pushed, or pulled into an existing directory, opens one however many were asked for.
+/// Before, a push opened N-1 that carried nothing, and a pull's session for `DST/NAME`
+/// dialled N-1 joins its server then refused (review 2026-11-30 of protocol 21, LOW).
+#[test]
+fn a_fixed_stream_count_opens_no_stream_a_single_small_file_cannot_use() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    tree::make_file(&root.join("small"), b"a single small file", 0o644);
+    let into = t.path().join("into");
+    std::fs::create_dir(&into).unwrap();
+    let src = t.path().join("small");
+    tree::make_file(&src, b"pushed", 0o644);
+    for (case, most) in [("push", 2), ("pull", 6)] {
+        let log = t.path().join(format!("relay-{case}.log"));
+        let relay = RelayProc::start_logged(srv.addr(), &["--delay", "5ms"], &log);
+        let args = ["--streams", "4"];
+        let out = match case {
+            "push" => cp(&srv, &args, &src, relay.url("pushed")),
+            _ => cp(&srv, &args, relay.url("small"), &into),
+        };
+        assert_ok(&out, Some(&srv));
+        let connections = relay.closed().len();
+        assert!(connections <= most, "{case}: {connections} connections");
+    }
+    assert_eq!(std::fs::read(root.join("pushed")).unwrap(), b"pushed");
+    assert_eq!(
+        std::fs::read(into.join("small")).unwrap(),
+        b"a single small file"
+    );
+}

@@ -217,7 +217,9 @@ fn take_ahead(
 /// `useful_streams`: the most streams the data can keep busy, when the caller knows it (one
 /// for a single small file's push): an automatic session neither starts nor grows beyond it,
 /// where a slow hello would otherwise open a wide start's dozens of connections, and wait
-/// for every one of them to join before it commits, for one small file.
+/// for every one of them to join before it commits, for one small file. A `--streams N`
+/// session opens no more than that either: the rest would carry nothing (a pull's server
+/// refuses them).
 pub(crate) fn open(
     addr: &str,
     key: &Credentials,
@@ -229,6 +231,10 @@ pub(crate) fn open(
     let mut most_streams = useful_streams.map_or(tune::MAX_AUTO_STREAMS, |n| {
         n.clamp(1, tune::MAX_AUTO_STREAMS)
     });
+    // The user's streams, at most as many as the data can keep busy.
+    let fixed_streams = options
+        .streams
+        .map(|n| useful_streams.map_or(n, |useful| n.min(useful.max(1))));
     let limits = TcpLimits::read();
     // Buffers do not depend on the round trip, so the control connection gets them too.
     let (_, buffer) = limits.buffers(options.tcp_buffer);
@@ -245,8 +251,7 @@ pub(crate) fn open(
         let wait = direction == Direction::Pull;
         std::thread::spawn(move || join_one(&addr, &key, id, buffer, direction, wait))
     };
-    let ahead = options
-        .streams
+    let ahead = fixed_streams
         .unwrap_or(tune::MIN_AUTO_STREAMS.min(most_streams))
         .saturating_sub(1);
     let mut joining: Vec<_> = (0..ahead).map(|_| join_beside()).collect();
@@ -303,7 +308,7 @@ pub(crate) fn open(
     if options.streams.is_none() && rtt * 2 > tune::HELLO_GRACE {
         start_wide(&mut joining);
     }
-    let mut plan = tune::start_plan(&limits, rtt, options.streams, options.tcp_buffer);
+    let mut plan = tune::start_plan(&limits, rtt, fixed_streams, options.tcp_buffer);
     if options.streams.is_none() {
         plan.streams = plan.streams.min(most_streams);
     }
