@@ -202,7 +202,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             Op::AcceptOpen { push, root_is_dir } => {
                 let d = direction(push);
                 let source = sprat_proto::SourceId::default();
-                let r = s.accept_open(d, root_is_dir, source, false);
+                let r = s.accept_open(d, root_is_dir, source, (false, false));
                 let may = m.live()
                     && m.role == Some(Role::Control)
                     && m.accepted.is_none()

@@ -978,10 +978,14 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
             tcp_buffer: a.tuning.tcp_buffer.0,
             // `--delete` lists and removes at DST/NAME before the copy's session opens.
             server_checks_link: !a.delete,
+            // Over ssh the destination is shown as named (see below), not as the server
+            // found it.
+            server_picks_dir: !over_ssh,
         }),
     )?;
     dst = found.endpoint;
     options.no_link_at_dst = found.link_left_to_server;
+    options.dst_or_parent = found.or_parent_left_to_server;
     let (src_shown, mut dst_shown) = (launched.shown[0].clone(), launched.shown[1].clone());
     // Into `DST/`: shown as DST/NAME, where the copy goes.
     if let Some(name) = dst.name().filter(|_| dst != named_dst) {

@@ -947,7 +947,9 @@ fn a_push_that_cannot_list_its_destination_never_overwrites_what_its_rule_keeps(
 
 /// A single file pushed to a server of one place: the connection that asked what DST is
 /// (kept for the push's listing) gives its place back for the session, also when the push
-/// lists nothing (`-I`), so the push goes in one run.
+/// lists nothing (`-I`), so the push goes in one run. A small file the server checks itself
+/// (the default quick check, `--ignore-existing`) asks nothing first (protocol 22): its
+/// session goes first, then the listing, in one run too.
 #[test]
 fn a_single_file_pushed_to_a_server_of_one_place_goes_in_one_run() {
     let l = Layout::new();
@@ -958,18 +960,25 @@ fn a_single_file_pushed_to_a_server_of_one_place_goes_in_one_run() {
         ..ServerOptions::default()
     };
     let srv = server_with(&l.root, &opts);
-    for (n, rule) in ["--checksum", "-I", "-u"].into_iter().enumerate() {
+    let rules: [&[&str]; 5] = [
+        &["--checksum"],
+        &["-I"],
+        &["-u"],
+        &[],
+        &["--ignore-existing"],
+    ];
+    for (n, rule) in rules.into_iter().enumerate() {
         let name = format!("a{n}");
-        let args = cp_args(
-            Some(&srv),
-            &[rule, "--retry-for", "0s"],
-            l.src.join("a"),
-            srv.url(&name),
-        );
+        let extra: Vec<&str> = rule.iter().chain(&["--retry-for", "0s"]).copied().collect();
+        let args = cp_args(Some(&srv), &extra, l.src.join("a"), srv.url(&name));
         let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
             .expect("a push to a server of one place hung");
         assert_ok(&out, Some(&srv));
-        assert_eq!(fs::read(l.root.join(&name)).unwrap(), b"one file", "{rule}");
+        assert_eq!(
+            fs::read(l.root.join(&name)).unwrap(),
+            b"one file",
+            "{rule:?}"
+        );
     }
 }
 

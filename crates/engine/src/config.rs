@@ -62,6 +62,11 @@ pub struct TransferOptions {
     /// the server refuses it if it is a symlink, instead of the client asking first (see
     /// `roles::endpoint::into_directory`); a third-party copy passes it to its source server.
     pub no_link_at_dst: bool,
+    /// A single file's push to `DST` that nobody asked about: the destination is `DST/NAME`,
+    /// NAME the source's own, and the server puts the file there if `DST` is a directory,
+    /// else at `DST` itself (see `roles::endpoint::into_directory`, and `or_parent` in
+    /// `sprat_proto::Operation::Push`). Ignored by every other copy.
+    pub dst_or_parent: bool,
     /// Owners and groups are copied (as `rsync -a` does): applied by a writer running as
     /// root, left as the writing user's by anyone else. On a server: whether it applies the
     /// owners clients ask for (`sprat serve --no-owners` refuses them).
@@ -156,6 +161,7 @@ impl Default for TransferOptions {
             keep_devices: false,
             keep_existing: false,
             no_link_at_dst: false,
+            dst_or_parent: false,
             owners: true,
             numeric_ids: false,
             hard_links: false,

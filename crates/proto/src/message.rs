@@ -79,6 +79,13 @@ pub enum Operation {
         /// the server refuses a symlink there (the copy would write, and `--delete` remove,
         /// wherever it points), as the client would have asked it first.
         no_link_at_path: bool,
+        /// A single file copied to `DST` that the client did not ask about first (from
+        /// protocol 22): the path is `DST/NAME`, NAME the file's own name. If `DST` is a
+        /// directory (not a symlink to one), the file goes inside it, at the path, where the
+        /// server refuses a symlink as with `no_link_at_path`; otherwise it goes to `DST`
+        /// itself. `Opened` says which ([`Message::Opened`]'s `to_parent`). Not with
+        /// `source_is_dir` or `no_link_at_path`, nor on a connection a ticket authenticated.
+        or_parent: bool,
         /// Where the pushed directory is on the sender's host, for the server to refuse a
         /// destination inside it (see [`SourceId`]).
         source: SourceId,
@@ -373,6 +380,9 @@ pub enum Message {
         /// it on this connection alone and refuses the session's joins, so the client need
         /// not wait for any of them.
         one_stream: bool,
+        /// A push `or_parent` went to the path's parent, `DST`, which was not a directory
+        /// (protocol 22; see [`Operation::Push`]). Always false otherwise.
+        to_parent: bool,
     },
     Join {
         session: [u8; 16],
@@ -525,6 +535,7 @@ impl Message {
                         numeric_ids,
                         keep_existing,
                         no_link_at_path,
+                        or_parent,
                         source,
                     } => {
                         out.push(1);
@@ -535,7 +546,8 @@ impl Message {
                                 | (*owners as u8) << 3
                                 | (*numeric_ids as u8) << 4
                                 | (*keep_existing as u8) << 5
-                                | (*no_link_at_path as u8) << 6,
+                                | (*no_link_at_path as u8) << 6
+                                | (*or_parent as u8) << 7,
                         );
                         source.encode(&mut out);
                     }
@@ -556,8 +568,9 @@ impl Message {
                 root_is_dir,
                 source,
                 one_stream,
+                to_parent,
             } => {
-                out.push(*root_is_dir as u8 | (*one_stream as u8) << 1);
+                out.push(*root_is_dir as u8 | (*one_stream as u8) << 1 | (*to_parent as u8) << 2);
                 source.encode(&mut out);
                 kind::OPENED
             }
@@ -730,7 +743,17 @@ impl Message {
             kind::OPEN => {
                 let session = r.array("session id")?;
                 let op = match (r.u8("operation")?, r.u8("operation flag")?) {
-                    (1, flags) if flags & !PUSH_FLAGS == 0 => Operation::Push {
+                    (1, flags)
+                        if flags & PUSH_OR_PARENT != 0
+                            && flags & (PUSH_SOURCE_IS_DIR | PUSH_NO_LINK_AT_PATH) != 0 =>
+                    {
+                        return Err(DecodeError::Invalid {
+                            what: "push flags",
+                            why: "bit 7 (or the parent) is for a single file, without bit 6",
+                        })
+                    }
+                    // Every bit of the byte has its meaning (from protocol 22).
+                    (1, flags) => Operation::Push {
                         source_is_dir: flags & PUSH_SOURCE_IS_DIR != 0,
                         durable: flags & PUSH_DURABLE != 0,
                         discard: flags & PUSH_DISCARD != 0,
@@ -738,14 +761,9 @@ impl Message {
                         numeric_ids: flags & PUSH_NUMERIC_IDS != 0,
                         keep_existing: flags & PUSH_KEEP_EXISTING != 0,
                         no_link_at_path: flags & PUSH_NO_LINK_AT_PATH != 0,
+                        or_parent: flags & PUSH_OR_PARENT != 0,
                         source: SourceId::decode(&mut r)?,
                     },
-                    (1, _) => {
-                        return Err(DecodeError::Invalid {
-                            what: "push flags",
-                            why: "unknown bits set",
-                        })
-                    }
                     (2, byte) => Operation::Pull {
                         check: DestCheck::from_u8(byte & 0xf).ok_or(DecodeError::Invalid {
                             what: "pull check",
@@ -783,6 +801,7 @@ impl Message {
                 flags if flags & !OPENED_FLAGS == 0 => Message::Opened {
                     root_is_dir: flags & OPENED_ROOT_IS_DIR != 0,
                     one_stream: flags & OPENED_ONE_STREAM != 0,
+                    to_parent: flags & OPENED_TO_PARENT != 0,
                     source: SourceId::decode(&mut r)?,
                 },
                 _ => {
@@ -910,7 +929,8 @@ impl Message {
 const PULL_INTO_DIR: u8 = 0x80;
 const OPENED_ROOT_IS_DIR: u8 = 1;
 const OPENED_ONE_STREAM: u8 = 2;
-const OPENED_FLAGS: u8 = OPENED_ROOT_IS_DIR | OPENED_ONE_STREAM;
+const OPENED_TO_PARENT: u8 = 4;
+const OPENED_FLAGS: u8 = OPENED_ROOT_IS_DIR | OPENED_ONE_STREAM | OPENED_TO_PARENT;
 const PUSH_SOURCE_IS_DIR: u8 = 1;
 const PUSH_DURABLE: u8 = 2;
 const PUSH_DISCARD: u8 = 4;
@@ -918,13 +938,7 @@ const PUSH_OWNERS: u8 = 8;
 const PUSH_NUMERIC_IDS: u8 = 16;
 const PUSH_KEEP_EXISTING: u8 = 32;
 const PUSH_NO_LINK_AT_PATH: u8 = 64;
-const PUSH_FLAGS: u8 = PUSH_SOURCE_IS_DIR
-    | PUSH_DURABLE
-    | PUSH_DISCARD
-    | PUSH_OWNERS
-    | PUSH_NUMERIC_IDS
-    | PUSH_KEEP_EXISTING
-    | PUSH_NO_LINK_AT_PATH;
+const PUSH_OR_PARENT: u8 = 128;
 
 fn bool_byte(b: u8) -> Result<bool, DecodeError> {
     match b {
@@ -1010,6 +1024,7 @@ mod tests {
                 keep_existing: false,
                 no_link_at_path: false,
                 source: Default::default(),
+                or_parent: false,
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),
@@ -1025,6 +1040,7 @@ mod tests {
                 keep_existing: false,
                 no_link_at_path: false,
                 source: Default::default(),
+                or_parent: true,
             },
             path: b"a/b".to_vec(),
             selection: Default::default(),
@@ -1043,11 +1059,19 @@ mod tests {
             root_is_dir: false,
             source: Default::default(),
             one_stream: false,
+            to_parent: false,
         });
         roundtrip(Message::Opened {
             root_is_dir: false,
             source: Default::default(),
             one_stream: true,
+            to_parent: false,
+        });
+        roundtrip(Message::Opened {
+            root_is_dir: false,
+            source: Default::default(),
+            one_stream: true,
+            to_parent: true,
         });
         roundtrip(Message::Superseded(vec![b"a/big".to_vec(), b"b".to_vec()]));
         roundtrip(Message::Superseded(Vec::new()));
@@ -1247,12 +1271,43 @@ mod tests {
             root_is_dir: true,
             source: Default::default(),
             one_stream: true,
+            to_parent: false,
         };
         let mut bytes = opened.encode();
         assert_eq!(bytes[FRAME_HEADER_LEN], 3);
-        for flags in [4, 8, 0x80] {
+        for flags in [8, 0x10, 0x80] {
             bytes[FRAME_HEADER_LEN] = flags;
             assert!(Message::decode(kind::OPENED, &bytes[FRAME_HEADER_LEN..]).is_err());
+        }
+    }
+
+    /// A push "in DST, or DST itself" is of a single file, whose server checks the link at
+    /// `DST/NAME` itself: with a directory's flag or bit 6 it is refused.
+    #[test]
+    fn a_push_to_a_path_or_its_parent_is_of_a_single_file_only() {
+        let open = |source_is_dir, no_link_at_path| Message::Open {
+            session: [5; 16],
+            op: Operation::Push {
+                source_is_dir,
+                durable: false,
+                discard: false,
+                owners: false,
+                numeric_ids: false,
+                keep_existing: false,
+                no_link_at_path,
+                or_parent: true,
+                source: Default::default(),
+            },
+            path: b"dst/name".to_vec(),
+            selection: Default::default(),
+        };
+        roundtrip(open(false, false));
+        for (dir, link) in [(true, false), (false, true), (true, true)] {
+            let bytes = open(dir, link).encode();
+            assert!(
+                Message::decode(kind::OPEN, &bytes[FRAME_HEADER_LEN..]).is_err(),
+                "{dir} {link}"
+            );
         }
     }
 

@@ -131,13 +131,13 @@ fn operation() -> impl Strategy<Value = Operation> {
     prop_oneof![
         (
             any::<(bool, bool, bool, bool, bool, bool)>(),
-            any::<bool>(),
+            any::<(bool, bool)>(),
             any::<([u8; 16], u64, u64)>()
         )
             .prop_map(
                 |(
                     (source_is_dir, durable, discard, owners, numeric_ids, keep_existing),
-                    no_link_at_path,
+                    (no_link_at_path, or_parent),
                     (host, dev, ino),
                 )| {
                     Operation::Push {
@@ -149,6 +149,8 @@ fn operation() -> impl Strategy<Value = Operation> {
                         keep_existing,
                         no_link_at_path,
                         source: sprat_proto::SourceId { host, dev, ino },
+                        // Only a single file's push to `DST/NAME` that has no bit 6.
+                        or_parent: or_parent && !source_is_dir && !no_link_at_path,
                     }
                 }
             ),
@@ -317,11 +319,12 @@ fn message() -> impl Strategy<Value = Message> {
                 path,
             }
         ),
-        (any::<(bool, bool)>(), any::<([u8; 16], u64, u64)>()).prop_map(
-            |((root_is_dir, one_stream), (host, dev, ino))| Message::Opened {
+        (any::<(bool, bool, bool)>(), any::<([u8; 16], u64, u64)>()).prop_map(
+            |((root_is_dir, one_stream, to_parent), (host, dev, ino))| Message::Opened {
                 root_is_dir,
                 source: sprat_proto::SourceId { host, dev, ino },
                 one_stream,
+                to_parent,
             }
         ),
         any::<[u8; 16]>().prop_map(|session| Message::Join { session }),

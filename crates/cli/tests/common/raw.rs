@@ -159,6 +159,7 @@ pub fn push_op() -> Operation {
         numeric_ids: false,
         keep_existing: false,
         no_link_at_path: false,
+        or_parent: false,
         source: Default::default(),
     }
 }

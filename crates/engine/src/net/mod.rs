@@ -950,6 +950,8 @@ impl SessionConn {
                 root_is_dir,
                 source,
                 one_stream,
+                // A push's, read on its stream (see `roles::push`).
+                to_parent: _,
             }) => {
                 self.conn.read_until(self.machine.deadline());
                 Ok(root_is_dir.map(|root_is_dir| Announcement {

@@ -121,6 +121,13 @@ pub struct Skip {
 /// either: planning a tree while its listing comes measured slower on loopback.
 pub const EARLY_BYTES: u64 = 12 << 10;
 
+/// Whether a regular file of `size` bytes, the source itself, is small enough to go before
+/// the index is in (when its copy lets it: [`Skip::early`], and a rule the receiver can
+/// check alone).
+pub(crate) fn fits_early(size: u64, options: &TransferOptions) -> bool {
+    size <= options.small_file_threshold && Planner::entry_bytes(b"", size) <= EARLY_BYTES
+}
+
 /// A destination's index on its way (see [`Skip::begin`]).
 struct PendingIndex {
     index: Receiver<DestIndex>,
@@ -156,10 +163,9 @@ impl Skip {
                 lock(&failure.0).get_or_insert(TransferError::Local(why));
             })
             .ok();
-        let early = match self.rule {
-            SkipRule::QuickCheck if self.early => Some(KeepRule::SameSizeAndTime),
-            SkipRule::IgnoreExisting if self.early => Some(KeepRule::Present),
-            _ => None,
+        let early = match self.early {
+            true => receiver_keeps(self.rule),
+            false => None,
         };
         let pending = PendingIndex {
             index,
@@ -168,6 +174,16 @@ impl Skip {
             early,
         };
         (pending, listing)
+    }
+}
+
+/// How a receiver checks alone a file sent before the index is in, under `rule` (`None`:
+/// it cannot, and none may go early).
+pub(crate) fn receiver_keeps(rule: SkipRule) -> Option<KeepRule> {
+    match rule {
+        SkipRule::QuickCheck => Some(KeepRule::SameSizeAndTime),
+        SkipRule::IgnoreExisting => Some(KeepRule::Present),
+        _ => None,
     }
 }
 

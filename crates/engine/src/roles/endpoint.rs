@@ -27,6 +27,19 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The directory a server's endpoint is in (`sprat://HOST/DST` of `sprat://HOST/DST/NAME`);
+    /// a local one as it is.
+    pub(crate) fn remote_parent(&self) -> Endpoint {
+        match self {
+            Endpoint::Remote { addr, path, also } => Endpoint::Remote {
+                addr: addr.clone(),
+                path: sprat_store::split_parent(path).0.to_vec(),
+                also: also.clone(),
+            },
+            local => local.clone(),
+        }
+    }
+
     /// The last component of its path, if it has one (not a server's root, `.`, `..` or `/`).
     pub fn name(&self) -> Option<Vec<u8>> {
         let name = match self {
@@ -104,7 +117,9 @@ impl Endpoint {
 /// copy asks next of that server: a push's listing of its destination, a third-party copy's
 /// ticket and its request of the copy. A push into `DST/` that [`DialAhead::server_checks_link`]
 /// allows asks nothing: its server refuses a symlink at `DST/NAME` itself
-/// ([`Destination::link_left_to_server`]).
+/// ([`Destination::link_left_to_server`]). Nor does a single file pushed to one server's
+/// `DST` that [`DialAhead::server_picks_dir`] allows: its server puts it in DST or at DST
+/// ([`Destination::or_parent_left_to_server`]), and the push asks beside its listing.
 pub fn into_directory(
     src: &Endpoint,
     dst: Endpoint,
@@ -117,6 +132,7 @@ pub fn into_directory(
         endpoint.map(|endpoint| Destination {
             endpoint,
             link_left_to_server: false,
+            or_parent_left_to_server: false,
         })
     };
     // A push of a source that is there (a missing one fails before any session).
@@ -139,6 +155,7 @@ pub fn into_directory(
                     return Ok(Destination {
                         endpoint: dst,
                         link_left_to_server: true,
+                        or_parent_left_to_server: false,
                     });
                 }
                 dial_session(&dst);
@@ -188,6 +205,20 @@ pub fn into_directory(
         return checked_here(Ok(dst));
     };
     dial_session(&dst);
+    // A file pushed to one server, its session opened at once: nobody asks what DST is.
+    // The push goes to `DST/NAME` and its server puts the file there if DST is a directory,
+    // else at DST itself (the push asks beside its listing, to check the file against the
+    // right one). One round trip less before the data leaves.
+    let one_server =
+        matches!(&dst, Endpoint::Remote { path, also, .. } if also.is_empty() && !path.is_empty());
+    if push && one_server && dial_ahead.is_some_and(|a| a.server_checks_link && a.server_picks_dir)
+    {
+        return Ok(Destination {
+            endpoint: self::inside(dst, &name),
+            link_left_to_server: false,
+            or_parent_left_to_server: true,
+        });
+    }
     let inside = match dst_asked {
         Some(asked) => asked.recv().unwrap_or(false),
         None => is_directory(&dst, key),
@@ -208,6 +239,10 @@ pub struct DialAhead {
     /// [`TransferOptions::no_link_at_dst`]); not where something acts on `DST/NAME` before
     /// that push opens (`--delete`'s extras).
     pub server_checks_link: bool,
+    /// A single file pushed to `DST` may leave it to the server to put it in DST or at DST
+    /// ([`Destination::or_parent_left_to_server`]); not where the copy shows its destination
+    /// as the user named it before it starts (over ssh).
+    pub server_picks_dir: bool,
 }
 
 /// Where a copy goes, as [`into_directory`] found it.
@@ -217,6 +252,9 @@ pub struct Destination {
     /// Nobody asked whether `endpoint` (`DST/NAME`) is a symlink: the copy must set
     /// [`TransferOptions::no_link_at_dst`] for the push that writes it to be refused there.
     pub link_left_to_server: bool,
+    /// Nobody asked whether DST is a directory: `endpoint` is `DST/NAME`, and the copy must
+    /// set [`TransferOptions::dst_or_parent`] for its server to put the file there or at DST.
+    pub or_parent_left_to_server: bool,
 }
 
 /// `DST/NAME`, unless it is a symlink: NAME is SRC's, not a path the user named, and a copy

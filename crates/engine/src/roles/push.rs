@@ -21,7 +21,6 @@ use crate::net::Credentials;
 use crate::net::{Conn, Frame, SessionConn};
 use crate::pipeline::send::{self, Next};
 use crate::pipeline::sink::BatchOutcome;
-use crate::pipeline::skip::DestIndex;
 use crate::pipeline::source;
 use crate::report::{Counts, PathReport, Report, Stages};
 use crate::session::client::{self as session, Change, Session, Tail};
@@ -48,9 +47,54 @@ pub(crate) fn push(
     dst_ep: &Endpoint,
 ) -> Result<Report, TransferError> {
     let source = open_source(src)?;
+    // Sent to `DST/NAME` as a single file (see `or_parent`): a source that became a
+    // directory since would be copied there whatever DST is.
+    if options.dst_or_parent && !matches!(source, Source::File { .. }) {
+        return Err(TransferError::Local(format!(
+            "'{}' became a directory as the copy began: run it again",
+            src.display()
+        )));
+    }
+    // A file whose data waits for the listing anyway: DST is asked first, as before protocol
+    // 22, on a connection the listing then takes (a server of one place serves both in turn).
+    if options.dst_or_parent && !goes_before_listing(&source, options) {
+        drop(source);
+        let parent = sprat_store::split_parent(path).0;
+        let inside = remote::stat_keeping(addr, key, parent)
+            .is_ok_and(|e| e.kind == sprat_proto::namespace::NsKind::Dir);
+        let asked = TransferOptions {
+            dst_or_parent: false,
+            no_link_at_dst: inside,
+            ..options.clone()
+        };
+        return match inside {
+            true => push(src, addr, path, key, &asked, src_ep, dst_ep),
+            false => push(
+                src,
+                addr,
+                parent,
+                key,
+                &asked,
+                src_ep,
+                &dst_ep.remote_parent(),
+            ),
+        };
+    }
     let labels = (src_ep.to_string(), dst_ep.to_string());
-    let (report, skipped) =
-        push_counting(PushInput::Source(source), addr, path, key, options, labels)?;
+    let Pushed {
+        mut report,
+        skipped,
+        to_parent,
+    } = push_counting(PushInput::Source(source), addr, path, key, options, labels)?;
+    // A single file its server put at `DST` itself, not in it (see `or_parent`).
+    let path = match to_parent {
+        true => {
+            let parent = sprat_store::split_parent(path).0;
+            report.destination = dst_ep.remote_parent().to_string();
+            parent
+        }
+        false => path,
+    };
     // Partial copies an interrupted push left of files this one sent whole or found up to
     // date: of no more use once it succeeded.
     if report.failed == 0 {
@@ -58,6 +102,15 @@ pub(crate) fn push(
         remote::remove_superseded_partials(addr, key, path, superseded.iter().map(|(rel, _)| rel));
     }
     Ok(report)
+}
+
+/// What a push did ([`push_counting`]).
+pub(crate) struct Pushed {
+    pub report: Report,
+    /// What the check spared.
+    pub skipped: Arc<crate::pipeline::skip::SkipCounts>,
+    /// A single file its server put at the path's parent, `DST` (see [`or_parent`]).
+    pub to_parent: bool,
 }
 
 /// What a push sends.
@@ -112,16 +165,20 @@ impl Push<'_> {
 /// The operation a push of `input` opens its sessions with.
 pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Operation {
     match input {
-        PushInput::Source(source) => Operation::Push {
-            source_is_dir: matches!(source, Source::Dir(_)),
-            durable: options.durable,
-            discard: false,
-            owners: options.owners,
-            numeric_ids: options.numeric_ids,
-            keep_existing: options.keeps_existing(),
-            no_link_at_path: options.no_link_at_dst,
-            source: source_id(source),
-        },
+        PushInput::Source(source) => {
+            let or_parent = or_parent(source, options);
+            Operation::Push {
+                source_is_dir: matches!(source, Source::Dir(_)),
+                durable: options.durable,
+                discard: false,
+                owners: options.owners,
+                numeric_ids: options.numeric_ids,
+                keep_existing: options.keeps_existing(),
+                no_link_at_path: options.no_link_at_dst && !or_parent,
+                or_parent,
+                source: source_id(source),
+            }
+        }
         PushInput::Synthetic(_) => Operation::Push {
             source_is_dir: true,
             durable: false,
@@ -130,9 +187,40 @@ pub(crate) fn push_operation(input: &PushInput, options: &TransferOptions) -> Op
             numeric_ids: false,
             keep_existing: false,
             no_link_at_path: false,
+            or_parent: false,
             source: SourceId::default(),
         },
     }
+}
+
+/// Whether a push's single small file may go before the listing is in, for the server to
+/// check it itself, unless the server's check would differ from this side's: extended
+/// attributes (which listings do not carry), a list of the files written (`-v`: the server
+/// does not say which it kept). (Nor in a push over several servers.)
+fn may_go_early(options: &TransferOptions) -> bool {
+    options.xattr_scope() == 0 && options.file_log.is_none()
+}
+
+/// Whether `source`, a single file, goes before its destination's listing is in (see
+/// `source::Skip::early`): only then does leaving its place to the server (`or_parent`) save
+/// a round trip; otherwise its data waits for the listing anyway.
+fn goes_before_listing(source: &Source, options: &TransferOptions) -> bool {
+    let Source::File { parent, name } = source else {
+        return false;
+    };
+    let name = std::ffi::OsStr::from_bytes(name);
+    let small = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::empty())
+        .is_ok_and(|st| source::fits_early(st.st_size.max(0) as u64, options));
+    small
+        && may_go_early(options)
+        && !options.list_first
+        && source::receiver_keeps(options.skip).is_some()
+}
+
+/// Whether a push of `source` leaves it to its server to put the file in `DST` or at `DST`
+/// itself (see [`TransferOptions::dst_or_parent`]): a single file's only.
+fn or_parent(source: &Source, options: &TransferOptions) -> bool {
+    options.dst_or_parent && matches!(source, Source::File { .. })
 }
 
 /// Whether `source` is a single file small enough to travel whole, on one stream: the most a
@@ -178,6 +266,7 @@ pub(crate) fn start_source(
     key: &Credentials,
     options: &TransferOptions,
     defer_namespace: bool,
+    listed_to_parent: &Arc<std::sync::OnceLock<bool>>,
 ) -> Result<(source::SourceHandle, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
     let mut skipped = Arc::default();
     let handle = match input {
@@ -185,17 +274,28 @@ pub(crate) fn start_source(
             let (a, k, p) = (addr.to_string(), key.clone(), path.to_vec());
             let digests = options.skip == crate::config::SkipRule::Checksum;
             let owners = options.owners.then_some(!options.numeric_ids);
+            let or_parent = or_parent(&source, options);
+            let listed_to_parent = listed_to_parent.clone();
             let skip = skip_for(options, move || {
-                let mut index = index_patiently(|| remote::index(&a, &k, &p, digests, owners))?;
-                remote::remove_leftovers(&a, &k, &p, &index.take_leftovers());
+                // A single file its server puts in `DST` or at `DST`: whichever it is, as
+                // found beside the listing (see `remote::index_or_parent`).
+                let (mut index, to_parent) = index_patiently(|| match or_parent {
+                    true => remote::index_or_parent(&a, &k, &p, digests, owners),
+                    false => remote::index(&a, &k, &p, digests, owners).map(|i| (i, false)),
+                })?;
+                let _ = listed_to_parent.set(to_parent);
+                let p = match to_parent {
+                    true => sprat_store::split_parent(&p).0,
+                    false => &p[..],
+                };
+                remote::remove_leftovers(&a, &k, p, &index.take_leftovers());
                 Ok(index)
             });
             // A single small file goes before the listing is in, for the server to check it
             // itself, unless the server's check would differ from this side's: extended
             // attributes (which listings do not carry), a list of the files written (`-v`:
             // the server does not say which it kept), a push over several servers.
-            let early =
-                options.xattr_scope() == 0 && options.file_log.is_none() && !defer_namespace;
+            let early = may_go_early(options) && !defer_namespace;
             let skip = skip.map(|s| match options.list_first {
                 // Listed now, before the session takes its connection.
                 true => {
@@ -236,10 +336,10 @@ pub fn push_input(
     src_label: String,
     dst_label: String,
 ) -> Result<Report, TransferError> {
-    push_counting(input, addr, path, key, options, (src_label, dst_label)).map(|(r, _)| r)
+    push_counting(input, addr, path, key, options, (src_label, dst_label)).map(|p| p.report)
 }
 
-/// [`push_input`], also returning what the check spared.
+/// [`push_input`], also returning what the check spared and where a single file went.
 pub(crate) fn push_counting(
     input: PushInput,
     addr: &str,
@@ -247,7 +347,7 @@ pub(crate) fn push_counting(
     key: &Credentials,
     options: &TransferOptions,
     (src_label, dst_label): (String, String),
-) -> Result<(Report, Arc<crate::pipeline::skip::SkipCounts>), TransferError> {
+) -> Result<Pushed, TransferError> {
     let started = Instant::now();
     // This transfer's own record of its path's round trip (the caller's options may serve
     // other transfers at once: a server's third-party copies).
@@ -257,7 +357,9 @@ pub(crate) fn push_counting(
         matches!(&input, PushInput::Source(s) if travels_whole_alone(s, options)).then_some(1);
     // What the destination has, from one listing; then reading starts before the session
     // opens, so the first batches are ready when it is.
-    let (handle, skipped) = start_source(input, (addr, path), key, options, false)?;
+    let listed_to_parent = Arc::default();
+    let (handle, skipped) =
+        start_source(input, (addr, path), key, options, false, &listed_to_parent)?;
     let abort = Abort::default();
     let target = SessionTarget {
         addr,
@@ -281,6 +383,21 @@ pub(crate) fn push_counting(
     // listing first and alone).
     index_failure.check()?;
     let run = ran?;
+    // The server found `DST` as the listing did, or what the listing told the check was
+    // not where the file went.
+    if let Some(&listed) = listed_to_parent.get() {
+        if listed != run.to_parent {
+            let dst = crate::text::printable(&sprat_store::display_path(
+                sprat_store::split_parent(path).0,
+            ))
+            .into_owned();
+            return Err(TransferError::Local(format!(
+                "'{dst}' on the server changed while the copy began (a directory to one side, \
+                 not to the other): the file was checked against the wrong destination; run \
+                 the copy again"
+            )));
+        }
+    }
     // Files sent before the listing was in that the server had already.
     skipped.kept_by_destination(run.remote.up_to_date, run.remote.attrs_fixed);
     let stages = Stages {
@@ -300,7 +417,11 @@ pub(crate) fn push_counting(
     .with_durable(options.durable)
     .with_skipped(&skipped)
     .with_path(run.path);
-    Ok((report, skipped))
+    Ok(Pushed {
+        report,
+        skipped,
+        to_parent: run.to_parent,
+    })
 }
 
 /// Where one session of a push goes.
@@ -321,6 +442,8 @@ pub(crate) struct SessionRun {
     pub counts: Counts,
     pub streams_max: usize,
     pub path: PathReport,
+    /// The server put a single file at the path's parent (see [`or_parent`]).
+    pub to_parent: bool,
 }
 
 /// Opens a session with `target` and sends it every batch of `batches` (and what refused
@@ -456,6 +579,7 @@ pub(crate) fn run_session(
         streams_max,
         path: session.report(streams_max, streams_end, &tail),
         remote,
+        to_parent: session.to_parent(),
     })
 }
 
@@ -469,9 +593,9 @@ const LIST_PATIENCE: Duration = Duration::from_secs(5);
 /// open either and the transfer fails (and is retried) anyway; a first run fails at once. A
 /// listing that failed by waiting out its connection's deadline (a stalled path) is not
 /// asked again: each ask would wait as long.
-fn index_patiently(
-    mut list: impl FnMut() -> Result<DestIndex, TransferError>,
-) -> Result<DestIndex, TransferError> {
+fn index_patiently<T>(
+    mut list: impl FnMut() -> Result<T, TransferError>,
+) -> Result<T, TransferError> {
     let started = Instant::now();
     loop {
         match list() {
@@ -874,8 +998,9 @@ fn receive_acks(
             announced: true,
         })?;
         match event {
-            Event::Announced { .. } => {
+            Event::Announced { to_parent, .. } => {
                 if control {
+                    push.session.set_to_parent(to_parent);
                     push.session.set_opened(true);
                 }
                 if let Some(g) = gate {

@@ -97,10 +97,20 @@ fn listed(
     addr: &str,
     key: &Credentials,
     list: Request,
+    digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
+    each: impl FnMut(NsEntry),
+) -> Result<(), TransferError> {
+    let (mut conn, reply) = ask(addr, key, list)?;
+    listed_on(&mut conn, reply, digests, each)
+}
+
+/// The rest of a `List`'s reply on `conn`, whose first message is `reply`.
+fn listed_on(
+    conn: &mut Conn,
+    mut reply: Message,
     mut digests: Option<&mut dyn FnMut(Vec<u8>, u128)>,
     mut each: impl FnMut(NsEntry),
 ) -> Result<(), TransferError> {
-    let (mut conn, mut reply) = ask(addr, key, list)?;
     loop {
         match (reply, &mut digests) {
             (Message::Entries(entries), _) => entries.into_iter().for_each(&mut each),
@@ -113,7 +123,7 @@ fn listed(
                 }
             }
             (Message::ReplyEnd, _) => return Ok(()),
-            (m, _) => return Err(unexpected(&conn, m)),
+            (m, _) => return Err(unexpected(conn, m)),
         }
         reply = conn.recv_control()?;
     }
@@ -131,26 +141,86 @@ pub(crate) fn index(
     digests: bool,
     owners: Option<bool>,
 ) -> Result<DestIndex, TransferError> {
-    let mut index = DestIndex::default().written_by_peer();
-    if let Some(by_name) = owners {
-        index = index.comparing_owners_by_name(by_name);
+    index_by(path, digests, owners, |list, keep, each| {
+        listed(addr, key, list, keep, each)
+    })
+}
+
+/// [`index`] of a single file's destination `path` (`DST/NAME`) whose server puts the file
+/// there if DST is a directory, else at DST itself (see `Operation::Push`'s `or_parent`):
+/// whether DST is a directory is asked (`Stat`) on one connection right before the listing
+/// of `DST/NAME`, both answered in the same round trip. A DST that is not a directory is
+/// listed then: a file the copy may update, or the partial copy an interrupted copy left of
+/// a DST not there yet, which this one resumes. Returns the index and whether the file goes
+/// to DST, as the server finds it (unless DST changes meanwhile: the push checks the
+/// server's own answer against this one).
+pub(crate) fn index_or_parent(
+    addr: &str,
+    key: &Credentials,
+    path: &[u8],
+    digests: bool,
+    owners: Option<bool>,
+) -> Result<(DestIndex, bool), TransferError> {
+    let parent = sprat_store::split_parent(path).0.to_vec();
+    let mut conn = stat_request(addr, key, &parent)?;
+    let list = list_request(path, digests, owners);
+    conn.send(&Message::Request(list))?;
+    let dst = stat_reply(&mut conn);
+    // The listing of `DST/NAME` is read whole either way, for the connection to go on.
+    let inside = index_by(path, digests, owners, |_, keep, each| {
+        let first = conn.recv_control()?;
+        listed_on(&mut conn, first, keep, each)
+    });
+    use sprat_proto::namespace::NsKind;
+    match dst {
+        Ok(e) if e.kind == NsKind::Dir => Ok((inside?, false)),
+        Ok(_) | Err(TransferError::Remote { .. }) => {
+            let listed = index_by(&parent, digests, owners, |list, keep, each| {
+                conn.send(&Message::Request(list))?;
+                let first = conn.recv_control()?;
+                listed_on(&mut conn, first, keep, each)
+            });
+            Ok((listed?, true))
+        }
+        Err(e) => Err(e),
     }
-    let list_owners = match owners {
-        Some(_) => ListOwners::IfApplied,
-        None => ListOwners::No,
-    };
-    // Digests may come before or after their entries: set once the listing is complete.
-    let mut summed = Vec::new();
-    let mut keep = |path, digest| summed.push((path, digest));
-    let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
-    let list = Request::List {
+}
+
+/// A recursive `List` of `path` for a copy's check (see [`index`]).
+fn list_request(path: &[u8], digests: bool, owners: Option<bool>) -> Request {
+    Request::List {
         path: path.to_vec(),
         recursive: true,
         digests,
         selection: crate::config::wire_selection(&Selection::default()),
-        owners: list_owners,
-    };
-    let listed = listed(addr, key, list, keep, |e| index.insert_listed(e));
+        owners: match owners {
+            Some(_) => ListOwners::IfApplied,
+            None => ListOwners::No,
+        },
+    }
+}
+
+/// The index [`index`] makes of `path`, from what `listing` gets of its `List` request.
+fn index_by(
+    path: &[u8],
+    digests: bool,
+    owners: Option<bool>,
+    listing: impl FnOnce(
+        Request,
+        Option<&mut dyn FnMut(Vec<u8>, u128)>,
+        &mut dyn FnMut(NsEntry),
+    ) -> Result<(), TransferError>,
+) -> Result<DestIndex, TransferError> {
+    let mut index = DestIndex::default().written_by_peer();
+    if let Some(by_name) = owners {
+        index = index.comparing_owners_by_name(by_name);
+    }
+    // Digests may come before or after their entries: set once the listing is complete.
+    let mut summed = Vec::new();
+    let mut keep = |path, digest| summed.push((path, digest));
+    let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = digests.then_some(&mut keep);
+    let list = list_request(path, digests, owners);
+    let listed = listing(list, keep, &mut |e| index.insert_listed(e));
     match listed {
         Ok(()) => {
             for (path, digest) in summed {
@@ -323,7 +393,7 @@ fn stat_reply(conn: &mut Conn) -> Result<NsEntry, TransferError> {
 /// A connection whose request was answered, kept for the next request to the same server:
 /// a third-party copy asks both servers what its source and destination are, then the
 /// destination for a ticket and the source for the copy (see [`stat_keeping`] and
-/// [`third_party`]); a push of a single file asks what DST is, then lists it for its check.
+/// [`third_party`]); a copy that asked what DST is lists it for its check.
 /// Each later request saves the connect and handshake of a new connection: two or three
 /// round trips on a long path.
 struct Kept {

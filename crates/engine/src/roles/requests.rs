@@ -690,7 +690,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             // A client that goes away (Ctrl-C) stops the copy it asked for; while the copy
             // runs, the client hears how far it has come (see `tell_progress`).
             let teller = conn.try_clone().ok();
-            let (report, skipped) = std::thread::scope(|s| {
+            let super::push::Pushed {
+                report, skipped, ..
+            } = std::thread::scope(|s| {
                 let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
                 if let Some(teller) = teller {
                     let progress = options.progress.clone();

@@ -189,6 +189,9 @@ struct PushSession {
     receiving: Receiving,
     /// What the client said it sends (a tree or one file).
     root_is_dir: bool,
+    /// A single file the client left to this server to put in `DST` or at `DST` itself went
+    /// to `DST` (see [`resolve_or_parent`]); said in `Opened`.
+    to_parent: bool,
 }
 
 /// The streams of a push session still receiving. A client may send `Commit` as soon as its
@@ -834,8 +837,11 @@ fn ticket_allows(
         return Err((ErrorCode::AuthFailed, "the ticket has expired".into()));
     };
     let allowed = match first {
+        // Exactly there: not a push that the server may put at the path's parent.
         Event::Open {
-            op: Operation::Push { .. },
+            op: Operation::Push {
+                or_parent: false, ..
+            },
             path,
             ..
         } => t.session.is_none() && *path == t.path,
@@ -873,6 +879,60 @@ struct Opened<'a> {
     ip: Option<IpAddr>,
 }
 
+/// Where a push `or_parent` of a single file goes (see `sprat_proto::Operation::Push`): to
+/// its path, `DST/NAME`, if `DST` is a directory here (not a symlink to one: as `Stat`
+/// describes it), then refused at a symlink there as with `no_link_at_path`; else to `DST`
+/// itself. Returns the push to that place (without `or_parent`), its path, and whether it is
+/// `DST`. Any other `Open` is returned as it came.
+fn resolve_or_parent(
+    shared: &Shared,
+    access: &Access,
+    op: Operation,
+    path: Vec<u8>,
+) -> Result<(Operation, Vec<u8>, bool), (ErrorCode, String)> {
+    let Operation::Push {
+        or_parent: true,
+        source_is_dir,
+        durable,
+        discard,
+        owners,
+        numeric_ids,
+        keep_existing,
+        no_link_at_path: _,
+        source,
+    } = op
+    else {
+        return Ok((op, path, false));
+    };
+    let parent = sprat_store::split_parent(&path).0.to_vec();
+    if parent.is_empty() || source_is_dir || discard {
+        return Err((
+            ErrorCode::BadRequest,
+            "a push to a directory or its own name is of a single file, to DST/NAME".into(),
+        ));
+    }
+    let (export, _, rel) = shared
+        .exports
+        .place_in_export(&access.reach, &parent, "push to")?;
+    let inside = sprat_store::stat_path(&export.root, &rel)
+        .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir);
+    let op = Operation::Push {
+        source_is_dir,
+        durable,
+        discard,
+        owners,
+        numeric_ids,
+        keep_existing,
+        no_link_at_path: inside,
+        or_parent: false,
+        source,
+    };
+    Ok(match inside {
+        true => (op, path, false),
+        false => (op, parent, true),
+    })
+}
+
 /// The target of the symlink at `rel` below `root`, if that is one (its own name, not
 /// followed; the way to it is, as a push's would be).
 fn link_at(root: &sprat_store::Root, rel: &[u8]) -> Option<Vec<u8>> {
@@ -890,6 +950,11 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
         ip,
     } = opened;
     let ticket = access.ticket;
+    // A single file to `DST/NAME` or `DST`: from here on, a push to the one this server found.
+    let (op, path, to_parent) = match resolve_or_parent(shared, access, op, path) {
+        Ok(resolved) => resolved,
+        Err((code, text)) => return served.refuse(code, text),
+    };
     // The export and the path below its root; a discarding push writes nothing anywhere, so
     // it needs none.
     let what = match op {
@@ -911,6 +976,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             numeric_ids,
             keep_existing,
             no_link_at_path,
+            or_parent: _,
             source,
         } => {
             let (root, rel) = match &place {
@@ -1041,6 +1107,7 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
                 connections: AtomicUsize::new(0),
                 receiving: Receiving::default(),
                 root_is_dir: source_is_dir,
+                to_parent,
             })
         }
         Operation::Pull {
@@ -1250,9 +1317,21 @@ fn announce_and_serve(
     ip: Option<IpAddr>,
     control: bool,
 ) -> Result<(), TransferError> {
-    let (direction, root_is_dir, source, one_stream) = match &session.kind {
-        SessionKind::Push(p) => (Direction::Push, p.root_is_dir, Default::default(), false),
-        SessionKind::Pull(p) => (Direction::Pull, p.root_is_dir, p.source_id, p.one_stream),
+    let (direction, root_is_dir, source, one_stream, to_parent) = match &session.kind {
+        SessionKind::Push(p) => (
+            Direction::Push,
+            p.root_is_dir,
+            Default::default(),
+            false,
+            p.to_parent,
+        ),
+        SessionKind::Pull(p) => (
+            Direction::Pull,
+            p.root_is_dir,
+            p.source_id,
+            p.one_stream,
+            false,
+        ),
     };
     // A push stream counts in before its announcement; a join after every stream ended
     // finds the session closed (its client committed without waiting for it).
@@ -1276,7 +1355,7 @@ fn announce_and_serve(
     let announcement = if control {
         served
             .machine
-            .accept_open(direction, root_is_dir, source, one_stream)
+            .accept_open(direction, root_is_dir, source, (one_stream, to_parent))
     } else {
         served.machine.accept_join(direction)
     };
@@ -1840,13 +1919,21 @@ mod tests {
 
         /// Pushes `small` to `dst/small` with `key`: the files written, or why not.
         fn push(&self, key: &net::Credentials) -> Result<u64, TransferError> {
+            self.push_with(key, &TransferOptions::default())
+        }
+
+        /// [`Fixture::push`] with `options`.
+        fn push_with(
+            &self,
+            key: &net::Credentials,
+            options: &TransferOptions,
+        ) -> Result<u64, TransferError> {
             let src = sprat_store::Root::open_local_source(&self.dir.path().join("small"))?;
             let input = super::super::push::PushInput::Source(src);
-            let options = TransferOptions::default();
             let (from, to) = ("small".to_string(), "dst/small".to_string());
             let path = b"dst/small";
             let report =
-                super::super::push::push_input(input, &self.addr, path, key, &options, from, to)?;
+                super::super::push::push_input(input, &self.addr, path, key, options, from, to)?;
             assert_eq!(report.failed, 0, "{:?}", report.failures);
             Ok(report.files)
         }
@@ -1889,6 +1976,34 @@ mod tests {
         assert!(again.is_err(), "{again:?}");
         let pushed = std::fs::read(f.dir.path().join("root/dst/small")).unwrap();
         assert_eq!(pushed, b"one small file");
+    }
+
+    /// A ticket allows a push to its path only, not one its server may put at the path's
+    /// parent (`or_parent`, protocol 22): that is refused, and the ticket still serves the
+    /// push it was issued for.
+    #[test]
+    fn a_ticket_does_not_allow_a_push_its_server_may_put_at_the_parent() {
+        let f = Fixture::new(&[5; 32]);
+        let holder = f.holder(&f.delegate(b"dst/small").unwrap());
+        // Unchecked, so that the `Open` is what the ticket is checked on (a ticket allows
+        // no `Stat`, which the check's listing would ask first).
+        let or_parent = TransferOptions {
+            dst_or_parent: true,
+            skip: crate::config::SkipRule::Never,
+            ..TransferOptions::default()
+        };
+        match f.push_with(&holder, &or_parent) {
+            Err(TransferError::Remote { code, text, .. }) => {
+                assert_eq!(code, ErrorCode::PermissionDenied, "{text}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(!f.dir.path().join("root/dst/small").exists());
+        assert_eq!(f.push(&holder).unwrap(), 1);
+        // The owner's own goes there (`dst` is a directory).
+        std::fs::remove_file(f.dir.path().join("root/dst/small")).unwrap();
+        assert_eq!(f.push_with(&f.owner, &or_parent).unwrap(), 1);
+        assert!(f.dir.path().join("root/dst/small").is_file());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TryRecvError};
 use sprat_proto::session::client::CommitGate;
 use sprat_proto::session::{Direction, Role};
 use sprat_proto::{Message, Operation};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,6 +40,9 @@ pub(crate) struct Session {
     /// A pull's source is one file that travels whole, on the control connection alone (its
     /// `Opened` says).
     pub one_stream: bool,
+    /// A push's server put its single file at the path's parent (its `Opened` says; see
+    /// `sprat_proto::Operation::Push`'s `or_parent`).
+    to_parent: AtomicBool,
     /// Half the time from `connect` to the server's hello (see [`net::dial`]).
     rtt_estimate: Duration,
     /// When the `Open` was sent, and the round trip to its `Opened` in nanoseconds (0 until it
@@ -371,6 +374,7 @@ pub(crate) fn open(
         root_is_dir,
         source,
         one_stream,
+        to_parent: AtomicBool::new(false),
         rtt_estimate: rtt,
         open_sent,
         rtt_opened,
@@ -469,6 +473,16 @@ impl Session {
     }
 
     /// Records whether a push's control connection read `Opened` (true) or failed first.
+    /// What the push's `Opened` said of where its file went (see [`Session::to_parent`]).
+    pub fn set_to_parent(&self, to_parent: bool) {
+        self.to_parent.store(to_parent, Ordering::Relaxed);
+    }
+
+    /// Whether the push's server put its single file at the path's parent.
+    pub fn to_parent(&self) -> bool {
+        self.to_parent.load(Ordering::Relaxed)
+    }
+
     pub fn set_opened(&self, opened: bool) {
         if opened {
             let took = nanos(self.open_sent.elapsed()).max(1);

@@ -39,6 +39,9 @@ pub enum Event {
         /// The server sends the session's data on the control connection alone and refuses
         /// its joins (`Opened` says; see [`crate::Message::Opened`]).
         one_stream: bool,
+        /// A push `or_parent` went to the path's parent (`Opened` says; see
+        /// [`crate::Operation::Push`]).
+        to_parent: bool,
     },
     /// A batch of this connection is written; `unlisted` failures are counted, not listed.
     Acked {
@@ -266,16 +269,22 @@ impl ClientStream {
                 Ok(Event::ServerProved)
             }
             Receiving::Announcing => {
-                let (root_is_dir, source, one_stream) = match (msg, self.role) {
+                let (root_is_dir, source, one_stream, to_parent) = match (msg, self.role) {
+                    // Only a push goes to its path's parent.
                     (
                         Message::Opened {
                             root_is_dir,
                             source,
                             one_stream,
+                            to_parent,
                         },
                         Role::Control,
-                    ) => (Some(root_is_dir), source, one_stream),
-                    (Message::Joined, Role::Joining) => (None, crate::SourceId::default(), false),
+                    ) if !to_parent || self.direction == Direction::Push => {
+                        (Some(root_is_dir), source, one_stream, to_parent)
+                    }
+                    (Message::Joined, Role::Joining) => {
+                        (None, crate::SourceId::default(), false, false)
+                    }
                     (other, _) => {
                         self.receiving = Receiving::Announcing;
                         return Err(self.unexpected(&other));
@@ -289,6 +298,7 @@ impl ClientStream {
                     root_is_dir,
                     source,
                     one_stream,
+                    to_parent,
                 })
             }
             Receiving::Transferring => {
@@ -670,7 +680,8 @@ mod tests {
             Ok(Event::Announced {
                 root_is_dir: None,
                 source: Default::default(),
-                one_stream: false
+                one_stream: false,
+                to_parent: false
             })
         );
         // The hello was answered already: the `Join` goes alone.
@@ -696,7 +707,8 @@ mod tests {
             Ok(Event::Announced {
                 root_is_dir: None,
                 source: Default::default(),
-                one_stream: false
+                one_stream: false,
+                to_parent: false
             })
         );
         assert!(c.take_held().is_empty());
@@ -849,14 +861,16 @@ mod tests {
                 Message::Opened {
                     root_is_dir: true,
                     source: Default::default(),
-                    one_stream: false
+                    one_stream: false,
+                    to_parent: false
                 },
                 now
             ),
             Ok(Event::Announced {
                 root_is_dir: Some(true),
                 source: Default::default(),
-                one_stream: false
+                one_stream: false,
+                to_parent: false
             })
         );
         assert!(c.on_batch().is_ok(), "the data still comes");
@@ -869,6 +883,7 @@ mod tests {
                     root_is_dir: true,
                     source: Default::default(),
                     one_stream: false,
+                    to_parent: false,
                 },
                 now,
             )
@@ -901,6 +916,7 @@ mod tests {
                 root_is_dir: true,
                 source: Default::default(),
                 one_stream: false,
+                to_parent: false,
             },
             now,
         )
@@ -930,6 +946,7 @@ mod tests {
                 root_is_dir: true,
                 source: Default::default(),
                 one_stream: false,
+                to_parent: false,
             },
             now,
         )
@@ -958,6 +975,7 @@ mod tests {
                 root_is_dir: true,
                 source: Default::default(),
                 one_stream: false,
+                to_parent: false,
             },
             now,
         )
@@ -983,6 +1001,7 @@ mod tests {
                 root_is_dir: true,
                 source: Default::default(),
                 one_stream: false,
+                to_parent: false,
             },
             now,
         )
@@ -1015,7 +1034,8 @@ mod tests {
                 Message::Opened {
                     root_is_dir: true,
                     source: Default::default(),
-                    one_stream: false
+                    one_stream: false,
+                    to_parent: false
                 },
                 now
             ),
@@ -1026,6 +1046,34 @@ mod tests {
         );
     }
 
+    /// Only a push goes to its path's parent (`Opened`'s `to_parent`); a pull's server that
+    /// says so is wrong, and a push's is heard.
+    #[test]
+    fn only_a_push_is_told_it_went_to_its_paths_parent() {
+        let to_parent = || Message::Opened {
+            root_is_dir: false,
+            source: Default::default(),
+            one_stream: false,
+            to_parent: true,
+        };
+        let (mut pull, now) = opened(Direction::Pull, Role::Control);
+        assert_eq!(
+            pull.on_message(to_parent(), now),
+            Err(SessionError::Unexpected {
+                state: "before the announcement of the connection",
+                got: "Opened",
+            })
+        );
+        let (mut push, now) = opened(Direction::Push, Role::Control);
+        assert!(matches!(
+            push.on_message(to_parent(), now),
+            Ok(Event::Announced {
+                to_parent: true,
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn a_lost_stream_names_what_it_leaves_unacknowledged() {
         let (mut c, now) = opened(Direction::Push, Role::Control);
@@ -1034,6 +1082,7 @@ mod tests {
                 root_is_dir: false,
                 source: Default::default(),
                 one_stream: false,
+                to_parent: false,
             },
             now,
         )

@@ -393,7 +393,7 @@ impl ServerStream {
         direction: Direction,
         root_is_dir: bool,
         source: crate::SourceId,
-        one_stream: bool,
+        (one_stream, to_parent): (bool, bool),
     ) -> Result<Message, SessionError> {
         if !matches!(self.state, State::Deciding(Role::Control)) {
             return Err(self.not_now("send Opened"));
@@ -404,6 +404,7 @@ impl ServerStream {
                 root_is_dir,
                 source,
                 one_stream,
+                to_parent,
             },
         )
     }
@@ -583,6 +584,7 @@ mod tests {
             keep_existing: false,
             no_link_at_path: false,
             source: Default::default(),
+            or_parent: false,
         };
         let (mut s, event, now) = deciding(Message::Open {
             session: [7; 16],
@@ -592,11 +594,12 @@ mod tests {
         });
         assert!(matches!(event, Event::Open { session, .. } if session == [7; 16]));
         assert_eq!(
-            s.accept_open(Direction::Push, true, Default::default(), false),
+            s.accept_open(Direction::Push, true, Default::default(), (false, false)),
             Ok(Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
-                one_stream: false
+                one_stream: false,
+                to_parent: false
             })
         );
         (s, now)
@@ -639,7 +642,7 @@ mod tests {
         let (mut join, event, now) = deciding(Message::Join { session: [7; 16] });
         assert_eq!(event, Event::Join { session: [7; 16] });
         assert!(join
-            .accept_open(Direction::Push, true, Default::default(), false)
+            .accept_open(Direction::Push, true, Default::default(), (false, false))
             .is_err());
         assert_eq!(join.accept_join(Direction::Push), Ok(Message::Joined));
         join.on_message(Message::End, now).expect("end");
@@ -648,11 +651,11 @@ mod tests {
             .is_err());
 
         let (mut pull, _, now) = deciding(pull_open([8; 16], crate::DestCheck::None));
-        pull.accept_open(Direction::Pull, false, Default::default(), false)
+        pull.accept_open(Direction::Pull, false, Default::default(), (false, false))
             .expect("opened");
         assert!(pull.on_batch().is_err());
         let (mut pull, _, _) = deciding(pull_open([8; 16], crate::DestCheck::None));
-        pull.accept_open(Direction::Pull, false, Default::default(), false)
+        pull.accept_open(Direction::Pull, false, Default::default(), (false, false))
             .expect("opened");
         assert!(pull.may_send_batch());
         assert!(
@@ -664,7 +667,7 @@ mod tests {
         let (mut pull, _, now) = deciding(pull_open([9; 16], crate::DestCheck::QuickCheck));
         pull.expect_index(false).expect("index");
         pull.on_message(Message::ReplyEnd, now).expect("index end");
-        pull.accept_open(Direction::Pull, true, Default::default(), false)
+        pull.accept_open(Direction::Pull, true, Default::default(), (false, false))
             .expect("opened");
         assert!(
             pull.superseded(vec![b"a".to_vec()]).is_err(),
@@ -690,7 +693,7 @@ mod tests {
         s.expect_index(false)
             .expect("an Open may be followed by an index");
         assert!(
-            s.accept_open(Direction::Pull, true, Default::default(), false)
+            s.accept_open(Direction::Pull, true, Default::default(), (false, false))
                 .is_err(),
             "not before its end"
         );
@@ -703,11 +706,12 @@ mod tests {
         s.expect_index(false).expect("index");
         assert_eq!(s.on_message(Message::ReplyEnd, now), Ok(Event::IndexEnd));
         assert_eq!(
-            s.accept_open(Direction::Pull, true, Default::default(), false),
+            s.accept_open(Direction::Pull, true, Default::default(), (false, false)),
             Ok(Message::Opened {
                 root_is_dir: true,
                 source: Default::default(),
-                one_stream: false
+                one_stream: false,
+                to_parent: false
             })
         );
     }

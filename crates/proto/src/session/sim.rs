@@ -183,6 +183,7 @@ impl SimClient {
                                 keep_existing: false,
                                 no_link_at_path: false,
                                 source: Default::default(),
+                                or_parent: false,
                             },
                             Direction::Pull => Operation::Pull {
                                 check: crate::DestCheck::None,
@@ -438,7 +439,7 @@ impl SimServer {
                         direction,
                         true,
                         Default::default(),
-                        false,
+                        (false, false),
                     )?;
                     self.conns[conn].session = Some(session);
                     self.sessions.insert(

@@ -76,7 +76,14 @@ pub(crate) fn push(
     refuse_separate_trees(servers, within, key)?;
     let input = PushInput::Source(source);
     let op = push_operation(&input, options);
-    let (handle, skipped) = start_source(input, (servers[0], path), key, options, true)?;
+    let (handle, skipped) = start_source(
+        input,
+        (servers[0], path),
+        key,
+        options,
+        true,
+        &std::sync::Arc::default(),
+    )?;
     let n = servers.len();
     let (queues, shares): (Vec<Sender<Batch>>, Vec<Receiver<Batch>>) =
         (0..n).map(|_| bounded(QUEUE_DEPTH)).unzip();
