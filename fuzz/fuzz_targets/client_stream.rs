@@ -41,6 +41,8 @@ enum Op {
         right: bool,
         root_is_dir: bool,
         one_stream: bool,
+        /// A push's file went to its path's parent (only a push may be told so).
+        to_parent: bool,
     },
     /// An acknowledgement of the n-th batch sent (or of one never sent).
     Ack(u8),
@@ -148,6 +150,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                 right,
                 root_is_dir,
                 one_stream,
+                to_parent,
             } => {
                 let control = (role == Role::Control) == *right;
                 Some((
@@ -156,6 +159,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                             root_is_dir: *root_is_dir,
                             source: Default::default(),
                             one_stream: *one_stream,
+                            to_parent: *to_parent,
                         }
                     } else {
                         Message::Joined
@@ -478,7 +482,12 @@ fn check_message(
             root_is_dir,
             source,
             one_stream,
+            to_parent,
         }) => {
+            assert!(
+                !to_parent || direction == Direction::Push,
+                "a pull told it went to its parent"
+            );
             assert!(
                 m.opened && !m.announced && !m.closed,
                 "announced with {m:?}"
@@ -490,16 +499,18 @@ fn check_message(
                         root_is_dir: r,
                         source: s,
                         one_stream: o,
+                        to_parent: t,
                     },
                 ) => {
                     assert_eq!(root_is_dir, Some(*r));
                     assert_eq!(source, *s);
                     assert_eq!(one_stream, *o);
+                    assert_eq!(to_parent, *t);
                 }
                 (Role::Joining, Message::Joined) => {
                     assert_eq!(root_is_dir, None);
                     assert_eq!(source, Default::default());
-                    assert!(!one_stream);
+                    assert!(!one_stream && !to_parent);
                 }
                 _ => panic!("{name} announced a {role:?} stream"),
             }

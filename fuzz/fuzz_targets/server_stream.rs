@@ -202,7 +202,8 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
             Op::AcceptOpen { push, root_is_dir } => {
                 let d = direction(push);
                 let source = sprat_proto::SourceId::default();
-                let r = s.accept_open(d, root_is_dir, source, (false, false));
+                let to_parent = d == Direction::Push && u.arbitrary()?;
+                let r = s.accept_open(d, root_is_dir, source, (false, to_parent));
                 let may = m.live()
                     && m.role == Some(Role::Control)
                     && m.accepted.is_none()
@@ -214,6 +215,7 @@ fn run(u: &mut Unstructured<'_>) -> arbitrary::Result<()> {
                             root_is_dir,
                             source,
                             one_stream: false,
+                            to_parent,
                         })
                     );
                     m.accepted = Some(d);
@@ -368,6 +370,7 @@ fn first_message(which: u8) -> Message {
             numeric_ids: false,
             keep_existing: false,
             no_link_at_path: false,
+            or_parent: false,
             source: Default::default(),
         },
         1 => Operation::Pull {

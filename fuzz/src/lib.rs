@@ -385,6 +385,7 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             digests: u.arbitrary()?,
             selection: arb_selection(u)?,
             owners: *u.choose(&[ListOwners::No, ListOwners::Always, ListOwners::IfApplied])?,
+            or_parent: u.arbitrary()?,
         },
         1 => Request::Stat { path: arb_path(u)? },
         2 => Request::Du {
@@ -533,14 +534,17 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
             Message::Open {
                 session,
                 op: if push {
+                    let (source_is_dir, no_link_at_path): (bool, bool) = u.arbitrary()?;
                     Operation::Push {
-                        source_is_dir: u.arbitrary()?,
+                        source_is_dir,
                         durable: u.arbitrary()?,
                         discard: u.arbitrary()?,
                         owners: u.arbitrary()?,
                         numeric_ids: u.arbitrary()?,
                         keep_existing: u.arbitrary()?,
-                        no_link_at_path: u.arbitrary()?,
+                        no_link_at_path,
+                        // Only a single file's, without bit 6 (else not a valid `Open`).
+                        or_parent: !source_is_dir && !no_link_at_path && u.arbitrary()?,
                         // Unknown (all zeros), or a directory on some kernel.
                         source: if u.arbitrary()? {
                             SourceId::default()
@@ -575,6 +579,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 ino: u.arbitrary()?,
             },
             one_stream: u.arbitrary()?,
+            to_parent: u.arbitrary()?,
         },
         6 => Message::Join { session },
         7 => Message::Joined,

@@ -435,6 +435,12 @@ pub enum Message {
     /// (relative to its path) that push did not resume, which the client removes there. At
     /// most [`MAX_SUPERSEDED`] a message.
     Superseded(Vec<Vec<u8>>),
+    /// The first message of the reply to a `List` with `or_parent` (from protocol 22):
+    /// whether the listing that follows is of the path's parent, `DST`, which is not a
+    /// directory (see [`crate::namespace::Request::List`]).
+    ListedAt {
+        parent: bool,
+    },
 }
 
 /// Most paths one [`Message::Superseded`] carries.
@@ -479,6 +485,7 @@ impl Message {
             Message::Progress(_) => "Progress",
             Message::Location(_) => "Location",
             Message::Superseded(_) => "Superseded",
+            Message::ListedAt { .. } => "ListedAt",
         }
     }
 
@@ -685,6 +692,10 @@ impl Message {
                     put_bytes16(&mut out, p);
                 }
                 kind::SUPERSEDED
+            }
+            Message::ListedAt { parent } => {
+                out.push(*parent as u8);
+                kind::LISTED_AT
             }
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
@@ -912,6 +923,15 @@ impl Message {
                 }
                 Message::Superseded(paths)
             }
+            kind::LISTED_AT => match r.u8("listed at")? {
+                b @ (0 | 1) => Message::ListedAt { parent: b == 1 },
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        what: "ListedAt",
+                        why: "neither 0 nor 1",
+                    })
+                }
+            },
             other => {
                 return Err(DecodeError::Unknown {
                     what: "control message",
@@ -1074,6 +1094,11 @@ mod tests {
             to_parent: true,
         });
         roundtrip(Message::Superseded(vec![b"a/big".to_vec(), b"b".to_vec()]));
+        roundtrip(Message::ListedAt { parent: false });
+        roundtrip(Message::ListedAt { parent: true });
+        let mut bytes = Message::ListedAt { parent: true }.encode();
+        bytes[FRAME_HEADER_LEN] = 2;
+        assert!(Message::decode(kind::LISTED_AT, &bytes[FRAME_HEADER_LEN..]).is_err());
         roundtrip(Message::Superseded(Vec::new()));
         roundtrip(Message::Join { session: [9; 16] });
         roundtrip(Message::Joined);
@@ -1153,6 +1178,7 @@ mod tests {
                 digests: false,
                 selection: Default::default(),
                 owners: crate::namespace::ListOwners::Always,
+                or_parent: false,
             },
             Request::List {
                 path: path.clone(),
@@ -1160,6 +1186,7 @@ mod tests {
                 digests: true,
                 selection: Default::default(),
                 owners: Default::default(),
+                or_parent: false,
             },
             Request::List {
                 path: path.clone(),
@@ -1167,6 +1194,7 @@ mod tests {
                 digests: true,
                 selection: Default::default(),
                 owners: crate::namespace::ListOwners::IfApplied,
+                or_parent: false,
             },
             Request::Stat { path: Vec::new() },
             Request::Du {
@@ -1352,6 +1380,7 @@ mod tests {
             digests: true,
             selection: Default::default(),
             owners: Default::default(),
+            or_parent: false,
         })
         .encode();
         assert_eq!(
@@ -1359,8 +1388,9 @@ mod tests {
             3,
             "bit 0 recursive, bit 1 digests"
         );
-        // Bit 4 is unknown; bits 2 and 3 (owners always, owners if applied) exclude each other.
-        for bad in [16, 12] {
+        // Bit 5 is unknown (bit 4, or the parent, is from protocol 22); bits 2 and 3 (owners
+        // always, owners if applied) exclude each other.
+        for bad in [32, 12] {
             list[FRAME_HEADER_LEN + 1] = bad;
             assert!(Message::decode(kind::REQUEST, &list[FRAME_HEADER_LEN..]).is_err());
         }

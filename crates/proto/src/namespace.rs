@@ -83,6 +83,12 @@ pub enum Request {
         selection: crate::Selection,
         /// Whether entries carry their owner and group.
         owners: ListOwners,
+        /// From protocol 22: the path is `DST/NAME`, a single file's destination that its
+        /// push leaves to the server (see [`crate::Operation::Push`]'s `or_parent`): the
+        /// server lists it if `DST` is a directory (not a symlink to one), else `DST`
+        /// itself, and says which first ([`crate::Message::ListedAt`]). Not on a connection
+        /// a ticket authenticated.
+        or_parent: bool,
     },
     Stat {
         path: Vec<u8>,
@@ -385,6 +391,7 @@ const LIST_RECURSIVE: u8 = 1;
 const LIST_DIGESTS: u8 = 2;
 const LIST_OWNERS: u8 = 4;
 const LIST_OWNERS_IF_APPLIED: u8 = 8;
+const LIST_OR_PARENT: u8 = 16;
 
 fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<bool, DecodeError> {
     match r.u8(what)? {
@@ -410,6 +417,7 @@ impl Request {
                 digests,
                 selection,
                 owners,
+                or_parent,
             } => {
                 out.push(OP_LIST);
                 let owners = match owners {
@@ -417,7 +425,8 @@ impl Request {
                     ListOwners::Always => LIST_OWNERS,
                     ListOwners::IfApplied => LIST_OWNERS_IF_APPLIED,
                 };
-                out.push(*recursive as u8 | (*digests as u8) << 1 | owners);
+                let or_parent = if *or_parent { LIST_OR_PARENT } else { 0 };
+                out.push(*recursive as u8 | (*digests as u8) << 1 | owners | or_parent);
                 put_bytes16(out, path);
                 selection.encode(out);
             }
@@ -497,7 +506,11 @@ impl Request {
         Ok(match r.u8("request")? {
             OP_LIST => {
                 let flags = r.u8("list flags")?;
-                let known = LIST_RECURSIVE | LIST_DIGESTS | LIST_OWNERS | LIST_OWNERS_IF_APPLIED;
+                let known = LIST_RECURSIVE
+                    | LIST_DIGESTS
+                    | LIST_OWNERS
+                    | LIST_OWNERS_IF_APPLIED
+                    | LIST_OR_PARENT;
                 let owners = match (
                     flags & LIST_OWNERS != 0,
                     flags & LIST_OWNERS_IF_APPLIED != 0,
@@ -524,6 +537,7 @@ impl Request {
                     path: rel_path(r)?,
                     selection: crate::Selection::decode(r)?,
                     owners,
+                    or_parent: flags & LIST_OR_PARENT != 0,
                 }
             }
             OP_STAT => Request::Stat { path: rel_path(r)? },

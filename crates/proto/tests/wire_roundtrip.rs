@@ -167,7 +167,7 @@ fn operation() -> impl Strategy<Value = Operation> {
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (
-            rel_path(),
+            (rel_path(), any::<bool>()),
             any::<bool>(),
             any::<bool>(),
             selection(),
@@ -178,12 +178,13 @@ fn request() -> impl Strategy<Value = Request> {
             ]
         )
             .prop_map(
-                |(path, recursive, digests, selection, owners)| Request::List {
+                |((path, or_parent), recursive, digests, selection, owners)| Request::List {
                     path,
                     recursive,
                     digests,
                     selection,
                     owners,
+                    or_parent,
                 }
             ),
         rel_path().prop_map(|path| Request::Stat { path }),
@@ -388,6 +389,7 @@ fn message() -> impl Strategy<Value = Message> {
         proptest::collection::vec("[a-z]{1,20}(/[a-z]{1,20}){0,3}", 0..20).prop_map(|paths| {
             Message::Superseded(paths.into_iter().map(String::into_bytes).collect())
         }),
+        any::<bool>().prop_map(|parent| Message::ListedAt { parent }),
     ]
 }
 

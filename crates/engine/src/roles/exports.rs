@@ -283,6 +283,27 @@ impl Exports {
 
     /// Where `path` lies, which must be in an export (`what`, e.g. "push to", says what was
     /// asked of the server's root otherwise).
+    /// Whether `path`, the `DST` of a single file's destination `DST/NAME` left to this
+    /// server (`or_parent`, see `sprat_proto::Operation::Push`), is a directory: not a
+    /// symlink to one (as `Stat` describes it), nor a path that is not there. `what` the
+    /// request says, for a refusal (DST may not be the server's root).
+    pub fn is_directory_for(
+        &self,
+        reach: &Reach,
+        path: &[u8],
+        what: &str,
+    ) -> Result<bool, (ErrorCode, String)> {
+        if path.is_empty() {
+            return Err((
+                ErrorCode::BadRequest,
+                format!("cannot {what} a file's place in the server's root by its parent"),
+            ));
+        }
+        let (export, _, rel) = self.place_in_export(reach, path, what)?;
+        Ok(sprat_store::stat_path(&export.root, &rel)
+            .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir))
+    }
+
     pub fn place_in_export(
         &self,
         reach: &Reach,

@@ -65,6 +65,7 @@ pub fn list(
         digests: false,
         selection: crate::config::wire_selection(&Selection::default()),
         owners: ListOwners::Always,
+        or_parent: false,
     };
     listed(addr, key, list, None, each)
 }
@@ -88,6 +89,7 @@ pub(crate) fn list_summed(
         digests: digests.is_some(),
         selection: crate::config::wire_selection(selection),
         owners: ListOwners::No,
+        or_parent: false,
     };
     listed(addr, key, list, digests, each)
 }
@@ -141,19 +143,18 @@ pub(crate) fn index(
     digests: bool,
     owners: Option<bool>,
 ) -> Result<DestIndex, TransferError> {
-    index_by(path, digests, owners, |list, keep, each| {
+    index_by((path, false), digests, owners, |list, keep, each| {
         listed(addr, key, list, keep, each)
     })
 }
 
 /// [`index`] of a single file's destination `path` (`DST/NAME`) whose server puts the file
 /// there if DST is a directory, else at DST itself (see `Operation::Push`'s `or_parent`):
-/// whether DST is a directory is asked (`Stat`) on one connection right before the listing
-/// of `DST/NAME`, both answered in the same round trip. A DST that is not a directory is
-/// listed then: a file the copy may update, or the partial copy an interrupted copy left of
-/// a DST not there yet, which this one resumes. Returns the index and whether the file goes
-/// to DST, as the server finds it (unless DST changes meanwhile: the push checks the
-/// server's own answer against this one).
+/// one `List` with `or_parent`, which its server answers with the listing of the one it
+/// found (a file the copy may update, the partial copy of one not there yet, which this one
+/// resumes), saying first which. Returns the index and whether the file goes to DST (unless
+/// DST changes before the push's own `Open`: the push checks its server's answer against
+/// this one).
 pub(crate) fn index_or_parent(
     addr: &str,
     key: &Credentials,
@@ -161,34 +162,29 @@ pub(crate) fn index_or_parent(
     digests: bool,
     owners: Option<bool>,
 ) -> Result<(DestIndex, bool), TransferError> {
-    let parent = sprat_store::split_parent(path).0.to_vec();
-    let mut conn = stat_request(addr, key, &parent)?;
-    let list = list_request(path, digests, owners);
-    conn.send(&Message::Request(list))?;
-    let dst = stat_reply(&mut conn);
-    // The listing of `DST/NAME` is read whole either way, for the connection to go on.
-    let inside = index_by(path, digests, owners, |_, keep, each| {
+    let mut to_parent = None;
+    let index = index_by((path, true), digests, owners, |list, keep, each| {
+        let (mut conn, first) = ask(addr, key, list)?;
+        match first {
+            Message::ListedAt { parent } => to_parent = Some(parent),
+            m => return Err(unexpected(&conn, m)),
+        }
         let first = conn.recv_control()?;
         listed_on(&mut conn, first, keep, each)
-    });
-    use sprat_proto::namespace::NsKind;
-    match dst {
-        Ok(e) if e.kind == NsKind::Dir => Ok((inside?, false)),
-        Ok(_) | Err(TransferError::Remote { .. }) => {
-            let listed = index_by(&parent, digests, owners, |list, keep, each| {
-                conn.send(&Message::Request(list))?;
-                let first = conn.recv_control()?;
-                listed_on(&mut conn, first, keep, each)
-            });
-            Ok((listed?, true))
-        }
-        Err(e) => Err(e),
+    })?;
+    match to_parent {
+        Some(to_parent) => Ok((index, to_parent)),
+        None => Err(TransferError::Local(
+            "the server did not say where it lists the destination".into(),
+        )),
     }
 }
 
-/// A recursive `List` of `path` for a copy's check (see [`index`]).
-fn list_request(path: &[u8], digests: bool, owners: Option<bool>) -> Request {
+/// A recursive `List` of `path` for a copy's check (see [`index`]; `or_parent`: see
+/// [`index_or_parent`]).
+fn list_request((path, or_parent): (&[u8], bool), digests: bool, owners: Option<bool>) -> Request {
     Request::List {
+        or_parent,
         path: path.to_vec(),
         recursive: true,
         digests,
@@ -202,7 +198,7 @@ fn list_request(path: &[u8], digests: bool, owners: Option<bool>) -> Request {
 
 /// The index [`index`] makes of `path`, from what `listing` gets of its `List` request.
 fn index_by(
-    path: &[u8],
+    path: (&[u8], bool),
     digests: bool,
     owners: Option<bool>,
     listing: impl FnOnce(

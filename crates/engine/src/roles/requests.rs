@@ -417,7 +417,23 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             digests,
             selection,
             owners,
+            or_parent,
         } => {
+            // A single file's destination left to this server: `DST/NAME` if DST is a
+            // directory, else DST, said first (see `Request::List`'s `or_parent`).
+            let path = match or_parent {
+                false => path,
+                true => {
+                    let parent = sprat_store::split_parent(&path).0.to_vec();
+                    let inside = ctx.exports.is_directory_for(ctx.reach, &parent, "list")?;
+                    conn.send(&Message::ListedAt { parent: !inside })?;
+                    if inside {
+                        path
+                    } else {
+                        parent
+                    }
+                }
+            };
             let selection = compiled(selection)?;
             let names = match owners {
                 ListOwners::No => None,

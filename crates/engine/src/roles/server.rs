@@ -848,7 +848,11 @@ fn ticket_allows(
         Event::Join { session } => t.session == Some(*session) || (pending && t.session.is_none()),
         // The source server of a third-party copy lists the destination before it pushes,
         // and removes the temporary names a killed writer left below it (nothing else).
-        Event::Request(Request::List { path, .. }) => *path == t.path,
+        Event::Request(Request::List {
+            path,
+            or_parent: false,
+            ..
+        }) => *path == t.path,
         Event::Request(Request::Remove {
             path,
             recursive: false,
@@ -904,18 +908,16 @@ fn resolve_or_parent(
     else {
         return Ok((op, path, false));
     };
-    let parent = sprat_store::split_parent(&path).0.to_vec();
-    if parent.is_empty() || source_is_dir || discard {
+    if source_is_dir || discard {
         return Err((
             ErrorCode::BadRequest,
             "a push to a directory or its own name is of a single file, to DST/NAME".into(),
         ));
     }
-    let (export, _, rel) = shared
+    let parent = sprat_store::split_parent(&path).0.to_vec();
+    let inside = shared
         .exports
-        .place_in_export(&access.reach, &parent, "push to")?;
-    let inside = sprat_store::stat_path(&export.root, &rel)
-        .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir);
+        .is_directory_for(&access.reach, &parent, "push to")?;
     let op = Operation::Push {
         source_is_dir,
         durable,
@@ -1979,8 +1981,8 @@ mod tests {
     }
 
     /// A ticket allows a push to its path only, not one its server may put at the path's
-    /// parent (`or_parent`, protocol 22): that is refused, and the ticket still serves the
-    /// push it was issued for.
+    /// parent (`or_parent`, protocol 22), nor such a listing: both are refused, and the
+    /// ticket still serves the push it was issued for.
     #[test]
     fn a_ticket_does_not_allow_a_push_its_server_may_put_at_the_parent() {
         let f = Fixture::new(&[5; 32]);
@@ -1999,6 +2001,9 @@ mod tests {
             other => panic!("not refused: {other:?}"),
         }
         assert!(!f.dir.path().join("root/dst/small").exists());
+        let listed =
+            super::super::remote::index_or_parent(&f.addr, &holder, b"dst/small", false, None);
+        assert!(listed.is_err(), "a listing or the parent allowed");
         assert_eq!(f.push(&holder).unwrap(), 1);
         // The owner's own goes there (`dst` is a directory).
         std::fs::remove_file(f.dir.path().join("root/dst/small")).unwrap();
