@@ -253,11 +253,13 @@ pub(crate) fn remove_superseded_partials(
     path: &[u8],
     files: impl IntoIterator<Item = impl AsRef<[u8]>>,
 ) {
+    // (A name too long for a request could not be a partial copy's.)
     let paths: Vec<Vec<u8>> = files
         .into_iter()
         .flat_map(|rel| {
             sprat_store::partial::hidden_paths(&sprat_store::relpath::join(path, rel.as_ref()))
         })
+        .filter(|p| p.len() <= sprat_proto::path::MAX_PATH)
         .collect();
     remove_each(
         addr,
@@ -271,6 +273,7 @@ pub(crate) fn remove_superseded_partials(
 /// they are naming them in the log; what cannot be removed is logged and left (the copy
 /// does not depend on it).
 fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
+    const REMOVES_IN_FLIGHT: usize = 64;
     let Some((first, rest)) = paths.split_first() else {
         return;
     };
@@ -280,10 +283,16 @@ fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
     };
     let removed = (|| -> Result<(), TransferError> {
         let mut conn = request(addr, key, remove(first))?;
-        for path in rest {
+        // At most `REMOVES_IN_FLIGHT` asked ahead of the replies read: the server answers one
+        // at a time, and a client that only wrote would fill both ways of the connection.
+        let mut asked = rest.iter();
+        for path in asked.by_ref().take(REMOVES_IN_FLIGHT - 1) {
             conn.send(&Message::Request(remove(path)))?;
         }
         for path in paths {
+            if let Some(next) = asked.next() {
+                conn.send(&Message::Request(remove(next)))?;
+            }
             let shown = crate::text::printable(&sprat_store::display_path(path)).into_owned();
             match conn.recv_control() {
                 Ok(Message::ReplyEnd) => {
@@ -566,7 +575,8 @@ pub fn sum(
 }
 
 /// The paths a third-party copy's source server names in its `Superseded` messages, up to
-/// [`SUPERSEDED_KEPT_BYTES`] of them: beyond that, the rest are left in place (and said so once).
+/// [`SUPERSEDED_KEPT_BYTES`] of memory, and none whose partial copy's name would be longer
+/// than a path may be: beyond that, the rest are left in place (and said so once).
 #[derive(Default)]
 struct SupersededPaths {
     paths: Vec<Vec<u8>>,
@@ -574,14 +584,22 @@ struct SupersededPaths {
     full: bool,
 }
 
-/// Most bytes of paths [`SupersededPaths`] keeps: a bound on what a server may make this
-/// client hold, well above the partial copies of any real run.
-const SUPERSEDED_KEPT_BYTES: usize = 16 << 20;
+/// Most memory [`SupersededPaths`] takes, each path counted with what holding it costs (and
+/// removing it: two hidden names): a bound on what a server may make this client hold and
+/// ask, well above the partial copies of any real run (about 100,000 paths of 100 bytes).
+const SUPERSEDED_KEPT_BYTES: usize = 32 << 20;
+
+/// What keeping `path` costs [`SupersededPaths`]: the path and its two hidden names, each
+/// with its vector.
+fn superseded_cost(path: &[u8]) -> usize {
+    3 * (path.len() + 32 + std::mem::size_of::<Vec<u8>>())
+}
 
 impl SupersededPaths {
     fn add(&mut self, paths: Vec<Vec<u8>>) {
         for path in paths {
-            if self.bytes + path.len() + 2 > SUPERSEDED_KEPT_BYTES {
+            let cost = superseded_cost(&path);
+            if self.bytes + cost > SUPERSEDED_KEPT_BYTES {
                 if !std::mem::replace(&mut self.full, true) {
                     tracing::warn!(
                         "the source server named more partial copies to remove than this \
@@ -590,7 +608,7 @@ impl SupersededPaths {
                 }
                 return;
             }
-            self.bytes += path.len() + 2;
+            self.bytes += cost;
             self.paths.push(path);
         }
     }
@@ -721,14 +739,24 @@ mod tests {
         let mut kept = SupersededPaths::default();
         kept.add(vec![b"a/big".to_vec(), b"b".to_vec()]);
         assert_eq!(kept.paths, [b"a/big".to_vec(), b"b".to_vec()]);
-        let piece = vec![vec![b'x'; 4000]; 1024];
-        for _ in 0..10 {
-            kept.add(piece.clone());
+        // Long paths, then many short ones: either way, what is kept stays within the bound,
+        // each path counted with its vectors (a path of one byte costs far more than one).
+        for (len, pieces) in [(4000, 10), (1, 1000)] {
+            let mut kept = SupersededPaths::default();
+            let piece = vec![vec![b'x'; len]; sprat_proto::MAX_SUPERSEDED];
+            for _ in 0..pieces {
+                kept.add(piece.clone());
+            }
+            assert!(kept.full, "{len}");
+            assert!(kept.bytes <= SUPERSEDED_KEPT_BYTES, "{}", kept.bytes);
+            let held: usize = kept.paths.iter().map(|p| superseded_cost(p)).sum();
+            assert_eq!(held, kept.bytes);
+            assert!(held > SUPERSEDED_KEPT_BYTES - superseded_cost(&piece[0]));
+            assert!(
+                kept.paths.len() < SUPERSEDED_KEPT_BYTES / 100,
+                "{}",
+                kept.paths.len()
+            );
         }
-        assert!(kept.full);
-        assert!(kept.bytes <= SUPERSEDED_KEPT_BYTES, "{}", kept.bytes);
-        let held: usize = kept.paths.iter().map(|p| p.len() + 2).sum();
-        assert_eq!(held, kept.bytes);
-        assert!(held > SUPERSEDED_KEPT_BYTES - 4002, "{held}");
     }
 }

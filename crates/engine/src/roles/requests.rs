@@ -661,8 +661,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             // is, the place this request holds carries the copy: one stream, its listing of
             // the destination made first, so that one connection at a time leaves for it.
             let wanted = match streams {
-                // A single small file goes on one stream (see `push::travels_whole_alone`).
-                0 if super::push::travels_whole_alone(&source, ctx.options) => 1,
+                // A single small file goes on one stream (see `push::travels_whole_alone`),
+                // however many were asked for (see `session::open`).
+                _ if super::push::travels_whole_alone(&source, ctx.options) => 1,
                 0 => crate::tune::MAX_AUTO_STREAMS,
                 n => (n as usize).min(64),
             };

@@ -2011,6 +2011,29 @@ mod tests {
         assert!(f.dir.path().join("root/dst/small").is_file());
     }
 
+    /// Thousands of partial copies removed on one connection (a third-party copy's source
+    /// server may name that many): the requests go a window ahead of the replies, so neither
+    /// side's buffers fill while both write. Before, the client sent every request first,
+    /// and with 5,000 paths it mostly hung (review 2026-11-30 of protocol 22, M1).
+    #[test]
+    fn thousands_of_removals_on_one_connection_end() {
+        let f = Fixture::new(&[4; 32]);
+        let dst = f.dir.path().join("root/dst");
+        std::fs::write(dst.join(".f7.sprat-part"), b"partial").unwrap();
+        std::fs::write(dst.join(".f7.sprat-part.log"), b"").unwrap();
+        let names: Vec<Vec<u8>> = (0..5000).map(|i| format!("f{i}").into_bytes()).collect();
+        let (addr, owner) = (f.addr.clone(), f.owner.clone());
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            super::super::remote::remove_superseded_partials(&addr, &owner, b"dst", &names);
+            let _ = done.send(());
+        });
+        let waited = ended.recv_timeout(Duration::from_secs(120));
+        assert!(waited.is_ok(), "10,000 removals did not end");
+        assert!(!dst.join(".f7.sprat-part").exists());
+        assert!(!dst.join(".f7.sprat-part.log").exists());
+    }
+
     #[test]
     fn the_default_client_memory_is_an_eighth_of_the_machine_at_least_1_gib() {
         let here = default_client_memory();
