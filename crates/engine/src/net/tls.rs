@@ -419,7 +419,9 @@ impl Tls {
     }
 
     /// Encrypts and sends all of `bufs`, waiting for room in the socket without holding the
-    /// session.
+    /// session. A wait that moves nothing for the socket's send timeout (a server's idle
+    /// timeout, see `roles::server::guard_socket`) fails, as a plain socket's write would: the
+    /// socket is non-blocking, so the kernel does not apply it.
     pub(crate) fn write_all(&self, bufs: &[IoSlice<'_>], moved: &AtomicU64) -> std::io::Result<()> {
         let mut owned: Vec<IoSlice<'_>> = bufs.to_vec();
         let mut slices = &mut owned[..];
@@ -438,7 +440,8 @@ impl Tls {
             if done {
                 return Ok(());
             }
-            wait(&self.tcp, PollFlags::OUT, None)?;
+            let limit = self.tcp.write_timeout().ok().flatten();
+            wait(&self.tcp, PollFlags::OUT, limit.map(|t| Instant::now() + t))?;
         }
     }
 

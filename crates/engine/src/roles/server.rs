@@ -1860,6 +1860,15 @@ mod tests {
 
     /// A server on loopback exporting `root` to `token`, running on a thread of its own.
     fn serve(root: &std::path::Path, token: &[u8; 32]) -> (String, net::Credentials) {
+        serve_idle(root, token, DEFAULT_IDLE_TIMEOUT)
+    }
+
+    /// [`serve`] with the idle timeout `idle_timeout`.
+    fn serve_idle(
+        root: &std::path::Path,
+        token: &[u8; 32],
+        idle_timeout: Duration,
+    ) -> (String, net::Credentials) {
         let identity = net::ServerIdentity::ephemeral().unwrap();
         let tls = net::ServerTls::new(&identity, false).unwrap();
         let config = ServerConfig {
@@ -1873,7 +1882,7 @@ mod tests {
             max_connections: 64,
             max_connections_per_address: 64,
             max_client_memory: DEFAULT_CLIENT_MEMORY,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            idle_timeout,
             third_party: true,
         };
         let server = Server::bind(config, "127.0.0.1:0").unwrap();
@@ -2032,6 +2041,49 @@ mod tests {
         assert!(waited.is_ok(), "10,000 removals did not end");
         assert!(!dst.join(".f7.sprat-part").exists());
         assert!(!dst.join(".f7.sprat-part.log").exists());
+    }
+
+    /// A client that asks and stops reading, over TLS: the server's answer, once the socket
+    /// is full, waits no longer than its idle timeout, and the connection (a place, a
+    /// thread) is given up. Before, a TLS write waited for room without a bound (the socket
+    /// is non-blocking, so its send timeout did not apply), for ever (review 2026-11-30 of
+    /// protocol 22).
+    #[test]
+    fn a_tls_answer_nobody_reads_gives_up_after_the_idle_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root/tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        for i in 0..2000 {
+            std::fs::write(tree.join(format!("a-file-with-a-longish-name-{i:05}")), b"").unwrap();
+        }
+        let (addr, key) = serve_idle(&dir.path().join("root"), &[3; 32], Duration::from_secs(1));
+        let list = || Request::List {
+            path: b"tree".to_vec(),
+            recursive: true,
+            digests: false,
+            selection: Default::default(),
+            owners: sprat_proto::namespace::ListOwners::No,
+            or_parent: false,
+        };
+        const ASKED: usize = 300;
+        let mut conn = super::super::remote::request(&addr, &key, list()).unwrap();
+        // Asked on a thread of its own: once the server stops reading, so does this.
+        let mut asking = conn.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 1..ASKED {
+                if asking.send(&sprat_proto::Message::Request(list())).is_err() {
+                    return;
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_secs(4));
+        let mut answered = 0;
+        while let Ok(m) = conn.recv_control() {
+            if m == sprat_proto::Message::ReplyEnd {
+                answered += 1;
+            }
+        }
+        assert!(answered < ASKED, "every answer came: the server waited");
     }
 
     #[test]
