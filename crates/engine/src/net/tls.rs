@@ -160,6 +160,8 @@ pub(crate) struct Tls {
     /// Server side: the time from its flight (after the client's hello) to the client's
     /// answer that ended the handshake, a round trip of the path (`None` on a client).
     pub(crate) handshake_rtt: Option<Duration>,
+    /// The socket's send timeout, as set before the handshake (see [`Tls::write_all`]).
+    write_timeout: Option<Duration>,
 }
 
 struct State {
@@ -315,6 +317,7 @@ impl Tls {
     ) -> Result<Tls, HandshakeError> {
         let io = HandshakeError::Io;
         let tcp = tcp.try_clone().map_err(io)?;
+        let write_timeout = tcp.write_timeout().map_err(io)?;
         tcp.set_nonblocking(true).map_err(io)?;
         conn.set_buffer_limit(Some(OUTBOX));
         let mut state = State {
@@ -372,6 +375,7 @@ impl Tls {
             .unwrap_or_default();
         let handshake_rtt = state.answered_at.map(|t| t.elapsed());
         Ok(Tls {
+            write_timeout,
             tcp,
             state: Mutex::new(state),
             binding,
@@ -440,8 +444,8 @@ impl Tls {
             if done {
                 return Ok(());
             }
-            let limit = self.tcp.write_timeout().ok().flatten();
-            wait(&self.tcp, PollFlags::OUT, limit.map(|t| Instant::now() + t))?;
+            let limit = self.write_timeout.map(|t| Instant::now() + t);
+            wait(&self.tcp, PollFlags::OUT, limit)?;
         }
     }
 
