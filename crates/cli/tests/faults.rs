@@ -1032,3 +1032,44 @@ fn checksum_resumes_a_large_file_across_its_own_retries() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(std::fs::read(root.join("dst/big")).unwrap(), data);
 }
+
+/// A pull paced by `--bwlimit` reads its streams in turn: each may go unread for longer than
+/// the server's idle timeout while the session as a whole moves. The server's session
+/// watchdog bounds a session's connections together; their own send timeout is dropped once
+/// the session has them, so none is cut for waiting its turn. Before, a TLS write (and a
+/// plain one) that waited longer than the idle timeout failed, and the pull with it (review
+/// 2026-11-30 of protocol 22, M2).
+#[test]
+fn a_paced_pull_whose_streams_wait_their_turn_is_not_cut_by_the_idle_timeout() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("t");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..48 {
+        let data = tree::random_bytes(64 << 10, 100 + i);
+        std::fs::write(src.join(format!("f{i:03}")), data).unwrap();
+    }
+    let opts = ServerOptions {
+        extra_args: vec!["--idle-timeout".into(), "1s".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    let dst = t.path().join("dst");
+    // 8 streams of 64 KiB batches at 300 KB/s: each stream is read once in about 1.7 s,
+    // the session every 0.2 s.
+    let paced = [
+        "--bwlimit",
+        "300KB/s",
+        "--streams",
+        "8",
+        "--batch-size",
+        "64KiB",
+        "--tcp-buffer",
+        "64KiB",
+        "--retry-for",
+        "0s",
+    ];
+    let out = cp(&srv, &paced, srv.url("t"), &dst);
+    assert_ok(&out, Some(&srv));
+    assert_trees_equal(&src, &dst);
+}

@@ -949,7 +949,9 @@ fn a_push_that_cannot_list_its_destination_never_overwrites_what_its_rule_keeps(
 /// (kept for the push's listing) gives its place back for the session, also when the push
 /// lists nothing (`-I`), so the push goes in one run. A small file the server checks itself
 /// (the default quick check, `--ignore-existing`) asks nothing first (protocol 22): its
-/// session goes first, then the listing, in one run too.
+/// session goes first, then the listing, in one run too. A symlink or a FIFO, whose entry
+/// waits for the listing, asks first (review 2026-11-30 of protocol 22, M1: they went
+/// without asking, and the listing found the server's one place taken, 2 runs in 3).
 #[test]
 fn a_single_file_pushed_to_a_server_of_one_place_goes_in_one_run() {
     let l = Layout::new();
@@ -979,6 +981,26 @@ fn a_single_file_pushed_to_a_server_of_one_place_goes_in_one_run() {
             b"one file",
             "{rule:?}"
         );
+    }
+    std::os::unix::fs::symlink("a", l.src.join("lnk")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        l.src.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    for source in ["lnk", "fifo"] {
+        for n in 0..3 {
+            let name = format!("{source}{n}");
+            let extra = ["--retry-for", "0s"];
+            let args = cp_args(Some(&srv), &extra, l.src.join(source), srv.url(&name));
+            let out = run_sprat_timeout(bin(), &args, &[], Duration::from_secs(60))
+                .expect("a push to a server of one place hung");
+            assert_ok(&out, Some(&srv));
+            assert!(fs::symlink_metadata(l.root.join(&name)).is_ok(), "{name}");
+        }
     }
 }
 

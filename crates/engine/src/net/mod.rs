@@ -162,6 +162,16 @@ impl Write for Metered<'_> {
 }
 
 impl Conn {
+    /// Writes on this socket wait for room without a bound from now on (its send timeout
+    /// cleared, the TLS session's too): for a session's connection, which the session's
+    /// watchdog bounds with all the others (see `roles::server::guard_socket`).
+    pub(crate) fn clear_write_timeout(&self) {
+        let _ = self.stream.set_write_timeout(None);
+        if let Some(tls) = &self.tls {
+            tls.clear_write_timeout();
+        }
+    }
+
     pub fn new(stream: TcpStream, peer: String) -> Conn {
         let _ = stream.set_nodelay(true);
         Conn {

@@ -160,8 +160,9 @@ pub(crate) struct Tls {
     /// Server side: the time from its flight (after the client's hello) to the client's
     /// answer that ended the handshake, a round trip of the path (`None` on a client).
     pub(crate) handshake_rtt: Option<Duration>,
-    /// The socket's send timeout, as set before the handshake (see [`Tls::write_all`]).
-    write_timeout: Option<Duration>,
+    /// The socket's send timeout in nanoseconds, as set before the handshake, 0 for none
+    /// (see [`Tls::write_all`]).
+    write_timeout_ns: AtomicU64,
 }
 
 struct State {
@@ -374,8 +375,9 @@ impl Tls {
             .map(|s| format!("{:?}", s.suite()))
             .unwrap_or_default();
         let handshake_rtt = state.answered_at.map(|t| t.elapsed());
+        let write_timeout_ns = write_timeout.map_or(0, |t| t.as_nanos().max(1) as u64);
         Ok(Tls {
-            write_timeout,
+            write_timeout_ns: AtomicU64::new(write_timeout_ns),
             tcp,
             state: Mutex::new(state),
             binding,
@@ -444,9 +446,17 @@ impl Tls {
             if done {
                 return Ok(());
             }
-            let limit = self.write_timeout.map(|t| Instant::now() + t);
+            let limit = match self.write_timeout_ns.load(Ordering::Relaxed) {
+                0 => None,
+                ns => Some(Instant::now() + Duration::from_nanos(ns)),
+            };
             wait(&self.tcp, PollFlags::OUT, limit)?;
         }
+    }
+
+    /// Writes wait for room without a bound from now on (see [`Tls::write_all`]).
+    pub(crate) fn clear_write_timeout(&self) {
+        self.write_timeout_ns.store(0, Ordering::Relaxed);
     }
 
     /// Says goodbye (TLS close_notify) and sends what is queued, waiting at most until

@@ -281,8 +281,6 @@ impl Exports {
         }
     }
 
-    /// Where `path` lies, which must be in an export (`what`, e.g. "push to", says what was
-    /// asked of the server's root otherwise).
     /// Whether `path`, the `DST` of a single file's destination `DST/NAME` left to this
     /// server (`or_parent`, see `sprat_proto::Operation::Push`), is a directory: not a
     /// symlink to one (as `Stat` describes it), nor a path that is not there. `what` the
@@ -304,6 +302,8 @@ impl Exports {
             .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir))
     }
 
+    /// Where `path` lies, which must be in an export (`what`, e.g. "push to", says what was
+    /// asked of the server's root otherwise).
     pub fn place_in_export(
         &self,
         reach: &Reach,

@@ -208,9 +208,14 @@ fn goes_before_listing(source: &Source, options: &TransferOptions) -> bool {
     let Source::File { parent, name } = source else {
         return false;
     };
+    // As the planner finds it (`source::plan_root_file`): a regular file, not a link to one
+    // nor a FIFO, whose data would wait for the listing.
     let name = std::ffi::OsStr::from_bytes(name);
-    let small = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::empty())
-        .is_ok_and(|st| source::fits_early(st.st_size.max(0) as u64, options));
+    let small = rustix::fs::statat(parent.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && source::fits_early(st.st_size.max(0) as u64, options)
+        });
     small
         && may_go_early(options)
         && !options.list_first

@@ -290,9 +290,6 @@ fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
             conn.send(&Message::Request(remove(path)))?;
         }
         for path in paths {
-            if let Some(next) = asked.next() {
-                conn.send(&Message::Request(remove(next)))?;
-            }
             let shown = crate::text::printable(&sprat_store::display_path(path)).into_owned();
             match conn.recv_control() {
                 Ok(Message::ReplyEnd) => {
@@ -308,6 +305,10 @@ fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
                     tracing::info!(text = %crate::text::printable(&text), "cannot remove {what}")
                 }
                 Err(e) => return Err(e),
+            }
+            // One answered, one more asked.
+            if let Some(next) = asked.next() {
+                conn.send(&Message::Request(remove(next)))?;
             }
         }
         Ok(())

@@ -499,7 +499,8 @@ const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(60), Duration:
 
 /// Sets TCP keepalive on an accepted socket, and a send timeout of `idle`: a write that moves
 /// no byte for that long (a client that stopped reading, its window shut) fails instead of
-/// holding its thread for ever.
+/// holding its thread for ever. A session's connection drops it once announced: the
+/// session's watchdog bounds it then (see `announce_and_serve`).
 fn guard_socket(stream: &TcpStream, idle: Duration) {
     let socket = socket2::SockRef::from(stream);
     let (time, interval, retries) = KEEPALIVE;
@@ -1364,6 +1365,10 @@ fn announce_and_serve(
     let announcement = announcement.map_err(|e| served.conn.session_error(e))?;
     // A connection joining a session that has failed is shut down at once.
     session.watch.watch(&served.conn);
+    // The session's watchdog bounds its connections from now on, all together: one of them
+    // may go unread for long while the session moves (a client pacing `--bwlimit` reads its
+    // streams in turn), which a socket's own send timeout would take for a client gone.
+    served.conn.clear_write_timeout();
     let stream = Stream {
         shared,
         session,

@@ -472,7 +472,6 @@ impl Session {
             })
     }
 
-    /// Records whether a push's control connection read `Opened` (true) or failed first.
     /// What the push's `Opened` said of where its file went (see [`Session::to_parent`]).
     pub fn set_to_parent(&self, to_parent: bool) {
         self.to_parent.store(to_parent, Ordering::Relaxed);
@@ -483,6 +482,7 @@ impl Session {
         self.to_parent.load(Ordering::Relaxed)
     }
 
+    /// Records whether a push's control connection read `Opened` (true) or failed first.
     pub fn set_opened(&self, opened: bool) {
         if opened {
             let took = nanos(self.open_sent.elapsed()).max(1);

@@ -123,6 +123,9 @@ pub struct ClientStream {
     refused_unannounced: bool,
     /// A checked pull's index of the destination: sent entirely.
     index_ended: bool,
+    /// The `Open` was a push's that left its place to the server (`or_parent`): only then may
+    /// `Opened` say it went to the path's parent.
+    or_parent: bool,
     deadline: Option<Instant>,
 }
 
@@ -158,6 +161,7 @@ impl ClientStream {
             held_bytes: 0,
             refused_unannounced: false,
             index_ended: false,
+            or_parent: false,
             deadline: None,
         }
     }
@@ -270,7 +274,7 @@ impl ClientStream {
             }
             Receiving::Announcing => {
                 let (root_is_dir, source, one_stream, to_parent) = match (msg, self.role) {
-                    // Only a push goes to its path's parent.
+                    // Only a push that left its place to the server goes to its path's parent.
                     (
                         Message::Opened {
                             root_is_dir,
@@ -279,7 +283,7 @@ impl ClientStream {
                             to_parent,
                         },
                         Role::Control,
-                    ) if !to_parent || self.direction == Direction::Push => {
+                    ) if !to_parent || self.direction == Direction::Push && self.or_parent => {
                         (Some(root_is_dir), source, one_stream, to_parent)
                     }
                     (Message::Joined, Role::Joining) => {
@@ -396,6 +400,16 @@ impl ClientStream {
         if !fits {
             return Err(self.not_now("open or join with that message"));
         }
+        self.or_parent = matches!(
+            first,
+            Message::Open {
+                op: crate::Operation::Push {
+                    or_parent: true,
+                    ..
+                },
+                ..
+            }
+        );
         match std::mem::replace(&mut self.receiving, Receiving::Announcing) {
             Receiving::Proved(ahead) => {
                 self.deadline = Some(now + HANDSHAKE_TIMEOUT);
@@ -618,11 +632,6 @@ mod tests {
 
     /// A client stream past its handshake, its first message sent.
     fn opened(direction: Direction, role: Role) -> (ClientStream, Instant) {
-        let now = Instant::now();
-        let (mut c, hello) = ClientStream::new(direction, role, Some(key()), [1; 32], now);
-        let server = ServerHandshake::new(Some(key()), Vec::new(), [2; 32]);
-        let (_, reply) = server.on_message(hello).expect("server answers");
-        assert_eq!(c.on_message(reply, now), Ok(Event::ServerProved));
         let first = match role {
             Role::Control => Message::Open {
                 session: [3; 16],
@@ -636,6 +645,16 @@ mod tests {
             },
             Role::Joining => Message::Join { session: [3; 16] },
         };
+        opened_with(direction, role, first)
+    }
+
+    /// [`opened`] with `first` as its first message.
+    fn opened_with(direction: Direction, role: Role, first: Message) -> (ClientStream, Instant) {
+        let now = Instant::now();
+        let (mut c, hello) = ClientStream::new(direction, role, Some(key()), [1; 32], now);
+        let server = ServerHandshake::new(Some(key()), Vec::new(), [2; 32]);
+        let (_, reply) = server.on_message(hello).expect("server answers");
+        assert_eq!(c.on_message(reply, now), Ok(Event::ServerProved));
         c.open(first, now).expect("opens");
         (c, now)
     }
@@ -1046,8 +1065,9 @@ mod tests {
         );
     }
 
-    /// Only a push goes to its path's parent (`Opened`'s `to_parent`); a pull's server that
-    /// says so is wrong, and a push's is heard.
+    /// Only a push that left its place to the server (`or_parent`) goes to its path's parent
+    /// (`Opened`'s `to_parent`); a server that says so to a pull, or to another push, is
+    /// wrong, and the push that asked hears it.
     #[test]
     fn only_a_push_is_told_it_went_to_its_paths_parent() {
         let to_parent = || Message::Opened {
@@ -1056,15 +1076,31 @@ mod tests {
             one_stream: false,
             to_parent: true,
         };
+        let push_open = |or_parent| Message::Open {
+            session: [3; 16],
+            op: crate::Operation::Push {
+                source_is_dir: false,
+                durable: false,
+                discard: false,
+                owners: false,
+                numeric_ids: false,
+                keep_existing: false,
+                no_link_at_path: false,
+                or_parent,
+                source: Default::default(),
+            },
+            path: b"dst/name".to_vec(),
+            selection: Default::default(),
+        };
+        let wrong = Err(SessionError::Unexpected {
+            state: "before the announcement of the connection",
+            got: "Opened",
+        });
         let (mut pull, now) = opened(Direction::Pull, Role::Control);
-        assert_eq!(
-            pull.on_message(to_parent(), now),
-            Err(SessionError::Unexpected {
-                state: "before the announcement of the connection",
-                got: "Opened",
-            })
-        );
-        let (mut push, now) = opened(Direction::Push, Role::Control);
+        assert_eq!(pull.on_message(to_parent(), now), wrong);
+        let (mut other, now) = opened_with(Direction::Push, Role::Control, push_open(false));
+        assert_eq!(other.on_message(to_parent(), now), wrong);
+        let (mut push, now) = opened_with(Direction::Push, Role::Control, push_open(true));
         assert!(matches!(
             push.on_message(to_parent(), now),
             Ok(Event::Announced {
