@@ -892,19 +892,14 @@ struct Opened<'a> {
 fn resolve_or_parent(
     shared: &Shared,
     access: &Access,
-    op: Operation,
+    mut op: Operation,
     path: Vec<u8>,
 ) -> Result<(Operation, Vec<u8>, bool), (ErrorCode, String)> {
     let Operation::Push {
         or_parent: true,
         source_is_dir,
-        durable,
         discard,
-        owners,
-        numeric_ids,
-        keep_existing,
-        no_link_at_path: _,
-        source,
+        ..
     } = op
     else {
         return Ok((op, path, false));
@@ -919,17 +914,15 @@ fn resolve_or_parent(
     let inside = shared
         .exports
         .is_directory_for(&access.reach, &parent, "push to")?;
-    let op = Operation::Push {
-        source_is_dir,
-        durable,
-        discard,
-        owners,
-        numeric_ids,
-        keep_existing,
-        no_link_at_path: inside,
-        or_parent: false,
-        source,
-    };
+    if let Operation::Push {
+        no_link_at_path,
+        or_parent,
+        ..
+    } = &mut op
+    {
+        *no_link_at_path = inside;
+        *or_parent = false;
+    }
     Ok(match inside {
         true => (op, path, false),
         false => (op, parent, true),
