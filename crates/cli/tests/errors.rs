@@ -934,42 +934,49 @@ fn a_single_file_onto_an_existing_directory_goes_inside_it() {
 
 /// A single file pushed to `DST` (no trailing slash) goes where cp puts it: inside DST if
 /// that is a directory, else at DST (a new name, a file it updates, a path whose parents are
-/// made). From protocol 22 the client does not ask first; its server decides, and the push's
-/// check lists the one it chose: a second run finds the file up to date. The report names
-/// where the file went.
+/// made). From protocol 22 a small file's client does not ask first; its server decides, and
+/// the push's check lists the one it chose: a second run finds the file up to date. A larger
+/// file, whose data waits for the listing anyway, asks first as before. The report names
+/// where the file went either way.
 #[test]
 fn a_file_pushed_to_dst_without_asking_first_goes_where_cp_puts_it() {
     let t = tmp();
-    let root = t.path().join("root");
-    let srv = server(&root);
-    fs::create_dir_all(root.join("dir")).unwrap();
-    fs::write(root.join("file"), b"an older version").unwrap();
-    let src = t.path().join("f");
-    fs::write(&src, b"the file").unwrap();
+    let srv = server(&t.path().join("root"));
     let report = |out: &Output| -> serde_json::Value {
         assert_ok(out, Some(&srv));
         let text = String::from_utf8_lossy(&out.stdout);
         serde_json::from_str(text.lines().last().unwrap_or_default()).expect("a JSON report")
     };
-    for (dst, landed) in [
-        ("dir", "dir/f"),
-        ("new", "new"),
-        ("file", "file"),
-        ("a/b/c", "a/b/c"),
-    ] {
-        let first = report(&cp(&srv, &["--json"], &src, srv.url(dst)));
-        assert_eq!(first["files"], 1, "{dst}: {first}");
-        assert_eq!(first["destination"], srv.url(landed), "{dst}");
-        assert_eq!(fs::read(root.join(landed)).unwrap(), b"the file", "{dst}");
-        let again = report(&cp(&srv, &["--json"], &src, srv.url(dst)));
-        assert_eq!(
-            (again["files"].as_u64(), again["up_to_date"].as_u64()),
-            (Some(0), Some(1)),
-            "{dst}: {again}"
-        );
-        assert_eq!(again["destination"], srv.url(landed), "{dst}");
+    let large = random_bytes(64 << 10, 9);
+    for (name, content) in [("f", &b"the file"[..]), ("large", &large[..])] {
+        let root = t.path().join("root").join(name);
+        fs::create_dir_all(root.join("dir")).unwrap();
+        fs::write(root.join("file"), b"an older version").unwrap();
+        let src = t.path().join(name);
+        fs::write(&src, content).unwrap();
+        let in_dir = format!("dir/{name}");
+        for (dst, landed) in [
+            ("dir", in_dir.as_str()),
+            ("new", "new"),
+            ("file", "file"),
+            ("a/b/c", "a/b/c"),
+        ] {
+            let (dst, landed) = (format!("{name}/{dst}"), format!("{name}/{landed}"));
+            let first = report(&cp(&srv, &["--json"], &src, srv.url(&dst)));
+            assert_eq!(first["files"], 1, "{dst}: {first}");
+            assert_eq!(first["destination"], srv.url(&landed), "{dst}");
+            let written = fs::read(t.path().join("root").join(&landed)).unwrap();
+            assert!(written == content, "{dst}");
+            let again = report(&cp(&srv, &["--json"], &src, srv.url(&dst)));
+            assert_eq!(
+                (again["files"].as_u64(), again["up_to_date"].as_u64()),
+                (Some(0), Some(1)),
+                "{dst}: {again}"
+            );
+            assert_eq!(again["destination"], srv.url(&landed), "{dst}");
+        }
+        assert!(root.join("dir").is_dir());
     }
-    assert!(root.join("dir").is_dir());
 }
 
 /// With `--json`, a copy that cannot complete prints its error as JSON on stdout too, where a

@@ -2084,3 +2084,86 @@ fn a_partial_copy_with_another_hard_link_is_neither_resumed_nor_offered() {
         assert_eq!(fs::read(dst.join("big")).unwrap(), data, "{how}");
     }
 }
+
+/// A single file's place left to the server (protocol 22: `Open` bit 7, `List` bit 4, a path
+/// `DST/NAME`): the server decides from its own look at DST, as `Stat` describes it (a symlink
+/// to a directory is not one), says which first, and refuses what the bits do not allow: a
+/// DST that is the server's root, a discarding push.
+#[test]
+fn a_place_left_to_the_server_is_its_own_choice_and_refused_where_not_allowed() {
+    use sprat_proto::namespace::{ListOwners, Request};
+    use sprat_proto::{ErrorCode, Message, Operation};
+    let t = tmp();
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("d")).unwrap();
+    symlink("d", root.join("ln")).unwrap();
+    let opts = ServerOptions {
+        extra_args: vec!["--no-encryption".into()],
+        ..ServerOptions::default()
+    };
+    let srv = server_with(&root, &opts);
+    let list = |path: &str| Request::List {
+        path: path.as_bytes().to_vec(),
+        recursive: true,
+        digests: false,
+        selection: Default::default(),
+        owners: ListOwners::No,
+        or_parent: true,
+    };
+    let first = |mut s: TcpStream| raw::read_message(&mut s).unwrap();
+    let refused = |m: Message| {
+        matches!(
+            m,
+            Message::Error {
+                code: ErrorCode::BadRequest,
+                ..
+            }
+        )
+    };
+    // Listed where the server puts the file: in `d`, at `ln` itself, never at the root.
+    let s = raw::request(&srv, "127.0.0.1", list("d/f"));
+    assert_eq!(first(s), Message::ListedAt { parent: false });
+    let mut s = raw::request(&srv, "127.0.0.1", list("ln/f"));
+    assert_eq!(
+        raw::read_message(&mut s).unwrap(),
+        Message::ListedAt { parent: true }
+    );
+    match raw::read_message(&mut s).unwrap() {
+        Message::Entries(e) => assert_eq!(e[0].kind, sprat_proto::namespace::NsKind::Symlink),
+        other => panic!("not the symlink's entry: {other:?}"),
+    }
+    let m = first(raw::request(&srv, "127.0.0.1", list("f")));
+    assert!(refused(m.clone()), "{m:?}");
+    // Pushed the same way; a discarding push, or one to the root's parent, is refused.
+    let push = |discard| Operation::Push {
+        source_is_dir: false,
+        durable: false,
+        discard,
+        owners: false,
+        numeric_ids: false,
+        keep_existing: false,
+        no_link_at_path: false,
+        or_parent: true,
+        source: Default::default(),
+    };
+    let open = |op, path: &str| {
+        let id = raw::session_id();
+        first(raw::open_with(
+            &srv,
+            "127.0.0.1",
+            (id, op),
+            path.as_bytes(),
+            &[],
+        ))
+    };
+    let to_parent = |m: Message| match m {
+        Message::Opened { to_parent, .. } => to_parent,
+        other => panic!("not opened: {other:?}"),
+    };
+    assert!(!to_parent(open(push(false), "d/f")));
+    assert!(to_parent(open(push(false), "ln/f")));
+    for (op, path) in [(push(true), "d/f"), (push(false), "f")] {
+        let m = open(op, path);
+        assert!(refused(m.clone()), "{path}: {m:?}");
+    }
+}
