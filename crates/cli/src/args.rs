@@ -489,7 +489,8 @@ pub struct CpArgs {
     #[command(flatten)]
     pub ssh: SshArgs,
     /// Parallel TCP connections: a number, or `auto` to size them from the measured round
-    /// trip and the host's TCP buffer limits and add more while throughput grows.
+    /// trip and the host's TCP buffer limits and add more while throughput grows. A single
+    /// small file goes on one, whatever the number.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_streams)]
     pub streams: Auto<usize>,
     /// Print nothing but errors (not even the files -v lists).
