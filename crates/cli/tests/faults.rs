@@ -1045,23 +1045,23 @@ fn a_paced_pull_whose_streams_wait_their_turn_is_not_cut_by_the_idle_timeout() {
     let root = t.path().join("root");
     let src = root.join("t");
     std::fs::create_dir_all(&src).unwrap();
-    for i in 0..48 {
+    for i in 0..32 {
         let data = tree::random_bytes(64 << 10, 100 + i);
         std::fs::write(src.join(format!("f{i:03}")), data).unwrap();
     }
     let opts = ServerOptions {
-        extra_args: vec!["--idle-timeout".into(), "1s".into()],
+        extra_args: vec!["--idle-timeout".into(), "2s".into()],
         ..ServerOptions::default()
     };
     let srv = server_with(&root, &opts);
     let dst = t.path().join("dst");
-    // 8 streams of 64 KiB batches at 300 KB/s: each stream is read once in about 1.7 s,
-    // the session every 0.2 s.
+    // 12 streams of 64 KiB batches at 200 KB/s: each stream is read once in about 4 s,
+    // the session every 0.33 s.
     let paced = [
         "--bwlimit",
-        "300KB/s",
+        "200KB/s",
         "--streams",
-        "8",
+        "12",
         "--batch-size",
         "64KiB",
         "--tcp-buffer",

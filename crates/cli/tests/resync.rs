@@ -1130,6 +1130,57 @@ fn a_single_files_partial_copy_goes_once_it_arrived_whole() {
     }
 }
 
+/// A single file pulled into an existing directory (`sprat cp sprat://HOST/big DIR`), in the
+/// one session that found it a file (protocol 22): an interrupted pull's partial copy in DIR
+/// is resumed, and the next pull finds the file up to date; the same partial copy put back
+/// beside it then goes (the server names it superseded). Through a relay of 10 ms, for the
+/// scan of DIR to end before the client hears that the source is a file (which would stop
+/// it, and send the pull to a second session for `DIR/big`).
+#[test]
+fn a_file_pulled_into_a_directory_resumes_and_is_then_up_to_date() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    let data = sprat_testkit::random_bytes(12 << 20, 8);
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/big"), &data).unwrap();
+    let dir = t.path().join("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("other"), b"the directory's own").unwrap();
+    let from: std::ffi::OsString = srv.url("src/big").into();
+    let to: std::ffi::OsString = dir.clone().into();
+    let chunked = common::CHUNKED;
+    common::interrupt_once_a_partial_copy_is_written(Some(&srv), &chunked, &from, &to, &dir);
+    let hidden = [".big.sprat-part", ".big.sprat-part.log"];
+    let kept = t.path().join("kept");
+    std::fs::create_dir_all(&kept).unwrap();
+    for name in hidden {
+        std::fs::copy(dir.join(name), kept.join(name)).unwrap();
+    }
+    let relay = RelayProc::start(srv.addr(), &["--delay", "5ms"]);
+    let from: std::ffi::OsString = relay.url("src/big").into();
+    let args: Vec<&str> = chunked.iter().copied().chain(["--json"]).collect();
+    let out = cp(&srv, &args, &from, &to);
+    assert_ok(&out, Some(&srv));
+    let resumed = report(&out);
+    assert!(
+        resumed["bytes_not_sent"].as_u64().unwrap() > 0,
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+    assert_eq!(std::fs::read(dir.join("big")).unwrap(), data);
+    assert_eq!(names_in(&dir), ["big", "other"]);
+    for name in hidden {
+        std::fs::copy(kept.join(name), dir.join(name)).unwrap();
+    }
+    let again = report(&cp(&srv, &["--json"], &from, &to));
+    assert_eq!(
+        (again["files"].as_u64(), again["up_to_date"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(names_in(&dir), ["big", "other"]);
+}
+
 /// A copy whose source holds files named like a partial copy (a tree copied on from an
 /// interrupted destination) does not write them over the partial copy a running transfer is
 /// writing there: those two entries fail by name, and the running transfer succeeds (review

@@ -522,11 +522,12 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
 }
 
 /// A pull into an existing directory tells the server so: a single file's session then sends
-/// nothing and ends at once, and the client opens one for `DST/NAME` on a control connection
-/// it dialled beside the first (a tree's copy closes it unused). Through a long path and over
-/// loopback, a tree lands in the directory and a file inside it, and the server logs no
-/// failure: neither the first session of a file (which the client used to drop while the
-/// server sent it the file) nor the connections the pulls did not need (see
+/// it, checked against the index's entries of NAME, and the client writes it to `DST/NAME`
+/// (protocol 22; in protocol 21 that session sent nothing, and the client opened a second one
+/// for `DST/NAME`). Through a long path and over loopback, a tree lands in the directory and a
+/// file inside it, and the server logs no failure: neither a first session of a file (which
+/// the client used to drop while the server sent it the file) nor the connections the pulls
+/// did not need (see
 /// `security::a_connection_closed_before_it_authenticated_is_not_a_failed_authentication`).
 #[test]
 fn pulls_into_an_existing_directory_land_as_with_cp_and_leave_no_failures_logged() {
@@ -561,7 +562,7 @@ fn pulls_into_an_existing_directory_land_as_with_cp_and_leave_no_failures_logged
     let log = srv.stderr_log();
     assert!(!log.contains("lost"), "{log}");
     assert!(!log.contains("ended"), "{log}");
-    // The session that found a file for the directory sent nothing, and is not a transfer.
+    // One transfer each.
     assert_eq!(log.matches("pull from 'tree' done").count(), 2, "{log}");
     assert_eq!(log.matches("pull from 'small' done").count(), 2, "{log}");
 }

@@ -94,9 +94,10 @@ pub enum Operation {
     /// sends what its destination has right behind the `Open` (`Entries`, then `ReplyEnd`),
     /// and the server leaves out what the check says is there. `into_dir` (from protocol
     /// 21): the client's destination is an existing directory, which a single file goes
-    /// inside (`DST/NAME`, as with cp); a server whose source is not a directory announces
-    /// it and sends nothing, and the client opens a session for `DST/NAME` (whose index is
-    /// that file's).
+    /// inside (`DST/NAME`, as with cp). From protocol 22 a server whose source is a single
+    /// file sends it in this session, checked against the index's entries of NAME alone (as
+    /// the file's own), and the client writes it to `DST/NAME`; in protocol 21 it announced
+    /// the file and sent nothing, and the client opened a second session for `DST/NAME`.
     Pull {
         check: DestCheck,
         meta: MetaFlags,

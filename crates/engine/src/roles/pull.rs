@@ -76,25 +76,6 @@ fn to_the_end<T>(
     abort.take().map_or(ended, Err)
 }
 
-/// Reads the `End` and then the `Done` of a session whose server announced its source and
-/// sends nothing (see `Operation::Pull`'s `into_dir`).
-fn end_empty_session(
-    control: SessionConn,
-    addr: &str,
-    options: &TransferOptions,
-) -> Result<(), TransferError> {
-    let SessionConn { mut conn, machine } = control;
-    let machine = Mutex::new(machine);
-    to_the_end(&mut conn, addr, options, |conn| {
-        let msg = conn.recv_control_raw()?;
-        match on_control(conn, &machine, msg, &Progress::default())? {
-            Flow::Over => {}
-            Flow::More => return Err(conn.protocol("Progress where End was due".into())),
-        }
-        await_done(conn, &machine, &mut Counts::default(), &mut |_| {}).map(|_| ())
-    })
-}
-
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
 const INDEX_PIECES_AHEAD: usize = 4;
 
@@ -238,26 +219,31 @@ fn pull_session(
     }
     let (session, control) = opened?;
     super::overlap::refuse_a_pull_into_its_source(session.source, dst, &dst_ep.to_string())?;
-    // A single file into an existing directory goes inside it, under its own name, as with
-    // cp. Known only from the server's answer: the session opened for DST is dropped (nothing
-    // was written) and one opened for DST/NAME, whose index, partial file and skip are that
-    // file's, on the connection dialled beside the first. Only a file pulled into a directory
-    // pays for it.
-    if !session.root_is_dir {
-        if let Some(inside) = &inside {
-            let useful_streams = session.one_stream.then_some(1);
-            // The server sent nothing (`into_dir`): its `End` and `Done` are read, so that
-            // the connection closes with nothing unread, which the server would take for a
-            // client lost in the middle of its session.
-            end_empty_session(control, addr, options)?;
-            drop(session);
-            return pull_inside(inside, spare.take(), useful_streams);
-        }
-    }
     drop(spare);
-    let writer = local_writer(dst, session.root_is_dir, true, options)?;
     // The index was sent whole (its scan ended) before the session opened.
-    writer.watch_partials(std::mem::take(&mut *lock(&partial_files)));
+    let mut partials = std::mem::take(&mut *lock(&partial_files));
+    // A single file into an existing directory goes inside it, under its own name, as with
+    // cp (known from the server's answer): its server checked it against the index's entries
+    // of NAME alone, as the file's own (`into_dir`, protocol 22), and so is a partial copy of
+    // it the index listed (the one of NAME).
+    let dst = match (&inside, session.root_is_dir) {
+        (Some(inside), false) => {
+            use std::os::unix::ffi::OsStrExt;
+            let name = inside
+                .file_name()
+                .map(OsStrExt::as_bytes)
+                .unwrap_or_default();
+            partials.retain_mut(|(path, _)| {
+                let its = path.as_slice() == name;
+                path.clear();
+                its
+            });
+            inside.as_path()
+        }
+        _ => dst,
+    };
+    let writer = local_writer(dst, session.root_is_dir, true, options)?;
+    writer.watch_partials(partials);
     let pool = WriterPool::start(
         Some(writer.clone()),
         options.write_threads,

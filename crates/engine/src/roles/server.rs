@@ -247,9 +247,6 @@ struct PullSession {
     /// The source is one file that travels whole: the control connection carries it, and
     /// the session's joins are refused (told in `Opened`, so that the client waits for none).
     one_stream: bool,
-    /// The session announces its source and sends nothing (a file the client puts inside
-    /// its directory, see `Operation::Pull`'s `into_dir`): its joins are refused too.
-    announced_only: bool,
     /// What the client's destination had (a checked pull), reported with `Done`.
     skipped: Arc<SkipCounts>,
     /// The memory its index takes, until the session ends.
@@ -296,7 +293,18 @@ fn read_index(
     served: &mut Served,
     check: DestCheck,
     charge: &mut Charge,
+    only: Option<&[u8]>,
 ) -> Result<DestIndex, (ErrorCode, String)> {
+    // A single file pulled into the client's directory (`into_dir`): of the index of that
+    // directory, only the entries of NAME matter, as the file's own (the empty path).
+    let kept = |path: &mut Vec<u8>| match only {
+        None => true,
+        Some(name) if path.as_slice() == name => {
+            path.clear();
+            true
+        }
+        Some(_) => false,
+    };
     let mut charged = |bytes: u64| {
         charge.try_grow(bytes).map_err(|why| {
             let code = match why {
@@ -344,6 +352,8 @@ fn read_index(
                         ),
                     ));
                 }
+                let mut entries = entries;
+                entries.retain_mut(|e| kept(&mut e.path));
                 let bytes = entries.iter().map(|e| index.listed_cost(e)).sum();
                 charged(bytes)?;
                 entries.into_iter().for_each(|e| index.insert_listed(e));
@@ -362,7 +372,10 @@ fn read_index(
                     .map(|(path, _)| path.len() as u64 + INDEX_DIGEST_COST)
                     .sum();
                 charged(bytes)?;
-                for (path, bytes) in sums {
+                for (mut path, bytes) in sums {
+                    if !kept(&mut path) {
+                        continue;
+                    }
                     let digest = digest_from_bytes(&bytes).ok_or_else(|| {
                         protocol(format!("a digest of {} bytes, not 16", bytes.len()))
                     })?;
@@ -1111,19 +1124,28 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             meta,
             into_dir,
         } => {
+            // The source is opened first: a single file pulled into the client's directory
+            // (`into_dir`) goes to `DST/NAME`, whose entries alone of the index are kept.
+            let source = place
+                .as_ref()
+                .map(|(export, _, rel)| export.root.source(rel));
+            let only = match (&source, into_dir) {
+                (Some(Ok(sprat_store::Source::File { name, .. })), true) => Some(name.clone()),
+                _ => None,
+            };
             // A checked pull's index of the client's destination comes right behind the Open.
             let mut charge = Charge::empty(&shared.budget, ip);
             let index = match check {
                 DestCheck::None => None,
-                _ => match read_index(&mut served, check, &mut charge) {
+                _ => match read_index(&mut served, check, &mut charge, only.as_deref()) {
                     Ok(index) => Some(index),
                     Err((code, text)) => return served.refuse(code, text),
                 },
             };
-            let Some((export, _, rel)) = &place else {
+            let Some(source) = source else {
                 return served.refuse(ErrorCode::BadRequest, "a pull needs an export".into());
             };
-            let src = match export.root.source(rel) {
+            let src = match source {
                 Ok(s) => s,
                 // A source below a regular file does not exist either.
                 Err(e) if e.errno() == Some(rustix::io::Errno::NOTDIR) => {
@@ -1135,50 +1157,37 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             // against this server's threshold whatever the client selects).
             let source_id = super::push::source_id(&src);
             let one_stream = super::push::travels_whole_alone(&src, &shared.options);
-            // A single file the client puts inside its directory (`DST/NAME`): announced and
-            // not sent, nor read, in this session, which takes no join; the client opens one
-            // for `DST/NAME`.
-            let announced_only = into_dir && !matches!(src, sprat_store::Source::Dir(_));
             let counts = Arc::new(SkipCounts::default());
-            let handle = match announced_only {
-                true => None,
-                false => {
-                    let selection = match crate::config::selection_from_wire(selection) {
-                        Ok(s) => s,
-                        Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
-                    };
-                    let skip = index.map(|index| Skip {
-                        index: Box::new(move || Ok(index)),
-                        rule: SkipRule::from_check(check),
-                        counts: counts.clone(),
-                        early: false,
-                    });
-                    let options = TransferOptions {
-                        selection,
-                        ..shared.options.for_one_transfer().with_meta(meta)
-                    };
-                    // The opening batches take the shape of slow start on a long path (the
-                    // round trip of the control connection's TLS handshake; without TLS none
-                    // is measured, and the path is taken as short).
-                    options
-                        .path_rtt
-                        .set(served.conn.rtt.unwrap_or(Duration::ZERO));
-                    match source::start(src, &options, skip) {
-                        Ok(h) => Some(h),
-                        Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
-                    }
-                }
+            let selection = match crate::config::selection_from_wire(selection) {
+                Ok(s) => s,
+                Err(e) => return served.refuse(ErrorCode::BadRequest, e.to_string()),
+            };
+            let skip = index.map(|index| Skip {
+                index: Box::new(move || Ok(index)),
+                rule: SkipRule::from_check(check),
+                counts: counts.clone(),
+                early: false,
+            });
+            let options = TransferOptions {
+                selection,
+                ..shared.options.for_one_transfer().with_meta(meta)
+            };
+            // The opening batches take the shape of slow start on a long path (the round
+            // trip of the control connection's TLS handshake; without TLS none is measured,
+            // and the path is taken as short).
+            options
+                .path_rtt
+                .set(served.conn.rtt.unwrap_or(Duration::ZERO));
+            let handle = match source::start(src, &options, skip) {
+                Ok(h) => h,
+                Err(e) => return served.refuse(ErrorCode::Io, e.to_string()),
             };
             SessionKind::Pull(PullSession {
-                // An announced-only session's batches: none (disconnected at once).
-                batches: handle
-                    .as_ref()
-                    .map_or_else(|| bounded(0).1, |h| h.batches.clone()),
-                root_is_dir: handle.as_ref().is_some_and(|h| h.root_is_dir),
+                batches: handle.batches.clone(),
+                root_is_dir: handle.root_is_dir,
                 source_id,
                 one_stream,
-                announced_only,
-                source: Mutex::new(handle),
+                source: Mutex::new(Some(handle)),
                 skipped: counts,
                 _index: charge,
                 told: Mutex::new((None, (0, 0))),
@@ -1243,8 +1252,6 @@ fn open_session(shared: &Shared, mut served: Served, opened: Opened<'_>) {
             "sprat serve: session for {peer} ended: {}",
             printable(&e.to_string())
         );
-    } else if matches!(&session.kind, SessionKind::Pull(p) if p.announced_only) {
-        tracing::info!(%peer, path = %shown, "a file for the client's directory: announced");
     } else {
         // Every transfer is logged whatever the verbosity: who, which way, where.
         let way = match op {
@@ -1339,7 +1346,7 @@ fn announce_and_serve(
                 return Ok(());
             }
         },
-        SessionKind::Pull(p) if (p.one_stream || p.announced_only) && !control => {
+        SessionKind::Pull(p) if p.one_stream && !control => {
             served.refuse(
                 ErrorCode::UnknownSession,
                 "this session's one file travels on its first connection alone".into(),

@@ -37,9 +37,6 @@ pub(crate) struct Session {
     /// Where a pull's source directory is on the server's kernel (its `Opened` says; zeros
     /// for a push), for the pull to refuse a destination inside it.
     pub source: sprat_proto::SourceId,
-    /// A pull's source is one file that travels whole, on the control connection alone (its
-    /// `Opened` says).
-    pub one_stream: bool,
     /// A push's server put its single file at the path's parent (its `Opened` says; see
     /// `sprat_proto::Operation::Push`'s `or_parent`).
     to_parent: AtomicBool,
@@ -373,7 +370,6 @@ pub(crate) fn open(
         direction,
         root_is_dir,
         source,
-        one_stream,
         to_parent: AtomicBool::new(false),
         rtt_estimate: rtt,
         open_sent,
