@@ -1181,6 +1181,51 @@ fn a_file_pulled_into_a_directory_resumes_and_is_then_up_to_date() {
     assert_eq!(names_in(&dir), ["big", "other"]);
 }
 
+/// `--checksum` on a single file pulled (to its own name or into a directory) or pushed: the
+/// unchanged file is found up to date by its digest, not sent again. Before, a single file's
+/// source took no digest (nor did a pulling client's index of one), and `--checksum` sent it
+/// every time (third review of 2026-11-30, M2).
+#[test]
+fn a_single_file_pulled_with_checksum_is_not_sent_again_unchanged() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let srv = server(&root);
+    std::fs::write(root.join("f"), sprat_testkit::random_bytes(100 << 10, 3)).unwrap();
+    let dir = t.path().join("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let local = t.path().join("local");
+    std::fs::write(&local, sprat_testkit::random_bytes(100 << 10, 4)).unwrap();
+    let copies: [(std::ffi::OsString, std::ffi::OsString); 3] = [
+        (srv.url("f").into(), t.path().join("g").into()),
+        (srv.url("f").into(), dir.into()),
+        (local.into(), srv.url("pushed").into()),
+    ];
+    for (from, to) in copies {
+        for run in 0..2 {
+            let out = cp(&srv, &["--checksum", "--json"], &from, &to);
+            assert_ok(&out, Some(&srv));
+            let r = report(&out);
+            let want = if run == 0 { (1, 0) } else { (0, 1) };
+            assert_eq!(
+                (r["files"].as_u64(), r["up_to_date"].as_u64()),
+                (Some(want.0), Some(want.1)),
+                "{to:?} run {run}: {r}"
+            );
+        }
+    }
+    // Changed in place, same size and mtime: the digest tells, and it is sent.
+    let f = root.join("f");
+    let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+    std::fs::write(&f, sprat_testkit::random_bytes(100 << 10, 5)).unwrap();
+    let file = std::fs::File::options().write(true).open(&f).unwrap();
+    file.set_modified(mtime).unwrap();
+    let g = t.path().join("g");
+    let out = cp(&srv, &["--checksum", "--json"], srv.url("f"), &g);
+    assert_ok(&out, Some(&srv));
+    assert_eq!(report(&out)["files"], 1);
+    assert_eq!(std::fs::read(&g).unwrap(), std::fs::read(&f).unwrap());
+}
+
 /// A copy whose source holds files named like a partial copy (a tree copied on from an
 /// interrupted destination) does not write them over the partial copy a running transfer is
 /// writing there: those two entries fail by name, and the running transfer succeeds (review

@@ -388,7 +388,7 @@ fn held_back(
 fn plan_root_file(
     planner: &mut Planner,
     pending: Option<PendingIndex>,
-    entry: sprat_store::ScanEntry,
+    (entry, digest): (sprat_store::ScanEntry, &dyn Fn() -> Option<u128>),
     emit: &mut impl FnMut(BatchPlan),
     take_whole: TakeWhole<'_>,
 ) -> Option<PendingIndex> {
@@ -405,9 +405,14 @@ fn plan_root_file(
     }
     // No index (it could not be made): nothing is sent.
     let (index, rule, counts) = pending.wait()?;
-    match index.verdict(&entry, rule) {
-        // `--checksum` on a single file sends it (no digests).
-        Verdict::Compare => push_or_take(planner, entry, emit, take_whole),
+    // `--checksum`: the file's own digest against the destination's, read here (before,
+    // a single file was sent whatever the digests said).
+    let verdict = match index.verdict(&entry, rule) {
+        Verdict::Compare => index.compared(&entry, digest()),
+        verdict => verdict,
+    };
+    match verdict {
+        Verdict::Send => push_or_take(planner, entry, emit, take_whole),
         verdict => apply(planner, (&index, &counts), verdict, entry, emit, take_whole),
     }
     None
@@ -616,7 +621,15 @@ fn start_with(
                     let early_pending = match file_name {
                         Some(name) => {
                             let entry = sprat_store::stat_root_file(root, name);
-                            plan_root_file(&mut planner, pending, entry, &mut emit, take_whole)
+                            let digest = || {
+                                let path: fn(&Vec<u8>) -> &[u8] = |p| p;
+                                digest::with_pool(root, 0, path, |mut pool| {
+                                    pool.submit(name.to_vec());
+                                    pool.finish().find_map(|(_, d)| d)
+                                })
+                            };
+                            let root_file = (entry, &digest as &dyn Fn() -> Option<u128>);
+                            plan_root_file(&mut planner, pending, root_file, &mut emit, take_whole)
                         }
                         None => {
                             let (scan_tx, scan_rx) = bounded(64);

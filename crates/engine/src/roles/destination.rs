@@ -195,11 +195,24 @@ fn scan_local_summed_while(
     let root = match Root::open(dst) {
         Ok(root) => root,
         Err(e) if matches!(e.errno(), Some(Errno::NOENT | Errno::NOTDIR)) => {
-            // A single file's destination: the file there is the root entry.
-            if let Some(file) = single_file(dst) {
-                each(file);
-            }
-            return Ok((Vec::new(), 0));
+            // A single file's destination: the file there is the root entry, with its digest
+            // (`--checksum`: without one, an unchanged file would be sent again every time).
+            let Some(file) = single_file(dst) else {
+                return Ok((Vec::new(), 0));
+            };
+            let summed = match (digests, parent_and_name(dst)) {
+                (true, Some((parent, name))) => {
+                    digest::with_pool(&parent, 0, file_path, |mut pool| {
+                        pool.submit(name.to_vec());
+                        pool.finish()
+                            .filter_map(|(_, d)| Some((Vec::new(), d?)))
+                            .collect()
+                    })
+                }
+                _ => Vec::new(),
+            };
+            each(file);
+            return Ok((summed, 0));
         }
         Err(e) => return Err(e.into()),
     };

@@ -91,9 +91,10 @@ pub(crate) fn pull(
     pull_session(addr, (path, dst), key, options, (src_ep, dst_ep), None)
 }
 
-/// A pull of `path` to `dst` in one session, or, when `dst` is an existing directory and the
-/// source turns out to be a single file, in a second one for `DST/NAME`. `useful_streams`:
-/// what the caller knows the data can keep busy (see `session::open`).
+/// A pull of `path` to `dst` in one session; a single file pulled into an existing directory
+/// goes to `DST/NAME` in it too, or, when the client stopped its scan of a large directory on
+/// hearing the source is a file, in a second one for `DST/NAME`. `useful_streams`: what the
+/// caller knows the data can keep busy (see `session::open`).
 fn pull_session(
     addr: &str,
     (path, dst): (&[u8], &Path),
@@ -103,25 +104,14 @@ fn pull_session(
     useful_streams: Option<usize>,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
-    // Into an existing directory, a second session may follow the first (see below): its
-    // control connection is dialled beside the first one's, and held for it once known to be
-    // needed, so that it costs one round trip more, not three (a tree's is closed unused).
-    // Decided once: the server is told `into_dir` from it, and a file it announces then goes
-    // to this `DST/NAME` (whatever the destination became meanwhile: the writer checks).
-    // (A pull of a list of files, `--files-from` or a piece of a pull over several servers,
-    // is of a directory.)
+    // Into an existing directory: decided once, the server is told `into_dir` from it, and a
+    // file it finds goes to this `DST/NAME` in the same session (whatever the destination
+    // became meanwhile: the writer checks). (A pull of a list of files, `--files-from` or a
+    // piece of a pull over several servers, is of a directory.)
     let inside = match options.selection.files_from {
         None => file_inside_directory(dst, path),
         Some(_) => None,
     };
-    let mut spare = inside.as_ref().map(|_| {
-        session::dial_spare(
-            addr,
-            key,
-            options.tcp_buffer,
-            sprat_proto::session::Direction::Pull,
-        )
-    });
     // A checked pull sends what the destination has right behind its `Open`; the local scan
     // starts while the session's connection is dialled, and its pieces go as they come (a
     // few held while the dial goes on).
@@ -129,7 +119,7 @@ fn pull_session(
     // Into an existing directory, the source may be a single file that goes inside it: then
     // the index of the whole directory is of no use, and asking the server on a connection
     // of its own stops the scan of a large one (say a home directory) early.
-    let file_source = match check != DestCheck::None && file_inside_directory(dst, path).is_some() {
+    let file_source = match check != DestCheck::None && inside.is_some() {
         true => source_is_file(addr, key, path),
         false => Arc::default(),
     };
@@ -204,22 +194,16 @@ fn pull_session(
         useful_streams,
         send_index_and_commit,
     );
-    // The session for `DST/NAME`, on the connection dialled beside this one's.
-    let pull_inside = |inside: &Path, spare: Option<_>, useful_streams| {
-        if let Some(spare) = spare {
-            session::hold_ahead(spare);
-        }
-        let ends = (src_ep, dst_ep);
-        pull_session(addr, (path, inside), key, options, ends, useful_streams)
-    };
+    // A directory whose scan stopped on hearing the source is a file (a large one): the
+    // session for `DST/NAME`, whose index is that file's, follows.
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
         if let Some(inside) = &inside {
-            return pull_inside(inside, spare.take(), None);
+            let ends = (src_ep, dst_ep);
+            return pull_session(addr, (path, inside), key, options, ends, None);
         }
     }
     let (session, control) = opened?;
     super::overlap::refuse_a_pull_into_its_source(session.source, dst, &dst_ep.to_string())?;
-    drop(spare);
     // The index was sent whole (its scan ended) before the session opened.
     let mut partials = std::mem::take(&mut *lock(&partial_files));
     // A single file into an existing directory goes inside it, under its own name, as with

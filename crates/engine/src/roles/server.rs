@@ -335,6 +335,7 @@ fn read_index(
         .written_by_peer()
         .comparing_owners_by_name(true);
     let mut summed = Vec::new();
+    let mut sums_read = 0usize;
     loop {
         let msg = served
             .conn
@@ -361,26 +362,30 @@ fn read_index(
             // `--checksum`: digests of the files listed (before or after them); one of a path
             // not (yet) listed is kept until the end, within the same bound.
             Ok(Event::IndexSums(sums)) => {
-                if summed.len() + sums.len() > MAX_PULL_INDEX {
+                // Every digest read counts toward the bound (it bounds the reading); only
+                // those kept are charged.
+                sums_read += sums.len();
+                if sums_read > MAX_PULL_INDEX {
                     return Err((
                         ErrorCode::BadRequest,
                         format!("the destination's index has more than {MAX_PULL_INDEX} digests"),
                     ));
                 }
-                let bytes = sums
+                let mut kept_sums = Vec::new();
+                for (mut path, bytes) in sums {
+                    let digest = digest_from_bytes(&bytes).ok_or_else(|| {
+                        protocol(format!("a digest of {} bytes, not 16", bytes.len()))
+                    })?;
+                    if kept(&mut path) {
+                        kept_sums.push((path, digest));
+                    }
+                }
+                let bytes = kept_sums
                     .iter()
                     .map(|(path, _)| path.len() as u64 + INDEX_DIGEST_COST)
                     .sum();
                 charged(bytes)?;
-                for (mut path, bytes) in sums {
-                    if !kept(&mut path) {
-                        continue;
-                    }
-                    let digest = digest_from_bytes(&bytes).ok_or_else(|| {
-                        protocol(format!("a digest of {} bytes, not 16", bytes.len()))
-                    })?;
-                    summed.push((path, digest));
-                }
+                summed.extend(kept_sums);
             }
             Ok(Event::IndexEnd) => break,
             Ok(other) => return Err(protocol(format!("unexpected {other:?} in an index"))),
