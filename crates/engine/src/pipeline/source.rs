@@ -405,14 +405,13 @@ fn plan_root_file(
     }
     // No index (it could not be made): nothing is sent.
     let (index, rule, counts) = pending.wait()?;
-    // `--checksum`: the file's own digest against the destination's, read here (before,
-    // a single file was sent whatever the digests said).
-    let verdict = match index.verdict(&entry, rule) {
-        Verdict::Compare => index.compared(&entry, digest()),
-        verdict => verdict,
-    };
-    match verdict {
-        Verdict::Send => push_or_take(planner, entry, emit, take_whole),
+    match index.verdict(&entry, rule) {
+        // `--checksum`: the file's own digest against the destination's, read here (before,
+        // a single file was sent whatever the digests said).
+        Verdict::Compare => match index.compared(&entry, digest()) {
+            Verdict::Send => push_or_take(planner, entry, emit, take_whole),
+            verdict => apply(planner, (&index, &counts), verdict, entry, emit, take_whole),
+        },
         verdict => apply(planner, (&index, &counts), verdict, entry, emit, take_whole),
     }
     None
