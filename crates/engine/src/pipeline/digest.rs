@@ -93,6 +93,12 @@ impl<T> Iterator for ReadyIter<'_, T> {
     }
 }
 
+/// The XXH3-128 of the one file `path` below `root` (`None`: it could not be read, or is not
+/// a regular file).
+pub fn file_digest(root: &Root, path: &[u8]) -> Option<u128> {
+    DirCursor::new(root).digest_file(path, &mut Vec::new()).ok()
+}
+
 /// The path of a scanned entry, for [`with_pool`].
 pub fn scanned_path(e: &sprat_store::ScanEntry) -> &[u8] {
     &e.path

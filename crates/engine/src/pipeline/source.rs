@@ -620,13 +620,7 @@ fn start_with(
                     let early_pending = match file_name {
                         Some(name) => {
                             let entry = sprat_store::stat_root_file(root, name);
-                            let digest = || {
-                                let path: fn(&Vec<u8>) -> &[u8] = |p| p;
-                                digest::with_pool(root, 0, path, |mut pool| {
-                                    pool.submit(name.to_vec());
-                                    pool.finish().find_map(|(_, d)| d)
-                                })
-                            };
+                            let digest = || digest::file_digest(root, name);
                             let root_file = (entry, &digest as &dyn Fn() -> Option<u128>);
                             plan_root_file(&mut planner, pending, root_file, &mut emit, take_whole)
                         }

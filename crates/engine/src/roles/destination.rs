@@ -201,14 +201,10 @@ fn scan_local_summed_while(
                 return Ok((Vec::new(), 0));
             };
             let summed = match (digests, parent_and_name(dst)) {
-                (true, Some((parent, name))) => {
-                    digest::with_pool(&parent, 0, file_path, |mut pool| {
-                        pool.submit(name.to_vec());
-                        pool.finish()
-                            .filter_map(|(_, d)| Some((Vec::new(), d?)))
-                            .collect()
-                    })
-                }
+                (true, Some((parent, name))) => digest::file_digest(&parent, name)
+                    .map(|d| (Vec::new(), d))
+                    .into_iter()
+                    .collect(),
                 _ => Vec::new(),
             };
             each(file);

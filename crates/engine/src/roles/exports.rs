@@ -281,25 +281,31 @@ impl Exports {
         }
     }
 
-    /// Whether `path`, the `DST` of a single file's destination `DST/NAME` left to this
-    /// server (`or_parent`, see `sprat_proto::Operation::Push`), is a directory: not a
-    /// symlink to one (as `Stat` describes it), nor a path that is not there. `what` the
-    /// request says, for a refusal (DST may not be the server's root).
-    pub fn is_directory_for(
+    /// Where a single file's destination `path`, `DST/NAME`, left to this server
+    /// (`or_parent`, see `sprat_proto::Operation::Push`) is: `path` itself if DST is a
+    /// directory (not a symlink to one, as `Stat` describes it), else DST. Returns that path
+    /// and whether it is DST. `what` the request says, for a refusal (DST may not be the
+    /// server's root).
+    pub fn path_or_parent(
         &self,
         reach: &Reach,
-        path: &[u8],
+        path: Vec<u8>,
         what: &str,
-    ) -> Result<bool, (ErrorCode, String)> {
-        if path.is_empty() {
+    ) -> Result<(Vec<u8>, bool), (ErrorCode, String)> {
+        let parent = sprat_store::split_parent(&path).0.to_vec();
+        if parent.is_empty() {
             return Err((
                 ErrorCode::BadRequest,
                 format!("cannot {what} a file's place in the server's root by its parent"),
             ));
         }
-        let (export, _, rel) = self.place_in_export(reach, path, what)?;
-        Ok(sprat_store::stat_path(&export.root, &rel)
-            .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir))
+        let (export, _, rel) = self.place_in_export(reach, &parent, what)?;
+        let is_dir = sprat_store::stat_path(&export.root, &rel)
+            .is_ok_and(|e| e.kind == sprat_store::EntryType::Dir);
+        Ok(match is_dir {
+            true => (path, false),
+            false => (parent, true),
+        })
     }
 
     /// Where `path` lies, which must be in an export (`what`, e.g. "push to", says what was

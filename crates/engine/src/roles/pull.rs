@@ -79,6 +79,9 @@ fn to_the_end<T>(
 /// Pieces of the destination's index the scan may make ahead of the connection sending them.
 const INDEX_PIECES_AHEAD: usize = 4;
 
+/// A pull of `path` to `dst` in one session; a single file pulled into an existing directory
+/// goes to `DST/NAME` in it too, or, when the client stopped its scan of a large directory on
+/// hearing the source is a file, in a second one for `DST/NAME`.
 pub(crate) fn pull(
     addr: &str,
     path: &[u8],
@@ -87,21 +90,6 @@ pub(crate) fn pull(
     options: &TransferOptions,
     src_ep: &Endpoint,
     dst_ep: &Endpoint,
-) -> Result<Report, TransferError> {
-    pull_session(addr, (path, dst), key, options, (src_ep, dst_ep), None)
-}
-
-/// A pull of `path` to `dst` in one session; a single file pulled into an existing directory
-/// goes to `DST/NAME` in it too, or, when the client stopped its scan of a large directory on
-/// hearing the source is a file, in a second one for `DST/NAME`. `useful_streams`: what the
-/// caller knows the data can keep busy (see `session::open`).
-fn pull_session(
-    addr: &str,
-    (path, dst): (&[u8], &Path),
-    key: &Credentials,
-    options: &TransferOptions,
-    (src_ep, dst_ep): (&Endpoint, &Endpoint),
-    useful_streams: Option<usize>,
 ) -> Result<Report, TransferError> {
     let started = Instant::now();
     // Into an existing directory: decided once, the server is told `into_dir` from it, and a
@@ -186,20 +174,12 @@ fn pull_session(
         let commit = c.machine.commit(sprat_proto::Totals::default());
         c.conn.send(&commit.map_err(|e| c.conn.session_error(e))?)
     };
-    let opened = session::open(
-        addr,
-        key,
-        (op, path),
-        options,
-        useful_streams,
-        send_index_and_commit,
-    );
+    let opened = session::open(addr, key, (op, path), options, None, send_index_and_commit);
     // A directory whose scan stopped on hearing the source is a file (a large one): the
     // session for `DST/NAME`, whose index is that file's, follows.
     if opened.is_err() && file_source.load(Ordering::SeqCst) {
         if let Some(inside) = &inside {
-            let ends = (src_ep, dst_ep);
-            return pull_session(addr, (path, inside), key, options, ends, None);
+            return pull(addr, path, inside, key, options, src_ep, dst_ep);
         }
     }
     let (session, control) = opened?;

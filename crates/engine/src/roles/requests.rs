@@ -424,14 +424,9 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             let path = match or_parent {
                 false => path,
                 true => {
-                    let parent = sprat_store::split_parent(&path).0.to_vec();
-                    let inside = ctx.exports.is_directory_for(ctx.reach, &parent, "list")?;
-                    conn.send(&Message::ListedAt { parent: !inside })?;
-                    if inside {
-                        path
-                    } else {
-                        parent
-                    }
+                    let (path, parent) = ctx.exports.path_or_parent(ctx.reach, path, "list")?;
+                    conn.send(&Message::ListedAt { parent })?;
+                    path
                 }
             };
             let selection = compiled(selection)?;

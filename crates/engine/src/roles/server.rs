@@ -928,23 +928,19 @@ fn resolve_or_parent(
             "a push to a directory or its own name is of a single file, to DST/NAME".into(),
         ));
     }
-    let parent = sprat_store::split_parent(&path).0.to_vec();
-    let inside = shared
+    let (path, to_parent) = shared
         .exports
-        .is_directory_for(&access.reach, &parent, "push to")?;
+        .path_or_parent(&access.reach, path, "push to")?;
     if let Operation::Push {
         no_link_at_path,
         or_parent,
         ..
     } = &mut op
     {
-        *no_link_at_path = inside;
+        *no_link_at_path = !to_parent;
         *or_parent = false;
     }
-    Ok(match inside {
-        true => (op, path, false),
-        false => (op, parent, true),
-    })
+    Ok((op, path, to_parent))
 }
 
 /// The target of the symlink at `rel` below `root`, if that is one (its own name, not
