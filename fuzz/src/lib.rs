@@ -612,6 +612,7 @@ pub fn arb_message(u: &mut Unstructured<'_>) -> arbitrary::Result<Message> {
                 devices: u.arbitrary()?,
             },
             specials: u.arbitrary()?,
+            streams: u.arbitrary()?,
             ..RemoteStats::default()
         }),
         13 => Message::Request(arb_request(u)?),

@@ -510,12 +510,18 @@ fn a_single_small_file_on_a_long_path_opens_one_stream() {
     assert_ok(&out, Some(&srv));
     let copied = std::fs::read(t.path().join("root/copied")).unwrap();
     assert_eq!(copied, b"a single small file");
-    // The client does not know how many streams the source server used, and says so.
+    // The source server's `Done` says how many streams its push used (protocol 23): one,
+    // whether it chose or was told at most 8 (before, the report said "8 streams").
     let told = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        told.contains("over streams the source server chose"),
-        "{told}"
-    );
+    assert!(told.contains("over 1 stream\n"), "{told}");
+    let args: Vec<&str> = ["--json", "--streams", "8"]
+        .iter()
+        .chain(&chunked)
+        .copied()
+        .collect();
+    let out = cp(&srv, &args, relay.url("small"), relay.url("copied-8"));
+    assert_ok(&out, Some(&srv));
+    assert_eq!(json(&out)["streams"].as_u64(), Some(1), "{}", json(&out));
     // No stream was opened only to be turned away as one too many from this address.
     let log = srv.stderr_log();
     assert!(!log.contains("refusing"), "{log}");
@@ -588,11 +594,10 @@ fn a_third_party_copy_of_a_small_file_takes_one_place() {
         std::fs::read(root.join("copied")).unwrap(),
         b"a single small file"
     );
-    // 0: automatic, the source server's choice (a count would be streams fixed at the places
-    // it got).
+    // The one stream the source server's push used, as its `Done` says (protocol 23).
     assert_eq!(
         json(&out)["streams"].as_u64(),
-        Some(0),
+        Some(1),
         "{}",
         describe(&out)
     );

@@ -80,8 +80,8 @@ pub struct Report {
     pub seconds: f64,
     pub mb_per_s: f64,
     pub files_per_s: f64,
-    /// Streams the copy used at most; 0 for a third-party copy whose source server chose
-    /// them (its answer does not say how many).
+    /// Streams the copy used at most (a third-party copy: those of the source server's push
+    /// to the destination, as its `Done` says).
     pub streams: usize,
     pub stages: Stages,
     pub bottleneck: &'static str,
@@ -596,7 +596,8 @@ impl fmt::Display for Report {
         }
         self.fmt_not_kept(f)?;
         let over = match self.streams {
-            0 => "streams the source server chose".to_string(),
+            // A copy that opened none (nothing to send) or a source server that did not say.
+            0 => "no stream".to_string(),
             1 => "1 stream".to_string(),
             n => format!("{n} streams"),
         };

@@ -29,4 +29,4 @@ pub use message::{
 pub use selection::Selection;
 
 /// Version of the protocol spoken by this build; peers with another version are refused.
-pub const PROTOCOL_VERSION: u16 = 22;
+pub const PROTOCOL_VERSION: u16 = 23;

@@ -302,6 +302,10 @@ pub struct RemoteStats {
     pub not_kept: NotKept,
     /// FIFOs, sockets and devices made (from protocol 18).
     pub specials: u64,
+    /// Most streams the session had open at once, as the server saw them (from protocol
+    /// 23): a third-party copy's source server says how many its push to the destination
+    /// used, which its client reports; 0 where the server does not say.
+    pub streams: u64,
 }
 
 /// Regular files a writer wrote (their data, or their mode and mtime alone) without part of
@@ -635,7 +639,9 @@ impl Message {
                 }
                 s.totals.encode(&mut out);
                 let n = &s.not_kept;
-                for v in [n.setid, n.xattrs, n.owners, n.mtimes, n.devices, s.specials] {
+                for v in [
+                    n.setid, n.xattrs, n.owners, n.mtimes, n.devices, s.specials, s.streams,
+                ] {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 kind::DONE
@@ -884,6 +890,7 @@ impl Message {
                     devices: r.u64("devices not kept")?,
                 },
                 specials: r.u64("special files")?,
+                streams: r.u64("streams")?,
             }),
             kind::REQUEST => Message::Request(Request::decode(&mut r)?),
             kind::ENTRIES => Message::Entries(namespace::decode_entries(&mut r)?),
@@ -1148,6 +1155,7 @@ mod tests {
                 devices: 17,
             },
             specials: 18,
+            streams: 19,
         }));
     }
 

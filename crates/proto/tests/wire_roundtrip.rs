@@ -102,7 +102,7 @@ fn totals() -> impl Strategy<Value = Totals> {
 }
 
 fn remote_stats() -> impl Strategy<Value = RemoteStats> {
-    (any::<[u64; 12]>(), totals(), any::<[u64; 6]>()).prop_map(|(f, totals, n)| RemoteStats {
+    (any::<[u64; 12]>(), totals(), any::<[u64; 7]>()).prop_map(|(f, totals, n)| RemoteStats {
         files: f[0],
         dirs: f[1],
         symlinks: f[2],
@@ -124,6 +124,7 @@ fn remote_stats() -> impl Strategy<Value = RemoteStats> {
             devices: n[4],
         },
         specials: n[5],
+        streams: n[6],
     })
 }
 

@@ -722,9 +722,9 @@ pub fn third_party(
         dst_label,
         &counts,
         started.elapsed(),
-        // Automatic streams are the source server's choice, which its `Done` does not say
-        // (0: not known here).
-        options.streams.unwrap_or(0),
+        // The streams the source server's push used (from protocol 23), which `--streams N`
+        // bounds but does not set: a small copy takes fewer.
+        stats.streams as usize,
         stages,
     )
     .with_durable(options.durable)

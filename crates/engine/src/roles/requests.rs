@@ -768,6 +768,8 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
                 bytes_not_sent: report.bytes_not_sent,
                 not_kept: report.not_kept,
                 specials: report.specials,
+                // Of the push to the destination, which the client reports (from protocol 23).
+                streams: report.streams as u64,
             }))?;
         }
     }

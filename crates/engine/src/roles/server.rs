@@ -1597,6 +1597,7 @@ fn serve_push(
         attrs_fixed: counts.kept_fixed,
         totals: received,
         not_kept: counts.not_kept,
+        streams,
         ..RemoteStats::default()
     });
     conn.send(&done.map_err(|e| conn.session_error(e))?)
