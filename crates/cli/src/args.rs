@@ -39,7 +39,8 @@ pub enum Command {
     /// (like `rsync -a SRC/ DST/`) and is created if missing. `DST/` (a trailing slash, or
     /// `.`, `..`, a server's root `sprat://HOST:PORT/`) is a directory to copy into, as with
     /// cp, scp and rsync: SRC goes to DST/NAME; `SRC/ DST/` puts SRC's contents into DST. A
-    /// single file goes inside DST also when DST is an existing directory.
+    /// single file goes inside DST also when DST is an existing directory. A symlink already
+    /// at DST/NAME is refused then (NAME is SRC's, not a name you typed), never followed.
     ///
     /// Several sources, `sprat cp SRC... DIR` (a shell glob): each goes inside DIR under its
     /// own name (one given with a trailing `/`: its contents, as with rsync), one copy after

@@ -547,6 +547,44 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
             .is_symlink());
         assert!(fs::symlink_metadata(root.join("D/f")).unwrap().is_symlink());
     }
+    // A single file copied to `D` without the slash goes to `D/f` as well, D being a
+    // directory: the same refusal for a small file pushed before the listing (the server
+    // chooses, in the push's `Open` and in its listing: protocol 22), one checked by digest
+    // (asked first), a large one in chunks, and one sent by another server (which replaced
+    // the link before), and for a local copy and a pull into a local `D` (which did too).
+    let big = t.path().join("big/f");
+    fs::create_dir_all(big.parent().unwrap()).unwrap();
+    fs::write(&big, sprat_testkit::random_bytes(3 << 20, 5)).unwrap();
+    let chunked = common::CHUNKED;
+    let cases: [(&[&str], &std::ffi::OsStr); 4] = [
+        (&[], file.as_os_str()),
+        (&["-c"], file.as_os_str()),
+        (&chunked, big.as_os_str()),
+        (&[], file_there.as_ref()),
+    ];
+    for (flags, what) in cases {
+        let out = cp(&srv, flags, what, srv.url("D"));
+        assert_exit(&out, 2);
+        let line = assert_error_names(&out, &["'D/f' is a symbolic link"]);
+        assert!(
+            line.contains("remove the link"),
+            "{flags:?} {what:?}: {line}"
+        );
+        assert_eq!(fs::read(root.join("elsewhere/precious")).unwrap(), b"p");
+        assert!(fs::symlink_metadata(root.join("D/f")).unwrap().is_symlink());
+    }
+    let here = t.path().join("here/D");
+    fs::create_dir_all(&here).unwrap();
+    symlink("../../root/elsewhere/precious", here.join("f")).unwrap();
+    let local = cp_local(&[], &file, &here);
+    let pulled = cp(&srv, &[], &file_there, &here);
+    for out in [local, pulled] {
+        assert_exit(&out, 2);
+        let line = assert_error_names(&out, &["/here/D/f' is a symbolic link"]);
+        assert!(line.contains("remove the link"), "{line}");
+        assert_eq!(fs::read(root.join("elsewhere/precious")).unwrap(), b"p");
+        assert!(fs::symlink_metadata(here.join("f")).unwrap().is_symlink());
+    }
     // Several sources, each into `D/`: the one whose name is a link there is refused.
     let out = cp(&srv, &[src.to_str().unwrap()], &file, srv.url("D/"));
     assert_exit(&out, 2);

@@ -146,20 +146,10 @@ pub fn into_directory(
         return match src.name().filter(|_| !contents) {
             Some(name) => {
                 let dst = inside(dst, &name);
-                // A push to one server, its session opened at once, or a copy between two
-                // servers: the destination's server refuses a link there, which saves the
-                // three round trips of asking it first.
-                let one_server = matches!(&dst, Endpoint::Remote { also, .. } if also.is_empty());
-                let pushed = push || matches!(src, Endpoint::Remote { .. });
-                if pushed && one_server && dial_ahead.is_some_and(|a| a.server_checks_link) {
-                    return Ok(Destination {
-                        endpoint: dst,
-                        link_left_to_server: true,
-                        or_parent_left_to_server: false,
-                    });
+                if !server_checks_link(src, &dst, push, dial_ahead) {
+                    dial_session(&dst);
                 }
-                dial_session(&dst);
-                checked_here(no_link_at(dst, key))
+                at_own_name(src, dst, push, dial_ahead, key)
             }
             None => checked_here(Ok(dst)),
         };
@@ -223,10 +213,48 @@ pub fn into_directory(
         Some(asked) => asked.recv().unwrap_or(false),
         None => is_directory(&dst, key),
     };
-    checked_here(Ok(match inside {
-        true => self::inside(dst, &name),
-        false => dst,
-    }))
+    match inside {
+        true => at_own_name(src, self::inside(dst, &name), push, dial_ahead, key),
+        false => checked_here(Ok(dst)),
+    }
+}
+
+/// Whether the server that writes `dst` (`DST/NAME`) refuses a symlink there itself, in the
+/// push's `Open`: a push to one server, its session opened at once, or a copy between two
+/// servers, which saves the three round trips of asking it first.
+fn server_checks_link(
+    src: &Endpoint,
+    dst: &Endpoint,
+    push: bool,
+    dial_ahead: Option<DialAhead>,
+) -> bool {
+    let one_server = matches!(dst, Endpoint::Remote { also, .. } if also.is_empty());
+    let pushed = push || matches!(src, Endpoint::Remote { .. });
+    pushed && one_server && dial_ahead.is_some_and(|a| a.server_checks_link)
+}
+
+/// `dst`, which is `DST/NAME` with NAME the source's own (into `DST/`, or a single file into
+/// the directory `DST`): a name the user did not type, so a symlink there is refused, never
+/// followed nor replaced, by the server that writes it (see [`server_checks_link`]) or asked
+/// here first. Before, a single file copied to a directory `DST` without the slash, locally,
+/// between two servers or over ssh, replaced such a link.
+fn at_own_name(
+    src: &Endpoint,
+    dst: Endpoint,
+    push: bool,
+    dial_ahead: Option<DialAhead>,
+    key: &Credentials,
+) -> Result<Destination, TransferError> {
+    let link_left_to_server = server_checks_link(src, &dst, push, dial_ahead);
+    let endpoint = match link_left_to_server {
+        true => dst,
+        false => no_link_at(dst, key)?,
+    };
+    Ok(Destination {
+        endpoint,
+        link_left_to_server,
+        or_parent_left_to_server: false,
+    })
 }
 
 /// What [`into_directory`] may start for the copy that follows it: that copy's session.

@@ -100,6 +100,20 @@ pub(crate) fn pull(
         None => file_inside_directory(dst, path),
         Some(_) => None,
     };
+    // A symlink at that `DST/NAME`, a name the user did not type: refused if the source is a
+    // file, as into `DST/` (see `endpoint::into_directory`); before, the file replaced it.
+    // Only this rare case asks the server first.
+    if let Some(at) = &inside {
+        if let Ok(target) = std::fs::read_link(at) {
+            if super::remote::stat(addr, key, path).is_ok_and(|e| e.kind != NsKind::Dir) {
+                use std::os::unix::ffi::OsStrExt;
+                return Err(TransferError::Usage(super::endpoint::link_not_followed(
+                    &at.display().to_string(),
+                    target.as_os_str().as_bytes(),
+                )));
+            }
+        }
+    }
     // A checked pull sends what the destination has right behind its `Open`; the local scan
     // starts while the session's connection is dialled, and its pieces go as they come (a
     // few held while the dial goes on).
