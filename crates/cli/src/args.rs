@@ -604,7 +604,7 @@ pub struct CpArgs {
     pub checksum: bool,
     /// Print what a copy would send (`send PATH`) and of which files it would set only the
     /// mode and mtime (`attrs PATH`), then a summary; change nothing (the two sides are only
-    /// listed). SRC must be a directory.
+    /// listed). SRC may be a directory or a single file (compared where its copy would go).
     #[arg(long, short = 'n')]
     pub dry_run: bool,
     /// Remove from the destination what the source does not have, before copying (only inside

@@ -383,15 +383,104 @@ fn a_third_party_copy_again_sends_only_what_changed() {
     run_in(Way::ThirdParty, scenario);
 }
 
+/// A dry run of a single file (rsync's `-n FILE DST`) says whether its copy would send it,
+/// with the copy's own check, where the copy would put it: DST, or DST/NAME in an existing
+/// directory (a pull asks the server what its source is then). Locally, pushed, pulled and
+/// between two servers: a new file would be sent, one copied already is up to date, one
+/// changed in place at the same size and mtime is up to date to the quick check and sent by
+/// `-c`. Before, a dry run of a single file was refused ("--dry-run compares trees").
 #[test]
-fn a_dry_run_of_a_single_file_says_it_compares_trees() {
+fn a_dry_run_of_a_single_file_says_what_its_copy_would_do() {
     let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let srv = server(&root);
     let f = t.path().join("f");
-    tree::make_file(&f, b"x", 0o644);
-    let out = cp_local(&["--dry-run"], &f, t.path().join("g"));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--dry-run"));
-    assert!(!t.path().join("g").exists(), "a dry run wrote something");
+    tree::make_file(&f, b"a single file to check", 0o644);
+    tree::make_file(&root.join("f"), b"a single file to check", 0o644);
+    let (here, pulled_into) = (t.path().join("here"), t.path().join("pulled-into"));
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::create_dir_all(&pulled_into).unwrap();
+    let remote_f = srv.url("f");
+    // (source, destination as named, where the copy puts the file, through the server).
+    let cases: Vec<(
+        std::ffi::OsString,
+        std::ffi::OsString,
+        std::path::PathBuf,
+        bool,
+    )> = vec![
+        (
+            f.clone().into(),
+            t.path().join("g").into(),
+            t.path().join("g"),
+            false,
+        ),
+        (f.clone().into(), here.clone().into(), here.join("f"), false),
+        (
+            f.clone().into(),
+            srv.url("new").into(),
+            root.join("new"),
+            true,
+        ),
+        (
+            f.clone().into(),
+            srv.url("in").into(),
+            root.join("in/f"),
+            true,
+        ),
+        (
+            remote_f.clone().into(),
+            t.path().join("p").into(),
+            t.path().join("p"),
+            true,
+        ),
+        (
+            remote_f.clone().into(),
+            pulled_into.clone().into(),
+            pulled_into.join("f"),
+            true,
+        ),
+        (
+            remote_f.clone().into(),
+            srv.url("third").into(),
+            root.join("third"),
+            true,
+        ),
+    ];
+    let dry = |extra: &[&str], from: &std::ffi::OsStr, to: &std::ffi::OsStr, remote: bool| {
+        let args: Vec<&str> = ["-n", "--json"].iter().chain(extra).copied().collect();
+        let out = match remote {
+            true => cp(&srv, &args, from, to),
+            false => cp_local(&args, from, to),
+        };
+        assert_ok(&out, remote.then_some(&srv));
+        let r = report(&out);
+        assert_eq!(r["dry_run"], true, "{r}");
+        (
+            r["send"].as_u64().unwrap(),
+            r["up_to_date"].as_u64().unwrap(),
+        )
+    };
+    for (from, to, lands, remote) in &cases {
+        let what = format!("{from:?} -> {to:?}");
+        assert_eq!(dry(&[], from, to, *remote), (1, 0), "new: {what}");
+        assert!(!lands.exists(), "a dry run wrote {lands:?}");
+        let out = match remote {
+            true => cp(&srv, &[], from, to),
+            false => cp_local(&[], from, to),
+        };
+        assert_ok(&out, remote.then_some(&srv));
+        assert_eq!(
+            std::fs::read(lands).unwrap(),
+            b"a single file to check",
+            "{what}"
+        );
+        assert_eq!(dry(&[], from, to, *remote), (0, 1), "copied: {what}");
+        rewrite_keeping_size_and_mtime(lands);
+        assert_eq!(dry(&[], from, to, *remote), (0, 1), "quick check: {what}");
+        assert_eq!(dry(&["-c"], from, to, *remote), (1, 0), "checksum: {what}");
+        assert_ne!(std::fs::read(lands).unwrap(), b"a single file to check");
+    }
 }
 
 #[test]

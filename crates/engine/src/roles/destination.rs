@@ -503,7 +503,7 @@ fn is_partial_log(e: &ScanEntry) -> bool {
 }
 
 /// The parent of local path `dst` open as a root, and `dst`'s name in it.
-fn parent_and_name(dst: &Path) -> Option<(Root, &[u8])> {
+pub(crate) fn parent_and_name(dst: &Path) -> Option<(Root, &[u8])> {
     use std::os::unix::ffi::OsStrExt;
     let name = dst.file_name()?.as_bytes();
     Some((Root::open(parent_dir(dst)).ok()?, name))

@@ -2,7 +2,7 @@
 //! attributes, found by comparing two listings (each one streamed reply from a server, or a
 //! scan of a local tree) with the same check a copy makes. Nothing is written anywhere.
 
-use super::destination::{local_index, scan_local_source};
+use super::destination::{local_index, parent_and_name, scan_local_source};
 use super::endpoint::Endpoint;
 use super::remote;
 use crate::config::SkipRule;
@@ -137,10 +137,19 @@ pub fn dry_run(
         _ => {}
     };
     match src {
-        Endpoint::Local(s) => {
-            if !is_dir(s)? {
-                return Err(not_a_tree(src));
+        // A single file (or symlink, FIFO...) named as the source: the root entry, compared
+        // with what DST is (the copy's `DST/NAME` where DST is a directory), as its copy would.
+        Endpoint::Local(s) if !is_dir(s)? => {
+            let (parent, name) = parent_and_name(s).ok_or_else(|| {
+                TransferError::Usage(format!("source '{}': no such file", s.display()))
+            })?;
+            each(sprat_store::stat_root_file(&parent, name));
+            for e in compare.drain(..) {
+                let digest = digest::file_digest(&parent, name);
+                out.record(index.compared(&e, digest), &e);
             }
+        }
+        Endpoint::Local(s) => {
             scan_local_source(s, options, &mut each)?;
             if !compare.is_empty() {
                 // The source's digests, many at once where the source lives.
@@ -155,7 +164,6 @@ pub fn dry_run(
             }
         }
         Endpoint::Remote { addr, path, .. } => {
-            let mut root_is_dir = true;
             // The source's server sends its files' digests with its listing.
             let mut digests = HashMap::new();
             let mut keep = |p, d| {
@@ -163,9 +171,6 @@ pub fn dry_run(
             };
             let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
             remote::list_summed(addr, key, path, true, &options.selection, keep, |n| {
-                if n.path.is_empty() {
-                    root_is_dir = n.kind == NsKind::Dir;
-                }
                 if n.kind == NsKind::Partial {
                     // A partial file at the source is not a file of the source.
                     return;
@@ -196,9 +201,6 @@ pub fn dry_run(
                     link_target: (n.kind == NsKind::Symlink).then_some(n.target),
                 })
             })?;
-            if !root_is_dir {
-                return Err(not_a_tree(src));
-            }
             for e in compare {
                 let d = digests.get(&e.path).copied();
                 out.record(index.compared(&e, d), &e);
@@ -219,6 +221,12 @@ pub fn dry_run(
             out.files
                 .push((sprat_store::display_path(&rel), Action::Delete));
         }
+    }
+    // A single file's own entry, of the empty path (shown as `.`), is shown by its name.
+    let name = src.name().unwrap_or_default();
+    let root = sprat_store::display_path(b"");
+    for (path, _) in out.files.iter_mut().filter(|(p, _)| *p == root) {
+        *path = sprat_store::display_path(&name);
     }
     out.files.sort();
     Ok(out)
@@ -368,10 +376,4 @@ fn is_dir(path: &Path) -> Result<bool, TransferError> {
     std::fs::metadata(path)
         .map(|m| m.is_dir())
         .map_err(|e| TransferError::Usage(format!("source '{}': {e}", path.display())))
-}
-
-fn not_a_tree(src: &Endpoint) -> TransferError {
-    TransferError::Usage(format!(
-        "--dry-run compares trees, and the source '{src}' is a single file"
-    ))
 }

@@ -110,7 +110,7 @@ impl Endpoint {
 /// copy itself, and only a single file goes inside DST when DST is an existing directory (a
 /// local one, or a symlink to one; a remote one, asked with one request). A remote source is
 /// asked what it is (one request) when DST is remote too (the two asked at once); a pull
-/// without `DST/` finds out from the server's answer.
+/// without `DST/` finds out from the server's answer, unless no copy follows (a dry run).
 ///
 /// With `dial_ahead` (the copy follows at once), a push whose destination the server is
 /// asked about dials its session meanwhile. The connection that asked is kept for what the
@@ -155,8 +155,10 @@ pub fn into_directory(
         };
     }
     // A pull is not asked: it finds out from the server's answer (see `pull`), which costs a
-    // tree's pull nothing. Between two servers both are asked, at once.
-    if matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_))) {
+    // tree's pull nothing; a dry run, which opens no session, asks. Between two servers both
+    // are asked, at once.
+    let pull = matches!((src, &dst), (Endpoint::Remote { .. }, Endpoint::Local(_)));
+    if pull && dial_ahead.is_some() {
         return checked_here(Ok(dst));
     }
     // Between servers the source is asked anyway; a push's local source is known at once.
