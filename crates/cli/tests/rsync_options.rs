@@ -738,3 +738,49 @@ fn a_bind_mount_does_not_hide_that_the_destination_holds_the_source() {
     }
     assert_eq!(files_of(&top), before);
 }
+
+/// `--delete` of a directory whose siblings' names extend its own (`data`, `data-old`,
+/// `data.bak`, `data 2`: `-`, `.` and space sort before `/`) removes each once, with
+/// everything below it, exit 0; before, the entries below `data` were removed again one by
+/// one after `data` had gone, each failing (exit 1), and the dry run listed them (review
+/// 2026-11-30 of the filters, F3). Locally, pushed and pulled.
+#[test]
+fn delete_removes_directories_whose_siblings_extend_their_names() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("keep"), b"kept").unwrap();
+    let srv = server(&root);
+    let extras = |dst: &std::path::Path| {
+        for (dir, file) in [
+            ("data", "x"),
+            ("data-old", "y"),
+            ("data.bak", "z"),
+            ("data 2", "w"),
+        ] {
+            fs::create_dir_all(dst.join(dir)).unwrap();
+            fs::write(dst.join(dir).join(file), b"extra").unwrap();
+        }
+        fs::write(dst.join("keep"), b"kept").unwrap();
+    };
+    for how in ["local", "push", "pull"] {
+        let dst = match how {
+            "push" => root.join("pushed"),
+            _ => t.path().join(how),
+        };
+        extras(&dst);
+        let run = |flags: &[&str]| match how {
+            "local" => cp_local(flags, &src, &dst),
+            "push" => cp(&srv, flags, &src, srv.url("pushed")),
+            _ => cp(&srv, flags, srv.url("src"), &dst),
+        };
+        let out = run(&["--delete", "-n", "--json"]);
+        assert_ok(&out, Some(&srv));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(plan["delete"], 4, "{how}: {plan}");
+        let out = run(&["--delete"]);
+        assert_ok(&out, Some(&srv));
+        assert_trees_equal(&src, &dst);
+    }
+}
