@@ -230,7 +230,7 @@ pub(crate) fn extras_unless_unreadable(
         .iter()
         .flat_map(|(p, _)| relpath::ancestors(p))
         .collect();
-    let mut extra: Vec<Vec<u8>> = extra
+    let extra: Vec<Vec<u8>> = extra
         .drain(..)
         .map(|(p, _)| p)
         .filter(|p| !holding.contains(p.as_slice()))
