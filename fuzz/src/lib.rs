@@ -169,7 +169,15 @@ pub fn arb_selection(u: &mut Unstructured<'_>) -> arbitrary::Result<Selection> {
     } else {
         None
     };
-    Ok(Selection { rules, files_from })
+    let base = match u.arbitrary()? {
+        true => Some(u.choose(&[&b"src"[..], b"a.log", b"d"])?.to_vec()),
+        false => None,
+    };
+    Ok(Selection {
+        rules,
+        files_from,
+        base,
+    })
 }
 
 /// Encodes `m` and checks its frame header.

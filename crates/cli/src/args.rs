@@ -621,7 +621,10 @@ pub struct CpArgs {
     pub force_delete: bool,
     /// Leave out what matches PATTERN, as rsync does: rules from --exclude, --include and
     /// their -from files are tried in the order given and the first that matches decides
-    /// (none: copied). A leading `/` anchors at the root of SRC; a pattern without `/` matches
+    /// (none: copied). A leading `/` anchors at the root of the transfer, as rsync's: SRC
+    /// itself for `sprat cp SRC DST` (rsync's `SRC/ DST/`), SRC's parent where SRC goes to
+    /// DST/NAME (`DST/`, as rsync's `SRC DST/`: `/NAME/x`), and a single file is matched by
+    /// its name (excluded: nothing copied); a pattern without `/` matches
     /// the last name at any depth, one with an inner `/` or `**` the end of the path; a
     /// trailing `/` matches only directories; `*` matches within a name, `**` across `/`,
     /// `?` one character, `[...]` a class; `dir/***` is dir and everything below. An excluded

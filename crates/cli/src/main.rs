@@ -966,6 +966,38 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     if copy_follows {
         options.validate()?;
     }
+    // The rules as rsync matches them: against `NAME/PATH` where SRC goes to `DST/NAME`, and
+    // against a single file's own name; SRC itself left out by them is not copied at all.
+    if rules_leave_out_the_source(&a, &src, &key, &mut options)? {
+        let shown = printable(&launched.shown[0]);
+        eprintln!(
+            "sprat: note: '{shown}' itself is left out by the --exclude/--include rules (as \
+             rsync matches them, by its own name: SRC goes to DST/NAME, or is a single \
+             file): nothing to copy"
+        );
+        let report = sprat_engine::Report::new(
+            "copy",
+            launched.shown[0].clone(),
+            launched.shown[1].clone(),
+            &Default::default(),
+            std::time::Duration::ZERO,
+            0,
+            Default::default(),
+        );
+        let text = match (a.json || a.json_events, a.dry_run) {
+            (false, _) => String::new(),
+            (true, false) => serde_json::to_string(&report)? + "\n",
+            (true, true) => {
+                let nothing = sprat_engine::DryRun {
+                    dry_run: true,
+                    ..Default::default()
+                };
+                serde_json::to_string(&nothing)? + "\n"
+            }
+        };
+        print_quietly(&text)?;
+        return Ok(0);
+    }
     // `DST/` (or `.`): SRC goes inside it, under its own name, as with cp, scp and rsync
     // (`SRC/ DST/`: its contents); a single file goes inside a DST that is a directory too.
     let found = sprat_engine::into_directory(
@@ -1369,4 +1401,56 @@ fn names_a_directory_to_copy_into(dst: &[u8]) -> bool {
 /// Whether SRC was given as its contents, as rsync reads `SRC/` and `SRC/.`.
 fn names_its_contents(src: &[u8]) -> bool {
     src.ends_with(b"/") || src.ends_with(b"/.") || src == b"."
+}
+
+/// Sets `options`' rules to match as rsync's do where its transfer's root is SRC's parent:
+/// SRC going to `DST/NAME` (`DST/`, or one of several sources), where the rules see SRC's
+/// entries as `NAME/PATH` (`/NAME/keep` names `DST/NAME/keep`; before, the rules were
+/// matched below SRC there too, and `--delete` removed what such a rule protects: review
+/// 2026-11-30 of the filters, F1); and a single file, which the rules see by its name (they
+/// were not applied to it at all, F2). Returns whether they leave out SRC itself: then
+/// nothing is copied, as rsync copies nothing. A server is asked what SRC is only where that
+/// decides it (a rule for directories alone, or one that would leave out a file). Not with
+/// `--files-from` (its paths and the rules are relative to SRC, as rsync's) or a plan.
+fn rules_leave_out_the_source(
+    a: &CpArgs,
+    src: &Endpoint,
+    key: &sprat_engine::Credentials,
+    options: &mut sprat_engine::TransferOptions,
+) -> anyhow::Result<bool> {
+    let selection = &options.selection;
+    if selection.filter.is_empty() || selection.files_from.is_some() || a.plan.is_some() {
+        return Ok(false);
+    }
+    let Some(name) = src.name() else {
+        return Ok(false);
+    };
+    let into =
+        names_a_directory_to_copy_into(a.dst.as_bytes()) && !names_its_contents(a.src.as_bytes());
+    let based = selection.filter.clone().with_base(&name);
+    let (as_file, as_dir) = (based.root_excluded(false), based.root_excluded(true));
+    let kind_decides = match into {
+        true => as_file != as_dir,
+        false => as_file,
+    };
+    let is_dir = match kind_decides {
+        false => None,
+        true => Some(match src {
+            Endpoint::Local(p) => std::fs::metadata(p).is_ok_and(|m| m.is_dir()),
+            Endpoint::Remote { addr, path, .. } => sprat_engine::remote::stat(addr, key, path)
+                .is_ok_and(|e| e.kind == sprat_engine::NsKind::Dir),
+        }),
+    };
+    if into {
+        options.selection.filter = based;
+    }
+    Ok(match (into, is_dir) {
+        (true, None) => as_file,
+        (true, Some(dir)) => match dir {
+            true => as_dir,
+            false => as_file,
+        },
+        (false, Some(false)) => as_file,
+        (false, _) => false,
+    })
 }

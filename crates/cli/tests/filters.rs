@@ -526,3 +526,97 @@ fn rules_too_large_for_a_server_are_refused_before_connecting_but_fine_locally()
     assert_ok(&out, None);
     assert_eq!(paths_below(&local), set(&["f.txt"]));
 }
+
+/// Into `DST/` (rsync's `rsync -a RULES SRC DST/`, whose transfer root is SRC's parent) the
+/// rules see SRC's entries as `SRC/PATH`: `/src/keep` and `src/tmp` name `DST/src/keep` and
+/// `DST/src/tmp`, so `--delete` keeps `DST/src/keep/p` as rsync does, and `/x.log` (anchored
+/// above SRC) matches nothing. A rule naming SRC itself copies nothing, and a single file a
+/// rule leaves out is not copied (rsync copies nothing in both). Before, the rules were
+/// matched below SRC there: `--delete` removed `DST/src/keep/p` with exit 0, and a single
+/// file was copied whatever the rules (review 2026-11-30 of the filters, F1 and F2). Locally,
+/// pushed, pulled and between two servers, and against rsync itself when it is installed.
+#[test]
+fn into_a_directory_the_rules_see_the_source_by_its_name_as_rsyncs_do() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    for f in ["tmp/a", "d", "keep/new", "x.log"] {
+        file(&src.join(f), f.as_bytes(), 0o644);
+    }
+    let srv = server(&root);
+    let rules = [
+        "--delete",
+        "--exclude",
+        "/src/keep",
+        "--exclude",
+        "src/tmp",
+        "--exclude",
+        "/x.log",
+    ];
+    let expected = set(&["src", "src/d", "src/x.log", "src/keep", "src/keep/p"]);
+    // A destination holding `src/keep/p` (the rule protects it) and `src/old` (an extra).
+    let prepare = |dst: &Path| {
+        file(&dst.join("src/keep/p"), b"precious", 0o644);
+        file(&dst.join("src/old"), b"old", 0o644);
+        file(&dst.join("src/d"), b"d", 0o644);
+    };
+    let copy = |how: &str, flags: &[&str], from: &str, to: &str| match how {
+        "local" => cp_local(
+            flags,
+            root.join(from),
+            format!("{}/", t.path().join(to).display()),
+        ),
+        "push" => cp(&srv, flags, root.join(from), srv.url(&format!("{to}/"))),
+        "pull" => cp(
+            &srv,
+            flags,
+            srv.url(from),
+            format!("{}/", t.path().join(to).display()),
+        ),
+        _ => cp(&srv, flags, srv.url(from), srv.url(&format!("{to}/"))),
+    };
+    let place = |how: &str, to: &str| match how {
+        "push" | "third" => root.join(to),
+        _ => t.path().join(to),
+    };
+    for how in ["local", "push", "pull", "third"] {
+        let to = format!("into-{how}");
+        prepare(&place(how, &to));
+        let out = copy(how, &rules, "src", &to);
+        assert_ok(&out, Some(&srv));
+        assert_eq!(paths_below(&place(how, &to)), expected, "{how}");
+        assert_eq!(
+            std::fs::read(place(how, &to).join("src/keep/p")).unwrap(),
+            b"precious"
+        );
+        // SRC itself named by a rule, and a single file a rule leaves out: nothing is copied.
+        for (flags, from) in [
+            (["--exclude", "src"], "src"),
+            (["--exclude", "*.log"], "src/x.log"),
+        ] {
+            let to = format!("none-{how}");
+            std::fs::create_dir_all(place(how, &to)).unwrap();
+            let out = copy(how, &flags, from, &to);
+            assert_ok(&out, Some(&srv));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("left out by the"),
+                "{how} {flags:?}: {}",
+                sprat_testkit::describe(&out)
+            );
+            assert_eq!(paths_below(&place(how, &to)), set(&[]), "{how} {flags:?}");
+        }
+    }
+    if has_rsync() {
+        let r = t.path().join("rsync");
+        prepare(&r);
+        let status = Command::new("rsync")
+            .arg("-a")
+            .args(rules)
+            .arg(&src)
+            .arg(format!("{}/", r.display()))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(paths_below(&r), expected, "rsync");
+    }
+}

@@ -313,6 +313,7 @@ pub fn wire_selection(selection: &Selection) -> sprat_proto::Selection {
             .map(|(kind, p)| (kind == RuleKind::Include, p.to_vec()))
             .collect(),
         files_from: selection.files_from.as_ref().map(|l| l.to_vec()),
+        base: selection.filter.base().map(<[u8]>::to_vec),
     }
 }
 
@@ -322,7 +323,10 @@ pub fn selection_from_wire(wire: sprat_proto::Selection) -> Result<Selection, Fi
         true => RuleKind::Include,
         false => RuleKind::Exclude,
     };
-    let filter = Filter::new(wire.rules.into_iter().map(|(i, p)| (kind(i), p)))?;
+    let mut filter = Filter::new(wire.rules.into_iter().map(|(i, p)| (kind(i), p)))?;
+    if let Some(name) = &wire.base {
+        filter = filter.with_base(name);
+    }
     let selection = Selection {
         filter,
         files_from: None,

@@ -10,6 +10,9 @@
 //!     + pattern (non-empty, no NUL)
 //! u8 has list (0 or 1); if 1: u32 list bytes (<= MAX_LIST_BYTES), then paths: u16 len + path
 //!     (a valid relative path, not empty)
+//! u8 has base (0 or 1; from protocol 23); if 1: u16 len + name (one component, at most 255
+//!     bytes, not `.` or `..`): the rules see the source's root as `name`, its entries as
+//!     `name/PATH` (rsync's `SRC DST/`)
 //! ```
 
 use crate::codec::{put_bytes16, DecodeError, Reader};
@@ -29,6 +32,20 @@ pub type WireRule = (bool, Vec<u8>);
 pub struct Selection {
     pub rules: Vec<WireRule>,
     pub files_from: Option<Vec<Vec<u8>>>,
+    /// The name the rules see the source's root as, its entries being `base/PATH` (rsync's
+    /// `SRC DST/`, whose transfer root is SRC's parent; from protocol 23). `None`: the
+    /// rules are matched against paths relative to the source's root.
+    pub base: Option<Vec<u8>>,
+}
+
+/// Whether `name` may be a [`Selection::base`]: one path component.
+pub fn is_valid_base(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.contains(&b'/')
+        && !name.contains(&0)
+        && name != b"."
+        && name != b".."
 }
 
 /// Why a selection cannot be sent: it is larger than the protocol allows.
@@ -83,6 +100,13 @@ impl Selection {
                 out[at..at + 4].copy_from_slice(&len.to_le_bytes());
             }
         }
+        match &self.base {
+            None => out.push(0),
+            Some(name) => {
+                out.push(1);
+                put_bytes16(out, name);
+            }
+        }
     }
 
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Selection, DecodeError> {
@@ -134,7 +158,30 @@ impl Selection {
                 })
             }
         };
-        Ok(Selection { rules, files_from })
+        let base = match r.u8("base flag")? {
+            0 => None,
+            1 => {
+                let name = r.bytes16("base", 255)?;
+                if !is_valid_base(name) {
+                    return Err(DecodeError::Invalid {
+                        what: "base",
+                        why: "not one path component",
+                    });
+                }
+                Some(name.to_vec())
+            }
+            _ => {
+                return Err(DecodeError::Invalid {
+                    what: "base flag",
+                    why: "not 0 or 1",
+                })
+            }
+        };
+        Ok(Selection {
+            rules,
+            files_from,
+            base,
+        })
     }
 }
 
@@ -171,14 +218,22 @@ mod tests {
             Selection {
                 rules: vec![(true, b"keep.log".to_vec()), (false, b"*.log".to_vec())],
                 files_from: None,
+                base: None,
             },
             Selection {
                 rules: Vec::new(),
                 files_from: Some(Vec::new()),
+                base: None,
             },
             Selection {
                 rules: vec![(false, b"/a/***".to_vec())],
                 files_from: Some(vec![b"a/b".to_vec(), b"c".to_vec()]),
+                base: None,
+            },
+            Selection {
+                rules: vec![(false, b"/src/keep".to_vec())],
+                files_from: None,
+                base: Some(b"src".to_vec()),
             },
         ] {
             assert_eq!(roundtrip(&s).unwrap(), s);
@@ -190,6 +245,7 @@ mod tests {
         let big = Selection {
             rules: (0..30_000).map(|_| (false, b"x".to_vec())).collect(),
             files_from: None,
+            base: None,
         };
         assert_eq!(big.check(), Err(TooLarge::Rules(120_000)));
         assert!(matches!(
@@ -202,18 +258,29 @@ mod tests {
         let escaping = Selection {
             rules: Vec::new(),
             files_from: Some(vec![b"../etc/passwd".to_vec()]),
+            base: None,
         };
         assert!(roundtrip(&escaping).is_err());
         let empty = Selection {
             rules: vec![(true, Vec::new())],
             files_from: None,
+            base: None,
         };
         assert!(roundtrip(&empty).is_err());
+        for base in [&b""[..], b"a/b", b".", b"..", b"a\0b"] {
+            let base = Selection {
+                rules: Vec::new(),
+                files_from: None,
+                base: Some(base.to_vec()),
+            };
+            assert!(roundtrip(&base).is_err(), "{base:?}");
+        }
         // A rule whose length runs past the rules' own length is truncated, not read beyond.
         let mut out = Vec::new();
         Selection {
             rules: vec![(false, b"abc".to_vec())],
             files_from: None,
+            base: None,
         }
         .encode(&mut out);
         out[0] = 4;

@@ -84,9 +84,14 @@ fn selection() -> impl Strategy<Value = Selection> {
         2 => Just(Selection::default()),
         1 => (
             proptest::collection::vec((any::<bool>(), pattern), 0..4),
-            proptest::option::of(list)
+            proptest::option::of(list),
+            proptest::option::of(proptest::collection::vec(b'a'..=b'z', 1..8))
         )
-            .prop_map(|(rules, files_from)| Selection { rules, files_from }),
+            .prop_map(|(rules, files_from, base)| Selection {
+                rules,
+                files_from,
+                base
+            }),
     ]
 }
 

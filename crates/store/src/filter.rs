@@ -90,6 +90,8 @@ enum Matcher {
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     rules: Arc<[Rule]>,
+    /// The name the rules see the transfer's root as (see [`Filter::with_base`]).
+    base: Option<Arc<[u8]>>,
 }
 
 impl Filter {
@@ -105,11 +107,37 @@ impl Filter {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Filter {
             rules: rules.into(),
+            base: None,
         })
+    }
+
+    /// The same rules, matched as rsync matches them where the transfer's root is the
+    /// source's parent (`rsync -a SRC DST/`, or a single file): against `name/PATH`, `name`
+    /// being the source's own name, so that `/name/x` and `name/x` name `x` below it; and
+    /// [`Filter::root_excluded`] says whether the source itself is left out. `name` is one
+    /// component (not empty, no `/`, not `.` or `..`; otherwise the rules stay as they were).
+    pub fn with_base(mut self, name: &[u8]) -> Filter {
+        let one_component =
+            !name.is_empty() && !name.contains(&b'/') && name != b"." && name != b"..";
+        self.base = one_component.then(|| name.into());
+        self
+    }
+
+    /// The name given to [`Filter::with_base`], if any.
+    pub fn base(&self) -> Option<&[u8]> {
+        self.base.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Whether the rules leave out the transfer's root itself, a directory or not: only with
+    /// a base (see [`Filter::with_base`]); a root rsync copies the contents of is never.
+    pub fn root_excluded(&self, is_dir: bool) -> bool {
+        self.base
+            .as_deref()
+            .is_some_and(|name| self.first_match_excludes(name, is_dir))
     }
 
     /// The rules as given, in order (to send them to a server).
@@ -121,9 +149,23 @@ impl Filter {
     /// is excluded: the first rule that matches it is an exclude. Its parents are not
     /// looked at: a scan never reaches an entry below an excluded directory.
     pub fn excluded(&self, path: &[u8], is_dir: bool) -> bool {
-        if path.is_empty() {
+        if path.is_empty() || self.rules.is_empty() {
             return false;
         }
+        match self.base.as_deref() {
+            None => self.first_match_excludes(path, is_dir),
+            Some(name) => {
+                let mut full = Vec::with_capacity(name.len() + 1 + path.len());
+                full.extend_from_slice(name);
+                full.push(b'/');
+                full.extend_from_slice(path);
+                self.first_match_excludes(&full, is_dir)
+            }
+        }
+    }
+
+    /// Whether the first rule that matches `path` (as the rules see it) is an exclude.
+    fn first_match_excludes(&self, path: &[u8], is_dir: bool) -> bool {
         self.rules
             .iter()
             .find(|r| r.matches(path, is_dir))
@@ -539,5 +581,30 @@ mod tests {
         assert_eq!(n("."), None);
         let s = Selection::default().with_files(["b", "a", "./b", "."]);
         assert_eq!(&*s.files_from.unwrap(), &[b"a".to_vec(), b"b".to_vec()]);
+    }
+
+    /// With a base (rsync's `SRC DST/`), paths are matched as `base/PATH`, and the root is
+    /// matched by its name.
+    #[test]
+    fn a_base_puts_the_sources_name_in_front_of_every_path() {
+        let f = filter(&["- /src/keep", "- src/tmp", "- /x.log", "- *.bak"]).with_base(b"src");
+        assert_eq!(f.base(), Some(&b"src"[..]));
+        assert!(f.excluded(b"keep", true));
+        assert!(f.excluded(b"tmp", true));
+        assert!(f.excluded(b"a/b.bak", false));
+        assert!(!f.excluded(b"x.log", false));
+        assert!(!f.excluded(b"d", false));
+        assert!(f.protected(b"keep/p", false));
+        assert!(!f.root_excluded(true));
+        let f = filter(&["- src/"]).with_base(b"src");
+        assert!(f.root_excluded(true));
+        assert!(!f.root_excluded(false));
+        let f = filter(&["- *.log"]).with_base(b"c.log");
+        assert!(f.root_excluded(false));
+        // Without a base the root is never excluded, and a bad name sets none.
+        assert!(!filter(&["- *.log"]).root_excluded(false));
+        for bad in [&b""[..], b".", b"..", b"a/b"] {
+            assert_eq!(filter(&["- x"]).with_base(bad).base(), None);
+        }
     }
 }
