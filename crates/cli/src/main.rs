@@ -845,12 +845,15 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     }
     a.progress |= a.partial_progress;
     let plan = a.plan.as_deref().map(shards::open).transpose()?;
-    let selection = match (&plan, a.shard) {
-        (Some(plan), Some(k)) => shards::shard_selection(plan, k)?,
+    let (selection, entries_of) = match (&plan, a.shard) {
+        (Some(plan), Some(k)) => (shards::shard_selection(plan, k)?, Vec::new()),
         (Some(_), None) if !a.finish => anyhow::bail!(TransferError::Usage(
             "--plan needs --shard K (copy one shard) or --finish (once all are done)".into()
         )),
-        _ => selection::selection(&a, matches)?,
+        _ => {
+            let listed = selection::selection(&a, matches)?;
+            (listed.selection, listed.entries_of)
+        }
     };
     for arg in [&a.src, &a.dst] {
         let text = arg.to_string_lossy();
@@ -923,7 +926,7 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     };
     options.delete = a.delete;
     options.force_delete = a.force_delete;
-    options.selection = selection;
+    options.selection = list_entries_of(selection, &entries_of, &src, &key)?;
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
     if a.one_file_system && matches!(src, Endpoint::Remote { .. }) {
@@ -1396,6 +1399,55 @@ fn names_a_directory_to_copy_into(dst: &[u8]) -> bool {
         || dst == b".."
         || dst.ends_with(b"/.")
         || dst.ends_with(b"/..")
+}
+
+/// `selection` with the entries one level down of each directory in `dirs` (paths relative
+/// to `src`; empty: SRC itself) added to its `--files-from` list, as rsync copies a directory
+/// listed as `DIR/` or `.`: read here, or asked of the source's server (one listing each). A
+/// directory that is not there adds nothing (the list's own line for it fails as missing).
+fn list_entries_of(
+    selection: sprat_engine::config::Selection,
+    dirs: &[Vec<u8>],
+    src: &Endpoint,
+    key: &sprat_engine::Credentials,
+) -> anyhow::Result<sprat_engine::config::Selection> {
+    let Some(listed) = selection.files_from.clone().filter(|_| !dirs.is_empty()) else {
+        return Ok(selection);
+    };
+    let join = sprat_engine::relpath::join;
+    let mut paths: Vec<Vec<u8>> = listed.to_vec();
+    for dir in dirs {
+        match src {
+            Endpoint::Local(p) => {
+                let at = p.join(std::ffi::OsStr::from_bytes(dir));
+                let Ok(entries) = std::fs::read_dir(&at) else {
+                    continue;
+                };
+                for e in entries {
+                    let e =
+                        e.with_context(|| format!("--files-from: listing '{}'", at.display()))?;
+                    paths.push(join(dir, e.file_name().as_bytes()));
+                }
+            }
+            Endpoint::Remote { addr, path, .. } => {
+                let listed = sprat_engine::remote::list(addr, key, &join(path, dir), false, |e| {
+                    if !e.path.is_empty() {
+                        paths.push(join(dir, &e.path));
+                    }
+                });
+                match listed {
+                    Err(TransferError::Remote {
+                        code: sprat_engine::ErrorCode::NotFound,
+                        ..
+                    })
+                    | Ok(()) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    // The directories themselves stay listed; SRC itself (`.`) is the root, never a path.
+    Ok(selection.with_files(paths))
 }
 
 /// Whether SRC was given as its contents, as rsync reads `SRC/` and `SRC/.`.

@@ -19,8 +19,17 @@ struct Given {
     from: String,
 }
 
+/// What `cp`'s selection options make: the selection, and the directories a `--files-from`
+/// list names as `DIR/` or `.`, whose entries one level down it copies too, as rsync does
+/// (added once the source is known: see `main::list_entries_of`).
+pub struct Listed {
+    pub selection: Selection,
+    /// Paths relative to SRC (empty: SRC itself).
+    pub entries_of: Vec<Vec<u8>>,
+}
+
 /// The selection `a`'s options make; `matches` are `cp`'s, for the order of the options.
-pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Selection> {
+pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Result<Listed> {
     if a.recursive && a.files_from.is_some() {
         // rsync's `-r --files-from` copies listed directories whole; sprat's list copies
         // what it names, a directory without its contents: refused rather than half done.
@@ -99,9 +108,14 @@ pub fn selection<'a>(a: &'a CpArgs, matches: Option<&ArgMatches>) -> anyhow::Res
         files_from: None,
         one_file_system: a.one_file_system,
     };
-    Ok(match &a.files_from {
-        Some(file) => selection.with_files(read_list(file)?),
+    let mut entries_of = Vec::new();
+    let selection = match &a.files_from {
+        Some(file) => selection.with_files(read_list(file, &mut entries_of)?),
         None => selection,
+    };
+    Ok(Listed {
+        selection,
+        entries_of,
     })
 }
 
@@ -165,11 +179,31 @@ fn read_rules(kind: RuleKind, file: &Path, rules: &mut Vec<Given>) -> anyhow::Re
 }
 
 /// The paths of a `--files-from` file.
-fn read_list(file: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+fn read_list(file: &Path, entries_of: &mut Vec<Vec<u8>>) -> anyhow::Result<Vec<Vec<u8>>> {
     let text = read("--files-from", file)?;
-    let list: Vec<Vec<u8>> = lines(&text).map(|(_, l)| l.to_vec()).collect();
-    if list.iter().any(|p| p.contains(&0)) {
-        bail!("--files-from '{}': a path holds a NUL byte", file.display());
+    let mut list = Vec::new();
+    for (n, line) in lines(&text) {
+        let at = || format!("--files-from '{}' line {n}", file.display());
+        if line.contains(&0) {
+            bail!("{}: the path holds a NUL byte", at());
+        }
+        // rsync reads a directory listed as `DIR/` or `.` as the directory and its entries
+        // one level down (see [`Listed::entries_of`]); `A/./B` as B copied to `B` (the `-R`
+        // marker), which sprat refuses: it puts each listed path at the same path in DST
+        // (review 2026-11-30 of the filters, F4).
+        let shown = String::from_utf8_lossy(line);
+        if line == b"." || line.ends_with(b"/") || line.ends_with(b"/.") {
+            entries_of.push(sprat_engine::config::normalize_listed(line).unwrap_or_default());
+        }
+        if line.windows(3).any(|w| w == b"/./") {
+            bail!(
+                "{}: '{shown}' holds `/./`, rsync's mark of where the destination's path \
+                 starts; sprat puts each listed path at the same path in DST: list it from \
+                 that point, with SRC the directory above it",
+                at()
+            );
+        }
+        list.push(line.to_vec());
     }
     Ok(list)
 }

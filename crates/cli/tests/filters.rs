@@ -620,3 +620,66 @@ fn into_a_directory_the_rules_see_the_source_by_its_name_as_rsyncs_do() {
         assert_eq!(paths_below(&r), expected, "rsync");
     }
 }
+
+/// A `--files-from` line `DIR/` or `.` copies that directory and its entries one level down,
+/// as rsync does (before, `DIR/` copied DIR empty and `.` nothing, exit 0); `A/./B` (rsync's
+/// `-R` marker, B copied to `B`) is refused by line, since sprat puts a listed path at the
+/// same path (review 2026-11-30 of the filters, F4). Locally, pushed and pulled, and against
+/// rsync itself when it is installed.
+#[test]
+fn files_from_takes_a_listed_directorys_entries_as_rsync_does() {
+    let t = tmp();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    for f in ["d/e/f", "d/g", "top", "other/x"] {
+        file(&src.join(f), f.as_bytes(), 0o644);
+    }
+    let srv = server(&root);
+    for (text, want) in [
+        ("d/\n", &["d", "d/e", "d/g"][..]),
+        (".\n", &["d", "top", "other"][..]),
+        (
+            "./d/.\nother/x\n",
+            &["d", "d/e", "d/g", "other", "other/x"][..],
+        ),
+    ] {
+        let list = t.path().join("list");
+        std::fs::write(&list, text).unwrap();
+        let list = list.to_str().unwrap();
+        let args = ["--files-from", list];
+        let name = text.replace(['/', '.', '\n'], "_");
+        let (local, pushed, pulled) = (
+            t.path().join(format!("local{name}")),
+            root.join(format!("pushed{name}")),
+            t.path().join(format!("pulled{name}")),
+        );
+        assert_ok(&cp_local(&args, &src, &local), None);
+        let out = cp(&srv, &args, &src, srv.url(&format!("pushed{name}")));
+        assert_ok(&out, Some(&srv));
+        assert_ok(&cp(&srv, &args, srv.url("src"), &pulled), Some(&srv));
+        for dst in [&local, &pushed, &pulled] {
+            assert_eq!(paths_below(dst), set(want), "{text:?} {dst:?}");
+        }
+        if has_rsync() {
+            let theirs = t.path().join(format!("rsync{name}"));
+            let out = Command::new("rsync")
+                .args(["-a", "--files-from", list])
+                .arg(format!("{}/", src.display()))
+                .arg(format!("{}/", theirs.display()))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(paths_below(&theirs), set(want), "rsync {text:?}");
+        }
+    }
+    let list = t.path().join("marked");
+    std::fs::write(&list, "d/./e/f\n").unwrap();
+    let out = cp_local(
+        &["--files-from", list.to_str().unwrap()],
+        &src,
+        t.path().join("m"),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["line 1", "d/./e/f", "/./"]);
+    assert!(!t.path().join("m").exists());
+}

@@ -2,7 +2,7 @@
 
 pub use crate::pipeline::skip::SkipRule;
 pub use sprat_store::batch_read::{IoBackend, ReadOrder};
-pub use sprat_store::filter::{Filter, FilterError, RuleKind, Selection};
+pub use sprat_store::filter::{normalize_listed, Filter, FilterError, RuleKind, Selection};
 pub use sprat_store::write::PublishChoice;
 use std::time::Duration;
 
