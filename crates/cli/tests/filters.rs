@@ -672,6 +672,18 @@ fn files_from_takes_a_listed_directorys_entries_as_rsync_does() {
             assert_eq!(paths_below(&theirs), set(want), "rsync {text:?}");
         }
     }
+    // A listed file the rules leave out: nor are the directories leading to it made (F5).
+    file(&src.join("l/a.log"), b"log", 0o644);
+    let list = t.path().join("logs");
+    std::fs::write(&list, "l/a.log\ntop\n").unwrap();
+    let args = ["--exclude", "*.log", "--files-from", list.to_str().unwrap()];
+    assert_ok(&cp_local(&args, &src, t.path().join("nolog")), None);
+    assert_eq!(paths_below(&t.path().join("nolog")), set(&["top"]));
+    assert_ok(
+        &cp(&srv, &args, srv.url("src"), t.path().join("nolog2")),
+        Some(&srv),
+    );
+    assert_eq!(paths_below(&t.path().join("nolog2")), set(&["top"]));
     let list = t.path().join("marked");
     std::fs::write(&list, "d/./e/f\n").unwrap();
     let out = cp_local(

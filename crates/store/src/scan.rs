@@ -367,6 +367,14 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
     let mut seen_dirs: std::collections::HashSet<Vec<u8>> = Default::default();
     let mut pending = Vec::new();
     for path in listed {
+        let stat = stat_path(root, path);
+        // A listed path the rules leave out is not copied, nor are the directories leading
+        // to it made for it (as rsync; review 2026-11-30 of the filters, F5).
+        if let Ok(e) = &stat {
+            if filter.excluded(&e.path, e.kind == EntryType::Dir) {
+                continue;
+            }
+        }
         for dir in crate::relpath::ancestors(path) {
             if seen_dirs.insert(dir.to_vec()) {
                 // A parent that is missing or not a directory: the listed path reports it.
@@ -377,8 +385,7 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
                 }
             }
         }
-        match stat_path(root, path) {
-            Ok(e) if filter.excluded(&e.path, e.kind == EntryType::Dir) => {}
+        match stat {
             Ok(e) if e.kind == EntryType::Dir && !seen_dirs.insert(e.path.clone()) => {}
             Ok(e) => pending.push(e),
             Err(e) if e.errno() == Some(rustix::io::Errno::NOENT) => {
