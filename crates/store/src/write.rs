@@ -2728,6 +2728,17 @@ fn put_in_place_error(path: &[u8], e: Errno) -> StoreError {
              replace: name the file's place inside it (DST/NAME), or another destination",
         );
     }
+    if e == Errno::NOTEMPTY {
+        // Its contents are not this transfer's to delete (rsync replaces it only when empty,
+        // or with --delete where no rule protects what it holds).
+        return StoreError::other(
+            "put in place",
+            path,
+            "a directory of that name holds entries, which a file is not put over (with \
+             --delete, those an --exclude rule protects stay): remove the directory, or \
+             exclude this name",
+        );
+    }
     StoreError::new("put in place", path, e)
 }
 
