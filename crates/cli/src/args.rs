@@ -647,8 +647,9 @@ pub struct CpArgs {
     /// Copy only the paths listed in FILE (`-`: standard input), one per line, relative to
     /// SRC (blank lines and `#`/`;` comments ignored); the directories leading to them are
     /// made, a listed directory is copied without its contents, and a listed path that does
-    /// not exist fails (exit 1). Lines rsync reads otherwise are refused: `DIR/` and `.`
-    /// (rsync: the entries one level down) and `A/./B` (rsync: B at `B`). Not with --delete.
+    /// not exist fails (exit 1). As with rsync, a line `DIR/` or `.` copies that directory
+    /// and its entries one level down (a symlink there is not followed); a line `A/./B`
+    /// (rsync's mark: B copied to `B`) is refused. Not with --delete.
     #[arg(long, value_name = "FILE", conflicts_with = "delete")]
     pub files_from: Option<PathBuf>,
     /// Copy a part of a plan made by `sprat plan` (with --shard K or --finish). SRC is the

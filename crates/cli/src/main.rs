@@ -1420,7 +1420,17 @@ fn list_entries_of(
         match src {
             Endpoint::Local(p) => {
                 let at = p.join(std::ffi::OsStr::from_bytes(dir));
-                let Ok(entries) = std::fs::read_dir(&at) else {
+                // A symlink there is not followed, as a server's listing of it does not
+                // (SRC itself, `.`, is taken as the copy takes it).
+                let link =
+                    !dir.is_empty() && std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_symlink());
+                let Ok(entries) = std::fs::read_dir(&at)
+                    .map_err(|_| ())
+                    .and_then(|e| match link {
+                        true => Err(()),
+                        false => Ok(e),
+                    })
+                else {
                     continue;
                 };
                 for e in entries {
@@ -1496,7 +1506,7 @@ fn rules_leave_out_the_source(
     if into {
         options.selection.filter = based;
     }
-    Ok(match (into, is_dir) {
+    let left_out = match (into, is_dir) {
         (true, None) => as_file,
         (true, Some(dir)) => match dir {
             true => as_dir,
@@ -1504,5 +1514,12 @@ fn rules_leave_out_the_source(
         },
         (false, Some(false)) => as_file,
         (false, _) => false,
-    })
+    };
+    // A source that is not there (or a server that cannot be reached) is not "left out":
+    // the copy goes on and says what is wrong, as it would without rules.
+    let there = || match src {
+        Endpoint::Local(p) => p.symlink_metadata().is_ok(),
+        Endpoint::Remote { addr, path, .. } => sprat_engine::remote::stat(addr, key, path).is_ok(),
+    };
+    Ok(left_out && there())
 }

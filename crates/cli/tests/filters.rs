@@ -605,6 +605,9 @@ fn into_a_directory_the_rules_see_the_source_by_its_name_as_rsyncs_do() {
             );
             assert_eq!(paths_below(&place(how, &to)), set(&[]), "{how} {flags:?}");
         }
+        // A source that is not there is an error all the same, not "left out".
+        let out = copy(how, &["--exclude", "*.log"], "src/gone.log", "none-gone");
+        assert_exit(&out, 2);
     }
     if has_rsync() {
         let r = t.path().join("rsync");
@@ -684,6 +687,17 @@ fn files_from_takes_a_listed_directorys_entries_as_rsync_does() {
         Some(&srv),
     );
     assert_eq!(paths_below(&t.path().join("nolog2")), set(&["top"]));
+    // A listed directory the rules leave out: neither it nor its entries (as rsync).
+    let list = t.path().join("excluded");
+    std::fs::write(&list, "d/\nd/e/f\ntop\n").unwrap();
+    let args = ["--exclude", "d/", "--files-from", list.to_str().unwrap()];
+    assert_ok(&cp_local(&args, &src, t.path().join("nod")), None);
+    assert_eq!(paths_below(&t.path().join("nod")), set(&["top"]));
+    assert_ok(
+        &cp(&srv, &args, srv.url("src"), t.path().join("nod2")),
+        Some(&srv),
+    );
+    assert_eq!(paths_below(&t.path().join("nod2")), set(&["top"]));
     let list = t.path().join("marked");
     std::fs::write(&list, "d/./e/f\n").unwrap();
     let out = cp_local(

@@ -481,6 +481,21 @@ fn a_dry_run_of_a_single_file_says_what_its_copy_would_do() {
         assert_eq!(dry(&["-c"], from, to, *remote), (1, 0), "checksum: {what}");
         assert_ne!(std::fs::read(lands).unwrap(), b"a single file to check");
     }
+    // Onto a directory of its name, which its copy would not replace: refused as the copy
+    // is, locally and pushed (it said "send").
+    std::fs::create_dir_all(here.join("d/f")).unwrap();
+    std::fs::create_dir_all(root.join("in2/f")).unwrap();
+    let local = cp_local(&["-n"], &f, here.join("d"));
+    let pushed = cp(&srv, &["-n"], &f, srv.url("in2"));
+    for out in [local, pushed] {
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            sprat_testkit::describe(&out)
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is a directory"));
+    }
 }
 
 #[test]

@@ -585,6 +585,19 @@ fn a_push_into_a_directory_never_goes_through_a_link_at_its_own_name() {
         assert_eq!(fs::read(root.join("elsewhere/precious")).unwrap(), b"p");
         assert!(fs::symlink_metadata(here.join("f")).unwrap().is_symlink());
     }
+    // A symlink copied as the link replaces its own earlier copy there, a link: it writes
+    // nothing through it (before, the second run was refused).
+    let lnk = t.path().join("lnk");
+    symlink("f", &lnk).unwrap();
+    for to in ["L/", "L/", "L"] {
+        assert_ok(&cp(&srv, &[], &lnk, srv.url(to)), Some(&srv));
+        assert_eq!(fs::read_link(root.join("L/lnk")).unwrap(), Path::new("f"));
+    }
+    let here_l = t.path().join("here-l");
+    for _ in 0..2 {
+        assert_ok(&cp_local(&[], &lnk, here_l.join("")), None);
+        assert_eq!(fs::read_link(here_l.join("lnk")).unwrap(), Path::new("f"));
+    }
     // Several sources, each into `D/`: the one whose name is a link there is refused.
     let out = cp(&srv, &[src.to_str().unwrap()], &file, srv.url("D/"));
     assert_exit(&out, 2);

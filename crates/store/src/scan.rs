@@ -367,6 +367,11 @@ fn scan_listed(root: &Root, listed: &[Vec<u8>], filter: &Filter, out: Sender<Vec
     let mut seen_dirs: std::collections::HashSet<Vec<u8>> = Default::default();
     let mut pending = Vec::new();
     for path in listed {
+        // A listed path below a directory the rules leave out is not copied (as rsync: an
+        // excluded directory is not descended into, listed or not).
+        if crate::relpath::ancestors(path).any(|dir| filter.excluded(dir, true)) {
+            continue;
+        }
         let stat = stat_path(root, path);
         // A listed path the rules leave out is not copied, nor are the directories leading
         // to it made for it (as rsync; review 2026-11-30 of the filters, F5).

@@ -143,6 +143,7 @@ pub fn dry_run(
             let (parent, name) = parent_and_name(s).ok_or_else(|| {
                 TransferError::Usage(format!("source '{}': no such file", s.display()))
             })?;
+            onto_a_directory(&index, dst)?;
             each(sprat_store::stat_root_file(&parent, name));
             for e in compare.drain(..) {
                 let digest = digest::file_digest(&parent, name);
@@ -170,7 +171,11 @@ pub fn dry_run(
                 digests.insert(p, d);
             };
             let keep: Option<&mut dyn FnMut(Vec<u8>, u128)> = checksum.then_some(&mut keep);
+            let mut root_is_file = false;
             remote::list_summed(addr, key, path, true, &options.selection, keep, |n| {
+                if n.path.is_empty() {
+                    root_is_file = n.kind != NsKind::Dir;
+                }
                 if n.kind == NsKind::Partial {
                     // A partial file at the source is not a file of the source.
                     return;
@@ -201,6 +206,9 @@ pub fn dry_run(
                     link_target: (n.kind == NsKind::Symlink).then_some(n.target),
                 })
             })?;
+            if root_is_file {
+                onto_a_directory(&index, dst)?;
+            }
             for e in compare {
                 let d = digests.get(&e.path).copied();
                 out.record(index.compared(&e, d), &e);
@@ -369,6 +377,21 @@ impl DryRun {
             }
             Verdict::Skip | Verdict::Kept => self.up_to_date += 1,
         }
+    }
+}
+
+/// A single file's dry run onto a directory fails as its copy would: a file copied on its own
+/// does not replace a directory (review 2026-11-30 of protocol 23, F5: it said "send").
+fn onto_a_directory(
+    index: &crate::pipeline::skip::DestIndex,
+    dst: &Endpoint,
+) -> Result<(), TransferError> {
+    match index.at(b"") {
+        Some(There::Dir { .. }) => Err(TransferError::Usage(format!(
+            "'{dst}' is a directory, which a file copied on its own does not replace: name \
+             the file's place inside it (DST/NAME), or another destination"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -203,8 +203,8 @@ pub fn into_directory(
     // right one). One round trip less before the data leaves.
     let one_server =
         matches!(&dst, Endpoint::Remote { path, also, .. } if also.is_empty() && !path.is_empty());
-    if push && one_server && dial_ahead.is_some_and(|a| a.server_checks_link && a.server_picks_dir)
-    {
+    let server_picks = dial_ahead.is_some_and(|a| a.server_checks_link && a.server_picks_dir);
+    if push && one_server && server_picks && !copied_as_link(src) {
         return Ok(Destination {
             endpoint: self::inside(dst, &name),
             link_left_to_server: false,
@@ -219,6 +219,16 @@ pub fn into_directory(
         true => at_own_name(src, self::inside(dst, &name), push, dial_ahead, key),
         false => checked_here(Ok(dst)),
     }
+}
+
+/// Whether `src` is a local symlink copied as the link (not one to a directory, which is
+/// followed): it puts a link at `DST/NAME`, never writing through what is there, so its own
+/// earlier copy there, a link, is replaced as any re-run replaces it (review 2026-11-30 of
+/// protocol 23, F4: the second copy was refused).
+fn copied_as_link(src: &Endpoint) -> bool {
+    matches!(src, Endpoint::Local(p)
+        if p.symlink_metadata().is_ok_and(|m| m.is_symlink())
+            && !p.metadata().is_ok_and(|m| m.is_dir()))
 }
 
 /// Whether the server that writes `dst` (`DST/NAME`) refuses a symlink there itself, in the
@@ -247,6 +257,13 @@ fn at_own_name(
     dial_ahead: Option<DialAhead>,
     key: &Credentials,
 ) -> Result<Destination, TransferError> {
+    if copied_as_link(src) {
+        return Ok(Destination {
+            endpoint: dst,
+            link_left_to_server: false,
+            or_parent_left_to_server: false,
+        });
+    }
     let link_left_to_server = server_checks_link(src, &dst, push, dial_ahead);
     let endpoint = match link_left_to_server {
         true => dst,
