@@ -64,6 +64,10 @@ pub enum Command {
     /// (Ctrl-C) or SIGTERM: run the same command again to go on.
     Cp(Box<CpArgs>),
     /// List a directory on a server (one request however large): `ls [-l] [-R] URL`.
+    ///
+    /// Like every command that asks a server (`stat`, `du`, `sum`, `mkdir`, `rm`, `mv`), it
+    /// gives up with exit 4 when the server sends nothing for 60 s (a server still at a long
+    /// request says so every 10 s, so a large `du` or `rm -r` is waited for).
     Ls(LsArgs),
     /// Describe one entry on a server (a symlink is described, not followed).
     Stat(StatArgs),

@@ -1073,3 +1073,36 @@ fn a_paced_pull_whose_streams_wait_their_turn_is_not_cut_by_the_idle_timeout() {
     assert_ok(&out, Some(&srv));
     assert_trees_equal(&src, &dst);
 }
+
+/// A namespace command (`ls`, `stat`, `du`...) whose path goes silent once its request is
+/// sent (here the relay stops forwarding in both directions after the client's last byte)
+/// fails as stalled within its patience, exit 4, instead of waiting for ever (review
+/// 2026-11-30 of sprat in scripts, F1: it was still waiting after 400 s); a server still at
+/// a request says `Working` meanwhile (the engine's unit test).
+#[test]
+fn a_namespace_command_on_a_path_gone_silent_fails_as_stalled() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    let srv = server(&root);
+    let run = |relay: &RelayProc| {
+        let mut ls: Vec<std::ffi::OsString> = vec!["ls".into()];
+        ls.extend(srv.client_args());
+        ls.push(format!("sprat://{}/d", relay.addr).into());
+        sprat_testkit::run::run_sprat_timeout(bin(), ls, &[], Duration::from_secs(150))
+            .expect("sprat ls gave up within 150 s")
+    };
+    // How many bytes the client sends for that `ls`, through a relay that forwards them all.
+    let log = t.path().join("relay.log");
+    let counting = RelayProc::start_logged(srv.addr(), &[], &log);
+    let out = run(&counting);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let sent = counting.closed()[0].0.to_string();
+    let silent = RelayProc::start(srv.addr(), &["--stall-after", &sent]);
+    let started = Instant::now();
+    let out = run(&silent);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("no progress from"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(120));
+}

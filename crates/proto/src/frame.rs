@@ -38,6 +38,7 @@ pub mod kind {
     pub const LOCATION: u8 = 22;
     pub const SUPERSEDED: u8 = 23;
     pub const LISTED_AT: u8 = 24;
+    pub const WORKING: u8 = 25;
 }
 
 /// A decoded frame header.
@@ -54,7 +55,7 @@ impl FrameHeader {
         let kind = bytes[4];
         let limit = match kind {
             kind::BATCH => MAX_BATCH_PAYLOAD,
-            kind::SERVER_HELLO..=kind::LISTED_AT => MAX_CONTROL_PAYLOAD,
+            kind::SERVER_HELLO..=kind::WORKING => MAX_CONTROL_PAYLOAD,
             other => {
                 return Err(DecodeError::Unknown {
                     what: "frame kind",

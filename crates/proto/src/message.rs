@@ -446,6 +446,11 @@ pub enum Message {
     ListedAt {
         parent: bool,
     },
+    /// A server still at a request (from protocol 23): sent on the request's connection
+    /// when it has sent nothing else for a while (see `WORKING_EVERY` in the engine), so
+    /// that a client waiting for a long answer (`du` of a large tree, `rm -r`, a
+    /// third-party copy) can tell a busy server from a stalled one. Clients skip it.
+    Working,
 }
 
 /// Most paths one [`Message::Superseded`] carries.
@@ -491,6 +496,7 @@ impl Message {
             Message::Location(_) => "Location",
             Message::Superseded(_) => "Superseded",
             Message::ListedAt { .. } => "ListedAt",
+            Message::Working => "Working",
         }
     }
 
@@ -704,6 +710,7 @@ impl Message {
                 out.push(*parent as u8);
                 kind::LISTED_AT
             }
+            Message::Working => kind::WORKING,
         };
         let len = (out.len() - crate::frame::FRAME_HEADER_LEN) as u32;
         debug_assert!(len <= MAX_CONTROL_PAYLOAD);
@@ -931,6 +938,7 @@ impl Message {
                 }
                 Message::Superseded(paths)
             }
+            kind::WORKING => Message::Working,
             kind::LISTED_AT => match r.u8("listed at")? {
                 b @ (0 | 1) => Message::ListedAt { parent: b == 1 },
                 _ => {
@@ -1102,6 +1110,7 @@ mod tests {
             to_parent: true,
         });
         roundtrip(Message::Superseded(vec![b"a/big".to_vec(), b"b".to_vec()]));
+        roundtrip(Message::Working);
         roundtrip(Message::ListedAt { parent: false });
         roundtrip(Message::ListedAt { parent: true });
         let mut bytes = Message::ListedAt { parent: true }.encode();

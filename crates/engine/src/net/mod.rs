@@ -57,6 +57,9 @@ pub enum Frame {
     Batch(Vec<u8>, Duration),
 }
 
+/// Why a read that waited past its deadline failed.
+const TIMED_OUT: &str = "timed out waiting for the peer";
+
 /// A framed TCP connection to a named peer.
 pub struct Conn {
     pub stream: TcpStream,
@@ -78,6 +81,13 @@ pub struct Conn {
     /// connection's first message, to be checked before anything else is read (see
     /// [`Conn::check_server_proof`]). Shared by every handle on the socket.
     server_proof: Option<Arc<Mutex<ServerProof>>>,
+    /// Held while a message or batch is written, by every handle on the socket: a second
+    /// writer (a server's `Working` beside the request it answers, see
+    /// `roles::server::Heartbeat`) never cuts into another's frame.
+    writing: Arc<Mutex<()>>,
+    /// How long [`Conn::recv_control`] waits for each message (`None`: as the deadline set
+    /// says): a namespace request's client, whose server says `Working` while it works.
+    patience: Option<Duration>,
 }
 
 /// Client side, where a channel-bound hello went out with the first message: whether the
@@ -182,7 +192,15 @@ impl Conn {
             deadline: Arc::default(),
             tls: None,
             server_proof: None,
+            writing: Arc::default(),
+            patience: None,
         }
+    }
+
+    /// From now on [`Conn::recv_control`] waits at most `patience` for each message (a
+    /// server still at a request says `Working` meanwhile), then fails as stalled.
+    pub(crate) fn wait_for_answers_within(&mut self, patience: Duration) {
+        self.patience = Some(patience);
     }
 
     /// The key the server presented (client side of an encrypted connection).
@@ -265,6 +283,8 @@ impl Conn {
             deadline: self.deadline.clone(),
             tls: self.tls.clone(),
             server_proof: self.server_proof.clone(),
+            writing: self.writing.clone(),
+            patience: self.patience,
         })
     }
 
@@ -296,9 +316,7 @@ impl Conn {
     fn lost(&self, e: std::io::Error) -> TransferError {
         let why = match e.kind() {
             std::io::ErrorKind::UnexpectedEof => crate::error::PEER_CLOSED.to_string(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                "timed out waiting for the peer".to_string()
-            }
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => TIMED_OUT.to_string(),
             _ => e.to_string(),
         };
         TransferError::ConnectionLost {
@@ -309,6 +327,7 @@ impl Conn {
 
     pub fn send(&mut self, msg: &Message) -> Result<(), TransferError> {
         let bytes = msg.encode();
+        let _alone = lock(&self.writing);
         self.metered().write_all(&bytes).map_err(|e| self.lost(e))
     }
 
@@ -320,6 +339,7 @@ impl Conn {
             IoSlice::new(&batch.header),
             IoSlice::new(&batch.data),
         ];
+        let _alone = lock(&self.writing);
         if let Some(tls) = &self.tls {
             return tls
                 .write_all(&slices, &self.moved)
@@ -419,14 +439,35 @@ impl Conn {
 
     /// Reads the next frame, which must be a control message (an `Error` becomes an error).
     pub fn recv_control(&mut self) -> Result<Message, TransferError> {
-        match self.recv_frame(false)? {
-            Frame::Control(Message::Error { code, text }) => Err(TransferError::Remote {
-                peer: self.peer.clone(),
-                code,
-                text,
-            }),
-            Frame::Control(m) => Ok(m),
-            Frame::Batch(..) => Err(self.protocol("unexpected batch".into())),
+        loop {
+            if let Some(patience) = self.patience {
+                self.read_until(Some(Instant::now() + patience));
+            }
+            let frame = self
+                .recv_frame(false)
+                .map_err(|e| match (self.patience, e) {
+                    (Some(after), TransferError::ConnectionLost { why, .. })
+                        if why == TIMED_OUT =>
+                    {
+                        TransferError::Stalled {
+                            peer: self.peer.clone(),
+                            after,
+                            option: "the server sent nothing, not even that it is still working",
+                        }
+                    }
+                    (_, e) => e,
+                })?;
+            return match frame {
+                // A server still at the request: a sign of life, nothing to answer.
+                Frame::Control(Message::Working) => continue,
+                Frame::Control(Message::Error { code, text }) => Err(TransferError::Remote {
+                    peer: self.peer.clone(),
+                    code,
+                    text,
+                }),
+                Frame::Control(m) => Ok(m),
+                Frame::Batch(..) => Err(self.protocol("unexpected batch".into())),
+            };
         }
     }
 

@@ -15,8 +15,17 @@ use std::time::{Duration, Instant};
 
 /// Sends `req` to the server at `addr` and returns the connection to read the reply from.
 pub(crate) fn request(addr: &str, key: &Credentials, req: Request) -> Result<Conn, TransferError> {
-    net::connect(addr, key, &Message::Request(req))
+    let mut conn = net::connect(addr, key, &Message::Request(req))?;
+    // A server still at a request says so every `WORKING_EVERY`: one that says nothing for
+    // this long is taken as stalled (a stopped server, a dead path), never waited for for
+    // ever (review 2026-11-30 of sprat in scripts, F1).
+    conn.wait_for_answers_within(ANSWER_PATIENCE);
+    Ok(conn)
 }
+
+/// How long a request's client waits for each message of its answer: several of the
+/// server's `Working` (see `roles::server::WORKING_EVERY`).
+pub(crate) const ANSWER_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Round trips to the server at `addr`: the authentication exchange of one connection, then
 /// `requests` small requests (`stat` of the root) one after another on it.

@@ -803,40 +803,75 @@ fn handle_connection(shared: &Shared, mut conn: Conn, ip: Option<IpAddr>, slot: 
                 places: &places,
             };
             let idle = shared.idle_timeout;
-            // Several requests may follow one another on one connection, each within the
-            // idle timeout of the answer to the one before.
-            loop {
-                if requests::answer(&ctx, &mut served.conn, req).is_err() {
-                    return;
+            // While a request is answered, a second handle says `Working` every
+            // `WORKING_EVERY` (review 2026-11-30 of sprat in scripts, F1: a client could only
+            // wait for ever).
+            let beat = served.conn.try_clone().ok();
+            std::thread::scope(|s| {
+                let (busy, working) = crossbeam_channel::unbounded::<bool>();
+                if let Some(beat) = beat {
+                    s.spawn(move || say_working(beat, &working, WORKING_EVERY));
                 }
-                served
-                    .conn
-                    .read_until((!idle.is_zero()).then(|| Instant::now() + idle));
-                let next = match served.conn.recv_control_raw() {
-                    Ok(msg) => served.machine.on_message(msg, Instant::now()),
-                    Err(e) => {
-                        tracing::info!(peer = %served.conn.peer, %e, "namespace connection closed");
+                // Several requests may follow one another on one connection, each within the
+                // idle timeout of the answer to the one before.
+                loop {
+                    let _ = busy.send(true);
+                    let answered = requests::answer(&ctx, &mut served.conn, req);
+                    let _ = busy.send(false);
+                    if answered.is_err() {
                         return;
                     }
-                };
-                served.conn.read_until(None);
-                req = match next {
-                    Ok(Event::Request(r)) => r,
-                    _ => return,
-                };
-                let asked = Event::Request(req);
-                if let Err((code, text)) = ticket_allows(shared, ticket, &asked, false) {
-                    return served.refuse(code, text);
+                    served
+                        .conn
+                        .read_until((!idle.is_zero()).then(|| Instant::now() + idle));
+                    let next = match served.conn.recv_control_raw() {
+                        Ok(msg) => served.machine.on_message(msg, Instant::now()),
+                        Err(e) => {
+                            tracing::info!(peer = %served.conn.peer, %e, "namespace connection closed");
+                            return;
+                        }
+                    };
+                    served.conn.read_until(None);
+                    req = match next {
+                        Ok(Event::Request(r)) => r,
+                        _ => return,
+                    };
+                    let asked = Event::Request(req);
+                    if let Err((code, text)) = ticket_allows(shared, ticket, &asked, false) {
+                        return served.refuse(code, text);
+                    }
+                    let Event::Request(r) = asked else { return };
+                    req = r;
                 }
-                let Event::Request(r) = asked else { return };
-                req = r;
-            }
+            });
         }
         // The machine hands out nothing else for a first message.
         _ => served.refuse(
             ErrorCode::Protocol,
             "expected Open, Join or a request".into(),
         ),
+    }
+}
+
+/// How often a server still at a request says `Working` on its connection: well within a
+/// client's patience (`remote::ANSWER_PATIENCE`).
+pub(crate) const WORKING_EVERY: Duration = Duration::from_secs(10);
+
+/// Says `Working` on `conn` (a second handle on a request's connection) each time a request
+/// has been answered for `every` ([`WORKING_EVERY`]) with no change: `busy` says when an
+/// answer starts (`true`) and ends; it closing ends this.
+fn say_working(mut conn: Conn, busy: &crossbeam_channel::Receiver<bool>, every: Duration) {
+    let mut answering = false;
+    loop {
+        match busy.recv_timeout(every) {
+            Ok(now) => answering = now,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if answering && conn.send(&sprat_proto::Message::Working).is_err() {
+                    return;
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
 
@@ -1783,6 +1818,49 @@ mod tests {
             let encoded = sprat_proto::Message::Superseded(piece).encode();
             assert!(encoded.len() < sprat_proto::frame::MAX_CONTROL_PAYLOAD as usize);
         }
+    }
+
+    /// A loopback TCP pair as two plain connections: (the server's end, the client's).
+    fn conn_pair() -> (Conn, Conn) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (
+            Conn::new(server, "client".into()),
+            Conn::new(client, "server".into()),
+        )
+    }
+
+    /// A request answered for longer than the client's patience: the server's `Working`
+    /// keeps the client waiting (it skips them) until the answer comes; a server that says
+    /// nothing is given up after the patience, as stalled. Over real loopback sockets.
+    #[test]
+    fn a_busy_server_says_it_is_working_and_a_silent_one_is_given_up() {
+        let (server, mut client) = conn_pair();
+        client.wait_for_answers_within(Duration::from_millis(400));
+        let (busy, working) = crossbeam_channel::unbounded::<bool>();
+        let mut answer = server.try_clone().unwrap();
+        std::thread::scope(|s| {
+            let beat = server.try_clone().unwrap();
+            s.spawn(move || say_working(beat, &working, Duration::from_millis(100)));
+            busy.send(true).unwrap();
+            s.spawn(move || {
+                // An answer after three times the client's patience.
+                std::thread::sleep(Duration::from_millis(1200));
+                answer.send(&sprat_proto::Message::ReplyEnd).unwrap();
+                drop(busy);
+            });
+            let started = Instant::now();
+            let got = client.recv_control();
+            assert!(matches!(got, Ok(sprat_proto::Message::ReplyEnd)), "{got:?}");
+            assert!(started.elapsed() >= Duration::from_millis(1100));
+        });
+        // Nothing more comes: given up after the patience, as stalled.
+        let started = Instant::now();
+        let e = client.recv_control().unwrap_err();
+        assert!(matches!(e, TransferError::Stalled { .. }), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(server);
     }
 
     /// A TCP relay to `to`, for the connections through it to be cut at once (`cut`), and
