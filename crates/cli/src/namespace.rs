@@ -512,8 +512,8 @@ pub fn sum(a: &SumArgs, given: &Credentials) -> anyhow::Result<i32> {
         unreadable += 1;
         let full = sprat_engine::relpath::join(&path, p);
         eprintln!(
-            "sprat: cannot read '{}' on the server (a directory it may not list, or one whose \
-             path is longer than a path may be): not summed",
+            "sprat: cannot read '{}' on the server (a file or directory it may not read, or \
+             one whose path is longer than a path may be): not summed",
             printed(&full)
         );
         false
