@@ -1290,3 +1290,28 @@ fn a_server_of_another_protocol_version_is_not_retried() {
         );
     }
 }
+
+/// A report that cannot be written to stdout (a full disk under `> FILE`, here /dev/full) is
+/// an I/O error, exit 5, naming stdout, after a copy that is complete (review 2026-11-30 of
+/// sprat in scripts, F3: exit 2, "bad usage").
+#[test]
+fn a_report_stdout_cannot_take_is_an_io_error() {
+    let t = tmp();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"data").unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["cp", "--json"])
+        .arg(&src)
+        .arg(t.path().join("dst"))
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write to standard output"));
+    assert_eq!(std::fs::read(t.path().join("dst/f")).unwrap(), b"data");
+}
