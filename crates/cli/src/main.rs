@@ -56,7 +56,11 @@ use std::path::Path;
 /// to go on, then the exit a signal's death would give (128 + the signal). What was being
 /// written is left as a kill leaves it: no file half written under its name, and a large
 /// file's partial copy kept for the next run.
-fn say_how_to_resume_when_interrupted() {
+///
+/// With `--json` or `--json-events` (`json`), stdout gets the error in the report's place, as
+/// for any other error: `{"error": ..., "exit_code": 128 + the signal}` (review 2026-11-30 of
+/// sprat in scripts, F2: it was left empty).
+fn say_how_to_resume_when_interrupted(json: bool) {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
         return;
@@ -69,11 +73,14 @@ fn say_how_to_resume_when_interrupted() {
             } else {
                 ""
             };
-            eprintln!(
-                "{fresh_line}sprat: interrupted: no file is left half written under its name; \
-                 run the same command again to go on (whole files are skipped, a large file \
-                 resumes from its partial copy)"
-            );
+            let line = "interrupted: no file is left half written under its name; run the \
+                        same command again to go on (whole files are skipped, a large file \
+                        resumes from its partial copy)";
+            eprintln!("{fresh_line}sprat: {line}");
+            if json {
+                let failed = serde_json::json!({"error": line, "exit_code": 128 + signal});
+                let _ = print_quietly(&format!("{failed}\n"));
+            }
             sprat_engine::ssh::launch::remove_control_dirs();
             std::process::exit(128 + signal);
         }
@@ -91,10 +98,10 @@ fn main() {
     raise_open_file_limit();
     init_diagnostics(cli.verbose);
     let cp_matches = matches.subcommand_matches("cp");
-    if cp_matches.is_some() {
-        say_how_to_resume_when_interrupted();
-    }
     let json = cp_matches.is_some_and(|m| m.get_flag("json") || m.get_flag("json_events"));
+    if cp_matches.is_some() {
+        say_how_to_resume_when_interrupted(json);
+    }
     let code = match run(cli, cp_matches) {
         Ok(code) => code,
         Err(e) => {
