@@ -79,7 +79,9 @@ pub enum Command {
     Rm(RmArgs),
     /// Rename or move within one server; into an existing directory if TO is one.
     Mv(MvArgs),
-    /// Checksums computed on the server where the data lives, printed like sha256sum.
+    /// Checksums computed on the server where the data lives, printed like sha256sum (into
+    /// a pipe or a file, names exactly as sha256sum writes them, so that `sha256sum -c` run
+    /// where the data is reads them back).
     Sum(SumArgs),
     /// WAN emulation for tests and benchmarks: forward connections with a one-way delay, a
     /// shared rate cap and a TCP-like window (prints `listening on HOST:PORT` first).

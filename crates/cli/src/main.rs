@@ -1305,16 +1305,21 @@ fn dry_run(
     Ok(0)
 }
 
-/// Writes to stdout; a closed pipe (`sprat ... | head`) is not an error. One that cannot be
-/// written (a full disk under `> FILE`) is an I/O error, exit 5, not a usage error (review
-/// 2026-11-30 of sprat in scripts, F3: exit 2 after a complete copy).
-pub(crate) fn print_quietly(text: &str) -> anyhow::Result<()> {
+/// [`print_quietly`] of bytes that need not be UTF-8 (names as they are).
+pub(crate) fn print_bytes_quietly(bytes: &[u8]) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(TransferError::Local(format!("cannot write to standard output: {e}")).into()),
         Ok(()) => Ok(()),
     }
+}
+
+/// Writes to stdout; a closed pipe (`sprat ... | head`) is not an error. One that cannot be
+/// written (a full disk under `> FILE`) is an I/O error, exit 5, not a usage error (review
+/// 2026-11-30 of sprat in scripts, F3: exit 2 after a complete copy).
+pub(crate) fn print_quietly(text: &str) -> anyhow::Result<()> {
+    print_bytes_quietly(text.as_bytes())
 }
 
 fn verify(a: VerifyArgs) -> anyhow::Result<i32> {

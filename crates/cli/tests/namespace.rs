@@ -1877,3 +1877,54 @@ fn unix_habits_on_the_namespace_commands() {
     run_ok(&srv, &["rm", "-rf", &srv.url("d")]);
     assert_exit(&run(&srv, &["rm", "-r", &srv.url("d")]), 2);
 }
+
+/// `sum`'s output into a pipe is sha256sum's own, names with a backslash, newline or
+/// carriage return escaped its way (a `\` before the line) and other bytes as they are, so
+/// that `sha256sum -c` run where the data is checks every file, the right one each; and two
+/// names never print alike (review 2026-11-30 of sprat in scripts, F4: `nl\nname` and a file
+/// named `nl\x0aname` printed the same, and `sha256sum -c` checked the wrong file).
+#[test]
+fn sum_output_is_read_back_by_sha256sum_with_odd_names() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tmp();
+    let root = t.path().join("root");
+    let dir = root.join("odd");
+    std::fs::create_dir_all(&dir).unwrap();
+    let names: [&[u8]; 5] = [
+        b"plain",
+        b"nl\nname",
+        b"nl\\x0aname",
+        b"bad\xffname",
+        b"back\\slash",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        std::fs::write(dir.join(std::ffi::OsStr::from_bytes(name)), format!("{i}")).unwrap();
+    }
+    let srv = server(&root);
+    let mut v: Vec<OsString> = vec!["sum".into()];
+    v.extend(srv.client_args());
+    v.extend([
+        "-r".into(),
+        "--algo".into(),
+        "sha256".into(),
+        srv.url("odd").into(),
+    ]);
+    let out = run_sprat(bin(), v, &[]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let listed = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(listed, names.len(), "one line each, the newline escaped");
+    let mut check = std::process::Command::new("sha256sum")
+        .arg("-c")
+        .current_dir(&root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(said.matches(": OK").count(), names.len(), "{said}");
+}
