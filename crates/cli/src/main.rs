@@ -1015,7 +1015,10 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
         dst,
         &key,
         names_a_directory_to_copy_into(a.dst.as_bytes()),
-        names_its_contents(a.src.as_bytes()),
+        // With --files-from the listed paths are relative to SRC and land at the same paths
+        // in DST whatever the slashes, as rsync's (review 2026-11-30 of protocol 23, F7:
+        // `SRC DST/` put them in DST/NAME).
+        names_its_contents(a.src.as_bytes()) || a.files_from.is_some(),
         copy_follows.then_some(sprat_engine::DialAhead {
             tcp_buffer: a.tuning.tcp_buffer.0,
             // `--delete` lists and removes at DST/NAME before the copy's session opens.

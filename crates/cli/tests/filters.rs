@@ -698,6 +698,28 @@ fn files_from_takes_a_listed_directorys_entries_as_rsync_does() {
         Some(&srv),
     );
     assert_eq!(paths_below(&t.path().join("nod2")), set(&["top"]));
+    // `SRC DST/` with a list: the listed paths land at the same paths in DST, as rsync's
+    // (they went to DST/src/: review 2026-11-30 of protocol 23, F7).
+    let list = t.path().join("top-only");
+    std::fs::write(&list, "top\nd/g\n").unwrap();
+    let args = ["--files-from", list.to_str().unwrap()];
+    let slash = t.path().join("slash");
+    let into = format!("{}/", slash.display());
+    assert_ok(&cp_local(&args, &src, &into), None);
+    assert_eq!(paths_below(&slash), set(&["top", "d", "d/g"]));
+    assert_ok(
+        &cp(
+            &srv,
+            &args,
+            srv.url("src"),
+            format!("{}/", t.path().join("slash2").display()),
+        ),
+        Some(&srv),
+    );
+    assert_eq!(
+        paths_below(&t.path().join("slash2")),
+        set(&["top", "d", "d/g"])
+    );
     let list = t.path().join("marked");
     std::fs::write(&list, "d/./e/f\n").unwrap();
     let out = cp_local(
