@@ -98,7 +98,18 @@ fn main() {
     raise_open_file_limit();
     init_diagnostics(cli.verbose);
     let cp_matches = matches.subcommand_matches("cp");
-    let json = cp_matches.is_some_and(|m| m.get_flag("json") || m.get_flag("json_events"));
+    // `cp`, `ls`, `stat`, `du`... with --json (or --json-events) get an error as JSON too, in
+    // their report's place (review 2026-11-30 of sprat in scripts, F6: only `cp` did).
+    let flag = |m: &clap::ArgMatches, id: &str| {
+        m.try_get_one::<bool>(id)
+            .ok()
+            .flatten()
+            .copied()
+            .unwrap_or(false)
+    };
+    let json = matches
+        .subcommand()
+        .is_some_and(|(_, m)| flag(m, "json") || flag(m, "json_events"));
     if cp_matches.is_some() {
         say_how_to_resume_when_interrupted(json);
     }

@@ -1928,3 +1928,23 @@ fn sum_output_is_read_back_by_sha256sum_with_odd_names() {
     let said = String::from_utf8_lossy(&checked.stdout);
     assert_eq!(said.matches(": OK").count(), names.len(), "{said}");
 }
+
+/// `ls`, `stat` and `du` with `--json` put a failure on stdout as JSON too, as `cp --json`
+/// does (`{"error": ..., "exit_code": N}`): stdout was empty (review 2026-11-30 of sprat in
+/// scripts, F6).
+#[test]
+fn namespace_commands_with_json_say_a_failure_as_json() {
+    let t = tmp();
+    let srv = server(&t.path().join("root"));
+    for cmd in ["ls", "stat", "du"] {
+        let out = run(&srv, &[cmd, "--json", &srv.url("missing")]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {}", describe(&out));
+        let said: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{cmd}: not JSON ({e}): {}", describe(&out)));
+        assert_eq!(said["exit_code"], 2, "{cmd}: {said}");
+        assert!(
+            said["error"].as_str().unwrap().contains("missing"),
+            "{cmd}: {said}"
+        );
+    }
+}
