@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             | Request::Mkdir { path, .. }
             | Request::Remove { path, .. }
             | Request::Sum { path, .. }
-            | Request::Delegate { path }
+            | Request::Delegate { path, .. }
             | Request::Locate { path } => vec![path],
             Request::Rename { from, to } => vec![from, to],
             Request::SendTo {

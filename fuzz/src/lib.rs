@@ -417,7 +417,10 @@ pub fn arb_request(u: &mut Unstructured<'_>) -> arbitrary::Result<Request> {
             recursive: u.arbitrary()?,
             algo: *u.choose(&[SumAlgo::Xxh3, SumAlgo::Sha256, SumAlgo::Md5])?,
         },
-        7 => Request::Delegate { path: arb_path(u)? },
+        7 => Request::Delegate {
+            path: arb_path(u)?,
+            check_only: u.arbitrary()?,
+        },
         8 => Request::Locate { path: arb_path(u)? },
         _ => Request::SendTo {
             path: arb_path(u)?,

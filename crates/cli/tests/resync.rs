@@ -1367,3 +1367,37 @@ fn files_named_like_a_held_partial_copy_are_not_written_over_it() {
     assert_ok(&first, None);
     assert_eq!(std::fs::read(dst.join("big")).unwrap(), data);
 }
+
+/// A dry run against a server checks that it would write there without taking one of the
+/// one-time tickets an address may hold unused (64): seventy dry runs in a row all answer,
+/// and a copy between two servers still gets its ticket after them. Before, each dry run held
+/// a ticket for a minute, and the 65th was refused as busy (review 2026-11-30 of protocol 23,
+/// F8). A read-only server still refuses a dry run as it refuses the copy.
+#[test]
+fn dry_runs_take_no_tickets() {
+    let t = tmp();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    tree::make_file(&root.join("f"), b"to copy", 0o644);
+    let srv = server(&root);
+    let f = root.join("f");
+    for i in 0..70 {
+        let out = cp(&srv, &["-n", "--json"], &f, srv.url("in"));
+        assert_ok(&out, Some(&srv));
+        assert_eq!(report(&out)["send"], 1, "dry run {i}");
+    }
+    assert_ok(&cp(&srv, &[], srv.url("f"), srv.url("copied")), Some(&srv));
+    assert_eq!(std::fs::read(root.join("copied")).unwrap(), b"to copy");
+    let opts = sprat_testkit::ServerOptions {
+        extra_args: vec!["--read-only".into()],
+        ..sprat_testkit::ServerOptions::default()
+    };
+    let ro = common::server_with(&root, &opts);
+    let out = cp(&ro, &["-n"], &f, ro.url("in"));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        sprat_testkit::describe(&out)
+    );
+}

@@ -1236,7 +1236,10 @@ mod tests {
                 recursive: true,
                 algo: SumAlgo::Sha256,
             },
-            Request::Delegate { path: path.clone() },
+            Request::Delegate {
+                path: path.clone(),
+                check_only: true,
+            },
             Request::SendTo {
                 path: path.clone(),
                 addr: "127.0.0.1:9".into(),

@@ -117,6 +117,10 @@ pub enum Request {
     },
     Delegate {
         path: Vec<u8>,
+        /// Only whether the server would give a ticket for `path` (from protocol 23): it
+        /// answers `Ticket` with an all-zero ticket that is no credential, and issues none (a
+        /// dry run's check, which took one of the few unused tickets an address may hold).
+        check_only: bool,
     },
     /// Where `path` is on the server's host (see [`Location`]): asked before a copy whose
     /// source and destination may be one tree (`--delete`, or both on one host).
@@ -464,8 +468,9 @@ impl Request {
                 out.push(algo.to_u8());
                 put_bytes16(out, path);
             }
-            Request::Delegate { path } => {
+            Request::Delegate { path, check_only } => {
                 out.push(OP_DELEGATE);
+                out.push(*check_only as u8);
                 put_bytes16(out, path);
             }
             Request::Locate { path } => {
@@ -572,7 +577,22 @@ impl Request {
                     path: rel_path(r)?,
                 }
             }
-            OP_DELEGATE => Request::Delegate { path: rel_path(r)? },
+            OP_DELEGATE => {
+                let check_only = match r.u8("delegate flags")? {
+                    0 => false,
+                    1 => true,
+                    _ => {
+                        return Err(DecodeError::Invalid {
+                            what: "delegate flags",
+                            why: "not 0 or 1",
+                        })
+                    }
+                };
+                Request::Delegate {
+                    check_only,
+                    path: rel_path(r)?,
+                }
+            }
             OP_LOCATE => Request::Locate { path: rel_path(r)? },
             OP_SEND_TO => {
                 let path = rel_path(r)?;

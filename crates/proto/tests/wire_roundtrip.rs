@@ -213,7 +213,8 @@ fn request() -> impl Strategy<Value = Request> {
                 recursive,
                 algo
             }),
-        rel_path().prop_map(|path| Request::Delegate { path }),
+        (rel_path(), any::<bool>())
+            .prop_map(|(path, check_only)| Request::Delegate { path, check_only }),
         rel_path().prop_map(|path| Request::Locate { path }),
         (
             rel_path(),

@@ -328,15 +328,17 @@ fn remove_each(addr: &str, key: &Credentials, paths: &[Vec<u8>], what: &str) {
 }
 
 /// Refuses as a push to `path` on the server at `addr` would be refused (a read-only server or
-/// export, a path outside the token's exports): a dry run asks for the one-time ticket a
-/// third-party copy would push with, which the server issues only for a path it would
-/// write, and never uses it (it expires unused).
+/// export, a path outside the token's exports): a dry run asks whether the server would give
+/// the one-time ticket a third-party copy pushes with, which it gives only for a path it
+/// would write; the check issues none (from protocol 23; before, each dry run held one of the
+/// 64 unused tickets an address may hold for a minute: review 2026-11-30 of protocol 23, F8).
 pub(crate) fn may_write(addr: &str, key: &Credentials, path: &[u8]) -> Result<(), TransferError> {
     let mut conn = request(
         addr,
         key,
         Request::Delegate {
             path: path.to_vec(),
+            check_only: true,
         },
     )?;
     match conn.recv_control()? {
@@ -512,6 +514,7 @@ fn ticket(
 ) -> Result<([u8; 32], [u8; 32]), TransferError> {
     let delegate = Request::Delegate {
         path: path.to_vec(),
+        check_only: false,
     };
     match ask(addr, key, delegate)? {
         // The source server must find the destination this client checked.

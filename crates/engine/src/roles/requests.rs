@@ -626,8 +626,16 @@ fn execute(ctx: &Context<'_>, conn: &mut Conn, req: Request) -> Result<(), Refus
             };
             conn.send(&Message::Location(location))?;
         }
-        Request::Delegate { path } => {
+        Request::Delegate { path, check_only } => {
             let (_, index, _) = ctx.writable(&path, "push to")?;
+            // A check: nothing issued, nothing that could be used.
+            if check_only {
+                conn.send(&Message::Ticket {
+                    ticket: [0; 32],
+                    expires_in_s: 0,
+                })?;
+                return Ok(());
+            }
             let (ticket, lifetime) = (ctx.issue_ticket)(path, index)?;
             conn.send(&Message::Ticket {
                 ticket,

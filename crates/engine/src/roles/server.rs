@@ -2000,6 +2000,7 @@ mod tests {
         fn delegate(&self, path: &[u8]) -> Result<[u8; 32], TransferError> {
             let request = Request::Delegate {
                 path: path.to_vec(),
+                check_only: false,
             };
             let mut conn = super::super::remote::request(&self.addr, &self.owner, request)?;
             match conn.recv_control()? {
