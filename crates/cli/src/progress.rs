@@ -26,6 +26,10 @@ pub enum Mode {
     Json,
 }
 
+/// How long the last word of the progress waits for a count of the source still running
+/// when the copy ended (a short copy under load can end first: the totals were then missing).
+const COUNT_PATIENCE: Duration = Duration::from_secs(2);
+
 /// A running progress reporter; [`Reporter::finish`] stops it.
 pub struct Reporter {
     stop: Sender<()>,
@@ -43,15 +47,19 @@ pub fn start(
     hard_links: bool,
 ) -> Reporter {
     let counted = progress.clone();
-    // Detached: a count that is still running when the copy ends is not waited for.
-    std::thread::spawn(
-        move || match count_source(&src, &key, &selection, hard_links) {
+    // Detached: a count that is still running when the copy ends is waited for at most
+    // `COUNT_PATIENCE` (the copy read the same tree: the count is nearly done), so that the
+    // last word has the totals; one that fails says nothing of them.
+    let (count_done, count_ended) = channel::<()>();
+    std::thread::spawn(move || {
+        match count_source(&src, &key, &selection, hard_links) {
             Ok((files, bytes)) => counted.set_totals(files, bytes),
             Err(e) => {
                 tracing::info!(e = %sprat_engine::text::printable(&e.to_string()), "cannot count the source: no totals")
             }
-        },
-    );
+        }
+        let _ = count_done.send(());
+    });
     let (stop, stopped) = channel::<()>();
     let tick = match mode {
         Mode::Terminal => Duration::from_millis(250),
@@ -85,6 +93,9 @@ pub fn start(
                     let _ = writeln!(out, "{event}").and_then(|()| out.flush());
                 }
             }
+        }
+        if mode != Mode::Terminal && progress.snapshot().files_total.is_none() {
+            let _ = count_ended.recv_timeout(COUNT_PATIENCE);
         }
         match mode {
             Mode::Terminal => {
