@@ -945,6 +945,14 @@ fn cp(mut a: CpArgs, matches: Option<&clap::ArgMatches>, verbose: bool) -> anyho
     options.delete = a.delete;
     options.force_delete = a.force_delete;
     options.selection = list_entries_of(selection, &entries_of, &src, &key)?;
+    if a.files_from.is_some() && !source_is_a_directory(&src, &key) {
+        // rsync refuses it too; taken as "SRC's contents", the file went to DST itself
+        // (review 2026-11-30 of the newest changes, F1).
+        anyhow::bail!(TransferError::Usage(format!(
+            "--files-from lists paths inside SRC, and '{}' is not a directory",
+            printable(&launched.shown[0])
+        )));
+    }
     options.stall_timeout = a.stall_timeout;
     options.retry_for = a.retry_for;
     if a.one_file_system && matches!(src, Endpoint::Remote { .. }) {
@@ -1487,6 +1495,16 @@ fn list_entries_of(
     }
     // The directories themselves stay listed; SRC itself (`.`) is the root, never a path.
     Ok(selection.with_files(paths))
+}
+
+/// Whether `src` is a directory (a local symlink to one counts, as the copy follows it; a
+/// server is asked, and one that cannot say is taken at its word later by the copy).
+fn source_is_a_directory(src: &Endpoint, key: &sprat_engine::Credentials) -> bool {
+    match src {
+        Endpoint::Local(p) => std::fs::metadata(p).map_or(true, |m| m.is_dir()),
+        Endpoint::Remote { addr, path, .. } => sprat_engine::remote::stat(addr, key, path)
+            .map_or(true, |e| e.kind != sprat_engine::NsKind::File),
+    }
 }
 
 /// Whether SRC was given as its contents, as rsync reads `SRC/` and `SRC/.`.

@@ -720,6 +720,24 @@ fn files_from_takes_a_listed_directorys_entries_as_rsync_does() {
         paths_below(&t.path().join("slash2")),
         set(&["top", "d", "d/g"])
     );
+    // A single file as SRC with a list: refused, as rsync does (it was written at DST itself:
+    // review 2026-11-30 of the newest changes, F1), locally and pulled.
+    let args = ["--files-from", list.to_str().unwrap()];
+    let out = cp_local(
+        &args,
+        src.join("top"),
+        format!("{}/", t.path().join("onto").display()),
+    );
+    assert_exit(&out, 2);
+    assert_error_names(&out, &["--files-from", "not a directory"]);
+    let out = cp(
+        &srv,
+        &args,
+        srv.url("src/top"),
+        format!("{}/", t.path().join("onto").display()),
+    );
+    assert_exit(&out, 2);
+    assert!(!t.path().join("onto").exists());
     let list = t.path().join("marked");
     std::fs::write(&list, "d/./e/f\n").unwrap();
     let out = cp_local(

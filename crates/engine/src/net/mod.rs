@@ -434,20 +434,24 @@ impl Conn {
     /// Sends several messages in one write.
     pub fn send_all(&mut self, msgs: &[Message]) -> Result<(), TransferError> {
         let bytes: Vec<u8> = msgs.iter().flat_map(|m| m.encode()).collect();
+        let _alone = lock(&self.writing);
         self.metered().write_all(&bytes).map_err(|e| self.lost(e))
     }
 
     /// Reads the next frame, which must be a control message (an `Error` becomes an error).
     pub fn recv_control(&mut self) -> Result<Message, TransferError> {
         loop {
+            let asked = Instant::now();
             if let Some(patience) = self.patience {
-                self.read_until(Some(Instant::now() + patience));
+                self.read_until(Some(asked + patience));
             }
+            // Only this wait's own deadline: the proof of the token, read first, has its own
+            // (review 2026-11-30 of the newest changes, F2: its 30 s were said as 60).
             let frame = self
                 .recv_frame(false)
                 .map_err(|e| match (self.patience, e) {
                     (Some(after), TransferError::ConnectionLost { why, .. })
-                        if why == TIMED_OUT =>
+                        if why == TIMED_OUT && asked.elapsed() >= after =>
                     {
                         TransferError::Stalled {
                             peer: self.peer.clone(),
