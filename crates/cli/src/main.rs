@@ -1461,13 +1461,7 @@ fn list_entries_of(
                 // (SRC itself, `.`, is taken as the copy takes it).
                 let link =
                     !dir.is_empty() && std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_symlink());
-                let Ok(entries) = std::fs::read_dir(&at)
-                    .map_err(|_| ())
-                    .and_then(|e| match link {
-                        true => Err(()),
-                        false => Ok(e),
-                    })
-                else {
+                let Some(entries) = std::fs::read_dir(&at).ok().filter(|_| !link) else {
                     continue;
                 };
                 for e in entries {
@@ -1553,14 +1547,12 @@ fn rules_leave_out_the_source(
     if into {
         options.selection.filter = based;
     }
-    let left_out = match (into, is_dir) {
-        (true, None) => as_file,
-        (true, Some(dir)) => match dir {
-            true => as_dir,
-            false => as_file,
-        },
-        (false, Some(false)) => as_file,
-        (false, _) => false,
+    // Not asked (`None`): into `DST/` the rules leave out a file and a directory alike;
+    // otherwise only a file is matched by its name.
+    let left_out = match is_dir {
+        Some(true) => into && as_dir,
+        Some(false) => as_file,
+        None => into && as_file,
     };
     // A source that is not there (or a server that cannot be reached) is not "left out":
     // the copy goes on and says what is wrong, as it would without rules.

@@ -152,16 +152,22 @@ impl Filter {
         if path.is_empty() || self.rules.is_empty() {
             return false;
         }
-        match self.base.as_deref() {
-            None => self.first_match_excludes(path, is_dir),
-            Some(name) => {
-                let mut full = Vec::with_capacity(name.len() + 1 + path.len());
-                full.extend_from_slice(name);
-                full.push(b'/');
-                full.extend_from_slice(path);
-                self.first_match_excludes(&full, is_dir)
-            }
-        }
+        let Some(name) = self.base.as_deref() else {
+            return self.first_match_excludes(path, is_dir);
+        };
+        // `name/PATH` is made only for a rule that looks past the last component, once: the
+        // scan asks this of every entry, and most rules (`*.log`) match a name alone.
+        let mut full: Option<Vec<u8>> = None;
+        self.rules
+            .iter()
+            .find(|r| match r.subject {
+                Subject::Name => r.matches(path, is_dir),
+                Subject::Path | Subject::RootedPath => {
+                    let full = full.get_or_insert_with(|| crate::relpath::join(name, path));
+                    r.matches(full, is_dir)
+                }
+            })
+            .is_some_and(|r| r.kind == RuleKind::Exclude)
     }
 
     /// Whether the first rule that matches `path` (as the rules see it) is an exclude.
